@@ -1,0 +1,45 @@
+# Two entry points: `make run` (a local cluster) and `make test` (everything CI runs).
+# Both create .venv on first use; nothing but Python 3.11+ and make is needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+EXTRAS ?= dev,spark,loadtest,tiered
+# The pure modules: mypy --strict, no I/O (see pyproject.toml import contracts).
+PURE   ?= protocol rip5/config.py
+SEEDS  ?= 1000
+PYTEST_ARGS ?=
+
+.PHONY: venv run test lint typecheck imports unit sim clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/rip5 dev $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict $(PURE)
+	$(BIN)/mypy rip5 protocol angelia_rpc raft storage_node nameserver broker connector loadtest spark_batch tests
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+test: lint typecheck imports
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+sim: $(STAMP)
+	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

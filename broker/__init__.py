@@ -1,0 +1,1 @@
+"""Broker: stateless compute that serves the official RocketMQ 5 clients."""

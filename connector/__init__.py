@@ -1,0 +1,1 @@
+"""Connector: replicates messages from one rip5 cluster to another."""

@@ -1,0 +1,1 @@
+"""Locust users and the benchmark harness; clients of the public protocol only."""

@@ -1,0 +1,2 @@
+"""Nameserver: the raft-replicated metadata service (topics, groups, placement,
+leaders, leases)."""

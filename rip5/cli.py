@@ -1,0 +1,308 @@
+"""The ``rip5`` command: one subcommand per role, plus ``dev``, ``admin`` and ``bench``.
+
+Exit codes: 0 done; 1 the process failed while running; 2 bad usage or a
+rejected configuration value; 69 (EX_UNAVAILABLE) the role or command is not
+built yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import uvloop
+
+from rip5 import __version__
+from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
+from rip5.dev import DevLayout, plan, ready_banner
+from rip5.roles import ROLES, Role
+from rip5.shell import run_role
+from rip5.supervisor import Supervisor
+
+EXIT_CONFIG = 2
+EXIT_UNAVAILABLE = 69
+
+BENCH_TARGETS = {
+    "raft": "[Raft]",
+    "angelia": "[Angelia]",
+    "storage": "[Storage]",
+    "nameserver": "[Nameserver]",
+    "e2e": "[Broker]",
+    "timer": "[Broker-txn-delay]",
+}
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"rip5: {message}", err=True)
+    sys.exit(code)
+
+
+def _unavailable(what: str, issue: str) -> None:
+    _fail(f"{what} is not available yet: it lands with issue {issue}", EXIT_UNAVAILABLE)
+
+
+def _option_decorators(specs: list[OptionSpec], section: str) -> list[Callable[..., Any]]:
+    decorators = []
+    for spec in specs:
+        help_text = (
+            f"{spec.help} [default: {spec.default}; "
+            f"env {spec.env_var(section)}; allowed: {spec.allowed()}]"
+        )
+        if spec.type is bool:
+            flag = f"{spec.flag}/--no-{spec.flag[2:]}"
+            decorators.append(click.option(flag, spec.name, default=None, help=help_text))
+        else:
+            decorators.append(
+                click.option(
+                    spec.flag,
+                    spec.name,
+                    default=None,
+                    metavar=spec.type.__name__.upper(),
+                    help=help_text,
+                )
+            )
+    return decorators
+
+
+def _read_config_file(path: str | None) -> tuple[Mapping[str, Any], str]:
+    if not path:
+        return {}, "config file"
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle), path
+    except FileNotFoundError:
+        _fail(f"config file {path} does not exist", EXIT_CONFIG)
+    except tomllib.TOMLDecodeError as exc:
+        _fail(f"config file {path} is not valid TOML: {exc}", EXIT_CONFIG)
+    except OSError as exc:
+        _fail(f"config file {path} cannot be read: {exc.strerror}", EXIT_CONFIG)
+    raise AssertionError("unreachable")
+
+
+def load_role_config(
+    role: Role, config_path: str | None, flags: Mapping[str, Any]
+) -> tuple[CommonConfig, object]:
+    """Resolve the common and the role's options from file, environment and flags."""
+    document, file_name = _read_config_file(config_path)
+    table = document.get(role.name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(role.name, table, file_name, f"a [{role.name}] table")
+    common_names = {spec.name for spec in options_of(CommonConfig)}
+    role_names = {spec.name for spec in options_of(role.config_type)}
+    unknown = set(table) - common_names - role_names
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(
+            f"{role.name}.{key}",
+            table[key],
+            f"{file_name} [{role.name}]",
+            "a known option: " + ", ".join(sorted(common_names | role_names)),
+        )
+    env = dict(os.environ)
+    prefix = f"RIP5_{role.name.upper()}_"
+    for var in sorted(env):
+        if var.startswith(prefix) and var[len(prefix) :].lower() not in common_names | role_names:
+            raise ConfigError(
+                var,
+                env[var],
+                "environment",
+                "a known variable: "
+                + ", ".join(prefix + name.upper() for name in sorted(common_names | role_names)),
+            )
+    common = resolve(
+        CommonConfig,
+        role.name,
+        file_name=file_name,
+        env=env,
+        file_values=table,
+        ignore=role_names,
+        flags={k: v for k, v in flags.items() if k in common_names},
+    )
+    config: object = resolve(
+        role.config_type,
+        role.name,
+        file_name=file_name,
+        env=env,
+        file_values=table,
+        ignore=common_names,
+        flags={k: v for k, v in flags.items() if k in role_names},
+    )
+    return common, config
+
+
+def _role_command(role: Role) -> click.Command:
+    def run(config_path: str | None, **flags: Any) -> None:
+        try:
+            common, config = load_role_config(role, config_path, flags)
+        except ConfigError as exc:
+            _fail(str(exc), EXIT_CONFIG)
+        serve = role.load_serve()
+        if serve is None:
+            _unavailable(f"the {role.name} role", role.issue)
+            return
+        sys.exit(run_role(role.name, serve, config, common))
+
+    command: Callable[..., Any] = run
+    for decorator in reversed(
+        _option_decorators(options_of(CommonConfig) + options_of(role.config_type), role.name)
+    ):
+        command = decorator(command)
+    command = click.option(
+        "--config",
+        "config_path",
+        default=None,
+        envvar="RIP5_CONFIG",
+        metavar="FILE",
+        help=f"TOML file; this role reads its [{role.name}] table [env RIP5_CONFIG]",
+    )(command)
+    return click.command(name=role.name, help=role.summary)(command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rip5")
+def main() -> None:
+    """rip5: a compute/storage-separated message broker speaking the RocketMQ 5 protocol."""
+
+
+for _role in ROLES.values():
+    main.add_command(_role_command(_role))
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="parent folder of every process's data [default: a temp folder, removed on exit]",
+)
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="number of broker processes",
+)
+@click.option(
+    "--storage",
+    type=click.IntRange(1, 16),
+    default=3,
+    show_default=True,
+    help="number of storage node processes",
+)
+@click.option(
+    "--nameserver-port",
+    type=click.IntRange(1, 65535),
+    default=9876,
+    show_default=True,
+    help="port of the nameserver",
+)
+@click.option(
+    "--storage-port",
+    type=click.IntRange(1, 65535),
+    default=7701,
+    show_default=True,
+    help="port of the first storage node (the next ones follow)",
+)
+@click.option(
+    "--broker-port",
+    type=click.IntRange(1, 65535),
+    default=8081,
+    show_default=True,
+    help="client port of the first broker (the next ones follow)",
+)
+@click.option(
+    "--auto-create/--no-auto-create",
+    default=True,
+    show_default=True,
+    help="create topics and consumer groups on first use",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="log level of every process",
+)
+def dev(
+    data_dir: Path | None,
+    brokers: int,
+    storage: int,
+    nameserver_port: int,
+    storage_port: int,
+    broker_port: int,
+    auto_create: bool,
+    log_level: str,
+) -> None:
+    """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
+    temp = data_dir is None
+    root = Path(tempfile.mkdtemp(prefix="rip5-dev-")) if data_dir is None else data_dir
+    layout = DevLayout(
+        root, brokers, storage, nameserver_port, storage_port, broker_port, auto_create, log_level
+    )
+    specs, notices = plan(layout)
+
+    def out(line: str) -> None:
+        click.echo(line)
+
+    for notice in notices:
+        out(f"rip5 dev | {notice}")
+    out(f"rip5 dev | data in {root}")
+
+    async def supervise() -> int:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stopping.set)
+        supervisor = Supervisor(specs, out=out)
+        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps)))
+
+    try:
+        code = uvloop.run(supervise())
+    finally:
+        if temp:
+            shutil.rmtree(root, ignore_errors=True)
+    out("rip5 dev | stopped")
+    sys.exit(code)
+
+
+@main.group()
+def admin() -> None:
+    """Administer a cluster: topics, consumer groups, cluster status."""
+
+
+@admin.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def topic(args: tuple[str, ...]) -> None:
+    """create | update | delete | list | describe topics."""
+    _unavailable("rip5 admin topic", "[Nameserver]")
+
+
+@admin.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def group(args: tuple[str, ...]) -> None:
+    """create | delete | list | describe consumer groups."""
+    _unavailable("rip5 admin group", "[Nameserver]")
+
+
+@admin.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def cluster(args: tuple[str, ...]) -> None:
+    """status: nodes, roles, health, groups and leaders."""
+    _unavailable("rip5 admin cluster", "[Nameserver]")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(target: str, args: tuple[str, ...]) -> None:
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer."""
+    _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])

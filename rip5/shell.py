@@ -1,0 +1,118 @@
+"""The process shell every role runs inside.
+
+Duties, in order: configure logging; take the data directory (created if
+missing, locked so two processes never share it); run the role's ``serve``
+coroutine on uvloop; on SIGINT or SIGTERM set the role's ``stopping`` event and
+give ``serve`` ``shutdown_timeout_ms`` to return before it is cancelled.
+
+A role's serve function has the signature::
+
+    async def serve(config, data_dir: Path, stopping: asyncio.Event,
+                    ready: Callable[[str], None]) -> None
+
+It calls ``ready(endpoint)`` once it accepts work, watches ``stopping``, and
+returns when it has stopped. ``ready`` logs the event and, when the process was
+started by ``rip5 dev``, tells the supervisor through the pipe named by
+``RIP5_READY_FD``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from rip5 import logs
+from rip5.config import CommonConfig, describe
+
+ServeFn = Callable[[Any, Path, asyncio.Event, Callable[[str], None]], Coroutine[Any, Any, None]]
+READY_FD_ENV = "RIP5_READY_FD"
+
+log = logging.getLogger("rip5.shell")
+
+
+class DataDirInUse(Exception):
+    """Another live process holds this data directory."""
+
+    code = "DATA_DIR_IN_USE"
+    retriable = False
+
+
+@contextlib.contextmanager
+def hold_data_dir(path: Path) -> Iterator[Path]:
+    """Create ``path`` if needed and hold its lock for the life of the block."""
+    path.mkdir(parents=True, exist_ok=True)
+    lock_path = path / "LOCK"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise DataDirInUse(
+                f"data directory {path} is in use by another rip5 process (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)
+
+
+def _notify_ready(endpoint: str) -> None:
+    log.info("ready", extra={"endpoint": endpoint})
+    fd_text = os.environ.pop(READY_FD_ENV, "")
+    if fd_text.isdigit():
+        with contextlib.suppress(OSError):
+            os.write(int(fd_text), f"ready {endpoint}\n".encode())
+            os.close(int(fd_text))
+
+
+async def _main(serve: ServeFn, config: object, data_dir: Path, timeout_ms: int) -> int:
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    task = asyncio.create_task(serve(config, data_dir, stopping, _notify_ready))
+    stop_wait = asyncio.create_task(stopping.wait())
+    await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        log.info("stopping", extra={"deadline_ms": timeout_ms})
+        done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
+        if not done:
+            log.warning(
+                "graceful stop overran its deadline; cancelling", extra={"deadline_ms": timeout_ms}
+            )
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return 1
+    stop_wait.cancel()
+    if task.cancelled():
+        return 1
+    error = task.exception()
+    if error is not None:
+        log.error("role failed", exc_info=error)
+        return 1
+    log.info("stopped")
+    return 0
+
+
+def run_role(role: str, serve: ServeFn, config: object, common: CommonConfig) -> int:
+    """Run one role process to completion; returns the process exit code."""
+    logs.configure(role, common.log_level, common.log_format)
+    log.info("starting", extra=dict([*describe(common), *describe(config)]))
+    try:
+        with hold_data_dir(common.data_dir.resolve()) as data_dir:
+            return uvloop.run(_main(serve, config, data_dir, common.shutdown_timeout_ms))
+    except DataDirInUse as exc:
+        log.error(str(exc))
+        return 1

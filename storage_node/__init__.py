@@ -1,0 +1,1 @@
+"""Storage node: hosts raft groups whose logs are the commit logs of queues."""
