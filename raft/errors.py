@@ -1,0 +1,47 @@
+"""Errors of the raft package: one root, each carrying a code from protocol.errors."""
+
+from __future__ import annotations
+
+from protocol import errors
+from protocol.errors import ErrorCode
+
+
+class RaftError(Exception):
+    """Root of every raft error. ``code`` says what happened and whether to retry."""
+
+    code: ErrorCode = errors.INTERNAL
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the same request may succeed later."""
+        return self.code.retriable
+
+
+class ProposalDropped(RaftError):
+    """The proposal was not appended (no leader, transfer in progress, or not a member)."""
+
+    code = errors.PROPOSAL_DROPPED
+
+
+class NotLeader(RaftError):
+    """This replica cannot serve the request; ``leader`` is the known leader or 0."""
+
+    code = errors.NOT_LEADER
+
+    def __init__(self, message: str = "not the leader", leader: int = 0) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+class LogCompacted(RaftError):
+    """The requested index precedes the first available entry (it is in the snapshot)."""
+
+
+class LogUnavailable(RaftError):
+    """The requested index is beyond the last persisted entry."""
+
+
+class StorageFailed(RaftError):
+    """The log store failed; the replica must stop (it cannot keep its promises)."""
+
+    code = errors.STORAGE_FAILED
