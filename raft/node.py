@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from raft import leader
 from raft.confchange import encode_conf_change
 from raft.config import Config
 from raft.core import Raft
@@ -116,7 +117,7 @@ class RawNode:
             return
         raft = self.raft
         if raft.role == Role.LEADER:
-            raft.propose_payloads(payloads)
+            leader.propose_payloads(raft, payloads)
             return
         raft.step(
             Message(
