@@ -16,6 +16,7 @@ its seed; rerun with that seed to replay it exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -129,10 +130,8 @@ class Chaos:
         elif action < 0.65:
             node_id = rng.choice(up)
             self.proposed += 1
-            try:
+            with contextlib.suppress(ProposalDropped):
                 net.node(node_id).propose(b"p%d" % self.proposed)
-            except ProposalDropped:
-                pass
         elif action < 0.7:
             self.partition = set(rng.sample(self.ids, rng.randint(0, len(self.ids) // 2)))
         elif action < 0.73 and len(self.down) < (len(self.ids) - 1) // 2:
@@ -172,10 +171,8 @@ class Chaos:
             if round_ % 25 == 0:
                 for node_id in self.ids:
                     if net.node(node_id).is_leader():
-                        try:
+                        with contextlib.suppress(ProposalDropped):
                             net.node(node_id).propose(b"final")
-                        except ProposalDropped:
-                            pass
             net.stabilize()
             self.check()
             if all(any(e.data == b"final" for e in net.replicas[i].applied) for i in self.ids):
