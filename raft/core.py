@@ -81,7 +81,8 @@ class Raft:
         # READ_INDEX requests that arrived before the leader committed an
         # entry of its term (its commit index is not yet known to be current).
         self.pending_read_index: list[Message] = []
-        # A leader's appends are due (see the module docstring).
+        # A leader's appends are due (see the module docstring). Only a leader
+        # sets it, and every role change clears it.
         self.appends_due = False
         self.switch_to_config(MembershipConfig.from_conf_state(conf_state))
         if not hard_state.is_empty():
@@ -151,7 +152,7 @@ class Raft:
             )
         )
         if entries:
-            pr.sent_entries(len(entries), entries[-1].index, payload_bytes(entries))
+            pr.sent_entries(entries[-1].index, payload_bytes(entries))
         elif pr.state == ProgressState.REPLICATE:
             # An empty append through a full window: wait for its answer.
             pr.msg_app_flow_paused = pr.inflights.full()
@@ -176,8 +177,6 @@ class Raft:
         if not self.appends_due:
             return
         self.appends_due = False
-        if self.role != Role.LEADER:
-            return
         committed = self.log.committed
         for node_id, pr in self.tracker.progress.items():
             if node_id != self.id and self.maybe_send_append(

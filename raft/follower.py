@@ -37,7 +37,7 @@ def step_candidate(r: Raft, m: Message) -> None:
     if kind != expected:
         return
     r.tracker.record_vote(m.from_, not m.reject)
-    result = r.tracker.tally_votes()[2]
+    result = r.tracker.vote_result(r.tracker.votes)
     if result == VoteResult.WON:
         if r.role == Role.PRE_CANDIDATE:
             r.campaign(MT.VOTE)

@@ -67,11 +67,10 @@ def step_leader(r: Raft, m: Message) -> None:
 def propose_entries(r: Raft, entries: tuple[Entry, ...] | list[Entry]) -> None:
     """Append proposed entries (index and term are assigned here); leader only.
 
-    Raises ProposalDropped if this leader was removed, is transferring
-    leadership, or holds too many uncommitted bytes.
+    Raises ProposalDropped while leadership is being transferred or when too
+    many bytes are uncommitted. (A leader removed from the group steps down
+    when it applies the change, so a leader is always a member.)
     """
-    if r.id not in r.tracker.progress:
-        raise ProposalDropped("this leader is not a member of the group")
     if r.lead_transferee != NONE:
         raise ProposalDropped(f"leadership is moving to {r.lead_transferee}")
     term = r.term
@@ -96,8 +95,6 @@ def propose_payloads(r: Raft, payloads: list[bytes] | tuple[bytes, ...]) -> None
 
     Raises ProposalDropped like ``propose_entries``.
     """
-    if r.id not in r.tracker.progress:
-        raise ProposalDropped("this leader is not a member of the group")
     if r.lead_transferee != NONE:
         raise ProposalDropped(f"leadership is moving to {r.lead_transferee}")
     term = r.term

@@ -145,12 +145,11 @@ class Progress:
         self._reset_state(ProgressState.SNAPSHOT)
         self.pending_snapshot = snapshot_index
 
-    def sent_entries(self, count: int, last_index: int, size_bytes: int) -> None:
-        """Account for an append of ``count`` entries ending at ``last_index``."""
+    def sent_entries(self, last_index: int, size_bytes: int) -> None:
+        """Account for a non-empty append ending at ``last_index``."""
         if self.state == ProgressState.REPLICATE:
-            if count:
-                self.next = last_index + 1
-                self.inflights.add(last_index, size_bytes)
+            self.next = last_index + 1
+            self.inflights.add(last_index, size_bytes)
             self.msg_app_flow_paused = self.inflights.full()
         else:
             # PROBE: one append per round trip (or per heartbeat).
