@@ -32,6 +32,7 @@ Contracts:
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from raft.wal_format import RecordKind
 SEGMENT_SUFFIX = ".wal"
 SPARE_PREFIX = "spare-"
 _ZERO_CHUNK = bytes(1 << 20)
+_spare_names = itertools.count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,8 @@ class LogStore:
         return self._wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
 
     def _recover(self) -> None:
+        for leftover in self._wal_dir.glob("tmp-*"):
+            leftover.unlink()  # a spare whose preparation a crash interrupted
         seqs = sorted(
             int(p.name[: -len(SEGMENT_SUFFIX)], 16)
             for p in self._wal_dir.iterdir()
@@ -320,7 +324,15 @@ class LogStore:
 
     # -------------------------------------------------------------- segments
     def _spare_paths(self) -> list[Path]:
-        return sorted(p for p in self._wal_dir.iterdir() if p.name.startswith(SPARE_PREFIX))
+        return sorted(
+            p
+            for p in self._wal_dir.iterdir()
+            if p.name.startswith(SPARE_PREFIX) and p.name.endswith(SEGMENT_SUFFIX)
+        )
+
+    def has_spare(self) -> bool:
+        """Whether a preallocated segment is ready for the next rotation."""
+        return bool(self._spare_paths())
 
     def maybe_prepare_spare(self) -> bool:
         """Zero-fill one spare segment if none is ready; return whether it made one.
@@ -330,8 +342,9 @@ class LogStore:
         spares = self._spare_paths()
         if spares:
             return False
-        final = self._wal_dir / f"{SPARE_PREFIX}{os.getpid()}-{id(self):x}{SEGMENT_SUFFIX}"
-        tmp = final.with_suffix(".tmp")
+        name = f"{os.getpid()}-{next(_spare_names)}"
+        final = self._wal_dir / f"{SPARE_PREFIX}{name}{SEGMENT_SUFFIX}"
+        tmp = self._wal_dir / f"tmp-{name}"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             remaining = self.segment_bytes
