@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules: mypy --strict, no I/O (see pyproject.toml import contracts).
-PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py
+PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
+          raft/config.py raft/confchange.py raft/core.py raft/log.py raft/memory_log.py raft/node.py raft/progress.py raft/quorum.py raft/read_only.py raft/tracker.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 
