@@ -175,8 +175,12 @@ class Raft:
             return
         committed = self.log.committed
         for node_id, pr in self.tracker.progress.items():
-            if node_id != self.id:
-                self.maybe_send_append(node_id, send_if_empty=pr.sent_commit < committed)
+            if node_id != self.id and self.maybe_send_append(
+                node_id, send_if_empty=pr.sent_commit < committed
+            ):
+                # Pipeline the rest, up to the in-flight window.
+                while self.maybe_send_append(node_id, send_if_empty=False):
+                    pass
 
     def _send_heartbeat(self, to: int, context: bytes) -> None:
         pr = self.tracker.progress[to]
@@ -545,7 +549,14 @@ class Raft:
                 self.maybe_send_append(m.from_)
             return
         was_paused = pr.is_paused()
-        probed = pr.match == m.index and pr.state == ProgressState.PROBE
+        # A probe answered at the known match also confirms the follower's
+        # log, unless the follower needs a snapshot (it ignored one it
+        # cannot use; retrying at once would only resend it).
+        probed = (
+            pr.match == m.index
+            and pr.state == ProgressState.PROBE
+            and pr.match + 1 >= self.log.first_index()
+        )
         if not (pr.maybe_update(m.index) or probed):
             return
         if pr.state == ProgressState.PROBE:
