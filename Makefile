@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules: mypy --strict, no I/O (see pyproject.toml import contracts).
-PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py
+PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py storage_node/errors.py storage_node/partition
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 
