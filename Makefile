@@ -6,7 +6,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules: mypy --strict, no I/O (see pyproject.toml import contracts).
-PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py
+PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
+          nameserver/errors.py nameserver/names.py nameserver/codec.py nameserver/records.py \
+          nameserver/commands.py nameserver/state.py nameserver/placement.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 
