@@ -6,7 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules: mypy --strict, no I/O (see pyproject.toml import contracts).
-PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py
+PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
+          broker/domain.py broker/errors.py broker/processor/receipt.py \
+          broker/processor/filter.py broker/processor/validation.py \
+          broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 

@@ -98,6 +98,10 @@ INVALID_RECEIPT_HANDLE = _code(
     61, "INVALID_RECEIPT_HANDLE", "the receipt handle is forged, stale or expired"
 )
 
+# -- broker ---------------------------------------------------------------------
+NOT_IMPLEMENTED = _code(80, "NOT_IMPLEMENTED", "the operation is not built yet")
+UNSUPPORTED = _code(81, "UNSUPPORTED", "the operation or option is not supported")
+
 
 def by_number(number: int) -> ErrorCode:
     """The code with this number; unknown numbers (a newer peer) read as INTERNAL."""
