@@ -106,7 +106,10 @@ class Progress:
         self.match = match
         self.next = next_index
         self.state = ProgressState.PROBE
-        # PROBE only: an append was sent and its answer not yet received.
+        # PROBE: an append was sent and its answer not yet received.
+        # REPLICATE: the inflight window is full. Either way a heartbeat
+        # response clears it, so one more append goes out even if every
+        # append in flight was lost (otherwise nothing would ever resend).
         self.msg_app_flow_paused = False
         # SNAPSHOT only: the index of the snapshot being sent.
         self.pending_snapshot = 0
@@ -149,6 +152,7 @@ class Progress:
             if count:
                 self.next = last_index + 1
                 self.inflights.add(last_index, size_bytes)
+            self.msg_app_flow_paused = self.inflights.full()
         else:
             # PROBE: one append per round trip (or per heartbeat).
             self.msg_app_flow_paused = True
@@ -183,8 +187,6 @@ class Progress:
     def is_paused(self) -> bool:
         """True when the leader must not send an append now."""
         state = self.state
-        if state == ProgressState.REPLICATE:
-            return self.inflights.full()
-        if state == ProgressState.PROBE:
+        if state in (ProgressState.REPLICATE, ProgressState.PROBE):
             return self.msg_app_flow_paused
         return True
