@@ -135,6 +135,9 @@ class GroupInvariants:
 
     def snapshot_applied(self, node: int, index: int, term: int) -> None:
         """``node`` restored its state machine from a snapshot at ``index``."""
+        last = self._last_applied.get(node, 0)
+        if index <= last:
+            self._fail(f"node {node} restored a snapshot at {index} after applying {last}")
         applied = self._applied
         if index < len(applied) and applied[index][0] != term:
             self._fail(
