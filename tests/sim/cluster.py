@@ -58,6 +58,8 @@ class RunOptions:
     fault_gap_ms_max: int = 400
     crash_weight: int = 2
     partition_weight: int = 3
+    pause_weight: int = 1  # a node stops (GC pause, SIGSTOP) and later resumes with a backlog
+    transfer_weight: int = 1  # a leader is asked to hand leadership to another voter
     restart_ms_max: int = 600
     mid_ready_crash_rate: float = 0.0
     clients: int = 3
@@ -95,6 +97,8 @@ class RunOptions:
             fault_gap_ms_max=rng.choice((100, 400, 1000)),
             crash_weight=rng.choice((0, 1, 3)),
             partition_weight=rng.choice((0, 2, 4)),
+            pause_weight=rng.choice((0, 1, 2)),
+            transfer_weight=rng.choice((0, 1, 2)),
             restart_ms_max=rng.choice((100, 600, 1500)),
             mid_ready_crash_rate=rng.choice((0.0, 0.0, 0.002, 0.01)),
             clients=rng.choice((2, 3, 5)),
@@ -117,6 +121,7 @@ class RunResult:
     crashes: int
     elections: int
     messages: int
+    stats: dict[str, int]
     recent_trace: list[str]
 
 
@@ -257,6 +262,9 @@ class SimCluster:
         node = self.nodes[dst]
         if not node.up:
             return
+        if node.paused_until_ms > self.loop.now_ms:
+            self.loop.call_at(node.paused_until_ms, lambda: self._deliver(src, dst, payload))
+            return
         if isinstance(payload, tuple) and len(payload) == 2:
             group, m = payload
             assert isinstance(m, Message)
@@ -276,7 +284,7 @@ class SimCluster:
         node.receive(src, payload)
 
     def _tick(self, node: SimNode) -> None:
-        if node.up:
+        if node.up and node.paused_until_ms <= self.loop.now_ms:
             node.tick()
         self.loop.call_later(self.options.tick_ms, lambda: self._tick(node))
 
@@ -305,6 +313,7 @@ class SimCluster:
         opts, rng = self.options, self.rng
         actions = ["heal", "weather"]
         actions += ["crash"] * opts.crash_weight + ["partition"] * opts.partition_weight
+        actions += ["pause"] * opts.pause_weight + ["transfer"] * opts.transfer_weight
         action = rng.choice(actions)
         ids = sorted(self.nodes)
         if action == "crash":
@@ -321,6 +330,21 @@ class SimCluster:
             one_way = rng.random() < 0.25
             self.net.partition(side, set(ids) - side, one_way=one_way)
             self.trace("partition", sorted(side), one_way)
+        elif action == "pause":
+            up = [i for i in ids if self.nodes[i].up]
+            if up:
+                node = self.nodes[rng.choice(up)]
+                pause_ms = rng.randint(20, 3 * opts.node.election_tick * opts.tick_ms)
+                node.paused_until_ms = self.loop.now_ms + pause_ms
+                self.trace("pause", node.id, pause_ms)
+        elif action == "transfer":
+            group = rng.choice(self.groups)
+            leading = [n for n in self.nodes.values() if n.up and n.leads(group)]
+            if leading:
+                target = rng.choice([i for i in ids if i != leading[0].id])
+                leading[0].replicas[group].raw.transfer_leader(target)
+                leading[0].maybe_handle_ready()
+                self.trace("transfer", group, leading[0].id, target)
         elif action == "heal":
             self.net.heal()
             self.trace("heal")
@@ -344,6 +368,7 @@ class SimCluster:
         self.net.faults = LinkFaults.perfect()
         for node in self.nodes.values():
             node.mid_ready_crash_rate = 0.0
+            node.paused_until_ms = 0
             if not node.up:
                 self._restart(node)
         self.trace("quiet")
@@ -402,8 +427,26 @@ class SimCluster:
             crashes=sum(n.crashes for n in self.nodes.values()),
             elections=sum(len(inv.leaders) for inv in self.invariants.values()),
             messages=self.net.stats.sent,
+            stats=self._stats(),
             recent_trace=[repr(r) for r in self._recent],
         )
+
+    def _stats(self) -> dict[str, int]:
+        nodes = self.nodes.values()
+        ops = self.history.ops
+        return {
+            "reads_ok": sum(1 for op in ops if op.kind is OpKind.READ and op.outcome is Outcome.OK),
+            "appends_ok": sum(
+                1 for op in ops if op.kind is OpKind.APPEND and op.outcome is Outcome.OK
+            ),
+            "unknown": sum(1 for op in ops if op.outcome is Outcome.UNKNOWN),
+            "snapshots_sent": sum(n.snapshots_sent for n in nodes),
+            "torn_recoveries": sum(n.torn_crashes for n in nodes),
+            "mid_ready_crashes": sum(n.mid_ready_crashes for n in nodes),
+            "fsyncs": sum(n.disk.fsyncs for n in nodes),
+            "dropped": self.net.stats.dropped,
+            "duplicated": self.net.stats.duplicated,
+        }
 
     def _check_history(self) -> str | None:
         self.history.close()

@@ -140,6 +140,10 @@ class SimNode:
         self.up = False
         self.incarnation = 0
         self.crashes = 0
+        self.mid_ready_crashes = 0
+        self.torn_crashes = 0
+        self.snapshots_sent = 0
+        self.paused_until_ms = 0  # the host ignores ticks and defers messages until then
         self.start()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -184,9 +188,10 @@ class SimNode:
             invariants.restarted(self.id)
             # The recovered hard state may hold a commit index raft produced but
             # the node crashed before reporting (written, not yet fsynced).
-            commit = log.initial_state()[0].commit
+            recovered = log.initial_state()[0]
+            commit = recovered.commit
             if commit:
-                invariants.commit_advanced(self.id, commit, replica.term_at)
+                invariants.commit_advanced(self.id, commit, replica.term_at, recovered.term)
             replica.reported_commit = commit
             if applied:
                 invariants.snapshot_applied(self.id, applied, log.term(applied))
@@ -198,9 +203,14 @@ class SimNode:
         self.up = False
         self.crashes += 1
         self.replicas = {}
-        self.disk.crash(self.rng)
+        report = self.disk.crash(self.rng)
+        self.torn_crashes += report.torn
         if self._on_crash is not None:
             self._on_crash(self)
+
+    def leads(self, group: int) -> bool:
+        """Whether this node currently leads ``group``."""
+        return self.replicas[group].raw.role == Role.LEADER
 
     def leads_any(self) -> bool:
         """Whether this node currently leads at least one group."""
@@ -263,6 +273,7 @@ class SimNode:
                 self._persist(replica, ready)
                 must_sync = must_sync or ready.must_sync
                 if self.mid_ready_crash_rate and self.rng.random() < self.mid_ready_crash_rate:
+                    self.mid_ready_crashes += 1
                     self.crash()  # between the writes and the fsync: nothing was sent
                     return
             if must_sync:
@@ -301,7 +312,7 @@ class SimNode:
         invariants = self.invariants[replica.group]
         hard_state = ready.hard_state
         if hard_state is not None and hard_state.commit > replica.reported_commit:
-            invariants.commit_advanced(self.id, hard_state.commit, replica.term_at)
+            invariants.commit_advanced(self.id, hard_state.commit, replica.term_at, hard_state.term)
             replica.reported_commit = hard_state.commit
         raw = replica.raw
         if raw.role == Role.LEADER:
@@ -314,6 +325,7 @@ class SimNode:
         to = message.to
         self._send(self.id, to, (replica.group, message), True)
         if message.type == MessageType.SNAP:
+            self.snapshots_sent += 1
             # The transport "finished" the send; a lost one is noticed by probing.
             replica.raw.report_snapshot(to, True)
 
