@@ -27,7 +27,8 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
-from raft.types import Message
+from raft.errors import ProposalDropped
+from raft.types import ConfChange, ConfChangeType, ConfState, EntryType, Message
 from tests.sim.checkers import GroupInvariants
 from tests.sim.events import EventLoop
 from tests.sim.history import History, Operation, OpKind, Outcome
@@ -49,6 +50,7 @@ class RunOptions:
 
     seed: int
     nodes: int = 3
+    voters: int = 3  # nodes 1..voters start as voters of every group; the rest as spares
     groups: int = 2
     node: NodeOptions = field(default_factory=NodeOptions)
     tick_ms: int = 10
@@ -60,6 +62,7 @@ class RunOptions:
     partition_weight: int = 3
     pause_weight: int = 1  # a node stops (GC pause, SIGSTOP) and later resumes with a backlog
     transfer_weight: int = 1  # a leader is asked to hand leadership to another voter
+    reconfig_weight: int = 0  # a leader proposes adding, promoting or removing a member
     restart_ms_max: int = 600
     mid_ready_crash_rate: float = 0.0
     clients: int = 3
@@ -70,7 +73,9 @@ class RunOptions:
     @classmethod
     def draw(cls, seed: int, rng: random.Random) -> RunOptions:
         """Draw a run's shape from ``rng`` (the run's one generator)."""
-        nodes = rng.choice((3, 3, 3, 5))
+        voters = rng.choice((3, 3, 3, 5))
+        reconfig_weight = rng.choice((0, 0, 2, 4))
+        nodes = voters + (rng.choice((0, 1, 2)) if reconfig_weight else 0)
         faults = LinkFaults(
             drop_rate=rng.choice((0.0, 0.01, 0.05, 0.15)),
             duplicate_rate=rng.choice((0.0, 0.02, 0.1)),
@@ -91,6 +96,9 @@ class RunOptions:
         return cls(
             seed=seed,
             nodes=nodes,
+            voters=voters,
+            reconfig_weight=reconfig_weight,
+            chaos_ms=rng.choice((2_000, 4_000, 6_000)),
             groups=rng.choice((1, 2, 3)),
             node=node,
             faults=faults,
@@ -212,11 +220,12 @@ class SimCluster:
         self._recent: collections.deque[tuple[object, ...]] = collections.deque(maxlen=trace_keep)
         self.clients_stopped = False
         self.chaos = True
-        voters = frozenset(range(1, opts.nodes + 1))
+        ids = range(1, opts.nodes + 1)
+        voters = ConfState(voters=frozenset(range(1, opts.voters + 1)))
         self.nodes = {
             i: SimNode(
                 i,
-                voters,
+                voters,  # spares too: they learn later changes from the log
                 self.groups,
                 opts.node,
                 self.rng,
@@ -225,7 +234,7 @@ class SimCluster:
                 opts.mid_ready_crash_rate,
                 self._crashed,
             )
-            for i in sorted(voters)
+            for i in ids
         }
         self.clients = [
             SimClient(self, CLIENT_ID_BASE + k, self.groups, probe=False)
@@ -314,6 +323,7 @@ class SimCluster:
         actions = ["heal", "weather"]
         actions += ["crash"] * opts.crash_weight + ["partition"] * opts.partition_weight
         actions += ["pause"] * opts.pause_weight + ["transfer"] * opts.transfer_weight
+        actions += ["reconfig"] * opts.reconfig_weight
         action = rng.choice(actions)
         ids = sorted(self.nodes)
         if action == "crash":
@@ -345,6 +355,8 @@ class SimCluster:
                 leading[0].replicas[group].raw.transfer_leader(target)
                 leading[0].maybe_handle_ready()
                 self.trace("transfer", group, leading[0].id, target)
+        elif action == "reconfig":
+            self._reconfigure(rng.choice(self.groups))
         elif action == "heal":
             self.net.heal()
             self.trace("heal")
@@ -360,6 +372,47 @@ class SimCluster:
             )
             self.trace("weather", self.net.faults.drop_rate, self.net.faults.delay_max_ms)
         self._schedule_fault()
+
+    def _reconfigure(self, group: int) -> None:
+        """Have the group's leader propose one membership step (voters stay within 3..5)."""
+        leader = self.leader_of(group)
+        if leader is None:
+            return
+        rng = self.rng
+        conf = leader.replicas[group].conf_state
+        others = [i for i in sorted(self.nodes) if i not in conf.voters and i not in conf.learners]
+        learners = sorted(conf.learners)
+        choices: list[ConfChange] = []
+        if others:
+            choices.append(ConfChange(ConfChangeType.ADD_LEARNER, rng.choice(others)))
+        if learners and len(conf.voters) < 5:
+            choices.append(ConfChange(ConfChangeType.ADD_VOTER, rng.choice(learners)))
+        if learners:
+            choices.append(ConfChange(ConfChangeType.REMOVE_NODE, rng.choice(learners)))
+        if len(conf.voters) > 3:
+            victim = rng.choice(sorted(conf.voters))
+            choices.append(ConfChange(ConfChangeType.REMOVE_NODE, victim))
+            choices.append(ConfChange(ConfChangeType.ADD_LEARNER, victim))  # demote
+        if not choices:
+            return
+        change = rng.choice(choices)
+        try:
+            leader.replicas[group].raw.propose_conf_change(change)
+        except ProposalDropped:
+            return
+        self.trace("reconfig", group, leader.id, change.type.name, change.node_id)
+        leader.maybe_handle_ready()
+
+    def leader_of(self, group: int) -> SimNode | None:
+        """The up node leading ``group`` in the highest term, if any."""
+        best: SimNode | None = None
+        best_term = -1
+        for node in self.nodes.values():
+            if node.up and node.leads(group):
+                term = node.replicas[group].raw.hard_state().term
+                if term > best_term:
+                    best, best_term = node, term
+        return best
 
     def _end_chaos(self) -> None:
         self.chaos = False
@@ -383,11 +436,16 @@ class SimCluster:
         if not all(p.done for p in self.probes):
             return False
         for group in self.groups:
-            replicas = [n.replicas[group] for n in self.nodes.values()]
-            applied = {r.applied for r in replicas}
-            lasts = {r.log.last_index() for r in replicas}
-            if len(applied) != 1 or lasts != applied:
+            leader = self.leader_of(group)
+            if leader is None:
                 return False
+            conf = leader.replicas[group].conf_state
+            last = leader.replicas[group].log.last_index()
+            for node in self.nodes.values():
+                if node.is_member(group, conf):
+                    replica = node.replicas[group]
+                    if replica.applied != last or replica.log.last_index() != last:
+                        return False
         return True
 
     # -- the run --------------------------------------------------------------------------
@@ -444,6 +502,12 @@ class SimCluster:
             "torn_recoveries": sum(n.torn_crashes for n in nodes),
             "mid_ready_crashes": sum(n.mid_ready_crashes for n in nodes),
             "fsyncs": sum(n.disk.fsyncs for n in nodes),
+            "conf_changes": sum(
+                1
+                for inv in self.invariants.values()
+                for _term, kind, _data in inv.applied_entries()
+                if kind == EntryType.CONF_CHANGE
+            ),
             "dropped": self.net.stats.dropped,
             "duplicated": self.net.stats.duplicated,
         }
@@ -470,7 +534,8 @@ class SimCluster:
                 st = r.raw.status()
                 parts.append(
                     f"g{group}/n{node.id}: {st.role.name} term {st.term} lead {st.lead} "
-                    f"commit {st.commit} applied {r.applied} last {r.log.last_index()}"
+                    f"commit {st.commit} applied {r.applied} last {r.log.last_index()} "
+                    f"voters {sorted(r.conf_state.voters)} learners {sorted(r.conf_state.learners)}"
                 )
         return "; ".join(parts)
 

@@ -9,7 +9,10 @@ injected between the writes and the fsync) loses the volatile state and
 whatever the disk loses; a restart rebuilds every RawNode from the disk.
 
 The state machine of each group is a queue of unique client values; its
-register view is the last value appended.
+register view is the last value appended. Membership changes take effect
+when their entry is applied; a restart starts from the membership of the
+snapshot (or the bootstrap one) and applies the log again from there, so
+the membership always matches the applied index.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from raft.confchange import decode_conf_change
 from raft.config import Config
 from raft.errors import ProposalDropped
 from raft.memory_log import MemoryLog
@@ -96,6 +100,8 @@ class Replica:
     applied: int
     pending_appends: dict[int, tuple[int, int]] = field(default_factory=dict)  # value -> client, op
     pending_reads: list[tuple[int, int, int]] = field(default_factory=list)  # index, client, op
+    conf_state: ConfState = field(default_factory=ConfState)  # membership at the applied index
+    members_added: bool = False  # a member joined since the last snapshot
     reported_commit: int = 0
     leader_term: int = 0  # the term this replica last reported itself leader of
 
@@ -117,7 +123,7 @@ class SimNode:
     def __init__(
         self,
         node_id: int,
-        voters: frozenset[int],
+        bootstrap: ConfState,
         groups: list[int],
         options: NodeOptions,
         rng: random.Random,
@@ -127,7 +133,7 @@ class SimNode:
         on_crash: Callable[[SimNode], None] | None = None,
     ) -> None:
         self.id = node_id
-        self.voters = voters
+        self.bootstrap = bootstrap  # the membership a replica without a snapshot starts from
         self.groups = groups
         self.options = options
         self.rng = rng
@@ -153,9 +159,8 @@ class SimNode:
         assert not self.up
         images = self.disk.recover()
         self.incarnation += 1
-        conf = ConfState(voters=self.voters)
         for group in self.groups:
-            log = MemoryLog(conf_state=conf)
+            log = MemoryLog(conf_state=self.bootstrap)
             machine = QueueMachine()
             applied = 0
             image = images.get(group)
@@ -183,6 +188,7 @@ class SimNode:
             )
             raw = RawNode(config, log, self.rng.randrange)
             replica = Replica(group, raw, log, machine, applied)
+            replica.conf_state = log.initial_state()[1]
             self.replicas[group] = replica
             invariants = self.invariants[group]
             invariants.restarted(self.id)
@@ -211,6 +217,10 @@ class SimNode:
     def leads(self, group: int) -> bool:
         """Whether this node currently leads ``group``."""
         return self.replicas[group].raw.role == Role.LEADER
+
+    def is_member(self, group: int, conf: ConfState) -> bool:
+        """Whether this node is a voter or learner of ``group`` in ``conf``."""
+        return self.id in conf.voters or self.id in conf.learners
 
     def leads_any(self) -> bool:
         """Whether this node currently leads at least one group."""
@@ -336,10 +346,18 @@ class SimNode:
             invariants.snapshot_applied(self.id, meta.index, meta.term)
             replica.machine = QueueMachine.from_bytes(ready.snapshot.data)
             replica.applied = meta.index
+            replica.conf_state = meta.conf_state
         machine = replica.machine
         for entry in ready.committed_entries:
             invariants.entry_applied(self.id, entry)
             replica.applied = entry.index
+            if entry.type == EntryType.CONF_CHANGE:
+                change = decode_conf_change(entry.data)
+                before = replica.conf_state
+                replica.conf_state = replica.raw.apply_conf_change(change)
+                if change.node_id not in before.voters | before.learners:
+                    replica.members_added = True
+                continue
             value = machine.apply(entry)
             if value is not None:
                 waiting = replica.pending_appends.pop(value, None)
@@ -369,10 +387,15 @@ class SimNode:
             return
         log = replica.log
         applied = replica.applied
-        if applied - (log.first_index() - 1) < every or applied > log.last_index():
+        # The core sends the latest snapshot to a member that needs one; a
+        # member added after it would ignore it (the snapshot's membership
+        # lacks it), so a new member forces a fresh snapshot.
+        due = replica.members_added or applied - (log.first_index() - 1) >= every
+        if not due or applied <= log.first_index() - 1 or applied > log.last_index():
             return
+        replica.members_added = False
         snapshot: Snapshot = log.create_snapshot(
-            applied, ConfState(voters=self.voters), replica.machine.to_bytes()
+            applied, replica.conf_state, replica.machine.to_bytes()
         )
         log.compact(applied)
         self.disk.write_compaction(replica.group, snapshot)

@@ -81,7 +81,8 @@ def test_runs_exercise_faults_and_clients() -> None:
     assert sum(r.ops_ok for r in results) >= 200
     assert any(r.options.node.compact_every for r in results)
     totals = {key: sum(r.stats[key] for r in results) for key in results[0].stats}
-    for key in ("reads_ok", "appends_ok", "snapshots_sent", "torn_recoveries", "mid_ready_crashes"):
+    keys = ("reads_ok", "appends_ok", "snapshots_sent", "torn_recoveries", "mid_ready_crashes")
+    for key in (*keys, "conf_changes"):
         assert totals[key] > 0, totals
 
 
