@@ -192,26 +192,30 @@ class RawNode:
         raft.flush_appends()
         log = raft.log
         unstable = log.unstable
-        soft = SoftState(raft.lead, raft.role)
-        soft_out = None if soft == self._prev_soft else soft
-        hard = raft.hard_state()
-        hard_out = None if hard == self._prev_hard else hard
+        # Everything handed out is in progress with the host from here on.
+        soft_out = None
+        prev_soft = self._prev_soft
+        if raft.lead != prev_soft.lead or raft.role != prev_soft.role:
+            soft_out = self._prev_soft = SoftState(raft.lead, raft.role)
+        hard_out = None
+        must_sync = False
+        prev_hard = self._prev_hard
+        if (
+            raft.term != prev_hard.term
+            or raft.vote != prev_hard.vote
+            or log.committed != prev_hard.commit
+        ):
+            # Term and vote must be durable before any message that relies on them.
+            must_sync = raft.term != prev_hard.term or raft.vote != prev_hard.vote
+            hard_out = self._prev_hard = HardState(raft.term, raft.vote, log.committed)
         entries = unstable.next_entries()
         snapshot = unstable.next_snapshot()
         committed = log.next_committed_entries(raft.config.max_committed_size_per_ready_bytes)
-        must_sync = (
-            bool(entries)
-            or snapshot is not None
-            or hard.term != self._prev_hard.term
-            or hard.vote != self._prev_hard.vote
-        )
+        must_sync = must_sync or bool(entries) or snapshot is not None
         messages = raft.msgs
         raft.msgs = []
         read_states = raft.read_states
         raft.read_states = []
-        # Everything handed out is now in progress with the host.
-        self._prev_soft = soft
-        self._prev_hard = hard
         unstable.accept_in_progress()
         if committed:
             log.accept_applying(committed[-1].index)
