@@ -49,6 +49,10 @@ class DriverOptions:
     quiesce_after_ticks: int = 20
     max_size_per_msg_bytes: int = 1 << 20
     max_inflight_msgs: int = 256
+    # Snapshot a group every this many applied entries (0: never), then
+    # compact its log to ``keep_entries`` below the snapshot.
+    snapshot_entries: int = 0
+    keep_entries: int = 1000
     seed: int | None = None
 
 
@@ -116,6 +120,7 @@ class Driver:
         )
         node = RawNode(config, log, self._rng.randrange)
         self.host.add_group(group_id, node, state_machine, peers)
+        self.host.set_applied(group_id, applied)
         self._work.set()
 
     async def start(self) -> None:
@@ -215,11 +220,15 @@ class Driver:
                 if rnd.must_sync:
                     await loop.run_in_executor(self._sync_thread, store.sync)
                     self.syncs += 1
+                    store.maybe_collect_garbage()
                 for to_node, data in host.outgoing(rnd):
                     self.transport.send(to_node, data)
                 outcomes = host.apply(rnd, store)
+                if self.options.snapshot_entries:
+                    host.maybe_snapshot(
+                        rnd, store, self.options.snapshot_entries, self.options.keep_entries
+                    )
                 host.advance(rnd)
-                store.maybe_collect_garbage()
             except StorageFailed as exc:
                 _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
                 self._failed = exc
