@@ -150,9 +150,9 @@ class LocalCluster:
                     agreed[index + 1] = lead
         return agreed
 
-    async def wait_all_led(self, alive: list[int] | None = None, timeout_s: float = 60) -> dict[
-        int, int
-    ]:
+    async def wait_all_led(
+        self, alive: list[int] | None = None, timeout_s: float = 60
+    ) -> dict[int, int]:
         """Wait until every group has an agreed leader; return them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
