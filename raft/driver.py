@@ -91,6 +91,7 @@ class Driver:
         self._preparing_spare = False
         self.rounds = 0
         self.syncs = 0
+        self.sync_s = 0.0
 
     # ---------------------------------------------------------------- setup
     def add_group(self, group_id: int, peers: Sequence[int], state_machine: StateMachine) -> None:
@@ -217,10 +218,12 @@ class Driver:
                 if rnd.is_empty():
                     continue
                 host.persist(rnd, store)
+                t0 = time.perf_counter()
                 if rnd.must_sync:
                     await loop.run_in_executor(self._sync_thread, store.sync)
                     self.syncs += 1
                     store.maybe_collect_garbage()
+                self.sync_s += time.perf_counter() - t0
                 for to_node, data in host.outgoing(rnd):
                     self.transport.send(to_node, data)
                 outcomes = host.apply(rnd, store)

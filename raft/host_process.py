@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -160,6 +162,22 @@ class _HostImpl:
         )
 
 
+async def _debug(driver: Driver) -> None:
+    last = (0, 0, 0.0)
+    t = time.perf_counter()
+    while True:
+        await asyncio.sleep(1)
+        now = time.perf_counter()
+        cur = (driver.rounds, driver.syncs, driver.sync_s)
+        print(
+            f"node {driver.node_id}: rounds/s {cur[0] - last[0]} syncs/s {cur[1] - last[1]} "
+            f"sync busy {(cur[2] - last[2]) / (now - t):.0%}",
+            file=sys.stderr,
+            flush=True,
+        )
+        last, t = cur, now
+
+
 def parse_peers(text: str) -> dict[int, str]:
     """``1=host:port,2=host:port`` -> {1: "host:port", 2: ...}."""
     peers: dict[int, str] = {}
@@ -200,6 +218,8 @@ async def serve(args: argparse.Namespace) -> None:
     address = await server.start(peers[args.id])
     await driver.start()
     print(f"READY {address}", flush=True)
+    if os.environ.get("RIP5_RAFT_DEBUG"):
+        asyncio.get_running_loop().create_task(_debug(driver))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
