@@ -44,6 +44,7 @@ from angelia_rpc.transport.base import Listener, Transport
 from protocol import errors
 
 log = logging.getLogger("angelia_rpc.server")
+SWEEP_S = 0.05
 
 
 @dataclass(slots=True)
@@ -77,6 +78,8 @@ class ServerConnection(Connection):
         self.server = server
         self.greeted = False
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.deadlines: dict[int, float] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self._reading_paused = False
 
     def link_made(self, link: Any) -> None:
@@ -88,6 +91,9 @@ class ServerConnection(Connection):
         """Cancel every running handler of this connection."""
         super().link_lost(reason)
         self.server.connections.discard(self)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         tasks, self.tasks = self.tasks, {}
         for task in tasks.values():
             task.cancel()
@@ -176,15 +182,31 @@ class ServerConnection(Connection):
         task = loop.create_task(coro)
         self.tasks[call_id] = task
         if deadline is not None:
-            timer = loop.call_at(deadline, task.cancel)
-            task.add_done_callback(lambda _: timer.cancel())
+            self.deadlines[call_id] = deadline
+            if self._sweeper is None:
+                self._sweeper = loop.call_later(SWEEP_S, self._sweep)
         if len(self.tasks) >= self.server.config.in_flight_max and not self._reading_paused:
             self._reading_paused = True
             if self.link is not None:
                 self.link.pause_reading()
 
+    def _sweep(self) -> None:
+        # Server-side deadlines are a backstop, checked every SWEEP_S: the
+        # client enforces its deadline exactly and sends CANCEL when it passes.
+        self._sweeper = None
+        now = self._loop.time()
+        for call_id, deadline in list(self.deadlines.items()):
+            if deadline <= now:
+                del self.deadlines[call_id]
+                task = self.tasks.get(call_id)
+                if task is not None:
+                    task.cancel()
+        if self.deadlines and not self.closed:
+            self._sweeper = self._loop.call_later(SWEEP_S, self._sweep)
+
     def _finished(self, call_id: int) -> None:
         self.tasks.pop(call_id, None)
+        self.deadlines.pop(call_id, None)
         if self._reading_paused and len(self.tasks) < self.server.config.in_flight_max:
             self._reading_paused = False
             if self.link is not None and not self.closed:
