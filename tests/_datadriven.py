@@ -57,6 +57,8 @@ class CmdArg:
 class TestData:
     """One case: where it is, its command line, input and expected output."""
 
+    __test__ = False  # not a pytest test class
+
     pos: str
     cmd: str
     args: list[CmdArg]
@@ -75,6 +77,14 @@ class TestData:
         if default is None:
             raise ValueError(f"{self.pos}: {self.cmd} needs {key}=")
         return default
+
+    def int_arg(self, key: str, default: int | None = None) -> int:
+        """The single value of ``key`` as an int (or ``default`` if absent)."""
+        if not self.has_arg(key):
+            if default is None:
+                raise ValueError(f"{self.pos}: {self.cmd} needs {key}=")
+            return default
+        return int(self.arg(key))
 
     def arg_values(self, key: str) -> list[str]:
         """Every value of ``key`` (empty if absent)."""
