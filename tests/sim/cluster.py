@@ -37,7 +37,7 @@ from tests.sim.network import LinkFaults, SimNetwork
 from tests.sim.replica import NodeOptions, SimNode
 
 CLIENT_ID_BASE = 1000
-REGISTER_CHECK_OPS_MAX = 150  # the register search is exponential in the worst case
+REGISTER_CHECK_OPS_MAX = 1_000  # the register search is exponential in the worst case
 
 
 class SimulationFailed(AssertionError):
@@ -219,6 +219,8 @@ class SimCluster:
         self._digest = hashlib.blake2b(digest_size=16)
         self._recent: collections.deque[tuple[object, ...]] = collections.deque(maxlen=trace_keep)
         self.clients_stopped = False
+        # Register search verdicts: True, False, None (budget ran out: the queue check stands).
+        self.register_checks: collections.Counter[bool | None] = collections.Counter()
         self.chaos = True
         ids = range(1, opts.nodes + 1)
         voters = ConfState(voters=frozenset(range(1, opts.voters + 1)))
@@ -502,6 +504,8 @@ class SimCluster:
             "torn_recoveries": sum(n.torn_crashes for n in nodes),
             "mid_ready_crashes": sum(n.mid_ready_crashes for n in nodes),
             "fsyncs": sum(n.disk.fsyncs for n in nodes),
+            "register_checked": self.register_checks[True],
+            "register_inconclusive": self.register_checks[None],
             "conf_changes": sum(
                 1
                 for inv in self.invariants.values()
@@ -520,8 +524,11 @@ class SimCluster:
             final = max(replicas, key=lambda r: r.applied).machine.values
             ops = self.history.for_group(group)
             problems += [f"group {group}: {v}" for v in check_queue(ops, final)]
-            if len(ops) <= REGISTER_CHECK_OPS_MAX and check_register(ops) is False:
-                problems.append(f"group {group}: register history is not linearizable")
+            if len(ops) <= REGISTER_CHECK_OPS_MAX:
+                verdict = check_register(ops)
+                if verdict is False:
+                    problems.append(f"group {group}: register history is not linearizable")
+                self.register_checks[verdict] += 1
         if problems:
             return "history: " + "; ".join(problems[:10])
         return None

@@ -11,6 +11,10 @@ import os
 
 import pytest
 
+from raft import leader
+from raft.core import Raft
+from raft.log import RaftLog
+from raft.types import Message
 from tests.sim.cluster import RunResult, run_seed
 from tests.sim.disk import SimDisk
 
@@ -97,3 +101,29 @@ def test_a_host_that_skips_fsync_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     failures = [r.failure for r in (run_seed(seed) for seed in range(40)) if r.failure]
     assert len(failures) >= 3, failures
     assert any("InvariantViolation" in f for f in failures), failures
+
+
+@pytest.mark.sim
+def test_a_core_that_votes_for_stale_logs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the core on purpose (every log counts as up to date, §5.4.1 off)."""
+    monkeypatch.setattr(RaftLog, "is_up_to_date", lambda self, last_index, term: True)
+    failures = [r.failure for r in (run_seed(seed) for seed in range(30)) if r.failure]
+    assert len(failures) >= 3, failures
+    assert all("InvariantViolation" in f for f in failures), failures
+
+
+@pytest.mark.sim
+def test_reads_served_without_a_quorum_check_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the core on purpose: a leader answers ReadIndex at once (no heartbeat round).
+
+    A deposed leader then serves stale reads; the linearizability check must
+    see them. (Patches a private function of raft.leader: adjust if it moves.)
+    """
+
+    def answer_at_once(r: Raft, m: Message) -> None:
+        r.answer_read(m.from_, m.context, r.log.committed)
+
+    monkeypatch.setattr(leader, "_read_index", answer_at_once)
+    failures = [r.failure for r in (run_seed(seed) for seed in range(60)) if r.failure]
+    assert failures
+    assert all(f.startswith("history:") for f in failures), failures
