@@ -26,6 +26,8 @@ from angelia_rpc.framing import (
     CANCEL,
     END,
     ERROR,
+    HEADER,
+    HEADER_BYTES,
     MESSAGE,
     REQUEST,
     RESPONSE,
@@ -45,6 +47,7 @@ from protocol import errors
 
 log = logging.getLogger("angelia_rpc.server")
 SWEEP_S = 0.05
+_HEADER_PACK = HEADER.pack
 
 
 @dataclass(slots=True)
@@ -225,13 +228,11 @@ class ServerConnection(Connection):
         try:
             request = route.decode(payload)
             response = await route.handler.call(request, context)
-            frame = encode_frame(
-                RESPONSE,
-                call_id,
-                route.encode(response),
-                codec_id=self.codec_id,
-                frame_bytes_max=self.send_bytes_max,
-            )
+            encoded = route.encode(response)
+            size = HEADER_BYTES + len(encoded)
+            if size > self.send_bytes_max:
+                encode_frame(RESPONSE, call_id, encoded, frame_bytes_max=self.send_bytes_max)
+            frame = _HEADER_PACK(size - 4, RESPONSE, 0, self.codec_id, 0, call_id, 0) + encoded
         except asyncio.CancelledError:
             self._expired_or_cancelled(call_id, context)
         except Exception as exc:  # noqa: BLE001 - any handler failure goes to the caller

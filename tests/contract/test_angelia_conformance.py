@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from angelia_rpc import AngeliaError, LocalUsageError, RemoteError, RpcConfig
+from angelia_rpc import AngeliaError, LocalUsageError, Peers, RemoteError, RpcConfig
 from angelia_rpc.codec import codec_named
 from angelia_rpc.framing import ERROR, HEADER_BYTES, FrameDecoder, decode_json, encode_frame
 from protocol import errors
@@ -321,3 +321,16 @@ async def test_request_frame_with_a_foreign_codec_id_is_refused(rig: Rig) -> Non
     with pytest.raises(RemoteError) as caught:
         await asyncio.wait_for(future, 10)
     assert caught.value.code is errors.CODEC_MISMATCH
+
+
+async def test_peers_reuse_one_connection_per_address(rig: Rig) -> None:
+    server = await rig.serve()
+    peers = Peers(rig.config, transport=rig.transport())
+    try:
+        channel = peers.channel(server.address)
+        assert peers.channel(server.address) is channel
+        first, second = Conformance(channel), Conformance(peers.channel(server.address))
+        await asyncio.gather(*(s.echo(Req(i)) for i in range(20) for s in (first, second)))
+        assert len(server.connections) == 1
+    finally:
+        await peers.close()
