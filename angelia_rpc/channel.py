@@ -231,8 +231,10 @@ class ClientConnection(Connection):
 
     def open_stream(self, method: bytes, kind: int, payload: bytes, timeout_ms: int) -> StreamState:
         """Send the REQUEST that opens a stream call."""
+        if self.closed:
+            raise unavailable(f"connection to {self.peer} lost: {self.close_reason}")
         call_id = next(self._call_ids)
-        state = StreamState(self, call_id)
+        state = StreamState(self, call_id, end_closes_call=True)
         self.streams[call_id] = state
         self.send_raw(
             encode_frame(

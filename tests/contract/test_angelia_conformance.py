@@ -334,3 +334,25 @@ async def test_peers_reuse_one_connection_per_address(rig: Rig) -> None:
         assert len(server.connections) == 1
     finally:
         await peers.close()
+
+
+async def test_sending_after_the_server_ended_a_bidi_call_fails(rig: Rig) -> None:
+    conformance, _ = await stub(rig)
+    call = conformance.double()
+    await call.send(Req(-1))  # the handler raises: the call is over
+    with pytest.raises(RemoteError):
+        async for _ in call:
+            pass
+    with pytest.raises(RemoteError):
+        await call.send(Req(1))
+    one = conformance.take_one()
+    await one.send(Req(5))
+    assert [r async for r in one] == [Resp(5)]  # the server's END: its handler returned
+
+    async def keep_sending() -> None:
+        for i in range(1_000):  # more than any credit window: must fail, not block
+            await one.send(Req(i))
+
+    with pytest.raises(AngeliaError) as caught:
+        await asyncio.wait_for(keep_sending(), 10)
+    assert caught.value.code is errors.UNAVAILABLE
