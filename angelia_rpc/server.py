@@ -24,6 +24,7 @@ from angelia_rpc.connection import Connection, StreamState, message_frame
 from angelia_rpc.errors import AngeliaError, deadline_exceeded, from_exception
 from angelia_rpc.framing import (
     CANCEL,
+    CREDIT,
     END,
     ERROR,
     HEADER,
@@ -115,7 +116,7 @@ class ServerConnection(Connection):
             stream = self.streams.pop(frame.call_id, None)
             if stream is not None:
                 stream.fail(AngeliaError(errors.CANCELLED, "the client cancelled the call"))
-        elif kind in (MESSAGE, END) or (kind == 9):  # CREDIT
+        elif kind in (MESSAGE, END, CREDIT):
             stream = self.streams.get(frame.call_id)
             if stream is not None:
                 stream.on_frame(frame)

@@ -356,3 +356,39 @@ async def test_sending_after_the_server_ended_a_bidi_call_fails(rig: Rig) -> Non
     with pytest.raises(AngeliaError) as caught:
         await asyncio.wait_for(keep_sending(), 10)
     assert caught.value.code is errors.UNAVAILABLE
+
+
+async def test_leaving_a_stream_context_cancels_the_call(rig: Rig) -> None:
+    conformance, _ = await stub(rig)
+    async with conformance.forever(Req(0)) as stream:
+        assert await anext(aiter(stream)) == Resp(0)
+    await async_wait_until(lambda: "forever" in rig.impl.cancelled, 10, "the stream cancelled")
+    async with conformance.count(Req(3)) as finished:
+        assert [r.n async for r in finished] == [0, 1, 2]
+
+
+async def test_streams_and_calls_multiplex_on_one_connection(rig: Rig) -> None:
+    conformance, _ = await stub(rig)
+
+    async def drain_stream(n: int) -> list[int]:
+        return [r.n async for r in conformance.count(Req(n))]
+
+    async def converse(k: int) -> list[int]:
+        call = conformance.double()
+        replies = aiter(call)
+        got = []
+        for i in range(20):
+            await call.send(Req(k * 100 + i))
+            got.append((await anext(replies)).n)
+        call.done_sending()
+        return got
+
+    streams = asyncio.gather(*(drain_stream(300 + k) for k in range(6)))
+    conversations = asyncio.gather(*(converse(k) for k in range(6)))
+    calls = asyncio.gather(*(conformance.echo(Req(k)) for k in range(50)))
+    drained, conversed, answered = await asyncio.gather(streams, conversations, calls)
+    for k in range(6):
+        assert drained[k] == list(range(300 + k))
+        assert conversed[k] == [2 * (k * 100 + i) for i in range(20)]
+    assert [r.n for r in answered] == list(range(50))
+    assert len(rig.servers[0].connections) == 1
