@@ -220,7 +220,7 @@ class ClientConnection(Connection):
                 raise
             finally:
                 timer.cancel()
-                del self.unary[call_id]
+                self.unary.pop(call_id, None)
         finally:
             self.release_slot()
         return decode(response)
