@@ -392,3 +392,14 @@ async def test_streams_and_calls_multiplex_on_one_connection(rig: Rig) -> None:
         assert conversed[k] == [2 * (k * 100 + i) for i in range(20)]
     assert [r.n for r in answered] == list(range(50))
     assert len(rig.servers[0].connections) == 1
+
+
+async def test_calls_in_flight_fail_unavailable_when_the_server_goes(rig: Rig) -> None:
+    server = await rig.serve()
+    conformance = Conformance(rig.channel(server.address))
+    calls = [asyncio.ensure_future(conformance.hang(Req(i), timeout_ms=10_000)) for i in range(20)]
+    await async_wait_until(rig.impl.started.is_set, 10, "a handler started")
+    await server.stop()
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(o, AngeliaError) for o in outcomes), outcomes
+    assert {o.code for o in outcomes if isinstance(o, AngeliaError)} == {errors.UNAVAILABLE}
