@@ -250,8 +250,8 @@ class RemoveBroker:
 
 @dataclass(frozen=True, slots=True)
 class RemoveStorageNode:
-    """Forget a storage node. Refused while it is a replica of any group: move
-    its replicas away first."""
+    """Forget a storage node (and any leadership recorded for it). Refused while
+    it is a replica of any group: move its replicas away first."""
 
     op: ClassVar[OpCode] = OpCode.REMOVE_STORAGE_NODE
     node_id: int

@@ -281,6 +281,7 @@ class MetadataState:
             )
         del self._storage_nodes[command.node_id]
         self._changed(ChangeKind.STORAGE_NODE, command.node_id, None)
+        self._forget_leaderships(command.node_id)
 
     # -- topics and consumer groups ----------------------------------------------------
 
@@ -421,11 +422,7 @@ class MetadataState:
                 down = replace(node, alive=False)
                 self._storage_nodes[node.node_id] = down
                 self._changed(ChangeKind.STORAGE_NODE, node.node_id, down)
-                for group in sorted(self._raft_groups.values(), key=lambda g: g.group_id):
-                    if group.leader == node.node_id:
-                        leaderless = replace(group, leader=NO_NODE)
-                        self._raft_groups[group.group_id] = leaderless
-                        self._changed(ChangeKind.RAFT_GROUP, group.group_id, leaderless)
+                self._forget_leaderships(node.node_id)
         for broker in sorted(self._brokers.values(), key=lambda b: b.broker_id):
             if broker.alive and now_ms - broker.last_heartbeat_ms >= command.broker_timeout_ms:
                 down_broker = replace(broker, alive=False)
@@ -435,6 +432,15 @@ class MetadataState:
             if lease.expires_ms <= now_ms:
                 del self._leases[lease.name]
                 self._changed(ChangeKind.LEASE, lease.name, None)
+
+    def _forget_leaderships(self, node_id: int) -> None:
+        """The groups ``node_id`` was recorded to lead have no known leader now
+        (their term stays: the next report at that term or above sets one)."""
+        for group in sorted(self._raft_groups.values(), key=lambda g: g.group_id):
+            if group.leader == node_id:
+                leaderless = replace(group, leader=NO_NODE)
+                self._raft_groups[group.group_id] = leaderless
+                self._changed(ChangeKind.RAFT_GROUP, group.group_id, leaderless)
 
     # -- leases ----------------------------------------------------------------------------
 
