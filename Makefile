@@ -7,8 +7,15 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules: mypy --strict, no I/O (see pyproject.toml import contracts).
 PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
+          raft/config.py raft/confchange.py raft/core.py raft/log.py raft/memory_log.py raft/node.py raft/progress.py raft/quorum.py raft/read_only.py raft/tracker.py \
+          raft/wal_format.py raft/wire.py raft/multiraft.py \
+          angelia_rpc/errors.py angelia_rpc/framing.py angelia_rpc/codec angelia_rpc/service.py angelia_rpc/config.py \
+          storage_node/errors.py storage_node/partition \
           nameserver/errors.py nameserver/names.py nameserver/codec.py nameserver/records.py \
-          nameserver/commands.py nameserver/state.py nameserver/placement.py
+          nameserver/commands.py nameserver/state.py nameserver/placement.py \
+          broker/domain.py broker/errors.py broker/processor/receipt.py \
+          broker/processor/filter.py broker/processor/validation.py \
+          broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 

@@ -112,6 +112,9 @@ LEASE_HELD = _code(
 LEASE_NOT_HELD = _code(
     84, "LEASE_NOT_HELD", "the caller does not hold the lease (never did, or it expired)"
 )
+# -- broker ---------------------------------------------------------------------
+NOT_IMPLEMENTED = _code(100, "NOT_IMPLEMENTED", "the operation is not built yet")
+UNSUPPORTED = _code(101, "UNSUPPORTED", "the operation or option is not supported")
 
 
 def by_number(number: int) -> ErrorCode:

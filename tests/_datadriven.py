@@ -1,120 +1,214 @@
-"""A small runner for datadriven scenario files (after etcd-io/raft's testdata).
+"""A small runner for data-driven scenario files (after cockroachdb/datadriven).
 
-A file is a sequence of blocks::
+A file is a sequence of test cases::
 
-    # comments and blank lines between blocks are kept as they are
-    command key=value list=(a,b,c) flag
+    # comments and blank lines between cases are kept as they are
+    command arg key=value key=(a,b)
     optional input lines
     ----
-    expected output (no blank lines)
-    <blank line or end of file>
+    expected output
+    (ends at the first blank line)
 
-The handler gets each block as :class:`TestData` and returns the actual
-output. With ``pytest --rewrite`` the expected sections are replaced by the
-actual ones (review the diff before committing); otherwise the first
-mismatch fails the test, naming the file and line.
+An expected output that itself contains blank lines is fenced by a doubled
+separator::
+
+    command
+    ----
+    ----
+    output
+
+    with blank lines
+    ----
+    ----
+
+``run_file(path, handler, rewrite)`` runs every case through ``handler``
+and compares; with ``rewrite`` it writes the actual outputs back instead
+(review the diff before committing it). pytest's ``--rewrite`` option sets it.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SEPARATOR = "----"
-_TOKEN = re.compile(r"(\S+?=\([^)]*\)|\S+)")
+_ARG = re.compile(r"^([A-Za-z0-9_.\-]+)=(.*)$")
+
+
+@dataclass
+class CmdArg:
+    """One argument: ``key``, ``key=value`` or ``key=(v1,v2)``."""
+
+    key: str
+    values: list[str] = field(default_factory=list)
+
+    def value(self) -> str:
+        """The single value (raises if there is not exactly one)."""
+        if len(self.values) != 1:
+            raise ValueError(f"argument {self.key} needs exactly one value, has {self.values}")
+        return self.values[0]
 
 
 @dataclass
 class TestData:
-    """One block: the command, its arguments, input lines and expected output."""
+    """One case: where it is, its command line, input and expected output."""
 
     __test__ = False  # not a pytest test class
 
     pos: str
     cmd: str
-    args: dict[str, list[str]]
-    input: list[str]
+    args: list[CmdArg]
+    input: str
     expected: str
 
-    def has(self, key: str) -> bool:
-        """Whether the argument was given."""
-        return key in self.args
+    def has_arg(self, key: str) -> bool:
+        """True if an argument named ``key`` is present."""
+        return any(arg.key == key for arg in self.args)
 
     def arg(self, key: str, default: str | None = None) -> str:
-        """The argument's single value (``default`` if absent and given)."""
-        values = self.args.get(key)
-        if values is None:
+        """The single value of ``key`` (or ``default`` if absent)."""
+        for arg in self.args:
+            if arg.key == key:
+                return arg.value()
+        if default is None:
+            raise ValueError(f"{self.pos}: {self.cmd} needs {key}=")
+        return default
+
+    def int_arg(self, key: str, default: int | None = None) -> int:
+        """The single value of ``key`` as an int (or ``default`` if absent)."""
+        if not self.has_arg(key):
             if default is None:
                 raise ValueError(f"{self.pos}: {self.cmd} needs {key}=")
             return default
-        if len(values) != 1:
-            raise ValueError(f"{self.pos}: {key} takes one value, got {values}")
-        return values[0]
-
-    def int_arg(self, key: str, default: int | None = None) -> int:
-        """The argument as an int."""
-        if key not in self.args and default is not None:
-            return default
         return int(self.arg(key))
 
-    def list_arg(self, key: str) -> list[str]:
-        """The argument's values (``key=(a,b)`` or ``key=a``); empty if absent."""
-        return self.args.get(key, [])
+    def arg_values(self, key: str) -> list[str]:
+        """Every value of ``key`` (empty if absent)."""
+        for arg in self.args:
+            if arg.key == key:
+                return arg.values
+        return []
+
+    def positional(self) -> list[str]:
+        """Arguments without a value, in order."""
+        return [arg.key for arg in self.args if not arg.values]
 
 
-def parse_command(line: str) -> tuple[str, dict[str, list[str]]]:
-    """``cmd k=v k=(a,b) flag`` -> ("cmd", {"k": [...], "flag": []})."""
-    tokens = _TOKEN.findall(line)
-    if not tokens:
-        raise ValueError("empty command line")
-    args: dict[str, list[str]] = {}
-    for token in tokens[1:]:
-        key, eq, value = token.partition("=")
-        if not eq:
-            args[key] = []
-        elif value.startswith("(") and value.endswith(")"):
-            inner = value[1:-1]
-            args[key] = [v.strip() for v in inner.split(",")] if inner.strip() else []
+def parse_args(text: str) -> list[CmdArg]:
+    """Split a command line's arguments."""
+    args: list[CmdArg] = []
+    for token in shlex.split(text):
+        match = _ARG.match(token)
+        if match is None:
+            args.append(CmdArg(token))
+            continue
+        key, raw = match.group(1), match.group(2)
+        if raw.startswith("(") and raw.endswith(")"):
+            inner = raw[1:-1].strip()
+            values = [v.strip() for v in inner.split(",")] if inner else []
         else:
-            args[key] = [value]
-    return tokens[0], args
+            values = [raw]
+        args.append(CmdArg(key, values))
+    return args
 
 
-def run_file(path: Path, handler: Callable[[TestData], str], *, rewrite: bool) -> None:
-    """Run every block of ``path`` through ``handler`` in order."""
-    lines = path.read_text().splitlines()
-    out: list[str] = []
+@dataclass
+class _Chunk:
+    """Either verbatim text between cases or one case."""
+
+    text: str = ""
+    case: TestData | None = None
+    fenced: bool = False
+
+
+def _parse(path: Path) -> list[_Chunk]:
+    lines = path.read_text().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    chunks: list[_Chunk] = []
     i = 0
     while i < len(lines):
         line = lines[i]
         if not line.strip() or line.startswith("#"):
-            out.append(line)
+            chunks.append(_Chunk(text=line))
             i += 1
             continue
-        start = i
-        block_input: list[str] = []
+        start = i + 1
+        command_line = line
         i += 1
+        input_lines: list[str] = []
         while i < len(lines) and lines[i] != SEPARATOR:
-            block_input.append(lines[i])
+            input_lines.append(lines[i])
             i += 1
-        if i == len(lines):
-            raise ValueError(f"{path.name}:{start + 1}: no {SEPARATOR} after the command")
+        if i >= len(lines):
+            raise ValueError(f"{path}:{start}: command without a {SEPARATOR} line")
         i += 1
-        expected: list[str] = []
-        while i < len(lines) and lines[i].strip():
-            expected.append(lines[i])
+        fenced = i < len(lines) and lines[i] == SEPARATOR
+        output: list[str] = []
+        if fenced:
             i += 1
-        cmd, args = parse_command(line)
-        data = TestData(f"{path.name}:{start + 1}", cmd, args, block_input, "\n".join(expected))
-        actual = handler(data).rstrip("\n")
-        if any(not row.strip() for row in actual.split("\n")):
-            raise ValueError(f"{data.pos}: output has blank lines:\n{actual}")
-        if not rewrite and actual != data.expected:
-            raise AssertionError(
-                f"{data.pos}: {line}\n--- expected\n{data.expected}\n--- actual\n{actual}"
+            while i + 1 < len(lines) and not (lines[i] == SEPARATOR and lines[i + 1] == SEPARATOR):
+                output.append(lines[i])
+                i += 1
+            i += 2
+        else:
+            while i < len(lines) and lines[i].strip():
+                output.append(lines[i])
+                i += 1
+        cmd, _, rest = command_line.partition(" ")
+        case = TestData(
+            pos=f"{path.name}:{start}",
+            cmd=cmd,
+            args=parse_args(rest),
+            input="\n".join(input_lines),
+            expected="\n".join(output),
+        )
+        chunks.append(_Chunk(text=command_line, case=case, fenced=fenced))
+    return chunks
+
+
+def _format_case(case: TestData, command_line: str, output: str) -> list[str]:
+    lines = [command_line]
+    if case.input:
+        lines.extend(case.input.split("\n"))
+    lines.append(SEPARATOR)
+    body = output.rstrip("\n")
+    if any(not line.strip() for line in body.split("\n")) and body:
+        lines.append(SEPARATOR)
+        lines.extend(body.split("\n"))
+        lines.append(SEPARATOR)
+        lines.append(SEPARATOR)
+    elif body:
+        lines.extend(body.split("\n"))
+    return lines
+
+
+def run_file(path: Path, handler: Callable[[TestData], str], rewrite: bool = False) -> None:
+    """Run every case of ``path``; raise AssertionError on the first mismatch."""
+    chunks = _parse(path)
+    out_lines: list[str] = []
+    for chunk in chunks:
+        if chunk.case is None:
+            out_lines.append(chunk.text)
+            continue
+        actual = handler(chunk.case).rstrip("\n")
+        if rewrite:
+            out_lines.extend(_format_case(chunk.case, chunk.text, actual))
+            continue
+        if actual != chunk.case.expected:
+            diff = "\n".join(
+                difflib.unified_diff(
+                    chunk.case.expected.split("\n"),
+                    actual.split("\n"),
+                    "expected",
+                    "actual",
+                    lineterm="",
+                )
             )
-        out.extend([line, *block_input, SEPARATOR, *actual.split("\n")])
+            raise AssertionError(f"{chunk.case.pos}: {chunk.text}\n{diff}")
     if rewrite:
-        path.write_text("\n".join(out) + "\n")
+        path.write_text("\n".join(out_lines) + "\n")

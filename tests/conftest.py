@@ -1,25 +1,21 @@
-"""Options shared by the whole suite."""
+"""Shared pytest options."""
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--rewrite``: datadriven tests write their actual output into the files."""
-    # Another conftest may define it already (after a merge): keep one.
-    with contextlib.suppress(ValueError):
-        parser.addoption(
-            "--rewrite",
-            action="store_true",
-            default=False,
-            help="rewrite the expected output of datadriven scenario files",
-        )
+    """``--rewrite``: data-driven tests write their actual output back to the files."""
+    parser.addoption(
+        "--rewrite",
+        action="store_true",
+        default=False,
+        help="rewrite the expected output of data-driven scenario files",
+    )
 
 
 @pytest.fixture
 def rewrite(request: pytest.FixtureRequest) -> bool:
-    """Whether datadriven tests should rewrite their files instead of comparing."""
+    """True when the run should rewrite scenario files instead of checking them."""
     return bool(request.config.getoption("--rewrite"))

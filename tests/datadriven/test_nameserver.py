@@ -102,7 +102,7 @@ class Scenario:
                 d.arg("cluster", "c1"),
                 d.arg("addr"),
                 d.int_arg("now"),
-                tuple(d.list_arg("producers")),
+                tuple(d.arg_values("producers")),
             )
         if d.cmd == "create-topic":
             return c.CreateTopic(
@@ -116,20 +116,20 @@ class Scenario:
         if d.cmd == "update-topic":
             return c.UpdateTopic(
                 d.arg("name"),
-                int(d.arg("queues")) if d.has("queues") else None,
-                MessageType[d.arg("type")] if d.has("type") else None,
-                int(d.arg("retention_ms")) if d.has("retention_ms") else None,
-                Permission[d.arg("perm")] if d.has("perm") else None,
+                int(d.arg("queues")) if d.has_arg("queues") else None,
+                MessageType[d.arg("type")] if d.has_arg("type") else None,
+                int(d.arg("retention_ms")) if d.has_arg("retention_ms") else None,
+                Permission[d.arg("perm")] if d.has_arg("perm") else None,
             )
         if d.cmd == "delete-topic":
             return c.DeleteTopic(d.arg("name"))
         if d.cmd in ("create-group", "update-group"):
             retry = None
-            if d.has("backoff"):
-                initial, maximum, multiplier = d.list_arg("backoff")
+            if d.has_arg("backoff"):
+                initial, maximum, multiplier = d.arg_values("backoff")
                 retry = RetryPolicy(int(initial), int(maximum), float(multiplier))
-            fifo = d.arg("fifo") == "true" if d.has("fifo") else None
-            attempts = int(d.arg("attempts")) if d.has("attempts") else None
+            fifo = d.arg("fifo") == "true" if d.has_arg("fifo") else None
+            attempts = int(d.arg("attempts")) if d.has_arg("attempts") else None
             if d.cmd == "update-group":
                 return c.UpdateConsumerGroup(d.arg("name"), fifo, attempts, retry)
             return c.CreateConsumerGroup(
@@ -144,14 +144,14 @@ class Scenario:
         if d.cmd == "set-replicas":
             # input lines: "group: node node node"
             assignments = []
-            for row in d.input:
+            for row in d.input.splitlines():
                 group, _, nodes = row.partition(":")
                 replicas = tuple(int(n) for n in nodes.split())
                 assignments.append(c.ReplicaAssignment(int(group), replicas))
             return c.SetReplicas(tuple(assignments))
         if d.cmd == "report-leaders":
             # input lines: "group leader term"
-            reports = tuple(c.LeaderReport(*map(int, row.split())) for row in d.input)
+            reports = tuple(c.LeaderReport(*map(int, row.split())) for row in d.input.splitlines())
             return c.ReportLeaders(d.int_arg("node"), reports)
         if d.cmd == "expire":
             return c.Expire(

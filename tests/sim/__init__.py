@@ -1,0 +1,1 @@
+"""Seeded, deterministic whole-cluster simulation of the raft core (VOPR style)."""
