@@ -94,7 +94,9 @@ class BrokerHeartbeat:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
-    """Create a topic in a cluster."""
+    """Create a topic in a cluster. A dead-letter topic (``%DLQ%<group>``) gets
+    one queue per raft group of its cluster whatever ``queue_count`` says
+    (protocol.routing)."""
 
     op: ClassVar[OpCode] = OpCode.CREATE_TOPIC
     name: str

@@ -111,7 +111,11 @@ class Broker:
 
 @dataclass(frozen=True, slots=True)
 class Topic:
-    """A topic: ``queue_count`` queues (ids 0..queue_count-1) in one cluster."""
+    """A topic: ``queue_count`` queues (ids 0..queue_count-1) in one cluster.
+
+    A dead-letter topic (``%DLQ%<group>``) has one queue per raft group of its
+    cluster, numbered by group id (see ``protocol.routing``).
+    """
 
     name: str
     cluster: str

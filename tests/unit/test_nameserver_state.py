@@ -32,7 +32,7 @@ from nameserver.state import Applied, MetadataState
 CLUSTERS = ["c1", "c2"]
 NODES = [1, 2, 3, 4, 5]
 BROKERS = ["b1", "b2", "b3"]
-TOPICS = ["t1", "t2", "t3", "bad/topic"]
+TOPICS = ["t1", "t2", "t3", "bad/topic", "%DLQ%g1"]
 GROUPS = ["g1", "g2"]
 LEASES = ["l1", "l2"]
 GROUP_IDS = st.integers(0, 7)

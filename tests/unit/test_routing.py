@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol import routing
 from protocol.routing import QUEUE_ID_MAX, group_index
 
 
@@ -42,3 +43,21 @@ def test_queues_of_a_topic_spread_over_groups() -> None:
 def test_bad_arguments_are_refused(queue_id: int, group_count: int) -> None:
     with pytest.raises(ValueError, match="must be"):
         group_index("t", queue_id, group_count)
+
+
+def test_ordinary_queues_hash_into_the_clusters_group_ids() -> None:
+    assert routing.queue_ids("orders", 3, 10, 4) == range(3)
+    for queue_id in range(3):
+        assert routing.group_id("orders", queue_id, 10, 4) == 10 + group_index(
+            "orders", queue_id, 4
+        )
+
+
+def test_dead_letter_queue_ids_are_the_group_ids() -> None:
+    # A storage group dead-letters into its own queue of %DLQ%<group>.
+    assert routing.is_dead_letter_topic("%DLQ%GID_a")
+    assert not routing.is_dead_letter_topic("%RETRY%GID_a")
+    assert routing.queue_ids("%DLQ%GID_a", 1, 10, 4) == range(10, 14)
+    assert [routing.group_id("%DLQ%GID_a", q, 10, 4) for q in range(10, 14)] == [10, 11, 12, 13]
+    with pytest.raises(ValueError, match=r"group ids 10\.\.13, not 14"):
+        routing.group_id("%DLQ%GID_a", 14, 10, 4)
