@@ -213,7 +213,8 @@ class Expire:
 
 @dataclass(frozen=True, slots=True)
 class AcquireLease:
-    """Take a lease if it is free, expired, or already ours (then it is extended)."""
+    """Take a lease if it is free, expired, or already ours (then it is extended
+    and keeps its fencing token; otherwise a new tenure gets a new token)."""
 
     op: ClassVar[OpCode] = OpCode.ACQUIRE_LEASE
     name: str

@@ -461,7 +461,11 @@ class MetadataState:
                 known.owner,
                 known.expires_ms,
             )
-        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms)
+        same_tenure = (
+            known is not None and known.owner == command.owner and known.expires_ms > command.now_ms
+        )
+        token = known.token if known is not None and same_tenure else self._revision + 1
+        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms, token)
         self._leases[lease.name] = lease
         self._changed(ChangeKind.LEASE, lease.name, lease)
         return lease

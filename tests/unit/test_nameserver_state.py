@@ -271,3 +271,26 @@ def test_restore_refuses_what_is_not_a_snapshot() -> None:
         MetadataState.restore(c.encode(c.DeleteTopic("t")))
     with pytest.raises(ValueError, match="history_max"):
         MetadataState(history_max=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(SEQUENCES)
+def test_a_new_lease_tenure_always_gets_a_larger_fencing_token(commands: list[c.Command]) -> None:
+    state = MetadataState()
+    last: dict[str, tuple[str, int, int]] = {}  # name -> (owner, token, expires_ms)
+    highest: dict[str, int] = {}  # name -> the largest token ever handed out
+    for command in commands:
+        result = run(state, command)
+        for name in [name for name in last if state.lease(name) is None]:
+            del last[name]  # released or swept: the next tenure is new whoever takes it
+        if isinstance(result, str) or not isinstance(command, c.AcquireLease | c.RenewLease):
+            continue
+        lease = state.lease(command.name)
+        assert lease is not None
+        previous = last.get(command.name)
+        if previous is not None and previous[0] == lease.owner and previous[2] > command.now_ms:
+            assert lease.token == previous[1]  # the same tenure goes on
+        else:
+            assert lease.token > highest.get(command.name, 0)  # a new tenure
+        highest[command.name] = max(highest.get(command.name, 0), lease.token)
+        last[command.name] = (lease.owner, lease.token, lease.expires_ms)
