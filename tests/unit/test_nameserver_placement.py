@@ -131,6 +131,35 @@ def test_leaders_are_balanced_over_a_balanced_placement(
     assert POLICY.plan_leaders(placed, final, node_loads) == []
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    groups=st.integers(1, 80),
+    nodes=st.integers(2, 8),
+    rf=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+    data=st.data(),
+)
+def test_evacuation_empties_the_leaving_nodes(
+    groups: int, nodes: int, rf: int, seed: int, data: st.DataObject
+) -> None:
+    node_loads = loads(range(1, nodes + 1), seed)
+    placed = POLICY.place_groups(range(groups), node_loads, rf)
+    leaving = frozenset(
+        data.draw(st.sets(st.integers(1, nodes), min_size=1, max_size=nodes - 1), label="leaving")
+    )
+    moves = POLICY.plan_evacuation(placed, node_loads, leaving)
+    evacuated = apply_moves(placed, moves)
+    staying = [n for n in node_loads if n.node_id not in leaving]
+    for group_id, replicas in evacuated.items():
+        assert len(replicas) == len(placed[group_id])
+        if len(staying) >= len(replicas):
+            assert not leaving & set(replicas), (group_id, replicas)
+    if len(staying) >= min(rf, nodes):
+        rebalanced = apply_moves(evacuated, POLICY.plan_rebalance(evacuated, staying, rf))
+        check_anti_affinity(rebalanced, rf, len(staying))
+        assert spread(replica_counts(rebalanced, staying)) <= 1
+
+
 def test_leaderless_groups_and_leaders_elsewhere_are_left_alone() -> None:
     nodes = loads(range(1, 4), 0)
     placed = {1: (1, 2, 3), 2: (1, 2, 3), 3: (1, 2, 3), 4: (1, 2, 3)}
