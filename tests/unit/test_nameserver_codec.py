@@ -84,3 +84,17 @@ def test_unsupported_types_are_programming_errors() -> None:
         from_wire(int | str, 1)
     with pytest.raises(TypeError, match="cannot decode into"):
         from_wire(dict, {})
+
+
+class _Text(str):
+    """A str subclass (not an enum): encoded as plain text."""
+
+
+def test_scalar_edge_cases() -> None:
+    assert to_wire(_Text("x")) == "x"
+    with pytest.raises(DecodeFailed, match="expected float, got str"):
+        from_wire(float, "1.0")
+    with pytest.raises(DecodeFailed, match="expected float, got bool"):
+        from_wire(float, True)
+    with pytest.raises(DecodeFailed, match="expected bool, got int"):
+        from_wire(bool, 1)

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nameserver import commands as c
+from nameserver.codec import pack, unpack_raw
 from nameserver.errors import BadRequest, NameserverError
 from nameserver.records import (
     NO_LOAD,
@@ -294,3 +295,42 @@ def test_a_new_lease_tenure_always_gets_a_larger_fencing_token(commands: list[c.
             assert lease.token > highest.get(command.name, 0)  # a new tenure
         highest[command.name] = max(highest.get(command.name, 0), lease.token)
         last[command.name] = (lease.owner, lease.token, lease.expires_ms)
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (c.BrokerHeartbeat("", "c1", "h:1", 0), "broker id is empty"),
+        (c.BrokerHeartbeat("b1", "c2", "h:1", 0), "registered in cluster 'c1', not 'c2'"),
+        (
+            c.CreateConsumerGroup("g", "c1", retry=RetryPolicy(backoff_ms=(1, -1))),
+            r"backoff_ms must all be >= 0, got \[1, -1\]",
+        ),
+        (c.AcquireLease("l", "", 0, 1), "owner is empty"),
+        (c.ReportLeaders(1, ()), None),
+    ],
+)
+def test_more_refusals(command: c.Command, message: str | None) -> None:
+    state = MetadataState()
+    state.apply(c.CreateCluster("c1", 1))
+    state.apply(c.CreateCluster("c2", 1))
+    state.apply(c.StorageHeartbeat(1, "c1", _addr(1), 0))
+    state.apply(c.BrokerHeartbeat("b1", "c1", "h:1", 0))
+    before = state.snapshot()
+    if message is None:
+        assert state.apply(command).changes == ()
+    else:
+        with pytest.raises(BadRequest, match=message):
+            state.apply(command)
+    assert state.snapshot() == before
+
+
+def test_restoring_with_a_smaller_history_drops_the_oldest_changes() -> None:
+    state = MetadataState()
+    for name in ("a", "b", "c"):
+        state.apply(c.AcquireLease(name, "o", 0, 10))
+    restored = MetadataState.restore(state.snapshot(), history_max=2)
+    assert restored.changes_since(0).resync_required
+    assert [x.key for x in restored.changes_since(1).changes] == ["b", "c"]
+    with pytest.raises(NameserverError, match="history is not an array"):
+        MetadataState.restore(pack([1, unpack_raw(state.snapshot())[1], "x"]))  # type: ignore[index]
