@@ -94,7 +94,9 @@ class BrokerHeartbeat:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
-    """Create a topic in a cluster."""
+    """Create a topic in a cluster. A dead-letter topic (``%DLQ%<group>``) gets
+    one queue per raft group of its cluster whatever ``queue_count`` says
+    (protocol.routing)."""
 
     op: ClassVar[OpCode] = OpCode.CREATE_TOPIC
     name: str
@@ -211,7 +213,8 @@ class Expire:
 
 @dataclass(frozen=True, slots=True)
 class AcquireLease:
-    """Take a lease if it is free, expired, or already ours (then it is extended)."""
+    """Take a lease if it is free, expired, or already ours (then it is extended
+    and keeps its fencing token; otherwise a new tenure gets a new token)."""
 
     op: ClassVar[OpCode] = OpCode.ACQUIRE_LEASE
     name: str
@@ -250,8 +253,8 @@ class RemoveBroker:
 
 @dataclass(frozen=True, slots=True)
 class RemoveStorageNode:
-    """Forget a storage node. Refused while it is a replica of any group: move
-    its replicas away first."""
+    """Forget a storage node (and any leadership recorded for it). Refused while
+    it is a replica of any group: move its replicas away first."""
 
     op: ClassVar[OpCode] = OpCode.REMOVE_STORAGE_NODE
     node_id: int

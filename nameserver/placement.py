@@ -24,7 +24,9 @@ Guarantees of :class:`LoadBalancedPlacement`, for the nodes it is given:
   after the two calls above), with as few transfers as the search finds.
 
 Replicas on nodes not given (down, or being drained) are left where they are
-and not counted: replacing the replicas of a dead node is a separate decision.
+and not counted: replacing the replicas of a node down for good, or draining
+one before ``RemoveStorageNode``, is a separate decision, planned with
+:meth:`LoadBalancedPlacement.plan_evacuation`.
 
 PURE.
 """
@@ -86,6 +88,16 @@ class PlacementPolicy(Protocol):
     ) -> list[ReplicaMove]:
         """Moves that top up under-replicated groups and even out replica counts
         (after a node joins). Applied in order, they reach a balanced state."""
+        ...
+
+    def plan_evacuation(
+        self,
+        assignment: Mapping[int, tuple[int, ...]],
+        nodes: Sequence[NodeLoad],
+        leaving: frozenset[int],
+    ) -> list[ReplicaMove]:
+        """Moves that take every replica off the ``leaving`` nodes (a node being
+        removed, or one down for good) onto the given ``nodes``."""
         ...
 
     def plan_leaders(
@@ -159,6 +171,38 @@ class LoadBalancedPlacement:
             counts[from_node] -= 1
             counts[to_node] += 1
             moves.append(ReplicaMove(group_id, from_node, to_node))
+        return moves
+
+    def plan_evacuation(
+        self,
+        assignment: Mapping[int, tuple[int, ...]],
+        nodes: Sequence[NodeLoad],
+        leaving: frozenset[int],
+    ) -> list[ReplicaMove]:
+        """Each replica on a leaving node moves to the least-used given node the
+        group does not have yet (in group id order). A group with no such node
+        left keeps that replica: the plan cannot empty the leaving node without
+        breaking anti-affinity (more nodes are needed)."""
+        weight = _weights(nodes)
+        counts = dict.fromkeys(weight, 0)
+        for replicas in assignment.values():
+            for node_id in replicas:
+                if node_id in counts:
+                    counts[node_id] += 1
+        moves: list[ReplicaMove] = []
+        for group_id in sorted(assignment):
+            group = set(assignment[group_id])
+            for from_node in sorted(group & leaving):
+                candidates = [n for n in counts if n not in group and n not in leaving]
+                if not candidates:
+                    continue
+                to_node = min(candidates, key=lambda n: (counts[n], weight[n], n))
+                group.discard(from_node)
+                group.add(to_node)
+                counts[to_node] += 1
+                if from_node in counts:
+                    counts[from_node] -= 1
+                moves.append(ReplicaMove(group_id, from_node, to_node))
         return moves
 
     def plan_leaders(

@@ -111,7 +111,11 @@ class Broker:
 
 @dataclass(frozen=True, slots=True)
 class Topic:
-    """A topic: ``queue_count`` queues (ids 0..queue_count-1) in one cluster."""
+    """A topic: ``queue_count`` queues (ids 0..queue_count-1) in one cluster.
+
+    A dead-letter topic (``%DLQ%<group>``) has one queue per raft group of its
+    cluster, numbered by group id (see ``protocol.routing``).
+    """
 
     name: str
     cluster: str
@@ -167,11 +171,18 @@ class RaftGroup:
 @dataclass(frozen=True, slots=True)
 class Lease:
     """An exclusive right to some background work, held by ``owner`` until
-    ``expires_ms`` (judged by the ``now_ms`` of later commands)."""
+    ``expires_ms`` (judged by the ``now_ms`` of later commands).
+
+    ``token`` is a fencing token: the revision at which this owner's tenure
+    began. Each new tenure (a new owner, or the same owner after expiry) gets
+    a larger token; renewals keep it. Work done under a lease can carry the
+    token so that its target refuses work of an older tenure.
+    """
 
     name: str
     owner: str
     expires_ms: int
+    token: int = 0
 
 
 Record = Cluster | StorageNode | Broker | Topic | ConsumerGroup | RaftGroup | Lease

@@ -68,7 +68,7 @@ from nameserver.records import (
     change_from_wire,
     change_to_wire,
 )
-from protocol.routing import group_index
+from protocol import routing
 
 GROUP_COUNT_MAX = 65_536
 REPLICATION_FACTOR_MAX = 7
@@ -281,16 +281,20 @@ class MetadataState:
             )
         del self._storage_nodes[command.node_id]
         self._changed(ChangeKind.STORAGE_NODE, command.node_id, None)
+        self._forget_leaderships(command.node_id)
 
     # -- topics and consumer groups ----------------------------------------------------
 
     def _create_topic(self, command: c.CreateTopic) -> Topic:
         names.validate_topic(command.name)
-        self.cluster(command.cluster)
+        cluster = self.cluster(command.cluster)
         topic = Topic(
             command.name,
             command.cluster,
-            command.queue_count,
+            # A dead-letter topic has one queue per group (protocol.routing).
+            cluster.group_count
+            if routing.is_dead_letter_topic(command.name)
+            else command.queue_count,
             command.message_type,
             command.retention_ms,
             command.permission,
@@ -312,6 +316,11 @@ class MetadataState:
             permission=_or(command.permission, known.permission),
         )
         _check_topic(topic)
+        if topic.queue_count != known.queue_count and routing.is_dead_letter_topic(topic.name):
+            raise BadRequest(
+                f"topic {topic.name!r} is a dead-letter topic: it has one queue per raft "
+                f"group of its cluster ({known.queue_count}), not {topic.queue_count}"
+            )
         if topic.queue_count < known.queue_count:
             raise BadRequest(
                 f"topic {topic.name!r} has {known.queue_count} queues; the queue count "
@@ -421,11 +430,7 @@ class MetadataState:
                 down = replace(node, alive=False)
                 self._storage_nodes[node.node_id] = down
                 self._changed(ChangeKind.STORAGE_NODE, node.node_id, down)
-                for group in sorted(self._raft_groups.values(), key=lambda g: g.group_id):
-                    if group.leader == node.node_id:
-                        leaderless = replace(group, leader=NO_NODE)
-                        self._raft_groups[group.group_id] = leaderless
-                        self._changed(ChangeKind.RAFT_GROUP, group.group_id, leaderless)
+                self._forget_leaderships(node.node_id)
         for broker in sorted(self._brokers.values(), key=lambda b: b.broker_id):
             if broker.alive and now_ms - broker.last_heartbeat_ms >= command.broker_timeout_ms:
                 down_broker = replace(broker, alive=False)
@@ -435,6 +440,15 @@ class MetadataState:
             if lease.expires_ms <= now_ms:
                 del self._leases[lease.name]
                 self._changed(ChangeKind.LEASE, lease.name, None)
+
+    def _forget_leaderships(self, node_id: int) -> None:
+        """The groups ``node_id`` was recorded to lead have no known leader now
+        (their term stays: the next report at that term or above sets one)."""
+        for group in sorted(self._raft_groups.values(), key=lambda g: g.group_id):
+            if group.leader == node_id:
+                leaderless = replace(group, leader=NO_NODE)
+                self._raft_groups[group.group_id] = leaderless
+                self._changed(ChangeKind.RAFT_GROUP, group.group_id, leaderless)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -447,7 +461,11 @@ class MetadataState:
                 known.owner,
                 known.expires_ms,
             )
-        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms)
+        same_tenure = (
+            known is not None and known.owner == command.owner and known.expires_ms > command.now_ms
+        )
+        token = known.token if known is not None and same_tenure else self._revision + 1
+        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms, token)
         self._leases[lease.name] = lease
         self._changed(ChangeKind.LEASE, lease.name, lease)
         return lease
@@ -557,21 +575,30 @@ class MetadataState:
         """Every recorded lease, by name."""
         return _sorted(self._leases)
 
-    def group_of_queue(self, topic: str, queue_id: int) -> int:
-        """The raft group id serving one queue of a topic."""
+    def queue_ids(self, topic: str) -> range:
+        """The queue ids of ``topic`` (for a dead-letter topic: its cluster's group ids)."""
         found = self.topic(topic)
-        if not 0 <= queue_id < found.queue_count:
+        cluster = self._clusters[found.cluster]
+        return routing.queue_ids(
+            topic, found.queue_count, cluster.first_group_id, cluster.group_count
+        )
+
+    def group_of_queue(self, topic: str, queue_id: int) -> int:
+        """The raft group id serving one queue of a topic (see protocol.routing)."""
+        found = self.topic(topic)
+        ids = self.queue_ids(topic)
+        if queue_id not in ids:
             raise BadRequest(
-                f"topic {topic!r} has queues 0..{found.queue_count - 1}, not {queue_id}"
+                f"topic {topic!r} has queues {ids.start}..{ids.stop - 1}, not {queue_id}"
             )
         cluster = self._clusters[found.cluster]
-        return cluster.first_group_id + group_index(topic, queue_id, cluster.group_count)
+        return routing.group_id(topic, queue_id, cluster.first_group_id, cluster.group_count)
 
     def route(self, topic: str) -> TopicRoute:
         """Where each queue of ``topic`` is served: its group, leader and followers."""
         found = self.topic(topic)
         queues = []
-        for queue_id in range(found.queue_count):
+        for queue_id in self.queue_ids(topic):
             group = self._raft_groups[self.group_of_queue(topic, queue_id)]
             leader = self._endpoint(group.leader) if group.leader != NO_NODE else None
             followers = tuple(
@@ -674,7 +701,8 @@ def _check_address(address: str) -> None:
 
 
 def _check_topic(topic: Topic) -> None:
-    _check_range(f"topic {topic.name!r}: queue_count", topic.queue_count, 1, QUEUE_COUNT_MAX)
+    if not routing.is_dead_letter_topic(topic.name):
+        _check_range(f"topic {topic.name!r}: queue_count", topic.queue_count, 1, QUEUE_COUNT_MAX)
     if topic.retention_ms < 1:
         raise BadRequest(
             f"topic {topic.name!r}: retention_ms must be >= 1, got {topic.retention_ms}"

@@ -13,7 +13,7 @@ import pytest
 
 from nameserver import commands as c
 from nameserver.errors import NameserverError
-from nameserver.placement import LoadBalancedPlacement, NodeLoad
+from nameserver.placement import LoadBalancedPlacement, NodeLoad, ReplicaMove
 from nameserver.records import (
     NO_NODE,
     Change,
@@ -250,6 +250,11 @@ class Scenario:
         assignment = {g.group_id: g.replicas for g in self.state.raft_groups(cluster)}
         rf = self.state.cluster(cluster).replication_factor
         moves = self.policy.plan_rebalance(assignment, self._live_nodes(cluster), rf)
+        return self._carry_out(cluster, assignment, moves)
+
+    def _carry_out(
+        self, cluster: str, assignment: dict[int, tuple[int, ...]], moves: list[ReplicaMove]
+    ) -> str:
         lines = []
         for move in moves:
             replicas = [n for n in assignment[move.group_id] if n != move.from_node]
@@ -260,6 +265,14 @@ class Scenario:
             lines.append(f"move group {move.group_id}: {move.from_node} -> {move.to_node}")
         lines.append(self._replica_counts(cluster))
         return "\n".join(lines)
+
+    def q_evacuate(self, d: TestData) -> str:
+        """Plan moves off the given nodes and apply each as one SetReplicas."""
+        cluster = d.arg("cluster", "c1")
+        assignment = {g.group_id: g.replicas for g in self.state.raft_groups(cluster)}
+        leaving = frozenset(int(n) for n in d.arg_values("nodes"))
+        moves = self.policy.plan_evacuation(assignment, self._live_nodes(cluster), leaving)
+        return self._carry_out(cluster, assignment, moves)
 
     def q_balance_leaders(self, d: TestData) -> str:
         """Plan leader transfers; storage nodes carry them out and report term+1."""
