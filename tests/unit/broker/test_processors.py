@@ -10,6 +10,7 @@ import pytest
 
 from broker.domain import (
     AppendResult,
+    Delivery,
     GroupInfo,
     Message,
     MessageType,
@@ -67,7 +68,9 @@ def _msg(topic: str = "orders", n: int = 0, **fields: object) -> Message:
     return Message(topic, f"body-{n}".encode(), f"id-{n}", **fields)  # type: ignore[arg-type]
 
 
-async def _receive(world: World, topic: str = "orders", group: str = "g", **kw: object) -> list:  # type: ignore[type-arg]
+async def _receive(
+    world: World, topic: str = "orders", group: str = "g", **kw: object
+) -> list[Delivery]:
     options: dict[str, object] = {"batch_size": 32, "invisible_ms": 10_000, "poll_ms": 0}
     options.update(kw)
     return await world.consumer.receive(group, topic, TagFilter(), **options)  # type: ignore[arg-type]
@@ -170,7 +173,8 @@ async def test_receive_ack_and_offsets(world: World) -> None:
     assert outcomes == [None, None, None]
     assert await _receive(world) == []
     again = await world.consumer.ack("g", "orders", [deliveries[0].receipt_handle])
-    assert again[0] is not None and again[0].reason is Reason.INVALID_RECEIPT_HANDLE
+    assert again[0] is not None
+    assert again[0].reason is Reason.INVALID_RECEIPT_HANDLE
 
 
 async def test_handles_are_bound_to_group_and_topic_and_expire(world: World) -> None:
@@ -178,11 +182,14 @@ async def test_handles_are_bound_to_group_and_topic_and_expire(world: World) -> 
     (delivery,) = await _receive(world)
     (wrong_group,) = await world.consumer.ack("other", "orders", [delivery.receipt_handle])
     (wrong_topic,) = await world.consumer.ack("g", "one", [delivery.receipt_handle])
-    assert wrong_group is not None and wrong_group.reason is Reason.INVALID_RECEIPT_HANDLE
-    assert wrong_topic is not None and wrong_topic.reason is Reason.INVALID_RECEIPT_HANDLE
+    assert wrong_group is not None
+    assert wrong_group.reason is Reason.INVALID_RECEIPT_HANDLE
+    assert wrong_topic is not None
+    assert wrong_topic.reason is Reason.INVALID_RECEIPT_HANDLE
     world.clock.advance(10_000)
     (expired,) = await world.consumer.ack("g", "orders", [delivery.receipt_handle])
-    assert expired is not None and "expired" in expired.message
+    assert expired is not None
+    assert "expired" in expired.message
 
 
 async def test_change_invisible_gives_a_new_handle_and_redelivery(world: World) -> None:

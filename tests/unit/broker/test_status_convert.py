@@ -180,4 +180,5 @@ def test_consumer_settings_reply() -> None:
     assert reply.subscription.long_polling_timeout.seconds == 20
     assert reply.backoff_policy.max_attempts == 5
     assert [d.seconds for d in reply.backoff_policy.customized_backoff.next] == [1, 5]
-    assert reply.HasField("metric") and not reply.metric.on
+    assert reply.HasField("metric")
+    assert not reply.metric.on
