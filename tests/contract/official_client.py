@@ -197,6 +197,55 @@ def push_consume(port: int) -> dict[str, Any]:
     return out
 
 
+class _PoisonListener(MessageListener):
+    """Always fails messages tagged ``poison``; records every call in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message: Message) -> ConsumeResult:
+        with self.lock:
+            self.calls.append(_view(message))
+        return ConsumeResult.FAILURE if message.tag == "poison" else ConsumeResult.SUCCESS
+
+
+def push_fifo_dead_letter(port: int) -> dict[str, Any]:
+    """FIFO PushConsumer: per-group order, local retries, then ForwardMessageToDeadLetterQueue."""
+    out: dict[str, Any] = {}
+    listener = _PoisonListener()
+    consumer = PushConsumer(_config(port), "fifo-group", listener, {"fifo": FilterExpression()})
+    consumer.startup()
+    producer = Producer(_config(port), ("fifo",))
+    producer.startup()
+    try:
+        poison = producer.send(_message("fifo", b"poison", tag="poison", group="A")).message_id
+        after = producer.send(_message("fifo", b"after", tag="ok", group="A")).message_id
+        other = producer.send(_message("fifo", b"other", tag="ok", group="B")).message_id
+        out["ids"] = {"poison": poison, "after": after, "other": other}
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            with listener.lock:
+                if any(c["id"] == after for c in listener.calls):
+                    break
+            time.sleep(0.05)
+        with listener.lock:
+            out["calls"] = [c["id"] for c in listener.calls]
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    dead = SimpleConsumer(_config(port), "dlq-reader", {"%DLQ%fifo-group": FilterExpression()}, 5)
+    dead.startup()
+    try:
+        got = _receive_until(dead, 1, 15)
+        out["dead_letters"] = [_view(m) for m in got]
+        for message in got:
+            dead.ack(message)
+    finally:
+        dead.shutdown()
+    return out
+
+
 def _raw_stub(port: int) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     return channel, service_pb2_grpc.MessagingServiceStub(channel)
@@ -284,6 +333,7 @@ def bad_input(port: int) -> dict[str, Any]:
 SCENARIOS = {
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
+    "push_fifo_dead_letter": push_fifo_dead_letter,
     "bad_input": bad_input,
 }
 

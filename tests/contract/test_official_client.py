@@ -125,3 +125,19 @@ def test_bad_input_gets_documented_status_and_server_keeps_serving(
     assert seen["garbage_handle_kept"] == "not-a-receipt-handle"
     sent_id, received_ids = seen["still_serving"]
     assert received_ids == [sent_id]
+
+
+def test_fifo_push_consumer_keeps_order_and_dead_letters(broker_port: int, tmp_path: Path) -> None:
+    seen = run_client(broker_port, "push_fifo_dead_letter", tmp_path)
+    ids = seen["ids"]
+    calls = seen["calls"]
+    # Group A: the poison message is tried max_delivery_attempts (3) times, locally,
+    # and only then does the next message of group A arrive; group B is not held up.
+    assert calls.count(ids["poison"]) == 3
+    last_poison = len(calls) - 1 - calls[::-1].index(ids["poison"])
+    assert calls.index(ids["after"]) > last_poison
+    assert ids["other"] in calls
+    # The client gave up through ForwardMessageToDeadLetterQueue: the copy is in %DLQ%<group>.
+    (dead,) = seen["dead_letters"]
+    assert dead["id"] == ids["poison"]
+    assert dead["body"] == "poison"
