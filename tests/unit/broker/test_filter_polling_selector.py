@@ -26,6 +26,8 @@ def test_tag_alternatives() -> None:
     assert not tag_filter.matches("d")
     assert not tag_filter.matches(None)  # an untagged message matches no specific tag
     assert not tag_filter.matches("a ")
+    assert tag_filter.expression == "a||b||c"
+    assert parse_tag_expression("*").expression == "*"
 
 
 def test_empty_alternatives_are_illegal() -> None:
