@@ -2,9 +2,9 @@
 
 Starts the in-memory broker process (``memory_broker``), then drives it from
 this process with ``--senders`` concurrent grpc.aio callers, one message per
-request (as the Python client sends), for ``--seconds``. Prints messages/s
-and the store's append-call count is not visible from here, so coalescing
-shows as throughput only. Not a test: run it by hand::
+request (as the Python client sends), for ``--seconds``, and prints the
+messages per second of each run and their median. Client and broker share
+the machine's cores. Not a test: run it by hand::
 
     .venv/bin/python -m tests.contract.bench_send --senders 64 --seconds 5 --runs 3
 """

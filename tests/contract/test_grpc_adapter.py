@@ -115,6 +115,22 @@ async def test_telemetry_handshake_and_server_push(broker: Broker) -> None:
     assert sessions.client_ids == []
 
 
+async def test_telemetry_answers_bad_settings_in_band_and_stays_open(broker: Broker) -> None:
+    call = broker.stub.Telemetry(metadata=META)
+    await call.write(spb.TelemetryCommand(settings=pb.Settings()))
+    assert (await call.read()).status.code == pb.UNRECOGNIZED_CLIENT_TYPE
+    bad_group = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(group=pb.Resource(name="no spaces allowed")),
+    )
+    await call.write(spb.TelemetryCommand(settings=bad_group))
+    assert (await call.read()).status.code == pb.ILLEGAL_CONSUMER_GROUP
+    await call.write(spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
+    assert (await call.read()).status.code == pb.OK
+    await call.done_writing()
+    assert await call.read() == grpc.aio.EOF
+
+
 async def test_telemetry_without_client_id(broker: Broker) -> None:
     call = broker.stub.Telemetry()
     await call.write(spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
