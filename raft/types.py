@@ -207,9 +207,14 @@ class Ready:
     1. Persist ``hard_state`` (if not None), ``entries`` (replacing any
        persisted entries at the same or higher index) and ``snapshot`` (if not
        None); fsync first when ``must_sync``.
-    2. Send ``messages`` (only after step 1 is durable).
+    2. Send ``messages`` (only after step 1 is durable). For every SNAP
+       message, call ``report_snapshot(to, ok)`` once its send finished or
+       failed (the leader sends nothing else to that follower until then).
     3. Apply ``snapshot`` then ``committed_entries`` to the state machine, in
-       order, and serve ``read_states`` whose index has been applied.
+       order, and serve ``read_states`` whose index has been applied. A
+       CONF_CHANGE or CONF_CHANGE_V2 entry is applied with
+       ``apply_conf_change(raft.confchange.decode_entry(entry))``; persist the
+       ConfState it returns (it is the membership at that index).
     """
 
     soft_state: SoftState | None = None
