@@ -140,12 +140,8 @@ class _HostImpl:
         self.groups = groups
 
     async def propose(self, request: ProposeRequest, context: CallContext) -> ProposeResponse:
-        futures = [self.driver.propose_nowait(request.group, item) for item in request.items]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return ProposeResponse([cast(int, r) for r in results])
+        results = await self.driver.propose_many_nowait(request.group, request.items)
+        return ProposeResponse(cast(list[int], results))
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
         machine = self.machines.get(request.group)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,8 @@ class LogStore:
         self._dirty_fds: set[int] = set()
         self._snapshot_files_to_delete: list[Path] = []
         self._failed: BaseException | None = None
+        self._spares: list[Path] = []
+        self._spares_lock = threading.Lock()
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -200,6 +203,7 @@ class LogStore:
     def _recover(self) -> None:
         for leftover in self._wal_dir.glob("tmp-*"):
             leftover.unlink()  # a spare whose preparation a crash interrupted
+        self._spares = self._list_spares()
         seqs = sorted(
             int(p.name[: -len(SEGMENT_SUFFIX)], 16)
             for p in self._wal_dir.iterdir()
@@ -323,7 +327,7 @@ class LogStore:
             g.cache_from = g.last + 1
 
     # -------------------------------------------------------------- segments
-    def _spare_paths(self) -> list[Path]:
+    def _list_spares(self) -> list[Path]:
         return sorted(
             p
             for p in self._wal_dir.iterdir()
@@ -332,15 +336,16 @@ class LogStore:
 
     def has_spare(self) -> bool:
         """Whether a preallocated segment is ready for the next rotation."""
-        return bool(self._spare_paths())
+        with self._spares_lock:
+            return bool(self._spares)
 
     def maybe_prepare_spare(self) -> bool:
         """Zero-fill one spare segment if none is ready; return whether it made one.
 
-        Slow (writes ``segment_bytes``); the driver may run it in a worker thread.
+        Slow (writes ``segment_bytes``); the driver runs it in a worker thread
+        (this and :meth:`sync` are the thread-safe methods).
         """
-        spares = self._spare_paths()
-        if spares:
+        if self.has_spare():
             return False
         name = f"{os.getpid()}-{next(_spare_names)}"
         final = self._wal_dir / f"{SPARE_PREFIX}{name}{SEGMENT_SUFFIX}"
@@ -357,17 +362,21 @@ class LogStore:
             os.close(fd)
         os.rename(tmp, final)
         _fsync_dir(self._wal_dir)
+        with self._spares_lock:
+            self._spares.append(final)
         return True
+
+    def _take_spare(self) -> Path:
+        while True:
+            with self._spares_lock:
+                if self._spares:
+                    return self._spares.pop(0)
+            self.maybe_prepare_spare()
 
     def _start_segment(self, seq: int) -> None:
         """Make segment ``seq`` current: a spare renamed, header written, checkpoints."""
         path = self._segment_path(seq)
-        spares = self._spare_paths()
-        if spares:
-            os.rename(spares[0], path)
-        else:
-            self.maybe_prepare_spare()
-            os.rename(self._spare_paths()[0], path)
+        os.rename(self._take_spare(), path)
         fd = os.open(path, os.O_RDWR)
         os.pwrite(fd, fmt.encode_segment_header(seq), 0)
         # The header must be durable before any record of this segment is trusted.
@@ -462,6 +471,26 @@ class LogStore:
             )
         if start <= g.last:
             g.truncate_from(start)
+        if entries[-1].index != start + len(entries) - 1:
+            raise ValueError(f"group {group_id}: entries are not consecutive from {start}")
+        total = sum(len(e.data) for e in entries) + fmt.RECORD_HEADER_BYTES * len(entries)
+        if total <= self._room():
+            # Fast path: the whole run fits in the current segment.
+            assert self._current is not None
+            seq = self._current.seq
+            locs = fmt.encode_entries(
+                self._buffer,
+                self._salt,
+                group_id,
+                entries,
+                self._write_offset + len(self._buffer),
+            )
+            g.locs.extend([(t, seq, off, n, et) for t, off, n, et in locs])
+            if g.cache_from + len(g.cache) == start:
+                g.cache.extend(entries)
+                g.cache_bytes += total - fmt.RECORD_HEADER_BYTES * len(entries)
+            self._trim_cache(g)
+            return
         for entry in entries:
             if entry.index != g.last + 1:
                 raise ValueError(f"group {group_id}: entries are not consecutive at {entry.index}")
@@ -472,11 +501,19 @@ class LogStore:
             if g.cache_from + len(g.cache) == entry.index:
                 g.cache.append(entry)
                 g.cache_bytes += len(entry.data)
+        self._trim_cache(g)
+
+    def _trim_cache(self, g: _GroupState) -> None:
         budget = self.cache_bytes_per_group
-        while g.cache_bytes > budget and g.cache:
-            g.cache_bytes -= len(g.cache[0].data)
-            del g.cache[0]
-            g.cache_from += 1
+        if g.cache_bytes <= budget:
+            return
+        drop = 0
+        cache = g.cache
+        while g.cache_bytes > budget and drop < len(cache):
+            g.cache_bytes -= len(cache[drop].data)
+            drop += 1
+        del cache[:drop]
+        g.cache_from += drop
 
     def set_hard_state(self, group_id: int, hard_state: HardState) -> None:
         """Encode the group's new hard state."""
@@ -634,8 +671,13 @@ class LogStore:
             segment = self._segments.pop(seq)
             os.close(segment.fd)
             self._dirty_fds.discard(segment.fd)
-            if len(self._spare_paths()) < self.spare_segments_max:
-                os.rename(segment.path, self._wal_dir / f"{SPARE_PREFIX}{seq:016x}{SEGMENT_SUFFIX}")
+            with self._spares_lock:
+                spares = len(self._spares)
+            if spares < self.spare_segments_max:
+                spare = self._wal_dir / f"{SPARE_PREFIX}{seq:016x}{SEGMENT_SUFFIX}"
+                os.rename(segment.path, spare)
+                with self._spares_lock:
+                    self._spares.append(spare)
             else:
                 segment.path.unlink()
             collected.append(seq)
