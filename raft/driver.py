@@ -53,6 +53,9 @@ class DriverOptions:
     # compact its log to ``keep_entries`` below the snapshot.
     snapshot_entries: int = 0
     keep_entries: int = 1000
+    # fdatasync in a worker thread (the loop goes on receiving meanwhile) or
+    # inline (no thread hand-off; cheaper when syncs are short and CPU is scarce).
+    sync_in_thread: bool = True
     seed: int | None = None
 
 
@@ -239,7 +242,10 @@ class Driver:
                 host.persist(rnd, store)
                 t0 = time.perf_counter()
                 if rnd.must_sync:
-                    await loop.run_in_executor(self._sync_thread, store.sync)
+                    if self.options.sync_in_thread:
+                        await loop.run_in_executor(self._sync_thread, store.sync)
+                    else:
+                        store.sync()
                     self.syncs += 1
                     store.maybe_collect_garbage()
                 self.sync_s += time.perf_counter() - t0

@@ -202,6 +202,7 @@ async def serve(args: argparse.Namespace) -> None:
         heartbeat_tick=args.heartbeat_tick,
         snapshot_entries=args.snapshot_entries,
         keep_entries=args.keep_entries,
+        sync_in_thread=not args.sync_inline,
     )
     driver = Driver(args.id, store, transport, options)
     machines: dict[int, AppendLog] = {}
@@ -239,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep-entries", type=int, default=2_000)
     parser.add_argument("--segment-mb", type=int, default=64)
     parser.add_argument("--cache-kb-per-group", type=int, default=512)
+    parser.add_argument(
+        "--sync-inline", action="store_true", help="fdatasync on the event loop, not a thread"
+    )
     parser.add_argument(
         "--keep-values", action="store_true", help="keep applied values for reads (tests)"
     )

@@ -6,7 +6,7 @@ docs/wal-format.md.
 Write path (one round of the driver)::
 
     store.append(g, entries); store.set_hard_state(g, hs); ...  # encode only
-    store.flush()   # ONE pwrite of everything encoded since the last flush
+    store.flush()   # ONE pwritev/pwrite of everything encoded since the last flush
     store.sync()    # ONE fdatasync (safe to run in a worker thread)
     store.maybe_collect_garbage()
 
@@ -47,6 +47,7 @@ from raft.wal_format import RecordKind
 SEGMENT_SUFFIX = ".wal"
 SPARE_PREFIX = "spare-"
 _ZERO_CHUNK = bytes(1 << 20)
+_IOV_MAX = 1024
 _spare_names = itertools.count()
 
 
@@ -157,7 +158,8 @@ class LogStore:
         self._current: _Segment | None = None
         self._salt = 0
         self._write_offset = 0  # where the buffer starts in the current segment
-        self._buffer = bytearray()
+        self._buffer: list[bytes] = []  # encoded records not yet written, as chunks
+        self._buffer_bytes = 0
         self._dirty_fds: set[int] = set()
         self._snapshot_files_to_delete: list[Path] = []
         self._failed: BaseException | None = None
@@ -387,7 +389,8 @@ class LogStore:
         self._current = segment
         self._salt = fmt.salt_of(seq)
         self._write_offset = fmt.SEGMENT_HEADER_BYTES
-        self._buffer = bytearray()
+        self._buffer = []
+        self._buffer_bytes = 0
         for g in self._groups.values():
             self._encode(
                 RecordKind.CHECKPOINT,
@@ -402,15 +405,14 @@ class LogStore:
         segment = self._current
         assert segment is not None
         fmt.encode_record(self._buffer, self._salt, RecordKind.SEAL, 0, 0, 0, b"")
-        os.pwrite(segment.fd, self._buffer, self._write_offset)
-        self._write_offset += len(self._buffer)
-        self._buffer = bytearray()
+        self._buffer_bytes += fmt.RECORD_HEADER_BYTES
+        self._write_buffer(segment)
         os.fdatasync(segment.fd)
         self._dirty_fds.discard(segment.fd)
 
     def _room(self) -> int:
         # Keep space for the SEAL record.
-        used = self._write_offset + len(self._buffer) + fmt.RECORD_HEADER_BYTES
+        used = self._write_offset + self._buffer_bytes + fmt.RECORD_HEADER_BYTES
         return self.segment_bytes - used
 
     def _encode(
@@ -435,10 +437,11 @@ class LogStore:
             if size > self._room():
                 raise StorageFailed(f"a {size}-byte record does not fit in a new segment")
         assert self._current is not None
-        offset = self._write_offset + len(self._buffer)
+        offset = self._write_offset + self._buffer_bytes
         fmt.encode_record(
             self._buffer, self._salt, kind, group_id, term, index, payload, entry_type
         )
+        self._buffer_bytes += size
         return self._current.seq, offset
 
     # ------------------------------------------------------------ write API
@@ -477,15 +480,15 @@ class LogStore:
         if total <= self._room():
             # Fast path: the whole run fits in the current segment.
             assert self._current is not None
-            seq = self._current.seq
-            locs = fmt.encode_entries(
+            g.locs += fmt.encode_entries(
                 self._buffer,
                 self._salt,
                 group_id,
+                self._current.seq,
                 entries,
-                self._write_offset + len(self._buffer),
+                self._write_offset + self._buffer_bytes,
             )
-            g.locs.extend([(t, seq, off, n, et) for t, off, n, et in locs])
+            self._buffer_bytes += total
             if g.cache_from + len(g.cache) == start:
                 g.cache.extend(entries)
                 g.cache_bytes += total - fmt.RECORD_HEADER_BYTES * len(entries)
@@ -505,8 +508,8 @@ class LogStore:
 
     def _trim_cache(self, g: _GroupState) -> None:
         budget = self.cache_bytes_per_group
-        if g.cache_bytes <= budget:
-            return
+        if g.cache_bytes <= budget + (budget >> 2):
+            return  # trim in steps of a quarter of the budget, not on every append
         drop = 0
         cache = g.cache
         while g.cache_bytes > budget and drop < len(cache):
@@ -615,20 +618,38 @@ class LogStore:
         g.compact_to(index, term)
 
     def flush(self) -> None:
-        """Write everything encoded since the last flush with one pwrite (not yet durable)."""
+        """Write everything encoded since the last flush with one system call."""
         self._check()
         if not self._buffer:
             return
         segment = self._current
         assert segment is not None
         try:
-            os.pwrite(segment.fd, self._buffer, self._write_offset)
+            self._write_buffer(segment)
         except OSError as exc:
             self._failed = exc
             raise StorageFailed(f"WAL write failed: {exc}") from exc
-        self._write_offset += len(self._buffer)
-        self._buffer = bytearray()
         self._dirty_fds.add(segment.fd)
+
+    def _write_buffer(self, segment: _Segment) -> None:
+        """ONE system call: pwritev of the chunks, or pwrite of their join past IOV_MAX."""
+        chunks = self._buffer
+        offset = self._write_offset
+        want = self._buffer_bytes
+        if len(chunks) <= _IOV_MAX:
+            written = os.pwritev(segment.fd, chunks, offset)
+            rest = b"" if written == want else b"".join(chunks)[written:]
+        else:
+            data = b"".join(chunks)
+            written = os.pwrite(segment.fd, data, offset)
+            rest = data[written:]
+        while rest:  # a short write (rare): finish it
+            n = os.pwrite(segment.fd, rest, offset + written)
+            rest = rest[n:]
+            written += n
+        self._write_offset = offset + want
+        self._buffer = []
+        self._buffer_bytes = 0
 
     def sync(self) -> None:
         """fdatasync what was flushed. The only method safe to call from another thread."""
