@@ -46,7 +46,7 @@ class DriverOptions:
     tick_ms: int = 50
     election_tick: int = 10
     heartbeat_tick: int = 2
-    quiesce_after_ticks: int = 20
+    quiesce_after_ticks: int = 6
     max_size_per_msg_bytes: int = 1 << 20
     max_inflight_msgs: int = 256
     # Snapshot a group every this many applied entries (0: never), then

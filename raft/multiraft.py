@@ -281,6 +281,7 @@ class MultiRaft:
         self._dirty: set[int] = set()
         self._notices: dict[int, list[wire.QuiesceNotice]] = {}
         self._last_heard_ms: dict[int, int] = {}
+        self._peer_nodes: list[int] = []
 
     # ------------------------------------------------------------- groups
     def add_group(
@@ -291,6 +292,7 @@ class MultiRaft:
             raise ValueError(f"group {group_id} is hosted already")
         others = tuple(sorted(p for p in peers if p != self.node_id))
         self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
 
     def group_ids(self) -> list[int]:
@@ -303,7 +305,7 @@ class MultiRaft:
 
     def peer_nodes(self) -> list[int]:
         """Every other node that shares a group with this one."""
-        return sorted({p for g in self._groups.values() for p in g.peers})
+        return self._peer_nodes
 
     def is_quiesced(self, group_id: int) -> bool:
         """Whether the group is idle (not ticked)."""
@@ -331,6 +333,8 @@ class MultiRaft:
             for p in self.peer_nodes()
             if now_ms - self._last_heard_ms.setdefault(p, now_ms) > self.liveness_timeout_ms
         }
+        dirty = self._dirty
+        quiesce_after = self.quiesce_after_ticks
         for g in self._groups.values():
             if g.quiesced:
                 if stale and g.node.lead in stale:
@@ -339,8 +343,8 @@ class MultiRaft:
                     continue
             g.node.tick()
             g.idle_ticks += 1
-            self._dirty.add(g.group_id)
-            if g.idle_ticks >= self.quiesce_after_ticks:
+            dirty.add(g.group_id)
+            if g.idle_ticks >= quiesce_after:
                 self._maybe_quiesce_leader(g)
 
     def _maybe_quiesce_leader(self, g: _Group) -> None:
