@@ -8,6 +8,9 @@ it exactly; the replay prints the run's shape and its last events.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,7 @@ from tests.sim.disk import SimDisk
 SEEDS = int(os.environ.get("RIP5_SIM_SEEDS", "200"))
 REPLAY_SEED = int(os.environ.get("RIP5_SIM_SEED", "0"))
 TRACE_LINES = int(os.environ.get("RIP5_SIM_TRACE", "40"))
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def replay_command(seed: int) -> str:
@@ -71,6 +75,25 @@ def test_same_seed_same_trace() -> None:
             second.messages,
         )
     assert run_seed(0).trace_digest != run_seed(1).trace_digest
+
+
+@pytest.mark.sim
+def test_replay_in_another_process_is_identical() -> None:
+    """A replay is a new process with another hash seed: the trace must not change."""
+    code = "from tests.sim.cluster import run_seed; print(run_seed(3).trace_digest)"
+    digests = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        digests.add(out.stdout.strip())
+    assert digests == {run_seed(3).trace_digest}
 
 
 @pytest.mark.sim
