@@ -121,7 +121,7 @@ def test_a_host_that_skips_fsync_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     durability bug, not only the checkers in isolation.
     """
     monkeypatch.setattr(SimDisk, "fsync", lambda self: None)
-    failures = [r.failure for r in (run_seed(seed) for seed in range(40)) if r.failure]
+    failures = [r.failure for r in (run_seed(seed) for seed in range(20)) if r.failure]
     assert len(failures) >= 3, failures
     assert any("InvariantViolation" in f for f in failures), failures
 
@@ -130,7 +130,7 @@ def test_a_host_that_skips_fsync_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_core_that_votes_for_stale_logs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Break the core on purpose (every log counts as up to date, §5.4.1 off)."""
     monkeypatch.setattr(RaftLog, "is_up_to_date", lambda self, last_index, term: True)
-    failures = [r.failure for r in (run_seed(seed) for seed in range(30)) if r.failure]
+    failures = [r.failure for r in (run_seed(seed) for seed in range(15)) if r.failure]
     assert len(failures) >= 3, failures
     assert all("InvariantViolation" in f for f in failures), failures
 
@@ -147,6 +147,6 @@ def test_reads_served_without_a_quorum_check_are_caught(monkeypatch: pytest.Monk
         r.answer_read(m.from_, m.context, r.log.committed)
 
     monkeypatch.setattr(leader, "_read_index", answer_at_once)
-    failures = [r.failure for r in (run_seed(seed) for seed in range(60)) if r.failure]
+    failures = [r.failure for r in (run_seed(seed) for seed in range(40)) if r.failure]
     assert failures
     assert all(f.startswith("history:") for f in failures), failures
