@@ -142,6 +142,8 @@ def test_unstable_snapshot_shadows_storage_until_persisted() -> None:
     log.restore(snap)
     assert (log.first_index(), log.last_index(), log.committed) == (11, 10, 10)
     assert log.term(10) == 4
+    with pytest.raises(LogCompacted):
+        log.term(9)
     assert log.snapshot() is snap
     assert not log.has_next_committed_entries()
     assert log.unstable.next_snapshot() is snap
