@@ -109,7 +109,7 @@ def test_runs_exercise_faults_and_clients() -> None:
     assert any(r.options.node.compact_every for r in results)
     totals = {key: sum(r.stats[key] for r in results) for key in results[0].stats}
     keys = ("reads_ok", "appends_ok", "snapshots_sent", "torn_recoveries", "mid_ready_crashes")
-    for key in (*keys, "conf_changes"):
+    for key in (*keys, "conf_changes", "joint_changes"):
         assert totals[key] > 0, totals
 
 
