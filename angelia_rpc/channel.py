@@ -251,6 +251,12 @@ class ClientConnection(Connection):
         return state
 
 
+def _retrieve(task: asyncio.Task[ClientConnection]) -> None:
+    # A connection attempt may fail after every caller waiting for it gave up.
+    if not task.cancelled():
+        task.exception()
+
+
 def _expire(future: asyncio.Future[bytes], name: str, peer: str) -> None:
     if not future.done():
         future.set_exception(
@@ -298,8 +304,15 @@ class Channel:
             task = self._connecting
             if task is None or task.done():
                 task = self._connecting = asyncio.ensure_future(self._connect_until(deadline))
+                task.add_done_callback(_retrieve)
             try:
-                return await asyncio.shield(task)
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.shield(task)
+            except TimeoutError:
+                raise unavailable(
+                    f"cannot connect to {self.address} ({self.config.transport}) within the "
+                    f"deadline: {self._last_error or 'the connection attempt is still running'}"
+                ) from None
             except AngeliaError as exc:
                 if task is self._connecting:
                     self._connecting = None
