@@ -28,7 +28,6 @@ from angelia_rpc.transport.tls import client_context, server_context
 log = logging.getLogger("angelia_rpc.transport.http2")
 PATH = b"/angelia"
 WINDOW = 2**31 - 1
-MAX_FRAME = 1 << 20
 
 
 class _H2Link(asyncio.Protocol):
@@ -60,12 +59,9 @@ class _H2Link(asyncio.Protocol):
             self.peer = f"{peername[0]}:{peername[1]}"
         conn = self.h2
         conn.initiate_connection()
-        conn.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
-            }
-        )
+        # MAX_FRAME_SIZE stays at the 16 KiB default: h2 checks frames that
+        # arrive in the same read as the SETTINGS ACK against the old limit.
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW})
         conn.increment_flow_control_window(WINDOW - 65535)
         if self.client_side:
             self.stream_id = conn.get_next_available_stream_id()
