@@ -116,6 +116,14 @@ class ClientConnection(Connection):
     def failed(self, error: AngeliaError) -> None:
         """Fail the handshake, every unary call and every stream."""
         if not self.welcome.done():
+            if error.code is errors.UNAVAILABLE and self.decoder.buffered_bytes:
+                # The peer answered HELLO with bytes that are not a frame, then hung
+                # up: it speaks something else. Retrying cannot help.
+                error = violation(
+                    f"{self.peer} answered the handshake with bytes that are not Angelia "
+                    f"frames and closed the connection: it is not an Angelia "
+                    f"{self.transport_name} server (is it configured with another transport?)"
+                )
             self.welcome.set_exception(error)
         unary, self.unary = self.unary, {}
         for future in unary.values():
