@@ -510,15 +510,17 @@ class ClientStream:
         """Send one message (bidirectional calls)."""
         if self._method.kind != BIDI:
             raise LocalUsageError(errors.BAD_REQUEST, f"{self._method.full_name} takes no messages")
-        state = await self._open()
-        await state.send_payload(
-            message_frame(
-                state.call_id,
-                self._encode(message),
-                state.connection.codec_id,
-                state.connection.send_bytes_max,
-            )
+        state = self._state
+        if state is None:
+            state = await self._open()
+        connection = state.connection
+        frame = message_frame(
+            state.call_id, self._encode(message), connection.codec_id, connection.send_bytes_max
         )
+        if state.may_send_now():
+            connection.send_raw(frame)  # the common case: credit left, link writable
+        else:
+            await state.send_payload(frame)
 
     def done_sending(self) -> None:
         """End this side (bidirectional calls)."""
