@@ -16,6 +16,7 @@ PURE.
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -140,7 +141,7 @@ class DedupWindow:
     def __init__(self, window_ms: int, entries_max: int) -> None:
         self.window_ms = window_ms
         self.entries_max = entries_max
-        self._entries: dict[tuple[str, str], tuple[RecordOutcome, int]] = {}
+        self._entries: OrderedDict[tuple[str, str], tuple[RecordOutcome, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -154,7 +155,7 @@ class DedupWindow:
         """Record the outcome of a first append (evicting the oldest when full)."""
         self._entries[(outcome.topic, outcome.message_id)] = (outcome, stored_ms)
         while len(self._entries) > self.entries_max:
-            del self._entries[next(iter(self._entries))]
+            self._entries.popitem(last=False)
 
     def update(self, outcome: RecordOutcome) -> None:
         """Replace a remembered outcome (a timer fired, a half message committed)."""
@@ -171,7 +172,7 @@ class DedupWindow:
             key = next(iter(self._entries))
             if self._entries[key][1] >= horizon:
                 break
-            del self._entries[key]
+            self._entries.popitem(last=False)
             evicted += 1
         return evicted
 

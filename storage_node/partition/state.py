@@ -103,9 +103,10 @@ class PartitionConfig:
 
     group_id: int = 0
     """This raft group's id: the queue id of its dead-letter queues."""
-    dedup_window_ms: int = 10 * 60_000
-    """How long a stored message id is remembered for idempotent retries."""
-    dedup_entries_max: int = 1_000_000
+    dedup_window_ms: int = 2 * 60_000
+    """How long a stored message id is remembered for idempotent retries (the
+    official clients retry at once, so minutes suffice)."""
+    dedup_entries_max: int = 100_000
     """At most this many message ids are remembered (oldest dropped first)."""
     receive_scan_max: int = 4096
     """A receive looks at no more than this many offsets past a group's cursor."""
@@ -246,6 +247,11 @@ class PartitionState:
                 record.message_id,
                 Placement.HALF,
                 duplicate=half is not None,
+            )
+        elif self._timers.is_held(record.topic, record.message_id):
+            # Sent again after the dedup window forgot it, while still held.
+            outcome = RecordOutcome(
+                record.topic, record.queue_id, record.message_id, Placement.DELAYED, duplicate=True
             )
         elif record.delivery_timestamp_ms > self.clock_ms:
             self._timers.hold(
