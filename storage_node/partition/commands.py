@@ -100,6 +100,13 @@ class Receive:
     does not match ``filter_expression`` is skipped for the group for good.
     With ``fifo``, at most one message per message group is in flight and
     nothing after an unacked message of a message group is handed out.
+
+    ``attempt_id`` (optional, chosen by the client per receive and reused when
+    it retries a failed call): a receive repeating the group's latest
+    attempt id on the queue gets that receive's deliveries again, same
+    handles, as long as any of them is still in flight, instead of new
+    messages; so a lost response does not leave messages (and, for FIFO, their
+    message groups) locked until the invisible time runs out.
     """
 
     op: ClassVar[Op] = Op.RECEIVE
@@ -113,6 +120,7 @@ class Receive:
     filter_expression: str = "*"
     fifo: bool = False
     initial_position: InitialPosition = InitialPosition.EARLIEST
+    attempt_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

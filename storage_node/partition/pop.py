@@ -82,6 +82,8 @@ class GroupQueue:
         self.cursor = cursor
         self.leases: dict[int, Lease] = {}
         self.done_ahead: set[int] = set()
+        # The latest receive that named an attempt id: (attempt id, generation, offsets).
+        self.last_attempt: tuple[str, int, tuple[int, ...]] = ("", 0, ())
 
     @classmethod
     def starting(cls, position: InitialPosition, end_offset: int) -> GroupQueue:
@@ -122,6 +124,18 @@ class GroupQueue:
         self.cursor = offset
         self.leases.clear()
         self.done_ahead.clear()
+        self.last_attempt = ("", 0, ())
+
+    def repeat_attempt(self, attempt_id: str, clock_ms: int) -> tuple[Grant, ...]:
+        """The grants of the latest receive with ``attempt_id`` still in flight, if any."""
+        last_id, generation, offsets = self.last_attempt
+        if not attempt_id or attempt_id != last_id:
+            return ()
+        return tuple(
+            Grant(offset, lease)
+            for offset in offsets
+            if (lease := self.valid_lease(offset, generation, clock_ms)) is not None
+        )
 
     def check_invariants(self, end_offset: int) -> None:
         """Raise AssertionError if the representation invariants do not hold."""
@@ -230,12 +244,13 @@ class GroupQueue:
                 for o, lease in sorted(self.leases.items())
             ],
             sorted(self.done_ahead),
+            [self.last_attempt[0], self.last_attempt[1], list(self.last_attempt[2])],
         ]
 
     @classmethod
     def from_wire(cls, data: object) -> GroupQueue:
         """Inverse of :meth:`to_wire`."""
-        cursor, leases, done_ahead = as_list(data, "group queue", 3)
+        cursor, leases, done_ahead, last = as_list(data, "group queue", 4)
         state = cls(as_int(cursor, "cursor"))
         for item in as_list(leases, "leases"):
             offset, generation, until, attempt, group = as_list(item, "lease", 5)
@@ -246,4 +261,10 @@ class GroupQueue:
                 as_str(group, "message group"),
             )
         state.done_ahead = {as_int(o, "done offset") for o in as_list(done_ahead, "done")}
+        attempt_id, generation, offsets = as_list(last, "last attempt", 3)
+        state.last_attempt = (
+            as_str(attempt_id, "attempt id"),
+            as_int(generation, "attempt generation"),
+            tuple(as_int(o, "attempt offset") for o in as_list(offsets, "attempt offsets")),
+        )
         return state

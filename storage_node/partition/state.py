@@ -59,7 +59,7 @@ from storage_node.partition.commands import (
     Tick,
     decode,
 )
-from storage_node.partition.pop import GroupQueue, Lease
+from storage_node.partition.pop import Grant, GroupQueue, Lease
 from storage_node.partition.queues import (
     DedupWindow,
     Placement,
@@ -297,6 +297,9 @@ class PartitionState:
         if group_queue is None:
             group_queue = GroupQueue.starting(command.initial_position, len(entries))
             self._groups[key] = group_queue
+        repeated = group_queue.repeat_attempt(command.attempt_id, self.clock_ms)
+        if repeated:
+            return ReceiveResult(tuple(_delivery(command, grant, entries) for grant in repeated))
         plan = group_queue.receive(
             entries,
             clock_ms=self.clock_ms,
@@ -308,19 +311,17 @@ class PartitionState:
             fifo=command.fifo,
             scan_max=self.config.receive_scan_max,
         )
+        if command.attempt_id:
+            group_queue.last_attempt = (
+                command.attempt_id,
+                log_index,
+                tuple(grant.queue_offset for grant in plan.grants),
+            )
         dead = tuple(
             self._move_to_dead_letter(command.group, queue, expiry.queue_offset, expiry.attempts)
             for expiry in plan.dead_letters
         )
-        deliveries = tuple(
-            Delivery(
-                ReceiptHandle(command.topic, command.queue_id, grant.queue_offset, log_index),
-                grant.lease.attempt,
-                grant.lease.invisible_until_ms,
-                entries[grant.queue_offset],
-            )
-            for grant in plan.grants
-        )
+        deliveries = tuple(_delivery(command, grant, entries) for grant in plan.grants)
         return ReceiveResult(deliveries, dead)
 
     def _move_to_dead_letter(
@@ -535,6 +536,15 @@ class PartitionState:
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""
         return len(self._dedup)
+
+
+def _delivery(command: Receive, grant: Grant, entries: Sequence[QueueEntry]) -> Delivery:
+    handle = ReceiptHandle(
+        command.topic, command.queue_id, grant.queue_offset, grant.lease.generation
+    )
+    return Delivery(
+        handle, grant.lease.attempt, grant.lease.invisible_until_ms, entries[grant.queue_offset]
+    )
 
 
 def _require(condition: bool, message: str) -> None:

@@ -54,6 +54,7 @@ receive = st.builds(
     st.sampled_from(["*", "a", "a||b"]),
     st.booleans(),
     st.sampled_from(list(c.InitialPosition)),
+    st.sampled_from(["", "", "x", "y"]),
 )
 # Appends and receives weigh more: they build the state the other commands act on.
 command = st.one_of(
