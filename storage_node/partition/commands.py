@@ -52,6 +52,7 @@ class Op(enum.IntEnum):
     NOTE_TRANSACTION_CHECKS = 8
     TICK = 9
     CANCEL_TIMER = 10
+    TRIM_QUEUE = 11
 
 
 class InitialPosition(enum.IntEnum):
@@ -223,6 +224,22 @@ class CancelTimer:
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class TrimQueue:
+    """Retention: drop a queue's messages below ``before_offset`` (clamped to the queue).
+
+    Their offsets are never reused and reads of them fail; consumer groups
+    positioned below move up, and their leases there are dropped. The leader
+    picks the offset (e.g. from store timestamps and the topic's retention).
+    """
+
+    op: ClassVar[Op] = Op.TRIM_QUEUE
+    now_ms: int
+    topic: str
+    queue_id: int
+    before_offset: int
+
+
 Command = (
     Append
     | Receive
@@ -234,6 +251,7 @@ Command = (
     | NoteTransactionChecks
     | Tick
     | CancelTimer
+    | TrimQueue
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -249,6 +267,7 @@ _BY_OP: dict[Op, type[Any]] = {
         NoteTransactionChecks,
         Tick,
         CancelTimer,
+        TrimQueue,
     )
 }
 

@@ -76,6 +76,53 @@ class QueueEntry:
         )
 
 
+class QueueIndex:
+    """One queue's entries, from ``first_offset`` (older ones trimmed) to ``end_offset``.
+
+    Invariant: ``0 <= first_offset <= end_offset``; trimming only raises
+    ``first_offset``, appending only raises ``end_offset``.
+    """
+
+    __slots__ = ("_entries", "first_offset")
+
+    def __init__(self, first_offset: int = 0, entries: list[QueueEntry] | None = None) -> None:
+        self.first_offset = first_offset
+        self._entries: list[QueueEntry] = entries if entries is not None else []
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next message will get."""
+        return self.first_offset + len(self._entries)
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        return iter(self._entries)
+
+    def at(self, queue_offset: int) -> QueueEntry:
+        """The entry at ``queue_offset``; the caller checks the range."""
+        return self._entries[queue_offset - self.first_offset]
+
+    def holds(self, queue_offset: int) -> bool:
+        """Whether ``queue_offset`` is in [first_offset, end_offset)."""
+        return self.first_offset <= queue_offset < self.end_offset
+
+    def append(self, entry: QueueEntry) -> int:
+        """Add an entry at the end; returns its offset."""
+        self._entries.append(entry)
+        return self.end_offset - 1
+
+    def read(self, queue_offset: int, count_max: int) -> tuple[QueueEntry, ...]:
+        """Up to ``count_max`` entries from ``queue_offset`` (within the range)."""
+        start = queue_offset - self.first_offset
+        return tuple(self._entries[start : start + max(count_max, 0)])
+
+    def trim(self, before_offset: int) -> int:
+        """Drop entries below ``before_offset`` (clamped to the range); returns first_offset."""
+        before = min(max(before_offset, self.first_offset), self.end_offset)
+        del self._entries[: before - self.first_offset]
+        self.first_offset = before
+        return before
+
+
 def view_record(record: MessageRecord, entry: QueueEntry, queue: QueueId) -> MessageRecord:
     """The message a reader of ``queue`` sees at ``entry``, given the record it indexes.
 

@@ -57,6 +57,7 @@ from storage_node.partition.commands import (
     ReceiptHandle,
     Receive,
     Tick,
+    TrimQueue,
     decode,
 )
 from storage_node.partition.pop import Grant, GroupQueue, Lease
@@ -65,6 +66,7 @@ from storage_node.partition.queues import (
     Placement,
     QueueEntry,
     QueueId,
+    QueueIndex,
     RecordOutcome,
     dead_letter_topic,
 )
@@ -83,9 +85,12 @@ from storage_node.partition.results import (
     Result,
     TickResult,
     TransactionChecksResult,
+    TrimQueueResult,
 )
 from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
+
+_EMPTY = QueueIndex()
 
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
@@ -120,7 +125,7 @@ class PartitionState:
         self.applied_index = 0
         self.clock_ms = 0
         self.grown_queues: set[QueueId] = set()
-        self._queues: dict[QueueId, list[QueueEntry]] = {}
+        self._queues: dict[QueueId, QueueIndex] = {}
         self._groups: dict[GroupQueueKey, GroupQueue] = {}
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
@@ -178,6 +183,8 @@ class PartitionState:
             return CancelTimerResult(
                 self._timers.cancel(command.topic, command.message_id) is not None
             )
+        if isinstance(command, TrimQueue):
+            return self._trim_queue(command)
         raise BadCommand(f"not a partition command: {type(command).__name__}")
 
     def _advance_clock(self, now_ms: int) -> int:
@@ -198,10 +205,11 @@ class PartitionState:
         return len(due)
 
     def _enqueue(self, queue: QueueId, entry: QueueEntry) -> int:
-        entries = self._queues.setdefault(queue, [])
-        entries.append(entry)
+        index = self._queues.get(queue)
+        if index is None:
+            index = self._queues[queue] = QueueIndex()
         self.grown_queues.add(queue)
-        return len(entries) - 1
+        return index.append(entry)
 
     # ------------------------------------------------------------------ append
 
@@ -289,19 +297,19 @@ class PartitionState:
         _require(command.invisible_duration_ms >= 0, "invisible duration must be >= 0")
         _require(command.max_delivery_attempts >= 1, "max delivery attempts must be >= 1")
         queue = (command.topic, command.queue_id)
-        entries = self._queues.get(queue)
-        if not entries:
+        index = self._queues.get(queue)
+        if index is None:
             return ReceiveResult(())
         key = (command.group, command.topic, command.queue_id)
         group_queue = self._groups.get(key)
         if group_queue is None:
-            group_queue = GroupQueue.starting(command.initial_position, len(entries))
+            group_queue = GroupQueue.starting(command.initial_position, index)
             self._groups[key] = group_queue
         repeated = group_queue.repeat_attempt(command.attempt_id, self.clock_ms)
         if repeated:
-            return ReceiveResult(tuple(_delivery(command, grant, entries) for grant in repeated))
+            return ReceiveResult(tuple(_delivery(command, grant, index) for grant in repeated))
         plan = group_queue.receive(
-            entries,
+            index,
             clock_ms=self.clock_ms,
             generation=log_index,
             max_messages=command.max_messages,
@@ -321,14 +329,14 @@ class PartitionState:
             self._move_to_dead_letter(command.group, queue, expiry.queue_offset, expiry.attempts)
             for expiry in plan.dead_letters
         )
-        deliveries = tuple(_delivery(command, grant, entries) for grant in plan.grants)
+        deliveries = tuple(_delivery(command, grant, index) for grant in plan.grants)
         return ReceiveResult(deliveries, dead)
 
     def _move_to_dead_letter(
         self, group: str, queue: QueueId, queue_offset: int, attempts: int
     ) -> DeadLettered:
         """Append a dead-letter copy of a queue entry (the caller finished it for the group)."""
-        entry = self._queues[queue][queue_offset]
+        entry = self._queues[queue].at(queue_offset)
         target = (dead_letter_topic(group), self.config.group_id)
         offset = self._enqueue(
             target,
@@ -399,11 +407,22 @@ class PartitionState:
 
     def _commit_offset(self, command: CommitOffset) -> CommitOffsetResult:
         _require(command.group != "", "committing an offset needs a consumer group")
+        first = self.first_offset(command.topic, command.queue_id)
         end = self.end_offset(command.topic, command.queue_id)
-        offset = min(max(command.offset, 0), end)
+        offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
         self._groups.setdefault(key, GroupQueue()).reset(offset)
         return CommitOffsetResult(offset)
+
+    def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:
+        index = self._queues.get((command.topic, command.queue_id))
+        if index is None:
+            return TrimQueueResult(0)
+        first = index.trim(command.before_offset)
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            if (topic, queue_id) == (command.topic, command.queue_id):
+                group_queue.trim(first, index.end_offset)
+        return TrimQueueResult(first)
 
     # ------------------------------------------------------------------ transactions
 
@@ -467,27 +486,48 @@ class PartitionState:
 
     def end_offset(self, topic: str, queue_id: int) -> int:
         """The offset the next message of the queue will get (0 for an unknown queue)."""
-        return len(self._queues.get((topic, queue_id), ()))
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.end_offset
+
+    def first_offset(self, topic: str, queue_id: int) -> int:
+        """The oldest offset still in the queue (older ones were trimmed)."""
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.first_offset
 
     def entry(self, topic: str, queue_id: int, queue_offset: int) -> QueueEntry:
         """Where the message at ``queue_offset`` lives; raises ``OffsetOutOfRange``."""
-        entries = self._queues.get((topic, queue_id), [])
-        if not 0 <= queue_offset < len(entries):
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.holds(queue_offset):
             raise OffsetOutOfRange(
-                f"offset {queue_offset} outside [0, {len(entries)}) of {topic}:{queue_id}"
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}) "
+                f"of {topic}:{queue_id}"
             )
-        return entries[queue_offset]
+        return index.at(queue_offset)
 
     def read(
         self, topic: str, queue_id: int, queue_offset: int, count_max: int
     ) -> Sequence[QueueEntry]:
         """Up to ``count_max`` entries from ``queue_offset`` (the end offset gives none)."""
-        entries = self._queues.get((topic, queue_id), [])
-        if not 0 <= queue_offset <= len(entries):
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.first_offset <= queue_offset <= index.end_offset:
             raise OffsetOutOfRange(
-                f"offset {queue_offset} outside [0, {len(entries)}] of {topic}:{queue_id}"
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}] "
+                f"of {topic}:{queue_id}"
             )
-        return tuple(entries[queue_offset : queue_offset + max(count_max, 0)])
+        return index.read(queue_offset, count_max)
+
+    def min_log_index_referenced(self) -> int | None:
+        """The oldest log index a queue entry, half message or held message still needs.
+
+        Log entries below it hold no message anyone can read: with a snapshot
+        at or after it, the log may be truncated there. None: nothing is
+        referenced. Costs a pass over every entry; call it when planning
+        truncation, not per request.
+        """
+        indexes = [entry.log_index for index in self._queues.values() for entry in index]
+        indexes += [half.log_index for half in self._halves]
+        indexes += [held.log_index for held in self._timers]
+        return min(indexes, default=None)
 
     def consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The offset below which every message is done for ``group`` (None: never consumed)."""
@@ -525,9 +565,15 @@ class PartitionState:
     def check_invariants(self) -> None:
         """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
         for (_group, topic, queue_id), group_queue in self._groups.items():
-            group_queue.check_invariants(self.end_offset(topic, queue_id))
-        for queue, entries in self._queues.items():
-            if any(entry.log_index > self.applied_index for entry in entries):
+            group_queue.check_invariants(
+                self.first_offset(topic, queue_id), self.end_offset(topic, queue_id)
+            )
+        for queue, index in self._queues.items():
+            if not 0 <= index.first_offset <= index.end_offset:
+                raise AssertionError(
+                    f"{queue} has offsets [{index.first_offset}, {index.end_offset})"
+                )
+            if any(entry.log_index > self.applied_index for entry in index):
                 raise AssertionError(f"{queue} indexes an entry after the applied index")
         for held in self._timers:
             if held.due_ms <= self.clock_ms:
@@ -538,12 +584,12 @@ class PartitionState:
         return len(self._dedup)
 
 
-def _delivery(command: Receive, grant: Grant, entries: Sequence[QueueEntry]) -> Delivery:
+def _delivery(command: Receive, grant: Grant, index: QueueIndex) -> Delivery:
     handle = ReceiptHandle(
         command.topic, command.queue_id, grant.queue_offset, grant.lease.generation
     )
     return Delivery(
-        handle, grant.lease.attempt, grant.lease.invisible_until_ms, entries[grant.queue_offset]
+        handle, grant.lease.attempt, grant.lease.invisible_until_ms, index.at(grant.queue_offset)
     )
 
 

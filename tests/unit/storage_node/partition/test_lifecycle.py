@@ -50,12 +50,14 @@ from storage_node.partition.commands import (
     EndTransaction,
     ReceiptHandle,
     Tick,
+    TrimQueue,
 )
 from storage_node.partition.queues import Placement, dead_letter_topic
 from storage_node.partition.results import (
     ChangeInvisibleDurationResult,
     DeadLetterResult,
     EndTransactionResult,
+    TrimQueueResult,
 )
 from storage_node.partition.snapshot import take_snapshot
 from storage_node.partition.state import PartitionConfig
@@ -122,6 +124,7 @@ class PartitionLifecycle(RuleBasedStateMachine):
         )
         self.clock_ms = 0  # the state clock starts at 0; commands move it
         self.queue: list[str] = []  # message ids by offset
+        self.first = 0  # offsets below were trimmed
         self.content: dict[str, MessageRecord] = {}
         self.stored_ms: dict[str, int] = {}  # message id -> first store time (dedup)
         self.held: list[tuple[int, int, int, str]] = []  # (due, log index, position, id)
@@ -377,11 +380,24 @@ class PartitionLifecycle(RuleBasedStateMachine):
     @rule(group=st.sampled_from(sorted(GROUPS)), offset=st.integers(0, 40))
     def commit_offset(self, group: str, offset: int) -> None:
         self.tick_model(self.h.now_ms)
-        clamped = min(offset, len(self.queue))
+        clamped = min(max(offset, self.first), len(self.queue))
         self.h.apply(CommitOffset(self.h.now_ms, group, TOPIC, 0, offset))
         model = self.groups[group]
         model.status = dict.fromkeys(range(clamped), "done")
         model.delivered = {}
+
+    @rule(before=st.integers(0, 12))
+    def trim_queue(self, before: int) -> None:
+        self.tick_model(self.h.now_ms)
+        result = self.h.apply(TrimQueue(self.h.now_ms, TOPIC, 0, before))
+        if not self.queue:
+            return
+        first = min(max(before, self.first), len(self.queue))
+        assert result == TrimQueueResult(first)
+        for model in self.groups.values():
+            for offset in range(self.first, first):
+                model.status[offset] = "done"  # gone: never handed out again
+        self.first = first
 
     @rule(ms=st.sampled_from([1, 999, 1_000, 5_000, 10_000, 30_000, 61_000]))
     def time_passes(self, ms: int) -> None:
@@ -406,9 +422,10 @@ class PartitionLifecycle(RuleBasedStateMachine):
             return
         self.h.state.check_invariants()
         assert self.h.state.clock_ms == self.clock_ms
-        entries = self.h.state.read(TOPIC, 0, 0, 1 << 20)
+        assert self.h.state.first_offset(TOPIC, 0) == self.first
+        entries = self.h.state.read(TOPIC, 0, self.first, 1 << 20)
         ids = [self.h.resolve(e, TOPIC, 0).message_id for e in entries]
-        assert ids == self.queue
+        assert ids == self.queue[self.first :]
         assert sorted(h.message_id for h in self.h.state.held_messages()) == sorted(
             t[3] for t in self.held
         )
