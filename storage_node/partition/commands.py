@@ -272,6 +272,10 @@ _BY_OP: dict[Op, type[Any]] = {
 }
 
 
+COMMAND_TYPES: tuple[type[Any], ...] = tuple(_BY_OP.values())
+"""Every command class, for isinstance checks."""
+
+
 def encode(command: Command) -> bytes:
     """The log entry bytes of ``command``; equal commands give equal bytes."""
     if isinstance(command, Append):

@@ -165,12 +165,6 @@ class GroupQueue:
         if any(lease.attempt < 1 for lease in self.leases.values()):
             raise AssertionError("a lease with attempt < 1")
 
-    def next_visible_ms(self) -> int | None:
-        """When the earliest lease expires (None with no leases)."""
-        if not self.leases:
-            return None
-        return min(lease.invisible_until_ms for lease in self.leases.values())
-
     def _fresh(self, end_offset: int, scan_max: int) -> Iterator[int]:
         """Fresh offsets from the cursor, looking at no more than ``scan_max`` offsets."""
         offset = self.cursor

@@ -45,6 +45,7 @@ from storage_node.errors import (
     StorageError,
 )
 from storage_node.partition.commands import (
+    COMMAND_TYPES,
     Ack,
     Append,
     CancelTimer,
@@ -160,6 +161,8 @@ class PartitionState:
         self.grown_queues = set()
 
     def _apply(self, command: Command, log_index: int) -> Result:
+        if not isinstance(command, COMMAND_TYPES):
+            raise BadCommand(f"not a partition command: {type(command).__name__}")
         released = self._advance_clock(command.now_ms)
         if isinstance(command, Append):
             return self._append(command, log_index)
@@ -185,7 +188,7 @@ class PartitionState:
             )
         if isinstance(command, TrimQueue):
             return self._trim_queue(command)
-        raise BadCommand(f"not a partition command: {type(command).__name__}")
+        raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
     def _advance_clock(self, now_ms: int) -> int:
         """Move the clock forward to ``now_ms`` (never back); release due timers."""
