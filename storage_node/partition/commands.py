@@ -8,6 +8,9 @@ expiry, timer release and dedup eviction alike. The state machine keeps its
 clock monotonic (``max`` of all ``now_ms`` seen), so a new leader with a
 clock behind the old one cannot move time backwards.
 
+One log entry holds exactly one command: receipt handle generations are log
+indexes, so two commands sharing an entry would share a generation.
+
 Wire form: one op byte, then
 
 - ``APPEND``: a record batch (``protocol.records``) whose store timestamp is

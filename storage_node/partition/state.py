@@ -42,7 +42,7 @@ from storage_node.errors import (
     InvalidReceiptHandle,
     NotFound,
     OffsetOutOfRange,
-    StorageError,
+    OutOfOrderApply,
 )
 from storage_node.partition.commands import (
     COMMAND_TYPES,
@@ -95,12 +95,6 @@ _EMPTY = QueueIndex()
 
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
-
-
-class OutOfOrderApply(StorageError):
-    """The host applied an entry at or below the last applied index."""
-
-    code = errors.INTERNAL
 
 
 @dataclass(frozen=True, slots=True)

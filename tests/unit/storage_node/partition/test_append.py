@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 
 from protocol.records import MessageRecord
-from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange
+from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange, OutOfOrderApply
 from storage_node.partition.commands import Append, Tick
 from storage_node.partition.queues import Placement
 from storage_node.partition.reads import record_at
-from storage_node.partition.state import OutOfOrderApply, PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionConfig, PartitionState
 
 from .harness import Harness, record
 
