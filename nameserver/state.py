@@ -561,6 +561,11 @@ class MetadataState:
             raise NotFound(f"raft group {group_id} does not exist")
         return group
 
+    def groups_of_node(self, node_id: int) -> tuple[RaftGroup, ...]:
+        """The raft groups listing ``node_id`` as a replica, by id: what that
+        storage node should host (it reconciles its local groups to this)."""
+        return tuple(g for g in _sorted(self._raft_groups) if node_id in g.replicas)
+
     def raft_groups(self, cluster: str) -> tuple[RaftGroup, ...]:
         """The raft groups of one cluster, by id."""
         found = self.cluster(cluster)
@@ -622,17 +627,21 @@ class MetadataState:
             self._revision,
         )
 
-    def changes_since(self, revision: int) -> WatchBatch:
-        """Every change with a revision above ``revision``, oldest first, or
-        ``resync_required`` when some of them are no longer kept (or the
-        watcher claims a revision this state has not reached)."""
+    def changes_since(
+        self, revision: int, kinds: frozenset[ChangeKind] | None = None
+    ) -> WatchBatch:
+        """Every change with a revision above ``revision`` (of the given
+        ``kinds`` only, if given), oldest first, or ``resync_required`` when
+        some of them are no longer kept (or the watcher claims a revision this
+        state has not reached). The batch's ``revision`` is where to continue."""
         if revision < self._compacted_revision or revision > self._revision:
             return WatchBatch(self._revision, (), resync_required=True)
         newer: list[Change] = []
         for change in reversed(self._history):
             if change.revision <= revision:
                 break
-            newer.append(change)
+            if kinds is None or change.kind in kinds:
+                newer.append(change)
         newer.reverse()
         return WatchBatch(self._revision, tuple(newer))
 

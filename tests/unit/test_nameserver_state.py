@@ -334,3 +334,34 @@ def test_restoring_with_a_smaller_history_drops_the_oldest_changes() -> None:
     assert [x.key for x in restored.changes_since(1).changes] == ["b", "c"]
     with pytest.raises(NameserverError, match="history is not an array"):
         MetadataState.restore(pack([1, unpack_raw(state.snapshot())[1], "x"]))  # type: ignore[index]
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEQUENCES, st.sets(st.sampled_from(list(ChangeKind))), st.integers(0, 30))
+def test_a_filtered_watch_is_the_full_watch_filtered(
+    commands: list[c.Command], kinds: set[ChangeKind], since: int
+) -> None:
+    state = MetadataState(history_max=1_000_000)
+    for command in commands:
+        run(state, command)
+    full = state.changes_since(since)
+    filtered = state.changes_since(since, frozenset(kinds))
+    assert filtered.revision == full.revision
+    assert filtered.resync_required == full.resync_required
+    assert filtered.changes == tuple(x for x in full.changes if x.kind in kinds)
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEQUENCES)
+def test_groups_of_node_lists_exactly_the_groups_a_node_replicates(
+    commands: list[c.Command],
+) -> None:
+    state = MetadataState()
+    for command in commands:
+        run(state, command)
+    groups = [g for cluster in state.clusters() for g in state.raft_groups(cluster.name)]
+    for node_id in NODES:
+        expected = tuple(
+            sorted((g for g in groups if node_id in g.replicas), key=lambda g: g.group_id)
+        )
+        assert state.groups_of_node(node_id) == expected
