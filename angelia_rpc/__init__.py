@@ -8,7 +8,9 @@ time with a clear error. Every pair passes one conformance suite.
 Usage::
 
     from dataclasses import dataclass
-    from angelia_rpc import Bidi, Channel, RpcConfig, Server, Service, ServerStream, Unary
+    from angelia_rpc import (
+        Bidi, CallContext, Peers, RpcConfig, Server, Service, ServerStream, Unary,
+    )
 
     @dataclass(frozen=True, slots=True)
     class AppendRequest:

@@ -167,52 +167,70 @@ class FrameDecoder:
         end = len(buffer)
         limit = self.frame_bytes_max
         unpack = HEADER.unpack_from
-        while end - offset >= 4:
-            (length,) = struct.unpack_from("!I", buffer, offset)
-            if length + 4 > limit:
-                if buffer[offset : offset + 4] == HTTP2_PREFACE_START:
-                    raise violation(
-                        "the peer speaks HTTP/2 (the grpc or http2 transport), "
-                        "but this end uses the tcp transport"
+        view = memoryview(buffer)
+        try:
+            while end - offset >= 4:
+                (length,) = struct.unpack_from("!I", buffer, offset)
+                if length + 4 > limit:
+                    if buffer[offset : offset + 4] == HTTP2_PREFACE_START:
+                        raise violation(
+                            "the peer speaks HTTP/2 (the grpc or http2 transport), "
+                            "but this end uses the tcp transport"
+                        )
+                    raise RemoteProtocolError(
+                        errors.FRAME_TOO_LARGE,
+                        f"the peer sent a frame of {length + 4} bytes; the maximum frame size "
+                        f"is {limit} bytes",
                     )
-                raise RemoteProtocolError(
-                    errors.FRAME_TOO_LARGE,
-                    f"the peer sent a frame of {length + 4} bytes; the maximum frame size "
-                    f"is {limit} bytes",
+                if length + 4 < HEADER_BYTES:
+                    raise violation(f"frame length {length + 4} is shorter than the header")
+                if end - offset < length + 4:
+                    break
+                _, kind, flags, codec_id, method_len, call_id, timeout_ms = unpack(buffer, offset)
+                if kind not in KIND_NAMES:
+                    raise violation(f"unknown frame kind {kind}")
+                start = offset + HEADER_BYTES
+                stop = offset + 4 + length
+                if method_len > stop - start:
+                    raise violation(f"method length {method_len} runs past the end of the frame")
+                if method_len:
+                    raw_method = bytes(view[start : start + method_len])
+                    method = _METHOD_NAMES.get(raw_method)
+                    if method is None:
+                        method = _method_name(raw_method)
+                else:
+                    method = ""
+                frames.append(
+                    Frame(
+                        kind,
+                        flags,
+                        codec_id,
+                        call_id,
+                        timeout_ms,
+                        method,
+                        bytes(view[start + method_len : stop]),
+                    )
                 )
-            if length + 4 < HEADER_BYTES:
-                raise violation(f"frame length {length + 4} is shorter than the header")
-            if end - offset < length + 4:
-                break
-            _, kind, flags, codec_id, method_len, call_id, timeout_ms = unpack(buffer, offset)
-            if kind not in KIND_NAMES:
-                raise violation(f"unknown frame kind {kind}")
-            start = offset + HEADER_BYTES
-            stop = offset + 4 + length
-            if method_len > stop - start:
-                raise violation(f"method length {method_len} runs past the end of the frame")
-            if method_len:
-                try:
-                    method = buffer[start : start + method_len].decode()
-                except UnicodeDecodeError as exc:
-                    raise violation(f"method name is not UTF-8: {exc}") from exc
-            else:
-                method = ""
-            frames.append(
-                Frame(
-                    kind,
-                    flags,
-                    codec_id,
-                    call_id,
-                    timeout_ms,
-                    method,
-                    bytes(buffer[start + method_len : stop]),
-                )
-            )
-            offset = stop
+                offset = stop
+        finally:
+            view.release()
         if offset:
             del buffer[:offset]
         return frames
+
+
+_METHOD_NAMES: dict[bytes, str] = {}
+
+
+def _method_name(raw: bytes) -> str:
+    """Decode a method name, remembering the first few hundred names seen."""
+    try:
+        method = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise violation(f"method name is not UTF-8: {exc}") from exc
+    if len(_METHOD_NAMES) < 1024:
+        _METHOD_NAMES[raw] = method
+    return method
 
 
 def hello(codec: str, codec_id: int, transport: str, frame_bytes_max: int) -> bytes:

@@ -24,8 +24,11 @@ from angelia_rpc.connection import Connection, StreamState, message_frame
 from angelia_rpc.errors import AngeliaError, deadline_exceeded, from_exception
 from angelia_rpc.framing import (
     CANCEL,
+    CREDIT,
     END,
     ERROR,
+    HEADER,
+    HEADER_BYTES,
     MESSAGE,
     REQUEST,
     RESPONSE,
@@ -44,6 +47,8 @@ from angelia_rpc.transport.base import Listener, Transport
 from protocol import errors
 
 log = logging.getLogger("angelia_rpc.server")
+SWEEP_S = 0.05
+_HEADER_PACK = HEADER.pack
 
 
 @dataclass(slots=True)
@@ -77,6 +82,8 @@ class ServerConnection(Connection):
         self.server = server
         self.greeted = False
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.deadlines: dict[int, float] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self._reading_paused = False
 
     def link_made(self, link: Any) -> None:
@@ -88,6 +95,9 @@ class ServerConnection(Connection):
         """Cancel every running handler of this connection."""
         super().link_lost(reason)
         self.server.connections.discard(self)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         tasks, self.tasks = self.tasks, {}
         for task in tasks.values():
             task.cancel()
@@ -106,7 +116,7 @@ class ServerConnection(Connection):
             stream = self.streams.pop(frame.call_id, None)
             if stream is not None:
                 stream.fail(AngeliaError(errors.CANCELLED, "the client cancelled the call"))
-        elif kind in (MESSAGE, END) or (kind == 9):  # CREDIT
+        elif kind in (MESSAGE, END, CREDIT):
             stream = self.streams.get(frame.call_id)
             if stream is not None:
                 stream.on_frame(frame)
@@ -176,15 +186,31 @@ class ServerConnection(Connection):
         task = loop.create_task(coro)
         self.tasks[call_id] = task
         if deadline is not None:
-            timer = loop.call_at(deadline, task.cancel)
-            task.add_done_callback(lambda _: timer.cancel())
+            self.deadlines[call_id] = deadline
+            if self._sweeper is None:
+                self._sweeper = loop.call_later(SWEEP_S, self._sweep)
         if len(self.tasks) >= self.server.config.in_flight_max and not self._reading_paused:
             self._reading_paused = True
             if self.link is not None:
                 self.link.pause_reading()
 
+    def _sweep(self) -> None:
+        # Server-side deadlines are a backstop, checked every SWEEP_S: the
+        # client enforces its deadline exactly and sends CANCEL when it passes.
+        self._sweeper = None
+        now = self._loop.time()
+        for call_id, deadline in list(self.deadlines.items()):
+            if deadline <= now:
+                del self.deadlines[call_id]
+                task = self.tasks.get(call_id)
+                if task is not None:
+                    task.cancel()
+        if self.deadlines and not self.closed:
+            self._sweeper = self._loop.call_later(SWEEP_S, self._sweep)
+
     def _finished(self, call_id: int) -> None:
         self.tasks.pop(call_id, None)
+        self.deadlines.pop(call_id, None)
         if self._reading_paused and len(self.tasks) < self.server.config.in_flight_max:
             self._reading_paused = False
             if self.link is not None and not self.closed:
@@ -203,13 +229,11 @@ class ServerConnection(Connection):
         try:
             request = route.decode(payload)
             response = await route.handler.call(request, context)
-            frame = encode_frame(
-                RESPONSE,
-                call_id,
-                route.encode(response),
-                codec_id=self.codec_id,
-                frame_bytes_max=self.send_bytes_max,
-            )
+            encoded = route.encode(response)
+            size = HEADER_BYTES + len(encoded)
+            if size > self.send_bytes_max:
+                encode_frame(RESPONSE, call_id, encoded, frame_bytes_max=self.send_bytes_max)
+            frame = _HEADER_PACK(size - 4, RESPONSE, 0, self.codec_id, 0, call_id, 0) + encoded
         except asyncio.CancelledError:
             self._expired_or_cancelled(call_id, context)
         except Exception as exc:  # noqa: BLE001 - any handler failure goes to the caller

@@ -202,6 +202,11 @@ class TagFilter:
 
     tags: frozenset[str] = frozenset()
 
+    @property
+    def expression(self) -> str:
+        """The filter as a TAG expression (``*`` or ``a||b``), e.g. for a storage command."""
+        return "||".join(sorted(self.tags)) if self.tags else "*"
+
     def matches(self, tag: str | None) -> bool:
         """Whether a message with this tag passes the filter."""
         if not self.tags:

@@ -1,6 +1,7 @@
 """Tag filter expressions, matched as RocketMQ does.
 
-``*`` or an empty expression matches every message. Otherwise the
+``*`` or an empty expression matches every message (a ``*`` inside a
+list, as in ``a || *``, is just a tag, as in RocketMQ). Otherwise the
 expression is split on ``||``, each part is trimmed, empty parts are dropped,
 and a message matches when its tag equals one of the parts exactly; an
 untagged message matches no specific tag.
@@ -32,8 +33,6 @@ class TagFilter:
             return cls()
         parts = {part.strip() for part in stripped.split("||")}
         parts.discard("")
-        if MATCH_ALL in parts:
-            return cls()
         return cls(frozenset(parts))
 
     @property

@@ -49,6 +49,10 @@ class DriverOptions:
     quiesce_after_ticks: int = 20
     max_size_per_msg_bytes: int = 1 << 20
     max_inflight_msgs: int = 256
+    # Snapshot a group every this many applied entries (0: never), then
+    # compact its log to ``keep_entries`` below the snapshot.
+    snapshot_entries: int = 0
+    keep_entries: int = 1000
     seed: int | None = None
 
 
@@ -87,6 +91,7 @@ class Driver:
         self._preparing_spare = False
         self.rounds = 0
         self.syncs = 0
+        self.sync_s = 0.0
 
     # ---------------------------------------------------------------- setup
     def add_group(self, group_id: int, peers: Sequence[int], state_machine: StateMachine) -> None:
@@ -116,6 +121,7 @@ class Driver:
         )
         node = RawNode(config, log, self._rng.randrange)
         self.host.add_group(group_id, node, state_machine, peers)
+        self.host.set_applied(group_id, applied)
         self._work.set()
 
     async def start(self) -> None:
@@ -212,14 +218,20 @@ class Driver:
                 if rnd.is_empty():
                     continue
                 host.persist(rnd, store)
+                t0 = time.perf_counter()
                 if rnd.must_sync:
                     await loop.run_in_executor(self._sync_thread, store.sync)
                     self.syncs += 1
+                    store.maybe_collect_garbage()
+                self.sync_s += time.perf_counter() - t0
                 for to_node, data in host.outgoing(rnd):
                     self.transport.send(to_node, data)
                 outcomes = host.apply(rnd, store)
+                if self.options.snapshot_entries:
+                    host.maybe_snapshot(
+                        rnd, store, self.options.snapshot_entries, self.options.keep_entries
+                    )
                 host.advance(rnd)
-                store.maybe_collect_garbage()
             except StorageFailed as exc:
                 _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
                 self._failed = exc

@@ -612,7 +612,13 @@ class LogStore:
         self.maybe_collect_garbage()
 
     def maybe_collect_garbage(self) -> list[int]:
-        """Recycle segments no group needs (call after a sync); return their sequences."""
+        """Recycle segments no group needs; return their sequences.
+
+        Does nothing unless everything encoded is durable (nothing buffered or
+        unsynced): a compaction must be on disk before the segments it frees go.
+        """
+        if self._buffer or self._dirty_fds:
+            return []
         for path in self._snapshot_files_to_delete:
             path.unlink(missing_ok=True)
         self._snapshot_files_to_delete = []

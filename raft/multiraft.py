@@ -46,6 +46,7 @@ from raft.types import (
     Ready,
     Role,
     Snapshot,
+    SnapshotMetadata,
 )
 
 _PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
@@ -81,6 +82,11 @@ class StatusLike(Protocol):
     @property
     def last_index(self) -> int:
         """Last log index."""
+        ...
+
+    @property
+    def conf_state(self) -> ConfState:
+        """The current membership."""
         ...
 
     @property
@@ -146,6 +152,10 @@ class StateMachine(Protocol):
         """Replace the state with a snapshot's."""
         ...
 
+    def snapshot_data(self) -> bytes:
+        """The state as of the last applied entry, for a snapshot."""
+        ...
+
 
 class LogWriter(Protocol):
     """What a round writes (raft.logstore.LogStore, or a simulated disk)."""
@@ -164,6 +174,14 @@ class LogWriter(Protocol):
 
     def set_conf_state(self, group_id: int, index: int, conf_state: ConfState) -> None:
         """Record the applied membership."""
+        ...
+
+    def save_local_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
+        """Persist a snapshot taken at an applied index (the log is kept)."""
+        ...
+
+    def compact(self, group_id: int, index: int) -> None:
+        """Discard entries <= index (at most the snapshot index)."""
         ...
 
     def flush(self) -> None:
@@ -185,6 +203,9 @@ class _Group:
     idle_ticks: int = 0
     proposals: list[tuple[bytes, object]] = field(default_factory=list)
     pending: dict[int, tuple[int, object]] = field(default_factory=dict)  # index -> (term, token)
+    applied: int = 0
+    applied_term: int = 0
+    snapshot_index: int = 0
 
 
 @dataclass(slots=True)
@@ -447,6 +468,8 @@ class MultiRaft:
             if rd.snapshot is not None:
                 g.state_machine.restore(rd.snapshot)
                 covered = rd.snapshot.metadata.index
+                g.applied = g.snapshot_index = covered
+                g.applied_term = rd.snapshot.metadata.term
                 for index in [i for i in g.pending if i <= covered]:
                     _term, token = g.pending.pop(index)
                     outcomes.append(Outcome(token, error=ProposalDropped("replaced by a snapshot")))
@@ -459,6 +482,8 @@ class MultiRaft:
                     writer.set_conf_state(g.group_id, entry.index, conf)
                 elif entry.data:
                     result = g.state_machine.apply(entry)
+                g.applied = entry.index
+                g.applied_term = entry.term
                 if g.pending:
                     waiting = g.pending.pop(entry.index, None)
                     if waiting is not None:
@@ -470,6 +495,31 @@ class MultiRaft:
                                 Outcome(token, error=ProposalDropped("overwritten by a new leader"))
                             )
         return outcomes
+
+    def maybe_snapshot(
+        self, rnd: Round, writer: LogWriter, every_entries: int, keep_entries: int
+    ) -> None:
+        """Snapshot the groups of ``rnd`` that applied ``every_entries`` since their last one.
+
+        The log is then compacted up to ``keep_entries`` below the snapshot, so
+        slightly lagging followers still catch up from entries.
+        """
+        for g in rnd.groups:
+            if g.applied - g.snapshot_index < every_entries:
+                continue
+            conf_state = g.node.status().conf_state
+            metadata = SnapshotMetadata(index=g.applied, term=g.applied_term, conf_state=conf_state)
+            writer.save_local_snapshot(
+                g.group_id, Snapshot(metadata, g.state_machine.snapshot_data())
+            )
+            g.snapshot_index = g.applied
+            if g.applied > keep_entries:
+                writer.compact(g.group_id, g.applied - keep_entries)
+
+    def set_applied(self, group_id: int, index: int) -> None:
+        """Where a restarted group's state machine stands (its snapshot index)."""
+        g = self._group(group_id)
+        g.applied = g.snapshot_index = index
 
     def advance(self, rnd: Round) -> None:
         """Tell every node its Ready is done; groups with more work stay dirty."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from raft import leader
 from raft.confchange import encode_conf_change
 from raft.config import Config
 from raft.core import Raft
@@ -116,7 +117,7 @@ class RawNode:
             return
         raft = self.raft
         if raft.role == Role.LEADER:
-            raft.propose_payloads(payloads)
+            leader.propose_payloads(raft, payloads)
             return
         raft.step(
             Message(
@@ -142,9 +143,12 @@ class RawNode:
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read; a ReadState with ``context`` comes in a Ready.
 
-        Raises ProposalDropped when there is no leader to confirm it. The
-        context identifies the read: use a unique value per request.
+        Raises ProposalDropped when there is no leader to confirm it, and
+        BadMessage for an empty context. The context identifies the read:
+        use a unique value per request.
         """
+        if not context:
+            raise BadMessage("a read needs a non-empty context to identify it")
         self.raft.step(Message(MT.READ_INDEX, context=context))
 
     def transfer_leader(self, to: int) -> None:
@@ -164,23 +168,23 @@ class RawNode:
     def has_ready(self) -> bool:
         """True if ready() would return work for the host."""
         raft = self.raft
-        if raft.msgs or raft.read_states or raft.appends_due:
-            return True
-        if raft.lead != self._prev_soft.lead or raft.role != self._prev_soft.role:
-            return True
         log = raft.log
-        if (
-            raft.term != self._prev_hard.term
-            or raft.vote != self._prev_hard.vote
-            or log.committed != self._prev_hard.commit
-        ):
-            return True
         unstable = log.unstable
-        if unstable.offset_in_progress < unstable.offset + len(unstable.entries):
-            return True
-        if unstable.snapshot is not None and not unstable.snapshot_in_progress:
-            return True
-        return log.has_next_committed_entries()
+        soft = self._prev_soft
+        hard = self._prev_hard
+        return bool(
+            raft.msgs
+            or raft.read_states
+            or raft.appends_due
+            or raft.lead != soft.lead
+            or raft.role != soft.role
+            or raft.term != hard.term
+            or raft.vote != hard.vote
+            or log.committed != hard.commit
+            or unstable.offset_in_progress < unstable.offset + len(unstable.entries)
+            or (unstable.snapshot is not None and not unstable.snapshot_in_progress)
+            or log.has_next_committed_entries()
+        )
 
     def ready(self) -> Ready:
         """Take the pending work; the host must then do it and call advance(ready)."""
@@ -188,26 +192,30 @@ class RawNode:
         raft.flush_appends()
         log = raft.log
         unstable = log.unstable
-        soft = SoftState(raft.lead, raft.role)
-        soft_out = None if soft == self._prev_soft else soft
-        hard = raft.hard_state()
-        hard_out = None if hard == self._prev_hard else hard
+        # Everything handed out is in progress with the host from here on.
+        soft_out = None
+        prev_soft = self._prev_soft
+        if raft.lead != prev_soft.lead or raft.role != prev_soft.role:
+            soft_out = self._prev_soft = SoftState(raft.lead, raft.role)
+        hard_out = None
+        must_sync = False
+        prev_hard = self._prev_hard
+        if (
+            raft.term != prev_hard.term
+            or raft.vote != prev_hard.vote
+            or log.committed != prev_hard.commit
+        ):
+            # Term and vote must be durable before any message that relies on them.
+            must_sync = raft.term != prev_hard.term or raft.vote != prev_hard.vote
+            hard_out = self._prev_hard = HardState(raft.term, raft.vote, log.committed)
         entries = unstable.next_entries()
         snapshot = unstable.next_snapshot()
         committed = log.next_committed_entries(raft.config.max_committed_size_per_ready_bytes)
-        must_sync = (
-            bool(entries)
-            or snapshot is not None
-            or hard.term != self._prev_hard.term
-            or hard.vote != self._prev_hard.vote
-        )
+        must_sync = must_sync or bool(entries) or snapshot is not None
         messages = raft.msgs
         raft.msgs = []
         read_states = raft.read_states
         raft.read_states = []
-        # Everything handed out is now in progress with the host.
-        self._prev_soft = soft
-        self._prev_hard = hard
         unstable.accept_in_progress()
         if committed:
             log.accept_applying(committed[-1].index)

@@ -87,19 +87,6 @@ class ProgressTracker:
         """Record ``node_id``'s answer; only its first answer counts."""
         self.votes.setdefault(node_id, granted)
 
-    def tally_votes(self) -> tuple[int, int, VoteResult]:
-        """(granted, rejected, outcome) over the voters of the configuration."""
-        granted = rejected = 0
-        config = self.config
-        for node_id, vote in self.votes.items():
-            if not config.is_voter(node_id):
-                continue
-            if vote:
-                granted += 1
-            else:
-                rejected += 1
-        return granted, rejected, self.vote_result(self.votes)
-
     def vote_result(self, votes: dict[int, bool]) -> VoteResult:
         """The outcome of a yes/no poll of the voters."""
         return joint_vote(self.config.voters, self.config.voters_outgoing, votes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from angelia_rpc.config import TlsConfig
 from angelia_rpc.transport.base import LinkHandler, split_address
 from angelia_rpc.transport.tls import client_context, server_context
 
+log = logging.getLogger("angelia_rpc.transport.http2")
 PATH = b"/angelia"
 WINDOW = 2**31 - 1
 MAX_FRAME = 1 << 20
@@ -91,6 +93,7 @@ class _H2Link(asyncio.Protocol):
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
+            log.warning("HTTP/2 protocol error from %s: %r", self.peer, exc)
             self._fail(f"HTTP/2 protocol error: {exc}")
             return
         for event in events:
@@ -125,6 +128,7 @@ class _H2Link(asyncio.Protocol):
             if event.stream_id == self.stream_id:
                 self._fail("the peer ended the tunnel stream")
         elif isinstance(event, h2.events.ConnectionTerminated):
+            self._closing = self._closing or event.error_code == 0
             self._fail(f"the peer closed the HTTP/2 connection (error {event.error_code})")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -193,6 +197,8 @@ class _H2Link(asyncio.Protocol):
             self.transport.write(data)
 
     def _fail(self, reason: str) -> None:
+        if not self._closing:
+            log.info("http2 link to %s failed: %s", self.peer, reason)
         if self.transport is not None:
             self.transport.close()
         if not self.ready.done():

@@ -43,6 +43,10 @@ class AppendCoalescer:
             self._flushers[queue] = asyncio.create_task(self._flush(queue))
         return await done
 
+    def pending_messages(self, queue: QueueRef) -> int:
+        """Messages waiting for the next append to ``queue`` (not counting the one in flight)."""
+        return sum(len(item.messages) for item in self._pending.get(queue, ()))
+
     def _take(self, queue: QueueRef) -> list[_Pending]:
         pending = self._pending.get(queue, [])
         batch: list[_Pending] = []

@@ -107,10 +107,10 @@ class ConsumerProcessor:
                     tag_filter=tag_filter,
                 )
                 known_end_offsets[queue_id] = result.end_offset
-                if result.next_visible_ms is not None:
-                    next_visible_ms = min(
-                        next_visible_ms or result.next_visible_ms, result.next_visible_ms
-                    )
+                if result.next_visible_ms is not None and (
+                    next_visible_ms is None or result.next_visible_ms < next_visible_ms
+                ):
+                    next_visible_ms = result.next_visible_ms
                 for popped in result.messages:
                     if popped.delivery_attempt > group.retry.max_delivery_attempts:
                         await self._store.forward_to_dead_letter(

@@ -22,9 +22,26 @@ Contracts every implementation keeps:
   next pop has ``delivery_attempt`` one higher. Each pop and each change of
   invisibility gives the delivery a new ``generation``; only the newest may
   ack or change it.
-- FIFO groups (``fifo=True`` on pop): a message is handed out only when every
+- Dead letters: ``pop`` returns deliveries with their attempt number and the
+  consumer processor forwards those past ``group.retry.max_delivery_attempts``
+  through ``forward_to_dead_letter``. An implementation may instead
+  dead-letter such messages inside the pop itself (the partition state
+  machine's ``Receive`` does, given ``max_delivery_attempts``); they then
+  simply never come back from ``pop``.
+- FIFO groups (``group.fifo`` on pop): a message is handed out only when every
   earlier message of its message group in that queue is acked (or was handed
   out in the same pop), so one message group is never consumed out of order.
+
+Mapping to the storage partition commands (``storage_node/partition``):
+``append`` -> one ``Append`` of the batch's records; ``pop`` -> ``Receive``
+(``max_messages=batch_size``, ``invisible_duration_ms``,
+``max_delivery_attempts``/``fifo`` from the GroupInfo,
+``filter_expression=tag_filter.expression``); ``ack`` -> ``Ack``;
+``change_invisible`` -> ``ChangeInvisibleDuration``;
+``forward_to_dead_letter`` -> ``DeadLetter``; the (queue, offset, generation)
+triple is the storage half of the receipt handle. Routing a queue to its
+group's leader is the implementation's business: the broker itself serves
+every queue of every topic.
 """
 
 from __future__ import annotations

@@ -156,6 +156,11 @@ class MemoryStore:
         self._generation += 1
         return self._generation
 
+    @property
+    def waiting_topics(self) -> list[str]:
+        """Topics a long poll is waiting on right now (for tests)."""
+        return [topic for topic, event in self._appended.items() if not event.is_set()]
+
     def messages(self, queue: QueueRef) -> list[Message]:
         """Everything appended to ``queue``, in offset order (for tests)."""
         return [stored.message for stored in self._queues.get(queue, [])]

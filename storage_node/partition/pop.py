@@ -123,6 +123,25 @@ class GroupQueue:
         self.leases.clear()
         self.done_ahead.clear()
 
+    def check_invariants(self, end_offset: int) -> None:
+        """Raise AssertionError if the representation invariants do not hold."""
+        if not 0 <= self.cursor <= end_offset:
+            raise AssertionError(f"cursor {self.cursor} outside [0, {end_offset}]")
+        if self.done_ahead & self.leases.keys():
+            raise AssertionError(
+                f"offsets both leased and done: {self.done_ahead & self.leases.keys()}"
+            )
+        if any(o < self.cursor or o >= end_offset for o in self.done_ahead):
+            raise AssertionError(f"done_ahead {sorted(self.done_ahead)} outside [cursor, end)")
+        if any(o < 0 or o >= end_offset for o in self.leases):
+            raise AssertionError(f"leases {sorted(self.leases)} outside the queue")
+        if self.cursor < end_offset and (
+            self.cursor in self.leases or self.cursor in self.done_ahead
+        ):
+            raise AssertionError(f"cursor {self.cursor} not settled")
+        if any(lease.attempt < 1 for lease in self.leases.values()):
+            raise AssertionError("a lease with attempt < 1")
+
     def next_visible_ms(self) -> int | None:
         """When the earliest lease expires (None with no leases)."""
         if not self.leases:

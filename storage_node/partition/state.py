@@ -515,6 +515,17 @@ class PartitionState:
         and never checked or last checked before ``checked_before_ms``, oldest first."""
         return self._halves.due(stored_before_ms, checked_before_ms, limit)
 
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            group_queue.check_invariants(self.end_offset(topic, queue_id))
+        for queue, entries in self._queues.items():
+            if any(entry.log_index > self.applied_index for entry in entries):
+                raise AssertionError(f"{queue} indexes an entry after the applied index")
+        for held in self._timers:
+            if held.due_ms <= self.clock_ms:
+                raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
+
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""
         return len(self._dedup)

@@ -10,9 +10,14 @@ breaks:
   everything up to it. Checked by induction as entries are written: the
   registry maps (index, term) to the entry's content and the term before it,
   and every write of that (index, term) anywhere must agree with it;
-* leader completeness: a newly elected leader holds the highest entry known
-  to be committed (with log matching, that implies every committed entry),
-  and no replica ever overwrites a committed entry;
+* leader completeness: a newly elected leader of term T holds the highest
+  entry known to be committed in a term before T (with log matching, that
+  implies every such entry), and no replica ever overwrites a committed
+  entry. A commit index is known "in term t" when a replica in term t
+  reports it; the entry was committed in t or earlier, so this never
+  demands more than the paper does (a stale leader of an old term, elected
+  late because its vote responses were delayed, need not hold newer
+  commits);
 * state machine safety: no two replicas apply different entries at one
   index, and each applies indices in order without gaps.
 
@@ -45,6 +50,7 @@ class GroupInvariants:
         self.committed_terms: list[int] = [0]  # [i] = term of committed entry i (index 0: none)
         self._applied: list[tuple[int, int, bytes]] = [(0, 0, b"")]  # [i] = applied entry i
         self._last_applied: dict[int, int] = {}  # node -> last index it applied
+        self._commit_by_term: dict[int, int] = {}  # term -> highest commit reported in it
 
     def _fail(self, what: str) -> None:
         raise InvariantViolation(f"group {self.group}: {what}")
@@ -61,7 +67,7 @@ class GroupInvariants:
         other = self.leaders.setdefault(term, node)
         if other != node:
             self._fail(f"election safety: nodes {other} and {node} both led term {term}")
-        index = self.commit_index
+        index = max((c for t, c in self._commit_by_term.items() if t < term), default=0)
         if index == 0:
             return
         held = term_at(index)
@@ -103,8 +109,13 @@ class GroupInvariants:
                     )
             prev_term = entry.term
 
-    def commit_advanced(self, node: int, commit: int, term_at: TermAt) -> None:
-        """``node`` claims everything up to ``commit`` is committed; its log is ``term_at``."""
+    def commit_advanced(self, node: int, commit: int, term_at: TermAt, term: int) -> None:
+        """``node``, in ``term``, claims everything up to ``commit`` is committed.
+
+        ``term_at`` is the node's log.
+        """
+        if commit > self._commit_by_term.get(term, 0):
+            self._commit_by_term[term] = commit
         committed = self.committed_terms
         start = len(committed)
         # Only the part beyond what is already known needs recording; the
@@ -135,6 +146,9 @@ class GroupInvariants:
 
     def snapshot_applied(self, node: int, index: int, term: int) -> None:
         """``node`` restored its state machine from a snapshot at ``index``."""
+        last = self._last_applied.get(node, 0)
+        if index <= last:
+            self._fail(f"node {node} restored a snapshot at {index} after applying {last}")
         applied = self._applied
         if index < len(applied) and applied[index][0] != term:
             self._fail(

@@ -85,8 +85,12 @@ class SimNetwork:
 
     # -- sending ---------------------------------------------------------------
 
-    def send(self, src: int, dst: int, payload: object) -> None:
-        """Send ``payload``; it may be dropped, delayed, duplicated or cut."""
+    def send(self, src: int, dst: int, payload: object, may_duplicate: bool = True) -> None:
+        """Send ``payload``; it may be dropped, delayed, duplicated or cut.
+
+        Client traffic passes ``may_duplicate=False``: a client request is a
+        stream call, resent only by the client itself (as a new operation).
+        """
         self.stats.sent += 1
         if (src, dst) in self._cut:
             self.stats.cut += 1
@@ -97,7 +101,7 @@ class SimNetwork:
             self.stats.dropped += 1
             return
         copies = 1
-        if faults.duplicate_rate and rng.random() < faults.duplicate_rate:
+        if may_duplicate and faults.duplicate_rate and rng.random() < faults.duplicate_rate:
             copies = 2
             self.stats.duplicated += 1
         for _ in range(copies):

@@ -64,7 +64,7 @@ def test_overwriting_a_committed_entry_is_caught() -> None:
     inv = GroupInvariants(1)
     log = _log(1, 1, 1)
     inv.entries_written(1, [_e(1, 1), _e(2, 1), _e(3, 1)], 0, [])
-    inv.commit_advanced(1, 2, _term_at(log))
+    inv.commit_advanced(1, 2, _term_at(log), 1)
     inv.entries_written(2, [_e(3, 2)], 1, [_e(3, 1)])  # index 3 was not committed: fine
     with pytest.raises(InvariantViolation, match="overwrote committed entry 2"):
         inv.entries_written(2, [_e(2, 2)], 1, [_e(2, 1)])
@@ -76,21 +76,30 @@ def test_overwriting_a_committed_entry_is_caught() -> None:
 def test_leader_without_a_committed_entry_is_caught() -> None:
     inv = GroupInvariants(1)
     inv.entries_written(1, [_e(1, 1), _e(2, 1)], 0, [])
-    inv.commit_advanced(1, 2, _term_at(_log(1, 1)))
+    inv.commit_advanced(1, 2, _term_at(_log(1, 1)), 1)
     inv.became_leader(2, 2, _term_at(_log(1, 1, 2)))
     inv.became_leader(3, 3, _term_at(dict.fromkeys((1, 2), COMPACTED)))  # in its snapshot: fine
     with pytest.raises(InvariantViolation, match="leader completeness"):
         inv.became_leader(3, 4, _term_at(_log(1)))
 
 
+def test_a_stale_leader_of_an_older_term_need_not_hold_newer_commits() -> None:
+    inv = GroupInvariants(1)
+    inv.entries_written(1, [_e(1, 1), _e(2, 5)], 0, [])
+    inv.commit_advanced(1, 2, _term_at(_log(1, 5)), 5)  # index 2 committed in term 5
+    inv.became_leader(2, 4, _term_at(_log(1)))  # elected in term 4, votes delivered late
+    with pytest.raises(InvariantViolation, match="leader completeness"):
+        inv.became_leader(3, 6, _term_at(_log(1)))
+
+
 def test_committing_beyond_the_log_or_a_different_term_is_caught() -> None:
     inv = GroupInvariants(1)
     with pytest.raises(InvariantViolation, match="beyond its last entry"):
-        inv.commit_advanced(1, 3, _term_at(_log(1, 1)))
+        inv.commit_advanced(1, 3, _term_at(_log(1, 1)), 1)
     inv = GroupInvariants(1)
-    inv.commit_advanced(1, 2, _term_at(_log(1, 1)))
+    inv.commit_advanced(1, 2, _term_at(_log(1, 1)), 1)
     with pytest.raises(InvariantViolation, match="commits term 2 at 2"):
-        inv.commit_advanced(2, 2, _term_at(_log(1, 2)))
+        inv.commit_advanced(2, 2, _term_at(_log(1, 2)), 1)
 
 
 # -- state machine safety ----------------------------------------------------------
@@ -98,7 +107,7 @@ def test_committing_beyond_the_log_or_a_different_term_is_caught() -> None:
 
 def test_applying_different_entries_at_one_index_is_caught() -> None:
     inv = GroupInvariants(1)
-    inv.commit_advanced(1, 2, _term_at(_log(1, 1)))
+    inv.commit_advanced(1, 2, _term_at(_log(1, 1)), 1)
     inv.entry_applied(1, _e(1, 1, b"a"))
     inv.entry_applied(2, _e(1, 1, b"a"))
     with pytest.raises(InvariantViolation, match="state machine safety"):
@@ -107,12 +116,12 @@ def test_applying_different_entries_at_one_index_is_caught() -> None:
 
 def test_applying_out_of_order_or_uncommitted_is_caught() -> None:
     inv = GroupInvariants(1)
-    inv.commit_advanced(1, 3, _term_at(_log(1, 1, 1)))
+    inv.commit_advanced(1, 3, _term_at(_log(1, 1, 1)), 1)
     inv.entry_applied(1, _e(1, 1))
     with pytest.raises(InvariantViolation, match="applied 3 after 1"):
         inv.entry_applied(1, _e(3, 1))
     inv = GroupInvariants(1)
-    inv.commit_advanced(1, 1, _term_at(_log(1, 1)))
+    inv.commit_advanced(1, 1, _term_at(_log(1, 1)), 1)
     inv.entry_applied(1, _e(1, 1))
     with pytest.raises(InvariantViolation, match="before anyone committed it"):
         inv.entry_applied(1, _e(2, 1))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from raft.confchange import decode_conf_change
 from raft.memory_log import MemoryLog
 from raft.node import Config, RawNode
-from raft.types import ConfState, Entry, EntryType, Message, ReadState, Ready
+from raft.types import ConfState, Entry, EntryType, Message, MessageType, ReadState, Ready
 
 
 @dataclass
@@ -90,9 +90,13 @@ class Network:
         self.in_flight = []
         delivered = 0
         for message in messages:
-            if message.to in self.replicas and keep(message):
+            ok = message.to in self.replicas and keep(message)
+            if ok:
                 self.replicas[message.to].node.step(message)
                 delivered += 1
+            if message.type == MessageType.SNAP and message.from_ in self.replicas:
+                # The sending host reports every snapshot's fate (RawNode contract).
+                self.replicas[message.from_].node.report_snapshot(message.to, ok)
         return delivered
 
     def stabilize(

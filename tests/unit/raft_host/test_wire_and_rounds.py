@@ -83,6 +83,9 @@ class Counter:
     def restore(self, snapshot: Snapshot) -> None:
         raise AssertionError("no snapshots here")
 
+    def snapshot_data(self) -> bytes:
+        return b"".join(self.values)
+
 
 def test_rounds_driven_synchronously(tmp_path: Path) -> None:
     """Three hosts, two groups, real WALs, messages delivered by hand, time by hand."""
