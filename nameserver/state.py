@@ -22,7 +22,14 @@ Contract of :meth:`MetadataState.apply`:
 Snapshots (:meth:`snapshot`, :meth:`restore`) are deterministic bytes and
 include the change history, so a restored replica answers watchers exactly as
 the original would: ``restore(s.snapshot())`` then applying the same commands
-gives the same snapshot bytes as applying them to ``s``.
+gives the same snapshot bytes as applying them to ``s``. (Replicas configured
+with different ``history_max`` keep different histories: same records, same
+answers for recent revisions, different snapshot bytes.)
+
+Decisions stay out: placement is chosen by the leader's ``PlacementPolicy``
+and arrives as ``SetReplicas``; leaders arrive as storage nodes' reports;
+time arrives as ``now_ms`` in commands. So every replica agrees whatever its
+clock, configuration or policy code.
 
 PURE.
 """
