@@ -85,6 +85,9 @@ LEASE_NAME_LENGTH_MAX = 255
 HISTORY_MAX_DEFAULT = 10_000
 SNAPSHOT_VERSION = 1
 FIRST_GROUP_ID = 1
+"""Raft group ids start at 1 (the raft WAL reserves group 0)."""
+GROUP_ID_MAX = 2**32 - 1
+"""The largest raft group id the raft WAL can record."""
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -197,6 +200,11 @@ class MetadataState:
         _check_range("replication_factor", command.replication_factor, 1, REPLICATION_FACTOR_MAX)
         if command.name in self._clusters:
             raise AlreadyExists(f"cluster {command.name!r} exists already")
+        if self._next_group_id + command.group_count - 1 > GROUP_ID_MAX:
+            raise BadRequest(
+                f"no room for {command.group_count} more raft group ids "
+                f"(the next is {self._next_group_id}, the largest {GROUP_ID_MAX})"
+            )
         cluster = Cluster(
             command.name, command.group_count, self._next_group_id, command.replication_factor
         )

@@ -22,13 +22,14 @@ from nameserver.records import (
     NO_LOAD,
     Broker,
     ChangeKind,
+    Cluster,
     MessageType,
     Permission,
     RetryPolicy,
     StorageLoad,
     StorageNode,
 )
-from nameserver.state import Applied, MetadataState
+from nameserver.state import GROUP_ID_MAX, Applied, MetadataState
 
 CLUSTERS = ["c1", "c2"]
 NODES = [1, 2, 3, 4, 5]
@@ -365,3 +366,14 @@ def test_groups_of_node_lists_exactly_the_groups_a_node_replicates(
             sorted((g for g in groups if node_id in g.replicas), key=lambda g: g.group_id)
         )
         assert state.groups_of_node(node_id) == expected
+
+
+def test_group_ids_start_at_one_and_never_pass_the_wal_limit() -> None:
+    state = MetadataState()
+    assert state.apply(c.CreateCluster("a", 3)).value == Cluster("a", 3, 1, 3)
+    assert state.apply(c.CreateCluster("b", 2)).value == Cluster("b", 2, 4, 3)
+    big = MetadataState.restore(state.snapshot())
+    big._next_group_id = GROUP_ID_MAX  # as if 4 billion group ids had been handed out
+    assert big.apply(c.CreateCluster("c", 1)).value == Cluster("c", 1, GROUP_ID_MAX, 3)
+    with pytest.raises(BadRequest, match="no room for 1 more raft group ids"):
+        big.apply(c.CreateCluster("d", 1))
