@@ -22,7 +22,14 @@ Contract of :meth:`MetadataState.apply`:
 Snapshots (:meth:`snapshot`, :meth:`restore`) are deterministic bytes and
 include the change history, so a restored replica answers watchers exactly as
 the original would: ``restore(s.snapshot())`` then applying the same commands
-gives the same snapshot bytes as applying them to ``s``.
+gives the same snapshot bytes as applying them to ``s``. (Replicas configured
+with different ``history_max`` keep different histories: same records, same
+answers for recent revisions, different snapshot bytes.)
+
+Decisions stay out: placement is chosen by the leader's ``PlacementPolicy``
+and arrives as ``SetReplicas``; leaders arrive as storage nodes' reports;
+time arrives as ``now_ms`` in commands. So every replica agrees whatever its
+clock, configuration or policy code.
 
 PURE.
 """
@@ -78,6 +85,9 @@ LEASE_NAME_LENGTH_MAX = 255
 HISTORY_MAX_DEFAULT = 10_000
 SNAPSHOT_VERSION = 1
 FIRST_GROUP_ID = 1
+"""Raft group ids start at 1 (the raft WAL reserves group 0)."""
+GROUP_ID_MAX = 2**32 - 1
+"""The largest raft group id the raft WAL can record."""
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -190,6 +200,11 @@ class MetadataState:
         _check_range("replication_factor", command.replication_factor, 1, REPLICATION_FACTOR_MAX)
         if command.name in self._clusters:
             raise AlreadyExists(f"cluster {command.name!r} exists already")
+        if self._next_group_id + command.group_count - 1 > GROUP_ID_MAX:
+            raise BadRequest(
+                f"no room for {command.group_count} more raft group ids "
+                f"(the next is {self._next_group_id}, the largest {GROUP_ID_MAX})"
+            )
         cluster = Cluster(
             command.name, command.group_count, self._next_group_id, command.replication_factor
         )
@@ -561,6 +576,11 @@ class MetadataState:
             raise NotFound(f"raft group {group_id} does not exist")
         return group
 
+    def groups_of_node(self, node_id: int) -> tuple[RaftGroup, ...]:
+        """The raft groups listing ``node_id`` as a replica, by id: what that
+        storage node should host (it reconciles its local groups to this)."""
+        return tuple(g for g in _sorted(self._raft_groups) if node_id in g.replicas)
+
     def raft_groups(self, cluster: str) -> tuple[RaftGroup, ...]:
         """The raft groups of one cluster, by id."""
         found = self.cluster(cluster)
@@ -622,17 +642,21 @@ class MetadataState:
             self._revision,
         )
 
-    def changes_since(self, revision: int) -> WatchBatch:
-        """Every change with a revision above ``revision``, oldest first, or
-        ``resync_required`` when some of them are no longer kept (or the
-        watcher claims a revision this state has not reached)."""
+    def changes_since(
+        self, revision: int, kinds: frozenset[ChangeKind] | None = None
+    ) -> WatchBatch:
+        """Every change with a revision above ``revision`` (of the given
+        ``kinds`` only, if given), oldest first, or ``resync_required`` when
+        some of them are no longer kept (or the watcher claims a revision this
+        state has not reached). The batch's ``revision`` is where to continue."""
         if revision < self._compacted_revision or revision > self._revision:
             return WatchBatch(self._revision, (), resync_required=True)
         newer: list[Change] = []
         for change in reversed(self._history):
             if change.revision <= revision:
                 break
-            newer.append(change)
+            if kinds is None or change.kind in kinds:
+                newer.append(change)
         newer.reverse()
         return WatchBatch(self._revision, tuple(newer))
 

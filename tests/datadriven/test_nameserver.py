@@ -17,6 +17,7 @@ from nameserver.placement import LoadBalancedPlacement, NodeLoad, ReplicaMove
 from nameserver.records import (
     NO_NODE,
     Change,
+    ChangeKind,
     Endpoint,
     MessageType,
     Permission,
@@ -188,6 +189,10 @@ class Scenario:
             for g in self.state.raft_groups(d.arg("cluster", "c1"))
         )
 
+    def q_node_groups(self, d: TestData) -> str:
+        groups = self.state.groups_of_node(d.int_arg("node"))
+        return "groups " + fmt(tuple(g.group_id for g in groups))
+
     def q_status(self, d: TestData) -> str:
         status = self.state.cluster_status(d.arg("cluster", "c1"))
         lines = [f"{fmt(status.cluster)} (r{status.revision})"]
@@ -212,7 +217,8 @@ class Scenario:
         return "brokers " + fmt(tuple(b.broker_id for b in brokers))
 
     def q_changes(self, d: TestData) -> str:
-        batch = self.state.changes_since(d.int_arg("since"))
+        kinds = frozenset(ChangeKind[k.upper()] for k in d.arg_values("kinds")) or None
+        batch = self.state.changes_since(d.int_arg("since"), kinds)
         if batch.resync_required:
             return f"resync required (now r{batch.revision})"
         return "\n".join(fmt_change(x) for x in batch.changes) or f"none (now r{batch.revision})"

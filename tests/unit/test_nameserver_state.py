@@ -22,13 +22,14 @@ from nameserver.records import (
     NO_LOAD,
     Broker,
     ChangeKind,
+    Cluster,
     MessageType,
     Permission,
     RetryPolicy,
     StorageLoad,
     StorageNode,
 )
-from nameserver.state import Applied, MetadataState
+from nameserver.state import GROUP_ID_MAX, Applied, MetadataState
 
 CLUSTERS = ["c1", "c2"]
 NODES = [1, 2, 3, 4, 5]
@@ -334,3 +335,45 @@ def test_restoring_with_a_smaller_history_drops_the_oldest_changes() -> None:
     assert [x.key for x in restored.changes_since(1).changes] == ["b", "c"]
     with pytest.raises(NameserverError, match="history is not an array"):
         MetadataState.restore(pack([1, unpack_raw(state.snapshot())[1], "x"]))  # type: ignore[index]
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEQUENCES, st.sets(st.sampled_from(list(ChangeKind))), st.integers(0, 30))
+def test_a_filtered_watch_is_the_full_watch_filtered(
+    commands: list[c.Command], kinds: set[ChangeKind], since: int
+) -> None:
+    state = MetadataState(history_max=1_000_000)
+    for command in commands:
+        run(state, command)
+    full = state.changes_since(since)
+    filtered = state.changes_since(since, frozenset(kinds))
+    assert filtered.revision == full.revision
+    assert filtered.resync_required == full.resync_required
+    assert filtered.changes == tuple(x for x in full.changes if x.kind in kinds)
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEQUENCES)
+def test_groups_of_node_lists_exactly_the_groups_a_node_replicates(
+    commands: list[c.Command],
+) -> None:
+    state = MetadataState()
+    for command in commands:
+        run(state, command)
+    groups = [g for cluster in state.clusters() for g in state.raft_groups(cluster.name)]
+    for node_id in NODES:
+        expected = tuple(
+            sorted((g for g in groups if node_id in g.replicas), key=lambda g: g.group_id)
+        )
+        assert state.groups_of_node(node_id) == expected
+
+
+def test_group_ids_start_at_one_and_never_pass_the_wal_limit() -> None:
+    state = MetadataState()
+    assert state.apply(c.CreateCluster("a", 3)).value == Cluster("a", 3, 1, 3)
+    assert state.apply(c.CreateCluster("b", 2)).value == Cluster("b", 2, 4, 3)
+    big = MetadataState.restore(state.snapshot())
+    big._next_group_id = GROUP_ID_MAX  # as if 4 billion group ids had been handed out
+    assert big.apply(c.CreateCluster("c", 1)).value == Cluster("c", 1, GROUP_ID_MAX, 3)
+    with pytest.raises(BadRequest, match="no room for 1 more raft group ids"):
+        big.apply(c.CreateCluster("d", 1))
