@@ -227,3 +227,40 @@ class LogReader(Protocol):
     def snapshot(self) -> Snapshot:
         """The most recent snapshot."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressStatus:
+    """The leader's view of one member (see raft.progress).
+
+    ``state`` is "probe", "replicate" or "snapshot".
+    """
+
+    match: int
+    next: int
+    state: str
+    recent_active: bool
+    paused: bool
+    is_learner: bool
+    pending_snapshot: int = 0
+    inflight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A point-in-time view of one replica, for hosts (quiescing, leader balance).
+
+    ``progress`` is filled only on the leader.
+    """
+
+    id: int
+    term: int
+    vote: int
+    lead: int
+    role: Role
+    commit: int
+    applied: int
+    last_index: int
+    lead_transferee: int = NONE
+    conf_state: ConfState = field(default_factory=ConfState)
+    progress: dict[int, ProgressStatus] = field(default_factory=dict)

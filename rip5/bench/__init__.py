@@ -1,0 +1,1 @@
+"""Benchmarks behind ``rip5 bench <target>``."""
