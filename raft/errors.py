@@ -45,3 +45,21 @@ class StorageFailed(RaftError):
     """The log store failed; the replica must stop (it cannot keep its promises)."""
 
     code = errors.STORAGE_FAILED
+
+
+class InvalidConfChange(RaftError):
+    """A membership change that cannot be applied (it names why)."""
+
+    code = errors.BAD_REQUEST
+
+
+class BadMessage(RaftError):
+    """A message the core refuses (e.g. a local-only type arriving from a peer)."""
+
+    code = errors.BAD_REQUEST
+
+
+class InvalidConfig(RaftError):
+    """A Config whose values cannot work together (it names which)."""
+
+    code = errors.BAD_REQUEST

@@ -1,0 +1,144 @@
+"""The raft transport over Angelia: one long-lived stream per ordered node pair.
+
+Node A sends its batches to node B on a bidirectional Angelia call
+``raft.batches`` that A opened to B's server; B never answers on it (its own
+batches to A go on the stream B opened to A). One sender task per peer
+drains a bounded queue into the stream: ``send`` never blocks, and while a
+peer is unreachable the oldest queued batches are dropped (raft resends what
+matters). A failed stream is reopened after a backoff.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from angelia_rpc import AngeliaError, Bidi, CallContext, Peers, RpcConfig, Service
+from raft.transport import Receiver
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RaftBatchFrame:
+    """One raft batch (raft.wire bytes) from ``from_node``."""
+
+    from_node: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RaftBatchAck:
+    """Never sent: the stream is one-way. Declared because a Bidi needs a response type."""
+
+    received: int
+
+
+class RaftPeerService(Service, name="raft"):
+    """What a node serves to its peers."""
+
+    batches = Bidi(RaftBatchFrame, RaftBatchAck)
+
+
+class _RaftPeerImpl:
+    def __init__(self, transport: AngeliaTransport) -> None:
+        self._transport = transport
+
+    async def batches(
+        self, requests: AsyncIterator[RaftBatchFrame], context: CallContext
+    ) -> AsyncIterator[RaftBatchAck]:
+        async for frame in requests:
+            self._transport._deliver(frame.from_node, frame.data)
+        return
+        yield  # an async generator that never answers
+
+
+class AngeliaTransport:
+    """A :class:`raft.transport.RaftTransport` over Angelia streams."""
+
+    def __init__(
+        self,
+        node_id: int,
+        addresses: Mapping[int, str],
+        config: RpcConfig | None = None,
+        *,
+        queue_batches_max: int = 4096,
+        reconnect_backoff_max_ms: int = 500,
+    ) -> None:
+        """``addresses``: the Angelia server address of every peer node."""
+        self.node_id = node_id
+        self.addresses = dict(addresses)
+        self._peers = Peers(config or RpcConfig())
+        self._queue_batches_max = queue_batches_max
+        self._backoff_max_s = reconnect_backoff_max_ms / 1000
+        self._receive: Receiver | None = None
+        self._queues: dict[int, deque[bytes]] = {}
+        self._ready: dict[int, asyncio.Event] = {}
+        self._pumps: dict[int, asyncio.Task[None]] = {}
+        self.dropped_batches = 0
+
+    def binding(self) -> Mapping[str, Any]:
+        """The dispatch table to add to this node's Angelia server."""
+        return RaftPeerService.bind(_RaftPeerImpl(self))
+
+    async def start(self, receive: Receiver) -> None:
+        """Deliver incoming batches to ``receive`` (the server must serve :meth:`binding`)."""
+        self._receive = receive
+
+    def _deliver(self, from_node: int, data: bytes) -> None:
+        if self._receive is not None:
+            self._receive(from_node, data)
+
+    def send(self, to_node: int, data: bytes) -> None:
+        """Queue a batch for ``to_node``; the oldest is dropped if the queue is full."""
+        queue = self._queues.get(to_node)
+        if queue is None:
+            if to_node not in self.addresses:
+                return
+            queue = self._queues[to_node] = deque(maxlen=self._queue_batches_max)
+            self._ready[to_node] = asyncio.Event()
+            self._pumps[to_node] = asyncio.create_task(
+                self._pump(to_node), name=f"raft-send-{self.node_id}-to-{to_node}"
+            )
+        if len(queue) == queue.maxlen:
+            self.dropped_batches += 1
+        queue.append(data)
+        self._ready[to_node].set()
+
+    async def _pump(self, to_node: int) -> None:
+        queue = self._queues[to_node]
+        ready = self._ready[to_node]
+        stub = RaftPeerService(self._peers.channel(self.addresses[to_node]))
+        backoff_s = 0.02
+        while True:
+            call = stub.batches()
+            try:
+                while True:
+                    while not queue:
+                        ready.clear()
+                        await ready.wait()
+                    data = queue.popleft()
+                    await call.send(RaftBatchFrame(self.node_id, data))
+                    backoff_s = 0.02
+            except AngeliaError as exc:
+                _log.debug("raft stream %d->%d failed: %s", self.node_id, to_node, exc)
+                call.cancel()
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, self._backoff_max_s)
+
+    async def close(self) -> None:
+        """Stop the sender tasks and close the channels."""
+        for task in self._pumps.values():
+            task.cancel()
+        for task in self._pumps.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._pumps.clear()
+        await self._peers.close()

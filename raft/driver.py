@@ -1,0 +1,307 @@
+"""The asyncio shell that drives every raft group of one node.
+
+One task runs rounds (see :mod:`raft.multiraft` for the round itself): take
+the Readys of all groups with work, encode their entries and hard states
+into the shared WAL with ONE write, make them durable with ONE fdatasync (in
+a worker thread, while the loop goes on receiving and queueing proposals),
+send one batch per peer node, apply committed entries, advance. A second
+task ticks every ``tick_ms`` and sends each peer an (often empty) batch,
+which is the node-level liveness signal that lets idle groups quiesce.
+
+SHELL: the only place in raft/ with a clock, randomness, threads and the
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from raft import wire
+from raft.confchange import decode_conf_change
+from raft.config import Config
+from raft.errors import NotLeader, RaftError, StorageFailed
+from raft.logstore import LogStore
+from raft.multiraft import GroupNode, MultiRaft, StateMachine
+from raft.node import RawNode
+from raft.transport import RaftTransport
+from raft.types import ConfState, Entry
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverOptions:
+    """Timing and batching of one node's driver.
+
+    With the defaults an election starts 0.5-1 s after a leader goes silent.
+    """
+
+    tick_ms: int = 50
+    election_tick: int = 10
+    heartbeat_tick: int = 2
+    quiesce_after_ticks: int = 6
+    max_size_per_msg_bytes: int = 1 << 20
+    max_inflight_msgs: int = 256
+    # Snapshot a group every this many applied entries (0: never), then
+    # compact its log to ``keep_entries`` below the snapshot.
+    snapshot_entries: int = 0
+    keep_entries: int = 1000
+    # fdatasync in a worker thread (the loop goes on receiving meanwhile) or
+    # inline (no thread hand-off; cheaper when syncs are short and CPU is scarce).
+    sync_in_thread: bool = True
+    seed: int | None = None
+
+
+def _apply_conf_change(node: GroupNode, entry: Entry) -> ConfState:
+    assert isinstance(node, RawNode)
+    return node.apply_conf_change(decode_conf_change(entry.data))
+
+
+class Driver:
+    """Hosts many raft groups of one node over one WAL and one transport."""
+
+    def __init__(
+        self,
+        node_id: int,
+        store: LogStore,
+        transport: RaftTransport,
+        options: DriverOptions | None = None,
+    ) -> None:
+        """Call :meth:`add_group` for each replica, then :meth:`start`."""
+        self.node_id = node_id
+        self.store = store
+        self.transport = transport
+        self.options = options or DriverOptions()
+        self._rng = random.Random(self.options.seed)
+        self.host = MultiRaft(
+            node_id,
+            quiesce_after_ticks=self.options.quiesce_after_ticks,
+            liveness_timeout_ms=self.options.election_tick * self.options.tick_ms,
+            conf_change_applier=_apply_conf_change,
+        )
+        self._work = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{node_id}")
+        # Zero-filling a spare segment takes long: never let a sync wait behind it.
+        self._spare_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-spare-{node_id}")
+        self._failed: BaseException | None = None
+        self._waiting: set[asyncio.Future[object]] = set()
+        self._preparing_spare = False
+        self.rounds = 0
+        self.syncs = 0
+        self.sync_s = 0.0
+
+    # ---------------------------------------------------------------- setup
+    def add_group(self, group_id: int, peers: Sequence[int], state_machine: StateMachine) -> None:
+        """Host this node's replica of ``group_id``; a new group is bootstrapped with ``peers``.
+
+        Recovery: the state machine is restored from the group's snapshot (if
+        any) and every committed entry after it is applied again.
+        """
+        log = self.store.group(group_id)
+        _hard_state, conf_state = log.initial_state()
+        if not conf_state.voters and log.last_index() == 0:
+            self.store.set_conf_state(group_id, 0, ConfState(voters=frozenset(peers)))
+            self.store.flush()
+        snapshot = log.snapshot()
+        applied = 0
+        if not snapshot.is_empty():
+            state_machine.restore(snapshot)
+            applied = snapshot.metadata.index
+        opts = self.options
+        config = Config(
+            id=self.node_id,
+            election_tick=opts.election_tick,
+            heartbeat_tick=opts.heartbeat_tick,
+            applied=applied,
+            max_size_per_msg_bytes=opts.max_size_per_msg_bytes,
+            max_inflight_msgs=opts.max_inflight_msgs,
+        )
+        node = RawNode(config, log, self._rng.randrange)
+        self.host.add_group(group_id, node, state_machine, peers)
+        self.host.set_applied(group_id, applied)
+        self._work.set()
+
+    async def start(self) -> None:
+        """Start receiving, ticking and running rounds."""
+        await self.transport.start(self._on_batch)
+        self._tasks = [
+            asyncio.create_task(self._run_rounds(), name=f"raft-rounds-{self.node_id}"),
+            asyncio.create_task(self._run_ticks(), name=f"raft-ticks-{self.node_id}"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the tasks and the transport; close the WAL. Waiting proposals fail."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.transport.close()
+        self._fail_waiting(NotLeader("the node is stopping"))
+        self._sync_thread.shutdown(wait=True)
+        self._spare_thread.shutdown(wait=True)
+        self.store.close()
+
+    # ------------------------------------------------------------ proposals
+    def propose_nowait(self, group_id: int, data: bytes) -> asyncio.Future[object]:
+        """Queue a proposal; the future ends when it is applied here (or fails).
+
+        Failures: ``NotLeader`` (with the leader hint) if this replica does not
+        lead the group, ``ProposalDropped`` if it was not appended or was
+        overwritten, ``StorageFailed`` if the WAL failed.
+        """
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self._failed is not None:
+            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
+            return future
+        self.host.propose(group_id, data, future)
+        self._waiting.add(future)
+        self._work.set()
+        return future
+
+    def propose_many_nowait(self, group_id: int, payloads: list[bytes]) -> asyncio.Future[object]:
+        """Queue entries proposed together; the future's result is the list of their results.
+
+        Cheaper than one future per entry; fails as a whole like :meth:`propose_nowait`.
+        """
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self._failed is not None:
+            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
+            return future
+        self.host.propose_many(group_id, payloads, future)
+        self._waiting.add(future)
+        self._work.set()
+        return future
+
+    async def propose(self, group_id: int, data: bytes) -> object:
+        """Propose ``data`` and return the state machine's result once applied."""
+        return await self.propose_nowait(group_id, data)
+
+    def leader_of(self, group_id: int) -> int:
+        """The leader this node knows for ``group_id``, or 0."""
+        return self.host.leader_of(group_id)
+
+    def campaign(self, group_id: int) -> None:
+        """Make this replica start an election for ``group_id`` now."""
+        node = self.host.node(group_id)
+        assert isinstance(node, RawNode)
+        node.campaign()
+        self.host._dirty.add(group_id)
+        self._work.set()
+
+    # ----------------------------------------------------------------- loops
+    def _on_batch(self, from_node: int, data: bytes) -> None:
+        try:
+            batch = wire.decode_batch(data)
+        except wire.WireError as exc:
+            _log.warning("dropping a bad raft batch from node %d: %s", from_node, exc)
+            return
+        if batch.to_node != self.node_id or batch.from_node != from_node:
+            _log.warning("dropping a misaddressed raft batch from node %d", from_node)
+            return
+        self.host.receive(batch, _now_ms())
+        if self.host.has_work():
+            self._work.set()
+
+    async def _run_ticks(self) -> None:
+        interval_s = self.options.tick_ms / 1000
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            # A tick late because the loop was busy is not made up for: catching
+            # up would fire an election timeout without a chance to hear the leader.
+            next_at = max(next_at + interval_s, loop.time())
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            self.host.tick(_now_ms())
+            for peer in self.host.peer_nodes():
+                self.transport.send(peer, wire.encode_batch(self.node_id, peer, ()))
+            self._work.set()
+
+    async def _run_rounds(self) -> None:
+        loop = asyncio.get_running_loop()
+        host = self.host
+        store = self.store
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            if not host.has_work():
+                continue
+            try:
+                rnd = host.collect()
+                if rnd.is_empty():
+                    continue
+                host.persist(rnd, store)
+                t0 = time.perf_counter()
+                if rnd.must_sync:
+                    if self.options.sync_in_thread:
+                        await loop.run_in_executor(self._sync_thread, store.sync)
+                    else:
+                        store.sync()
+                    self.syncs += 1
+                    store.maybe_collect_garbage()
+                self.sync_s += time.perf_counter() - t0
+                for to_node, data in host.outgoing(rnd):
+                    self.transport.send(to_node, data)
+                outcomes = host.apply(rnd, store)
+                if self.options.snapshot_entries:
+                    host.maybe_snapshot(
+                        rnd, store, self.options.snapshot_entries, self.options.keep_entries
+                    )
+                host.advance(rnd)
+            except StorageFailed as exc:
+                _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
+                self._failed = exc
+                self._fail_waiting(exc)
+                return
+            self.rounds += 1
+            for outcome in outcomes:
+                future = outcome.token
+                assert isinstance(future, asyncio.Future)
+                self._waiting.discard(future)
+                if future.done():
+                    continue
+                if outcome.error is None:
+                    future.set_result(outcome.result)
+                else:
+                    future.set_exception(outcome.error)
+            self._maybe_prepare_spare(loop)
+            if host.has_work():
+                self._work.set()
+
+    def _maybe_prepare_spare(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._preparing_spare or self.store.has_spare():
+            return
+        self._preparing_spare = True
+
+        def done(_future: asyncio.Future[bool]) -> None:
+            self._preparing_spare = False
+
+        loop.run_in_executor(self._spare_thread, self.store.maybe_prepare_spare).add_done_callback(
+            done
+        )
+
+    def _fail_waiting(self, error: RaftError) -> None:
+        for future in self._waiting:
+            if not future.done():
+                future.set_exception(error)
+        self._waiting.clear()
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def group_peers(group_id: int, nodes: Sequence[int], replicas: int = 3) -> list[int]:
+    """A simple placement: ``replicas`` consecutive nodes starting at group_id mod N."""
+    count = len(nodes)
+    start = group_id % count
+    return [nodes[(start + i) % count] for i in range(min(replicas, count))]

@@ -1,0 +1,874 @@
+"""The node's shared write-ahead log: one sequence of segment files for all groups.
+
+SHELL (file I/O). The byte layout is in :mod:`raft.wal_format` and
+docs/wal-format.md.
+
+Write path (one round of the driver)::
+
+    store.append(g, entries); store.set_hard_state(g, hs); ...  # encode only
+    store.flush()   # ONE pwritev/pwrite of everything encoded since the last flush
+    store.sync()    # ONE fdatasync (safe to run in a worker thread)
+    store.maybe_collect_garbage()
+
+Contracts:
+
+- Records are never split across segments. When the next record does not fit,
+  the current segment is flushed, sealed with a SEAL record and synced; the
+  next segment starts with a CHECKPOINT record per group, so a segment is only
+  ever kept for the live entries in it.
+- Segments are preallocated (zero-filled and synced once) and recycled after
+  garbage collection; records carry a CRC salted with their segment's
+  sequence number, so a recycled file's old records read as "end of log".
+- Opening recovers: every segment but the last must end in a SEAL record and
+  be intact (anything else is corruption: ``StorageFailed``); the last
+  segment's first bad or partial record is a torn tail and is cut: a SEAL is
+  written at that offset and writing continues in a fresh segment. Nothing
+  before the cut is lost.
+- The in-memory index of a group is updated when records are encoded, before
+  they are durable; the caller must not act on them (send, ack) until
+  :meth:`LogStore.sync` returns.
+- An append at an index <= the group's last index replaces that suffix.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raft import wal_format as fmt
+from raft.errors import LogCompacted, LogUnavailable, StorageFailed
+from raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata
+from raft.wal_format import RecordKind
+
+SEGMENT_SUFFIX = ".wal"
+SPARE_PREFIX = "spare-"
+_ZERO_CHUNK = bytes(1 << 20)
+_IOV_MAX = 1024
+_spare_names = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class EntryLocation:
+    """Where an entry's data lies on disk: ``length`` bytes at ``offset`` of a segment.
+
+    This is what the message store indexes instead of copying message bytes.
+    The location stays valid until the group compacts past the entry and the
+    segment is collected.
+    """
+
+    segment_seq: int
+    offset: int
+    length: int
+
+
+@dataclass(slots=True)
+class _Segment:
+    seq: int
+    path: Path
+    fd: int
+
+
+@dataclass(slots=True)
+class _GroupState:
+    """One group's view of the WAL. Invariant: entry i is at ``locs[i - first]``."""
+
+    group_id: int
+    hard_state: HardState = field(default_factory=HardState)
+    conf_index: int = 0
+    conf_state: ConfState | None = None
+    snapshot_term: int = 0
+    snapshot_index: int = 0
+    snapshot_conf_state: ConfState = field(default_factory=ConfState)
+    compact_index: int = 0
+    compact_term: int = 0
+    first: int = 1
+    # (term, segment seq, record offset, payload length, entry type) per live entry
+    locs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    cache_from: int = 1  # entries >= cache_from are in ``cache`` (within the live range)
+    cache: list[Entry] = field(default_factory=list)
+    cache_bytes: int = 0
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.locs) - 1
+
+    def truncate_from(self, index: int) -> None:
+        """Drop entries >= index."""
+        keep = max(0, index - self.first)
+        del self.locs[keep:]
+        if index < self.cache_from:
+            self.cache = []
+            self.cache_bytes = 0
+            self.cache_from = index
+        else:
+            drop = self.cache[index - self.cache_from :]
+            self.cache_bytes -= sum(len(e.data) for e in drop)
+            del self.cache[index - self.cache_from :]
+
+    def compact_to(self, index: int, term: int) -> None:
+        """Discard entries <= index; the log then starts at index + 1."""
+        if index >= self.last:
+            self.locs = []
+        else:
+            del self.locs[: max(0, index + 1 - self.first)]
+        self.first = index + 1
+        if self.cache_from <= index:
+            drop = min(len(self.cache), index + 1 - self.cache_from)
+            self.cache_bytes -= sum(len(e.data) for e in self.cache[:drop])
+            del self.cache[:drop]
+            self.cache_from = index + 1
+        self.compact_index = index
+        self.compact_term = term
+
+    def checkpoint(self) -> fmt.GroupCheckpoint:
+        return fmt.GroupCheckpoint(
+            hard_state=self.hard_state,
+            conf_index=self.conf_index,
+            conf_state=self.conf_state,
+            snapshot_term=self.snapshot_term,
+            snapshot_index=self.snapshot_index,
+            snapshot_conf_state=self.snapshot_conf_state,
+            compact_index=self.compact_index,
+            compact_term=self.compact_term,
+        )
+
+
+class LogStore:
+    """The WAL of one node. Not thread-safe, except :meth:`sync` (see module doc)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_bytes: int = 64 << 20,
+        spare_segments_max: int = 2,
+        cache_bytes_per_group: int = 4 << 20,
+    ) -> None:
+        """Use :meth:`open`; this only sets fields."""
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.spare_segments_max = spare_segments_max
+        self.cache_bytes_per_group = cache_bytes_per_group
+        self._groups: dict[int, _GroupState] = {}
+        self._segments: dict[int, _Segment] = {}
+        self._current: _Segment | None = None
+        self._salt = 0
+        self._write_offset = 0  # where the buffer starts in the current segment
+        self._buffer: list[bytes] = []  # encoded records not yet written, as chunks
+        self._buffer_bytes = 0
+        self._dirty_fds: set[int] = set()
+        self._snapshot_files_to_delete: list[Path] = []
+        self._failed: BaseException | None = None
+        self._spares: list[Path] = []
+        self._spares_lock = threading.Lock()
+
+    # ------------------------------------------------------------- opening
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = 64 << 20,
+        spare_segments_max: int = 2,
+        cache_bytes_per_group: int = 4 << 20,
+    ) -> LogStore:
+        """Open (creating if needed) the WAL in ``directory`` and recover its state."""
+        if segment_bytes < 4096:
+            raise ValueError(f"segment_bytes must be at least 4096, got {segment_bytes}")
+        store = cls(
+            Path(directory),
+            segment_bytes=segment_bytes,
+            spare_segments_max=spare_segments_max,
+            cache_bytes_per_group=cache_bytes_per_group,
+        )
+        store._wal_dir.mkdir(parents=True, exist_ok=True)
+        store._snap_dir.mkdir(parents=True, exist_ok=True)
+        _fsync_dir(store.directory)
+        store._recover()
+        return store
+
+    @property
+    def _wal_dir(self) -> Path:
+        return self.directory / "wal"
+
+    @property
+    def _snap_dir(self) -> Path:
+        return self.directory / "snap"
+
+    def _segment_path(self, seq: int) -> Path:
+        return self._wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
+
+    def _recover(self) -> None:
+        for leftover in self._wal_dir.glob("tmp-*"):
+            leftover.unlink()  # a spare whose preparation a crash interrupted
+        self._spares = self._list_spares()
+        seqs = sorted(
+            int(p.name[: -len(SEGMENT_SUFFIX)], 16)
+            for p in self._wal_dir.iterdir()
+            if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith(SPARE_PREFIX)
+        )
+        last_end = 0
+        last_sealed = True
+        for position, seq in enumerate(seqs):
+            is_last = position == len(seqs) - 1
+            path = self._segment_path(seq)
+            data = path.read_bytes()
+            try:
+                header_seq = fmt.decode_segment_header(data)
+            except fmt.FormatError as exc:
+                if is_last:
+                    # A segment whose creation did not finish: it holds nothing.
+                    path.unlink()
+                    _fsync_dir(self._wal_dir)
+                    break
+                raise StorageFailed(f"WAL segment {path.name}: {exc}") from None
+            if header_seq != seq:
+                if is_last:
+                    path.unlink()  # a recycled spare renamed before its header was written
+                    _fsync_dir(self._wal_dir)
+                    break
+                raise StorageFailed(f"WAL segment {path.name} names sequence {header_seq}")
+            fd = os.open(path, os.O_RDWR)
+            self._segments[seq] = _Segment(seq, path, fd)
+            last_end, last_sealed = self._replay_segment(seq, data, is_last)
+        self._validate_groups()
+        live = sorted(self._segments)
+        if live:
+            # Seal the recovered tail where valid data ends, then start afresh.
+            tail = self._segments[live[-1]]
+            self._current = tail
+            self._salt = fmt.salt_of(tail.seq)
+            self._write_offset = last_end
+            if not last_sealed:
+                self._seal_current()
+            next_seq = tail.seq + 1
+        else:
+            next_seq = 1
+        self._start_segment(next_seq)
+        self.maybe_prepare_spare()
+
+    def _replay_segment(self, seq: int, data: bytes, is_last: bool) -> tuple[int, bool]:
+        """Apply the records of one segment; return (where valid data ends, sealed)."""
+        salt = fmt.salt_of(seq)
+        offset = fmt.SEGMENT_HEADER_BYTES
+        view = memoryview(data)
+        name = self._segment_path(seq).name
+        while True:
+            try:
+                header = fmt.decode_record_header(view, offset)
+            except fmt.FormatError as exc:
+                header = None
+                if not is_last:
+                    raise StorageFailed(f"WAL segment {name}: {exc}") from None
+            if header is None or not fmt.record_intact(view, offset, header, salt):
+                if is_last:
+                    return offset, False  # torn tail: cut here
+                raise StorageFailed(
+                    f"WAL segment {name} is corrupt at offset {offset} (not the last segment)"
+                )
+            if header.kind is RecordKind.SEAL:
+                return offset + header.record_bytes, True
+            payload_start = offset + fmt.RECORD_HEADER_BYTES
+            payload = view[payload_start : payload_start + header.payload_len]
+            try:
+                self._replay_record(seq, offset, header, payload)
+            except fmt.FormatError as exc:
+                raise StorageFailed(f"WAL segment {name} offset {offset}: {exc}") from None
+            offset += header.record_bytes
+
+    def _replay_record(
+        self, seq: int, offset: int, header: fmt.RecordHeader, payload: memoryview
+    ) -> None:
+        g = self._group_state(header.group_id)
+        kind = header.kind
+        if kind is RecordKind.ENTRY:
+            index = header.index
+            if g.locs and index <= g.last:
+                g.truncate_from(index)
+            if not g.locs and index != g.first:
+                # Entries before this one were in collected segments; a later
+                # COMPACT must cover the gap (checked by _validate_groups).
+                g.first = index
+            g.locs.append((header.term, seq, offset, header.payload_len, header.entry_type))
+            g.cache_from = g.last + 1
+        elif kind is RecordKind.HARD_STATE:
+            g.hard_state = fmt.decode_hard_state(header, bytes(payload))
+        elif kind is RecordKind.CONF_STATE:
+            g.conf_index = header.index
+            g.conf_state = fmt.decode_conf_state(bytes(payload))
+        elif kind is RecordKind.SNAPSHOT:
+            conf = fmt.decode_conf_state(bytes(payload))
+            self._note_snapshot(g, header.term, header.index, conf, header.entry_type)
+        elif kind is RecordKind.COMPACT:
+            g.compact_to(header.index, header.term)
+        elif kind is RecordKind.CHECKPOINT:
+            cp = fmt.decode_checkpoint(bytes(payload))
+            g.hard_state = cp.hard_state
+            g.conf_index = cp.conf_index
+            g.conf_state = cp.conf_state
+            g.snapshot_term = cp.snapshot_term
+            g.snapshot_index = cp.snapshot_index
+            g.snapshot_conf_state = cp.snapshot_conf_state
+            if cp.compact_index >= g.first - 1 or not g.locs:
+                g.compact_to(cp.compact_index, cp.compact_term)
+            else:
+                g.compact_index, g.compact_term = cp.compact_index, cp.compact_term
+
+    def _validate_groups(self) -> None:
+        for g in self._groups.values():
+            if g.locs and g.first != g.compact_index + 1:
+                raise StorageFailed(
+                    f"WAL of group {g.group_id} misses entries {g.compact_index + 1}.."
+                    f"{g.first - 1} (a segment was lost)"
+                )
+            g.first = g.compact_index + 1
+            g.cache_from = g.last + 1
+
+    # -------------------------------------------------------------- segments
+    def _list_spares(self) -> list[Path]:
+        return sorted(
+            p
+            for p in self._wal_dir.iterdir()
+            if p.name.startswith(SPARE_PREFIX) and p.name.endswith(SEGMENT_SUFFIX)
+        )
+
+    def has_spare(self) -> bool:
+        """Whether a preallocated segment is ready for the next rotation."""
+        with self._spares_lock:
+            return bool(self._spares)
+
+    def maybe_prepare_spare(self) -> bool:
+        """Zero-fill one spare segment if none is ready; return whether it made one.
+
+        Slow (writes ``segment_bytes``); the driver runs it in a worker thread
+        (this and :meth:`sync` are the thread-safe methods).
+        """
+        if self.has_spare():
+            return False
+        name = f"{os.getpid()}-{next(_spare_names)}"
+        final = self._wal_dir / f"{SPARE_PREFIX}{name}{SEGMENT_SUFFIX}"
+        tmp = self._wal_dir / f"tmp-{name}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            remaining = self.segment_bytes
+            while remaining > 0:
+                chunk = min(remaining, len(_ZERO_CHUNK))
+                os.write(fd, _ZERO_CHUNK[:chunk])
+                remaining -= chunk
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+        _fsync_dir(self._wal_dir)
+        with self._spares_lock:
+            self._spares.append(final)
+        return True
+
+    def _take_spare(self) -> Path:
+        while True:
+            with self._spares_lock:
+                if self._spares:
+                    return self._spares.pop(0)
+            self.maybe_prepare_spare()
+
+    def _start_segment(self, seq: int) -> None:
+        """Make segment ``seq`` current: a spare renamed, header written, checkpoints."""
+        path = self._segment_path(seq)
+        os.rename(self._take_spare(), path)
+        fd = os.open(path, os.O_RDWR)
+        os.pwrite(fd, fmt.encode_segment_header(seq), 0)
+        # The header must be durable before any record of this segment is trusted.
+        os.fdatasync(fd)
+        _fsync_dir(self._wal_dir)
+        segment = _Segment(seq, path, fd)
+        self._segments[seq] = segment
+        self._current = segment
+        self._salt = fmt.salt_of(seq)
+        self._write_offset = fmt.SEGMENT_HEADER_BYTES
+        self._buffer = []
+        self._buffer_bytes = 0
+        for g in self._groups.values():
+            self._encode(
+                RecordKind.CHECKPOINT,
+                g.group_id,
+                g.snapshot_term,
+                g.snapshot_index,
+                fmt.encode_checkpoint(g.checkpoint()),
+            )
+
+    def _seal_current(self) -> None:
+        """Write everything buffered plus a SEAL record to the current segment; sync it."""
+        segment = self._current
+        assert segment is not None
+        fmt.encode_record(self._buffer, self._salt, RecordKind.SEAL, 0, 0, 0, b"")
+        self._buffer_bytes += fmt.RECORD_HEADER_BYTES
+        self._write_buffer(segment)
+        os.fdatasync(segment.fd)
+        self._dirty_fds.discard(segment.fd)
+
+    def _room(self) -> int:
+        # Keep space for the SEAL record.
+        used = self._write_offset + self._buffer_bytes + fmt.RECORD_HEADER_BYTES
+        return self.segment_bytes - used
+
+    def _encode(
+        self,
+        kind: RecordKind,
+        group_id: int,
+        term: int,
+        index: int,
+        payload: bytes,
+        entry_type: int = 0,
+    ) -> tuple[int, int]:
+        """Encode one record into the buffer; return its (segment seq, offset)."""
+        size = fmt.RECORD_HEADER_BYTES + len(payload)
+        if size > self._room():
+            if kind is RecordKind.CHECKPOINT:
+                raise StorageFailed("segment_bytes is too small to hold the group checkpoints")
+            if size > self.segment_bytes - fmt.SEGMENT_HEADER_BYTES - fmt.RECORD_HEADER_BYTES:
+                raise ValueError(f"a {size}-byte record exceeds the segment size")
+            assert self._current is not None
+            self._seal_current()
+            self._start_segment(self._current.seq + 1)
+            if size > self._room():
+                raise StorageFailed(f"a {size}-byte record does not fit in a new segment")
+        assert self._current is not None
+        offset = self._write_offset + self._buffer_bytes
+        fmt.encode_record(
+            self._buffer, self._salt, kind, group_id, term, index, payload, entry_type
+        )
+        self._buffer_bytes += size
+        return self._current.seq, offset
+
+    # ------------------------------------------------------------ write API
+    def _group_state(self, group_id: int) -> _GroupState:
+        g = self._groups.get(group_id)
+        if g is None:
+            if not 0 < group_id <= fmt.GROUP_ID_MAX:
+                raise ValueError(f"group id must be in 1..{fmt.GROUP_ID_MAX}, got {group_id}")
+            g = _GroupState(group_id)
+            self._groups[group_id] = g
+        return g
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise StorageFailed(f"the log store failed earlier: {self._failed}")
+
+    def append(self, group_id: int, entries: Sequence[Entry]) -> None:
+        """Encode ``entries`` (consecutive indices) for ``group_id``; replaces any suffix.
+
+        The first index must be in [first_index, last_index + 1].
+        """
+        self._check()
+        if not entries:
+            return
+        g = self._group_state(group_id)
+        start = entries[0].index
+        if start <= g.compact_index or start > g.last + 1:
+            raise ValueError(
+                f"group {group_id}: append at {start} outside [{g.compact_index + 1}, {g.last + 1}]"
+            )
+        if start <= g.last:
+            g.truncate_from(start)
+        if entries[-1].index != start + len(entries) - 1:
+            raise ValueError(f"group {group_id}: entries are not consecutive from {start}")
+        total = sum(len(e.data) for e in entries) + fmt.RECORD_HEADER_BYTES * len(entries)
+        if total <= self._room():
+            # Fast path: the whole run fits in the current segment.
+            assert self._current is not None
+            g.locs += fmt.encode_entries(
+                self._buffer,
+                self._salt,
+                group_id,
+                self._current.seq,
+                entries,
+                self._write_offset + self._buffer_bytes,
+            )
+            self._buffer_bytes += total
+            if g.cache_from + len(g.cache) == start:
+                g.cache.extend(entries)
+                g.cache_bytes += total - fmt.RECORD_HEADER_BYTES * len(entries)
+            self._trim_cache(g)
+            return
+        for entry in entries:
+            if entry.index != g.last + 1:
+                raise ValueError(f"group {group_id}: entries are not consecutive at {entry.index}")
+            seq, offset = self._encode(
+                RecordKind.ENTRY, group_id, entry.term, entry.index, entry.data, entry.type
+            )
+            g.locs.append((entry.term, seq, offset, len(entry.data), int(entry.type)))
+            if g.cache_from + len(g.cache) == entry.index:
+                g.cache.append(entry)
+                g.cache_bytes += len(entry.data)
+        self._trim_cache(g)
+
+    def _trim_cache(self, g: _GroupState) -> None:
+        budget = self.cache_bytes_per_group
+        if g.cache_bytes <= budget + (budget >> 2):
+            return  # trim in steps of a quarter of the budget, not on every append
+        drop = 0
+        cache = g.cache
+        while g.cache_bytes > budget and drop < len(cache):
+            g.cache_bytes -= len(cache[drop].data)
+            drop += 1
+        del cache[:drop]
+        g.cache_from += drop
+
+    def set_hard_state(self, group_id: int, hard_state: HardState) -> None:
+        """Encode the group's new hard state."""
+        self._check()
+        g = self._group_state(group_id)
+        self._encode(
+            RecordKind.HARD_STATE,
+            group_id,
+            hard_state.term,
+            hard_state.commit,
+            fmt.encode_vote(hard_state.vote),
+        )
+        g.hard_state = hard_state
+
+    def set_conf_state(self, group_id: int, index: int, conf_state: ConfState) -> None:
+        """Record the membership the host applied at log ``index`` (or at bootstrap)."""
+        self._check()
+        g = self._group_state(group_id)
+        self._encode(RecordKind.CONF_STATE, group_id, 0, index, fmt.encode_conf_state(conf_state))
+        g.conf_index = index
+        g.conf_state = conf_state
+
+    def install_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
+        """Persist a snapshot received from the leader: the group's log is replaced."""
+        self._save_snapshot(group_id, snapshot, fmt.SNAPSHOT_INSTALL)
+
+    def save_local_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
+        """Persist a snapshot taken at an applied index; the log is kept (see compact)."""
+        g = self._group_state(group_id)
+        if not g.compact_index <= snapshot.metadata.index <= g.last:
+            raise ValueError(
+                f"group {group_id}: local snapshot at {snapshot.metadata.index} "
+                f"outside the log [{g.compact_index}, {g.last}]"
+            )
+        self._save_snapshot(group_id, snapshot, fmt.SNAPSHOT_LOCAL)
+
+    def _save_snapshot(self, group_id: int, snapshot: Snapshot, flag: int) -> None:
+        self._check()
+        meta = snapshot.metadata
+        g = self._group_state(group_id)
+        if meta.index <= g.snapshot_index:
+            return  # older than what we hold: nothing to do
+        path = self._snapshot_path(group_id, meta.term, meta.index)
+        blob = fmt.encode_snapshot_file(
+            group_id, meta.term, meta.index, meta.conf_state, snapshot.data
+        )
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, blob)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        _fsync_dir(self._snap_dir)
+        old = (g.snapshot_term, g.snapshot_index)
+        self._encode(
+            RecordKind.SNAPSHOT,
+            group_id,
+            meta.term,
+            meta.index,
+            fmt.encode_conf_state(meta.conf_state),
+            flag,
+        )
+        self._note_snapshot(g, meta.term, meta.index, meta.conf_state, flag)
+        if old[1] > 0:
+            self._snapshot_files_to_delete.append(self._snapshot_path(group_id, *old))
+
+    def _note_snapshot(
+        self, g: _GroupState, term: int, index: int, conf: ConfState, flag: int
+    ) -> None:
+        g.snapshot_term = term
+        g.snapshot_index = index
+        g.snapshot_conf_state = conf
+        if flag == fmt.SNAPSHOT_INSTALL:
+            g.locs = []
+            g.cache = []
+            g.cache_bytes = 0
+            g.first = index + 1
+            g.cache_from = index + 1
+            g.compact_index = index
+            g.compact_term = term
+
+    def compact(self, group_id: int, index: int) -> None:
+        """Discard the group's entries <= ``index`` (at most its snapshot index).
+
+        Segments that only held discarded entries are collected after the next sync.
+        """
+        self._check()
+        g = self._group_state(group_id)
+        if index <= g.compact_index:
+            return
+        if index > g.snapshot_index:
+            raise ValueError(
+                f"group {group_id}: compact to {index} beyond the snapshot at {g.snapshot_index}"
+            )
+        term = self._term(g, index)
+        self._encode(RecordKind.COMPACT, group_id, term, index, b"")
+        g.compact_to(index, term)
+
+    def flush(self) -> None:
+        """Write everything encoded since the last flush with one system call."""
+        self._check()
+        if not self._buffer:
+            return
+        segment = self._current
+        assert segment is not None
+        try:
+            self._write_buffer(segment)
+        except OSError as exc:
+            self._failed = exc
+            raise StorageFailed(f"WAL write failed: {exc}") from exc
+        self._dirty_fds.add(segment.fd)
+
+    def _write_buffer(self, segment: _Segment) -> None:
+        """ONE system call: pwritev of the chunks, or pwrite of their join past IOV_MAX."""
+        chunks = self._buffer
+        offset = self._write_offset
+        want = self._buffer_bytes
+        if len(chunks) <= _IOV_MAX:
+            written = os.pwritev(segment.fd, chunks, offset)
+            rest = b"" if written == want else b"".join(chunks)[written:]
+        else:
+            data = b"".join(chunks)
+            written = os.pwrite(segment.fd, data, offset)
+            rest = data[written:]
+        while rest:  # a short write (rare): finish it
+            n = os.pwrite(segment.fd, rest, offset + written)
+            rest = rest[n:]
+            written += n
+        self._write_offset = offset + want
+        self._buffer = []
+        self._buffer_bytes = 0
+
+    def sync(self) -> None:
+        """fdatasync what was flushed. The only method safe to call from another thread."""
+        fds = list(self._dirty_fds)
+        self._dirty_fds.clear()
+        for fd in fds:
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                # After a failed fsync the page cache state is unknown: stop for good.
+                self._failed = exc
+                raise StorageFailed(f"WAL fdatasync failed: {exc}") from exc
+
+    def commit(self) -> None:
+        """flush, sync and collect garbage: the synchronous form of one round's write."""
+        self.flush()
+        self.sync()
+        self.maybe_collect_garbage()
+
+    def maybe_collect_garbage(self) -> list[int]:
+        """Recycle segments no group needs; return their sequences.
+
+        Does nothing unless everything encoded is durable (nothing buffered or
+        unsynced): a compaction must be on disk before the segments it frees go.
+        """
+        if self._buffer or self._dirty_fds:
+            return []
+        for path in self._snapshot_files_to_delete:
+            path.unlink(missing_ok=True)
+        self._snapshot_files_to_delete = []
+        assert self._current is not None
+        needed = self._current.seq
+        for g in self._groups.values():
+            if g.locs:
+                needed = min(needed, g.locs[0][1])
+        collected = []
+        for seq in sorted(self._segments):
+            if seq >= needed:
+                break
+            segment = self._segments.pop(seq)
+            os.close(segment.fd)
+            self._dirty_fds.discard(segment.fd)
+            with self._spares_lock:
+                spares = len(self._spares)
+            if spares < self.spare_segments_max:
+                spare = self._wal_dir / f"{SPARE_PREFIX}{seq:016x}{SEGMENT_SUFFIX}"
+                os.rename(segment.path, spare)
+                with self._spares_lock:
+                    self._spares.append(spare)
+            else:
+                segment.path.unlink()
+            collected.append(seq)
+        if collected:
+            _fsync_dir(self._wal_dir)
+        return collected
+
+    def close(self) -> None:
+        """Flush, sync and close the files. Unsealed: the next open seals the tail."""
+        if self._failed is None:
+            self.flush()
+            self.sync()
+        for segment in self._segments.values():
+            os.close(segment.fd)
+        self._segments.clear()
+        self._current = None
+
+    # ------------------------------------------------------------- read API
+    def group(self, group_id: int) -> GroupLog:
+        """The :class:`raft.types.LogReader` view of one group (created empty if new)."""
+        return GroupLog(self, self._group_state(group_id))
+
+    def group_ids(self) -> list[int]:
+        """Every group that has written anything, sorted."""
+        return sorted(self._groups)
+
+    def segment_seqs(self) -> list[int]:
+        """The live segments, oldest first."""
+        return sorted(self._segments)
+
+    def locate(self, group_id: int, index: int) -> EntryLocation:
+        """Where entry ``index`` of the group lies on disk (for indexing without copying)."""
+        g = self._group_state(group_id)
+        self._check_range(g, index, index + 1)
+        _term, seq, offset, length, _etype = g.locs[index - g.first]
+        return EntryLocation(seq, offset + fmt.RECORD_HEADER_BYTES, length)
+
+    def read_at(self, location: EntryLocation, start: int = 0, length: int | None = None) -> bytes:
+        """Bytes [start, start + length) of the entry data at ``location``."""
+        segment = self._segments.get(location.segment_seq)
+        if segment is None:
+            raise LogCompacted(f"segment {location.segment_seq} was collected")
+        if length is None:
+            length = location.length - start
+        if start < 0 or start + length > location.length:
+            raise ValueError("read outside the entry")
+        if self._current is segment and self._buffer:
+            self.flush()
+        return os.pread(segment.fd, length, location.offset + start)
+
+    def _check_range(self, g: _GroupState, lo: int, hi: int) -> None:
+        if lo <= g.compact_index:
+            raise LogCompacted(
+                f"group {g.group_id}: index {lo} is compacted (<= {g.compact_index})"
+            )
+        if hi > g.last + 1:
+            raise LogUnavailable(f"group {g.group_id}: index {hi - 1} is beyond {g.last}")
+
+    def _term(self, g: _GroupState, index: int) -> int:
+        if index == g.compact_index:
+            return g.compact_term
+        if index == g.snapshot_index:
+            return g.snapshot_term
+        self._check_range(g, index, index + 1)
+        return g.locs[index - g.first][0]
+
+    def _entries(self, g: _GroupState, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+        self._check_range(g, lo, hi)
+        if lo >= hi:
+            return []
+        out: list[Entry] = []
+        total = 0
+        index = lo
+        while index < hi:
+            if index >= g.cache_from:
+                for entry in g.cache[index - g.cache_from : hi - g.cache_from]:
+                    total += len(entry.data)
+                    if out and max_bytes is not None and total > max_bytes:
+                        return out
+                    out.append(entry)
+                return out
+            stop = min(hi, g.cache_from)
+            for entry in self._read_entries(g, index, stop):
+                total += len(entry.data)
+                if out and max_bytes is not None and total > max_bytes:
+                    return out
+                out.append(entry)
+            index = stop
+        return out
+
+    def _read_entries(self, g: _GroupState, lo: int, hi: int) -> Iterable[Entry]:
+        """Entries [lo, hi) from disk: one pread per run of records in one segment."""
+        if self._buffer:
+            self.flush()
+        locs = g.locs[lo - g.first : hi - g.first]
+        run_start = 0
+        while run_start < len(locs):
+            seq = locs[run_start][1]
+            run_end = run_start
+            while run_end + 1 < len(locs) and locs[run_end + 1][1] == seq:
+                run_end += 1
+            first_offset = locs[run_start][2]
+            end = locs[run_end][2] + fmt.RECORD_HEADER_BYTES + locs[run_end][3]
+            segment = self._segments[seq]
+            blob = os.pread(segment.fd, end - first_offset, first_offset)
+            for i in range(run_start, run_end + 1):
+                term, _seq, offset, length, etype = locs[i]
+                start = offset - first_offset + fmt.RECORD_HEADER_BYTES
+                yield Entry(
+                    term=term,
+                    index=lo + i,
+                    type=EntryType(etype),
+                    data=blob[start : start + length],
+                )
+            run_start = run_end + 1
+
+    def _snapshot_path(self, group_id: int, term: int, index: int) -> Path:
+        return self._snap_dir / f"{group_id:08x}-{term:016x}-{index:016x}.snap"
+
+    def _snapshot(self, g: _GroupState) -> Snapshot:
+        if g.snapshot_index == 0:
+            return Snapshot()
+        path = self._snapshot_path(g.group_id, g.snapshot_term, g.snapshot_index)
+        try:
+            _gid, term, index, conf, data = fmt.decode_snapshot_file(path.read_bytes())
+        except (OSError, fmt.FormatError) as exc:
+            raise StorageFailed(f"snapshot of group {g.group_id} is unreadable: {exc}") from exc
+        return Snapshot(SnapshotMetadata(index=index, term=term, conf_state=conf), data)
+
+
+class GroupLog:
+    """One group's durable log, read by its raft core (implements ``LogReader``)."""
+
+    def __init__(self, store: LogStore, state: _GroupState) -> None:
+        """Obtain it from :meth:`LogStore.group`."""
+        self._store = store
+        self._g = state
+        self.group_id = state.group_id
+
+    def initial_state(self) -> tuple[HardState, ConfState]:
+        """The persisted hard state and the newest membership (record or snapshot)."""
+        g = self._g
+        if g.conf_state is not None and g.conf_index >= g.snapshot_index:
+            return g.hard_state, g.conf_state
+        return g.hard_state, g.snapshot_conf_state
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries [lo, hi), at least one if any, at most ``max_bytes`` of data."""
+        return self._store._entries(self._g, lo, hi, max_bytes)
+
+    def term(self, index: int) -> int:
+        """Term of the entry at ``index`` (the snapshot's or compaction point's term there)."""
+        return self._store._term(self._g, index)
+
+    def first_index(self) -> int:
+        """Index of the first entry still available."""
+        return self._g.compact_index + 1
+
+    def last_index(self) -> int:
+        """Index of the last entry written (the compaction point if there is none)."""
+        return max(self._g.last, self._g.compact_index)
+
+    def snapshot(self) -> Snapshot:
+        """The most recent snapshot (empty if none)."""
+        return self._store._snapshot(self._g)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

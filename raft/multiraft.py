@@ -1,0 +1,600 @@
+"""The round logic of a node hosting many raft groups, with no I/O of its own.
+
+A round, driven by :mod:`raft.driver` (asyncio) or synchronously by a test
+or the simulation::
+
+    rnd = host.collect()            # proposals in, Readys of every group with work out
+    host.persist(rnd, writer)       # all entries + hard states encoded, ONE flush
+    if rnd.must_sync: writer.sync() # ONE fdatasync for every group (done by the caller)
+    for node, data in host.outgoing(rnd): transport.send(node, data)   # one batch per node
+    outcomes = host.apply(rnd)      # state machines; proposals resolved (token, result, error)
+    host.advance(rnd)
+
+Between rounds the caller feeds ``tick(now_ms)``, ``receive(batch, now_ms)``
+and ``propose(...)``; they may also arrive while a round is being persisted
+(the core accepts steps between ready() and advance()).
+
+Quiescing (after CockroachDB): a leader whose group has been idle for
+``quiesce_after_ticks`` ticks, with every voter matched up to its last index
+and everything applied, stops ticking the group and sends a QUIESCE notice;
+a follower that is in step with the notice stops ticking too. Any message
+but the notice, or a proposal, wakes a group. Quiesced groups send no
+heartbeats, so liveness is per node: every received batch (the driver sends
+an empty one each tick) marks its sender alive, and a quiesced follower
+whose leader's node has been silent for ``liveness_timeout_ms`` wakes and
+runs its election timer again.
+
+PURE: time comes in as ``now_ms``; the log writer and state machines are
+passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from raft import wire
+from raft.errors import NotLeader, ProposalDropped, RaftError
+from raft.types import (
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    MessageType,
+    Ready,
+    Role,
+    Snapshot,
+    SnapshotMetadata,
+)
+
+_PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
+
+
+class ProgressLike(Protocol):
+    """What quiescing reads of the leader's view of one member."""
+
+    @property
+    def match(self) -> int:
+        """Highest index known replicated on the member."""
+        ...
+
+
+class StatusLike(Protocol):
+    """What the host reads of a replica's status (raft.types.Status has these)."""
+
+    @property
+    def term(self) -> int:
+        """Current term."""
+        ...
+
+    @property
+    def commit(self) -> int:
+        """Commit index."""
+        ...
+
+    @property
+    def applied(self) -> int:
+        """Applied index."""
+        ...
+
+    @property
+    def last_index(self) -> int:
+        """Last log index."""
+        ...
+
+    @property
+    def conf_state(self) -> ConfState:
+        """The current membership."""
+        ...
+
+    @property
+    def progress(self) -> Mapping[int, ProgressLike]:
+        """Per member progress; only filled on the leader."""
+        ...
+
+
+class GroupNode(Protocol):
+    """The part of raft.node.RawNode the host uses."""
+
+    def tick(self) -> None:
+        """One logical tick."""
+        ...
+
+    def step(self, message: Message) -> None:
+        """A message from a peer."""
+        ...
+
+    def propose_batch(self, payloads: list[bytes] | tuple[bytes, ...]) -> None:
+        """Propose entries; raises ProposalDropped."""
+        ...
+
+    def has_ready(self) -> bool:
+        """Whether ready() has work."""
+        ...
+
+    def ready(self) -> Ready:
+        """Take the pending work."""
+        ...
+
+    def advance(self, ready: Ready) -> None:
+        """The work of ``ready`` is done."""
+        ...
+
+    def status(self) -> StatusLike:
+        """A point-in-time view."""
+        ...
+
+    def is_leader(self) -> bool:
+        """Whether this replica leads."""
+        ...
+
+    @property
+    def lead(self) -> int:
+        """Known leader or 0."""
+        ...
+
+    @property
+    def role(self) -> Role:
+        """Current role."""
+        ...
+
+
+class StateMachine(Protocol):
+    """A group's replicated state: committed entries go in, in log order."""
+
+    def apply(self, entry: Entry) -> object:
+        """Apply one committed NORMAL entry (non-empty data); return the proposer's result."""
+        ...
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the state with a snapshot's."""
+        ...
+
+    def snapshot_data(self) -> bytes:
+        """The state as of the last applied entry, for a snapshot."""
+        ...
+
+
+class LogWriter(Protocol):
+    """What a round writes (raft.logstore.LogStore, or a simulated disk)."""
+
+    def append(self, group_id: int, entries: Sequence[Entry]) -> None:
+        """Encode entries (replacing any suffix from their first index)."""
+        ...
+
+    def set_hard_state(self, group_id: int, hard_state: HardState) -> None:
+        """Encode a hard state."""
+        ...
+
+    def install_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
+        """Persist a snapshot from the leader (replaces the group's log)."""
+        ...
+
+    def set_conf_state(self, group_id: int, index: int, conf_state: ConfState) -> None:
+        """Record the applied membership."""
+        ...
+
+    def save_local_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
+        """Persist a snapshot taken at an applied index (the log is kept)."""
+        ...
+
+    def compact(self, group_id: int, index: int) -> None:
+        """Discard entries <= index (at most the snapshot index)."""
+        ...
+
+    def flush(self) -> None:
+        """Write what was encoded (not yet durable)."""
+        ...
+
+
+ConfChangeApplier = Callable[[GroupNode, Entry], ConfState]
+"""Applies a committed CONF_CHANGE entry to its node and returns the new membership."""
+
+
+@dataclass(slots=True)
+class _Proposal:
+    """Payloads proposed together; one token. ``single``: the result is not a list."""
+
+    payloads: list[bytes]
+    token: object
+    single: bool
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An appended proposal awaiting apply: entries [first, last] of ``term``."""
+
+    first: int
+    last: int
+    term: int
+    token: object
+    single: bool
+    results: list[object] = field(default_factory=list)
+    overwritten: bool = False
+
+
+@dataclass(slots=True)
+class _Group:
+    group_id: int
+    node: GroupNode
+    state_machine: StateMachine
+    peers: tuple[int, ...]
+    quiesced: bool = False
+    idle_ticks: int = 0
+    proposals: list[_Proposal] = field(default_factory=list)
+    pending: dict[int, _Pending] = field(default_factory=dict)  # by first index
+    applying: _Pending | None = None  # the pending batch the apply position is inside
+    applied: int = 0
+    applied_term: int = 0
+    snapshot_index: int = 0
+
+
+@dataclass(slots=True)
+class Round:
+    """One round's work: the Readys taken, and what must be sent with them."""
+
+    groups: list[_Group]
+    readies: list[Ready]
+    must_sync: bool
+    rejected: list[tuple[object, RaftError]]
+    notices: dict[int, list[wire.QuiesceNotice]]
+
+    def is_empty(self) -> bool:
+        """Nothing to write, send, apply or report."""
+        return not self.readies and not self.rejected and not self.notices
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A proposal's end: ``error`` is None when it committed and applied with ``result``."""
+
+    token: object
+    result: object = None
+    error: RaftError | None = None
+
+
+def _outcome(p: _Pending) -> Outcome:
+    if p.overwritten:
+        return Outcome(p.token, error=ProposalDropped("overwritten by a new leader"))
+    return Outcome(p.token, p.results[0] if p.single else p.results)
+
+
+class MultiRaft:
+    """All raft groups of one node and the pure half of the driver's round."""
+
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        quiesce_after_ticks: int = 20,
+        liveness_timeout_ms: int = 1000,
+        conf_change_applier: ConfChangeApplier | None = None,
+    ) -> None:
+        """``conf_change_applier`` is required before any CONF_CHANGE entry commits."""
+        self.node_id = node_id
+        self.quiesce_after_ticks = quiesce_after_ticks
+        self.liveness_timeout_ms = liveness_timeout_ms
+        self._conf_change_applier = conf_change_applier
+        self._groups: dict[int, _Group] = {}
+        self._dirty: set[int] = set()
+        self._notices: dict[int, list[wire.QuiesceNotice]] = {}
+        self._last_heard_ms: dict[int, int] = {}
+        self._peer_nodes: list[int] = []
+
+    # ------------------------------------------------------------- groups
+    def add_group(
+        self, group_id: int, node: GroupNode, state_machine: StateMachine, peers: Sequence[int]
+    ) -> None:
+        """Host a replica of ``group_id`` whose members are ``peers`` (this node included)."""
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id} is hosted already")
+        others = tuple(sorted(p for p in peers if p != self.node_id))
+        self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
+        self._dirty.add(group_id)
+
+    def group_ids(self) -> list[int]:
+        """The hosted groups, sorted."""
+        return sorted(self._groups)
+
+    def node(self, group_id: int) -> GroupNode:
+        """The raft replica of a hosted group."""
+        return self._group(group_id).node
+
+    def peer_nodes(self) -> list[int]:
+        """Every other node that shares a group with this one."""
+        return self._peer_nodes
+
+    def is_quiesced(self, group_id: int) -> bool:
+        """Whether the group is idle (not ticked)."""
+        return self._group(group_id).quiesced
+
+    def leader_of(self, group_id: int) -> int:
+        """The leader this replica knows, or 0."""
+        return self._group(group_id).node.lead
+
+    def _group(self, group_id: int) -> _Group:
+        group = self._groups.get(group_id)
+        if group is None:
+            raise NotLeader(f"group {group_id} is not hosted on node {self.node_id}")
+        return group
+
+    def _wake(self, g: _Group) -> None:
+        g.quiesced = False
+        g.idle_ticks = 0
+
+    # ------------------------------------------------------------- inputs
+    def tick(self, now_ms: int) -> None:
+        """One tick for every awake group; quiesce idle ones; wake orphaned followers."""
+        stale = {
+            p
+            for p in self.peer_nodes()
+            if now_ms - self._last_heard_ms.setdefault(p, now_ms) > self.liveness_timeout_ms
+        }
+        dirty = self._dirty
+        quiesce_after = self.quiesce_after_ticks
+        for g in self._groups.values():
+            if g.quiesced:
+                if stale and g.node.lead in stale:
+                    self._wake(g)
+                else:
+                    continue
+            g.node.tick()
+            g.idle_ticks += 1
+            dirty.add(g.group_id)
+            if g.idle_ticks >= quiesce_after:
+                self._maybe_quiesce_leader(g)
+
+    def _maybe_quiesce_leader(self, g: _Group) -> None:
+        node = g.node
+        if not node.is_leader() or g.proposals or g.pending or g.applying is not None:
+            g.idle_ticks = 0
+            return
+        status = node.status()
+        last = status.last_index
+        in_step = status.commit == last and status.applied == last
+        if in_step:
+            in_step = all(
+                member == self.node_id or progress.match == last
+                for member, progress in status.progress.items()
+            )
+        if not in_step:
+            g.idle_ticks = 0
+            return
+        g.quiesced = True
+        notice = wire.QuiesceNotice(g.group_id, status.term, last, status.commit)
+        for peer in g.peers:
+            self._notices.setdefault(peer, []).append(notice)
+
+    def heard_from(self, node_id: int, now_ms: int) -> None:
+        """Record that ``node_id`` is alive (a batch, even an empty one, arrived)."""
+        self._last_heard_ms[node_id] = now_ms
+
+    def receive(self, batch: wire.Batch, now_ms: int) -> None:
+        """Step every message of a batch into its group; apply quiesce notices."""
+        self.heard_from(batch.from_node, now_ms)
+        groups = self._groups
+        for group_id, message in batch.messages:
+            g = groups.get(group_id)
+            if g is None:
+                continue  # not hosted here (yet, or any more): the sender retries
+            if message.type not in _PERIODIC:
+                # Heartbeats (and the answers to a quiescing leader's last one)
+                # leave a quiesced group asleep; liveness covers a dead leader.
+                self._wake(g)
+            try:
+                g.node.step(message)
+            except RaftError:
+                continue  # a message the core refuses changes nothing
+            self._dirty.add(group_id)
+        for notice in batch.quiesce:
+            g = groups.get(notice.group_id)
+            if g is None or g.node.lead != batch.from_node or g.proposals:
+                continue
+            status = g.node.status()
+            if (
+                status.term == notice.term
+                and status.last_index == notice.last_index
+                and status.commit == notice.commit
+            ):
+                g.quiesced = True
+
+    def propose(self, group_id: int, data: bytes, token: object) -> None:
+        """Queue a proposal for the next round; its Outcome carries ``token``."""
+        g = self._group(group_id)
+        self._wake(g)
+        g.proposals.append(_Proposal([data], token, True))
+        self._dirty.add(group_id)
+
+    def propose_many(self, group_id: int, payloads: list[bytes], token: object) -> None:
+        """Queue entries proposed together; one Outcome whose result is their results' list.
+
+        They are appended consecutively; the Outcome fails if any was not committed.
+        """
+        g = self._group(group_id)
+        self._wake(g)
+        g.proposals.append(_Proposal(list(payloads), token, False))
+        self._dirty.add(group_id)
+
+    def has_work(self) -> bool:
+        """Whether collect() may return a non-empty round."""
+        return bool(self._dirty) or bool(self._notices)
+
+    # -------------------------------------------------------------- round
+    def collect(self) -> Round:
+        """Propose what is queued and take the Ready of every group with work."""
+        groups: list[_Group] = []
+        readies: list[Ready] = []
+        rejected: list[tuple[object, RaftError]] = []
+        must_sync = False
+        dirty = self._dirty
+        self._dirty = set()
+        for group_id in sorted(dirty):
+            g = self._groups[group_id]
+            node = g.node
+            proposals = g.proposals
+            payloads: list[bytes] = []
+            if proposals:
+                g.proposals = []
+                if not node.is_leader():
+                    error = NotLeader(
+                        f"node {self.node_id} does not lead group {group_id}", node.lead
+                    )
+                    rejected.extend((p.token, error) for p in proposals)
+                    proposals = []
+                else:
+                    for p in proposals:
+                        payloads += p.payloads
+                    try:
+                        node.propose_batch(payloads)
+                    except ProposalDropped as exc:
+                        rejected.extend((p.token, exc) for p in proposals)
+                        proposals = []
+            if not node.has_ready():
+                if proposals:  # cannot happen: a proposal always makes work
+                    raise AssertionError("proposals appended but no Ready")
+                continue
+            rd = node.ready()
+            if proposals:
+                self._track(g, rd, proposals, payloads)
+            if rd.committed_entries or rd.entries:
+                g.idle_ticks = 0
+            groups.append(g)
+            readies.append(rd)
+            must_sync = must_sync or rd.must_sync
+        notices = self._notices
+        self._notices = {}
+        return Round(groups, readies, must_sync, rejected, notices)
+
+    def _track(
+        self, g: _Group, rd: Ready, proposals: list[_Proposal], payloads: list[bytes]
+    ) -> None:
+        """Remember where each proposal's entries were appended, to resolve it on apply."""
+        n = len(payloads)
+        tail = rd.entries[-n:]
+        if len(tail) == n and tail[-1].data is payloads[-1] and tail[0].data is payloads[0]:
+            first, term = tail[0].index, tail[-1].term
+        else:
+            status = g.node.status()
+            first, term = status.last_index - n + 1, status.term
+        for p in proposals:
+            last = first + len(p.payloads) - 1
+            g.pending[first] = _Pending(first, last, term, p.token, p.single)
+            first = last + 1
+
+    def persist(self, rnd: Round, writer: LogWriter) -> None:
+        """Encode every group's snapshot, entries and hard state, then flush once."""
+        for g, rd in zip(rnd.groups, rnd.readies, strict=True):
+            if rd.snapshot is not None:
+                writer.install_snapshot(g.group_id, rd.snapshot)
+            if rd.entries:
+                writer.append(g.group_id, rd.entries)
+            if rd.hard_state is not None:
+                writer.set_hard_state(g.group_id, rd.hard_state)
+        writer.flush()
+
+    def outgoing(self, rnd: Round) -> Iterator[tuple[int, bytes]]:
+        """One encoded batch per destination node: all its messages and notices."""
+        per_node: dict[int, list[tuple[int, Message]]] = {}
+        for g, rd in zip(rnd.groups, rnd.readies, strict=True):
+            for message in rd.messages:
+                if message.to != self.node_id:
+                    per_node.setdefault(message.to, []).append((g.group_id, message))
+        for to in sorted(per_node.keys() | rnd.notices.keys()):
+            yield (
+                to,
+                wire.encode_batch(self.node_id, to, per_node.get(to, ()), rnd.notices.get(to, ())),
+            )
+
+    def apply(self, rnd: Round, writer: LogWriter) -> list[Outcome]:
+        """Apply snapshots and committed entries; return the proposals that ended."""
+        outcomes = [Outcome(token, error=error) for token, error in rnd.rejected]
+        for g, rd in zip(rnd.groups, rnd.readies, strict=True):
+            if rd.snapshot is not None:
+                g.state_machine.restore(rd.snapshot)
+                covered = rd.snapshot.metadata.index
+                g.applied = g.snapshot_index = covered
+                g.applied_term = rd.snapshot.metadata.term
+                dropped = [p for p in g.pending.values() if p.first <= covered]
+                if g.applying is not None:
+                    dropped.append(g.applying)
+                    g.applying = None
+                for p in dropped:
+                    g.pending.pop(p.first, None)
+                    outcomes.append(
+                        Outcome(p.token, error=ProposalDropped("replaced by a snapshot"))
+                    )
+            machine = g.state_machine
+            for entry in rd.committed_entries:
+                result: object = None
+                if entry.type == EntryType.CONF_CHANGE:
+                    if self._conf_change_applier is None:
+                        raise AssertionError("a CONF_CHANGE committed but no applier is set")
+                    conf = self._conf_change_applier(g.node, entry)
+                    writer.set_conf_state(g.group_id, entry.index, conf)
+                elif entry.data:
+                    result = machine.apply(entry)
+                g.applied = entry.index
+                g.applied_term = entry.term
+                waiting = g.applying
+                if waiting is None:
+                    if not g.pending:
+                        continue
+                    waiting = g.pending.pop(entry.index, None)
+                    if waiting is None:
+                        continue
+                    g.applying = waiting
+                if entry.term != waiting.term:
+                    waiting.overwritten = True
+                waiting.results.append(result)
+                if entry.index == waiting.last:
+                    g.applying = None
+                    outcomes.append(_outcome(waiting))
+        return outcomes
+
+    def maybe_snapshot(
+        self, rnd: Round, writer: LogWriter, every_entries: int, keep_entries: int
+    ) -> None:
+        """Snapshot the groups of ``rnd`` that applied ``every_entries`` since their last one.
+
+        The log is then compacted up to ``keep_entries`` below the snapshot, so
+        slightly lagging followers still catch up from entries.
+        """
+        for g in rnd.groups:
+            if g.applied - g.snapshot_index < every_entries:
+                continue
+            conf_state = g.node.status().conf_state
+            metadata = SnapshotMetadata(index=g.applied, term=g.applied_term, conf_state=conf_state)
+            writer.save_local_snapshot(
+                g.group_id, Snapshot(metadata, g.state_machine.snapshot_data())
+            )
+            g.snapshot_index = g.applied
+            if g.applied > keep_entries:
+                writer.compact(g.group_id, g.applied - keep_entries)
+
+    def set_applied(self, group_id: int, index: int) -> None:
+        """Where a restarted group's state machine stands (its snapshot index)."""
+        g = self._group(group_id)
+        g.applied = g.snapshot_index = index
+
+    def advance(self, rnd: Round) -> None:
+        """Tell every node its Ready is done; groups with more work stay dirty."""
+        for g, rd in zip(rnd.groups, rnd.readies, strict=True):
+            g.node.advance(rd)
+            if g.node.has_ready():
+                self._dirty.add(g.group_id)
+
+    def run_round(
+        self, writer: LogWriter, sync: Callable[[], None]
+    ) -> tuple[list[tuple[int, bytes]], list[Outcome]]:
+        """A whole round, synchronously: for tests and the simulation."""
+        rnd = self.collect()
+        self.persist(rnd, writer)
+        if rnd.must_sync:
+            sync()
+        sent = list(self.outgoing(rnd))
+        outcomes = self.apply(rnd, writer)
+        self.advance(rnd)
+        return sent, outcomes
