@@ -116,6 +116,14 @@ class ClientConnection(Connection):
     def failed(self, error: AngeliaError) -> None:
         """Fail the handshake, every unary call and every stream."""
         if not self.welcome.done():
+            if error.code is errors.UNAVAILABLE and self.decoder.buffered_bytes:
+                # The peer answered HELLO with bytes that are not a frame, then hung
+                # up: it speaks something else. Retrying cannot help.
+                error = violation(
+                    f"{self.peer} answered the handshake with bytes that are not Angelia "
+                    f"frames and closed the connection: it is not an Angelia "
+                    f"{self.transport_name} server (is it configured with another transport?)"
+                )
             self.welcome.set_exception(error)
         unary, self.unary = self.unary, {}
         for future in unary.values():
@@ -251,6 +259,12 @@ class ClientConnection(Connection):
         return state
 
 
+def _retrieve(task: asyncio.Task[ClientConnection]) -> None:
+    # A connection attempt may fail after every caller waiting for it gave up.
+    if not task.cancelled():
+        task.exception()
+
+
 def _expire(future: asyncio.Future[bytes], name: str, peer: str) -> None:
     if not future.done():
         future.set_exception(
@@ -298,8 +312,15 @@ class Channel:
             task = self._connecting
             if task is None or task.done():
                 task = self._connecting = asyncio.ensure_future(self._connect_until(deadline))
+                task.add_done_callback(_retrieve)
             try:
-                return await asyncio.shield(task)
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.shield(task)
+            except TimeoutError:
+                raise unavailable(
+                    f"cannot connect to {self.address} ({self.config.transport}) within the "
+                    f"deadline: {self._last_error or 'the connection attempt is still running'}"
+                ) from None
             except AngeliaError as exc:
                 if task is self._connecting:
                     self._connecting = None
@@ -489,15 +510,17 @@ class ClientStream:
         """Send one message (bidirectional calls)."""
         if self._method.kind != BIDI:
             raise LocalUsageError(errors.BAD_REQUEST, f"{self._method.full_name} takes no messages")
-        state = await self._open()
-        await state.send_payload(
-            message_frame(
-                state.call_id,
-                self._encode(message),
-                state.connection.codec_id,
-                state.connection.send_bytes_max,
-            )
+        state = self._state
+        if state is None:
+            state = await self._open()
+        connection = state.connection
+        frame = message_frame(
+            state.call_id, self._encode(message), connection.codec_id, connection.send_bytes_max
         )
+        if state.may_send_now():
+            connection.send_raw(frame)  # the common case: credit left, link writable
+        else:
+            await state.send_payload(frame)
 
     def done_sending(self) -> None:
         """End this side (bidirectional calls)."""

@@ -290,6 +290,18 @@ class StreamState:
             self._waiter = self.connection._loop.create_future()
             await self._waiter
 
+    def may_send_now(self) -> bool:
+        """Whether a message can go without waiting; if so, its credit is taken."""
+        if (
+            self._credit > 0
+            and self.error is None
+            and not self.outbound_ended
+            and not self.connection._write_paused
+        ):
+            self._credit -= 1
+            return True
+        return False
+
     async def send_payload(self, frame: bytes) -> None:
         """Send one MESSAGE frame once credit allows and the link is writable."""
         while self._credit <= 0 and self.error is None and not self.outbound_ended:
@@ -303,7 +315,8 @@ class StreamState:
             raise AngeliaError(errors.BAD_REQUEST, "send after this side of the stream ended")
         self._credit -= 1
         self.connection.send_raw(frame)
-        await self.connection.drain()
+        if self.connection._write_paused:
+            await self.connection.drain()
 
     def end(self) -> None:
         """End this side of the stream (END frame), once."""

@@ -260,11 +260,13 @@ class ServerConnection(Connection):
                 responses = route.handler.call(_requests(stream, route.decode), context)
             try:
                 async for response in responses:
-                    await stream.send_payload(
-                        message_frame(
-                            call_id, route.encode(response), self.codec_id, self.send_bytes_max
-                        )
+                    frame = message_frame(
+                        call_id, route.encode(response), self.codec_id, self.send_bytes_max
                     )
+                    if stream.may_send_now():
+                        self.send_raw(frame)
+                    else:
+                        await stream.send_payload(frame)
             finally:
                 await responses.aclose()
             stream.end()

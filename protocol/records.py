@@ -113,61 +113,96 @@ def _record_to_wire(record: MessageRecord) -> list[object]:
     ]
 
 
-def _expect(value: object, kind: type | tuple[type, ...], what: str) -> object:
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise RecordCorrupted(f"record field {what} has type {type(value).__name__}")
-    return value
-
-
-def _str(value: object, what: str) -> str:
-    _expect(value, str, what)
-    assert isinstance(value, str)
-    return value
-
-
-def _int(value: object, what: str) -> int:
-    _expect(value, int, what)
-    assert isinstance(value, int)
-    return value
+_FIELDS = (
+    "topic",
+    "queue_id",
+    "message_id",
+    "body",
+    "tag",
+    "keys",
+    "message_group",
+    "properties",
+    "born_timestamp_ms",
+    "delivery_timestamp_ms",
+    "message_type",
+    "born_host",
+    "dead_letter_topic",
+    "dead_letter_message_id",
+)
+_KINDS: tuple[type, ...] = (
+    str,
+    int,
+    str,
+    bytes,
+    str,
+    list,
+    str,
+    list,
+    int,
+    int,
+    int,
+    str,
+    str,
+    str,
+)
+_DEFAULT_TAIL: tuple[object, ...] = ("", [], "", [], 0, 0, int(MessageType.NORMAL), "", "", "")
 
 
 def _record_from_wire(data: object) -> MessageRecord:
-    if not isinstance(data, list) or len(data) < 4:
+    if type(data) is not list or len(data) < 4:
         raise RecordCorrupted("a record is not an array of at least 4 fields")
-    body = data[3]
-    if not isinstance(body, bytes):
-        raise RecordCorrupted("record field body is not bytes")
-    tail = list(data[4:14])
-    defaults: list[object] = ["", [], "", [], 0, 0, int(MessageType.NORMAL), "", "", ""]
-    tail += defaults[len(tail) :]
-    keys = tail[1]
-    props = tail[3]
-    if not isinstance(keys, list) or not isinstance(props, list):
-        raise RecordCorrupted("record keys or properties are not arrays")
+    if len(data) < len(_FIELDS):
+        data = data + list(_DEFAULT_TAIL[len(data) - 4 :])
+    values = data[: len(_FIELDS)]
+    # Exact type checks (a bool is not an int here); the slow path names the culprit.
+    if any(type(v) is not k for v, k in zip(values, _KINDS, strict=True)):
+        for name, value, kind in zip(_FIELDS, values, _KINDS, strict=True):
+            if type(value) is not kind:
+                raise RecordCorrupted(f"record field {name} has type {type(value).__name__}")
+    (
+        topic,
+        queue_id,
+        message_id,
+        body,
+        tag,
+        keys,
+        group,
+        props,
+        born,
+        due,
+        kind,
+        host,
+        dlt,
+        dlm,
+    ) = values
+    if any(type(k) is not str for k in keys):
+        raise RecordCorrupted("record keys or properties are not arrays of strings")
     pairs: list[tuple[str, str]] = []
     for pair in props:
-        if not isinstance(pair, list) or len(pair) != 2:
+        if type(pair) is not list or len(pair) != 2:
             raise RecordCorrupted("a record property is not a [key, value] pair")
-        pairs.append((_str(pair[0], "property key"), _str(pair[1], "property value")))
+        if type(pair[0]) is not str or type(pair[1]) is not str:
+            raise RecordCorrupted("a record property pair holds a non-string")
+        pairs.append((pair[0], pair[1]))
     try:
-        message_type = MessageType(_int(tail[6], "message_type"))
+        message_type = MessageType(kind)
     except ValueError as exc:
-        raise RecordCorrupted(f"unknown message type {tail[6]!r}") from exc
+        raise RecordCorrupted(f"unknown message type {kind!r}") from exc
     return MessageRecord(
-        topic=_str(data[0], "topic"),
-        queue_id=_int(data[1], "queue_id"),
-        message_id=_str(data[2], "message_id"),
-        body=body,
-        tag=_str(tail[0], "tag"),
-        keys=tuple(_str(k, "key") for k in keys),
-        message_group=_str(tail[2], "message_group"),
-        properties=tuple(pairs),
-        born_timestamp_ms=_int(tail[4], "born_timestamp_ms"),
-        delivery_timestamp_ms=_int(tail[5], "delivery_timestamp_ms"),
-        message_type=message_type,
-        born_host=_str(tail[7], "born_host"),
-        dead_letter_topic=_str(tail[8], "dead_letter_topic"),
-        dead_letter_message_id=_str(tail[9], "dead_letter_message_id"),
+        topic,
+        queue_id,
+        message_id,
+        body,
+        tag,
+        tuple(keys),
+        group,
+        tuple(pairs),
+        born,
+        due,
+        message_type,
+        host,
+        dlt,
+        dlm,
     )
 
 

@@ -18,6 +18,7 @@ PURE.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from raft import confchange, follower, leader
@@ -31,6 +32,7 @@ from raft.tracker import MembershipConfig, ProgressTracker
 from raft.types import (
     NONE,
     ConfChange,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
@@ -288,7 +290,7 @@ class Raft:
         while lo <= log.committed:
             page = log.slice(lo, log.committed + 1, self.config.max_committed_size_per_ready_bytes)
             for entry in page:
-                if entry.type == EntryType.CONF_CHANGE:
+                if entry.type != EntryType.NORMAL:
                     return True
             lo = page[-1].index + 1
         return False
@@ -524,6 +526,22 @@ class Raft:
                     self.bcast_append()
         return config.to_conf_state()
 
-    def apply_conf_change(self, change: ConfChange) -> ConfState:
+    def apply_conf_change(self, change: ConfChange | ConfChangeV2) -> ConfState:
         """Apply a committed membership change; returns the new membership."""
-        return self.switch_to_config(confchange.apply_change(self.tracker.config, change))
+        config = self.tracker.config
+        if isinstance(change, ConfChangeV2):
+            return self.switch_to_config(confchange.apply_change_v2(config, change))
+        return self.switch_to_config(confchange.apply_change(config, change))
+
+    def maybe_auto_leave_joint(self) -> None:
+        """As leader, propose leaving an auto-leave joint configuration once it is applied."""
+        if (
+            self.role == Role.LEADER
+            and self.tracker.config.auto_leave
+            and self.log.applied >= self.pending_conf_index
+            and self.lead_transferee == NONE
+        ):
+            data = confchange.encode_conf_change_v2(ConfChangeV2())
+            # Over the uncommitted budget, the proposal is dropped; the next advance retries.
+            with contextlib.suppress(ProposalDropped):
+                leader.propose_entries(self, [Entry(0, 0, EntryType.CONF_CHANGE_V2, data)])

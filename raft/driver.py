@@ -46,13 +46,16 @@ class DriverOptions:
     tick_ms: int = 50
     election_tick: int = 10
     heartbeat_tick: int = 2
-    quiesce_after_ticks: int = 20
+    quiesce_after_ticks: int = 6
     max_size_per_msg_bytes: int = 1 << 20
     max_inflight_msgs: int = 256
     # Snapshot a group every this many applied entries (0: never), then
     # compact its log to ``keep_entries`` below the snapshot.
     snapshot_entries: int = 0
     keep_entries: int = 1000
+    # fdatasync in a worker thread (the loop goes on receiving meanwhile) or
+    # inline (no thread hand-off; cheaper when syncs are short and CPU is scarce).
+    sync_in_thread: bool = True
     seed: int | None = None
 
 
@@ -86,6 +89,8 @@ class Driver:
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{node_id}")
+        # Zero-filling a spare segment takes long: never let a sync wait behind it.
+        self._spare_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-spare-{node_id}")
         self._failed: BaseException | None = None
         self._waiting: set[asyncio.Future[object]] = set()
         self._preparing_spare = False
@@ -143,6 +148,7 @@ class Driver:
         await self.transport.close()
         self._fail_waiting(NotLeader("the node is stopping"))
         self._sync_thread.shutdown(wait=True)
+        self._spare_thread.shutdown(wait=True)
         self.store.close()
 
     # ------------------------------------------------------------ proposals
@@ -158,6 +164,20 @@ class Driver:
             future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
             return future
         self.host.propose(group_id, data, future)
+        self._waiting.add(future)
+        self._work.set()
+        return future
+
+    def propose_many_nowait(self, group_id: int, payloads: list[bytes]) -> asyncio.Future[object]:
+        """Queue entries proposed together; the future's result is the list of their results.
+
+        Cheaper than one future per entry; fails as a whole like :meth:`propose_nowait`.
+        """
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self._failed is not None:
+            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
+            return future
+        self.host.propose_many(group_id, payloads, future)
         self._waiting.add(future)
         self._work.set()
         return future
@@ -197,7 +217,9 @@ class Driver:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            next_at += interval_s
+            # A tick late because the loop was busy is not made up for: catching
+            # up would fire an election timeout without a chance to hear the leader.
+            next_at = max(next_at + interval_s, loop.time())
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             self.host.tick(_now_ms())
             for peer in self.host.peer_nodes():
@@ -220,7 +242,10 @@ class Driver:
                 host.persist(rnd, store)
                 t0 = time.perf_counter()
                 if rnd.must_sync:
-                    await loop.run_in_executor(self._sync_thread, store.sync)
+                    if self.options.sync_in_thread:
+                        await loop.run_in_executor(self._sync_thread, store.sync)
+                    else:
+                        store.sync()
                     self.syncs += 1
                     store.maybe_collect_garbage()
                 self.sync_s += time.perf_counter() - t0
@@ -260,7 +285,7 @@ class Driver:
         def done(_future: asyncio.Future[bool]) -> None:
             self._preparing_spare = False
 
-        loop.run_in_executor(self._sync_thread, self.store.maybe_prepare_spare).add_done_callback(
+        loop.run_in_executor(self._spare_thread, self.store.maybe_prepare_spare).add_done_callback(
             done
         )
 

@@ -140,12 +140,8 @@ class _HostImpl:
         self.groups = groups
 
     async def propose(self, request: ProposeRequest, context: CallContext) -> ProposeResponse:
-        futures = [self.driver.propose_nowait(request.group, item) for item in request.items]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return ProposeResponse([cast(int, r) for r in results])
+        results = await self.driver.propose_many_nowait(request.group, request.items)
+        return ProposeResponse(cast(list[int], results))
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
         machine = self.machines.get(request.group)
@@ -206,6 +202,7 @@ async def serve(args: argparse.Namespace) -> None:
         heartbeat_tick=args.heartbeat_tick,
         snapshot_entries=args.snapshot_entries,
         keep_entries=args.keep_entries,
+        sync_in_thread=not args.sync_inline,
     )
     driver = Driver(args.id, store, transport, options)
     machines: dict[int, AppendLog] = {}
@@ -243,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep-entries", type=int, default=2_000)
     parser.add_argument("--segment-mb", type=int, default=64)
     parser.add_argument("--cache-kb-per-group", type=int, default=512)
+    parser.add_argument(
+        "--sync-inline", action="store_true", help="fdatasync on the event loop, not a thread"
+    )
     parser.add_argument(
         "--keep-values", action="store_true", help="keep applied values for reads (tests)"
     )

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raft.errors import ProposalDropped
+from raft import confchange
+from raft.errors import InvalidConfChange, ProposalDropped
 from raft.progress import Progress, ProgressState
 from raft.quorum import VoteResult
-from raft.types import NONE, Entry, EntryType, Message, MessageType
+from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType
 
 if TYPE_CHECKING:
     from raft.core import Raft
@@ -76,18 +77,43 @@ def propose_entries(r: Raft, entries: tuple[Entry, ...] | list[Entry]) -> None:
     term = r.term
     index = r.log.last_index()
     stamped: list[Entry] = []
+    pending_conf_index = r.pending_conf_index
     for entry in entries:
         index += 1
         kind = entry.type
-        if kind == EntryType.CONF_CHANGE:
-            if r.pending_conf_index > r.log.applied:
-                # One membership change at a time: keep the slot, drop the change.
+        if kind != EntryType.NORMAL:
+            if pending_conf_index > r.log.applied or not _conf_change_allowed(r, entry):
+                # Keep the slot, drop the change (its proposer times out and retries).
                 stamped.append(Entry(term, index))
                 continue
-            r.pending_conf_index = index
+            pending_conf_index = index
         stamped.append(Entry(term, index, kind, entry.data))
     r.append_entries(stamped)
+    # Only once appended: a dropped proposal must not block the next change.
+    r.pending_conf_index = pending_conf_index
     r.bcast_append()
+
+
+def _conf_change_allowed(r: Raft, entry: Entry) -> bool:
+    """True if the change would apply cleanly to the current configuration.
+
+    Every change before it is applied (the caller checks that), and replicas
+    apply changes in log order, so it will apply cleanly everywhere.
+    """
+    try:
+        check_conf_change(r, confchange.decode_entry(entry))
+    except InvalidConfChange:
+        return False
+    return True
+
+
+def check_conf_change(r: Raft, change: ConfChange | ConfChangeV2) -> None:
+    """Raise InvalidConfChange (naming why) unless ``change`` fits the configuration."""
+    config = r.tracker.config
+    if isinstance(change, ConfChangeV2):
+        confchange.apply_change_v2(config, change)
+    else:
+        confchange.apply_change(config, change)
 
 
 def propose_payloads(r: Raft, payloads: list[bytes] | tuple[bytes, ...]) -> None:

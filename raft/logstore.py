@@ -6,7 +6,7 @@ docs/wal-format.md.
 Write path (one round of the driver)::
 
     store.append(g, entries); store.set_hard_state(g, hs); ...  # encode only
-    store.flush()   # ONE pwrite of everything encoded since the last flush
+    store.flush()   # ONE pwritev/pwrite of everything encoded since the last flush
     store.sync()    # ONE fdatasync (safe to run in a worker thread)
     store.maybe_collect_garbage()
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from raft.wal_format import RecordKind
 SEGMENT_SUFFIX = ".wal"
 SPARE_PREFIX = "spare-"
 _ZERO_CHUNK = bytes(1 << 20)
+_IOV_MAX = 1024
 _spare_names = itertools.count()
 
 
@@ -156,10 +158,13 @@ class LogStore:
         self._current: _Segment | None = None
         self._salt = 0
         self._write_offset = 0  # where the buffer starts in the current segment
-        self._buffer = bytearray()
+        self._buffer: list[bytes] = []  # encoded records not yet written, as chunks
+        self._buffer_bytes = 0
         self._dirty_fds: set[int] = set()
         self._snapshot_files_to_delete: list[Path] = []
         self._failed: BaseException | None = None
+        self._spares: list[Path] = []
+        self._spares_lock = threading.Lock()
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -200,6 +205,7 @@ class LogStore:
     def _recover(self) -> None:
         for leftover in self._wal_dir.glob("tmp-*"):
             leftover.unlink()  # a spare whose preparation a crash interrupted
+        self._spares = self._list_spares()
         seqs = sorted(
             int(p.name[: -len(SEGMENT_SUFFIX)], 16)
             for p in self._wal_dir.iterdir()
@@ -323,7 +329,7 @@ class LogStore:
             g.cache_from = g.last + 1
 
     # -------------------------------------------------------------- segments
-    def _spare_paths(self) -> list[Path]:
+    def _list_spares(self) -> list[Path]:
         return sorted(
             p
             for p in self._wal_dir.iterdir()
@@ -332,15 +338,16 @@ class LogStore:
 
     def has_spare(self) -> bool:
         """Whether a preallocated segment is ready for the next rotation."""
-        return bool(self._spare_paths())
+        with self._spares_lock:
+            return bool(self._spares)
 
     def maybe_prepare_spare(self) -> bool:
         """Zero-fill one spare segment if none is ready; return whether it made one.
 
-        Slow (writes ``segment_bytes``); the driver may run it in a worker thread.
+        Slow (writes ``segment_bytes``); the driver runs it in a worker thread
+        (this and :meth:`sync` are the thread-safe methods).
         """
-        spares = self._spare_paths()
-        if spares:
+        if self.has_spare():
             return False
         name = f"{os.getpid()}-{next(_spare_names)}"
         final = self._wal_dir / f"{SPARE_PREFIX}{name}{SEGMENT_SUFFIX}"
@@ -357,17 +364,21 @@ class LogStore:
             os.close(fd)
         os.rename(tmp, final)
         _fsync_dir(self._wal_dir)
+        with self._spares_lock:
+            self._spares.append(final)
         return True
+
+    def _take_spare(self) -> Path:
+        while True:
+            with self._spares_lock:
+                if self._spares:
+                    return self._spares.pop(0)
+            self.maybe_prepare_spare()
 
     def _start_segment(self, seq: int) -> None:
         """Make segment ``seq`` current: a spare renamed, header written, checkpoints."""
         path = self._segment_path(seq)
-        spares = self._spare_paths()
-        if spares:
-            os.rename(spares[0], path)
-        else:
-            self.maybe_prepare_spare()
-            os.rename(self._spare_paths()[0], path)
+        os.rename(self._take_spare(), path)
         fd = os.open(path, os.O_RDWR)
         os.pwrite(fd, fmt.encode_segment_header(seq), 0)
         # The header must be durable before any record of this segment is trusted.
@@ -378,7 +389,8 @@ class LogStore:
         self._current = segment
         self._salt = fmt.salt_of(seq)
         self._write_offset = fmt.SEGMENT_HEADER_BYTES
-        self._buffer = bytearray()
+        self._buffer = []
+        self._buffer_bytes = 0
         for g in self._groups.values():
             self._encode(
                 RecordKind.CHECKPOINT,
@@ -393,15 +405,14 @@ class LogStore:
         segment = self._current
         assert segment is not None
         fmt.encode_record(self._buffer, self._salt, RecordKind.SEAL, 0, 0, 0, b"")
-        os.pwrite(segment.fd, self._buffer, self._write_offset)
-        self._write_offset += len(self._buffer)
-        self._buffer = bytearray()
+        self._buffer_bytes += fmt.RECORD_HEADER_BYTES
+        self._write_buffer(segment)
         os.fdatasync(segment.fd)
         self._dirty_fds.discard(segment.fd)
 
     def _room(self) -> int:
         # Keep space for the SEAL record.
-        used = self._write_offset + len(self._buffer) + fmt.RECORD_HEADER_BYTES
+        used = self._write_offset + self._buffer_bytes + fmt.RECORD_HEADER_BYTES
         return self.segment_bytes - used
 
     def _encode(
@@ -426,10 +437,11 @@ class LogStore:
             if size > self._room():
                 raise StorageFailed(f"a {size}-byte record does not fit in a new segment")
         assert self._current is not None
-        offset = self._write_offset + len(self._buffer)
+        offset = self._write_offset + self._buffer_bytes
         fmt.encode_record(
             self._buffer, self._salt, kind, group_id, term, index, payload, entry_type
         )
+        self._buffer_bytes += size
         return self._current.seq, offset
 
     # ------------------------------------------------------------ write API
@@ -462,6 +474,26 @@ class LogStore:
             )
         if start <= g.last:
             g.truncate_from(start)
+        if entries[-1].index != start + len(entries) - 1:
+            raise ValueError(f"group {group_id}: entries are not consecutive from {start}")
+        total = sum(len(e.data) for e in entries) + fmt.RECORD_HEADER_BYTES * len(entries)
+        if total <= self._room():
+            # Fast path: the whole run fits in the current segment.
+            assert self._current is not None
+            g.locs += fmt.encode_entries(
+                self._buffer,
+                self._salt,
+                group_id,
+                self._current.seq,
+                entries,
+                self._write_offset + self._buffer_bytes,
+            )
+            self._buffer_bytes += total
+            if g.cache_from + len(g.cache) == start:
+                g.cache.extend(entries)
+                g.cache_bytes += total - fmt.RECORD_HEADER_BYTES * len(entries)
+            self._trim_cache(g)
+            return
         for entry in entries:
             if entry.index != g.last + 1:
                 raise ValueError(f"group {group_id}: entries are not consecutive at {entry.index}")
@@ -472,11 +504,19 @@ class LogStore:
             if g.cache_from + len(g.cache) == entry.index:
                 g.cache.append(entry)
                 g.cache_bytes += len(entry.data)
+        self._trim_cache(g)
+
+    def _trim_cache(self, g: _GroupState) -> None:
         budget = self.cache_bytes_per_group
-        while g.cache_bytes > budget and g.cache:
-            g.cache_bytes -= len(g.cache[0].data)
-            del g.cache[0]
-            g.cache_from += 1
+        if g.cache_bytes <= budget + (budget >> 2):
+            return  # trim in steps of a quarter of the budget, not on every append
+        drop = 0
+        cache = g.cache
+        while g.cache_bytes > budget and drop < len(cache):
+            g.cache_bytes -= len(cache[drop].data)
+            drop += 1
+        del cache[:drop]
+        g.cache_from += drop
 
     def set_hard_state(self, group_id: int, hard_state: HardState) -> None:
         """Encode the group's new hard state."""
@@ -578,20 +618,38 @@ class LogStore:
         g.compact_to(index, term)
 
     def flush(self) -> None:
-        """Write everything encoded since the last flush with one pwrite (not yet durable)."""
+        """Write everything encoded since the last flush with one system call."""
         self._check()
         if not self._buffer:
             return
         segment = self._current
         assert segment is not None
         try:
-            os.pwrite(segment.fd, self._buffer, self._write_offset)
+            self._write_buffer(segment)
         except OSError as exc:
             self._failed = exc
             raise StorageFailed(f"WAL write failed: {exc}") from exc
-        self._write_offset += len(self._buffer)
-        self._buffer = bytearray()
         self._dirty_fds.add(segment.fd)
+
+    def _write_buffer(self, segment: _Segment) -> None:
+        """ONE system call: pwritev of the chunks, or pwrite of their join past IOV_MAX."""
+        chunks = self._buffer
+        offset = self._write_offset
+        want = self._buffer_bytes
+        if len(chunks) <= _IOV_MAX:
+            written = os.pwritev(segment.fd, chunks, offset)
+            rest = b"" if written == want else b"".join(chunks)[written:]
+        else:
+            data = b"".join(chunks)
+            written = os.pwrite(segment.fd, data, offset)
+            rest = data[written:]
+        while rest:  # a short write (rare): finish it
+            n = os.pwrite(segment.fd, rest, offset + written)
+            rest = rest[n:]
+            written += n
+        self._write_offset = offset + want
+        self._buffer = []
+        self._buffer_bytes = 0
 
     def sync(self) -> None:
         """fdatasync what was flushed. The only method safe to call from another thread."""
@@ -634,8 +692,13 @@ class LogStore:
             segment = self._segments.pop(seq)
             os.close(segment.fd)
             self._dirty_fds.discard(segment.fd)
-            if len(self._spare_paths()) < self.spare_segments_max:
-                os.rename(segment.path, self._wal_dir / f"{SPARE_PREFIX}{seq:016x}{SEGMENT_SUFFIX}")
+            with self._spares_lock:
+                spares = len(self._spares)
+            if spares < self.spare_segments_max:
+                spare = self._wal_dir / f"{SPARE_PREFIX}{seq:016x}{SEGMENT_SUFFIX}"
+                os.rename(segment.path, spare)
+                with self._spares_lock:
+                    self._spares.append(spare)
             else:
                 segment.path.unlink()
             collected.append(seq)

@@ -194,6 +194,28 @@ ConfChangeApplier = Callable[[GroupNode, Entry], ConfState]
 
 
 @dataclass(slots=True)
+class _Proposal:
+    """Payloads proposed together; one token. ``single``: the result is not a list."""
+
+    payloads: list[bytes]
+    token: object
+    single: bool
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An appended proposal awaiting apply: entries [first, last] of ``term``."""
+
+    first: int
+    last: int
+    term: int
+    token: object
+    single: bool
+    results: list[object] = field(default_factory=list)
+    overwritten: bool = False
+
+
+@dataclass(slots=True)
 class _Group:
     group_id: int
     node: GroupNode
@@ -201,8 +223,9 @@ class _Group:
     peers: tuple[int, ...]
     quiesced: bool = False
     idle_ticks: int = 0
-    proposals: list[tuple[bytes, object]] = field(default_factory=list)
-    pending: dict[int, tuple[int, object]] = field(default_factory=dict)  # index -> (term, token)
+    proposals: list[_Proposal] = field(default_factory=list)
+    pending: dict[int, _Pending] = field(default_factory=dict)  # by first index
+    applying: _Pending | None = None  # the pending batch the apply position is inside
     applied: int = 0
     applied_term: int = 0
     snapshot_index: int = 0
@@ -232,6 +255,12 @@ class Outcome:
     error: RaftError | None = None
 
 
+def _outcome(p: _Pending) -> Outcome:
+    if p.overwritten:
+        return Outcome(p.token, error=ProposalDropped("overwritten by a new leader"))
+    return Outcome(p.token, p.results[0] if p.single else p.results)
+
+
 class MultiRaft:
     """All raft groups of one node and the pure half of the driver's round."""
 
@@ -252,6 +281,7 @@ class MultiRaft:
         self._dirty: set[int] = set()
         self._notices: dict[int, list[wire.QuiesceNotice]] = {}
         self._last_heard_ms: dict[int, int] = {}
+        self._peer_nodes: list[int] = []
 
     # ------------------------------------------------------------- groups
     def add_group(
@@ -262,6 +292,7 @@ class MultiRaft:
             raise ValueError(f"group {group_id} is hosted already")
         others = tuple(sorted(p for p in peers if p != self.node_id))
         self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
 
     def group_ids(self) -> list[int]:
@@ -274,7 +305,7 @@ class MultiRaft:
 
     def peer_nodes(self) -> list[int]:
         """Every other node that shares a group with this one."""
-        return sorted({p for g in self._groups.values() for p in g.peers})
+        return self._peer_nodes
 
     def is_quiesced(self, group_id: int) -> bool:
         """Whether the group is idle (not ticked)."""
@@ -302,6 +333,8 @@ class MultiRaft:
             for p in self.peer_nodes()
             if now_ms - self._last_heard_ms.setdefault(p, now_ms) > self.liveness_timeout_ms
         }
+        dirty = self._dirty
+        quiesce_after = self.quiesce_after_ticks
         for g in self._groups.values():
             if g.quiesced:
                 if stale and g.node.lead in stale:
@@ -310,13 +343,13 @@ class MultiRaft:
                     continue
             g.node.tick()
             g.idle_ticks += 1
-            self._dirty.add(g.group_id)
-            if g.idle_ticks >= self.quiesce_after_ticks:
+            dirty.add(g.group_id)
+            if g.idle_ticks >= quiesce_after:
                 self._maybe_quiesce_leader(g)
 
     def _maybe_quiesce_leader(self, g: _Group) -> None:
         node = g.node
-        if not node.is_leader() or g.proposals or g.pending:
+        if not node.is_leader() or g.proposals or g.pending or g.applying is not None:
             g.idle_ticks = 0
             return
         status = node.status()
@@ -372,7 +405,17 @@ class MultiRaft:
         """Queue a proposal for the next round; its Outcome carries ``token``."""
         g = self._group(group_id)
         self._wake(g)
-        g.proposals.append((data, token))
+        g.proposals.append(_Proposal([data], token, True))
+        self._dirty.add(group_id)
+
+    def propose_many(self, group_id: int, payloads: list[bytes], token: object) -> None:
+        """Queue entries proposed together; one Outcome whose result is their results' list.
+
+        They are appended consecutively; the Outcome fails if any was not committed.
+        """
+        g = self._group(group_id)
+        self._wake(g)
+        g.proposals.append(_Proposal(list(payloads), token, False))
         self._dirty.add(group_id)
 
     def has_work(self) -> bool:
@@ -392,19 +435,22 @@ class MultiRaft:
             g = self._groups[group_id]
             node = g.node
             proposals = g.proposals
+            payloads: list[bytes] = []
             if proposals:
                 g.proposals = []
                 if not node.is_leader():
                     error = NotLeader(
                         f"node {self.node_id} does not lead group {group_id}", node.lead
                     )
-                    rejected.extend((token, error) for _data, token in proposals)
+                    rejected.extend((p.token, error) for p in proposals)
                     proposals = []
                 else:
+                    for p in proposals:
+                        payloads += p.payloads
                     try:
-                        node.propose_batch([data for data, _token in proposals])
+                        node.propose_batch(payloads)
                     except ProposalDropped as exc:
-                        rejected.extend((token, exc) for _data, token in proposals)
+                        rejected.extend((p.token, exc) for p in proposals)
                         proposals = []
             if not node.has_ready():
                 if proposals:  # cannot happen: a proposal always makes work
@@ -412,7 +458,7 @@ class MultiRaft:
                 continue
             rd = node.ready()
             if proposals:
-                self._track(g, rd, proposals)
+                self._track(g, rd, proposals, payloads)
             if rd.committed_entries or rd.entries:
                 g.idle_ticks = 0
             groups.append(g)
@@ -422,20 +468,21 @@ class MultiRaft:
         self._notices = {}
         return Round(groups, readies, must_sync, rejected, notices)
 
-    def _track(self, g: _Group, rd: Ready, proposals: list[tuple[bytes, object]]) -> None:
-        """Remember (index, term) of each appended proposal to resolve it on apply."""
-        n = len(proposals)
-        tail = list(rd.entries[-n:])
-        if len(tail) == n and all(
-            e.data is data for e, (data, _t) in zip(tail, proposals, strict=True)
-        ):
-            for entry, (_data, token) in zip(tail, proposals, strict=True):
-                g.pending[entry.index] = (entry.term, token)
-            return
-        status = g.node.status()
-        first = status.last_index - n + 1
-        for offset, (_data, token) in enumerate(proposals):
-            g.pending[first + offset] = (status.term, token)
+    def _track(
+        self, g: _Group, rd: Ready, proposals: list[_Proposal], payloads: list[bytes]
+    ) -> None:
+        """Remember where each proposal's entries were appended, to resolve it on apply."""
+        n = len(payloads)
+        tail = rd.entries[-n:]
+        if len(tail) == n and tail[-1].data is payloads[-1] and tail[0].data is payloads[0]:
+            first, term = tail[0].index, tail[-1].term
+        else:
+            status = g.node.status()
+            first, term = status.last_index - n + 1, status.term
+        for p in proposals:
+            last = first + len(p.payloads) - 1
+            g.pending[first] = _Pending(first, last, term, p.token, p.single)
+            first = last + 1
 
     def persist(self, rnd: Round, writer: LogWriter) -> None:
         """Encode every group's snapshot, entries and hard state, then flush once."""
@@ -470,9 +517,16 @@ class MultiRaft:
                 covered = rd.snapshot.metadata.index
                 g.applied = g.snapshot_index = covered
                 g.applied_term = rd.snapshot.metadata.term
-                for index in [i for i in g.pending if i <= covered]:
-                    _term, token = g.pending.pop(index)
-                    outcomes.append(Outcome(token, error=ProposalDropped("replaced by a snapshot")))
+                dropped = [p for p in g.pending.values() if p.first <= covered]
+                if g.applying is not None:
+                    dropped.append(g.applying)
+                    g.applying = None
+                for p in dropped:
+                    g.pending.pop(p.first, None)
+                    outcomes.append(
+                        Outcome(p.token, error=ProposalDropped("replaced by a snapshot"))
+                    )
+            machine = g.state_machine
             for entry in rd.committed_entries:
                 result: object = None
                 if entry.type == EntryType.CONF_CHANGE:
@@ -481,19 +535,23 @@ class MultiRaft:
                     conf = self._conf_change_applier(g.node, entry)
                     writer.set_conf_state(g.group_id, entry.index, conf)
                 elif entry.data:
-                    result = g.state_machine.apply(entry)
+                    result = machine.apply(entry)
                 g.applied = entry.index
                 g.applied_term = entry.term
-                if g.pending:
+                waiting = g.applying
+                if waiting is None:
+                    if not g.pending:
+                        continue
                     waiting = g.pending.pop(entry.index, None)
-                    if waiting is not None:
-                        term, token = waiting
-                        if term == entry.term:
-                            outcomes.append(Outcome(token, result))
-                        else:
-                            outcomes.append(
-                                Outcome(token, error=ProposalDropped("overwritten by a new leader"))
-                            )
+                    if waiting is None:
+                        continue
+                    g.applying = waiting
+                if entry.term != waiting.term:
+                    waiting.overwritten = True
+                waiting.results.append(result)
+                if entry.index == waiting.last:
+                    g.applying = None
+                    outcomes.append(_outcome(waiting))
         return outcomes
 
     def maybe_snapshot(

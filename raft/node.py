@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from raft import leader
-from raft.confchange import encode_conf_change
+from raft.confchange import encode_conf_change, encode_conf_change_v2
 from raft.config import Config
 from raft.core import Raft
 from raft.errors import BadMessage, ProposalDropped
@@ -35,6 +35,7 @@ from raft.progress import ProgressState
 from raft.types import (
     NONE,
     ConfChange,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
@@ -127,17 +128,33 @@ class RawNode:
             )
         )
 
-    def propose_conf_change(self, change: ConfChange) -> None:
+    def propose_conf_change(self, change: ConfChange | ConfChangeV2) -> None:
         """Propose a membership change; apply it with apply_conf_change once committed.
 
-        A leader with a change still unapplied appends an empty entry instead
-        (one change at a time); raises ProposalDropped like propose().
+        A ConfChangeV2 with several changes goes through joint consensus; an
+        empty one leaves a joint configuration. A leader appends an empty
+        entry instead when a change is still unapplied or does not fit the
+        configuration (one change at a time; leave a joint configuration
+        before changing again); raises ProposalDropped like propose(), and
+        InvalidConfChange (nothing appended) when this leader can tell the
+        change can never apply (e.g. it removes the last voter).
         """
-        entry = Entry(0, 0, EntryType.CONF_CHANGE, encode_conf_change(change))
+        raft = self.raft
+        if raft.role == Role.LEADER and raft.pending_conf_index <= raft.log.applied:
+            # Refuse what can never apply here, before anything is appended.
+            leader.check_conf_change(raft, change)
+        if isinstance(change, ConfChangeV2):
+            entry = Entry(0, 0, EntryType.CONF_CHANGE_V2, encode_conf_change_v2(change))
+        else:
+            entry = Entry(0, 0, EntryType.CONF_CHANGE, encode_conf_change(change))
         self.raft.step(Message(MT.PROP, from_=self.raft.id, entries=(entry,)))
 
-    def apply_conf_change(self, change: ConfChange) -> ConfState:
-        """Apply a committed membership change; returns the membership to persist."""
+    def apply_conf_change(self, change: ConfChange | ConfChangeV2) -> ConfState:
+        """Apply a committed membership change; returns the membership to persist.
+
+        ``raft.confchange.decode_entry(entry)`` turns a committed CONF_CHANGE
+        or CONF_CHANGE_V2 entry into the change to pass here.
+        """
         return self.raft.apply_conf_change(change)
 
     def read_index(self, context: bytes) -> None:
@@ -245,6 +262,7 @@ class RawNode:
             log.stable_to(last.index, last.term)
         if ready.committed_entries:
             log.applied_to(max(log.applied, ready.committed_entries[-1].index))
+        self.raft.maybe_auto_leave_joint()
 
     # -- observing -----------------------------------------------------------------
 

@@ -23,15 +23,30 @@ class MembershipConfig:
     voters: frozenset[int] = frozenset()
     learners: frozenset[int] = frozenset()
     voters_outgoing: frozenset[int] = frozenset()
+    # Outgoing voters that turn into learners when the joint config is left.
+    learners_next: frozenset[int] = frozenset()
+    auto_leave: bool = False
 
     @classmethod
     def from_conf_state(cls, conf_state: ConfState) -> MembershipConfig:
         """The configuration a ConfState describes."""
-        return cls(conf_state.voters, conf_state.learners, conf_state.voters_outgoing)
+        return cls(
+            conf_state.voters,
+            conf_state.learners,
+            conf_state.voters_outgoing,
+            conf_state.learners_next,
+            conf_state.auto_leave,
+        )
 
     def to_conf_state(self) -> ConfState:
         """This configuration as the ConfState the host persists."""
-        return ConfState(self.voters, self.learners, self.voters_outgoing)
+        return ConfState(
+            self.voters, self.learners, self.voters_outgoing, self.learners_next, self.auto_leave
+        )
+
+    def is_joint(self) -> bool:
+        """True inside a joint configuration."""
+        return bool(self.voters_outgoing)
 
     def members(self) -> frozenset[int]:
         """Every id that receives the log."""

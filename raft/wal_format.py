@@ -5,8 +5,8 @@ files. A segment starts with a fixed header and holds back-to-back records;
 the unused rest of a (preallocated) segment is zero bytes. Each record is::
 
     offset size  field
-    0      4     payload_len   u32 LE, bytes of payload after the 32-byte header
-    4      4     crc           u32 LE, CRC32C (see below)
+    0      4     crc           u32 LE, CRC32C of bytes 4..32+n (see below)
+    4      4     payload_len   u32 LE, bytes of payload after the 32-byte header
     8      1     kind          RecordKind (0 is never written: it marks the end)
     9      1     entry_type    raft EntryType for ENTRY records, else 0
     10     2     reserved      0
@@ -16,7 +16,7 @@ the unused rest of a (preallocated) segment is zero bytes. Each record is::
     32     n     payload
 
 The CRC32C starts from the CRC of the segment's 8-byte sequence number (the
-"salt"), then covers bytes 0..4 and 8..32+n. Salting with the segment
+"salt"), then covers bytes 4..32+n (everything after the crc). Salting with the segment
 sequence makes records left over from a recycled segment's previous life fail
 the check, so they read as the end of the log, never as data.
 
@@ -31,20 +31,23 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import crc32c
 import msgpack
 
-from raft.types import ConfState, HardState
+from raft.types import ConfState, Entry, HardState
 
 SEGMENT_MAGIC = b"RIP5WAL1"
 SEGMENT_HEADER = struct.Struct("<8sQII")  # magic, sequence, format version, crc
 SEGMENT_HEADER_BYTES = 32  # the header struct padded to 32 bytes
 FORMAT_VERSION = 1
 
-RECORD_HEADER = struct.Struct("<IIBBHIQQ")
+RECORD_HEADER = struct.Struct("<IIBBHIQQ")  # crc, payload_len, kind, type, 0, group, term, index
 RECORD_HEADER_BYTES = RECORD_HEADER.size  # 32
+_CRC = struct.Struct("<I")
+_AFTER_CRC = struct.Struct("<IBBHIQQ")  # the 28 header bytes the crc covers
 _SALT = struct.Struct("<Q")
 _VOTE = struct.Struct("<Q")
 GROUP_ID_MAX = 0xFFFFFFFF
@@ -117,7 +120,7 @@ def decode_segment_header(data: bytes) -> int:
 
 
 def encode_record(
-    out: bytearray,
+    out: list[bytes],
     salt: int,
     kind: RecordKind,
     group_id: int,
@@ -126,15 +129,44 @@ def encode_record(
     payload: bytes,
     entry_type: int = 0,
 ) -> None:
-    """Append one framed record to ``out``."""
-    header = RECORD_HEADER.pack(len(payload), 0, kind, entry_type, 0, group_id, term, index)
-    crc = crc32c.crc32c(header[:4], salt)
-    crc = crc32c.crc32c(header[8:], crc)
-    crc = crc32c.crc32c(payload, crc)
-    out += header[:4]
-    out += crc.to_bytes(4, "little")
-    out += header[8:]
-    out += payload
+    """Append one framed record to ``out`` (as header and payload chunks, not copied)."""
+    rest = _AFTER_CRC.pack(len(payload), kind, entry_type, 0, group_id, term, index)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(rest, salt))
+    out.append(_CRC.pack(crc) + rest)
+    if payload:
+        out.append(payload)
+
+
+def encode_entries(
+    out: list[bytes],
+    salt: int,
+    group_id: int,
+    segment_seq: int,
+    entries: Sequence[Entry],
+    start_offset: int,
+) -> list[tuple[int, int, int, int, int]]:
+    """Append ENTRY records; return (term, segment_seq, offset, length, type) of each.
+
+    ``start_offset`` is where the first record lands in the segment. The batch
+    form of :func:`encode_record` (the WAL's hot path): entry data is not copied.
+    """
+    pack = _AFTER_CRC.pack
+    pack_crc = _CRC.pack
+    crc = crc32c.crc32c
+    append = out.append
+    kind = RecordKind.ENTRY
+    locs = []
+    offset = start_offset
+    for e in entries:
+        data = e.data
+        size = len(data)
+        etype = int(e.type)
+        rest = pack(size, kind, etype, 0, group_id, e.term, e.index)
+        append(pack_crc(crc(data, crc(rest, salt))) + rest)
+        append(data)
+        locs.append((e.term, segment_seq, offset, size, etype))
+        offset += RECORD_HEADER_BYTES + size
+    return locs
 
 
 def decode_record_header(data: bytes | bytearray | memoryview, offset: int) -> RecordHeader | None:
@@ -144,7 +176,7 @@ def decode_record_header(data: bytes | bytearray | memoryview, offset: int) -> R
     """
     if offset + RECORD_HEADER_BYTES > len(data):
         return None
-    payload_len, _crc, kind, entry_type, _res, group_id, term, index = RECORD_HEADER.unpack_from(
+    _crc, payload_len, kind, entry_type, _res, group_id, term, index = RECORD_HEADER.unpack_from(
         data, offset
     )
     if kind == 0:
@@ -164,9 +196,8 @@ def record_intact(
     if end > len(data):
         return False
     view = memoryview(data)
-    crc = crc32c.crc32c(view[offset : offset + 4], salt)
-    crc = crc32c.crc32c(view[offset + 8 : end], crc)
-    stored = int.from_bytes(view[offset + 4 : offset + 8], "little")
+    crc = crc32c.crc32c(view[offset + 4 : end], salt)
+    stored = int.from_bytes(view[offset : offset + 4], "little")
     return bool(crc == stored)
 
 

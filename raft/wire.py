@@ -12,7 +12,8 @@ Layout (msgpack)::
     [VERSION, from_node, to_node, [item, ...]]
     item     = [group, type, term, log_term, index, commit, reject, reject_hint,
                 context, entries, snapshot]           (trailing defaults dropped)
-    entries  = [[term, index, entry_type, data], ...]
+    entries  = [first_index, term, entry_type, data, term, entry_type, data, ...]
+               (consecutive indices from first_index, flattened)
     snapshot = [index, term, voters, learners, voters_outgoing, data]
 
 ``type`` is a :class:`raft.types.MessageType`, or :data:`QUIESCE` for the
@@ -90,13 +91,25 @@ def _encode_message(group_id: int, m: Message) -> list[object]:
         m.reject,
         m.reject_hint,
         m.context,
-        [[e.term, e.index, int(e.type), e.data] for e in m.entries] if m.entries else None,
+        _flat_entries(m.entries) if m.entries else None,
         snapshot,
     ]
     end = len(fields)
     while end > 2 and fields[end - 1] in _DEFAULTS[end - 1]:
         end -= 1
     return fields[:end]
+
+
+def _flat_entries(entries: Sequence[Entry]) -> list[object]:
+    flat: list[object] = [entries[0].index]
+    extend = flat.extend
+    for e in entries:
+        extend((e.term, e.type, e.data))
+    return flat
+
+
+_ENTRY_TYPES = {int(t): t for t in EntryType}
+_MESSAGE_TYPES = {int(t): t for t in MessageType}
 
 
 # Per field position: the values that mean "default" and may be dropped at the tail.
@@ -147,7 +160,14 @@ def decode_batch(data: bytes) -> Batch:
                 continue
             entries: tuple[Entry, ...] = ()
             if ents:
-                entries = tuple(Entry(t, i, EntryType(et), d) for t, i, et, d in ents)
+                first = ents[0]
+                it = iter(ents)
+                next(it)
+                types = _ENTRY_TYPES
+                entries = tuple(
+                    Entry(t, first + k, types[et], d)
+                    for k, (t, et, d) in enumerate(zip(it, it, it, strict=True))
+                )
             snapshot = None
             if snap is not None:
                 s_index, s_term, voters, learners, outgoing, s_data = snap
@@ -167,7 +187,7 @@ def decode_batch(data: bytes) -> Batch:
                 (
                     group_id,
                     Message(
-                        type=MessageType(mtype),
+                        type=_MESSAGE_TYPES[mtype],
                         to=to_node,
                         from_=from_node,
                         term=term,
@@ -182,8 +202,8 @@ def decode_batch(data: bytes) -> Batch:
                     ),
                 )
             )
-    except (ValueError, TypeError) as exc:
-        raise WireError(f"malformed raft batch item: {exc}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WireError(f"malformed raft batch item: {exc!r}") from None
     return Batch(from_node, to_node, messages, quiesce)
 
 

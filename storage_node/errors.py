@@ -56,6 +56,10 @@ class NotFound(StorageError):
     code = errors.NOT_FOUND
 
 
+class OutOfOrderApply(StorageError):
+    """The host applied a log entry at or below the last applied index (a host bug)."""
+
+
 class SnapshotCorrupted(StorageError):
     """Snapshot bytes that fail their CRC or do not decode."""
 

@@ -124,9 +124,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
-        """The client stops: end its Telemetry stream here."""
+        """The client stops. Its Telemetry stream is left for the client to cancel: the
+        Python client reads a server-ended stream as an error (it calls ``HasField`` on EOF)."""
         try:
-            self.sessions.end(client_id_of(context))
+            client_id_of(context)
         except Exception as error:  # noqa: BLE001
             return spb.NotifyClientTerminationResponse(status=status_of(error))
         return spb.NotifyClientTerminationResponse(status=ok())

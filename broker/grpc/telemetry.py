@@ -49,12 +49,6 @@ class TelemetrySessions:
         if self._outbound.get(client_id) is queue:
             del self._outbound[client_id]
 
-    def end(self, client_id: str) -> None:
-        """End the client's stream (it said it terminates)."""
-        queue = self._outbound.pop(client_id, None)
-        if queue is not None:
-            queue.put_nowait(None)
-
     def maybe_push(self, client_id: str, command: spb.TelemetryCommand) -> bool:
         """Send ``command`` to the client if it has a stream here; whether it did."""
         queue = self._outbound.get(client_id)

@@ -161,6 +161,10 @@ class MemoryStore:
         """Topics a long poll is waiting on right now (for tests)."""
         return [topic for topic, event in self._appended.items() if not event.is_set()]
 
+    def consumer_states(self) -> dict[tuple[str, QueueRef], tuple[int, int]]:
+        """(group, queue) -> (committed offset, deliveries in flight), for tests."""
+        return {key: (state.committed, len(state.in_flight)) for key, state in self._groups.items()}
+
     def messages(self, queue: QueueRef) -> list[Message]:
         """Everything appended to ``queue``, in offset order (for tests)."""
         return [stored.message for stored in self._queues.get(queue, [])]

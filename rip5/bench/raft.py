@@ -161,6 +161,7 @@ async def _bench(args: argparse.Namespace) -> int:
                     election_tick=args.election_tick,
                     snapshot_entries=args.snapshot_entries,
                     keep_entries=args.keep_entries,
+                    extra_args=["--segment-mb", str(args.segment_mb)],
                 )
                 cluster = LocalCluster(Path(root), spec)
                 await cluster.start()
@@ -224,11 +225,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=64, help="entries per propose call")
     parser.add_argument("--entry-bytes", type=int, default=1024)
     parser.add_argument("--tick-ms", type=int, default=50)
-    parser.add_argument("--election-tick", type=int, default=10)
+    parser.add_argument("--election-tick", type=int, default=16, help="ticks; 0.8-1.6 s at 50 ms")
     parser.add_argument("--snapshot-entries", type=int, default=20_000)
     parser.add_argument("--keep-entries", type=int, default=5_000)
     parser.add_argument("--failovers", type=int, default=3, help="SIGKILLs per run")
     parser.add_argument("--failover-groups", type=int, default=64)
+    parser.add_argument("--segment-mb", type=int, default=64, help="WAL segment size")
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
     args = parser.parse_args(argv)
     if args.entry_bytes < 16:

@@ -8,6 +8,9 @@ expiry, timer release and dedup eviction alike. The state machine keeps its
 clock monotonic (``max`` of all ``now_ms`` seen), so a new leader with a
 clock behind the old one cannot move time backwards.
 
+One log entry holds exactly one command: receipt handle generations are log
+indexes, so two commands sharing an entry would share a generation.
+
 Wire form: one op byte, then
 
 - ``APPEND``: a record batch (``protocol.records``) whose store timestamp is
@@ -28,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar
@@ -51,6 +55,7 @@ class Op(enum.IntEnum):
     NOTE_TRANSACTION_CHECKS = 8
     TICK = 9
     CANCEL_TIMER = 10
+    TRIM_QUEUE = 11
 
 
 class InitialPosition(enum.IntEnum):
@@ -99,6 +104,13 @@ class Receive:
     does not match ``filter_expression`` is skipped for the group for good.
     With ``fifo``, at most one message per message group is in flight and
     nothing after an unacked message of a message group is handed out.
+
+    ``attempt_id`` (optional, chosen by the client per receive and reused when
+    it retries a failed call): a receive repeating the group's latest
+    attempt id on the queue gets that receive's deliveries again, same
+    handles, as long as any of them is still in flight, instead of new
+    messages; so a lost response does not leave messages (and, for FIFO, their
+    message groups) locked until the invisible time runs out.
     """
 
     op: ClassVar[Op] = Op.RECEIVE
@@ -112,6 +124,7 @@ class Receive:
     filter_expression: str = "*"
     fifo: bool = False
     initial_position: InitialPosition = InitialPosition.EARLIEST
+    attempt_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +227,22 @@ class CancelTimer:
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class TrimQueue:
+    """Retention: drop a queue's messages below ``before_offset`` (clamped to the queue).
+
+    Their offsets are never reused and reads of them fail; consumer groups
+    positioned below move up, and their leases there are dropped. The leader
+    picks the offset (e.g. from store timestamps and the topic's retention).
+    """
+
+    op: ClassVar[Op] = Op.TRIM_QUEUE
+    now_ms: int
+    topic: str
+    queue_id: int
+    before_offset: int
+
+
 Command = (
     Append
     | Receive
@@ -225,6 +254,7 @@ Command = (
     | NoteTransactionChecks
     | Tick
     | CancelTimer
+    | TrimQueue
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -240,8 +270,13 @@ _BY_OP: dict[Op, type[Any]] = {
         NoteTransactionChecks,
         Tick,
         CancelTimer,
+        TrimQueue,
     )
 }
+
+
+COMMAND_TYPES: tuple[type[Any], ...] = tuple(_BY_OP.values())
+"""Every command class, for isinstance checks."""
 
 
 def encode(command: Command) -> bytes:
@@ -285,54 +320,80 @@ def _to_wire(value: object) -> object:
     return value
 
 
+Decoder = Callable[[object], Any]
+
+
+def _scalar(kind: type, name: str) -> Decoder:
+    def read(data: object) -> Any:
+        if type(data) is not kind:  # exact: a bool is not an int here
+            raise CommandCorrupted(f"expected {name}, got {type(data).__name__}")
+        return data
+
+    return read
+
+
 @cache
-def _hints(cls: type[Any]) -> list[tuple[str, Any, bool]]:
-    """(name, type, has_default) of each instance field of ``cls``."""
+def _decoder(kind: Any) -> Decoder:
+    """A function reading ``kind`` from its wire form; built once per type."""
+    if kind is bool:
+        return _scalar(bool, "a bool")
+    if kind is int:
+        return _scalar(int, "an int")
+    if kind is str:
+        return _scalar(str, "a str")
+    if isinstance(kind, type) and issubclass(kind, enum.IntEnum):
+        enum_kind = kind
+        read_int = _scalar(int, "an int")
+
+        def read_enum(data: object) -> Any:
+            try:
+                return enum_kind(read_int(data))
+            except ValueError as exc:
+                raise CommandCorrupted(f"{data!r} is not a {enum_kind.__name__}") from exc
+
+        return read_enum
+    if typing.get_origin(kind) is tuple:
+        (item_kind, _ellipsis) = typing.get_args(kind)
+        read_item = _decoder(item_kind)
+
+        def read_tuple(data: object) -> Any:
+            if not isinstance(data, list):
+                raise CommandCorrupted(f"expected an array, got {type(data).__name__}")
+            return tuple(read_item(item) for item in data)
+
+        return read_tuple
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return _dataclass_decoder(kind)
+    raise TypeError(f"no wire form for {kind!r}")  # pragma: no cover - a programming error
+
+
+def _dataclass_decoder(cls: type[Any]) -> Decoder:
     hints = typing.get_type_hints(cls)
-    return [
+    fields = [
         (
             f.name,
-            hints[f.name],
+            _decoder(hints[f.name]),
             f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
         )
         for f in dataclasses.fields(cls)
     ]
+    required = sum(1 for _name, _read, has_default in fields if not has_default)
+    name = cls.__name__
+
+    def read(data: object) -> Any:
+        if not isinstance(data, list):
+            raise CommandCorrupted(f"{name}: expected an array, got {type(data).__name__}")
+        if len(data) > len(fields):
+            raise CommandCorrupted(f"{name}: {len(data)} fields, this version knows fewer")
+        if len(data) < required:
+            missing = fields[len(data)][0]
+            raise CommandCorrupted(f"{name}: field {missing} is missing")
+        return cls(
+            *(read_field(value) for (_n, read_field, _d), value in zip(fields, data, strict=False))
+        )
+
+    return read
 
 
 def _from_wire(kind: Any, data: object) -> Any:
-    if kind is bool:
-        if not isinstance(data, bool):
-            raise CommandCorrupted(f"expected a bool, got {type(data).__name__}")
-        return data
-    if kind is int:
-        if not isinstance(data, int) or isinstance(data, bool):
-            raise CommandCorrupted(f"expected an int, got {type(data).__name__}")
-        return data
-    if kind is str:
-        if not isinstance(data, str):
-            raise CommandCorrupted(f"expected a str, got {type(data).__name__}")
-        return data
-    if isinstance(kind, type) and issubclass(kind, enum.IntEnum):
-        try:
-            return kind(_from_wire(int, data))
-        except ValueError as exc:
-            raise CommandCorrupted(f"{data!r} is not a {kind.__name__}") from exc
-    if typing.get_origin(kind) is tuple:
-        (item_kind, _ellipsis) = typing.get_args(kind)
-        if not isinstance(data, list):
-            raise CommandCorrupted(f"expected an array, got {type(data).__name__}")
-        return tuple(_from_wire(item_kind, item) for item in data)
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        if not isinstance(data, list):
-            raise CommandCorrupted(f"{kind.__name__}: expected an array")
-        fields = _hints(kind)
-        if len(data) > len(fields):
-            raise CommandCorrupted(f"{kind.__name__}: {len(data)} fields, this version knows fewer")
-        values = {}
-        for index, (name, field_kind, has_default) in enumerate(fields):
-            if index < len(data):
-                values[name] = _from_wire(field_kind, data[index])
-            elif not has_default:
-                raise CommandCorrupted(f"{kind.__name__}: field {name} is missing")
-        return kind(**values)
-    raise TypeError(f"no wire form for {kind!r}")  # pragma: no cover - a programming error
+    return _decoder(kind)(data)

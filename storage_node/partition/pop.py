@@ -28,12 +28,12 @@ PURE.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from protocol.filters import TagFilter
 from storage_node.partition.commands import InitialPosition
-from storage_node.partition.queues import QueueEntry
+from storage_node.partition.queues import QueueIndex
 from storage_node.partition.wire import as_int, as_list, as_str
 
 
@@ -82,11 +82,13 @@ class GroupQueue:
         self.cursor = cursor
         self.leases: dict[int, Lease] = {}
         self.done_ahead: set[int] = set()
+        # The latest receive that named an attempt id: (attempt id, generation, offsets).
+        self.last_attempt: tuple[str, int, tuple[int, ...]] = ("", 0, ())
 
     @classmethod
-    def starting(cls, position: InitialPosition, end_offset: int) -> GroupQueue:
-        """The state of a group that never consumed a queue of ``end_offset`` entries."""
-        return cls(end_offset if position is InitialPosition.LATEST else 0)
+    def starting(cls, position: InitialPosition, queue: QueueIndex) -> GroupQueue:
+        """The state of a group that never consumed ``queue``."""
+        return cls(queue.end_offset if position is InitialPosition.LATEST else queue.first_offset)
 
     def consumer_offset(self) -> int:
         """The offset below which every message is done for the group."""
@@ -117,23 +119,44 @@ class GroupQueue:
             self.done_ahead.add(queue_offset)
         self.settle(end_offset)
 
+    def trim(self, first_offset: int, end_offset: int) -> None:
+        """The queue's offsets below ``first_offset`` are gone: drop what named them."""
+        for offset in [o for o in self.leases if o < first_offset]:
+            del self.leases[offset]
+        if self.cursor < first_offset:
+            self.done_ahead = {o for o in self.done_ahead if o >= first_offset}
+            self.cursor = first_offset
+        self.settle(end_offset)
+
     def reset(self, offset: int) -> None:
         """Every offset below ``offset`` is done, every other fresh; leases are dropped."""
         self.cursor = offset
         self.leases.clear()
         self.done_ahead.clear()
+        self.last_attempt = ("", 0, ())
 
-    def check_invariants(self, end_offset: int) -> None:
+    def repeat_attempt(self, attempt_id: str, clock_ms: int) -> tuple[Grant, ...]:
+        """The grants of the latest receive with ``attempt_id`` still in flight, if any."""
+        last_id, generation, offsets = self.last_attempt
+        if not attempt_id or attempt_id != last_id:
+            return ()
+        return tuple(
+            Grant(offset, lease)
+            for offset in offsets
+            if (lease := self.valid_lease(offset, generation, clock_ms)) is not None
+        )
+
+    def check_invariants(self, first_offset: int, end_offset: int) -> None:
         """Raise AssertionError if the representation invariants do not hold."""
-        if not 0 <= self.cursor <= end_offset:
-            raise AssertionError(f"cursor {self.cursor} outside [0, {end_offset}]")
+        if not first_offset <= self.cursor <= end_offset:
+            raise AssertionError(f"cursor {self.cursor} outside [{first_offset}, {end_offset}]")
         if self.done_ahead & self.leases.keys():
             raise AssertionError(
                 f"offsets both leased and done: {self.done_ahead & self.leases.keys()}"
             )
         if any(o < self.cursor or o >= end_offset for o in self.done_ahead):
             raise AssertionError(f"done_ahead {sorted(self.done_ahead)} outside [cursor, end)")
-        if any(o < 0 or o >= end_offset for o in self.leases):
+        if any(o < first_offset or o >= end_offset for o in self.leases):
             raise AssertionError(f"leases {sorted(self.leases)} outside the queue")
         if self.cursor < end_offset and (
             self.cursor in self.leases or self.cursor in self.done_ahead
@@ -141,12 +164,6 @@ class GroupQueue:
             raise AssertionError(f"cursor {self.cursor} not settled")
         if any(lease.attempt < 1 for lease in self.leases.values()):
             raise AssertionError("a lease with attempt < 1")
-
-    def next_visible_ms(self) -> int | None:
-        """When the earliest lease expires (None with no leases)."""
-        if not self.leases:
-            return None
-        return min(lease.invisible_until_ms for lease in self.leases.values())
 
     def _fresh(self, end_offset: int, scan_max: int) -> Iterator[int]:
         """Fresh offsets from the cursor, looking at no more than ``scan_max`` offsets."""
@@ -159,7 +176,7 @@ class GroupQueue:
 
     def receive(
         self,
-        entries: Sequence[QueueEntry],
+        queue: QueueIndex,
         *,
         clock_ms: int,
         generation: int,
@@ -179,7 +196,7 @@ class GroupQueue:
         whose message group has a message in flight (or handed out earlier in
         this receive) is skipped and stays as it is.
         """
-        end_offset = len(entries)
+        end_offset = queue.end_offset
         expired = sorted(o for o, lease in self.leases.items() if not lease.is_invisible(clock_ms))
         blocked: set[str] = set()
         if fifo:
@@ -200,7 +217,7 @@ class GroupQueue:
                 dead_letters.append(Expiry(offset, previous.attempt))
                 self._finish_quietly(offset)
                 continue
-            entry = entries[offset]
+            entry = queue.at(offset)
             if not tag_filter.matches(entry.tag):
                 self._finish_quietly(offset)
                 continue
@@ -230,12 +247,13 @@ class GroupQueue:
                 for o, lease in sorted(self.leases.items())
             ],
             sorted(self.done_ahead),
+            [self.last_attempt[0], self.last_attempt[1], list(self.last_attempt[2])],
         ]
 
     @classmethod
     def from_wire(cls, data: object) -> GroupQueue:
         """Inverse of :meth:`to_wire`."""
-        cursor, leases, done_ahead = as_list(data, "group queue", 3)
+        cursor, leases, done_ahead, last = as_list(data, "group queue", 4)
         state = cls(as_int(cursor, "cursor"))
         for item in as_list(leases, "leases"):
             offset, generation, until, attempt, group = as_list(item, "lease", 5)
@@ -246,4 +264,10 @@ class GroupQueue:
                 as_str(group, "message group"),
             )
         state.done_ahead = {as_int(o, "done offset") for o in as_list(done_ahead, "done")}
+        attempt_id, generation, offsets = as_list(last, "last attempt", 3)
+        state.last_attempt = (
+            as_str(attempt_id, "attempt id"),
+            as_int(generation, "attempt generation"),
+            tuple(as_int(o, "attempt offset") for o in as_list(offsets, "attempt offsets")),
+        )
         return state

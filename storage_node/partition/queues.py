@@ -16,6 +16,7 @@ PURE.
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -73,6 +74,53 @@ class QueueEntry:
             as_str(group, "message group"),
             bool(dead),
         )
+
+
+class QueueIndex:
+    """One queue's entries, from ``first_offset`` (older ones trimmed) to ``end_offset``.
+
+    Invariant: ``0 <= first_offset <= end_offset``; trimming only raises
+    ``first_offset``, appending only raises ``end_offset``.
+    """
+
+    __slots__ = ("_entries", "first_offset")
+
+    def __init__(self, first_offset: int = 0, entries: list[QueueEntry] | None = None) -> None:
+        self.first_offset = first_offset
+        self._entries: list[QueueEntry] = entries if entries is not None else []
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next message will get."""
+        return self.first_offset + len(self._entries)
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        return iter(self._entries)
+
+    def at(self, queue_offset: int) -> QueueEntry:
+        """The entry at ``queue_offset``; the caller checks the range."""
+        return self._entries[queue_offset - self.first_offset]
+
+    def holds(self, queue_offset: int) -> bool:
+        """Whether ``queue_offset`` is in [first_offset, end_offset)."""
+        return self.first_offset <= queue_offset < self.end_offset
+
+    def append(self, entry: QueueEntry) -> int:
+        """Add an entry at the end; returns its offset."""
+        self._entries.append(entry)
+        return self.end_offset - 1
+
+    def read(self, queue_offset: int, count_max: int) -> tuple[QueueEntry, ...]:
+        """Up to ``count_max`` entries from ``queue_offset`` (within the range)."""
+        start = queue_offset - self.first_offset
+        return tuple(self._entries[start : start + max(count_max, 0)])
+
+    def trim(self, before_offset: int) -> int:
+        """Drop entries below ``before_offset`` (clamped to the range); returns first_offset."""
+        before = min(max(before_offset, self.first_offset), self.end_offset)
+        del self._entries[: before - self.first_offset]
+        self.first_offset = before
+        return before
 
 
 def view_record(record: MessageRecord, entry: QueueEntry, queue: QueueId) -> MessageRecord:
@@ -140,7 +188,7 @@ class DedupWindow:
     def __init__(self, window_ms: int, entries_max: int) -> None:
         self.window_ms = window_ms
         self.entries_max = entries_max
-        self._entries: dict[tuple[str, str], tuple[RecordOutcome, int]] = {}
+        self._entries: OrderedDict[tuple[str, str], tuple[RecordOutcome, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -154,7 +202,7 @@ class DedupWindow:
         """Record the outcome of a first append (evicting the oldest when full)."""
         self._entries[(outcome.topic, outcome.message_id)] = (outcome, stored_ms)
         while len(self._entries) > self.entries_max:
-            del self._entries[next(iter(self._entries))]
+            self._entries.popitem(last=False)
 
     def update(self, outcome: RecordOutcome) -> None:
         """Replace a remembered outcome (a timer fired, a half message committed)."""
@@ -171,7 +219,7 @@ class DedupWindow:
             key = next(iter(self._entries))
             if self._entries[key][1] >= horizon:
                 break
-            del self._entries[key]
+            self._entries.popitem(last=False)
             evicted += 1
         return evicted
 

@@ -132,6 +132,13 @@ class CancelTimerResult:
     cancelled: bool
 
 
+@dataclass(frozen=True, slots=True)
+class TrimQueueResult:
+    """The queue's first offset after trimming."""
+
+    first_offset: int
+
+
 Result = (
     AppendResult
     | ReceiveResult
@@ -143,4 +150,5 @@ Result = (
     | TransactionChecksResult
     | TickResult
     | CancelTimerResult
+    | TrimQueueResult
 )

@@ -26,7 +26,7 @@ import msgpack
 
 from storage_node.errors import SnapshotCorrupted
 from storage_node.partition.pop import GroupQueue
-from storage_node.partition.queues import QueueEntry
+from storage_node.partition.queues import QueueEntry, QueueIndex
 from storage_node.partition.state import PartitionConfig, PartitionState
 from storage_node.partition.wire import as_int, as_list, as_str
 
@@ -76,8 +76,8 @@ def _to_wire(state: PartitionState) -> list[object]:
         state.applied_index,
         state.clock_ms,
         [
-            [topic, queue_id, [entry.to_wire() for entry in entries]]
-            for (topic, queue_id), entries in sorted(state._queues.items())
+            [topic, queue_id, index.first_offset, [entry.to_wire() for entry in index]]
+            for (topic, queue_id), index in sorted(state._queues.items())
         ],
         [
             [group, topic, queue_id, group_queue.to_wire()]
@@ -105,10 +105,11 @@ def _from_wire(wire: object) -> PartitionState:
     state.applied_index = as_int(applied_index, "applied index")
     state.clock_ms = as_int(clock_ms, "clock")
     for item in as_list(queues, "queues"):
-        topic, queue_id, entries = as_list(item, "queue", 3)
-        state._queues[(as_str(topic, "topic"), as_int(queue_id, "queue id"))] = [
-            QueueEntry.from_wire(entry) for entry in as_list(entries, "queue entries")
-        ]
+        topic, queue_id, first_offset, entries = as_list(item, "queue", 4)
+        state._queues[(as_str(topic, "topic"), as_int(queue_id, "queue id"))] = QueueIndex(
+            as_int(first_offset, "first offset"),
+            [QueueEntry.from_wire(entry) for entry in as_list(entries, "queue entries")],
+        )
     for item in as_list(groups, "group queues"):
         group, topic, queue_id, group_queue = as_list(item, "group queue", 4)
         key = (as_str(group, "group"), as_str(topic, "topic"), as_int(queue_id, "queue id"))

@@ -42,9 +42,10 @@ from storage_node.errors import (
     InvalidReceiptHandle,
     NotFound,
     OffsetOutOfRange,
-    StorageError,
+    OutOfOrderApply,
 )
 from storage_node.partition.commands import (
+    COMMAND_TYPES,
     Ack,
     Append,
     CancelTimer,
@@ -57,14 +58,16 @@ from storage_node.partition.commands import (
     ReceiptHandle,
     Receive,
     Tick,
+    TrimQueue,
     decode,
 )
-from storage_node.partition.pop import GroupQueue, Lease
+from storage_node.partition.pop import Grant, GroupQueue, Lease
 from storage_node.partition.queues import (
     DedupWindow,
     Placement,
     QueueEntry,
     QueueId,
+    QueueIndex,
     RecordOutcome,
     dead_letter_topic,
 )
@@ -83,18 +86,15 @@ from storage_node.partition.results import (
     Result,
     TickResult,
     TransactionChecksResult,
+    TrimQueueResult,
 )
 from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
 
+_EMPTY = QueueIndex()
+
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
-
-
-class OutOfOrderApply(StorageError):
-    """The host applied an entry at or below the last applied index."""
-
-    code = errors.INTERNAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +103,10 @@ class PartitionConfig:
 
     group_id: int = 0
     """This raft group's id: the queue id of its dead-letter queues."""
-    dedup_window_ms: int = 10 * 60_000
-    """How long a stored message id is remembered for idempotent retries."""
-    dedup_entries_max: int = 1_000_000
+    dedup_window_ms: int = 2 * 60_000
+    """How long a stored message id is remembered for idempotent retries (the
+    official clients retry at once, so minutes suffice)."""
+    dedup_entries_max: int = 100_000
     """At most this many message ids are remembered (oldest dropped first)."""
     receive_scan_max: int = 4096
     """A receive looks at no more than this many offsets past a group's cursor."""
@@ -119,7 +120,7 @@ class PartitionState:
         self.applied_index = 0
         self.clock_ms = 0
         self.grown_queues: set[QueueId] = set()
-        self._queues: dict[QueueId, list[QueueEntry]] = {}
+        self._queues: dict[QueueId, QueueIndex] = {}
         self._groups: dict[GroupQueueKey, GroupQueue] = {}
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
@@ -154,6 +155,8 @@ class PartitionState:
         self.grown_queues = set()
 
     def _apply(self, command: Command, log_index: int) -> Result:
+        if not isinstance(command, COMMAND_TYPES):
+            raise BadCommand(f"not a partition command: {type(command).__name__}")
         released = self._advance_clock(command.now_ms)
         if isinstance(command, Append):
             return self._append(command, log_index)
@@ -177,7 +180,9 @@ class PartitionState:
             return CancelTimerResult(
                 self._timers.cancel(command.topic, command.message_id) is not None
             )
-        raise BadCommand(f"not a partition command: {type(command).__name__}")
+        if isinstance(command, TrimQueue):
+            return self._trim_queue(command)
+        raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
     def _advance_clock(self, now_ms: int) -> int:
         """Move the clock forward to ``now_ms`` (never back); release due timers."""
@@ -197,10 +202,11 @@ class PartitionState:
         return len(due)
 
     def _enqueue(self, queue: QueueId, entry: QueueEntry) -> int:
-        entries = self._queues.setdefault(queue, [])
-        entries.append(entry)
+        index = self._queues.get(queue)
+        if index is None:
+            index = self._queues[queue] = QueueIndex()
         self.grown_queues.add(queue)
-        return len(entries) - 1
+        return index.append(entry)
 
     # ------------------------------------------------------------------ append
 
@@ -247,6 +253,11 @@ class PartitionState:
                 Placement.HALF,
                 duplicate=half is not None,
             )
+        elif self._timers.is_held(record.topic, record.message_id):
+            # Sent again after the dedup window forgot it, while still held.
+            outcome = RecordOutcome(
+                record.topic, record.queue_id, record.message_id, Placement.DELAYED, duplicate=True
+            )
         elif record.delivery_timestamp_ms > self.clock_ms:
             self._timers.hold(
                 HeldMessage(
@@ -283,16 +294,19 @@ class PartitionState:
         _require(command.invisible_duration_ms >= 0, "invisible duration must be >= 0")
         _require(command.max_delivery_attempts >= 1, "max delivery attempts must be >= 1")
         queue = (command.topic, command.queue_id)
-        entries = self._queues.get(queue)
-        if not entries:
+        index = self._queues.get(queue)
+        if index is None:
             return ReceiveResult(())
         key = (command.group, command.topic, command.queue_id)
         group_queue = self._groups.get(key)
         if group_queue is None:
-            group_queue = GroupQueue.starting(command.initial_position, len(entries))
+            group_queue = GroupQueue.starting(command.initial_position, index)
             self._groups[key] = group_queue
+        repeated = group_queue.repeat_attempt(command.attempt_id, self.clock_ms)
+        if repeated:
+            return ReceiveResult(tuple(_delivery(command, grant, index) for grant in repeated))
         plan = group_queue.receive(
-            entries,
+            index,
             clock_ms=self.clock_ms,
             generation=log_index,
             max_messages=command.max_messages,
@@ -302,26 +316,24 @@ class PartitionState:
             fifo=command.fifo,
             scan_max=self.config.receive_scan_max,
         )
+        if command.attempt_id:
+            group_queue.last_attempt = (
+                command.attempt_id,
+                log_index,
+                tuple(grant.queue_offset for grant in plan.grants),
+            )
         dead = tuple(
             self._move_to_dead_letter(command.group, queue, expiry.queue_offset, expiry.attempts)
             for expiry in plan.dead_letters
         )
-        deliveries = tuple(
-            Delivery(
-                ReceiptHandle(command.topic, command.queue_id, grant.queue_offset, log_index),
-                grant.lease.attempt,
-                grant.lease.invisible_until_ms,
-                entries[grant.queue_offset],
-            )
-            for grant in plan.grants
-        )
+        deliveries = tuple(_delivery(command, grant, index) for grant in plan.grants)
         return ReceiveResult(deliveries, dead)
 
     def _move_to_dead_letter(
         self, group: str, queue: QueueId, queue_offset: int, attempts: int
     ) -> DeadLettered:
         """Append a dead-letter copy of a queue entry (the caller finished it for the group)."""
-        entry = self._queues[queue][queue_offset]
+        entry = self._queues[queue].at(queue_offset)
         target = (dead_letter_topic(group), self.config.group_id)
         offset = self._enqueue(
             target,
@@ -392,11 +404,22 @@ class PartitionState:
 
     def _commit_offset(self, command: CommitOffset) -> CommitOffsetResult:
         _require(command.group != "", "committing an offset needs a consumer group")
+        first = self.first_offset(command.topic, command.queue_id)
         end = self.end_offset(command.topic, command.queue_id)
-        offset = min(max(command.offset, 0), end)
+        offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
         self._groups.setdefault(key, GroupQueue()).reset(offset)
         return CommitOffsetResult(offset)
+
+    def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:
+        index = self._queues.get((command.topic, command.queue_id))
+        if index is None:
+            return TrimQueueResult(0)
+        first = index.trim(command.before_offset)
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            if (topic, queue_id) == (command.topic, command.queue_id):
+                group_queue.trim(first, index.end_offset)
+        return TrimQueueResult(first)
 
     # ------------------------------------------------------------------ transactions
 
@@ -460,27 +483,48 @@ class PartitionState:
 
     def end_offset(self, topic: str, queue_id: int) -> int:
         """The offset the next message of the queue will get (0 for an unknown queue)."""
-        return len(self._queues.get((topic, queue_id), ()))
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.end_offset
+
+    def first_offset(self, topic: str, queue_id: int) -> int:
+        """The oldest offset still in the queue (older ones were trimmed)."""
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.first_offset
 
     def entry(self, topic: str, queue_id: int, queue_offset: int) -> QueueEntry:
         """Where the message at ``queue_offset`` lives; raises ``OffsetOutOfRange``."""
-        entries = self._queues.get((topic, queue_id), [])
-        if not 0 <= queue_offset < len(entries):
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.holds(queue_offset):
             raise OffsetOutOfRange(
-                f"offset {queue_offset} outside [0, {len(entries)}) of {topic}:{queue_id}"
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}) "
+                f"of {topic}:{queue_id}"
             )
-        return entries[queue_offset]
+        return index.at(queue_offset)
 
     def read(
         self, topic: str, queue_id: int, queue_offset: int, count_max: int
     ) -> Sequence[QueueEntry]:
         """Up to ``count_max`` entries from ``queue_offset`` (the end offset gives none)."""
-        entries = self._queues.get((topic, queue_id), [])
-        if not 0 <= queue_offset <= len(entries):
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.first_offset <= queue_offset <= index.end_offset:
             raise OffsetOutOfRange(
-                f"offset {queue_offset} outside [0, {len(entries)}] of {topic}:{queue_id}"
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}] "
+                f"of {topic}:{queue_id}"
             )
-        return tuple(entries[queue_offset : queue_offset + max(count_max, 0)])
+        return index.read(queue_offset, count_max)
+
+    def min_log_index_referenced(self) -> int | None:
+        """The oldest log index a queue entry, half message or held message still needs.
+
+        Log entries below it hold no message anyone can read: with a snapshot
+        at or after it, the log may be truncated there. None: nothing is
+        referenced. Costs a pass over every entry; call it when planning
+        truncation, not per request.
+        """
+        indexes = [entry.log_index for index in self._queues.values() for entry in index]
+        indexes += [half.log_index for half in self._halves]
+        indexes += [held.log_index for held in self._timers]
+        return min(indexes, default=None)
 
     def consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The offset below which every message is done for ``group`` (None: never consumed)."""
@@ -518,9 +562,15 @@ class PartitionState:
     def check_invariants(self) -> None:
         """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
         for (_group, topic, queue_id), group_queue in self._groups.items():
-            group_queue.check_invariants(self.end_offset(topic, queue_id))
-        for queue, entries in self._queues.items():
-            if any(entry.log_index > self.applied_index for entry in entries):
+            group_queue.check_invariants(
+                self.first_offset(topic, queue_id), self.end_offset(topic, queue_id)
+            )
+        for queue, index in self._queues.items():
+            if not 0 <= index.first_offset <= index.end_offset:
+                raise AssertionError(
+                    f"{queue} has offsets [{index.first_offset}, {index.end_offset})"
+                )
+            if any(entry.log_index > self.applied_index for entry in index):
                 raise AssertionError(f"{queue} indexes an entry after the applied index")
         for held in self._timers:
             if held.due_ms <= self.clock_ms:
@@ -529,6 +579,15 @@ class PartitionState:
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""
         return len(self._dedup)
+
+
+def _delivery(command: Receive, grant: Grant, index: QueueIndex) -> Delivery:
+    handle = ReceiptHandle(
+        command.topic, command.queue_id, grant.queue_offset, grant.lease.generation
+    )
+    return Delivery(
+        handle, grant.lease.attempt, grant.lease.invisible_until_ms, index.at(grant.queue_offset)
+    )
 
 
 def _require(condition: bool, message: str) -> None:

@@ -89,6 +89,10 @@ class TimerIndex:
         self._by_message[(held.topic, held.message_id)] = held.key
         heapq.heappush(self._heap, held.key)
 
+    def is_held(self, topic: str, message_id: str) -> bool:
+        """Whether a message with this id waits here."""
+        return (topic, message_id) in self._by_message
+
     def cancel(self, topic: str, message_id: str) -> HeldMessage | None:
         """Forget a held message; returns it, or None if none is held."""
         key = self._by_message.pop((topic, message_id), None)
@@ -110,7 +114,8 @@ class TimerIndex:
                 return released
             key = heapq.heappop(self._heap)
             held = self._held.pop(key)
-            del self._by_message[(held.topic, held.message_id)]
+            if self._by_message.get((held.topic, held.message_id)) == key:
+                del self._by_message[(held.topic, held.message_id)]
             released.append(held)
 
     def _drop_cancelled(self) -> None:

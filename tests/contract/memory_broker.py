@@ -2,15 +2,20 @@
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE``. Serves on
 127.0.0.1 (a free port), writes the port to PORT_FILE once serving, and runs
-until SIGTERM. Topics: ``normal`` (NORMAL, 4 queues), ``fifo`` (FIFO, 2
-queues), ``mixed`` (NORMAL and FIFO, 2 queues); group ``fifo-group`` is
-FIFO, every other group is created on first use with 3 delivery attempts
-so dead-lettering is quick to reach.
+until SIGTERM; then writes the consumer state (per group and queue: the
+committed offset and the deliveries still in flight) as JSON to
+PORT_FILE.state, so a test can check what the clients acknowledged.
+
+Topics: ``normal`` (NORMAL, 4 queues), ``fifo`` (FIFO, 2 queues), ``mixed``
+(NORMAL and FIFO, 2 queues). Group ``fifo-group`` is FIFO; every other group
+is created on first use. All have 3 delivery attempts, so dead-lettering is
+quick to reach.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 from pathlib import Path
@@ -59,6 +64,17 @@ async def main(port_file: Path) -> None:
     tmp.rename(port_file)
     await stopping.wait()
     await endpoint.stop(0.5)
+    state = [
+        {
+            "group": group,
+            "topic": queue.topic,
+            "queue_id": queue.queue_id,
+            "committed": committed,
+            "in_flight": in_flight,
+        }
+        for (group, queue), (committed, in_flight) in store.consumer_states().items()
+    ]
+    port_file.with_suffix(".state").write_text(json.dumps(state))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from angelia_rpc import AngeliaError, Channel, RpcConfig, Server
@@ -104,4 +106,26 @@ async def test_faulty_transport_wraps_a_real_transport() -> None:
     assert "refuses" in refused.value.message
     plan.refuse_new = False
     assert await conformance.echo(Req(6), timeout_ms=5_000) == Resp(6)
+    await server.stop()
+
+
+async def test_a_short_deadline_does_not_wait_for_a_longer_connect_attempt() -> None:
+    network = MemoryNetwork(seed=1)
+    server = Server([Conformance.bind(ConformanceImpl())], CONFIG, transport=network.transport("s"))
+    await server.start("s")
+    network.partition("c", "s")
+    channel = Channel("s", CONFIG, transport=network.transport("c"))
+    conformance = Conformance(channel)
+    patient = asyncio.ensure_future(conformance.echo(Req(1), timeout_ms=1_000))
+    await async_wait_until(lambda: channel._connecting is not None, 10, "a connect attempt")
+    with pytest.raises(AngeliaError) as hasty:
+        await conformance.echo(Req(2), timeout_ms=50)
+    assert hasty.value.code is errors.UNAVAILABLE
+    assert "within the deadline" in hasty.value.message
+    assert not patient.done()  # the short call gave up on its own deadline, not the attempt's
+    network.heal("c", "s")
+    with pytest.raises(AngeliaError) as slow:
+        await patient  # its attempt began while partitioned and ran to its deadline
+    assert slow.value.code is errors.UNAVAILABLE
+    assert await conformance.echo(Req(3)) == Resp(3)
     await server.stop()

@@ -27,32 +27,61 @@ CLIENT = Path(__file__).with_name("official_client.py")
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def broker_port(tmp_path: Path) -> Iterator[int]:
-    """A broker process over the in-memory ports; its port."""
-    port_file = tmp_path / "port"
-    log = (tmp_path / "broker.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.contract.memory_broker", str(port_file)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_until(
-            lambda: port_file.exists() or process.poll() is not None, what="the broker to listen"
+class BrokerProcess:
+    """The broker process of one test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port_file = tmp_path / "port"
+        self.log_path = tmp_path / "broker.log"
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.contract.memory_broker", str(self.port_file)],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
-        assert process.poll() is None, (tmp_path / "broker.log").read_text()
-        yield int(port_file.read_text())
-        assert process.poll() is None, "the broker died during the test"
+        wait_until(
+            lambda: self.port_file.exists() or self.process.poll() is not None,
+            what="the broker to listen",
+        )
+        assert self.process.poll() is None, self.log_path.read_text()
+        self.port = int(self.port_file.read_text())
+        self.stopped_alive = False  # set once stop() found it serving
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop the broker (SIGTERM); the consumer state it wrote on the way out."""
+        if self.process.poll() is None:
+            self.stopped_alive = True
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        state_file = self.port_file.with_suffix(".state")
+        if not state_file.exists():
+            return []
+        state: list[dict[str, Any]] = json.loads(state_file.read_text())
+        return state
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker process over the in-memory ports."""
+    process = BrokerProcess(tmp_path)
+    try:
+        yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        process.stop()
+    assert process.stopped_alive, f"the broker died during the test: {process.log_path}"
+    assert process.process.returncode == 0, process.log_path.read_text()
+
+
+def _consumed(state: list[dict[str, Any]], group: str, topic: str) -> tuple[int, int]:
+    """(messages finished, deliveries in flight) of ``group`` on ``topic``, over its queues."""
+    rows = [row for row in state if row["group"] == group and row["topic"] == topic]
+    return sum(row["committed"] for row in rows), sum(row["in_flight"] for row in rows)
 
 
 def run_client(port: int, scenario: str, home: Path) -> dict[str, Any]:
@@ -70,8 +99,8 @@ def run_client(port: int, scenario: str, home: Path) -> dict[str, Any]:
     return observed
 
 
-def test_produce_and_simple_consume(broker_port: int, tmp_path: Path) -> None:
-    seen = run_client(broker_port, "produce_and_simple_consume", tmp_path)
+def test_produce_and_simple_consume(broker: BrokerProcess, tmp_path: Path) -> None:
+    seen = run_client(broker.port, "produce_and_simple_consume", tmp_path)
     normal_ids, fifo_ids = seen["normal_ids"], seen["fifo_ids"]
     assert len(set(normal_ids + fifo_ids)) == 7
 
@@ -95,10 +124,14 @@ def test_produce_and_simple_consume(broker_port: int, tmp_path: Path) -> None:
     assert redelivered["attempt"] == 2
     assert seen["stale_ack"] == pb.INVALID_RECEIPT_HANDLE
     assert seen["after_all_acked"] == []
+    state = broker.stop()
+    assert _consumed(state, "plain", "normal") == (4, 0)
+    assert _consumed(state, "tagged", "normal") == (4, 0)  # "b" messages skipped by the filter
+    assert _consumed(state, "fifo-group", "fifo") == (3, 0)
 
 
-def test_push_consumer_consumes_and_retries(broker_port: int, tmp_path: Path) -> None:
-    seen = run_client(broker_port, "push_consume", tmp_path)
+def test_push_consumer_consumes_and_retries(broker: BrokerProcess, tmp_path: Path) -> None:
+    seen = run_client(broker.port, "push_consume", tmp_path)
     sent = seen["sent"]
     calls = seen["calls"]
     ok_calls = [c for c in calls if c["tag"] == "ok"]
@@ -107,12 +140,14 @@ def test_push_consumer_consumes_and_retries(broker_port: int, tmp_path: Path) ->
     retry_attempts = sorted(c["attempt"] for c in calls if c["id"] == sent[1])
     assert retry_attempts[:2] == [1, 2]
     assert seen["left_over"] == []
+    # Every delivery was acked through the push consumer's AckMessage calls.
+    assert _consumed(broker.stop(), "pusher", "mixed") == (3, 0)
 
 
 def test_bad_input_gets_documented_status_and_server_keeps_serving(
-    broker_port: int, tmp_path: Path
+    broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    seen = run_client(broker_port, "bad_input", tmp_path)
+    seen = run_client(broker.port, "bad_input", tmp_path)
     assert seen["oversized"] == [pb.MESSAGE_BODY_TOO_LARGE, 1]
     assert seen["route_unknown"] == pb.TOPIC_NOT_FOUND
     assert seen["no_client_id"] == pb.CLIENT_ID_REQUIRED
@@ -127,8 +162,10 @@ def test_bad_input_gets_documented_status_and_server_keeps_serving(
     assert received_ids == [sent_id]
 
 
-def test_fifo_push_consumer_keeps_order_and_dead_letters(broker_port: int, tmp_path: Path) -> None:
-    seen = run_client(broker_port, "push_fifo_dead_letter", tmp_path)
+def test_fifo_push_consumer_keeps_order_and_dead_letters(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    seen = run_client(broker.port, "push_fifo_dead_letter", tmp_path)
     ids = seen["ids"]
     calls = seen["calls"]
     # Group A: the poison message is tried max_delivery_attempts (3) times, locally,
@@ -141,3 +178,6 @@ def test_fifo_push_consumer_keeps_order_and_dead_letters(broker_port: int, tmp_p
     (dead,) = seen["dead_letters"]
     assert dead["id"] == ids["poison"]
     assert dead["body"] == "poison"
+    state = broker.stop()
+    assert _consumed(state, "fifo-group", "fifo") == (3, 0)
+    assert _consumed(state, "dlq-reader", "%DLQ%fifo-group") == (1, 0)

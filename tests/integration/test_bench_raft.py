@@ -15,7 +15,7 @@ def test_bench_raft_measures_throughput_latency_and_failover(tmp_path: Path) -> 
     args = [
         "--groups", "4", "--runs", "1", "--seconds", "1", "--warmup", "0.5",
         "--in-flight", "4", "--batch", "8", "--failovers", "1", "--failover-groups", "4",
-        "--dir", str(tmp_path),
+        "--segment-mb", "4", "--dir", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-m", "rip5", "bench", "raft", *args],

@@ -46,7 +46,13 @@ async def _writer(
 
 
 async def test_sigkill_the_leader_loses_no_acknowledged_entry(tmp_path: Path) -> None:
-    spec = HostSpec(groups=GROUPS, keep_values=True, snapshot_entries=200, keep_entries=50)
+    spec = HostSpec(
+        groups=GROUPS,
+        keep_values=True,
+        snapshot_entries=200,
+        keep_entries=50,
+        extra_args=["--segment-mb", "4"],
+    )
     cluster = LocalCluster(tmp_path, spec)
     await cluster.start()
     try:

@@ -28,7 +28,15 @@ import random
 from dataclasses import dataclass, field
 
 from raft.errors import ProposalDropped
-from raft.types import ConfChange, ConfChangeType, ConfState, EntryType, Message
+from raft.types import (
+    ConfChange,
+    ConfChangeTransition,
+    ConfChangeType,
+    ConfChangeV2,
+    ConfState,
+    EntryType,
+    Message,
+)
 from tests.sim.checkers import GroupInvariants
 from tests.sim.events import EventLoop
 from tests.sim.history import History, Operation, OpKind, Outcome
@@ -376,15 +384,35 @@ class SimCluster:
         self._schedule_fault()
 
     def _reconfigure(self, group: int) -> None:
-        """Have the group's leader propose one membership step (voters stay within 3..5)."""
+        """Have the group's leader propose a membership change (voters stay within 3..5).
+
+        Single steps (add learner, promote, remove, demote) and joint
+        consensus swaps (a voter in, another out, or a voter and a learner
+        trading places), auto-left or left explicitly by a later empty change.
+        """
         leader = self.leader_of(group)
         if leader is None:
             return
         rng = self.rng
         conf = leader.replicas[group].conf_state
+        if conf.voters_outgoing:
+            if not conf.auto_leave:
+                self._propose_conf(leader, group, ConfChangeV2())  # leave the joint config
+            return
         others = [i for i in sorted(self.nodes) if i not in conf.voters and i not in conf.learners]
         learners = sorted(conf.learners)
-        choices: list[ConfChange] = []
+        choices: list[ConfChange | ConfChangeV2] = []
+        transition = rng.choice(list(ConfChangeTransition))
+        voters = sorted(conf.voters)
+        for newcomer in (others[:1] if others else []) + (learners[:1] if learners else []):
+            outgoing = rng.choice(voters)
+            swap = (
+                ConfChange(ConfChangeType.ADD_VOTER, newcomer),
+                ConfChange(
+                    rng.choice((ConfChangeType.REMOVE_NODE, ConfChangeType.ADD_LEARNER)), outgoing
+                ),
+            )
+            choices.append(ConfChangeV2(swap, transition))
         if others:
             choices.append(ConfChange(ConfChangeType.ADD_LEARNER, rng.choice(others)))
         if learners and len(conf.voters) < 5:
@@ -395,14 +423,15 @@ class SimCluster:
             victim = rng.choice(sorted(conf.voters))
             choices.append(ConfChange(ConfChangeType.REMOVE_NODE, victim))
             choices.append(ConfChange(ConfChangeType.ADD_LEARNER, victim))  # demote
-        if not choices:
-            return
-        change = rng.choice(choices)
+        if choices:
+            self._propose_conf(leader, group, rng.choice(choices))
+
+    def _propose_conf(self, leader: SimNode, group: int, change: ConfChange | ConfChangeV2) -> None:
         try:
             leader.replicas[group].raw.propose_conf_change(change)
         except ProposalDropped:
             return
-        self.trace("reconfig", group, leader.id, change.type.name, change.node_id)
+        self.trace("reconfig", group, leader.id, repr(change))
         leader.maybe_handle_ready()
 
     def leader_of(self, group: int) -> SimNode | None:
@@ -444,7 +473,7 @@ class SimCluster:
             conf = leader.replicas[group].conf_state
             last = leader.replicas[group].log.last_index()
             for node in self.nodes.values():
-                if node.is_member(group, conf):
+                if node.is_member(conf):
                     replica = node.replicas[group]
                     if replica.applied != last or replica.log.last_index() != last:
                         return False
@@ -504,13 +533,19 @@ class SimCluster:
             "torn_recoveries": sum(n.torn_crashes for n in nodes),
             "mid_ready_crashes": sum(n.mid_ready_crashes for n in nodes),
             "fsyncs": sum(n.disk.fsyncs for n in nodes),
+            "joint_changes": sum(
+                1
+                for inv in self.invariants.values()
+                for _term, kind, _data in inv.applied_entries()
+                if kind == EntryType.CONF_CHANGE_V2
+            ),
             "register_checked": self.register_checks[True],
             "register_inconclusive": self.register_checks[None],
             "conf_changes": sum(
                 1
                 for inv in self.invariants.values()
                 for _term, kind, _data in inv.applied_entries()
-                if kind == EntryType.CONF_CHANGE
+                if kind in (EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2)
             ),
             "dropped": self.net.stats.dropped,
             "duplicated": self.net.stats.duplicated,

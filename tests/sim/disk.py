@@ -64,12 +64,30 @@ class CrashReport:
     torn: bool
 
 
-def _encode_conf(conf: ConfState) -> list[list[int]]:
-    return [sorted(conf.voters), sorted(conf.learners), sorted(conf.voters_outgoing)]
+def _encode_conf(conf: ConfState) -> list[object]:
+    return [
+        sorted(conf.voters),
+        sorted(conf.learners),
+        sorted(conf.voters_outgoing),
+        sorted(conf.learners_next),
+        conf.auto_leave,
+    ]
 
 
-def _decode_conf(raw: list[list[int]]) -> ConfState:
-    return ConfState(frozenset(raw[0]), frozenset(raw[1]), frozenset(raw[2]))
+def _decode_conf(raw: list[object]) -> ConfState:
+    voters, learners, outgoing, learners_next, auto_leave = raw
+    assert isinstance(voters, list)
+    assert isinstance(learners, list)
+    assert isinstance(outgoing, list)
+    assert isinstance(learners_next, list)
+    assert isinstance(auto_leave, bool)
+    return ConfState(
+        frozenset(voters),
+        frozenset(learners),
+        frozenset(outgoing),
+        frozenset(learners_next),
+        auto_leave,
+    )
 
 
 def _encode_snapshot(kind: int, group: int, snapshot: Snapshot) -> list[object]:

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raft.confchange import decode_conf_change
+from raft.confchange import decode_entry
 from raft.config import Config
 from raft.errors import ProposalDropped
 from raft.memory_log import MemoryLog
@@ -218,9 +218,10 @@ class SimNode:
         """Whether this node currently leads ``group``."""
         return self.replicas[group].raw.role == Role.LEADER
 
-    def is_member(self, group: int, conf: ConfState) -> bool:
-        """Whether this node is a voter or learner of ``group`` in ``conf``."""
-        return self.id in conf.voters or self.id in conf.learners
+    def is_member(self, conf: ConfState) -> bool:
+        """Whether this node is a voter or learner (incoming or outgoing) in ``conf``."""
+        members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
+        return self.id in members
 
     def leads_any(self) -> bool:
         """Whether this node currently leads at least one group."""
@@ -351,11 +352,11 @@ class SimNode:
         for entry in ready.committed_entries:
             invariants.entry_applied(self.id, entry)
             replica.applied = entry.index
-            if entry.type == EntryType.CONF_CHANGE:
-                change = decode_conf_change(entry.data)
+            if entry.type in (EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2):
                 before = replica.conf_state
-                replica.conf_state = replica.raw.apply_conf_change(change)
-                if change.node_id not in before.voters | before.learners:
+                replica.conf_state = replica.raw.apply_conf_change(decode_entry(entry))
+                after = replica.conf_state
+                if (after.voters | after.learners) - (before.voters | before.learners):
                     replica.members_added = True
                 continue
             value = machine.apply(entry)

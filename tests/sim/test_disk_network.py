@@ -90,7 +90,12 @@ def test_damage_inside_durable_bytes_is_reported() -> None:
 def test_snapshots_install_and_compact() -> None:
     disk = SimDisk()
     disk.write_entries(1, _entries(1, 11, 1))
-    conf = ConfState(voters=frozenset({1, 2, 3}))
+    conf = ConfState(
+        voters=frozenset({1, 2, 3}),
+        voters_outgoing=frozenset({1, 2, 4}),
+        learners_next=frozenset({4}),
+        auto_leave=True,
+    )
     disk.write_compaction(1, Snapshot(SnapshotMetadata(6, 1, conf), b"sm@6"))
     image = SimDisk.recover(disk)[1]
     assert image.first_index() == 7

@@ -276,8 +276,9 @@ def test_locate_points_at_the_entry_bytes(tmp_path: Path) -> None:
 
 def test_record_framing_detects_every_flipped_byte() -> None:
     salt = fmt.salt_of(3)
-    out = bytearray()
-    fmt.encode_record(out, salt, fmt.RecordKind.ENTRY, 12, 4, 99, b"payload", 1)
+    chunks: list[bytes] = []
+    fmt.encode_record(chunks, salt, fmt.RecordKind.ENTRY, 12, 4, 99, b"payload", 1)
+    out = b"".join(chunks)
     header = fmt.decode_record_header(out, 0)
     assert header is not None
     assert (header.group_id, header.term, header.index, header.entry_type) == (12, 4, 99, 1)

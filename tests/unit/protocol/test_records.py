@@ -88,7 +88,9 @@ def test_trailing_fields_of_a_newer_writer_are_ignored() -> None:
         (_framed(msgpack.packb([["t", True, "m", b""]]), 1), "queue_id"),
         (_framed(msgpack.packb([["t", 0, "m", "str body"]]), 1), "body"),
         (_framed(msgpack.packb([["t", 0, "m", b"", "", [], "", [["k"]]]]), 1), "pair"),
-        (_framed(msgpack.packb([["t", 0, "m", b"", "", "k", "", []]]), 1), "arrays"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", "k", "", []]]), 1), "keys"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", [1], "", []]]), 1), "strings"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", [], "", [["k", 2]]]]), 1), "non-string"),
         (_framed(msgpack.packb([["t", 0, "m", b"", "", [], "", [], 0, 0, 99]]), 1), "type 99"),
     ],
 )

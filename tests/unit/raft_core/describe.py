@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raft.confchange import decode_conf_change
+from raft.confchange import decode_conf_change, decode_conf_change_v2
 from raft.types import (
     ConfState,
     Entry,
@@ -26,6 +26,10 @@ def conf_state(cs: ConfState) -> str:
         text += f"&&{_ids(cs.voters_outgoing)}"
     if cs.learners:
         text += f" Learners:{_ids(cs.learners)}"
+    if cs.learners_next:
+        text += f" LearnersNext:{_ids(cs.learners_next)}"
+    if cs.auto_leave:
+        text += " AutoLeave"
     return text
 
 
@@ -34,6 +38,12 @@ def entry(e: Entry) -> str:
     if e.type == EntryType.CONF_CHANGE:
         change = decode_conf_change(e.data)
         return f"{e.term}/{e.index} ConfChange {change.type.name.lower()} {change.node_id}"
+    if e.type == EntryType.CONF_CHANGE_V2:
+        v2 = decode_conf_change_v2(e.data)
+        if v2.leaves_joint():
+            return f"{e.term}/{e.index} ConfChangeV2 leave-joint"
+        changes = " ".join(f"{c.type.name.lower()} {c.node_id}" for c in v2.changes)
+        return f"{e.term}/{e.index} ConfChangeV2 {v2.transition.name.lower()}: {changes}"
     return f"{e.term}/{e.index} {e.data.decode(errors='replace')!r}"
 
 

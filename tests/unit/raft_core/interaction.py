@@ -7,7 +7,9 @@ Commands (ids are node ids; a list is ``(1,2)``):
   snapshot at ``index`` (term 1) holding that membership. Options:
   pre-vote, check-quorum, max-inflight, max-size, max-uncommitted,
   election-tick, heartbeat-tick.
-- ``campaign <id>``, ``propose <id> <data>``, ``propose-conf-change <id> <v4|l4|r4>``,
+- ``campaign <id>``, ``propose <id> <data>``,
+  ``propose-conf-change <id> <v4|l4|r4>.. [transition=auto|implicit|explicit]``
+  (several changes or a transition: a ConfChangeV2; ``leave``: leave joint),
   ``read-index <id> <ctx>``, ``transfer-leader from=<id> to=<id>``,
   ``report-unreachable <id> <peer>``, ``report-snapshot <id> <peer> ok|fail``
 - ``tick <id> [n]``, ``tick-election <id>``, ``tick-heartbeat <id>``
@@ -32,13 +34,15 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raft.confchange import decode_conf_change
+from raft.confchange import decode_entry
 from raft.errors import RaftError
 from raft.memory_log import MemoryLog
 from raft.node import Config, RawNode
 from raft.types import (
     ConfChange,
+    ConfChangeTransition,
     ConfChangeType,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
@@ -149,10 +153,22 @@ class Interaction:
         self._node(d).propose(d.positional()[1].encode())
 
     def _cmd_propose_conf_change(self, d: TestData) -> None:
-        spec = d.positional()[1]
         kinds = {"v": ConfChangeType.ADD_VOTER, "l": ConfChangeType.ADD_LEARNER}
-        kind = kinds.get(spec[0], ConfChangeType.REMOVE_NODE)
-        self._node(d).propose_conf_change(ConfChange(kind, int(spec[1:])))
+        changes = tuple(
+            ConfChange(kinds.get(spec[0], ConfChangeType.REMOVE_NODE), int(spec[1:]))
+            for spec in d.positional()[1:]
+            if spec != "leave"
+        )
+        if len(changes) == 1 and not d.has_arg("transition"):
+            self._node(d).propose_conf_change(changes[0])
+            return
+        transitions = {
+            "auto": ConfChangeTransition.AUTO,
+            "implicit": ConfChangeTransition.JOINT_IMPLICIT,
+            "explicit": ConfChangeTransition.JOINT_EXPLICIT,
+        }
+        transition = transitions[d.arg("transition", "auto")]
+        self._node(d).propose_conf_change(ConfChangeV2(changes, transition))
 
     def _cmd_read_index(self, d: TestData) -> None:
         self._node(d).read_index(d.positional()[1].encode())
@@ -206,8 +222,8 @@ class Interaction:
         self.queue.extend(rd.messages)
         for e in rd.committed_entries:
             replica.applied.append(e)
-            if e.type == EntryType.CONF_CHANGE:
-                cs = node.apply_conf_change(decode_conf_change(e.data))
+            if e.type != EntryType.NORMAL:
+                cs = node.apply_conf_change(decode_entry(e))
                 replica.log.set_conf_state(cs)
                 self._emit(f"  {node_id} applied conf change: {describe.conf_state(cs)}")
         node.advance(rd)
@@ -270,6 +286,7 @@ class Interaction:
             f"commit:{st.commit} applied:{st.applied} last:{st.last_index}"
             + (f" transferee:{st.lead_transferee}" if st.lead_transferee else "")
         )
+        self.out.append(f"  {describe.conf_state(st.conf_state)}")
         for node_id, pr in sorted(st.progress.items()):
             flags = []
             if pr.is_learner:

@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from raft.confchange import decode_conf_change
+from raft.confchange import decode_entry
 from raft.memory_log import MemoryLog
 from raft.node import Config, RawNode
 from raft.types import ConfState, Entry, EntryType, Message, MessageType, ReadState, Ready
@@ -76,8 +76,8 @@ class Network:
         self.in_flight.extend(ready.messages)
         for entry in ready.committed_entries:
             replica.applied.append(entry)
-            if entry.type == EntryType.CONF_CHANGE:
-                replica.conf_state = node.apply_conf_change(decode_conf_change(entry.data))
+            if entry.type != EntryType.NORMAL:
+                replica.conf_state = node.apply_conf_change(decode_entry(entry))
                 replica.log.set_conf_state(replica.conf_state)
         replica.read_states.extend(ready.read_states)
         node.advance(ready)

@@ -52,3 +52,47 @@ def test_unsafe_changes_are_refused() -> None:
         apply_change(joint, ConfChange(ConfChangeType.ADD_VOTER, 4))
     assert joint.is_voter(3)
     assert not joint.is_voter(4)
+
+
+def test_v2_changes_round_trip_and_malformed_data_is_named() -> None:
+    from raft.confchange import decode_conf_change_v2, decode_entry, encode_conf_change_v2
+    from raft.types import ConfChangeTransition, ConfChangeV2, Entry, EntryType
+
+    change = ConfChangeV2(
+        (ConfChange(ConfChangeType.ADD_VOTER, 4), ConfChange(ConfChangeType.REMOVE_NODE, 3)),
+        ConfChangeTransition.JOINT_EXPLICIT,
+    )
+    data = encode_conf_change_v2(change)
+    assert decode_conf_change_v2(data) == change
+    assert decode_entry(Entry(1, 1, EntryType.CONF_CHANGE_V2, data)) == change
+    assert decode_conf_change_v2(encode_conf_change_v2(ConfChangeV2())).leaves_joint()
+    with pytest.raises(InvalidConfChange, match="only 1 bytes"):
+        decode_conf_change_v2(b"\x00")
+    with pytest.raises(InvalidConfChange, match="for 2 changes"):
+        decode_conf_change_v2(data[:-1])
+    with pytest.raises(InvalidConfChange, match="unknown conf change transition 7"):
+        decode_conf_change_v2(b"\x07" + data[1:])
+
+
+def test_joint_configurations_are_entered_then_left() -> None:
+    from raft.confchange import apply_change_v2, enter_joint, leave_joint
+    from raft.types import ConfChangeTransition, ConfChangeV2
+
+    cfg = config({1, 2, 3})
+    single = apply_change_v2(cfg, ConfChangeV2((ConfChange(ConfChangeType.ADD_VOTER, 4),)))
+    assert (single.voters, single.is_joint()) == ({1, 2, 3, 4}, False)
+    joint = apply_change_v2(
+        cfg,
+        ConfChangeV2(
+            (ConfChange(ConfChangeType.ADD_LEARNER, 3), ConfChange(ConfChangeType.ADD_VOTER, 5)),
+            ConfChangeTransition.JOINT_IMPLICIT,
+        ),
+    )
+    assert (joint.voters, joint.voters_outgoing) == ({1, 2, 5}, {1, 2, 3})
+    assert (joint.learners, joint.learners_next, joint.auto_leave) == (set(), {3}, True)
+    with pytest.raises(InvalidConfChange, match="already in a joint"):
+        enter_joint(joint, (ConfChange(ConfChangeType.ADD_VOTER, 6),), auto_leave=False)
+    left = apply_change_v2(joint, ConfChangeV2())
+    assert (left.voters, left.learners, left.is_joint()) == ({1, 2, 5}, {3}, False)
+    with pytest.raises(InvalidConfChange, match="not in a joint"):
+        leave_joint(left)

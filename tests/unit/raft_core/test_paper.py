@@ -352,3 +352,68 @@ def test_proposals_bypass_forwarding_on_the_leader() -> None:
     leader.propose_payloads(net.node(1).raft, [b"a", b"b"])
     net.stabilize()
     assert net.data_applied(3) == [b"a", b"b"]
+
+
+# -- joint consensus (thesis §4.3) ---------------------------------------------------
+
+
+def test_a_malformed_forwarded_conf_change_becomes_an_empty_entry() -> None:
+    net = Network([1, 2, 3])
+    net.elect(1)
+    bad = Entry(0, 0, EntryType.CONF_CHANGE, b"bad")
+    net.node(1).step(Message(MT.PROP, to=1, from_=2, entries=(bad,)))
+    last = net.node(1).raft.log.last_index()
+    assert net.node(1).raft.log.term(last) == net.node(1).raft.term
+    assert net.node(1).raft.log.entries(last)[0].type == EntryType.NORMAL
+
+
+def test_auto_leave_waits_for_room_in_the_uncommitted_budget() -> None:
+    from raft.confchange import decode_entry
+    from raft.types import ConfChangeTransition, ConfChangeV2
+
+    log = MemoryLog(voters(1))
+    node = RawNode(Config(id=1, max_uncommitted_entries_bytes=10), log, random.Random(1).randrange)
+    node.campaign()
+    node.propose_conf_change(
+        ConfChangeV2(
+            (ConfChange(ConfChangeType.ADD_LEARNER, 2),), ConfChangeTransition.JOINT_IMPLICIT
+        )
+    )
+
+    def handle(big_proposal: bool = False) -> None:
+        rd = node.ready()
+        log.append(rd.entries)
+        for entry in rd.committed_entries:
+            if entry.type != EntryType.NORMAL:
+                log.set_conf_state(node.apply_conf_change(decode_entry(entry)))
+        if big_proposal:
+            # A large proposal arrives before the joint config is advanced.
+            node.propose(b"x" * 20)
+        node.advance(rd)
+
+    handle(big_proposal=True)
+    assert node.raft.tracker.config.is_joint()
+    assert node.raft.log.last_index() == 3  # the leave was dropped: over budget
+    handle()
+    handle()
+    assert not node.raft.tracker.config.is_joint()
+    assert node.status().conf_state == ConfState(frozenset({1}), frozenset({2}))
+
+
+def test_a_change_that_can_never_apply_is_refused_before_it_is_appended() -> None:
+    from raft.errors import InvalidConfChange
+    from raft.types import ConfChangeV2
+
+    net = Network([1, 2, 3])
+    net.elect(1)
+    last = net.node(1).raft.log.last_index()
+    remove_all = ConfChangeV2(tuple(ConfChange(ConfChangeType.REMOVE_NODE, i) for i in (1, 2, 3)))
+    with pytest.raises(InvalidConfChange, match="remove every voter"):
+        net.node(1).propose_conf_change(remove_all)
+    assert net.node(1).raft.log.last_index() == last
+    # Forwarded by a follower (which cannot judge it), it only takes an empty slot.
+    net.node(2).propose_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, 0))
+    net.stabilize()
+    appended = net.node(1).raft.log.entries(last + 1)
+    assert [(e.type, e.data) for e in appended] == [(EntryType.NORMAL, b"")]
+    assert net.replicas[3].conf_state.voters == {1, 2, 3}

@@ -26,7 +26,16 @@ import pytest
 from raft.errors import ProposalDropped
 from raft.memory_log import MemoryLog
 from raft.node import RawNode
-from raft.types import Entry, Message, MessageType, Role
+from raft.types import (
+    ConfChange,
+    ConfChangeTransition,
+    ConfChangeType,
+    ConfChangeV2,
+    Entry,
+    Message,
+    MessageType,
+    Role,
+)
 from tests.unit.raft_core.network import Network, Replica
 
 SEEDS = range(int(os.environ.get("RIP5_RAFT_CHAOS_SEEDS", "40")))
@@ -40,8 +49,13 @@ class Chaos:
         self.rng = random.Random(seed)
         size = self.rng.choice([3, 5])
         self.ids = list(range(1, size + 1))
+        # Half of the 5-replica runs start with two learners and swap members
+        # through joint consensus while the faults go on.
+        self.membership_changes = size == 5 and self.rng.random() < 0.5
+        learners = self.ids[3:] if self.membership_changes else []
         self.net = Network(
-            self.ids,
+            [i for i in self.ids if i not in learners],
+            learners=learners,
             seed=seed,
             pre_vote=self.rng.random() < 0.7,
             check_quorum=self.rng.random() < 0.7,
@@ -55,6 +69,7 @@ class Chaos:
         self.partition: set[int] = set()
         self.proposed = 0
         self.checked: dict[int, int] = {}
+        self.changes_proposed = 0
 
     def fail(self, what: str) -> None:
         raise AssertionError(f"seed {self.seed}: {what}")
@@ -144,18 +159,38 @@ class Chaos:
         elif action < 0.8:
             node_id = rng.choice(up)
             replica: Replica = net.replicas[node_id]
+            # Snapshot at the applied index, where the host knows the membership.
             applied = replica.node.raft.log.applied
             if applied > replica.log.first_index():
-                index = rng.randint(replica.log.first_index(), applied)
-                replica.log.create_snapshot(index, replica.conf_state, b"")
-                replica.log.compact(index)
+                replica.log.create_snapshot(applied, replica.conf_state, b"")
+                replica.log.compact(applied)
         elif action < 0.82:
             node_id = rng.choice(up)
             net.node(node_id).transfer_leader(rng.choice(self.ids))
+        elif action < 0.86 and self.membership_changes:
+            self.swap_members(rng.choice(up))
         for node_id in up:
             net.process_ready(node_id)
         self.deliver_some()
         self.check()
+
+    def swap_members(self, node_id: int) -> None:
+        """Propose demoting a voter and promoting a learner in one joint change."""
+        conf = self.net.replicas[node_id].conf_state
+        if conf.voters_outgoing or not conf.learners:
+            return
+        promote = self.rng.choice(sorted(conf.learners))
+        demote = self.rng.choice(sorted(conf.voters))
+        change = ConfChangeV2(
+            (
+                ConfChange(ConfChangeType.ADD_VOTER, promote),
+                ConfChange(ConfChangeType.ADD_LEARNER, demote),
+            ),
+            self.rng.choice([ConfChangeTransition.AUTO, ConfChangeTransition.JOINT_IMPLICIT]),
+        )
+        with contextlib.suppress(ProposalDropped):
+            self.net.node(node_id).propose_conf_change(change)
+        self.changes_proposed += 1
 
     def heal_and_finish(self) -> None:
         net = self.net

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from protocol.records import MessageRecord
 from storage_node.partition import commands
 from storage_node.partition.commands import Append, Command, ReceiptHandle, Receive
-from storage_node.partition.queues import QueueEntry, view_record
+from storage_node.partition.queues import QueueEntry
+from storage_node.partition.reads import record_at
 from storage_node.partition.results import (
     AckResult,
     AppendResult,
@@ -111,9 +112,7 @@ class Harness:
 
     def resolve(self, entry: QueueEntry, topic: str, queue_id: int) -> MessageRecord:
         """The message a reader of (topic, queue_id) sees at ``entry``, read from the log."""
-        command = commands.decode(self.log[entry.log_index])
-        assert isinstance(command, Append)
-        return view_record(command.records[entry.position], entry, (topic, queue_id))
+        return record_at(self.log[entry.log_index], entry, (topic, queue_id))
 
     def bodies(self, result: ReceiveResult) -> list[bytes]:
         return [

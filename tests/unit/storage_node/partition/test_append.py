@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from protocol.records import MessageRecord
-from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange
+from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange, OutOfOrderApply
 from storage_node.partition.commands import Append, Tick
 from storage_node.partition.queues import Placement
-from storage_node.partition.state import OutOfOrderApply, PartitionConfig, PartitionState
+from storage_node.partition.reads import record_at
+from storage_node.partition.state import PartitionConfig, PartitionState
 
 from .harness import Harness, record
 
@@ -121,6 +124,20 @@ def test_the_clock_never_goes_back() -> None:
     h.append(record("b"))
     assert h.state.clock_ms == 1_000_000
     assert [e.store_timestamp_ms for e in h.state.read("orders", 0, 0, 5)] == [1_000_000] * 2
+
+
+def test_a_queue_entry_resolves_only_against_its_append_entry() -> None:
+    h = Harness()
+    h.append(record("a"), record("b"))
+    h.apply(Tick(h.now_ms))
+    entry = h.state.entry("orders", 0, 1)
+    assert record_at(h.log[1], entry, ("orders", 0)).body == b"b"
+    with pytest.raises(CommandCorrupted, match="not an APPEND"):
+        record_at(h.log[2], entry, ("orders", 0))
+    with pytest.raises(CommandCorrupted, match="position 5"):
+        record_at(h.log[1], replace(entry, position=5), ("orders", 0))
+    with pytest.raises(CommandCorrupted, match="CRC"):
+        record_at(h.log[1][:-1] + b"\x00", entry, ("orders", 0))
 
 
 def test_reads_outside_the_queue_are_refused() -> None:

@@ -44,6 +44,7 @@ def test_op_codes_are_append_only() -> None:
         ("NOTE_TRANSACTION_CHECKS", 8),
         ("TICK", 9),
         ("CANCEL_TIMER", 10),
+        ("TRIM_QUEUE", 11),
     ]
 
 

@@ -77,6 +77,15 @@ def test_acks_past_a_blocked_message_are_remembered() -> None:
     assert h.state.consumer_offset("g", "orders", 0) == 3
 
 
+def test_a_retried_receive_gets_the_same_batch_instead_of_a_locked_group() -> None:
+    h = grouped(("a1", "A"), ("a2", "A"), ("b1", "B"))
+    lost = h.receive(fifo=True, attempt_id="try-1")  # the response never reached the client
+    retried = h.receive(fifo=True, attempt_id="try-1")
+    assert retried.deliveries == lost.deliveries
+    assert h.ack(*(d.handle for d in retried.deliveries)).outcomes[0].error is None
+    assert h.bodies(h.receive(fifo=True, attempt_id="try-2")) == [b"a2"]
+
+
 def test_fifo_respects_the_batch_size() -> None:
     h = grouped(("a1", "A"), ("b1", "B"), ("c1", "C"))
     assert h.bodies(h.receive(fifo=True, max_messages=2)) == [b"a1", b"b1"]

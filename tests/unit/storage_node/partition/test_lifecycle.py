@@ -2,13 +2,16 @@
 
 The model keeps, per consumer group, one status per queue offset (fresh,
 leased or done) in a dict and answers every question by brute force; the
-real state keeps cursors, lease maps, timers, a dedup window and snapshots.
+real state keeps cursors, lease maps, timers, half messages, a dedup window
+and snapshots.
 Every command goes through the log codec, and a rule restores the state from
 its own snapshot mid-run, so a divergence in either shows up as a model
 mismatch.
 
 Checked after every step (the invariants of the issue):
-- no acknowledged append is lost, offsets are dense and unique per queue;
+- no acknowledged append is lost, offsets are dense and unique per queue
+  (delayed messages arrive when due, committed half messages on commit,
+  rolled-back ones never), and a retried send reports the original outcome;
 - no message is handed to a group while it is invisible to that group;
 - delivery attempts are exact (1 + earlier deliveries to that group);
 - FIFO groups never get a message while an earlier one of its message group
@@ -39,18 +42,22 @@ from hypothesis.stateful import (
 from protocol import errors
 from protocol.filters import TagFilter
 from protocol.records import MessageRecord, MessageType
-from storage_node.errors import InvalidReceiptHandle
+from storage_node.errors import InvalidReceiptHandle, NotFound
 from storage_node.partition.commands import (
     ChangeInvisibleDuration,
     CommitOffset,
     DeadLetter,
+    EndTransaction,
     ReceiptHandle,
     Tick,
+    TrimQueue,
 )
-from storage_node.partition.queues import dead_letter_topic
+from storage_node.partition.queues import Placement, dead_letter_topic
 from storage_node.partition.results import (
     ChangeInvisibleDurationResult,
     DeadLetterResult,
+    EndTransactionResult,
+    TrimQueueResult,
 )
 from storage_node.partition.snapshot import take_snapshot
 from storage_node.partition.state import PartitionConfig
@@ -68,15 +75,18 @@ MESSAGE_GROUPS = ("", "A", "B")
 FILTERS = ("*", "*", "*", "*", "*", "a||b", "a", "b")
 
 
-def message_for(number: int, due_ms: int = 0) -> MessageRecord:
-    """Message ``m<number>``: a retried send of it is byte-for-byte the same."""
+def message_for(number: int, due_ms: int = 0, *, half: bool = False) -> MessageRecord:
+    """Message ``m<number>`` (``t<number>`` for a transaction's half message).
+
+    A retried send of it is the same message (delivery time aside)."""
+    kind = MessageType.DELAY if due_ms else MessageType.NORMAL
     return record(
-        f"m{number}",
+        f"{'t' if half else 'm'}{number}",
         topic=TOPIC,
         tag=TAGS[number % 3],
         message_group=MESSAGE_GROUPS[(number // 3) % 3],
         delivery_timestamp_ms=due_ms,
-        message_type=MessageType.DELAY if due_ms else MessageType.NORMAL,
+        message_type=MessageType.TRANSACTION if half else kind,
     )
 
 
@@ -114,9 +124,12 @@ class PartitionLifecycle(RuleBasedStateMachine):
         )
         self.clock_ms = 0  # the state clock starts at 0; commands move it
         self.queue: list[str] = []  # message ids by offset
+        self.first = 0  # offsets below were trimmed
         self.content: dict[str, MessageRecord] = {}
         self.stored_ms: dict[str, int] = {}  # message id -> first store time (dedup)
         self.held: list[tuple[int, int, int, str]] = []  # (due, log index, position, id)
+        self.halves: set[str] = set()  # unresolved transactions
+        self.outcomes: dict[str, tuple[Placement, int]] = {}  # what a retried send reports
         self.groups = {name: ModelGroup() for name in GROUPS}
 
     # ------------------------------------------------------------------ model time
@@ -127,7 +140,14 @@ class PartitionLifecycle(RuleBasedStateMachine):
         due = sorted(t for t in self.held if t[0] <= self.clock_ms)
         for item in due:
             self.held.remove(item)
+            self.outcomes[item[3]] = (Placement.QUEUED, len(self.queue))
             self.queue.append(item[3])
+
+    def is_fresh(self, message_id: str) -> bool:
+        """Whether a send of ``message_id`` now is stored (not a duplicate)."""
+        stored = self.stored_ms.get(message_id)
+        in_window = stored is not None and stored >= self.clock_ms - DEDUP_WINDOW_MS
+        return not in_window and message_id not in self.halves
 
     # ------------------------------------------------------------------ rules
 
@@ -145,21 +165,53 @@ class PartitionLifecycle(RuleBasedStateMachine):
         result = self.h.append(*records)
         for position, (rec, outcome) in enumerate(zip(records, result.outcomes, strict=True)):
             mid = rec.message_id
-            stored = self.stored_ms.get(mid)
-            fresh = stored is None or stored < self.clock_ms - DEDUP_WINDOW_MS
+            fresh = self.is_fresh(mid)
             assert outcome.duplicate is not fresh, (mid, outcome)
             if not fresh:
-                if outcome.queue_offset >= 0:
-                    assert self.queue[outcome.queue_offset] == mid
+                assert (outcome.placement, outcome.queue_offset) == self.outcomes[mid]
                 continue
             self.stored_ms[mid] = self.clock_ms
             self.content[mid] = rec
             if rec.delivery_timestamp_ms > self.clock_ms:
                 self.held.append((rec.delivery_timestamp_ms, index, position, mid))
-                assert outcome.queue_offset == -1
+                self.outcomes[mid] = (Placement.DELAYED, -1)
             else:
-                assert outcome.queue_offset == len(self.queue)
+                self.outcomes[mid] = (Placement.QUEUED, len(self.queue))
                 self.queue.append(mid)
+            assert (outcome.placement, outcome.queue_offset) == self.outcomes[mid]
+
+    @rule(number=st.integers(0, 5))
+    def send_half_message(self, number: int) -> None:
+        rec = message_for(number, half=True)
+        self.tick_model(self.h.now_ms)
+        fresh = self.is_fresh(rec.message_id)
+        outcome = self.h.append(rec).outcomes[0]
+        assert outcome.duplicate is not fresh
+        if fresh:
+            self.stored_ms[rec.message_id] = self.clock_ms
+            self.content[rec.message_id] = rec
+            self.halves.add(rec.message_id)
+            self.outcomes[rec.message_id] = (Placement.HALF, -1)
+        assert (outcome.placement, outcome.queue_offset) == self.outcomes[rec.message_id]
+
+    @rule(number=st.integers(0, 5), commit=st.booleans())
+    def end_transaction(self, number: int, commit: bool) -> None:
+        transaction_id = f"t{number}"
+        self.tick_model(self.h.now_ms)
+        try:
+            result = self.h.apply(EndTransaction(self.h.now_ms, TOPIC, transaction_id, commit))
+        except NotFound:
+            assert transaction_id not in self.halves
+            return
+        assert isinstance(result, EndTransactionResult)
+        self.halves.remove(transaction_id)
+        if commit:
+            self.outcomes[transaction_id] = (Placement.QUEUED, len(self.queue))
+            self.queue.append(transaction_id)
+            assert result.outcome is not None
+            assert result.outcome.queue_offset == self.outcomes[transaction_id][1]
+        else:
+            assert result.outcome is None
 
     @rule(
         target=handles,
@@ -328,11 +380,24 @@ class PartitionLifecycle(RuleBasedStateMachine):
     @rule(group=st.sampled_from(sorted(GROUPS)), offset=st.integers(0, 40))
     def commit_offset(self, group: str, offset: int) -> None:
         self.tick_model(self.h.now_ms)
-        clamped = min(offset, len(self.queue))
+        clamped = min(max(offset, self.first), len(self.queue))
         self.h.apply(CommitOffset(self.h.now_ms, group, TOPIC, 0, offset))
         model = self.groups[group]
         model.status = dict.fromkeys(range(clamped), "done")
         model.delivered = {}
+
+    @rule(before=st.integers(0, 12))
+    def trim_queue(self, before: int) -> None:
+        self.tick_model(self.h.now_ms)
+        result = self.h.apply(TrimQueue(self.h.now_ms, TOPIC, 0, before))
+        if not self.queue:
+            return
+        first = min(max(before, self.first), len(self.queue))
+        assert result == TrimQueueResult(first)
+        for model in self.groups.values():
+            for offset in range(self.first, first):
+                model.status[offset] = "done"  # gone: never handed out again
+        self.first = first
 
     @rule(ms=st.sampled_from([1, 999, 1_000, 5_000, 10_000, 30_000, 61_000]))
     def time_passes(self, ms: int) -> None:
@@ -357,12 +422,16 @@ class PartitionLifecycle(RuleBasedStateMachine):
             return
         self.h.state.check_invariants()
         assert self.h.state.clock_ms == self.clock_ms
-        entries = self.h.state.read(TOPIC, 0, 0, 1 << 20)
+        assert self.h.state.first_offset(TOPIC, 0) == self.first
+        entries = self.h.state.read(TOPIC, 0, self.first, 1 << 20)
         ids = [self.h.resolve(e, TOPIC, 0).message_id for e in entries]
-        assert ids == self.queue
+        assert ids == self.queue[self.first :]
         assert sorted(h.message_id for h in self.h.state.held_messages()) == sorted(
             t[3] for t in self.held
         )
+        for number in range(6):
+            half = self.h.state.half_message(f"t{number}")
+            assert (half is not None) is (f"t{number}" in self.halves)
 
     @invariant()
     def groups_match_the_model(self) -> None:

@@ -233,6 +233,25 @@ def test_a_new_group_may_start_at_the_end() -> None:
     assert h.state.consumer_offset("never", "orders", 0) is None
 
 
+def test_a_repeated_attempt_id_replays_the_deliveries_still_in_flight() -> None:
+    h = filled("a", "b", "c")
+    first = h.receive(max_messages=2, invisible_ms=10_000, attempt_id="r1")
+    replay = h.receive(max_messages=2, invisible_ms=10_000, attempt_id="r1")
+    assert replay.deliveries == first.deliveries
+    h.ack(first.deliveries[0].handle)
+    renewed = change(h, first.deliveries[1].handle, 10_000)
+    # Nothing of that batch is in flight under its handles any more: a normal receive.
+    again = h.receive(max_messages=2, invisible_ms=10_000, attempt_id="r1")
+    assert h.bodies(again) == [b"c"]
+    assert h.ack(renewed.handle).outcomes[0].error is None
+    # Another attempt id, or none, never replays.
+    h.advance(10_000)
+    assert h.receive(attempt_id="r2").deliveries[0].delivery_attempt == 2
+    assert h.receive(attempt_id="r2").deliveries[0].handle.queue_offset == 2
+    h.restart_from_snapshot()
+    assert h.receive(attempt_id="r2").deliveries[0].handle.queue_offset == 2
+
+
 def test_receive_arguments_are_checked() -> None:
     h = filled("a")
     for bad in (

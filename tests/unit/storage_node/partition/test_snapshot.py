@@ -54,6 +54,7 @@ receive = st.builds(
     st.sampled_from(["*", "a", "a||b"]),
     st.booleans(),
     st.sampled_from(list(c.InitialPosition)),
+    st.sampled_from(["", "", "x", "y"]),
 )
 # Appends and receives weigh more: they build the state the other commands act on.
 command = st.one_of(
@@ -81,6 +82,7 @@ command = st.one_of(
     ),
     st.builds(c.Tick, now_ms),
     st.builds(c.CancelTimer, now_ms, topic, st.sampled_from([f"m{i}" for i in range(13)])),
+    st.builds(c.TrimQueue, now_ms, topic, queue_id, st.integers(-1, 8)),
 )
 
 

@@ -6,6 +6,7 @@ from protocol.records import MessageRecord, MessageType
 from storage_node.partition.commands import CancelTimer, Tick
 from storage_node.partition.queues import Placement
 from storage_node.partition.results import CancelTimerResult, TickResult
+from storage_node.partition.state import PartitionConfig
 
 from .harness import Harness, record
 
@@ -61,6 +62,18 @@ def test_a_retried_delayed_send_is_not_held_twice_and_reports_its_offset_once_qu
     after = h.append(delayed("x", T0 + 10)).outcomes[0]
     assert (after.placement, after.queue_offset, after.duplicate) == (Placement.QUEUED, 0, True)
     assert h.state.end_offset("orders", 0) == 1
+
+
+def test_a_resend_after_the_dedup_window_is_not_held_twice() -> None:
+    h = Harness(PartitionConfig(dedup_window_ms=1000))
+    h.append(delayed("x", T0 + 60_000))
+    h.advance(5000)
+    again = h.append(delayed("x", T0 + 60_000)).outcomes[0]
+    assert (again.placement, again.duplicate) == (Placement.DELAYED, True)
+    assert [held.message_id for held in h.state.held_messages()] == ["x"]
+    h.advance(60_000)
+    h.apply(Tick(h.now_ms))
+    assert h.queue_bodies() == [b"x"]
 
 
 def test_a_held_message_can_be_cancelled() -> None:
