@@ -14,9 +14,10 @@ import zlib
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from broker.domain import Delivery, GroupInfo, Message, MessageType, QueueInfo, TagFilter, TopicInfo
+from broker.domain import Delivery, GroupInfo, Message, MessageType, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter
+from protocol.filters import TagFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
 BROKER_NAME = "rip5"
