@@ -91,7 +91,7 @@ def message_from_pb(message: pb.Message) -> Message:
         body=body,
         message_id=system.message_id,
         message_type=message_type,
-        tag=system.tag if system.HasField("tag") else None,
+        tag=system.tag or None,  # an empty tag is no tag, as in the proxy
         keys=tuple(system.keys),
         user_properties=dict(message.user_properties),
         message_group=system.message_group if system.HasField("message_group") else None,

@@ -111,6 +111,7 @@ def test_message_from_pb() -> None:
 def test_absent_optionals_stay_absent() -> None:
     message = convert.message_from_pb(_wire_message())
     assert message.tag is None
+    assert convert.message_from_pb(_wire_message(tag="")).tag is None
     assert message.message_group is None
     assert message.delivery_timestamp_ms is None
     assert message.queue_id is None
