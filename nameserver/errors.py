@@ -8,23 +8,11 @@ does, so the service can hand the error to the proposer and go on.
 from __future__ import annotations
 
 from protocol import errors
-from protocol.errors import ErrorCode
+from protocol.errors import CodedError
 
 
-class NameserverError(Exception):
+class NameserverError(CodedError):
     """Root of every nameserver error. ``code`` says what happened and whether to retry."""
-
-    code: ErrorCode = errors.INTERNAL
-
-    @property
-    def retriable(self) -> bool:
-        """Whether the same request may succeed later."""
-        return self.code.retriable
-
-    @property
-    def refresh_route(self) -> bool:
-        """Whether the caller should look the route up again before retrying."""
-        return self.code.refresh_route
 
 
 class BadRequest(NameserverError):

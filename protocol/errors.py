@@ -117,6 +117,27 @@ NOT_IMPLEMENTED = _code(100, "NOT_IMPLEMENTED", "the operation is not built yet"
 UNSUPPORTED = _code(101, "UNSUPPORTED", "the operation or option is not supported")
 
 
+class CodedError(Exception):
+    """Base of the packages' error roots whose classes each carry one code.
+
+    Subclasses set ``code``; the flags come from it. (Errors whose code is
+    chosen per instance, like Angelia's and the broker's, set ``code`` in
+    their constructors instead.)
+    """
+
+    code: ErrorCode = INTERNAL
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the same request may succeed later."""
+        return self.code.retriable
+
+    @property
+    def refresh_route(self) -> bool:
+        """Whether the caller should look up who serves this before retrying."""
+        return self.code.refresh_route
+
+
 def by_number(number: int) -> ErrorCode:
     """The code with this number; unknown numbers (a newer peer) read as INTERNAL."""
     return _BY_NUMBER.get(number, INTERNAL)

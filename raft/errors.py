@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from protocol import errors
-from protocol.errors import ErrorCode
+from protocol.errors import CodedError
 
 
-class RaftError(Exception):
+class RaftError(CodedError):
     """Root of every raft error. ``code`` says what happened and whether to retry."""
-
-    code: ErrorCode = errors.INTERNAL
-
-    @property
-    def retriable(self) -> bool:
-        """Whether the same request may succeed later."""
-        return self.code.retriable
 
 
 class ProposalDropped(RaftError):

@@ -7,23 +7,11 @@ never by the subclass.
 from __future__ import annotations
 
 from protocol import errors
-from protocol.errors import ErrorCode
+from protocol.errors import CodedError
 
 
-class StorageError(Exception):
+class StorageError(CodedError):
     """Root of every storage node error."""
-
-    code: ErrorCode = errors.INTERNAL
-
-    @property
-    def retriable(self) -> bool:
-        """Whether the same request may succeed later."""
-        return self.code.retriable
-
-    @property
-    def refresh_route(self) -> bool:
-        """Whether the caller should look up the queue's group again first."""
-        return self.code.refresh_route
 
 
 class BadCommand(StorageError):
