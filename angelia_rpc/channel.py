@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from angelia_rpc.codec import codec_named
@@ -31,6 +31,8 @@ from angelia_rpc.framing import (
     BIDI,
     CANCEL,
     ERROR,
+    HEADER,
+    HEADER_BYTES,
     REQUEST,
     RESPONSE,
     SERVER_STREAM,
@@ -47,6 +49,8 @@ from angelia_rpc.service import Method
 from angelia_rpc.transport import transport_for
 from angelia_rpc.transport.base import Transport
 from protocol import errors
+
+_HEADER_PACK = HEADER.pack
 
 
 class ClientConnection(Connection):
@@ -112,6 +116,14 @@ class ClientConnection(Connection):
     def failed(self, error: AngeliaError) -> None:
         """Fail the handshake, every unary call and every stream."""
         if not self.welcome.done():
+            if error.code is errors.UNAVAILABLE and self.decoder.buffered_bytes:
+                # The peer answered HELLO with bytes that are not a frame, then hung
+                # up: it speaks something else. Retrying cannot help.
+                error = violation(
+                    f"{self.peer} answered the handshake with bytes that are not Angelia "
+                    f"frames and closed the connection: it is not an Angelia "
+                    f"{self.transport_name} server (is it configured with another transport?)"
+                )
             self.welcome.set_exception(error)
         unary, self.unary = self.unary, {}
         for future in unary.values():
@@ -147,43 +159,66 @@ class ClientConnection(Connection):
     def release_slot(self) -> None:
         """A call finished."""
         self.in_flight -= 1
-        while self._slot_waiters:
+        while self._slot_waiters:  # empty unless in_flight_max was reached
             waiter = self._slot_waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 return
 
-    async def call_unary(self, method: bytes, name: str, payload: bytes, deadline: float) -> bytes:
-        """Send a REQUEST and wait for its RESPONSE until ``deadline``."""
+    async def call_unary(
+        self,
+        method: bytes,
+        name: str,
+        encode: Encoder,
+        decode: Decoder,
+        request: Any,
+        deadline: float,
+    ) -> Any:
+        """Send a REQUEST and wait for its RESPONSE until ``deadline``; the decoded response."""
+        # The hot path of the whole system (raft appends, storage calls): keep it flat.
         loop = self._loop
+        payload = encode(request)
         if self.in_flight >= self.config.in_flight_max:
             await self.acquire_slot(deadline)
         else:
             self.in_flight += 1
-        call_id = next(self._call_ids)
         try:
+            if self.closed:
+                raise unavailable(f"connection to {self.peer} lost: {self.close_reason}")
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise deadline_exceeded(
                     f"{name} to {self.peer}: the deadline passed before sending"
                 )
-            self.send_raw(
+            size = HEADER_BYTES + len(method) + len(payload)
+            if size > self.send_bytes_max:
                 encode_frame(
-                    REQUEST,
-                    call_id,
-                    payload,
-                    flags=UNARY,
-                    codec_id=self.codec_id,
-                    timeout_ms=min(int(remaining * 1000) + 1, TIMEOUT_MS_MAX),
-                    method=method,
-                    frame_bytes_max=self.send_bytes_max,
+                    REQUEST, 0, payload, method=method, frame_bytes_max=self.send_bytes_max
+                )
+            call_id = next(self._call_ids)
+            timeout_ms = int(remaining * 1000) + 1
+            self.send_raw(
+                b"".join(
+                    (
+                        _HEADER_PACK(
+                            size - 4,
+                            REQUEST,
+                            UNARY,
+                            self.codec_id,
+                            len(method),
+                            call_id,
+                            timeout_ms if timeout_ms < TIMEOUT_MS_MAX else TIMEOUT_MS_MAX,
+                        ),
+                        method,
+                        payload,
+                    )
                 )
             )
             future: asyncio.Future[bytes] = loop.create_future()
             self.unary[call_id] = future
             timer = loop.call_at(deadline, _expire, future, name, self.peer)
             try:
-                return await future
+                response = await future
             except asyncio.CancelledError:
                 self._cancel(call_id)
                 raise
@@ -196,6 +231,7 @@ class ClientConnection(Connection):
                 self.unary.pop(call_id, None)
         finally:
             self.release_slot()
+        return decode(response)
 
     def _cancel(self, call_id: int) -> None:
         if not self.closed:
@@ -203,8 +239,10 @@ class ClientConnection(Connection):
 
     def open_stream(self, method: bytes, kind: int, payload: bytes, timeout_ms: int) -> StreamState:
         """Send the REQUEST that opens a stream call."""
+        if self.closed:
+            raise unavailable(f"connection to {self.peer} lost: {self.close_reason}")
         call_id = next(self._call_ids)
-        state = StreamState(self, call_id)
+        state = StreamState(self, call_id, end_closes_call=True)
         self.streams[call_id] = state
         self.send_raw(
             encode_frame(
@@ -219,6 +257,12 @@ class ClientConnection(Connection):
             )
         )
         return state
+
+
+def _retrieve(task: asyncio.Task[ClientConnection]) -> None:
+    # A connection attempt may fail after every caller waiting for it gave up.
+    if not task.cancelled():
+        task.exception()
 
 
 def _expire(future: asyncio.Future[bytes], name: str, peer: str) -> None:
@@ -268,8 +312,15 @@ class Channel:
             task = self._connecting
             if task is None or task.done():
                 task = self._connecting = asyncio.ensure_future(self._connect_until(deadline))
+                task.add_done_callback(_retrieve)
             try:
-                return await asyncio.shield(task)
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.shield(task)
+            except TimeoutError:
+                raise unavailable(
+                    f"cannot connect to {self.address} ({self.config.transport}) within the "
+                    f"deadline: {self._last_error or 'the connection attempt is still running'}"
+                ) from None
             except AngeliaError as exc:
                 if task is self._connecting:
                     self._connecting = None
@@ -329,6 +380,18 @@ class Channel:
             self._connection.close("the channel was closed")
             self._connection.link_lost("the channel was closed")
 
+    async def _connect_and_call(
+        self,
+        wire_name: bytes,
+        name: str,
+        encode: Encoder,
+        decode: Decoder,
+        request: Any,
+        deadline: float,
+    ) -> Any:
+        connection = await self.connection(deadline)
+        return await connection.call_unary(wire_name, name, encode, decode, request, deadline)
+
     # -- stubs ------------------------------------------------------------------------
     def bind(self, method: Method[Any, Any]) -> Callable[..., Any]:
         """The client callable for ``method`` (see :mod:`angelia_rpc.service`)."""
@@ -339,15 +402,16 @@ class Channel:
         if method.kind == UNARY:
             name = method.full_name
 
-            async def unary(request: Any, *, timeout_ms: int | None = None) -> Any:
+            def unary(request: Any, *, timeout_ms: int | None = None) -> Awaitable[Any]:
                 deadline = asyncio.get_running_loop().time() + (
                     default_timeout_s if timeout_ms is None else timeout_ms / 1000
                 )
                 connection = self._connection
                 if connection is None or connection.closed:
-                    connection = await self.connection(deadline)
-                payload = await connection.call_unary(wire_name, name, encode(request), deadline)
-                return decode(payload)
+                    return self._connect_and_call(
+                        wire_name, name, encode, decode, request, deadline
+                    )
+                return connection.call_unary(wire_name, name, encode, decode, request, deadline)
 
             return unary
         if method.kind == SERVER_STREAM:
@@ -446,15 +510,17 @@ class ClientStream:
         """Send one message (bidirectional calls)."""
         if self._method.kind != BIDI:
             raise LocalUsageError(errors.BAD_REQUEST, f"{self._method.full_name} takes no messages")
-        state = await self._open()
-        await state.send_payload(
-            message_frame(
-                state.call_id,
-                self._encode(message),
-                state.connection.codec_id,
-                state.connection.send_bytes_max,
-            )
+        state = self._state
+        if state is None:
+            state = await self._open()
+        connection = state.connection
+        frame = message_frame(
+            state.call_id, self._encode(message), connection.codec_id, connection.send_bytes_max
         )
+        if state.may_send_now():
+            connection.send_raw(frame)  # the common case: credit left, link writable
+        else:
+            await state.send_payload(frame)
 
     def done_sending(self) -> None:
         """End this side (bidirectional calls)."""

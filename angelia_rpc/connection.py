@@ -204,14 +204,18 @@ class StreamState:
         "_waiter",
         "call_id",
         "connection",
+        "end_closes_call",
         "error",
         "inbound_ended",
         "outbound_ended",
     )
 
-    def __init__(self, connection: Connection, call_id: int) -> None:
+    def __init__(self, connection: Connection, call_id: int, end_closes_call: bool = False) -> None:
         self.connection = connection
         self.call_id = call_id
+        # On the client, the server's END finishes the whole call (its handler
+        # returned): later sends fail instead of waiting for credit forever.
+        self.end_closes_call = end_closes_call
         self._inbound: deque[bytes] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._credit = STREAM_WINDOW
@@ -234,6 +238,9 @@ class StreamState:
         elif kind == END:
             self.inbound_ended = True
             self._wake()
+            if self.end_closes_call:
+                self.outbound_ended = True
+                self._wake_sender()
         elif kind == ERROR:
             self.fail(self.connection.decode_error(frame))
 
@@ -283,22 +290,37 @@ class StreamState:
             self._waiter = self.connection._loop.create_future()
             await self._waiter
 
+    def may_send_now(self) -> bool:
+        """Whether a message can go without waiting; if so, its credit is taken."""
+        if (
+            self._credit > 0
+            and self.error is None
+            and not self.outbound_ended
+            and not self.connection._write_paused
+        ):
+            self._credit -= 1
+            return True
+        return False
+
     async def send_payload(self, frame: bytes) -> None:
         """Send one MESSAGE frame once credit allows and the link is writable."""
-        while self._credit <= 0 and self.error is None:
+        while self._credit <= 0 and self.error is None and not self.outbound_ended:
             self._credit_waiter = self.connection._loop.create_future()
             await self._credit_waiter
         if self.error is not None:
             raise self.error
         if self.outbound_ended:
+            if self.end_closes_call and self.inbound_ended:
+                raise AngeliaError(errors.UNAVAILABLE, "the server ended the stream")
             raise AngeliaError(errors.BAD_REQUEST, "send after this side of the stream ended")
         self._credit -= 1
         self.connection.send_raw(frame)
-        await self.connection.drain()
+        if self.connection._write_paused:
+            await self.connection.drain()
 
     def end(self) -> None:
         """End this side of the stream (END frame), once."""
-        if self.outbound_ended or self.error is not None:
+        if self.outbound_ended or self.error is not None or self.connection.closed:
             return
         self.outbound_ended = True
         self.connection.send_raw(

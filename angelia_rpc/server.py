@@ -24,8 +24,11 @@ from angelia_rpc.connection import Connection, StreamState, message_frame
 from angelia_rpc.errors import AngeliaError, deadline_exceeded, from_exception
 from angelia_rpc.framing import (
     CANCEL,
+    CREDIT,
     END,
     ERROR,
+    HEADER,
+    HEADER_BYTES,
     MESSAGE,
     REQUEST,
     RESPONSE,
@@ -45,6 +48,7 @@ from protocol import errors
 
 log = logging.getLogger("angelia_rpc.server")
 SWEEP_S = 0.05
+_HEADER_PACK = HEADER.pack
 
 
 @dataclass(slots=True)
@@ -112,7 +116,7 @@ class ServerConnection(Connection):
             stream = self.streams.pop(frame.call_id, None)
             if stream is not None:
                 stream.fail(AngeliaError(errors.CANCELLED, "the client cancelled the call"))
-        elif kind in (MESSAGE, END) or (kind == 9):  # CREDIT
+        elif kind in (MESSAGE, END, CREDIT):
             stream = self.streams.get(frame.call_id)
             if stream is not None:
                 stream.on_frame(frame)
@@ -225,13 +229,11 @@ class ServerConnection(Connection):
         try:
             request = route.decode(payload)
             response = await route.handler.call(request, context)
-            frame = encode_frame(
-                RESPONSE,
-                call_id,
-                route.encode(response),
-                codec_id=self.codec_id,
-                frame_bytes_max=self.send_bytes_max,
-            )
+            encoded = route.encode(response)
+            size = HEADER_BYTES + len(encoded)
+            if size > self.send_bytes_max:
+                encode_frame(RESPONSE, call_id, encoded, frame_bytes_max=self.send_bytes_max)
+            frame = _HEADER_PACK(size - 4, RESPONSE, 0, self.codec_id, 0, call_id, 0) + encoded
         except asyncio.CancelledError:
             self._expired_or_cancelled(call_id, context)
         except Exception as exc:  # noqa: BLE001 - any handler failure goes to the caller
@@ -258,11 +260,13 @@ class ServerConnection(Connection):
                 responses = route.handler.call(_requests(stream, route.decode), context)
             try:
                 async for response in responses:
-                    await stream.send_payload(
-                        message_frame(
-                            call_id, route.encode(response), self.codec_id, self.send_bytes_max
-                        )
+                    frame = message_frame(
+                        call_id, route.encode(response), self.codec_id, self.send_bytes_max
                     )
+                    if stream.may_send_now():
+                        self.send_raw(frame)
+                    else:
+                        await stream.send_payload(frame)
             finally:
                 await responses.aclose()
             stream.end()

@@ -85,6 +85,14 @@ class StreamCall(Protocol[Resp_co]):
         """Abandon the call (the server's handler is cancelled)."""
         ...
 
+    async def __aenter__(self) -> StreamCall[Resp_co]:
+        """``async with``: the call is cancelled on exit unless it ended."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Cancel the call unless the server ended it."""
+        ...
+
 
 class ServerStreamStub(Protocol[Req_contra, Resp_co]):
     """The client side of a server-streaming method."""
@@ -113,6 +121,14 @@ class BidiCall(Protocol[Req_contra, Resp_co]):
 
     def cancel(self) -> None:
         """Abandon the call in both directions."""
+        ...
+
+    async def __aenter__(self) -> BidiCall[Req_contra, Resp_co]:
+        """``async with``: the call is cancelled on exit unless it ended."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Cancel the call unless the server ended it."""
         ...
 
 

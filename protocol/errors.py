@@ -98,6 +98,24 @@ INVALID_RECEIPT_HANDLE = _code(
     61, "INVALID_RECEIPT_HANDLE", "the receipt handle is forged, stale or expired"
 )
 
+# -- nameserver ------------------------------------------------------------------
+TOPIC_NOT_FOUND = _code(80, "TOPIC_NOT_FOUND", "the topic does not exist", refresh_route=True)
+CONSUMER_GROUP_NOT_FOUND = _code(
+    81, "CONSUMER_GROUP_NOT_FOUND", "the consumer group does not exist"
+)
+INVALID_NAME = _code(
+    82, "INVALID_NAME", "a topic or group name breaks the naming rules (length, characters)"
+)
+LEASE_HELD = _code(
+    83, "LEASE_HELD", "the lease is held by another owner until it expires", retriable=True
+)
+LEASE_NOT_HELD = _code(
+    84, "LEASE_NOT_HELD", "the caller does not hold the lease (never did, or it expired)"
+)
+# -- broker ---------------------------------------------------------------------
+NOT_IMPLEMENTED = _code(100, "NOT_IMPLEMENTED", "the operation is not built yet")
+UNSUPPORTED = _code(101, "UNSUPPORTED", "the operation or option is not supported")
+
 
 def by_number(number: int) -> ErrorCode:
     """The code with this number; unknown numbers (a newer peer) read as INTERNAL."""

@@ -18,9 +18,10 @@ PURE.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
-from raft import confchange
+from raft import confchange, follower, leader
 from raft.config import Config
 from raft.errors import LogCompacted, ProposalDropped, RaftError
 from raft.log import RaftLog, payload_bytes
@@ -31,6 +32,7 @@ from raft.tracker import MembershipConfig, ProgressTracker
 from raft.types import (
     NONE,
     ConfChange,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
@@ -40,7 +42,6 @@ from raft.types import (
     MessageType,
     ReadState,
     Role,
-    Snapshot,
 )
 
 CAMPAIGN_TRANSFER = b"CampaignTransfer"
@@ -82,7 +83,8 @@ class Raft:
         # READ_INDEX requests that arrived before the leader committed an
         # entry of its term (its commit index is not yet known to be current).
         self.pending_read_index: list[Message] = []
-        # A leader's appends are due (see the module docstring).
+        # A leader's appends are due (see the module docstring). Only a leader
+        # sets it, and every role change clears it.
         self.appends_due = False
         self.switch_to_config(MembershipConfig.from_conf_state(conf_state))
         if not hard_state.is_empty():
@@ -130,7 +132,10 @@ class Raft:
         prev_index = pr.next - 1
         try:
             prev_term = log.term(prev_index)
-            entries = log.entries(pr.next, self.config.max_size_per_msg_bytes)
+            if pr.can_send_entries():
+                entries = log.entries(pr.next, self.config.max_size_per_msg_bytes)
+            else:
+                entries = []
         except LogCompacted:
             return self._maybe_send_snapshot(to, pr)
         if not entries and not send_if_empty:
@@ -149,7 +154,10 @@ class Raft:
             )
         )
         if entries:
-            pr.sent_entries(len(entries), entries[-1].index, payload_bytes(entries))
+            pr.sent_entries(entries[-1].index, payload_bytes(entries))
+        elif pr.state == ProgressState.REPLICATE:
+            # An empty append through a full window: wait for its answer.
+            pr.msg_app_flow_paused = pr.inflights.full()
         pr.sent_commit = committed
         return True
 
@@ -171,12 +179,14 @@ class Raft:
         if not self.appends_due:
             return
         self.appends_due = False
-        if self.role != Role.LEADER:
-            return
         committed = self.log.committed
         for node_id, pr in self.tracker.progress.items():
-            if node_id != self.id:
-                self.maybe_send_append(node_id, send_if_empty=pr.sent_commit < committed)
+            if node_id != self.id and self.maybe_send_append(
+                node_id, send_if_empty=pr.sent_commit < committed
+            ):
+                # Pipeline the rest, up to the in-flight window.
+                while self.maybe_send_append(node_id, send_if_empty=False):
+                    pass
 
     def _send_heartbeat(self, to: int, context: bytes) -> None:
         pr = self.tracker.progress[to]
@@ -256,7 +266,7 @@ class Raft:
         self.tracker.progress[self.id].become_replicate()
         # Conservatively, any configuration change in the log may be unapplied.
         self.pending_conf_index = self.log.last_index()
-        self._append_entries([Entry(self.term, self.log.last_index() + 1)])
+        self.append_entries([Entry(self.term, self.log.last_index() + 1)])
         self.bcast_append()
 
     # -- elections -------------------------------------------------------------
@@ -280,7 +290,7 @@ class Raft:
         while lo <= log.committed:
             page = log.slice(lo, log.committed + 1, self.config.max_committed_size_per_ready_bytes)
             for entry in page:
-                if entry.type == EntryType.CONF_CHANGE:
+                if entry.type != EntryType.NORMAL:
                     return True
             lo = page[-1].index + 1
         return False
@@ -400,11 +410,11 @@ class Raft:
         elif kind in (MT.VOTE, MT.PRE_VOTE):
             self._step_vote_request(m)
         elif self.role == Role.LEADER:
-            self._step_leader(m)
+            leader.step_leader(self, m)
         elif self.role == Role.FOLLOWER:
-            self._step_follower(m)
+            follower.step_follower(self, m)
         else:
-            self._step_candidate(m)
+            follower.step_candidate(self, m)
 
     def _step_vote_request(self, m: Message) -> None:
         can_vote = (
@@ -422,91 +432,11 @@ class Raft:
         else:
             self.send(Message(response, to=m.from_, from_=self.id, term=self.term, reject=True))
 
-    # -- leader ------------------------------------------------------------------
+    def append_entries(self, entries: list[Entry]) -> None:
+        """Append stamped entries to the leader's log and count them as its own ack.
 
-    def _step_leader(self, m: Message) -> None:
-        kind = m.type
-        if kind == MT.BEAT:
-            self.bcast_heartbeat()
-            return
-        if kind == MT.CHECK_QUORUM:
-            if not self.tracker.quorum_active():
-                self.become_follower(self.term, NONE)
-            for node_id, member in self.tracker.progress.items():
-                if node_id != self.id:
-                    member.recent_active = False
-            return
-        if kind == MT.PROP:
-            self.propose_entries(m.entries)
-            return
-        if kind == MT.READ_INDEX:
-            self._leader_read_index(m)
-            return
-        pr = self.tracker.progress.get(m.from_)
-        if pr is None:
-            return
-        if kind == MT.APP_RESP:
-            self._leader_append_response(m, pr)
-        elif kind == MT.HEARTBEAT_RESP:
-            self._leader_heartbeat_response(m, pr)
-        elif kind == MT.SNAP_STATUS:
-            if pr.state != ProgressState.SNAPSHOT:
-                return
-            if m.reject:
-                pr.pending_snapshot = 0
-            pr.become_probe()
-            # Wait for a heartbeat response before probing again.
-            pr.msg_app_flow_paused = True
-        elif kind == MT.UNREACHABLE:
-            if pr.state == ProgressState.REPLICATE:
-                pr.become_probe()
-        elif kind == MT.TRANSFER_LEADER:
-            self._leader_transfer(m.from_, pr)
-
-    def propose_entries(self, entries: tuple[Entry, ...] | list[Entry]) -> None:
-        """Append proposed entries (index and term are assigned here); leader only.
-
-        Raises ProposalDropped if this leader was removed, is transferring
-        leadership, or holds too many uncommitted bytes.
+        Raises ProposalDropped when the uncommitted budget is exhausted.
         """
-        if self.id not in self.tracker.progress:
-            raise ProposalDropped("this leader is not a member of the group")
-        if self.lead_transferee != NONE:
-            raise ProposalDropped(f"leadership is moving to {self.lead_transferee}")
-        term = self.term
-        index = self.log.last_index()
-        stamped: list[Entry] = []
-        for entry in entries:
-            index += 1
-            kind = entry.type
-            if kind == EntryType.CONF_CHANGE:
-                if self.pending_conf_index > self.log.applied:
-                    # One membership change at a time: keep the slot, drop the change.
-                    stamped.append(Entry(term, index))
-                    continue
-                self.pending_conf_index = index
-            stamped.append(Entry(term, index, kind, entry.data))
-        self._append_entries(stamped)
-        self.bcast_append()
-
-    def propose_payloads(self, payloads: list[bytes] | tuple[bytes, ...]) -> None:
-        """Append NORMAL entries holding ``payloads``; the leader's fast path.
-
-        Raises ProposalDropped like ``propose_entries``.
-        """
-        if self.id not in self.tracker.progress:
-            raise ProposalDropped("this leader is not a member of the group")
-        if self.lead_transferee != NONE:
-            raise ProposalDropped(f"leadership is moving to {self.lead_transferee}")
-        term = self.term
-        first = self.log.last_index() + 1
-        normal = EntryType.NORMAL
-        self._append_entries(
-            [Entry(term, first + i, normal, data) for i, data in enumerate(payloads)]
-        )
-        self.appends_due = True
-
-    def _append_entries(self, entries: list[Entry]) -> None:
         size = payload_bytes(entries)
         limit = self.config.max_uncommitted_entries_bytes
         pending = self.uncommitted_bytes
@@ -526,81 +456,28 @@ class Raft:
     def maybe_commit(self) -> bool:
         """Advance the commit index to what a quorum holds, if of this term (§5.4.2)."""
         if self.log.maybe_commit(self.tracker.committed(), self.term):
-            self._release_pending_read_index()
+            self.release_pending_reads()
             self.bcast_append()
             return True
         return False
 
-    def _leader_append_response(self, m: Message, pr: Progress) -> None:
-        pr.recent_active = True
-        if m.reject:
-            next_probe = m.reject_hint
-            if m.log_term > 0:
-                # Skip every entry of ours whose term exceeds the follower's
-                # term at the hint: none of them can match.
-                next_probe = self.log.find_conflict_by_term(m.reject_hint, m.log_term)[0]
-            if pr.maybe_decr_to(m.index, next_probe):
-                if pr.state == ProgressState.REPLICATE:
-                    pr.become_probe()
-                self.maybe_send_append(m.from_)
-            return
-        was_paused = pr.is_paused()
-        probed = pr.match == m.index and pr.state == ProgressState.PROBE
-        if not (pr.maybe_update(m.index) or probed):
-            return
-        if pr.state == ProgressState.PROBE:
-            pr.become_replicate()
-        elif pr.state == ProgressState.SNAPSHOT:
-            if pr.match + 1 >= self.log.first_index():
-                pr.become_probe()
-                pr.become_replicate()
-        else:
-            pr.inflights.free_le(m.index)
-        if not self.maybe_commit() and was_paused:
-            self.maybe_send_append(m.from_)
-        while self.maybe_send_append(m.from_, send_if_empty=False):
-            pass
-        if m.from_ == self.lead_transferee and pr.match == self.log.last_index():
-            self._send_timeout_now(m.from_)
-
-    def _leader_heartbeat_response(self, m: Message, pr: Progress) -> None:
-        pr.recent_active = True
-        pr.msg_app_flow_paused = False
-        if pr.match < self.log.last_index() or pr.state == ProgressState.PROBE:
-            self.maybe_send_append(m.from_)
-        if not m.context:
-            return
-        acks = self.read_only.recv_ack(m.from_, m.context)
-        if acks is None or self.tracker.vote_result(acks) != VoteResult.WON:
-            return
-        for request in self.read_only.advance(m.context):
-            self._answer_read(request.from_, request.context, request.index)
-
-    def _leader_read_index(self, m: Message) -> None:
-        if self.tracker.is_singleton():
-            self._answer_read(m.from_, m.context, self.log.committed)
-            return
-        if self.log.term_or_zero(self.log.committed) != self.term:
-            # Our commit index may lag the previous leader's until an entry
-            # of this term commits (§6.4 of the thesis).
-            self.pending_read_index.append(m)
-            return
-        self._confirm_read(m)
-
-    def _confirm_read(self, m: Message) -> None:
+    def confirm_read(self, m: Message) -> None:
+        """Queue the read ``m`` at the commit index and start its heartbeat round."""
         self.read_only.add_request(self.log.committed, m.context, m.from_)
         self.read_only.recv_ack(self.id, m.context)
         self.bcast_heartbeat(m.context)
 
-    def _release_pending_read_index(self) -> None:
+    def release_pending_reads(self) -> None:
+        """Confirm the reads held until the first commit of this term."""
         if not self.pending_read_index:
             return
         pending = self.pending_read_index
         self.pending_read_index = []
         for m in pending:
-            self._confirm_read(m)
+            self.confirm_read(m)
 
-    def _answer_read(self, from_: int, context: bytes, index: int) -> None:
+    def answer_read(self, from_: int, context: bytes, index: int) -> None:
+        """Release a confirmed read: locally as a ReadState, else to the asking peer."""
         if from_ in (NONE, self.id):
             self.read_states.append(ReadState(index, context))
         else:
@@ -614,146 +491,6 @@ class Raft:
                     context=context,
                 )
             )
-
-    def _leader_transfer(self, transferee: int, pr: Progress) -> None:
-        if pr.is_learner:
-            return
-        if self.lead_transferee != NONE:
-            if self.lead_transferee == transferee:
-                return
-            self.lead_transferee = NONE
-        if transferee == self.id:
-            return
-        # The transfer must finish within an election timeout.
-        self.election_elapsed = 0
-        self.lead_transferee = transferee
-        if pr.match == self.log.last_index():
-            self._send_timeout_now(transferee)
-        else:
-            self.maybe_send_append(transferee)
-
-    def _send_timeout_now(self, to: int) -> None:
-        self.send(Message(MT.TIMEOUT_NOW, to=to, from_=self.id, term=self.term))
-
-    # -- candidate -----------------------------------------------------------------
-
-    def _step_candidate(self, m: Message) -> None:
-        kind = m.type
-        if kind in (MT.PROP, MT.READ_INDEX):
-            raise ProposalDropped("no leader: an election is in progress")
-        if kind in (MT.APP, MT.HEARTBEAT, MT.SNAP):
-            # A leader of our term exists (§5.2).
-            self.become_follower(m.term, m.from_)
-            self._step_follower(m)
-            return
-        expected = MT.PRE_VOTE_RESP if self.role == Role.PRE_CANDIDATE else MT.VOTE_RESP
-        if kind != expected:
-            return
-        self.tracker.record_vote(m.from_, not m.reject)
-        result = self.tracker.tally_votes()[2]
-        if result == VoteResult.WON:
-            if self.role == Role.PRE_CANDIDATE:
-                self.campaign(MT.VOTE)
-            else:
-                self.become_leader()
-        elif result == VoteResult.LOST:
-            self.become_follower(self.term, NONE)
-
-    # -- follower ------------------------------------------------------------------
-
-    def _step_follower(self, m: Message) -> None:
-        kind = m.type
-        if kind == MT.PROP:
-            if self.lead == NONE:
-                raise ProposalDropped("no leader known")
-            self.send(Message(MT.PROP, to=self.lead, from_=self.id, entries=m.entries))
-        elif kind == MT.APP:
-            self.election_elapsed = 0
-            self.lead = m.from_
-            self._handle_append(m)
-        elif kind == MT.HEARTBEAT:
-            self.election_elapsed = 0
-            self.lead = m.from_
-            self.log.commit_to(m.commit)
-            self.send(
-                Message(
-                    MT.HEARTBEAT_RESP, to=m.from_, from_=self.id, term=self.term, context=m.context
-                )
-            )
-        elif kind == MT.SNAP:
-            self.election_elapsed = 0
-            self.lead = m.from_
-            self._handle_snapshot(m)
-        elif kind == MT.TRANSFER_LEADER:
-            if self.lead != NONE:
-                self.send(Message(MT.TRANSFER_LEADER, to=self.lead, from_=m.from_))
-        elif kind == MT.TIMEOUT_NOW:
-            # The leader asks us to take over now, skipping pre-vote.
-            self.hup(transfer=True)
-        elif kind == MT.READ_INDEX:
-            if self.lead == NONE:
-                raise ProposalDropped("no leader known to confirm the read")
-            self.send(
-                Message(MT.READ_INDEX, to=self.lead, from_=m.from_ or self.id, context=m.context)
-            )
-        elif kind == MT.READ_INDEX_RESP:
-            self.read_states.append(ReadState(m.index, m.context))
-
-    def _handle_append(self, m: Message) -> None:
-        log = self.log
-        if m.index < log.committed:
-            self.send(
-                Message(MT.APP_RESP, to=m.from_, from_=self.id, term=self.term, index=log.committed)
-            )
-            return
-        last_new = log.maybe_append(m.index, m.log_term, m.commit, m.entries)
-        if last_new is not None:
-            self.send(
-                Message(MT.APP_RESP, to=m.from_, from_=self.id, term=self.term, index=last_new)
-            )
-            return
-        # Reject with a hint: the last index at or before m.index whose term
-        # is <= m.log_term, so the leader can skip a whole conflicting term.
-        hint_index, hint_term = log.find_conflict_by_term(
-            min(m.index, log.last_index()), m.log_term
-        )
-        self.send(
-            Message(
-                MT.APP_RESP,
-                to=m.from_,
-                from_=self.id,
-                term=self.term,
-                index=m.index,
-                reject=True,
-                reject_hint=hint_index,
-                log_term=hint_term,
-            )
-        )
-
-    def _handle_snapshot(self, m: Message) -> None:
-        snapshot = m.snapshot
-        if snapshot is not None and self._restore(snapshot):
-            index = self.log.last_index()
-        else:
-            index = self.log.committed
-        self.send(Message(MT.APP_RESP, to=m.from_, from_=self.id, term=self.term, index=index))
-
-    def _restore(self, snapshot: Snapshot) -> bool:
-        meta = snapshot.metadata
-        if meta.index <= self.log.committed:
-            return False
-        conf = MembershipConfig.from_conf_state(meta.conf_state)
-        if self.id not in conf.members():
-            # A snapshot that does not include us cannot be ours to apply.
-            return False
-        if self.log.match_term(meta.index, meta.term):
-            # We hold the snapshot's last entry: fast-forward the commit only.
-            self.log.commit_to(meta.index)
-            return False
-        self.log.restore(snapshot)
-        self.tracker.progress = {}
-        self.switch_to_config(conf)
-        return True
 
     # -- membership --------------------------------------------------------------
 
@@ -789,6 +526,22 @@ class Raft:
                     self.bcast_append()
         return config.to_conf_state()
 
-    def apply_conf_change(self, change: ConfChange) -> ConfState:
+    def apply_conf_change(self, change: ConfChange | ConfChangeV2) -> ConfState:
         """Apply a committed membership change; returns the new membership."""
-        return self.switch_to_config(confchange.apply_change(self.tracker.config, change))
+        config = self.tracker.config
+        if isinstance(change, ConfChangeV2):
+            return self.switch_to_config(confchange.apply_change_v2(config, change))
+        return self.switch_to_config(confchange.apply_change(config, change))
+
+    def maybe_auto_leave_joint(self) -> None:
+        """As leader, propose leaving an auto-leave joint configuration once it is applied."""
+        if (
+            self.role == Role.LEADER
+            and self.tracker.config.auto_leave
+            and self.log.applied >= self.pending_conf_index
+            and self.lead_transferee == NONE
+        ):
+            data = confchange.encode_conf_change_v2(ConfChangeV2())
+            # Over the uncommitted budget, the proposal is dropped; the next advance retries.
+            with contextlib.suppress(ProposalDropped):
+                leader.propose_entries(self, [Entry(0, 0, EntryType.CONF_CHANGE_V2, data)])

@@ -18,6 +18,8 @@ PURE.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 
 from raft.errors import LogCompacted, LogUnavailable, RaftError
@@ -31,14 +33,14 @@ def payload_bytes(entries: Sequence[Entry]) -> int:
 
 def limit_size(entries: list[Entry], bytes_max: int | None) -> list[Entry]:
     """The longest prefix of ``entries`` within ``bytes_max`` data bytes (at least one)."""
-    if bytes_max is None or not entries:
+    if bytes_max is None or len(entries) <= 1:
         return entries
-    total = len(entries[0].data)
-    for i in range(1, len(entries)):
-        total += len(entries[i].data)
-        if total > bytes_max:
-            return entries[:i]
-    return entries
+    sizes = [len(entry.data) for entry in entries]
+    if sum(sizes) <= bytes_max:
+        return entries
+    # The first prefix whose size exceeds the limit ends just before it.
+    cut = bisect.bisect_right(list(itertools.accumulate(sizes)), bytes_max)
+    return entries[: max(cut, 1)]
 
 
 class Unstable:
@@ -64,27 +66,6 @@ class Unstable:
             return self.snapshot.metadata.index + 1
         return None
 
-    def maybe_last_index(self) -> int | None:
-        """The last log index if the unstable part fixes it."""
-        if self.entries:
-            return self.offset + len(self.entries) - 1
-        if self.snapshot is not None:
-            return self.snapshot.metadata.index
-        return None
-
-    def maybe_term(self, index: int) -> int | None:
-        """The term at ``index`` if the unstable part knows it."""
-        offset = self.offset
-        if index < offset:
-            snapshot = self.snapshot
-            if snapshot is not None and snapshot.metadata.index == index:
-                return snapshot.metadata.term
-            return None
-        position = index - offset
-        if position < len(self.entries):
-            return self.entries[position].term
-        return None
-
     def next_entries(self) -> list[Entry]:
         """Entries not yet handed out."""
         start = self.offset_in_progress - self.offset
@@ -107,8 +88,9 @@ class Unstable:
 
     def stable_to(self, index: int, term: int) -> None:
         """Entries up to ``index`` (if still of ``term``) are durable."""
-        if self.maybe_term(index) != term or index < self.offset:
-            # Replaced by a later append, or already stable.
+        position = index - self.offset
+        if position < 0 or position >= len(self.entries) or self.entries[position].term != term:
+            # Already stable, or replaced by a later append.
             return
         drop = index + 1 - self.offset
         self.entries = self.entries[drop:]
@@ -176,21 +158,30 @@ class RaftLog:
         return self.storage.first_index()
 
     def last_index(self) -> int:
-        """The index of the last entry (durable or not)."""
-        index = self.unstable.maybe_last_index()
-        if index is not None:
-            return index
-        return self.storage.last_index()
+        """The index of the last entry (durable or not).
+
+        Unstable entries (or the unstable snapshot) always end the log, and
+        with none the unstable offset is one past the durable last index.
+        """
+        unstable = self.unstable
+        return unstable.offset + len(unstable.entries) - 1
 
     def term(self, index: int) -> int:
         """The term at ``index``; raises LogCompacted / LogUnavailable outside the log."""
-        term = self.unstable.maybe_term(index)
-        if term is not None:
-            return term
-        if index < self.first_index() - 1:
-            raise LogCompacted(f"index {index} is compacted")
-        if index > self.last_index():
+        unstable = self.unstable
+        offset = unstable.offset
+        if index >= offset:
+            position = index - offset
+            if position < len(unstable.entries):
+                return unstable.entries[position].term
             raise LogUnavailable(f"index {index} is past the last index {self.last_index()}")
+        snapshot = unstable.snapshot
+        if snapshot is not None:
+            if index == snapshot.metadata.index:
+                return snapshot.metadata.term
+            raise LogCompacted(f"index {index} is compacted")
+        if index < self.storage.first_index() - 1:
+            raise LogCompacted(f"index {index} is compacted")
         return self.storage.term(index)
 
     def last_term(self) -> int:
@@ -256,8 +247,9 @@ class RaftLog:
 
         0 if every entry is present.
         """
+        last = self.last_index()
         for entry in entries:
-            if not self.match_term(entry.index, entry.term):
+            if entry.index > last or not self.match_term(entry.index, entry.term):
                 return entry.index
         return 0
 

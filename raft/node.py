@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raft.confchange import encode_conf_change
+from raft import leader
+from raft.confchange import encode_conf_change, encode_conf_change_v2
 from raft.config import Config
 from raft.core import Raft
 from raft.errors import BadMessage, ProposalDropped
@@ -34,6 +35,7 @@ from raft.progress import ProgressState
 from raft.types import (
     NONE,
     ConfChange,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
@@ -116,7 +118,7 @@ class RawNode:
             return
         raft = self.raft
         if raft.role == Role.LEADER:
-            raft.propose_payloads(payloads)
+            leader.propose_payloads(raft, payloads)
             return
         raft.step(
             Message(
@@ -126,25 +128,44 @@ class RawNode:
             )
         )
 
-    def propose_conf_change(self, change: ConfChange) -> None:
+    def propose_conf_change(self, change: ConfChange | ConfChangeV2) -> None:
         """Propose a membership change; apply it with apply_conf_change once committed.
 
-        A leader with a change still unapplied appends an empty entry instead
-        (one change at a time); raises ProposalDropped like propose().
+        A ConfChangeV2 with several changes goes through joint consensus; an
+        empty one leaves a joint configuration. A leader appends an empty
+        entry instead when a change is still unapplied or does not fit the
+        configuration (one change at a time; leave a joint configuration
+        before changing again); raises ProposalDropped like propose(), and
+        InvalidConfChange (nothing appended) when this leader can tell the
+        change can never apply (e.g. it removes the last voter).
         """
-        entry = Entry(0, 0, EntryType.CONF_CHANGE, encode_conf_change(change))
+        raft = self.raft
+        if raft.role == Role.LEADER and raft.pending_conf_index <= raft.log.applied:
+            # Refuse what can never apply here, before anything is appended.
+            leader.check_conf_change(raft, change)
+        if isinstance(change, ConfChangeV2):
+            entry = Entry(0, 0, EntryType.CONF_CHANGE_V2, encode_conf_change_v2(change))
+        else:
+            entry = Entry(0, 0, EntryType.CONF_CHANGE, encode_conf_change(change))
         self.raft.step(Message(MT.PROP, from_=self.raft.id, entries=(entry,)))
 
-    def apply_conf_change(self, change: ConfChange) -> ConfState:
-        """Apply a committed membership change; returns the membership to persist."""
+    def apply_conf_change(self, change: ConfChange | ConfChangeV2) -> ConfState:
+        """Apply a committed membership change; returns the membership to persist.
+
+        ``raft.confchange.decode_entry(entry)`` turns a committed CONF_CHANGE
+        or CONF_CHANGE_V2 entry into the change to pass here.
+        """
         return self.raft.apply_conf_change(change)
 
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read; a ReadState with ``context`` comes in a Ready.
 
-        Raises ProposalDropped when there is no leader to confirm it. The
-        context identifies the read: use a unique value per request.
+        Raises ProposalDropped when there is no leader to confirm it, and
+        BadMessage for an empty context. The context identifies the read:
+        use a unique value per request.
         """
+        if not context:
+            raise BadMessage("a read needs a non-empty context to identify it")
         self.raft.step(Message(MT.READ_INDEX, context=context))
 
     def transfer_leader(self, to: int) -> None:
@@ -164,23 +185,23 @@ class RawNode:
     def has_ready(self) -> bool:
         """True if ready() would return work for the host."""
         raft = self.raft
-        if raft.msgs or raft.read_states or raft.appends_due:
-            return True
-        if raft.lead != self._prev_soft.lead or raft.role != self._prev_soft.role:
-            return True
         log = raft.log
-        if (
-            raft.term != self._prev_hard.term
-            or raft.vote != self._prev_hard.vote
-            or log.committed != self._prev_hard.commit
-        ):
-            return True
         unstable = log.unstable
-        if unstable.offset_in_progress < unstable.offset + len(unstable.entries):
-            return True
-        if unstable.snapshot is not None and not unstable.snapshot_in_progress:
-            return True
-        return log.has_next_committed_entries()
+        soft = self._prev_soft
+        hard = self._prev_hard
+        return bool(
+            raft.msgs
+            or raft.read_states
+            or raft.appends_due
+            or raft.lead != soft.lead
+            or raft.role != soft.role
+            or raft.term != hard.term
+            or raft.vote != hard.vote
+            or log.committed != hard.commit
+            or unstable.offset_in_progress < unstable.offset + len(unstable.entries)
+            or (unstable.snapshot is not None and not unstable.snapshot_in_progress)
+            or log.has_next_committed_entries()
+        )
 
     def ready(self) -> Ready:
         """Take the pending work; the host must then do it and call advance(ready)."""
@@ -188,26 +209,30 @@ class RawNode:
         raft.flush_appends()
         log = raft.log
         unstable = log.unstable
-        soft = SoftState(raft.lead, raft.role)
-        soft_out = None if soft == self._prev_soft else soft
-        hard = raft.hard_state()
-        hard_out = None if hard == self._prev_hard else hard
+        # Everything handed out is in progress with the host from here on.
+        soft_out = None
+        prev_soft = self._prev_soft
+        if raft.lead != prev_soft.lead or raft.role != prev_soft.role:
+            soft_out = self._prev_soft = SoftState(raft.lead, raft.role)
+        hard_out = None
+        must_sync = False
+        prev_hard = self._prev_hard
+        if (
+            raft.term != prev_hard.term
+            or raft.vote != prev_hard.vote
+            or log.committed != prev_hard.commit
+        ):
+            # Term and vote must be durable before any message that relies on them.
+            must_sync = raft.term != prev_hard.term or raft.vote != prev_hard.vote
+            hard_out = self._prev_hard = HardState(raft.term, raft.vote, log.committed)
         entries = unstable.next_entries()
         snapshot = unstable.next_snapshot()
         committed = log.next_committed_entries(raft.config.max_committed_size_per_ready_bytes)
-        must_sync = (
-            bool(entries)
-            or snapshot is not None
-            or hard.term != self._prev_hard.term
-            or hard.vote != self._prev_hard.vote
-        )
+        must_sync = must_sync or bool(entries) or snapshot is not None
         messages = raft.msgs
         raft.msgs = []
         read_states = raft.read_states
         raft.read_states = []
-        # Everything handed out is now in progress with the host.
-        self._prev_soft = soft
-        self._prev_hard = hard
         unstable.accept_in_progress()
         if committed:
             log.accept_applying(committed[-1].index)
@@ -237,6 +262,7 @@ class RawNode:
             log.stable_to(last.index, last.term)
         if ready.committed_entries:
             log.applied_to(max(log.applied, ready.committed_entries[-1].index))
+        self.raft.maybe_auto_leave_joint()
 
     # -- observing -----------------------------------------------------------------
 

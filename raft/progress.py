@@ -106,7 +106,9 @@ class Progress:
         self.match = match
         self.next = next_index
         self.state = ProgressState.PROBE
-        # PROBE only: an append was sent and its answer not yet received.
+        # PROBE: an append was sent and its answer not yet received.
+        # REPLICATE: the in-flight window filled up; a heartbeat response
+        # clears it so that one empty append can probe a stalled window.
         self.msg_app_flow_paused = False
         # SNAPSHOT only: the index of the snapshot being sent.
         self.pending_snapshot = 0
@@ -143,12 +145,12 @@ class Progress:
         self._reset_state(ProgressState.SNAPSHOT)
         self.pending_snapshot = snapshot_index
 
-    def sent_entries(self, count: int, last_index: int, size_bytes: int) -> None:
-        """Account for an append of ``count`` entries ending at ``last_index``."""
+    def sent_entries(self, last_index: int, size_bytes: int) -> None:
+        """Account for a non-empty append ending at ``last_index``."""
         if self.state == ProgressState.REPLICATE:
-            if count:
-                self.next = last_index + 1
-                self.inflights.add(last_index, size_bytes)
+            self.next = last_index + 1
+            self.inflights.add(last_index, size_bytes)
+            self.msg_app_flow_paused = self.inflights.full()
         else:
             # PROBE: one append per round trip (or per heartbeat).
             self.msg_app_flow_paused = True
@@ -182,9 +184,10 @@ class Progress:
 
     def is_paused(self) -> bool:
         """True when the leader must not send an append now."""
-        state = self.state
-        if state == ProgressState.REPLICATE:
-            return self.inflights.full()
-        if state == ProgressState.PROBE:
-            return self.msg_app_flow_paused
-        return True
+        if self.state == ProgressState.SNAPSHOT:
+            return True
+        return self.msg_app_flow_paused
+
+    def can_send_entries(self) -> bool:
+        """False while a full window allows only empty (probing) appends."""
+        return self.state != ProgressState.REPLICATE or not self.inflights.full()

@@ -35,8 +35,7 @@ def majority_committed(voters: Collection[int], match: Callable[[int], int]) -> 
     if n == 0:
         return UNBOUNDED
     if n == 1:
-        for voter in voters:
-            return match(voter)
+        return match(next(iter(voters)))
     indexes = sorted([match(voter) for voter in voters], reverse=True)
     return indexes[n // 2]
 

@@ -51,9 +51,7 @@ class ReadOnly:
         return request.acks
 
     def advance(self, context: bytes) -> list[ReadRequest]:
-        """Release the read for ``context`` and every read queued before it."""
-        if context not in self._pending:
-            return []
+        """Release the read for ``context`` (pending) and every read queued before it."""
         position = self._queue.index(context) + 1
         released = [self._pending.pop(ctx) for ctx in self._queue[:position]]
         del self._queue[:position]
@@ -62,7 +60,3 @@ class ReadOnly:
     def last_pending_context(self) -> bytes:
         """The context of the newest pending read (b"" if none)."""
         return self._queue[-1] if self._queue else b""
-
-    def pending_count(self) -> int:
-        """How many reads wait for confirmation."""
-        return len(self._queue)

@@ -23,15 +23,30 @@ class MembershipConfig:
     voters: frozenset[int] = frozenset()
     learners: frozenset[int] = frozenset()
     voters_outgoing: frozenset[int] = frozenset()
+    # Outgoing voters that turn into learners when the joint config is left.
+    learners_next: frozenset[int] = frozenset()
+    auto_leave: bool = False
 
     @classmethod
     def from_conf_state(cls, conf_state: ConfState) -> MembershipConfig:
         """The configuration a ConfState describes."""
-        return cls(conf_state.voters, conf_state.learners, conf_state.voters_outgoing)
+        return cls(
+            conf_state.voters,
+            conf_state.learners,
+            conf_state.voters_outgoing,
+            conf_state.learners_next,
+            conf_state.auto_leave,
+        )
 
     def to_conf_state(self) -> ConfState:
         """This configuration as the ConfState the host persists."""
-        return ConfState(self.voters, self.learners, self.voters_outgoing)
+        return ConfState(
+            self.voters, self.learners, self.voters_outgoing, self.learners_next, self.auto_leave
+        )
+
+    def is_joint(self) -> bool:
+        """True inside a joint configuration."""
+        return bool(self.voters_outgoing)
 
     def members(self) -> frozenset[int]:
         """Every id that receives the log."""
@@ -86,19 +101,6 @@ class ProgressTracker:
     def record_vote(self, node_id: int, granted: bool) -> None:
         """Record ``node_id``'s answer; only its first answer counts."""
         self.votes.setdefault(node_id, granted)
-
-    def tally_votes(self) -> tuple[int, int, VoteResult]:
-        """(granted, rejected, outcome) over the voters of the configuration."""
-        granted = rejected = 0
-        config = self.config
-        for node_id, vote in self.votes.items():
-            if not config.is_voter(node_id):
-                continue
-            if vote:
-                granted += 1
-            else:
-                rejected += 1
-        return granted, rejected, self.vote_result(self.votes)
 
     def vote_result(self, votes: dict[int, bool]) -> VoteResult:
         """The outcome of a yes/no poll of the voters."""

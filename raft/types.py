@@ -27,6 +27,7 @@ class EntryType(enum.IntEnum):
 
     NORMAL = 0  # application data (empty data: the leader's no-op of a new term)
     CONF_CHANGE = 1  # data is an encoded ConfChange
+    CONF_CHANGE_V2 = 2  # data is an encoded ConfChangeV2 (joint consensus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +57,17 @@ class HardState:
 class ConfState:
     """The group's membership at some log index.
 
-    ``voters_outgoing`` is non-empty only inside a joint configuration.
+    ``voters_outgoing`` is non-empty only inside a joint configuration;
+    ``learners_next`` are outgoing voters that become learners when the
+    joint configuration is left, and ``auto_leave`` says the leader leaves
+    it by itself once it is applied.
     """
 
     voters: frozenset[int] = frozenset()
     learners: frozenset[int] = frozenset()
     voters_outgoing: frozenset[int] = frozenset()
+    learners_next: frozenset[int] = frozenset()
+    auto_leave: bool = False
 
 
 class ConfChangeType(enum.IntEnum):
@@ -78,6 +84,29 @@ class ConfChange:
 
     type: ConfChangeType
     node_id: int
+
+
+class ConfChangeTransition(enum.IntEnum):
+    """How a ConfChangeV2 moves between configurations. Append-only."""
+
+    AUTO = 0  # a single change applies directly; several go through an auto-left joint
+    JOINT_IMPLICIT = 1  # always joint; the leader leaves it by itself
+    JOINT_EXPLICIT = 2  # always joint; the host proposes an empty ConfChangeV2 to leave
+
+
+@dataclass(frozen=True, slots=True)
+class ConfChangeV2:
+    """Several membership changes at once (joint consensus, Raft thesis §4.3).
+
+    No changes at all means "leave the joint configuration".
+    """
+
+    changes: tuple[ConfChange, ...] = ()
+    transition: ConfChangeTransition = ConfChangeTransition.AUTO
+
+    def leaves_joint(self) -> bool:
+        """True for the empty change that ends a joint configuration."""
+        return not self.changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +207,14 @@ class Ready:
     1. Persist ``hard_state`` (if not None), ``entries`` (replacing any
        persisted entries at the same or higher index) and ``snapshot`` (if not
        None); fsync first when ``must_sync``.
-    2. Send ``messages`` (only after step 1 is durable).
+    2. Send ``messages`` (only after step 1 is durable). For every SNAP
+       message, call ``report_snapshot(to, ok)`` once its send finished or
+       failed (the leader sends nothing else to that follower until then).
     3. Apply ``snapshot`` then ``committed_entries`` to the state machine, in
-       order, and serve ``read_states`` whose index has been applied.
+       order, and serve ``read_states`` whose index has been applied. A
+       CONF_CHANGE or CONF_CHANGE_V2 entry is applied with
+       ``apply_conf_change(raft.confchange.decode_entry(entry))``; persist the
+       ConfState it returns (it is the membership at that index).
     """
 
     soft_state: SoftState | None = None

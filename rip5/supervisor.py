@@ -113,11 +113,19 @@ class Supervisor:
         try:
             ready = asyncio.create_task(self._all_ready())
             stop_wait = asyncio.create_task(stopping.wait())
-            done, _ = await asyncio.wait(
-                {ready, stop_wait, *tasks},
-                timeout=self._ready_timeout_ms / 1000,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            waiting: set[asyncio.Task[None] | asyncio.Task[bool]] = {ready, stop_wait, *tasks}
+            deadline = asyncio.get_running_loop().time() + self._ready_timeout_ms / 1000
+            while True:
+                done, waiting = await asyncio.wait(
+                    waiting,
+                    timeout=max(0.0, deadline - asyncio.get_running_loop().time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                # A child given up on after it had been ready does not fail the
+                # start: keep waiting for the others (it may die faster than a
+                # slow sibling starts).
+                if not done or not all(t in tasks and t.exception() is None for t in done):
+                    break
             if ready in done:
                 on_ready({c.spec.name: c.endpoint or "" for c in self._children})
                 await stopping.wait()

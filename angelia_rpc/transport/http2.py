@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -21,12 +22,14 @@ import h2.exceptions
 import h2.settings
 
 from angelia_rpc.config import TlsConfig
+from angelia_rpc.errors import RemoteProtocolError
 from angelia_rpc.transport.base import LinkHandler, split_address
 from angelia_rpc.transport.tls import client_context, server_context
+from protocol import errors
 
+log = logging.getLogger("angelia_rpc.transport.http2")
 PATH = b"/angelia"
 WINDOW = 2**31 - 1
-MAX_FRAME = 1 << 20
 
 
 class _H2Link(asyncio.Protocol):
@@ -58,12 +61,9 @@ class _H2Link(asyncio.Protocol):
             self.peer = f"{peername[0]}:{peername[1]}"
         conn = self.h2
         conn.initiate_connection()
-        conn.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
-            }
-        )
+        # MAX_FRAME_SIZE stays at the 16 KiB default: h2 checks frames that
+        # arrive in the same read as the SETTINGS ACK against the old limit.
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW})
         conn.increment_flow_control_window(WINDOW - 65535)
         if self.client_side:
             self.stream_id = conn.get_next_available_stream_id()
@@ -84,13 +84,22 @@ class _H2Link(asyncio.Protocol):
     def _attach(self) -> None:
         self.handler = self.handler_factory()
         self.handler.link_made(self)
-        if not self.ready.done():
-            self.ready.set_result(None)
+        if not self.client_side and not self.ready.done():
+            self.ready.set_result(None)  # a client is ready when the response headers came
 
     def data_received(self, data: bytes) -> None:
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
+            log.warning("HTTP/2 protocol error from %s: %r", self.peer, exc)
+            if not self.ready.done():
+                self.ready.set_exception(
+                    RemoteProtocolError(
+                        errors.PROTOCOL_VIOLATION,
+                        f"{self.peer} does not speak HTTP/2 ({exc}): it is not an Angelia "
+                        "http2 server (is it configured with another transport?)",
+                    )
+                )
             self._fail(f"HTTP/2 protocol error: {exc}")
             return
         for event in events:
@@ -118,13 +127,24 @@ class _H2Link(asyncio.Protocol):
         elif isinstance(event, h2.events.ResponseReceived):
             status = dict(event.headers).get(b":status")
             if status != b"200":
+                if not self.ready.done():
+                    self.ready.set_exception(
+                        RemoteProtocolError(
+                            errors.PROTOCOL_VIOLATION,
+                            f"{self.peer} answered HTTP status {status!r} to {PATH!r}: it is "
+                            "an HTTP/2 server but not an Angelia one",
+                        )
+                    )
                 self._fail(f"the peer answered HTTP status {status!r}, not an Angelia tunnel")
+            elif not self.ready.done():
+                self.ready.set_result(None)
         elif isinstance(event, h2.events.WindowUpdated):
             self._drain_pending()
         elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
             if event.stream_id == self.stream_id:
                 self._fail("the peer ended the tunnel stream")
         elif isinstance(event, h2.events.ConnectionTerminated):
+            self._closing = self._closing or event.error_code == 0
             self._fail(f"the peer closed the HTTP/2 connection (error {event.error_code})")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -193,6 +213,8 @@ class _H2Link(asyncio.Protocol):
             self.transport.write(data)
 
     def _fail(self, reason: str) -> None:
+        if not self._closing:
+            log.info("http2 link to %s failed: %s", self.peer, reason)
         if self.transport is not None:
             self.transport.close()
         if not self.ready.done():

@@ -29,7 +29,16 @@ from pathlib import Path
 
 import uvloop
 
-from angelia_rpc import CallContext, Channel, RpcConfig, Server, ServerStream, Service, Unary
+from angelia_rpc import (
+    AngeliaError,
+    CallContext,
+    Channel,
+    RpcConfig,
+    Server,
+    ServerStream,
+    Service,
+    Unary,
+)
 from angelia_rpc.config import CODEC_NAMES, TRANSPORT_NAMES
 from angelia_rpc.transport.memory import MemoryNetwork
 
@@ -270,18 +279,24 @@ async def run_bench(args: argparse.Namespace, out: Callable[[str], None]) -> str
     """Measure every requested pair; the Markdown report."""
     pairs = [(t, c) for t in args.transports.split(",") for c in args.codecs.split(",") if t and c]
     rows = []
+    failures = []
     for transport, codec in pairs:
         out(f"{transport} x {codec} ...")
-        results = await measure_pair(
-            transport,
-            codec,
-            seconds=args.seconds,
-            runs=args.runs,
-            in_flight=args.in_flight,
-            body_bytes=args.body_bytes,
-            quiet_wait_s=args.quiet_wait_s,
-            out=out,
-        )
+        try:
+            results = await measure_pair(
+                transport,
+                codec,
+                seconds=args.seconds,
+                runs=args.runs,
+                in_flight=args.in_flight,
+                body_bytes=args.body_bytes,
+                quiet_wait_s=args.quiet_wait_s,
+                out=out,
+            )
+        except (AngeliaError, OSError, RuntimeError) as exc:
+            out(f"  {transport} x {codec} FAILED: {exc}")
+            failures.append(f"{transport} x {codec}: {exc}")
+            continue
         rows.append((transport, codec, results))
     command = "rip5 bench angelia " + " ".join(args.argv)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -295,7 +310,8 @@ async def run_bench(args: argparse.Namespace, out: Callable[[str], None]) -> str
         "other tenants' work, so rows with machine busy well above client + server were "
         "contended: read their rates as lower bounds and the CPU µs per call as the cost."
     )
-    return header + "\n\n" + table(rows) + "\n"
+    failed = "".join(f"\nFAILED {failure}\n" for failure in failures)
+    return header + "\n\n" + table(rows) + "\n" + failed
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -337,6 +353,8 @@ def main(argv: list[str]) -> int:
     report = uvloop.run(run_bench(args, out))
     print()
     print(report)
+    if "\nFAILED " in report:
+        return 1
     if args.write:
         path = Path(args.write)
         text = path.read_text() if path.exists() else ""

@@ -34,6 +34,7 @@ class Conformance(Service, name="conformance"):
     count = ServerStream(Req, Resp)
     forever = ServerStream(Req, Resp)
     double = Bidi(Req, Resp)
+    take_one = Bidi(Req, Resp)
 
 
 class Narrow(Service, name="conformance"):
@@ -95,6 +96,13 @@ class ConformanceImpl:
             if request.n < 0:
                 raise NotLeaderError("elsewhere:1")
             yield Resp(request.n * 2, request.body)
+
+    async def take_one(
+        self, requests: AsyncIterator[Req], context: CallContext
+    ) -> AsyncIterator[Resp]:
+        async for request in requests:
+            yield Resp(request.n)
+            return
 
 
 class Rig:

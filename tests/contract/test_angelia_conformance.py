@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from angelia_rpc import AngeliaError, LocalUsageError, RemoteError, RpcConfig
+from angelia_rpc import AngeliaError, LocalUsageError, Peers, RemoteError, RpcConfig
 from angelia_rpc.codec import codec_named
 from angelia_rpc.framing import ERROR, HEADER_BYTES, FrameDecoder, decode_json, encode_frame
 from protocol import errors
@@ -321,3 +321,85 @@ async def test_request_frame_with_a_foreign_codec_id_is_refused(rig: Rig) -> Non
     with pytest.raises(RemoteError) as caught:
         await asyncio.wait_for(future, 10)
     assert caught.value.code is errors.CODEC_MISMATCH
+
+
+async def test_peers_reuse_one_connection_per_address(rig: Rig) -> None:
+    server = await rig.serve()
+    peers = Peers(rig.config, transport=rig.transport())
+    try:
+        channel = peers.channel(server.address)
+        assert peers.channel(server.address) is channel
+        first, second = Conformance(channel), Conformance(peers.channel(server.address))
+        await asyncio.gather(*(s.echo(Req(i)) for i in range(20) for s in (first, second)))
+        assert len(server.connections) == 1
+    finally:
+        await peers.close()
+
+
+async def test_sending_after_the_server_ended_a_bidi_call_fails(rig: Rig) -> None:
+    conformance, _ = await stub(rig)
+    call = conformance.double()
+    await call.send(Req(-1))  # the handler raises: the call is over
+    with pytest.raises(RemoteError):
+        async for _ in call:
+            pass
+    with pytest.raises(RemoteError):
+        await call.send(Req(1))
+    one = conformance.take_one()
+    await one.send(Req(5))
+    assert [r async for r in one] == [Resp(5)]  # the server's END: its handler returned
+
+    async def keep_sending() -> None:
+        for i in range(1_000):  # more than any credit window: must fail, not block
+            await one.send(Req(i))
+
+    with pytest.raises(AngeliaError) as caught:
+        await asyncio.wait_for(keep_sending(), 10)
+    assert caught.value.code is errors.UNAVAILABLE
+
+
+async def test_leaving_a_stream_context_cancels_the_call(rig: Rig) -> None:
+    conformance, _ = await stub(rig)
+    async with conformance.forever(Req(0)) as stream:
+        assert await anext(aiter(stream)) == Resp(0)
+    await async_wait_until(lambda: "forever" in rig.impl.cancelled, 10, "the stream cancelled")
+    async with conformance.count(Req(3)) as finished:
+        assert [r.n async for r in finished] == [0, 1, 2]
+
+
+async def test_streams_and_calls_multiplex_on_one_connection(rig: Rig) -> None:
+    conformance, _ = await stub(rig)
+
+    async def drain_stream(n: int) -> list[int]:
+        return [r.n async for r in conformance.count(Req(n))]
+
+    async def converse(k: int) -> list[int]:
+        call = conformance.double()
+        replies = aiter(call)
+        got = []
+        for i in range(20):
+            await call.send(Req(k * 100 + i))
+            got.append((await anext(replies)).n)
+        call.done_sending()
+        return got
+
+    streams = asyncio.gather(*(drain_stream(300 + k) for k in range(6)))
+    conversations = asyncio.gather(*(converse(k) for k in range(6)))
+    calls = asyncio.gather(*(conformance.echo(Req(k)) for k in range(50)))
+    drained, conversed, answered = await asyncio.gather(streams, conversations, calls)
+    for k in range(6):
+        assert drained[k] == list(range(300 + k))
+        assert conversed[k] == [2 * (k * 100 + i) for i in range(20)]
+    assert [r.n for r in answered] == list(range(50))
+    assert len(rig.servers[0].connections) == 1
+
+
+async def test_calls_in_flight_fail_unavailable_when_the_server_goes(rig: Rig) -> None:
+    server = await rig.serve()
+    conformance = Conformance(rig.channel(server.address))
+    calls = [asyncio.ensure_future(conformance.hang(Req(i), timeout_ms=10_000)) for i in range(20)]
+    await async_wait_until(rig.impl.started.is_set, 10, "a handler started")
+    await server.stop()
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(o, AngeliaError) for o in outcomes), outcomes
+    assert {o.code for o in outcomes if isinstance(o, AngeliaError)} == {errors.UNAVAILABLE}

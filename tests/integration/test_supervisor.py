@@ -131,6 +131,38 @@ async def test_gives_up_on_a_child_that_keeps_dying(tmp_path: Path) -> None:
     assert await task == 0
 
 
+async def test_a_child_given_up_on_before_a_slow_sibling_is_ready_does_not_fail_the_start(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    policy = RestartPolicy(initial_backoff_ms=1, max_backoff_ms=2, max_restarts=2)
+    ready_then_exit = (
+        "import os,sys;os.write(int(os.environ['RIP5_READY_FD']), b'ready x\\n');sys.exit(5)"
+    )
+    # The sibling takes longer to start than the flappy child takes to be given up on.
+    slow_start = (
+        "import os,time;time.sleep(1.0);"
+        "os.write(int(os.environ['RIP5_READY_FD']), b'ready y\\n');time.sleep(60)"
+    )
+    supervisor = Supervisor(
+        [
+            ChildSpec("flappy", (sys.executable, "-c", ready_then_exit)),
+            ChildSpec("slow", (sys.executable, "-c", slow_start)),
+        ],
+        out=lines.append,
+        policy=policy,
+    )
+    stopping = asyncio.Event()
+    endpoints: list[dict[str, str]] = []
+    task = asyncio.create_task(supervisor.run(stopping, endpoints.append))
+    await async_wait_until(lambda: endpoints or task.done(), what="the start to settle")
+    assert endpoints == [{"flappy": "x", "slow": "y"}]
+    assert "slow" in supervisor.pids
+    assert any("giving up on it" in ln for ln in lines)
+    stopping.set()
+    assert await task == 0
+
+
 def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "supervise_echo.py"), str(tmp_path), "2"],

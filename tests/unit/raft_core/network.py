@@ -11,10 +11,10 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from raft.confchange import decode_conf_change
+from raft.confchange import decode_entry
 from raft.memory_log import MemoryLog
 from raft.node import Config, RawNode
-from raft.types import ConfState, Entry, EntryType, Message, ReadState, Ready
+from raft.types import ConfState, Entry, EntryType, Message, MessageType, ReadState, Ready
 
 
 @dataclass
@@ -76,8 +76,8 @@ class Network:
         self.in_flight.extend(ready.messages)
         for entry in ready.committed_entries:
             replica.applied.append(entry)
-            if entry.type == EntryType.CONF_CHANGE:
-                replica.conf_state = node.apply_conf_change(decode_conf_change(entry.data))
+            if entry.type != EntryType.NORMAL:
+                replica.conf_state = node.apply_conf_change(decode_entry(entry))
                 replica.log.set_conf_state(replica.conf_state)
         replica.read_states.extend(ready.read_states)
         node.advance(ready)
@@ -90,9 +90,13 @@ class Network:
         self.in_flight = []
         delivered = 0
         for message in messages:
-            if message.to in self.replicas and keep(message):
+            ok = message.to in self.replicas and keep(message)
+            if ok:
                 self.replicas[message.to].node.step(message)
                 delivered += 1
+            if message.type == MessageType.SNAP and message.from_ in self.replicas:
+                # The sending host reports every snapshot's fate (RawNode contract).
+                self.replicas[message.from_].node.report_snapshot(message.to, ok)
         return delivered
 
     def stabilize(

@@ -1,0 +1,196 @@
+"""The broker's protocol-agnostic data model.
+
+Adapters convert wire messages to these types (``broker/grpc/convert.py``),
+processors and ports speak only these. Times are epoch milliseconds
+(``*_ms``), durations are milliseconds too.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class MessageType(enum.IntEnum):
+    """The kinds of message a topic may accept (values match the v2 wire enum)."""
+
+    NORMAL = 1
+    FIFO = 2
+    DELAY = 3
+    TRANSACTION = 4
+
+
+class Permission(enum.IntEnum):
+    """What clients may do with a queue (values match the v2 wire enum)."""
+
+    NONE = 1
+    READ = 2
+    WRITE = 3
+    READ_WRITE = 4
+
+    @property
+    def readable(self) -> bool:
+        """Consumers may receive from the queue."""
+        return self in (Permission.READ, Permission.READ_WRITE)
+
+    @property
+    def writable(self) -> bool:
+        """Producers may send to the queue."""
+        return self in (Permission.WRITE, Permission.READ_WRITE)
+
+
+class ClientKind(enum.IntEnum):
+    """The kind of client (values match the v2 wire enum)."""
+
+    UNSPECIFIED = 0
+    PRODUCER = 1
+    PUSH_CONSUMER = 2
+    SIMPLE_CONSUMER = 3
+    PULL_CONSUMER = 4
+    LITE_PUSH_CONSUMER = 5
+    LITE_SIMPLE_CONSUMER = 6
+
+    @property
+    def consumer(self) -> bool:
+        """Whether this client receives messages."""
+        return self not in (ClientKind.UNSPECIFIED, ClientKind.PRODUCER)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRef:
+    """One queue of a topic."""
+
+    topic: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue as routing sees it."""
+
+    queue_id: int
+    permission: Permission = Permission.READ_WRITE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic's metadata. Invariant: queue ids are 0..len(queues)-1."""
+
+    name: str
+    queues: tuple[QueueInfo, ...]
+    message_types: frozenset[MessageType] = frozenset({MessageType.NORMAL})
+
+    @property
+    def queue_count(self) -> int:
+        """Number of queues."""
+        return len(self.queues)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a consumer group retries: attempts and the delay before each retry."""
+
+    max_delivery_attempts: int = 17
+    backoff_ms: tuple[int, ...] = (
+        1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000,
+        360_000, 420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000,
+        3_600_000, 7_200_000,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A consumer group's metadata."""
+
+    name: str
+    fifo: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """Where messages go after ``retry.max_delivery_attempts`` failed deliveries."""
+        return f"%DLQ%{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as a producer sent it (and as storage keeps it)."""
+
+    topic: str
+    body: bytes
+    message_id: str
+    message_type: MessageType = MessageType.NORMAL
+    tag: str | None = None
+    keys: tuple[str, ...] = ()
+    user_properties: Mapping[str, str] = field(default_factory=dict)
+    message_group: str | None = None
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    delivery_timestamp_ms: int | None = None
+    queue_id: int | None = None  # the client's preferred queue, if it named one
+    dead_letter_of: tuple[str, str] | None = None  # (original topic, message id) in a DLQ
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where one appended message landed."""
+
+    queue: QueueRef
+    offset: int
+    store_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoppedMessage:
+    """A message handed to a consumer group, invisible to it until ``invisible_until_ms``.
+
+    ``generation`` changes on every pop and every invisibility change of this
+    (group, queue, offset); only the newest generation may ack or renew.
+    ``delivery_attempt`` is 1 on the first delivery.
+    """
+
+    message: Message
+    queue: QueueRef
+    offset: int
+    store_timestamp_ms: int
+    delivery_attempt: int
+    generation: int
+    invisible_until_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message handed to a consumer, with the handle that finishes it."""
+
+    popped: PoppedMessage
+    receipt_handle: str
+
+
+@dataclass(frozen=True, slots=True)
+class PopResult:
+    """What one pop of one queue saw.
+
+    ``end_offset``: the queue's next append offset when the pop ran (for long
+    polling). ``next_visible_ms``: when the earliest still-invisible message
+    of this group becomes visible again, if any.
+    """
+
+    messages: tuple[PoppedMessage, ...]
+    end_offset: int
+    next_visible_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a receipt handle proves: the bearer may ack or renew this delivery."""
+
+    group: str
+    queue: QueueRef
+    offset: int
+    generation: int
+    delivery_attempt: int
+    invisible_until_ms: int
+    message_id: str

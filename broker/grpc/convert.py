@@ -1,0 +1,240 @@
+"""RocketMQ v2 protobuf <-> broker domain, both directions.
+
+Conversion only: no lookups, no policy. Malformed wire values become
+:class:`BrokerError` (MESSAGE_CORRUPTED and friends) naming the field.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zlib
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from broker.domain import Delivery, GroupInfo, Message, MessageType, QueueInfo, TopicInfo
+from broker.errors import BrokerError, Reason
+from broker.processor.filter import FilterKind, parse_filter
+from protocol.filters import TagFilter
+from protocol.rocketmq.v2 import definition_pb2 as pb
+
+BROKER_NAME = "rip5"
+PUBLISH_BODY_BYTES_MAX = 4 * 1024 * 1024
+RECEIVE_BATCH_SIZE = 32
+LONG_POLLING_TIMEOUT_S = 20
+PRODUCER_SEND_ATTEMPTS = 3
+
+
+def duration_ms(duration: duration_pb2.Duration) -> int:
+    """A protobuf Duration in milliseconds."""
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def timestamp_ms(stamp: timestamp_pb2.Timestamp) -> int:
+    """A protobuf Timestamp in epoch milliseconds."""
+    return stamp.seconds * 1000 + stamp.nanos // 1_000_000
+
+
+def to_timestamp(epoch_ms: int) -> timestamp_pb2.Timestamp:
+    """Epoch milliseconds as a protobuf Timestamp."""
+    return timestamp_pb2.Timestamp(seconds=epoch_ms // 1000, nanos=(epoch_ms % 1000) * 1_000_000)
+
+
+def to_duration(ms: int) -> duration_pb2.Duration:
+    """Milliseconds as a protobuf Duration."""
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _corrupted(what: str) -> BrokerError:
+    return BrokerError.of(Reason.MESSAGE_CORRUPTED, what)
+
+
+def _check_digest(digest: pb.Digest, body: bytes) -> None:
+    if not digest.checksum:
+        return
+    if digest.type == pb.MD5:
+        actual = hashlib.md5(body).hexdigest()
+    elif digest.type == pb.SHA1:
+        actual = hashlib.sha1(body).hexdigest()
+    elif digest.type == pb.CRC32:
+        crc = zlib.crc32(body)
+        # Python clients write 8 hex digits, Node clients decimal: accept both.
+        if digest.checksum.upper() in (f"{crc:08X}", str(crc)):
+            return
+        raise _corrupted("message body does not match its CRC32 digest")
+    else:
+        return
+    if digest.checksum.lower() != actual:
+        raise _corrupted("message body does not match its digest")
+
+
+def message_from_pb(message: pb.Message) -> Message:
+    """A sent message; the client's message id is kept as the message's identity."""
+    system = message.system_properties
+    try:
+        message_type = MessageType(system.message_type)
+    except ValueError:
+        raise _corrupted(f"unknown message type {system.message_type}") from None
+    body = message.body
+    if system.body_encoding == pb.GZIP:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error):
+            raise _corrupted("message body is not valid gzip") from None
+    elif system.body_encoding not in (pb.IDENTITY, pb.ENCODING_UNSPECIFIED):
+        raise _corrupted(f"unknown body encoding {system.body_encoding}")
+    _check_digest(system.body_digest, message.body)
+    return Message(
+        topic=message.topic.name,
+        body=body,
+        message_id=system.message_id,
+        message_type=message_type,
+        tag=system.tag or None,  # an empty tag is no tag, as in the proxy
+        keys=tuple(system.keys),
+        user_properties=dict(message.user_properties),
+        message_group=system.message_group if system.HasField("message_group") else None,
+        born_timestamp_ms=timestamp_ms(system.born_timestamp),
+        born_host=system.born_host,
+        delivery_timestamp_ms=(
+            timestamp_ms(system.delivery_timestamp)
+            if system.HasField("delivery_timestamp")
+            else None
+        ),
+        queue_id=system.queue_id if system.queue_id > 0 else None,
+    )
+
+
+def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:
+    """The subscription filter of a receive request."""
+    try:
+        kind = FilterKind(expression.type)
+    except ValueError:
+        raise BrokerError.of(
+            Reason.ILLEGAL_FILTER_EXPRESSION, f"unknown filter type {expression.type}"
+        ) from None
+    return parse_filter(kind, expression.expression)
+
+
+def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Message:
+    """A message as the consumer receives it: MD5 upper-case digest, handle, attempt."""
+    popped = delivery.popped
+    message = popped.message
+    system = pb.SystemProperties(
+        keys=list(message.keys),
+        message_id=message.message_id,
+        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(message.body).hexdigest().upper()),
+        body_encoding=pb.IDENTITY,
+        message_type=int(message.message_type),  # type: ignore[arg-type]
+        born_timestamp=to_timestamp(message.born_timestamp_ms),
+        born_host=message.born_host,
+        store_timestamp=to_timestamp(popped.store_timestamp_ms),
+        store_host=store_host,
+        receipt_handle=delivery.receipt_handle,
+        queue_id=popped.queue.queue_id,
+        queue_offset=popped.offset,
+        delivery_attempt=popped.delivery_attempt,
+    )
+    if message.tag is not None:
+        system.tag = message.tag
+    if message.message_group is not None:
+        system.message_group = message.message_group
+    if message.delivery_timestamp_ms is not None:
+        system.delivery_timestamp.CopyFrom(to_timestamp(message.delivery_timestamp_ms))
+    if message.dead_letter_of is not None:
+        system.dead_letter_queue.CopyFrom(
+            pb.DeadLetterQueue(
+                topic=message.dead_letter_of[0], message_id=message.dead_letter_of[1]
+            )
+        )
+    return pb.Message(
+        topic=pb.Resource(resource_namespace=namespace, name=message.topic),
+        user_properties=dict(message.user_properties),
+        system_properties=system,
+        body=message.body,
+    )
+
+
+def endpoints_or(requested: pb.Endpoints, fallback: pb.Endpoints) -> pb.Endpoints:
+    """The endpoints the client reached us by, or ours when it named none."""
+    return requested if requested.addresses else fallback
+
+
+def endpoints_from_address(address: str) -> pb.Endpoints:
+    """``host:port`` as v2 Endpoints (IPv4 literal, IPv6 in brackets, else a domain name)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if host.count(".") == 3 and host.replace(".", "").isdigit():
+        scheme = pb.IPv4
+    elif ":" in host:
+        scheme = pb.IPv6
+    else:
+        scheme = pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def endpoint_text(endpoints: pb.Endpoints) -> str:
+    """The first address of ``endpoints`` as ``host:port`` (empty if none)."""
+    if not endpoints.addresses:
+        return ""
+    address = endpoints.addresses[0]
+    return f"{address.host}:{address.port}"
+
+
+def message_queue_pb(
+    topic: TopicInfo, queue: QueueInfo, namespace: str, endpoints: pb.Endpoints
+) -> pb.MessageQueue:
+    """One queue of a route; every queue is served by this broker (id 0)."""
+    return pb.MessageQueue(
+        topic=pb.Resource(resource_namespace=namespace, name=topic.name),
+        id=queue.queue_id,
+        permission=int(queue.permission),  # type: ignore[arg-type]
+        broker=pb.Broker(name=BROKER_NAME, id=0, endpoints=endpoints),
+        accept_message_types=sorted(int(t) for t in topic.message_types),  # type: ignore[misc]
+    )
+
+
+def route_pb(topic: TopicInfo, namespace: str, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+    """The queues of a topic for QueryRoute."""
+    return [message_queue_pb(topic, queue, namespace, endpoints) for queue in topic.queues]
+
+
+def producer_settings_pb(client: pb.Settings) -> pb.Settings:
+    """The settings reply for a producer: the client's own, with our limits and backoff."""
+    reply = pb.Settings()
+    reply.CopyFrom(client)
+    reply.backoff_policy.CopyFrom(
+        pb.RetryPolicy(
+            max_attempts=PRODUCER_SEND_ATTEMPTS,
+            exponential_backoff=pb.ExponentialBackoff(
+                initial=to_duration(10), max=to_duration(1000), multiplier=2.0
+            ),
+        )
+    )
+    reply.publishing.max_body_size = PUBLISH_BODY_BYTES_MAX
+    reply.publishing.validate_message_type = True
+    reply.metric.CopyFrom(pb.Metric(on=False))
+    return reply
+
+
+def consumer_settings_pb(client: pb.Settings, group: GroupInfo) -> pb.Settings:
+    """The settings reply for a consumer: the group's retry policy, polling and FIFO flag."""
+    reply = pb.Settings()
+    reply.CopyFrom(client)
+    # Clients read the customized backoff in whole seconds.
+    reply.backoff_policy.CopyFrom(
+        pb.RetryPolicy(
+            max_attempts=group.retry.max_delivery_attempts,
+            customized_backoff=pb.CustomizedBackoff(
+                next=[to_duration(ms // 1000 * 1000) for ms in group.retry.backoff_ms]
+            ),
+        )
+    )
+    reply.subscription.fifo = group.fifo
+    reply.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+    reply.subscription.long_polling_timeout.CopyFrom(
+        duration_pb2.Duration(seconds=LONG_POLLING_TIMEOUT_S)
+    )
+    reply.metric.CopyFrom(pb.Metric(on=False))
+    return reply

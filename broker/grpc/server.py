@@ -1,0 +1,81 @@
+"""Assembling the gRPC v2 endpoint from ports: processors, service, grpc.aio server.
+
+Plaintext (both official clients default to it). The inbound message limit
+is 130 MiB, like the proxy's, so an oversized body reaches validation and
+gets MESSAGE_BODY_TOO_LARGE instead of a transport error.
+
+This is not the broker role's ``serve``: that arrives with the
+Angelia-backed ports (a broker must not claim to run without real storage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from broker.grpc import convert
+from broker.grpc.service import MessagingService
+from broker.grpc.telemetry import TelemetrySessions
+from broker.processor.consumer import ConsumerProcessor
+from broker.processor.producer import ProducerProcessor
+from broker.processor.route import RouteProcessor
+from broker.services.base import Clock, MessageStore, MetadataService
+from protocol.rocketmq.v2 import service_pb2_grpc
+
+INBOUND_BYTES_MAX = 130 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Everything the broker needs from the cluster."""
+
+    metadata: MetadataService
+    store: MessageStore
+    clock: Clock
+
+
+def build_service(ports: Ports, *, receipt_secret: bytes, endpoint: str) -> MessagingService:
+    """The v2 service over ``ports``; ``endpoint`` (host:port) is advertised in routes
+    when a client does not say how it reached us."""
+    return MessagingService(
+        route=RouteProcessor(ports.metadata),
+        producer=ProducerProcessor(ports.metadata, ports.store, ports.clock),
+        consumer=ConsumerProcessor(ports.metadata, ports.store, ports.clock, receipt_secret),
+        clock=ports.clock,
+        endpoint=convert.endpoints_from_address(endpoint),
+        sessions=TelemetrySessions(),
+    )
+
+
+class GrpcEndpoint:
+    """A grpc.aio server serving one MessagingService on ``listen`` (host:port, port 0 = any)."""
+
+    def __init__(self, service: MessagingService, listen: str) -> None:
+        self.service = service
+        self.listen = listen
+        self.port: int | None = None
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port."""
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", INBOUND_BYTES_MAX),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        self.port = server.add_insecure_port(self.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.listen}")
+        await server.start()
+        self._server = server
+        return self.port
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Stop serving; calls in flight get ``grace_s`` to finish."""
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None

@@ -1,0 +1,303 @@
+"""The RocketMQ v2 MessagingService: validate, convert, call a processor, answer.
+
+Every answer carries an in-band ``Status`` with gRPC status OK (clients read
+``Status.code``, not the gRPC code). Errors become statuses only through
+``status.py``. Every RPC answers, including the ones not built yet (a clear
+NOT_IMPLEMENTED or UNSUPPORTED status): none of them hangs.
+
+Every call must carry ``x-mq-client-id`` (CLIENT_ID_REQUIRED otherwise), as
+the proxy demands.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from broker.errors import BrokerError, Reason, not_implemented, unsupported
+from broker.grpc import convert
+from broker.grpc.status import ok, status_of
+from broker.grpc.telemetry import TelemetrySessions, serve_stream
+from broker.processor.consumer import ConsumerProcessor
+from broker.processor.polling import plan_poll_ms
+from broker.processor.producer import ProducerProcessor
+from broker.processor.route import RouteProcessor
+from broker.services.base import Clock
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
+from protocol.rocketmq.v2 import service_pb2_grpc
+
+log = logging.getLogger("broker.grpc")
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+
+
+def client_id_of(context: Any) -> str:
+    """The caller's client id; raises CLIENT_ID_REQUIRED."""
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER and value:
+            return str(value)
+    raise BrokerError.of(Reason.CLIENT_ID_REQUIRED, f"header {CLIENT_ID_HEADER} is required")
+
+
+def remaining_ms(context: Any) -> int | None:
+    """Milliseconds left before the caller's deadline, None without one."""
+    seconds = context.time_remaining()
+    return None if seconds is None else int(seconds * 1000)
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    """The gRPC v2 adapter over the processors."""
+
+    def __init__(
+        self,
+        *,
+        route: RouteProcessor,
+        producer: ProducerProcessor,
+        consumer: ConsumerProcessor,
+        clock: Clock,
+        endpoint: pb.Endpoints,
+        sessions: TelemetrySessions | None = None,
+    ) -> None:
+        self._route = route
+        self._producer = producer
+        self._consumer = consumer
+        self._clock = clock
+        self._endpoint = endpoint
+        self.sessions = sessions or TelemetrySessions()
+
+    # -- routing ------------------------------------------------------------
+
+    async def QueryRoute(
+        self, request: spb.QueryRouteRequest, context: Any
+    ) -> spb.QueryRouteResponse:
+        """The queues of a topic, each served at the endpoint the client used."""
+        try:
+            client_id_of(context)
+            topic = await self._route.route(request.topic.name)
+            endpoints = convert.endpoints_or(request.endpoints, self._endpoint)
+            queues = convert.route_pb(topic, request.topic.resource_namespace, endpoints)
+        except Exception as error:  # noqa: BLE001 - answered in-band
+            return spb.QueryRouteResponse(status=status_of(error))
+        return spb.QueryRouteResponse(status=ok(), message_queues=queues)
+
+    async def QueryAssignment(
+        self, request: spb.QueryAssignmentRequest, context: Any
+    ) -> spb.QueryAssignmentResponse:
+        """What a push consumer receives from: the whole topic, as queue -1."""
+        try:
+            client_id_of(context)
+            topic, queue = await self._route.assignment(request.topic.name, request.group.name)
+            endpoints = convert.endpoints_or(request.endpoints, self._endpoint)
+            assignment = pb.Assignment(
+                message_queue=convert.message_queue_pb(
+                    topic, queue, request.topic.resource_namespace, endpoints
+                )
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.QueryAssignmentResponse(status=status_of(error))
+        return spb.QueryAssignmentResponse(status=ok(), assignments=[assignment])
+
+    # -- clients ------------------------------------------------------------
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        """Liveness; always OK for a client that names itself."""
+        try:
+            client_id_of(context)
+        except Exception as error:  # noqa: BLE001
+            return spb.HeartbeatResponse(status=status_of(error))
+        return spb.HeartbeatResponse(status=ok())
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any
+    ) -> AsyncIterator[spb.TelemetryCommand]:
+        """The settings handshake; the stream stays open for server commands."""
+        try:
+            client_id = client_id_of(context)
+        except BrokerError as error:
+            yield spb.TelemetryCommand(status=status_of(error))
+            return
+        async for reply in serve_stream(self.sessions, self._consumer, client_id, request_iterator):
+            yield reply
+
+    async def NotifyClientTermination(
+        self, request: spb.NotifyClientTerminationRequest, context: Any
+    ) -> spb.NotifyClientTerminationResponse:
+        """The client stops. Its Telemetry stream is left for the client to cancel: the
+        Python client reads a server-ended stream as an error (it calls ``HasField`` on EOF)."""
+        try:
+            client_id_of(context)
+        except Exception as error:  # noqa: BLE001
+            return spb.NotifyClientTerminationResponse(status=status_of(error))
+        return spb.NotifyClientTerminationResponse(status=ok())
+
+    # -- producing ------------------------------------------------------------
+
+    async def SendMessage(
+        self, request: spb.SendMessageRequest, context: Any
+    ) -> spb.SendMessageResponse:
+        """Store the messages; exactly one entry per message, echoing its id."""
+        try:
+            client_id_of(context)
+            messages = [convert.message_from_pb(message) for message in request.messages]
+            results = await self._producer.send(messages)
+        except Exception as error:  # noqa: BLE001
+            status = status_of(error)
+            entries = [
+                spb.SendResultEntry(status=status, message_id=m.system_properties.message_id)
+                for m in request.messages
+            ]
+            return spb.SendMessageResponse(status=status, entries=entries)
+        entries = [
+            spb.SendResultEntry(status=ok(), message_id=message.message_id, offset=result.offset)
+            for message, result in zip(messages, results, strict=True)
+        ]
+        return spb.SendMessageResponse(status=ok(), entries=entries)
+
+    # -- consuming ------------------------------------------------------------
+
+    async def ReceiveMessage(
+        self, request: spb.ReceiveMessageRequest, context: Any
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        """Status, then messages, then the delivery timestamp; always before the deadline."""
+        try:
+            client_id_of(context)
+            requested_ms = (
+                convert.duration_ms(request.long_polling_timeout)
+                if request.HasField("long_polling_timeout")
+                else None
+            )
+            poll_ms = plan_poll_ms(requested_ms, remaining_ms(context))
+            invisible_ms = (
+                convert.duration_ms(request.invisible_duration)
+                if request.HasField("invisible_duration") and not request.auto_renew
+                else None
+            )
+            deliveries = await self._consumer.receive(
+                request.group.name,
+                request.message_queue.topic.name,
+                convert.filter_from_pb(request.filter_expression),
+                batch_size=request.batch_size,
+                invisible_ms=invisible_ms,
+                poll_ms=poll_ms,
+            )
+        except Exception as error:  # noqa: BLE001
+            yield spb.ReceiveMessageResponse(status=status_of(error))
+            return
+        if not deliveries:
+            yield spb.ReceiveMessageResponse(
+                status=pb.Status(code=pb.MESSAGE_NOT_FOUND, message="no new message")
+            )
+        else:
+            yield spb.ReceiveMessageResponse(status=ok())
+            namespace = request.message_queue.topic.resource_namespace
+            store_host = convert.endpoint_text(self._endpoint)
+            for delivery in deliveries:
+                yield spb.ReceiveMessageResponse(
+                    message=convert.delivered_pb(delivery, namespace, store_host)
+                )
+        yield spb.ReceiveMessageResponse(
+            delivery_timestamp=convert.to_timestamp(self._clock.now_ms())
+        )
+
+    async def AckMessage(
+        self, request: spb.AckMessageRequest, context: Any
+    ) -> spb.AckMessageResponse:
+        """Finish deliveries; one entry per handle; MULTIPLE_RESULTS when they differ."""
+        try:
+            client_id_of(context)
+            outcomes = await self._consumer.ack(
+                request.group.name,
+                request.topic.name,
+                [entry.receipt_handle for entry in request.entries],
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.AckMessageResponse(status=status_of(error))
+        entries = [
+            spb.AckMessageResultEntry(
+                message_id=entry.message_id,
+                receipt_handle=entry.receipt_handle,
+                status=ok() if outcome is None else status_of(outcome),
+            )
+            for entry, outcome in zip(request.entries, outcomes, strict=True)
+        ]
+        codes = {entry.status.code for entry in entries}
+        if len(codes) == 1:
+            status = entries[0].status if entries else ok()
+        else:
+            status = pb.Status(code=pb.MULTIPLE_RESULTS, message="entries have different results")
+        return spb.AckMessageResponse(status=status, entries=entries)
+
+    async def ChangeInvisibleDuration(
+        self, request: spb.ChangeInvisibleDurationRequest, context: Any
+    ) -> spb.ChangeInvisibleDurationResponse:
+        """A new handle on success; the old one echoed on errors (clients adopt it blindly)."""
+        try:
+            client_id_of(context)
+            handle = await self._consumer.change_invisible(
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                convert.duration_ms(request.invisible_duration),
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.ChangeInvisibleDurationResponse(
+                status=status_of(error), receipt_handle=request.receipt_handle
+            )
+        return spb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        """Give up on a delivery now: it moves to the group's dead-letter topic."""
+        try:
+            client_id_of(context)
+            await self._consumer.forward_to_dead_letter(
+                request.group.name, request.topic.name, request.receipt_handle
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=status_of(error))
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
+
+    # -- not built yet: answer clearly, never hang ------------------------------
+
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: Any
+    ) -> spb.EndTransactionResponse:
+        """Transactions are not built yet."""
+        return spb.EndTransactionResponse(status=status_of(not_implemented("EndTransaction")))
+
+    async def PullMessage(
+        self, request: spb.PullMessageRequest, context: Any
+    ) -> AsyncIterator[spb.PullMessageResponse]:
+        """Pull consumers are not built yet."""
+        yield spb.PullMessageResponse(status=status_of(not_implemented("PullMessage")))
+
+    async def UpdateOffset(
+        self, request: spb.UpdateOffsetRequest, context: Any
+    ) -> spb.UpdateOffsetResponse:
+        """Pull consumers are not built yet."""
+        return spb.UpdateOffsetResponse(status=status_of(not_implemented("UpdateOffset")))
+
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
+        """Pull consumers are not built yet."""
+        return spb.GetOffsetResponse(status=status_of(not_implemented("GetOffset")))
+
+    async def QueryOffset(
+        self, request: spb.QueryOffsetRequest, context: Any
+    ) -> spb.QueryOffsetResponse:
+        """Pull consumers are not built yet."""
+        return spb.QueryOffsetResponse(status=status_of(not_implemented("QueryOffset")))
+
+    async def RecallMessage(
+        self, request: spb.RecallMessageRequest, context: Any
+    ) -> spb.RecallMessageResponse:
+        """Timed messages (and so recall) are not built yet."""
+        return spb.RecallMessageResponse(status=status_of(not_implemented("RecallMessage")))
+
+    async def SyncLiteSubscription(
+        self, request: spb.SyncLiteSubscriptionRequest, context: Any
+    ) -> spb.SyncLiteSubscriptionResponse:
+        """Lite topics are not supported."""
+        return spb.SyncLiteSubscriptionResponse(status=status_of(unsupported("lite topics")))

@@ -1,0 +1,120 @@
+"""Telemetry streams: the settings handshake and the server's channel to clients.
+
+Each client holds one Telemetry stream per broker for its whole life. The
+client writes ``settings``; the broker answers every one with status OK and
+the settings it must apply (body limit, backoff, polling; see
+``convert.py``). The stream stays open until the client ends it, and the
+registry keeps its outbound queue so the broker can later push commands
+(orphaned-transaction checks, verify-message) to a client by its id.
+
+Ordering: one reader task per stream turns client commands into replies on
+the stream's queue; the handler's generator is the only writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from broker.domain import ClientKind
+from broker.errors import BrokerError, Reason
+from broker.grpc import convert
+from broker.grpc.status import ok, status_of
+from broker.processor.consumer import ConsumerProcessor
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
+
+log = logging.getLogger("broker.grpc.telemetry")
+
+
+class TelemetrySessions:
+    """Open Telemetry streams by client id (one per client on this broker)."""
+
+    def __init__(self) -> None:
+        self._outbound: dict[str, asyncio.Queue[spb.TelemetryCommand | None]] = {}
+
+    def open(self, client_id: str) -> asyncio.Queue[spb.TelemetryCommand | None]:
+        """A new outbound queue for ``client_id``; a previous stream of it is ended."""
+        previous = self._outbound.pop(client_id, None)
+        if previous is not None:
+            previous.put_nowait(None)
+        queue: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        self._outbound[client_id] = queue
+        return queue
+
+    def close(self, client_id: str, queue: asyncio.Queue[spb.TelemetryCommand | None]) -> None:
+        """Forget the stream if it is still the client's current one."""
+        if self._outbound.get(client_id) is queue:
+            del self._outbound[client_id]
+
+    def maybe_push(self, client_id: str, command: spb.TelemetryCommand) -> bool:
+        """Send ``command`` to the client if it has a stream here; whether it did."""
+        queue = self._outbound.get(client_id)
+        if queue is None:
+            return False
+        queue.put_nowait(command)
+        return True
+
+    @property
+    def client_ids(self) -> list[str]:
+        """Clients with an open stream."""
+        return list(self._outbound)
+
+
+async def settings_reply(
+    consumer: ConsumerProcessor, settings: pb.Settings
+) -> spb.TelemetryCommand:
+    """The reply to one client ``settings`` command."""
+    try:
+        kind = ClientKind(settings.client_type)
+    except ValueError:
+        kind = ClientKind.UNSPECIFIED
+    try:
+        if kind is ClientKind.PRODUCER or settings.WhichOneof("pub_sub") == "publishing":
+            reply = convert.producer_settings_pb(settings)
+        elif kind.consumer or settings.WhichOneof("pub_sub") == "subscription":
+            group = await consumer.group(settings.subscription.group.name)
+            reply = convert.consumer_settings_pb(settings, group)
+        else:
+            raise BrokerError.of(
+                Reason.UNRECOGNIZED_CLIENT_TYPE,
+                "settings name neither publishing nor subscription",
+            )
+    except Exception as error:  # noqa: BLE001 - answered in-band
+        return spb.TelemetryCommand(status=status_of(error))
+    return spb.TelemetryCommand(status=ok(), settings=reply)
+
+
+async def serve_stream(
+    sessions: TelemetrySessions,
+    consumer: ConsumerProcessor,
+    client_id: str,
+    commands: AsyncIterator[spb.TelemetryCommand],
+) -> AsyncIterator[spb.TelemetryCommand]:
+    """Run one Telemetry stream until the client ends it."""
+    outbound = sessions.open(client_id)
+
+    async def read() -> None:
+        try:
+            async for command in commands:
+                which = command.WhichOneof("command")
+                if which == "settings":
+                    outbound.put_nowait(await settings_reply(consumer, command.settings))
+                else:
+                    log.debug("telemetry command ignored", extra={"command": which})
+        except Exception as error:  # noqa: BLE001 - the stream just ends
+            log.debug("telemetry stream read failed", extra={"error": repr(error)})
+        finally:
+            outbound.put_nowait(None)
+
+    reader = asyncio.create_task(read())
+    try:
+        while (reply := await outbound.get()) is not None:
+            yield reply
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        sessions.close(client_id, outbound)

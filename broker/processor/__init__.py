@@ -1,0 +1,1 @@
+"""Protocol-agnostic broker logic: produce, consume, route, receipts, filters, validation."""

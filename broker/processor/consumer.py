@@ -1,0 +1,187 @@
+"""Consuming: receive with long polling, ack, change invisibility, dead letters.
+
+Stateless: a delivery is described entirely by its receipt handle (see
+``receipt.py``) and the store's pop state, so any broker may finish a
+delivery another broker made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from broker.domain import Delivery, GroupInfo, PoppedMessage, QueueRef, Receipt
+from broker.errors import BrokerError, Reason
+from broker.processor import receipt as receipts
+from broker.processor import validation
+from broker.services.base import Clock, MessageStore, MetadataService
+from protocol.filters import TagFilter
+
+DEFAULT_INVISIBLE_MS = 60_000  # auto-renew receives (push consumers) leave it to the server
+
+
+class ConsumerProcessor:
+    """Protocol-agnostic receive/ack path."""
+
+    def __init__(
+        self,
+        metadata: MetadataService,
+        store: MessageStore,
+        clock: Clock,
+        receipt_secret: bytes,
+        *,
+        default_invisible_ms: int = DEFAULT_INVISIBLE_MS,
+    ) -> None:
+        self._metadata = metadata
+        self._store = store
+        self._clock = clock
+        self._secret = receipt_secret
+        self._default_invisible_ms = default_invisible_ms
+        self._turn = 0
+
+    def _handle(self, group: str, popped: PoppedMessage) -> str:
+        return receipts.encode(
+            Receipt(
+                group=group,
+                queue=popped.queue,
+                offset=popped.offset,
+                generation=popped.generation,
+                delivery_attempt=popped.delivery_attempt,
+                invisible_until_ms=popped.invisible_until_ms,
+                message_id=popped.message.message_id,
+            ),
+            self._secret,
+        )
+
+    async def group(self, group_name: str) -> GroupInfo:
+        """The consumer group (validated name)."""
+        validation.check_group(group_name)
+        return await self._metadata.get_group(group_name)
+
+    async def receive(
+        self,
+        group_name: str,
+        topic_name: str,
+        tag_filter: TagFilter,
+        *,
+        batch_size: int,
+        invisible_ms: int | None,
+        poll_ms: int,
+    ) -> list[Delivery]:
+        """Up to ``batch_size`` messages, waiting at most ``poll_ms`` for the first.
+
+        ``invisible_ms`` None: the server picks (auto-renew receives).
+        Deliveries past the group's max attempts go to its dead-letter topic
+        instead of the consumer.
+        """
+        validation.check_topic(topic_name)
+        group = await self.group(group_name)
+        batch_size = validation.check_batch_size(batch_size)
+        if invisible_ms is None:
+            invisible_ms = self._default_invisible_ms
+        else:
+            validation.check_receive_invisible_ms(invisible_ms)
+        topic = await self._metadata.get_topic(topic_name)
+        readable = [queue.queue_id for queue in topic.queues if queue.permission.readable]
+        if not readable:
+            raise BrokerError.of(
+                Reason.NO_READABLE_QUEUE, f"topic {topic_name!r} has no readable queue"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + poll_ms / 1000
+        while True:
+            self._turn += 1
+            start = self._turn % len(readable)
+            order = readable[start:] + readable[:start]
+            deliveries: list[Delivery] = []
+            known_end_offsets: dict[int, int] = {}
+            next_visible_ms: int | None = None
+            for queue_id in order:
+                wanted = batch_size - len(deliveries)
+                if wanted <= 0:
+                    break
+                result = await self._store.pop(
+                    group,
+                    QueueRef(topic_name, queue_id),
+                    batch_size=wanted,
+                    invisible_ms=invisible_ms,
+                    tag_filter=tag_filter,
+                )
+                known_end_offsets[queue_id] = result.end_offset
+                if result.next_visible_ms is not None and (
+                    next_visible_ms is None or result.next_visible_ms < next_visible_ms
+                ):
+                    next_visible_ms = result.next_visible_ms
+                for popped in result.messages:
+                    if popped.delivery_attempt > group.retry.max_delivery_attempts:
+                        await self._store.forward_to_dead_letter(
+                            group, popped.queue, popped.offset, popped.generation
+                        )
+                        continue
+                    deliveries.append(Delivery(popped, self._handle(group.name, popped)))
+            if deliveries:
+                return deliveries
+            wait_s = deadline - loop.time()
+            if wait_s <= 0:
+                return []
+            wait_ms = int(wait_s * 1000) + 1
+            if next_visible_ms is not None:
+                wait_ms = min(wait_ms, max(1, next_visible_ms - self._clock.now_ms()))
+            await self._store.wait_for_append(topic_name, known_end_offsets, wait_ms)
+
+    def _receipt(self, group_name: str, topic_name: str, handle: str) -> Receipt:
+        receipt = receipts.decode(handle, self._secret, self._clock.now_ms())
+        if receipt.group != group_name or receipt.queue.topic != topic_name:
+            raise BrokerError.of(
+                Reason.INVALID_RECEIPT_HANDLE,
+                "receipt handle was issued for another consumer group or topic",
+            )
+        return receipt
+
+    async def ack(
+        self, group_name: str, topic_name: str, handles: Sequence[str]
+    ) -> list[BrokerError | None]:
+        """Finish deliveries; one outcome per handle (None for success)."""
+        validation.check_group(group_name)
+        validation.check_topic(topic_name)
+        outcomes: list[BrokerError | None] = []
+        for handle in handles:
+            try:
+                receipt = self._receipt(group_name, topic_name, handle)
+                await self._store.ack(group_name, receipt.queue, receipt.offset, receipt.generation)
+            except BrokerError as error:
+                outcomes.append(error)
+            else:
+                outcomes.append(None)
+        return outcomes
+
+    async def change_invisible(
+        self, group_name: str, topic_name: str, handle: str, invisible_ms: int
+    ) -> str:
+        """Hide a delivery for ``invisible_ms`` from now; returns the new handle."""
+        validation.check_group(group_name)
+        validation.check_topic(topic_name)
+        validation.check_change_invisible_ms(invisible_ms)
+        receipt = self._receipt(group_name, topic_name, handle)
+        generation, until_ms = await self._store.change_invisible(
+            group_name, receipt.queue, receipt.offset, receipt.generation, invisible_ms
+        )
+        renewed = Receipt(
+            group=receipt.group,
+            queue=receipt.queue,
+            offset=receipt.offset,
+            generation=generation,
+            delivery_attempt=receipt.delivery_attempt,
+            invisible_until_ms=until_ms,
+            message_id=receipt.message_id,
+        )
+        return receipts.encode(renewed, self._secret)
+
+    async def forward_to_dead_letter(self, group_name: str, topic_name: str, handle: str) -> None:
+        """Move a delivery to the group's dead-letter topic now (FIFO consumers give up)."""
+        group = await self.group(group_name)
+        validation.check_topic(topic_name)
+        receipt = self._receipt(group_name, topic_name, handle)
+        await self._store.forward_to_dead_letter(
+            group, receipt.queue, receipt.offset, receipt.generation
+        )

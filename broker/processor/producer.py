@@ -1,0 +1,78 @@
+"""Sending: validate, pick queues, append (coalesced per queue)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+
+from broker.domain import AppendResult, Message, MessageType, QueueRef
+from broker.errors import BrokerError, Reason, not_implemented
+from broker.processor import validation
+from broker.processor.coalescer import AppendCoalescer
+from broker.processor.selector import select_queue
+from broker.services.base import Clock, MessageStore, MetadataService
+from protocol import errors as codes
+
+# Timers (DELAY) and transactions (TRANSACTION) come with their processors.
+SERVED_TYPES = frozenset({MessageType.NORMAL, MessageType.FIFO})
+
+
+class ProducerProcessor:
+    """Protocol-agnostic send path."""
+
+    def __init__(
+        self,
+        metadata: MetadataService,
+        store: MessageStore,
+        clock: Clock,
+        *,
+        coalescer: AppendCoalescer | None = None,
+    ) -> None:
+        self._metadata = metadata
+        self._clock = clock
+        self._coalescer = coalescer or AppendCoalescer(store)
+        self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
+
+    async def send(self, messages: Sequence[Message]) -> list[AppendResult]:
+        """Store ``messages`` (one topic); results in request order.
+
+        All-or-nothing validation: one bad message fails the request before
+        anything is stored.
+        """
+        if not messages:
+            raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "send request carries no message")
+        now_ms = self._clock.now_ms()
+        for message in messages:
+            validation.check_message(message, now_ms)
+        topic_name = messages[0].topic
+        if any(message.topic != topic_name for message in messages):
+            raise BrokerError(codes.BAD_REQUEST, "messages of one send must share one topic")
+        topic = await self._metadata.get_topic(topic_name)
+        for message in messages:
+            validation.check_type_allowed(message, topic)
+            if message.message_type not in SERVED_TYPES:
+                raise not_implemented(f"sending {message.message_type.name} messages")
+        writable = [queue.queue_id for queue in topic.queues if queue.permission.writable]
+        if not writable:
+            raise BrokerError.of(
+                Reason.NO_WRITABLE_QUEUE, f"topic {topic_name!r} has no writable queue"
+            )
+        by_queue: dict[int, list[int]] = defaultdict(list)
+        for index, message in enumerate(messages):
+            turn = next(self._turns[topic_name])
+            by_queue[select_queue(message, writable, turn)].append(index)
+        appended = await asyncio.gather(
+            *(
+                self._coalescer.append(
+                    QueueRef(topic_name, queue_id), [messages[i] for i in indexes]
+                )
+                for queue_id, indexes in by_queue.items()
+            )
+        )
+        results: list[AppendResult | None] = [None] * len(messages)
+        for indexes, queue_results in zip(by_queue.values(), appended, strict=True):
+            for index, result in zip(indexes, queue_results, strict=True):
+                results[index] = result
+        return [result for result in results if result is not None]

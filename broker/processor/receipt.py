@@ -1,0 +1,103 @@
+"""Receipt handles: self-describing, signed with the cluster secret.
+
+A handle carries everything any broker needs to ack or renew a delivery
+against storage (group, topic, queue id, offset, pop generation, delivery
+attempt, expiry, message id), so no broker keeps receipt state: a handle
+issued by one broker is honoured by every other broker of the cluster.
+
+Format (version 1): ``base64url(payload || mac)`` without padding, where
+``payload`` is a fixed header (version, expiry, offset, generation, queue id,
+attempt) followed by three length-prefixed UTF-8 strings (group, topic,
+message id), and ``mac`` is the first 16 bytes of HMAC-SHA256(secret, payload).
+
+A forged, truncated or altered handle fails the MAC; an expired one
+(``invisible_until_ms`` passed) is refused too, as the RocketMQ proxy does.
+A valid MAC proves the broker issued the handle, not that it is current:
+storage refuses a stale generation.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+
+from broker.domain import QueueRef, Receipt
+from broker.errors import BrokerError, Reason
+
+VERSION = 1
+_HEADER = struct.Struct(">BqqqiI")  # version, expiry ms, offset, generation, queue id, attempt
+_MAC_BYTES = 16
+_TEXT_MAX = 0xFFFF
+
+
+def _mac(secret: bytes, payload: bytes) -> bytes:
+    return hmac.new(secret, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def _text(value: str) -> bytes:
+    raw = value.encode()
+    if len(raw) > _TEXT_MAX:
+        raise ValueError("receipt field too long")
+    return struct.pack(">H", len(raw)) + raw
+
+
+def encode(receipt: Receipt, secret: bytes) -> str:
+    """The handle string for ``receipt``."""
+    payload = (
+        _HEADER.pack(
+            VERSION,
+            receipt.invisible_until_ms,
+            receipt.offset,
+            receipt.generation,
+            receipt.queue.queue_id,
+            receipt.delivery_attempt,
+        )
+        + _text(receipt.group)
+        + _text(receipt.queue.topic)
+        + _text(receipt.message_id)
+    )
+    return base64.urlsafe_b64encode(payload + _mac(secret, payload)).rstrip(b"=").decode()
+
+
+def _invalid(why: str) -> BrokerError:
+    return BrokerError.of(Reason.INVALID_RECEIPT_HANDLE, f"receipt handle is {why}")
+
+
+def decode(handle: str, secret: bytes, now_ms: int) -> Receipt:
+    """The receipt a handle proves; raises INVALID_RECEIPT_HANDLE if forged or expired."""
+    try:
+        raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
+    except (binascii.Error, ValueError):
+        raise _invalid("malformed") from None
+    if len(raw) < _HEADER.size + _MAC_BYTES:
+        raise _invalid("malformed")
+    payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
+    if not hmac.compare_digest(mac, _mac(secret, payload)):
+        raise _invalid("not issued by this cluster")
+    version, expiry_ms, offset, generation, queue_id, attempt = _HEADER.unpack_from(payload)
+    if version != VERSION:
+        raise _invalid(f"of unknown version {version}")
+    texts: list[str] = []
+    position = _HEADER.size
+    for _ in range(3):
+        (length,) = struct.unpack_from(">H", payload, position)
+        position += 2
+        texts.append(payload[position : position + length].decode())
+        position += length
+    group, topic, message_id = texts
+    if expiry_ms <= now_ms:
+        raise _invalid("expired")
+    return Receipt(
+        group=group,
+        queue=QueueRef(topic, queue_id),
+        offset=offset,
+        generation=generation,
+        delivery_attempt=attempt,
+        invisible_until_ms=expiry_ms,
+        message_id=message_id,
+    )

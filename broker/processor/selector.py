@@ -1,0 +1,32 @@
+"""Choosing the queue a sent message goes to.
+
+FIFO messages: a stable hash of the message group picks the queue, so every
+message of a group lands in one queue whatever broker or client sent it.
+Others: the queue the client named if it is writable, else round robin.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from broker.domain import Message
+
+
+def group_queue_index(message_group: str, queue_count: int) -> int:
+    """The index (into the writable queues) a message group maps to."""
+    digest = hashlib.sha256(message_group.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % queue_count
+
+
+def select_queue(message: Message, writable_queue_ids: Sequence[int], turn: int) -> int:
+    """The queue id for ``message``; ``turn`` is the caller's round-robin counter."""
+    if not writable_queue_ids:
+        raise ValueError("no writable queue")
+    if message.message_group is not None:
+        return writable_queue_ids[group_queue_index(message.message_group, len(writable_queue_ids))]
+    if message.queue_id is not None and message.queue_id in writable_queue_ids:
+        return message.queue_id
+    return writable_queue_ids[turn % len(writable_queue_ids)]

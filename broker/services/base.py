@@ -1,0 +1,129 @@
+"""The ports: what the broker needs from the rest of the cluster.
+
+Processors depend only on these Protocols. ``memory.py`` implements them in
+process (tests, and a single-process dev broker); the Angelia-backed
+implementations talk to the nameserver (metadata, routes) and the storage
+nodes (queues, pop state) and live beside them.
+
+Contracts every implementation keeps:
+
+- Failures are :class:`broker.errors.BrokerError` (with a code from
+  ``protocol/errors.py`` so ``retriable`` / ``refresh_route`` are meaningful);
+  a missing topic or group is ``Reason.TOPIC_NOT_FOUND`` /
+  ``Reason.CONSUMER_GROUP_NOT_FOUND``; a stale pop generation or an entry that
+  is no longer in flight is ``Reason.INVALID_RECEIPT_HANDLE``.
+- Time for invisibility is the store's: a pop or a change of invisibility
+  decides ``invisible_until_ms`` from the store's clock (in the replicated
+  store, from the time the leader proposes with the entry).
+- ``append`` takes a whole batch for ONE queue and is one call (one proposal
+  in the replicated store); the results are in the order of the batch.
+- Pop state is per (consumer group, queue). A message popped and neither
+  acked nor forwarded becomes visible again at ``invisible_until_ms`` and its
+  next pop has ``delivery_attempt`` one higher. Each pop and each change of
+  invisibility gives the delivery a new ``generation``; only the newest may
+  ack or change it.
+- Dead letters: ``pop`` returns deliveries with their attempt number and the
+  consumer processor forwards those past ``group.retry.max_delivery_attempts``
+  through ``forward_to_dead_letter``. An implementation may instead
+  dead-letter such messages inside the pop itself (the partition state
+  machine's ``Receive`` does, given ``max_delivery_attempts``); they then
+  simply never come back from ``pop``.
+- FIFO groups (``group.fifo`` on pop): a message is handed out only when every
+  earlier message of its message group in that queue is acked (or was handed
+  out in the same pop), so one message group is never consumed out of order.
+
+Mapping to the storage partition commands (``storage_node/partition``):
+``append`` -> one ``Append`` of the batch's records; ``pop`` -> ``Receive``
+(``max_messages=batch_size``, ``invisible_duration_ms``,
+``max_delivery_attempts``/``fifo`` from the GroupInfo,
+``filter_expression=tag_filter.expression()``); ``ack`` -> ``Ack``;
+``change_invisible`` -> ``ChangeInvisibleDuration``;
+``forward_to_dead_letter`` -> ``DeadLetter``; the (queue, offset, generation)
+triple is the storage half of the receipt handle. Routing a queue to its
+group's leader is the implementation's business: the broker itself serves
+every queue of every topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from broker.domain import (
+    AppendResult,
+    GroupInfo,
+    Message,
+    PopResult,
+    QueueRef,
+    TopicInfo,
+)
+from protocol.filters import TagFilter
+
+
+class Clock(Protocol):
+    """Wall-clock time in epoch milliseconds."""
+
+    def now_ms(self) -> int:
+        """The current time."""
+        ...
+
+
+class MetadataService(Protocol):
+    """Topics and consumer groups (the nameserver's metadata)."""
+
+    async def get_topic(self, name: str) -> TopicInfo:
+        """The topic with its queues; raises TOPIC_NOT_FOUND."""
+        ...
+
+    async def get_group(self, name: str) -> GroupInfo:
+        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
+        ...
+
+
+class MessageStore(Protocol):
+    """Queues and their consumer state (the storage nodes)."""
+
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+        """Append a batch to one queue, atomically and durably; one result per message."""
+        ...
+
+    async def pop(
+        self,
+        group: GroupInfo,
+        queue: QueueRef,
+        *,
+        batch_size: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+    ) -> PopResult:
+        """Hand up to ``batch_size`` visible messages of ``queue`` to ``group``.
+
+        Messages the filter rejects are consumed silently (acked for the group).
+        """
+        ...
+
+    async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
+        """Finish a delivery; raises INVALID_RECEIPT_HANDLE for a stale generation."""
+        ...
+
+    async def change_invisible(
+        self, group: str, queue: QueueRef, offset: int, generation: int, invisible_ms: int
+    ) -> tuple[int, int]:
+        """Hide a delivery for ``invisible_ms`` more from now; returns (generation, until_ms)."""
+        ...
+
+    async def forward_to_dead_letter(
+        self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
+    ) -> AppendResult:
+        """Move a delivery to the group's dead-letter topic and finish it, as one step."""
+        ...
+
+    async def wait_for_append(
+        self, topic: str, known_end_offsets: Mapping[int, int], timeout_ms: int
+    ) -> bool:
+        """Wait until a queue of ``topic`` grows past ``known_end_offsets``; False on timeout."""
+        ...
+
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
+        """The group's committed offset: every message before it is finished."""
+        ...

@@ -1,0 +1,302 @@
+"""In-process implementations of the ports, with real pop semantics.
+
+For tests and a single-process broker: nothing here survives the process.
+The pop state machine follows the contract in ``base.py``: per (group,
+queue) a committed offset, the set of offsets in flight (with attempt,
+generation and the time they become visible again) and the finished offsets
+above the committed one. Time comes only from the injected clock, so tests
+move invisibility by advancing a :class:`~broker.services.clock.ManualClock`.
+
+Concurrency: every method runs to completion without awaiting between a
+check and the mutation it guards (the only awaits are in ``wait_for_append``),
+so the asyncio loop is the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from broker.domain import (
+    AppendResult,
+    GroupInfo,
+    Message,
+    MessageType,
+    PoppedMessage,
+    PopResult,
+    QueueInfo,
+    QueueRef,
+    TopicInfo,
+)
+from broker.errors import BrokerError, Reason
+from broker.services.base import Clock
+from protocol.filters import TagFilter
+
+
+class MemoryMetadata:
+    """Topics and groups in a dict.
+
+    ``auto_create_topics`` creates an unknown topic (``default_queue_count``
+    queues, every message type) on first lookup; ``auto_create_groups`` does
+    the same for consumer groups (non-FIFO, default retry policy).
+    """
+
+    def __init__(
+        self,
+        topics: Iterable[TopicInfo] = (),
+        groups: Iterable[GroupInfo] = (),
+        *,
+        auto_create_topics: bool = False,
+        auto_create_groups: bool = True,
+        default_queue_count: int = 4,
+    ) -> None:
+        self._topics = {topic.name: topic for topic in topics}
+        self._groups = {group.name: group for group in groups}
+        self.auto_create_topics = auto_create_topics
+        self.auto_create_groups = auto_create_groups
+        self.default_queue_count = default_queue_count
+
+    def put_topic(self, topic: TopicInfo) -> None:
+        """Create or replace a topic."""
+        self._topics[topic.name] = topic
+
+    def put_group(self, group: GroupInfo) -> None:
+        """Create or replace a consumer group."""
+        self._groups[group.name] = group
+
+    def ensure_topic(self, name: str, queue_count: int = 1) -> TopicInfo:
+        """The topic, created with every message type if missing."""
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = TopicInfo(
+                name,
+                tuple(QueueInfo(i) for i in range(queue_count)),
+                frozenset(MessageType),
+            )
+            self._topics[name] = topic
+        return topic
+
+    async def get_topic(self, name: str) -> TopicInfo:
+        """The topic; raises TOPIC_NOT_FOUND."""
+        topic = self._topics.get(name)
+        if topic is None:
+            if not self.auto_create_topics:
+                raise BrokerError.of(Reason.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+            topic = self.ensure_topic(name, self.default_queue_count)
+        return topic
+
+    async def get_group(self, name: str) -> GroupInfo:
+        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
+        group = self._groups.get(name)
+        if group is None:
+            if not self.auto_create_groups:
+                raise BrokerError.of(
+                    Reason.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name!r} does not exist"
+                )
+            group = GroupInfo(name)
+            self._groups[name] = group
+        return group
+
+
+@dataclass(slots=True)
+class _Stored:
+    message: Message
+    store_timestamp_ms: int
+
+
+@dataclass(slots=True)
+class _InFlight:
+    delivery_attempt: int
+    generation: int
+    invisible_until_ms: int
+
+
+@dataclass(slots=True)
+class _GroupQueue:
+    """Pop state of one group on one queue.
+
+    Invariants: every offset below ``committed`` is finished; ``finished`` and
+    ``in_flight`` hold offsets >= ``committed`` and never share one.
+    """
+
+    committed: int = 0
+    in_flight: dict[int, _InFlight] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+
+    def finish(self, offset: int) -> None:
+        self.in_flight.pop(offset, None)
+        self.finished.add(offset)
+        while self.committed in self.finished:
+            self.finished.discard(self.committed)
+            self.committed += 1
+
+
+class MemoryStore:
+    """Queues and pop state in memory (see the module docstring)."""
+
+    def __init__(self, clock: Clock, metadata: MemoryMetadata | None = None) -> None:
+        self._clock = clock
+        self._metadata = metadata
+        self._queues: dict[QueueRef, list[_Stored]] = {}
+        self._groups: dict[tuple[str, QueueRef], _GroupQueue] = {}
+        self._generation = 0
+        self._appended: dict[str, asyncio.Event] = {}
+        self.append_calls = 0  # how many append calls reached the store (batching evidence)
+
+    def _log(self, queue: QueueRef) -> list[_Stored]:
+        return self._queues.setdefault(queue, [])
+
+    def _state(self, group: str, queue: QueueRef) -> _GroupQueue:
+        return self._groups.setdefault((group, queue), _GroupQueue())
+
+    def _next_generation(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    @property
+    def waiting_topics(self) -> list[str]:
+        """Topics a long poll is waiting on right now (for tests)."""
+        return [topic for topic, event in self._appended.items() if not event.is_set()]
+
+    def consumer_states(self) -> dict[tuple[str, QueueRef], tuple[int, int]]:
+        """(group, queue) -> (committed offset, deliveries in flight), for tests."""
+        return {key: (state.committed, len(state.in_flight)) for key, state in self._groups.items()}
+
+    def messages(self, queue: QueueRef) -> list[Message]:
+        """Everything appended to ``queue``, in offset order (for tests)."""
+        return [stored.message for stored in self._queues.get(queue, [])]
+
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+        """Append a batch to one queue."""
+        self.append_calls += 1
+        log = self._log(queue)
+        now_ms = self._clock.now_ms()
+        results = []
+        for message in messages:
+            results.append(AppendResult(queue, len(log), now_ms))
+            log.append(_Stored(message, now_ms))
+        event = self._appended.pop(queue.topic, None)
+        if event is not None:
+            event.set()
+        return results
+
+    async def pop(
+        self,
+        group: GroupInfo,
+        queue: QueueRef,
+        *,
+        batch_size: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+    ) -> PopResult:
+        """Hand visible messages to ``group`` (FIFO groups: per message group order)."""
+        log = self._log(queue)
+        state = self._state(group.name, queue)
+        now_ms = self._clock.now_ms()
+        popped: list[PoppedMessage] = []
+        blocked: set[str | None] = set()
+        for offset in range(state.committed, len(log)):
+            if len(popped) >= batch_size:
+                break
+            if offset in state.finished:
+                continue
+            stored = log[offset]
+            key = stored.message.message_group
+            if group.fifo and key in blocked:
+                continue
+            flight = state.in_flight.get(offset)
+            if flight is not None and flight.invisible_until_ms > now_ms:
+                blocked.add(key)
+                continue
+            if flight is None and not tag_filter.matches(stored.message.tag or ""):
+                state.finish(offset)
+                continue
+            attempt = 1 if flight is None else flight.delivery_attempt + 1
+            flight = _InFlight(attempt, self._next_generation(), now_ms + invisible_ms)
+            state.in_flight[offset] = flight
+            popped.append(
+                PoppedMessage(
+                    stored.message,
+                    queue,
+                    offset,
+                    stored.store_timestamp_ms,
+                    attempt,
+                    flight.generation,
+                    flight.invisible_until_ms,
+                )
+            )
+        invisible = [f.invisible_until_ms for f in state.in_flight.values()]
+        return PopResult(tuple(popped), len(log), min(invisible) if invisible else None)
+
+    def _flight(self, group: str, queue: QueueRef, offset: int, generation: int) -> _InFlight:
+        state = self._groups.get((group, queue))
+        flight = state.in_flight.get(offset) if state else None
+        if flight is None:
+            raise BrokerError.of(
+                Reason.INVALID_RECEIPT_HANDLE, "receipt handle is stale: the message is finished"
+            )
+        if flight.generation != generation:
+            raise BrokerError.of(
+                Reason.INVALID_RECEIPT_HANDLE,
+                "receipt handle is stale: the message was redelivered or renewed since",
+            )
+        return flight
+
+    async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
+        """Finish a delivery."""
+        self._flight(group, queue, offset, generation)
+        self._state(group, queue).finish(offset)
+
+    async def change_invisible(
+        self, group: str, queue: QueueRef, offset: int, generation: int, invisible_ms: int
+    ) -> tuple[int, int]:
+        """Hide a delivery for ``invisible_ms`` from now; a new generation."""
+        flight = self._flight(group, queue, offset, generation)
+        flight.generation = self._next_generation()
+        flight.invisible_until_ms = self._clock.now_ms() + invisible_ms
+        return flight.generation, flight.invisible_until_ms
+
+    async def forward_to_dead_letter(
+        self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
+    ) -> AppendResult:
+        """Copy the message to ``%DLQ%<group>`` and finish the delivery."""
+        self._flight(group.name, queue, offset, generation)
+        original = self._queues[queue][offset].message
+        dlq_topic = group.dead_letter_topic
+        if self._metadata is not None:
+            self._metadata.ensure_topic(dlq_topic)
+        copy = dataclasses.replace(
+            original, topic=dlq_topic, dead_letter_of=(queue.topic, original.message_id)
+        )
+        (result,) = await self.append(QueueRef(dlq_topic, 0), [copy])
+        self._state(group.name, queue).finish(offset)
+        return result
+
+    def _grew(self, topic: str, known_end_offsets: Mapping[int, int]) -> bool:
+        return any(
+            len(self._queues.get(QueueRef(topic, queue_id), ())) > end
+            for queue_id, end in known_end_offsets.items()
+        )
+
+    async def wait_for_append(
+        self, topic: str, known_end_offsets: Mapping[int, int], timeout_ms: int
+    ) -> bool:
+        """Wait until a queue of ``topic`` grows past ``known_end_offsets``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while not self._grew(topic, known_end_offsets):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._appended.setdefault(topic, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        return True
+
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
+        """The group's committed offset on ``queue``."""
+        state = self._groups.get((group, queue))
+        return state.committed if state else 0

@@ -1,0 +1,1 @@
+"""The RocketMQ client protocols rip5 speaks."""

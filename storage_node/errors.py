@@ -1,0 +1,66 @@
+"""Errors of the storage node: one root, each carrying a code from protocol.errors.
+
+Callers decide by ``code`` and its flags (``retriable``, ``refresh_route``),
+never by the subclass.
+"""
+
+from __future__ import annotations
+
+from protocol import errors
+from protocol.errors import ErrorCode
+
+
+class StorageError(Exception):
+    """Root of every storage node error."""
+
+    code: ErrorCode = errors.INTERNAL
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the same request may succeed later."""
+        return self.code.retriable
+
+    @property
+    def refresh_route(self) -> bool:
+        """Whether the caller should look up the queue's group again first."""
+        return self.code.refresh_route
+
+
+class BadCommand(StorageError):
+    """A command's arguments violate its contract (negative count, unknown op ...)."""
+
+    code = errors.BAD_REQUEST
+
+
+class CommandCorrupted(StorageError):
+    """The bytes of a log entry are not a command this version can read."""
+
+    code = errors.DECODE_FAILED
+
+
+class InvalidReceiptHandle(StorageError):
+    """The receipt handle is unknown, stale (superseded generation) or expired."""
+
+    code = errors.INVALID_RECEIPT_HANDLE
+
+
+class OffsetOutOfRange(StorageError):
+    """The queue offset is not in the queue."""
+
+    code = errors.OFFSET_OUT_OF_RANGE
+
+
+class NotFound(StorageError):
+    """The named queue, half message or timer does not exist (or is resolved)."""
+
+    code = errors.NOT_FOUND
+
+
+class OutOfOrderApply(StorageError):
+    """The host applied a log entry at or below the last applied index (a host bug)."""
+
+
+class SnapshotCorrupted(StorageError):
+    """Snapshot bytes that fail their CRC or do not decode."""
+
+    code = errors.DECODE_FAILED

@@ -1,0 +1,399 @@
+"""The commands of a partition (queue group) state machine: what a group's raft log holds.
+
+Each command is a frozen dataclass named by an :class:`Op`; :func:`encode`
+gives the bytes of a log entry and :func:`decode` reads them back. Every
+command carries ``now_ms``, the leader's clock when it proposed the command:
+time enters the state machine only this way, so every replica decides
+expiry, timer release and dedup eviction alike. The state machine keeps its
+clock monotonic (``max`` of all ``now_ms`` seen), so a new leader with a
+clock behind the old one cannot move time backwards.
+
+One log entry holds exactly one command: receipt handle generations are log
+indexes, so two commands sharing an entry would share a generation.
+
+Wire form: one op byte, then
+
+- ``APPEND``: a record batch (``protocol.records``) whose store timestamp is
+  ``now_ms``; the log is the commit log, so this is where message bodies live
+  and readers (the storage node, Spark) decode them from here;
+- every other op: a msgpack array of the command's fields in declaration
+  order (nested handles as arrays, enums as ints, tuples as arrays).
+
+Evolution: op codes are ONLY ADDED AT THE END of :class:`Op`, never reused;
+a command's fields are only added at the end, with a default (an older
+array takes the defaults for its missing tail).
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar
+
+import msgpack
+
+from protocol.records import MessageRecord, RecordCorrupted, decode_batch, encode_batch
+from storage_node.errors import CommandCorrupted
+
+
+class Op(enum.IntEnum):
+    """One byte naming a command in the log. ONLY ADD TO THE END; never reuse a number."""
+
+    APPEND = 1
+    RECEIVE = 2
+    ACK = 3
+    CHANGE_INVISIBLE_DURATION = 4
+    DEAD_LETTER = 5
+    COMMIT_OFFSET = 6
+    END_TRANSACTION = 7
+    NOTE_TRANSACTION_CHECKS = 8
+    TICK = 9
+    CANCEL_TIMER = 10
+    TRIM_QUEUE = 11
+
+
+class InitialPosition(enum.IntEnum):
+    """Where a consumer group that never consumed a queue starts. Append-only."""
+
+    EARLIEST = 0  # the queue's first offset
+    LATEST = 1  # the queue's end offset: only messages stored from now on
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    """The storage half of a receipt handle: which delivery of which message.
+
+    ``generation`` is the log index of the command that granted the current
+    lease (a receive, or a change of invisible duration). Each grant has a new
+    generation, so a handle from an earlier grant is stale. The consumer group
+    is named by the command that presents the handle.
+    """
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Store ``records`` (each names its own topic and queue) at ``now_ms``.
+
+    A record already stored with the same (topic, message id) inside the
+    dedup window is not stored again; its original outcome is returned.
+    """
+
+    op: ClassVar[Op] = Op.APPEND
+    now_ms: int
+    records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """Hand out up to ``max_messages`` of one queue to ``group``, invisible for a while.
+
+    Expired leases are redelivered (attempt + 1) before fresh messages, in
+    offset order; one whose next attempt would exceed
+    ``max_delivery_attempts`` is dead-lettered instead. A message whose tag
+    does not match ``filter_expression`` is skipped for the group for good.
+    With ``fifo``, at most one message per message group is in flight and
+    nothing after an unacked message of a message group is handed out.
+
+    ``attempt_id`` (optional, chosen by the client per receive and reused when
+    it retries a failed call): a receive repeating the group's latest
+    attempt id on the queue gets that receive's deliveries again, same
+    handles, as long as any of them is still in flight, instead of new
+    messages; so a lost response does not leave messages (and, for FIFO, their
+    message groups) locked until the invisible time runs out.
+    """
+
+    op: ClassVar[Op] = Op.RECEIVE
+    now_ms: int
+    group: str
+    topic: str
+    queue_id: int
+    max_messages: int
+    invisible_duration_ms: int
+    max_delivery_attempts: int
+    filter_expression: str = "*"
+    fifo: bool = False
+    initial_position: InitialPosition = InitialPosition.EARLIEST
+    attempt_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Acknowledge deliveries to ``group``; each handle succeeds or fails on its own."""
+
+    op: ClassVar[Op] = Op.ACK
+    now_ms: int
+    group: str
+    handles: tuple[ReceiptHandle, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeInvisibleDuration:
+    """Make a delivered message invisible until ``now_ms + invisible_duration_ms``.
+
+    Grants a new generation (the old handle goes stale); the attempt count is
+    unchanged. 0 makes it visible at once (a negative acknowledgement).
+    """
+
+    op: ClassVar[Op] = Op.CHANGE_INVISIBLE_DURATION
+    now_ms: int
+    group: str
+    handle: ReceiptHandle
+    invisible_duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Move a delivered (in-flight) message to the group's dead-letter queue now."""
+
+    op: ClassVar[Op] = Op.DEAD_LETTER
+    now_ms: int
+    group: str
+    handle: ReceiptHandle
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffset:
+    """Set ``group``'s position in a queue (pull consumers, offset resets).
+
+    Every offset below ``offset`` counts as consumed and none at or above it
+    does; leases of the group on the queue are dropped (their handles turn
+    invalid). The offset is clamped to the queue's [0, end].
+    """
+
+    op: ClassVar[Op] = Op.COMMIT_OFFSET
+    now_ms: int
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransaction:
+    """Commit (the half message becomes visible in its queue) or roll back (dropped)."""
+
+    op: ClassVar[Op] = Op.END_TRANSACTION
+    now_ms: int
+    topic: str
+    transaction_id: str
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NoteTransactionChecks:
+    """Record that a check-back was sent for these half messages.
+
+    Each named half message's check count goes up by one and its last check
+    time becomes ``now_ms``; one whose count then exceeds ``check_max`` is
+    rolled back (RocketMQ discards a transaction that never resolves).
+    """
+
+    op: ClassVar[Op] = Op.NOTE_TRANSACTION_CHECKS
+    now_ms: int
+    transaction_ids: tuple[str, ...]
+    check_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Only let time pass: releases due timers (and evicts old dedup entries).
+
+    The leader proposes one when ``next_timer_due_ms()`` has passed and no other
+    command carried the time forward.
+    """
+
+    op: ClassVar[Op] = Op.TICK
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    """Cancel a held delayed message (RocketMQ RecallMessage) before it is due."""
+
+    op: ClassVar[Op] = Op.CANCEL_TIMER
+    now_ms: int
+    topic: str
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrimQueue:
+    """Retention: drop a queue's messages below ``before_offset`` (clamped to the queue).
+
+    Their offsets are never reused and reads of them fail; consumer groups
+    positioned below move up, and their leases there are dropped. The leader
+    picks the offset (e.g. from store timestamps and the topic's retention).
+    """
+
+    op: ClassVar[Op] = Op.TRIM_QUEUE
+    now_ms: int
+    topic: str
+    queue_id: int
+    before_offset: int
+
+
+Command = (
+    Append
+    | Receive
+    | Ack
+    | ChangeInvisibleDuration
+    | DeadLetter
+    | CommitOffset
+    | EndTransaction
+    | NoteTransactionChecks
+    | Tick
+    | CancelTimer
+    | TrimQueue
+)
+
+_BY_OP: dict[Op, type[Any]] = {
+    cls.op: cls
+    for cls in (
+        Append,
+        Receive,
+        Ack,
+        ChangeInvisibleDuration,
+        DeadLetter,
+        CommitOffset,
+        EndTransaction,
+        NoteTransactionChecks,
+        Tick,
+        CancelTimer,
+        TrimQueue,
+    )
+}
+
+
+COMMAND_TYPES: tuple[type[Any], ...] = tuple(_BY_OP.values())
+"""Every command class, for isinstance checks."""
+
+
+def encode(command: Command) -> bytes:
+    """The log entry bytes of ``command``; equal commands give equal bytes."""
+    if isinstance(command, Append):
+        return bytes([Op.APPEND]) + encode_batch(command.records, command.now_ms)
+    fields = [_to_wire(getattr(command, f.name)) for f in dataclasses.fields(command)]
+    payload: bytes = msgpack.packb(fields, use_bin_type=True)
+    return bytes([command.op]) + payload
+
+
+def decode(data: bytes) -> Command:
+    """The command in a log entry; raises :class:`CommandCorrupted` for bad bytes."""
+    if not data:
+        raise CommandCorrupted("an empty entry is not a command")
+    try:
+        op = Op(data[0])
+    except ValueError as exc:
+        raise CommandCorrupted(f"unknown op code {data[0]}") from exc
+    if op is Op.APPEND:
+        try:
+            batch = decode_batch(data[1:])
+        except RecordCorrupted as exc:
+            raise CommandCorrupted(f"append batch: {exc}") from exc
+        return Append(batch.store_timestamp_ms, batch.records)
+    try:
+        raw = msgpack.unpackb(data[1:], raw=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise CommandCorrupted(f"{op.name}: payload is not msgpack: {exc}") from exc
+    command: Command = _from_wire(_BY_OP[op], raw)
+    return command
+
+
+def _to_wire(value: object) -> object:
+    if isinstance(value, ReceiptHandle):
+        return [value.topic, value.queue_id, value.queue_offset, value.generation]
+    if isinstance(value, tuple):
+        return [_to_wire(item) for item in value]
+    if isinstance(value, enum.IntEnum):
+        return int(value)
+    return value
+
+
+Decoder = Callable[[object], Any]
+
+
+def _scalar(kind: type, name: str) -> Decoder:
+    def read(data: object) -> Any:
+        if type(data) is not kind:  # exact: a bool is not an int here
+            raise CommandCorrupted(f"expected {name}, got {type(data).__name__}")
+        return data
+
+    return read
+
+
+@cache
+def _decoder(kind: Any) -> Decoder:
+    """A function reading ``kind`` from its wire form; built once per type."""
+    if kind is bool:
+        return _scalar(bool, "a bool")
+    if kind is int:
+        return _scalar(int, "an int")
+    if kind is str:
+        return _scalar(str, "a str")
+    if isinstance(kind, type) and issubclass(kind, enum.IntEnum):
+        enum_kind = kind
+        read_int = _scalar(int, "an int")
+
+        def read_enum(data: object) -> Any:
+            try:
+                return enum_kind(read_int(data))
+            except ValueError as exc:
+                raise CommandCorrupted(f"{data!r} is not a {enum_kind.__name__}") from exc
+
+        return read_enum
+    if typing.get_origin(kind) is tuple:
+        (item_kind, _ellipsis) = typing.get_args(kind)
+        read_item = _decoder(item_kind)
+
+        def read_tuple(data: object) -> Any:
+            if not isinstance(data, list):
+                raise CommandCorrupted(f"expected an array, got {type(data).__name__}")
+            return tuple(read_item(item) for item in data)
+
+        return read_tuple
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return _dataclass_decoder(kind)
+    raise TypeError(f"no wire form for {kind!r}")  # pragma: no cover - a programming error
+
+
+def _dataclass_decoder(cls: type[Any]) -> Decoder:
+    hints = typing.get_type_hints(cls)
+    fields = [
+        (
+            f.name,
+            _decoder(hints[f.name]),
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    required = sum(1 for _name, _read, has_default in fields if not has_default)
+    name = cls.__name__
+
+    def read(data: object) -> Any:
+        if not isinstance(data, list):
+            raise CommandCorrupted(f"{name}: expected an array, got {type(data).__name__}")
+        if len(data) > len(fields):
+            raise CommandCorrupted(f"{name}: {len(data)} fields, this version knows fewer")
+        if len(data) < required:
+            missing = fields[len(data)][0]
+            raise CommandCorrupted(f"{name}: field {missing} is missing")
+        return cls(
+            *(read_field(value) for (_n, read_field, _d), value in zip(fields, data, strict=False))
+        )
+
+    return read
+
+
+def _from_wire(kind: Any, data: object) -> Any:
+    return _decoder(kind)(data)

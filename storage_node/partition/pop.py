@@ -1,0 +1,273 @@
+"""Pop consumption of one queue by one consumer group: leases, invisibility, FIFO.
+
+Each offset of the queue is, for the group, in exactly one of three states:
+
+- fresh: never handed out;
+- leased: handed out and not yet acked; the lease says until when the
+  message is invisible, which delivery attempt it is (1 on first delivery)
+  and its generation (the log index of the command that granted it);
+- done: acked, dead-lettered, skipped by the filter, or below a committed
+  offset.
+
+Representation: offsets below ``cursor`` are leased or done; offsets at or
+above it are fresh unless leased or in ``done_ahead`` (FIFO receives may
+hand out messages past a fresh message whose message group is blocked).
+Invariants: ``done_ahead`` and the leased offsets are disjoint; every offset
+in ``done_ahead`` is >= ``cursor``; ``cursor`` never names a leased or done
+offset while the queue has entries past it (see :meth:`GroupQueue.settle`).
+
+A lease is valid for ack / change / dead-letter only while the state clock is
+before ``invisible_until_ms`` and only with its current generation. Once the
+clock reaches ``invisible_until_ms`` the message is visible again and the
+next receive hands it out with attempt + 1, or dead-letters it when that
+would exceed the group's maximum.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from protocol.filters import TagFilter
+from storage_node.partition.commands import InitialPosition
+from storage_node.partition.queues import QueueIndex
+from storage_node.partition.wire import as_int, as_list, as_str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One delivery of one message to a group, invisible until ``invisible_until_ms``."""
+
+    generation: int
+    invisible_until_ms: int
+    attempt: int
+    message_group: str = ""
+
+    def is_invisible(self, clock_ms: int) -> bool:
+        """Whether the message is still hidden from the group at ``clock_ms``."""
+        return clock_ms < self.invisible_until_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A message handed out by a receive: its offset and its new lease."""
+
+    queue_offset: int
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """A message taken out of the group's queue for the dead-letter queue."""
+
+    queue_offset: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivePlan:
+    """What one receive did: messages granted and messages to dead-letter."""
+
+    grants: tuple[Grant, ...]
+    dead_letters: tuple[Expiry, ...]
+
+
+class GroupQueue:
+    """A consumer group's consumption state of one queue (see the module docstring)."""
+
+    def __init__(self, cursor: int = 0) -> None:
+        self.cursor = cursor
+        self.leases: dict[int, Lease] = {}
+        self.done_ahead: set[int] = set()
+        # The latest receive that named an attempt id: (attempt id, generation, offsets).
+        self.last_attempt: tuple[str, int, tuple[int, ...]] = ("", 0, ())
+
+    @classmethod
+    def starting(cls, position: InitialPosition, queue: QueueIndex) -> GroupQueue:
+        """The state of a group that never consumed ``queue``."""
+        return cls(queue.end_offset if position is InitialPosition.LATEST else queue.first_offset)
+
+    def consumer_offset(self) -> int:
+        """The offset below which every message is done for the group."""
+        if not self.leases:
+            return self.cursor
+        return min(self.cursor, *self.leases)
+
+    def settle(self, end_offset: int) -> None:
+        """Move ``cursor`` past leased and done offsets, keeping the invariants."""
+        while self.cursor < end_offset:
+            if self.cursor in self.done_ahead:
+                self.done_ahead.discard(self.cursor)
+            elif self.cursor not in self.leases:
+                return
+            self.cursor += 1
+
+    def valid_lease(self, queue_offset: int, generation: int, clock_ms: int) -> Lease | None:
+        """The lease a handle names, if it is current and unexpired at ``clock_ms``."""
+        lease = self.leases.get(queue_offset)
+        if lease is None or lease.generation != generation or not lease.is_invisible(clock_ms):
+            return None
+        return lease
+
+    def finish(self, queue_offset: int, end_offset: int) -> None:
+        """Mark an offset done (acked, dead-lettered, filtered out)."""
+        self.leases.pop(queue_offset, None)
+        if queue_offset >= self.cursor:
+            self.done_ahead.add(queue_offset)
+        self.settle(end_offset)
+
+    def trim(self, first_offset: int, end_offset: int) -> None:
+        """The queue's offsets below ``first_offset`` are gone: drop what named them."""
+        for offset in [o for o in self.leases if o < first_offset]:
+            del self.leases[offset]
+        if self.cursor < first_offset:
+            self.done_ahead = {o for o in self.done_ahead if o >= first_offset}
+            self.cursor = first_offset
+        self.settle(end_offset)
+
+    def reset(self, offset: int) -> None:
+        """Every offset below ``offset`` is done, every other fresh; leases are dropped."""
+        self.cursor = offset
+        self.leases.clear()
+        self.done_ahead.clear()
+        self.last_attempt = ("", 0, ())
+
+    def repeat_attempt(self, attempt_id: str, clock_ms: int) -> tuple[Grant, ...]:
+        """The grants of the latest receive with ``attempt_id`` still in flight, if any."""
+        last_id, generation, offsets = self.last_attempt
+        if not attempt_id or attempt_id != last_id:
+            return ()
+        return tuple(
+            Grant(offset, lease)
+            for offset in offsets
+            if (lease := self.valid_lease(offset, generation, clock_ms)) is not None
+        )
+
+    def check_invariants(self, first_offset: int, end_offset: int) -> None:
+        """Raise AssertionError if the representation invariants do not hold."""
+        if not first_offset <= self.cursor <= end_offset:
+            raise AssertionError(f"cursor {self.cursor} outside [{first_offset}, {end_offset}]")
+        if self.done_ahead & self.leases.keys():
+            raise AssertionError(
+                f"offsets both leased and done: {self.done_ahead & self.leases.keys()}"
+            )
+        if any(o < self.cursor or o >= end_offset for o in self.done_ahead):
+            raise AssertionError(f"done_ahead {sorted(self.done_ahead)} outside [cursor, end)")
+        if any(o < first_offset or o >= end_offset for o in self.leases):
+            raise AssertionError(f"leases {sorted(self.leases)} outside the queue")
+        if self.cursor < end_offset and (
+            self.cursor in self.leases or self.cursor in self.done_ahead
+        ):
+            raise AssertionError(f"cursor {self.cursor} not settled")
+        if any(lease.attempt < 1 for lease in self.leases.values()):
+            raise AssertionError("a lease with attempt < 1")
+
+    def _fresh(self, end_offset: int, scan_max: int) -> Iterator[int]:
+        """Fresh offsets from the cursor, looking at no more than ``scan_max`` offsets."""
+        offset = self.cursor
+        stop = min(end_offset, self.cursor + scan_max)
+        while offset < stop:
+            if offset not in self.leases and offset not in self.done_ahead:
+                yield offset
+            offset += 1
+
+    def receive(
+        self,
+        queue: QueueIndex,
+        *,
+        clock_ms: int,
+        generation: int,
+        max_messages: int,
+        invisible_duration_ms: int,
+        max_delivery_attempts: int,
+        tag_filter: TagFilter,
+        fifo: bool,
+        scan_max: int,
+    ) -> ReceivePlan:
+        """Hand out up to ``max_messages``, in offset order, and update the leases.
+
+        Candidates are the expired leases and the fresh offsets (at most
+        ``scan_max`` offsets looked at past the cursor), merged in offset
+        order. An expired lease at its last attempt is dead-lettered; a
+        message not matching the filter becomes done; with ``fifo``, a message
+        whose message group has a message in flight (or handed out earlier in
+        this receive) is skipped and stays as it is.
+        """
+        end_offset = queue.end_offset
+        expired = sorted(o for o, lease in self.leases.items() if not lease.is_invisible(clock_ms))
+        blocked: set[str] = set()
+        if fifo:
+            blocked = {
+                lease.message_group
+                for lease in self.leases.values()
+                if lease.message_group and lease.is_invisible(clock_ms)
+            }
+        grants: list[Grant] = []
+        dead_letters: list[Expiry] = []
+        until_ms = clock_ms + invisible_duration_ms
+        for offset in heapq.merge(expired, self._fresh(end_offset, scan_max)):
+            if len(grants) >= max_messages:
+                break
+            previous = self.leases.get(offset)
+            attempt = 1 if previous is None else previous.attempt + 1
+            if previous is not None and attempt > max_delivery_attempts:
+                dead_letters.append(Expiry(offset, previous.attempt))
+                self._finish_quietly(offset)
+                continue
+            entry = queue.at(offset)
+            if not tag_filter.matches(entry.tag):
+                self._finish_quietly(offset)
+                continue
+            group = entry.message_group
+            if fifo and group and group in blocked:
+                continue
+            lease = Lease(generation, until_ms, attempt, group)
+            self.leases[offset] = lease
+            grants.append(Grant(offset, lease))
+            if fifo and group:
+                blocked.add(group)
+        self.settle(end_offset)
+        return ReceivePlan(tuple(grants), tuple(dead_letters))
+
+    def _finish_quietly(self, queue_offset: int) -> None:
+        """:meth:`finish` without settling (the caller settles once at the end)."""
+        self.leases.pop(queue_offset, None)
+        if queue_offset >= self.cursor:
+            self.done_ahead.add(queue_offset)
+
+    def to_wire(self) -> list[object]:
+        """Snapshot form: cursor, sorted leases, sorted done_ahead."""
+        return [
+            self.cursor,
+            [
+                [o, lease.generation, lease.invisible_until_ms, lease.attempt, lease.message_group]
+                for o, lease in sorted(self.leases.items())
+            ],
+            sorted(self.done_ahead),
+            [self.last_attempt[0], self.last_attempt[1], list(self.last_attempt[2])],
+        ]
+
+    @classmethod
+    def from_wire(cls, data: object) -> GroupQueue:
+        """Inverse of :meth:`to_wire`."""
+        cursor, leases, done_ahead, last = as_list(data, "group queue", 4)
+        state = cls(as_int(cursor, "cursor"))
+        for item in as_list(leases, "leases"):
+            offset, generation, until, attempt, group = as_list(item, "lease", 5)
+            state.leases[as_int(offset, "lease offset")] = Lease(
+                as_int(generation, "generation"),
+                as_int(until, "invisible until"),
+                as_int(attempt, "attempt"),
+                as_str(group, "message group"),
+            )
+        state.done_ahead = {as_int(o, "done offset") for o in as_list(done_ahead, "done")}
+        attempt_id, generation, offsets = as_list(last, "last attempt", 3)
+        state.last_attempt = (
+            as_str(attempt_id, "attempt id"),
+            as_int(generation, "attempt generation"),
+            tuple(as_int(o, "attempt offset") for o in as_list(offsets, "attempt offsets")),
+        )
+        return state

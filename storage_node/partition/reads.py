@@ -1,0 +1,36 @@
+"""Reading a queue entry's message back from the commit log.
+
+A queue entry names ``(log_index, position)``; the storage node fetches the
+log entry at ``log_index`` (from its log store, a peer or the tier) and
+passes its bytes here. Nothing else is needed: the APPEND entry holds the
+whole record batch.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from protocol.records import MessageRecord, RecordCorrupted, decode_batch
+from storage_node.errors import CommandCorrupted
+from storage_node.partition.commands import Op
+from storage_node.partition.queues import QueueEntry, QueueId, view_record
+
+
+def record_at(log_entry: bytes, entry: QueueEntry, queue: QueueId) -> MessageRecord:
+    """The message a reader of ``queue`` sees at ``entry``, given the bytes of its log entry.
+
+    Raises ``CommandCorrupted`` if the bytes are not an APPEND entry holding
+    that position (the caller passed the wrong entry, or the log is damaged).
+    """
+    if not log_entry or log_entry[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {entry.log_index} is not an APPEND entry")
+    try:
+        records = decode_batch(log_entry[1:]).records
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {entry.log_index}: {exc}") from exc
+    if not 0 <= entry.position < len(records):
+        raise CommandCorrupted(
+            f"log entry {entry.log_index} holds {len(records)} records, "
+            f"not position {entry.position}"
+        )
+    return view_record(records[entry.position], entry, queue)

@@ -1,0 +1,154 @@
+"""What applying each partition command returns to its proposer.
+
+Every replica computes the same result; only the leader hands it back to
+the caller that proposed the command.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode
+from storage_node.partition.commands import ReceiptHandle
+from storage_node.partition.queues import QueueEntry, RecordOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """One outcome per record of the Append, in order."""
+
+    outcomes: tuple[RecordOutcome, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message handed to a consumer group by a receive.
+
+    The body is in the log: read the APPEND entry at ``entry.log_index`` and
+    take record ``entry.position`` (see ``queues.view_record``).
+    ``delivery_attempt`` is 1 on first delivery.
+    """
+
+    handle: ReceiptHandle
+    delivery_attempt: int
+    invisible_until_ms: int
+    entry: QueueEntry
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """A message moved from a group's queue to the group's dead-letter queue.
+
+    ``attempts`` is how many deliveries it had; the copy went to
+    ``dead_letter_topic`` (``%DLQ%<group>``) queue ``dead_letter_queue_id``
+    (this raft group's id) at ``dead_letter_offset``.
+    """
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    attempts: int
+    dead_letter_topic: str
+    dead_letter_queue_id: int
+    dead_letter_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveResult:
+    """Messages handed out, and those dead-lettered on the way."""
+
+    deliveries: tuple[Delivery, ...]
+    dead_lettered: tuple[DeadLettered, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AckOutcome:
+    """One handle of an Ack: ``error`` is None when acknowledged."""
+
+    handle: ReceiptHandle
+    error: ErrorCode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """One outcome per handle of the Ack, in order."""
+
+    outcomes: tuple[AckOutcome, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeInvisibleDurationResult:
+    """The new handle (the old one is now stale) and the new deadline."""
+
+    handle: ReceiptHandle
+    invisible_until_ms: int
+    delivery_attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterResult:
+    """Where the dead-lettered message went."""
+
+    dead_lettered: DeadLettered
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffsetResult:
+    """The offset stored (after clamping to the queue)."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionResult:
+    """A committed half message's new place, or None after a rollback."""
+
+    committed: bool
+    outcome: RecordOutcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionChecksResult:
+    """Which half messages had a check noted, were discarded, or were unknown."""
+
+    noted: tuple[str, ...]
+    discarded: tuple[str, ...]
+    unknown: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """How many held messages this command released (any command may release)."""
+
+    released: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimerResult:
+    """Whether a held message was found and cancelled."""
+
+    cancelled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TrimQueueResult:
+    """The queue's first offset after trimming."""
+
+    first_offset: int
+
+
+Result = (
+    AppendResult
+    | ReceiveResult
+    | AckResult
+    | ChangeInvisibleDurationResult
+    | DeadLetterResult
+    | CommitOffsetResult
+    | EndTransactionResult
+    | TransactionChecksResult
+    | TickResult
+    | CancelTimerResult
+    | TrimQueueResult
+)

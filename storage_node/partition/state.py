@@ -1,0 +1,623 @@
+"""The partition state machine: everything a queue group keeps, applied from its log.
+
+One :class:`PartitionState` serves every queue of one raft group. Each
+replica applies the group's committed entries in log order with
+:meth:`PartitionState.apply_entry` (or :meth:`PartitionState.apply` for a
+decoded command) and so reaches the same state and the same results:
+apply is deterministic and reads no clock, randomness or files.
+
+Applying one command, in order:
+
+1. ``log_index`` must exceed the last applied index (host bug otherwise).
+2. The state clock becomes ``max(clock, command.now_ms)``; held timers due
+   by then enter their queues (in release order) and old dedup entries are
+   evicted. This happens even if step 3 rejects the command.
+3. The command is validated; a bad one raises a :class:`StorageError` and
+   changes nothing more. Every replica raises alike, so the host reports the
+   error to the proposer and goes on with the next entry.
+4. The command takes effect and its result is returned.
+
+``grown_queues`` names the queues whose end offset moved during the latest
+apply (new messages, released timers, commits, dead letters), so the host
+can wake long-polling receivers.
+
+Dead letters: a group's dead-letter queue is ``(%DLQ%<group>, group_id)``
+where ``group_id`` is this raft group's id, so moving a message there is a
+local append; routing must place queue ``i`` of every ``%DLQ%`` topic in raft
+group ``i``.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from protocol import errors
+from protocol.filters import TagFilter
+from protocol.records import MessageRecord, MessageType
+from storage_node.errors import (
+    BadCommand,
+    InvalidReceiptHandle,
+    NotFound,
+    OffsetOutOfRange,
+    OutOfOrderApply,
+)
+from storage_node.partition.commands import (
+    COMMAND_TYPES,
+    Ack,
+    Append,
+    CancelTimer,
+    ChangeInvisibleDuration,
+    Command,
+    CommitOffset,
+    DeadLetter,
+    EndTransaction,
+    NoteTransactionChecks,
+    ReceiptHandle,
+    Receive,
+    Tick,
+    TrimQueue,
+    decode,
+)
+from storage_node.partition.pop import Grant, GroupQueue, Lease
+from storage_node.partition.queues import (
+    DedupWindow,
+    Placement,
+    QueueEntry,
+    QueueId,
+    QueueIndex,
+    RecordOutcome,
+    dead_letter_topic,
+)
+from storage_node.partition.results import (
+    AckOutcome,
+    AckResult,
+    AppendResult,
+    CancelTimerResult,
+    ChangeInvisibleDurationResult,
+    CommitOffsetResult,
+    DeadLettered,
+    DeadLetterResult,
+    Delivery,
+    EndTransactionResult,
+    ReceiveResult,
+    Result,
+    TickResult,
+    TransactionChecksResult,
+    TrimQueueResult,
+)
+from storage_node.partition.timers import HeldMessage, TimerIndex
+from storage_node.partition.transactions import HalfMessage, HalfMessages
+
+_EMPTY = QueueIndex()
+
+GroupQueueKey = tuple[str, str, int]
+"""(consumer group, topic, queue id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    """Constants every replica of a group must share (they travel in snapshots)."""
+
+    group_id: int = 0
+    """This raft group's id: the queue id of its dead-letter queues."""
+    dedup_window_ms: int = 2 * 60_000
+    """How long a stored message id is remembered for idempotent retries (the
+    official clients retry at once, so minutes suffice)."""
+    dedup_entries_max: int = 100_000
+    """At most this many message ids are remembered (oldest dropped first)."""
+    receive_scan_max: int = 4096
+    """A receive looks at no more than this many offsets past a group's cursor."""
+
+
+class PartitionState:
+    """Queues, consumer groups, half messages and timers of one raft group."""
+
+    def __init__(self, config: PartitionConfig | None = None) -> None:
+        self.config = config or PartitionConfig()
+        self.applied_index = 0
+        self.clock_ms = 0
+        self.grown_queues: set[QueueId] = set()
+        self._queues: dict[QueueId, QueueIndex] = {}
+        self._groups: dict[GroupQueueKey, GroupQueue] = {}
+        self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
+        self._halves = HalfMessages()
+        self._timers = TimerIndex()
+
+    # ------------------------------------------------------------------ apply
+
+    def apply_entry(self, data: bytes, log_index: int) -> Result | None:
+        """Apply the committed log entry ``data`` at ``log_index``.
+
+        Empty data (a new leader's no-op entry) only advances the applied
+        index and returns None. Corrupt data raises ``CommandCorrupted`` after
+        advancing the applied index.
+        """
+        self._begin(log_index)
+        if not data:
+            return None
+        return self._apply(decode(data), log_index)
+
+    def apply(self, command: Command, log_index: int) -> Result:
+        """Apply a decoded ``command`` committed at ``log_index``."""
+        self._begin(log_index)
+        return self._apply(command, log_index)
+
+    def _begin(self, log_index: int) -> None:
+        if log_index <= self.applied_index:
+            raise OutOfOrderApply(
+                f"entry {log_index} applied after entry {self.applied_index}; "
+                "entries must be applied once each, in log order"
+            )
+        self.applied_index = log_index
+        self.grown_queues = set()
+
+    def _apply(self, command: Command, log_index: int) -> Result:
+        if not isinstance(command, COMMAND_TYPES):
+            raise BadCommand(f"not a partition command: {type(command).__name__}")
+        released = self._advance_clock(command.now_ms)
+        if isinstance(command, Append):
+            return self._append(command, log_index)
+        if isinstance(command, Receive):
+            return self._receive(command, log_index)
+        if isinstance(command, Ack):
+            return self._ack(command)
+        if isinstance(command, ChangeInvisibleDuration):
+            return self._change_invisible_duration(command, log_index)
+        if isinstance(command, DeadLetter):
+            return self._dead_letter_command(command)
+        if isinstance(command, CommitOffset):
+            return self._commit_offset(command)
+        if isinstance(command, EndTransaction):
+            return self._end_transaction(command)
+        if isinstance(command, NoteTransactionChecks):
+            return self._note_transaction_checks(command)
+        if isinstance(command, Tick):
+            return TickResult(released)
+        if isinstance(command, CancelTimer):
+            return CancelTimerResult(
+                self._timers.cancel(command.topic, command.message_id) is not None
+            )
+        if isinstance(command, TrimQueue):
+            return self._trim_queue(command)
+        raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
+
+    def _advance_clock(self, now_ms: int) -> int:
+        """Move the clock forward to ``now_ms`` (never back); release due timers."""
+        self.clock_ms = max(self.clock_ms, now_ms)
+        due = self._timers.pop_due(self.clock_ms)
+        for held in due:
+            offset = self._enqueue(
+                (held.topic, held.queue_id),
+                QueueEntry(
+                    held.log_index, held.position, self.clock_ms, held.tag, held.message_group
+                ),
+            )
+            self._dedup.update(
+                RecordOutcome(held.topic, held.queue_id, held.message_id, Placement.QUEUED, offset)
+            )
+        self._dedup.maybe_evict(self.clock_ms)
+        return len(due)
+
+    def _enqueue(self, queue: QueueId, entry: QueueEntry) -> int:
+        index = self._queues.get(queue)
+        if index is None:
+            index = self._queues[queue] = QueueIndex()
+        self.grown_queues.add(queue)
+        return index.append(entry)
+
+    # ------------------------------------------------------------------ append
+
+    def _append(self, command: Append, log_index: int) -> AppendResult:
+        for record in command.records:
+            _check_record(record)
+        outcomes = [
+            self._append_one(record, log_index, position)
+            for position, record in enumerate(command.records)
+        ]
+        return AppendResult(tuple(outcomes))
+
+    def _append_one(self, record: MessageRecord, log_index: int, position: int) -> RecordOutcome:
+        known = self._dedup.lookup(record.topic, record.message_id)
+        if known is not None:
+            return RecordOutcome(
+                known.topic,
+                known.queue_id,
+                known.message_id,
+                known.placement,
+                known.queue_offset,
+                duplicate=True,
+            )
+        if record.message_type is MessageType.TRANSACTION:
+            half = self._halves.get(record.message_id)
+            if half is None:
+                self._halves.add(
+                    HalfMessage(
+                        record.message_id,
+                        record.topic,
+                        record.queue_id,
+                        log_index,
+                        position,
+                        self.clock_ms,
+                        record.tag,
+                        record.message_group,
+                        record.delivery_timestamp_ms,
+                    )
+                )
+            outcome = RecordOutcome(
+                record.topic,
+                record.queue_id,
+                record.message_id,
+                Placement.HALF,
+                duplicate=half is not None,
+            )
+        elif self._timers.is_held(record.topic, record.message_id):
+            # Sent again after the dedup window forgot it, while still held.
+            outcome = RecordOutcome(
+                record.topic, record.queue_id, record.message_id, Placement.DELAYED, duplicate=True
+            )
+        elif record.delivery_timestamp_ms > self.clock_ms:
+            self._timers.hold(
+                HeldMessage(
+                    record.delivery_timestamp_ms,
+                    log_index,
+                    position,
+                    record.topic,
+                    record.queue_id,
+                    record.message_id,
+                    record.tag,
+                    record.message_group,
+                )
+            )
+            outcome = RecordOutcome(
+                record.topic, record.queue_id, record.message_id, Placement.DELAYED
+            )
+        else:
+            offset = self._enqueue(
+                (record.topic, record.queue_id),
+                QueueEntry(log_index, position, self.clock_ms, record.tag, record.message_group),
+            )
+            outcome = RecordOutcome(
+                record.topic, record.queue_id, record.message_id, Placement.QUEUED, offset
+            )
+        if not outcome.duplicate:
+            self._dedup.remember(outcome, self.clock_ms)
+        return outcome
+
+    # ------------------------------------------------------------------ pop
+
+    def _receive(self, command: Receive, log_index: int) -> ReceiveResult:
+        _require(command.group != "", "receive needs a consumer group")
+        _require(command.max_messages >= 1, "receive needs max_messages >= 1")
+        _require(command.invisible_duration_ms >= 0, "invisible duration must be >= 0")
+        _require(command.max_delivery_attempts >= 1, "max delivery attempts must be >= 1")
+        queue = (command.topic, command.queue_id)
+        index = self._queues.get(queue)
+        if index is None:
+            return ReceiveResult(())
+        key = (command.group, command.topic, command.queue_id)
+        group_queue = self._groups.get(key)
+        if group_queue is None:
+            group_queue = GroupQueue.starting(command.initial_position, index)
+            self._groups[key] = group_queue
+        repeated = group_queue.repeat_attempt(command.attempt_id, self.clock_ms)
+        if repeated:
+            return ReceiveResult(tuple(_delivery(command, grant, index) for grant in repeated))
+        plan = group_queue.receive(
+            index,
+            clock_ms=self.clock_ms,
+            generation=log_index,
+            max_messages=command.max_messages,
+            invisible_duration_ms=command.invisible_duration_ms,
+            max_delivery_attempts=command.max_delivery_attempts,
+            tag_filter=TagFilter.parse(command.filter_expression),
+            fifo=command.fifo,
+            scan_max=self.config.receive_scan_max,
+        )
+        if command.attempt_id:
+            group_queue.last_attempt = (
+                command.attempt_id,
+                log_index,
+                tuple(grant.queue_offset for grant in plan.grants),
+            )
+        dead = tuple(
+            self._move_to_dead_letter(command.group, queue, expiry.queue_offset, expiry.attempts)
+            for expiry in plan.dead_letters
+        )
+        deliveries = tuple(_delivery(command, grant, index) for grant in plan.grants)
+        return ReceiveResult(deliveries, dead)
+
+    def _move_to_dead_letter(
+        self, group: str, queue: QueueId, queue_offset: int, attempts: int
+    ) -> DeadLettered:
+        """Append a dead-letter copy of a queue entry (the caller finished it for the group)."""
+        entry = self._queues[queue].at(queue_offset)
+        target = (dead_letter_topic(group), self.config.group_id)
+        offset = self._enqueue(
+            target,
+            QueueEntry(
+                entry.log_index,
+                entry.position,
+                self.clock_ms,
+                entry.tag,
+                entry.message_group,
+                dead_letter=True,
+            ),
+        )
+        return DeadLettered(
+            queue[0], queue[1], queue_offset, attempts, target[0], target[1], offset
+        )
+
+    def _valid_lease(self, group: str, handle: ReceiptHandle) -> tuple[GroupQueue, Lease] | None:
+        group_queue = self._groups.get((group, handle.topic, handle.queue_id))
+        if group_queue is None:
+            return None
+        lease = group_queue.valid_lease(handle.queue_offset, handle.generation, self.clock_ms)
+        return None if lease is None else (group_queue, lease)
+
+    def _ack(self, command: Ack) -> AckResult:
+        outcomes = []
+        for handle in command.handles:
+            found = self._valid_lease(command.group, handle)
+            if found is None:
+                outcomes.append(AckOutcome(handle, errors.INVALID_RECEIPT_HANDLE))
+                continue
+            group_queue, _lease = found
+            group_queue.finish(handle.queue_offset, self.end_offset(handle.topic, handle.queue_id))
+            outcomes.append(AckOutcome(handle))
+        return AckResult(tuple(outcomes))
+
+    def _change_invisible_duration(
+        self, command: ChangeInvisibleDuration, log_index: int
+    ) -> ChangeInvisibleDurationResult:
+        _require(command.invisible_duration_ms >= 0, "invisible duration must be >= 0")
+        found = self._valid_lease(command.group, command.handle)
+        if found is None:
+            raise InvalidReceiptHandle(_stale(command.handle))
+        group_queue, lease = found
+        renewed = Lease(
+            log_index,
+            self.clock_ms + command.invisible_duration_ms,
+            lease.attempt,
+            lease.message_group,
+        )
+        group_queue.leases[command.handle.queue_offset] = renewed
+        handle = ReceiptHandle(
+            command.handle.topic, command.handle.queue_id, command.handle.queue_offset, log_index
+        )
+        return ChangeInvisibleDurationResult(handle, renewed.invisible_until_ms, renewed.attempt)
+
+    def _dead_letter_command(self, command: DeadLetter) -> DeadLetterResult:
+        found = self._valid_lease(command.group, command.handle)
+        if found is None:
+            raise InvalidReceiptHandle(_stale(command.handle))
+        group_queue, lease = found
+        queue = (command.handle.topic, command.handle.queue_id)
+        group_queue.finish(command.handle.queue_offset, self.end_offset(*queue))
+        return DeadLetterResult(
+            self._move_to_dead_letter(
+                command.group, queue, command.handle.queue_offset, lease.attempt
+            )
+        )
+
+    def _commit_offset(self, command: CommitOffset) -> CommitOffsetResult:
+        _require(command.group != "", "committing an offset needs a consumer group")
+        first = self.first_offset(command.topic, command.queue_id)
+        end = self.end_offset(command.topic, command.queue_id)
+        offset = min(max(command.offset, first), end)
+        key = (command.group, command.topic, command.queue_id)
+        self._groups.setdefault(key, GroupQueue()).reset(offset)
+        return CommitOffsetResult(offset)
+
+    def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:
+        index = self._queues.get((command.topic, command.queue_id))
+        if index is None:
+            return TrimQueueResult(0)
+        first = index.trim(command.before_offset)
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            if (topic, queue_id) == (command.topic, command.queue_id):
+                group_queue.trim(first, index.end_offset)
+        return TrimQueueResult(first)
+
+    # ------------------------------------------------------------------ transactions
+
+    def _end_transaction(self, command: EndTransaction) -> EndTransactionResult:
+        half = self._halves.get(command.transaction_id)
+        if half is None or half.topic != command.topic:
+            raise NotFound(
+                f"no unresolved half message {command.transaction_id!r} in topic {command.topic!r}"
+            )
+        self._halves.resolve(command.transaction_id)
+        if not command.commit:
+            return EndTransactionResult(False)
+        outcome = self._admit_half(half)
+        self._dedup.update(outcome)
+        return EndTransactionResult(True, outcome)
+
+    def _admit_half(self, half: HalfMessage) -> RecordOutcome:
+        if half.delivery_timestamp_ms > self.clock_ms:
+            self._timers.hold(
+                HeldMessage(
+                    half.delivery_timestamp_ms,
+                    half.log_index,
+                    half.position,
+                    half.topic,
+                    half.queue_id,
+                    half.transaction_id,
+                    half.tag,
+                    half.message_group,
+                )
+            )
+            return RecordOutcome(half.topic, half.queue_id, half.transaction_id, Placement.DELAYED)
+        offset = self._enqueue(
+            (half.topic, half.queue_id),
+            QueueEntry(half.log_index, half.position, self.clock_ms, half.tag, half.message_group),
+        )
+        return RecordOutcome(
+            half.topic, half.queue_id, half.transaction_id, Placement.QUEUED, offset
+        )
+
+    def _note_transaction_checks(self, command: NoteTransactionChecks) -> TransactionChecksResult:
+        _require(command.check_max >= 1, "check_max must be >= 1")
+        noted: list[str] = []
+        discarded: list[str] = []
+        unknown: list[str] = []
+        for transaction_id in command.transaction_ids:
+            half = self._halves.note_check(transaction_id, self.clock_ms)
+            if half is None:
+                unknown.append(transaction_id)
+            elif half.check_count > command.check_max:
+                self._halves.resolve(transaction_id)
+                discarded.append(transaction_id)
+            else:
+                noted.append(transaction_id)
+        return TransactionChecksResult(tuple(noted), tuple(discarded), tuple(unknown))
+
+    # ------------------------------------------------------------------ queries
+
+    def queue_ids(self) -> list[QueueId]:
+        """Every queue with at least one message, sorted."""
+        return sorted(self._queues)
+
+    def end_offset(self, topic: str, queue_id: int) -> int:
+        """The offset the next message of the queue will get (0 for an unknown queue)."""
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.end_offset
+
+    def first_offset(self, topic: str, queue_id: int) -> int:
+        """The oldest offset still in the queue (older ones were trimmed)."""
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.first_offset
+
+    def entry(self, topic: str, queue_id: int, queue_offset: int) -> QueueEntry:
+        """Where the message at ``queue_offset`` lives; raises ``OffsetOutOfRange``."""
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.holds(queue_offset):
+            raise OffsetOutOfRange(
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}) "
+                f"of {topic}:{queue_id}"
+            )
+        return index.at(queue_offset)
+
+    def read(
+        self, topic: str, queue_id: int, queue_offset: int, count_max: int
+    ) -> Sequence[QueueEntry]:
+        """Up to ``count_max`` entries from ``queue_offset`` (the end offset gives none)."""
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.first_offset <= queue_offset <= index.end_offset:
+            raise OffsetOutOfRange(
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}] "
+                f"of {topic}:{queue_id}"
+            )
+        return index.read(queue_offset, count_max)
+
+    def min_log_index_referenced(self) -> int | None:
+        """The oldest log index a queue entry, half message or held message still needs.
+
+        Log entries below it hold no message anyone can read: with a snapshot
+        at or after it, the log may be truncated there. None: nothing is
+        referenced. Costs a pass over every entry; call it when planning
+        truncation, not per request.
+        """
+        indexes = [entry.log_index for index in self._queues.values() for entry in index]
+        indexes += [half.log_index for half in self._halves]
+        indexes += [held.log_index for held in self._timers]
+        return min(indexes, default=None)
+
+    def consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset below which every message is done for ``group`` (None: never consumed)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return None if group_queue is None else group_queue.consumer_offset()
+
+    def backlog(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
+        """(messages not yet done for ``group``, of which in flight now) in a queue.
+
+        A group that never consumed the queue counts every message still in it.
+        """
+        group_queue = self._groups.get((group, topic, queue_id))
+        end = self.end_offset(topic, queue_id)
+        if group_queue is None:
+            return end - self.first_offset(topic, queue_id), 0
+        clock_ms = self.clock_ms
+        in_flight = sum(1 for lease in group_queue.leases.values() if lease.is_invisible(clock_ms))
+        cursor = group_queue.cursor
+        behind = sum(1 for offset in group_queue.leases if offset < cursor)
+        return end - cursor - len(group_queue.done_ahead) + behind, in_flight
+
+    def lease(self, group: str, topic: str, queue_id: int, queue_offset: int) -> Lease | None:
+        """The group's current lease on a message, expired or not (None if none)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return None if group_queue is None else group_queue.leases.get(queue_offset)
+
+    def group_queues(self) -> list[GroupQueueKey]:
+        """Every (group, topic, queue id) with consumption state, sorted."""
+        return sorted(self._groups)
+
+    def next_timer_due_ms(self) -> int | None:
+        """When the earliest held message is due (the leader proposes a Tick then)."""
+        return self._timers.next_due_ms()
+
+    def held_messages(self) -> Iterator[HeldMessage]:
+        """Held delayed messages in release order."""
+        return iter(self._timers)
+
+    def half_message(self, transaction_id: str) -> HalfMessage | None:
+        """The unresolved half message of a transaction, if any."""
+        return self._halves.get(transaction_id)
+
+    def half_messages_due(
+        self, stored_before_ms: int, checked_before_ms: int, limit: int = 1000
+    ) -> list[HalfMessage]:
+        """Unresolved half messages to check back: stored before ``stored_before_ms``
+        and never checked or last checked before ``checked_before_ms``, oldest first."""
+        return self._halves.due(stored_before_ms, checked_before_ms, limit)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            group_queue.check_invariants(
+                self.first_offset(topic, queue_id), self.end_offset(topic, queue_id)
+            )
+        for queue, index in self._queues.items():
+            if not 0 <= index.first_offset <= index.end_offset:
+                raise AssertionError(
+                    f"{queue} has offsets [{index.first_offset}, {index.end_offset})"
+                )
+            if any(entry.log_index > self.applied_index for entry in index):
+                raise AssertionError(f"{queue} indexes an entry after the applied index")
+        for held in self._timers:
+            if held.due_ms <= self.clock_ms:
+                raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
+
+    def dedup_size(self) -> int:
+        """How many message ids the dedup window remembers."""
+        return len(self._dedup)
+
+
+def _delivery(command: Receive, grant: Grant, index: QueueIndex) -> Delivery:
+    handle = ReceiptHandle(
+        command.topic, command.queue_id, grant.queue_offset, grant.lease.generation
+    )
+    return Delivery(
+        handle, grant.lease.attempt, grant.lease.invisible_until_ms, index.at(grant.queue_offset)
+    )
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise BadCommand(message)
+
+
+def _stale(handle: ReceiptHandle) -> str:
+    return (
+        f"receipt handle for {handle.topic}:{handle.queue_id}@{handle.queue_offset} "
+        f"generation {handle.generation} is unknown, superseded or expired"
+    )
+
+
+def _check_record(record: MessageRecord) -> None:
+    _require(record.topic != "", f"message {record.message_id!r} has no topic")
+    _require(record.message_id != "", f"a message to {record.topic!r} has no message id")
+    _require(record.queue_id >= 0, f"message {record.message_id!r} has queue id {record.queue_id}")

@@ -1,0 +1,99 @@
+"""Micro-benchmark of the partition state machine (one core, no I/O).
+
+Run: ``.venv/bin/python -m tests.bench.bench_partition [--messages N] [--runs R]``.
+Prints the median of R runs for: applying APPEND entries (decode included),
+receive + ack cycles, and snapshot take / restore of the resulting state.
+Not a test: pytest does not collect it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from protocol.records import MessageRecord
+from storage_node.partition import commands as c
+from storage_node.partition.results import ReceiveResult
+from storage_node.partition.snapshot import restore, take_snapshot
+from storage_node.partition.state import PartitionState
+
+BATCH = 16
+BODY = b"x" * 1024
+
+
+def append_entries(messages: int) -> list[bytes]:
+    entries = []
+    for start in range(0, messages, BATCH):
+        records = tuple(
+            MessageRecord("bench", (start // BATCH) % 4, f"m{i:012d}", BODY, tag="t")
+            for i in range(start, min(start + BATCH, messages))
+        )
+        entries.append(c.encode(c.Append(1_000 + start, records)))
+    return entries
+
+
+def run_appends(entries: list[bytes]) -> PartitionState:
+    state = PartitionState()
+    for index, data in enumerate(entries, start=1):
+        state.apply_entry(data, index)
+    return state
+
+
+def run_receive_ack(state: PartitionState, messages: int) -> None:
+    now = 10_000_000
+    done = 0
+    queue = 0
+    while done < messages:
+        index = state.applied_index + 1
+        got = state.apply_entry(
+            c.encode(c.Receive(now, "bench-group", "bench", queue, 32, 30_000, 16)), index
+        )
+        assert isinstance(got, ReceiveResult)
+        if not got.deliveries:
+            queue += 1
+            continue
+        handles = tuple(d.handle for d in got.deliveries)
+        state.apply_entry(c.encode(c.Ack(now, "bench-group", handles)), index + 1)
+        done += len(handles)
+
+
+def median_s(runs: int, body: Callable[[], object]) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        body()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    n = args.messages
+    entries = append_entries(n)
+    t_append = median_s(args.runs, lambda: run_appends(entries))
+    print(f"append  : {n / t_append:>10,.0f} msg/s  ({BATCH}/entry, 1 KiB bodies)")
+
+    def receive_ack() -> None:
+        run_receive_ack(run_appends(entries), n)
+
+    t_both = median_s(args.runs, receive_ack)
+    t_pop = t_both - t_append
+    print(f"recv+ack: {n / t_pop:>10,.0f} msg/s  (32/receive, one ack entry per receive)")
+    state = run_appends(entries)
+    run_receive_ack(state, n // 2)
+    image = take_snapshot(state)
+    t_take = median_s(args.runs, lambda: take_snapshot(state))
+    t_restore = median_s(args.runs, lambda: restore(image))
+    print(
+        f"snapshot: {len(image):,} bytes; take {t_take * 1000:.1f} ms; "
+        f"restore {t_restore * 1000:.1f} ms ({n:,} messages, {n // 2:,} acked)"
+    )
+
+
+if __name__ == "__main__":
+    main()

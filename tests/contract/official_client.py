@@ -1,0 +1,342 @@
+"""Scenarios run by the OFFICIAL RocketMQ Python client (rocketmq-python-client).
+
+Run in its own interpreter (``python official_client.py PORT SCENARIO``): the
+client's generated protobuf modules clash with ours in one process. Prints
+one JSON object (the scenario's observations) as its last stdout line; the
+test asserts on it. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+import grpc
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
+from rocketmq.v5.exception import ClientException
+
+DEADLINE_S = 40.0
+
+
+def _config(port: int) -> ClientConfiguration:
+    return ClientConfiguration(f"127.0.0.1:{port}", Credentials())
+
+
+def _message(topic: str, body: bytes, tag: str | None = None, group: str | None = None) -> Message:
+    message = Message()
+    message.topic = topic
+    message.body = body
+    if tag is not None:
+        message.tag = tag
+    if group is not None:
+        message.message_group = group
+    return message
+
+
+def _receive_until(consumer: SimpleConsumer, count: int, invisible_s: int) -> list[Message]:
+    received: list[Message] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(received) < count and time.monotonic() < deadline:
+        received.extend(consumer.receive(32, invisible_s))
+    return received
+
+
+def _view(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.message_id,
+        "body": message.body.decode(),
+        "tag": message.tag,
+        "group": message.message_group,
+        "attempt": message.delivery_attempt,
+        "corrupted": message.corrupted,
+    }
+
+
+def _code(error: BaseException) -> int | str:
+    if isinstance(error, ClientException) and error.code:
+        return int(error.code)
+    return f"{type(error).__name__}: {error}"
+
+
+def produce_and_simple_consume(port: int) -> dict[str, Any]:
+    """NORMAL and FIFO sends; SimpleConsumer receive, tag filter, ack, redelivery."""
+    out: dict[str, Any] = {}
+    producer = Producer(_config(port), ("normal", "fifo"))
+    producer.startup()
+    try:
+        sent_normal = [
+            producer.send(_message("normal", f"n{i}".encode(), tag="a" if i % 2 == 0 else "b"))
+            for i in range(4)
+        ]
+        out["normal_ids"] = [receipt.message_id for receipt in sent_normal]
+        sent_fifo = [
+            producer.send(_message("fifo", f"f{i}".encode(), group="order-1")) for i in range(3)
+        ]
+        out["fifo_ids"] = [receipt.message_id for receipt in sent_fifo]
+
+        # A tag filter: only "a" messages reach this group; acks finish them.
+        tagged = SimpleConsumer(_config(port), "tagged", {"normal": FilterExpression("a")}, 5)
+        tagged.startup()
+        try:
+            got = _receive_until(tagged, 2, 15)
+            out["tagged"] = [_view(m) for m in got]
+            for message in got:
+                tagged.ack(message)
+            out["tagged_after_ack"] = [_view(m) for m in tagged.receive(32, 15)]
+        finally:
+            tagged.shutdown()
+
+        # FIFO: the group's messages come in order, one batch at a time.
+        fifo = SimpleConsumer(_config(port), "fifo-group", {"fifo": FilterExpression()}, 5)
+        fifo.startup()
+        try:
+            got = _receive_until(fifo, 3, 15)
+            out["fifo_received"] = [_view(m) for m in got]
+            for message in got:
+                fifo.ack(message)
+        finally:
+            fifo.shutdown()
+
+        # Redelivery: change invisibility to 1 s, receive again with attempt 2.
+        plain = SimpleConsumer(_config(port), "plain", {"normal": FilterExpression()}, 5)
+        plain.startup()
+        try:
+            first = _receive_until(plain, 4, 15)
+            out["plain_first"] = [_view(m) for m in first]
+            target = next(m for m in first if m.message_id == out["normal_ids"][0])
+            old_handle = target.receipt_handle
+            plain.change_invisible_duration(target, 1)
+            out["handle_changed"] = target.receipt_handle != old_handle
+            for message in first:
+                if message is not target:
+                    plain.ack(message)
+            again = _receive_until(plain, 1, 15)
+            out["redelivered"] = [_view(m) for m in again]
+            try:
+                stale = Message()
+                stale.topic = "normal"
+                stale.message_id = target.message_id
+                stale.receipt_handle = old_handle
+                stale.endpoints = target.endpoints
+                plain.ack(stale)
+                out["stale_ack"] = "accepted"
+            except Exception as error:  # noqa: BLE001 - the observation
+                out["stale_ack"] = _code(error)
+            for message in again:
+                plain.ack(message)
+            out["after_all_acked"] = [_view(m) for m in plain.receive(32, 15)]
+        finally:
+            plain.shutdown()
+    finally:
+        producer.shutdown()
+    return out
+
+
+class _Listener(MessageListener):
+    """Fails the first delivery of messages tagged ``retry``; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message: Message) -> ConsumeResult:
+        with self.lock:
+            self.calls.append(_view(message))
+        if message.tag == "retry" and message.delivery_attempt == 1:
+            return ConsumeResult.FAILURE
+        return ConsumeResult.SUCCESS
+
+
+def push_consume(port: int) -> dict[str, Any]:
+    """PushConsumer: settings handshake, assignment, consume, nack -> redelivery."""
+    out: dict[str, Any] = {}
+    listener = _Listener()
+    consumer = PushConsumer(_config(port), "pusher", listener, {"mixed": FilterExpression()})
+    consumer.startup()
+    producer = Producer(_config(port), ("mixed",))
+    producer.startup()
+    try:
+        ids = [producer.send(_message("mixed", b"p0", tag="ok")).message_id]
+        ids.append(producer.send(_message("mixed", b"p1", tag="retry")).message_id)
+        ids.append(producer.send(_message("mixed", b"p2", tag="ok", group="g")).message_id)
+        out["sent"] = ids
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            with listener.lock:
+                done = {c["id"] for c in listener.calls if c["tag"] == "ok"}
+                retried = [c for c in listener.calls if c["tag"] == "retry" and c["attempt"] == 2]
+            if len(done) == 2 and retried:
+                break
+            time.sleep(0.05)
+        with listener.lock:
+            out["calls"] = list(listener.calls)
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    # Everything was acked: the group has nothing left to deliver.
+    check = SimpleConsumer(_config(port), "pusher", {"mixed": FilterExpression()}, 5)
+    check.startup()
+    try:
+        out["left_over"] = [_view(m) for m in check.receive(32, 15)]
+    finally:
+        check.shutdown()
+    return out
+
+
+class _PoisonListener(MessageListener):
+    """Always fails messages tagged ``poison``; records every call in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message: Message) -> ConsumeResult:
+        with self.lock:
+            self.calls.append(_view(message))
+        return ConsumeResult.FAILURE if message.tag == "poison" else ConsumeResult.SUCCESS
+
+
+def push_fifo_dead_letter(port: int) -> dict[str, Any]:
+    """FIFO PushConsumer: per-group order, local retries, then ForwardMessageToDeadLetterQueue."""
+    out: dict[str, Any] = {}
+    listener = _PoisonListener()
+    consumer = PushConsumer(_config(port), "fifo-group", listener, {"fifo": FilterExpression()})
+    consumer.startup()
+    producer = Producer(_config(port), ("fifo",))
+    producer.startup()
+    try:
+        poison = producer.send(_message("fifo", b"poison", tag="poison", group="A")).message_id
+        after = producer.send(_message("fifo", b"after", tag="ok", group="A")).message_id
+        other = producer.send(_message("fifo", b"other", tag="ok", group="B")).message_id
+        out["ids"] = {"poison": poison, "after": after, "other": other}
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            with listener.lock:
+                if any(c["id"] == after for c in listener.calls):
+                    break
+            time.sleep(0.05)
+        with listener.lock:
+            out["calls"] = [c["id"] for c in listener.calls]
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    dead = SimpleConsumer(_config(port), "dlq-reader", {"%DLQ%fifo-group": FilterExpression()}, 5)
+    dead.startup()
+    try:
+        got = _receive_until(dead, 1, 15)
+        out["dead_letters"] = [_view(m) for m in got]
+        for message in got:
+            dead.ack(message)
+    finally:
+        dead.shutdown()
+    return out
+
+
+def _raw_stub(port: int) -> tuple[grpc.Channel, Any]:
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return channel, service_pb2_grpc.MessagingServiceStub(channel)
+
+
+def bad_input(port: int) -> dict[str, Any]:
+    """Oversized body, unknown topic, garbage handle, missing client id, unbuilt RPCs."""
+    out: dict[str, Any] = {}
+    metadata = (("x-mq-client-id", "contract-raw-client"),)
+    channel, stub = _raw_stub(port)
+    with channel:
+        big = definition_pb2.Message(
+            topic=definition_pb2.Resource(name="normal"),
+            body=b"x" * (4 * 1024 * 1024 + 1),
+            system_properties=definition_pb2.SystemProperties(
+                message_id="0100000000000000000000000000000001",
+                message_type=definition_pb2.NORMAL,
+                body_encoding=definition_pb2.IDENTITY,
+            ),
+        )
+        response = stub.SendMessage(
+            service_pb2.SendMessageRequest(messages=[big]), metadata=metadata, timeout=10
+        )
+        out["oversized"] = [response.status.code, len(response.entries)]
+        response = stub.QueryRoute(
+            service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name="no-such-topic")),
+            metadata=metadata,
+            timeout=10,
+        )
+        out["route_unknown"] = response.status.code
+        response = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=10)
+        out["no_client_id"] = response.status.code
+        response = stub.EndTransaction(
+            service_pb2.EndTransactionRequest(), metadata=metadata, timeout=10
+        )
+        out["end_transaction"] = response.status.code
+        pulled = list(
+            stub.PullMessage(service_pb2.PullMessageRequest(), metadata=metadata, timeout=10)
+        )
+        out["pull"] = [r.status.code for r in pulled]
+
+    producer = Producer(_config(port), ("normal",))
+    producer.startup()
+    try:
+        try:
+            producer.send(_message("no-such-topic", b"x"))
+            out["send_unknown_topic"] = "accepted"
+        except Exception as error:  # noqa: BLE001
+            out["send_unknown_topic"] = str(error)
+        consumer = SimpleConsumer(_config(port), "bad-input", {"normal": FilterExpression()}, 5)
+        consumer.startup()
+        try:
+            receipt = producer.send(_message("normal", b"before-bad-handles"))
+            real = next(
+                m for m in _receive_until(consumer, 1, 15) if m.message_id == receipt.message_id
+            )
+            garbage = Message()
+            garbage.topic = "normal"
+            garbage.message_id = real.message_id
+            garbage.receipt_handle = "not-a-receipt-handle"
+            garbage.endpoints = real.endpoints
+            try:
+                consumer.ack(garbage)
+                out["garbage_ack"] = "accepted"
+            except Exception as error:  # noqa: BLE001
+                out["garbage_ack"] = _code(error)
+            try:
+                consumer.change_invisible_duration(garbage, 5)
+                out["garbage_change"] = "accepted"
+            except Exception as error:  # noqa: BLE001
+                out["garbage_change"] = _code(error)
+            out["garbage_handle_kept"] = garbage.receipt_handle
+            # Still serving: the real handle still acks, and a new round trip works.
+            consumer.ack(real)
+            receipt = producer.send(_message("normal", b"after-bad-input"))
+            got = _receive_until(consumer, 1, 15)
+            out["still_serving"] = [receipt.message_id, [m.message_id for m in got]]
+        finally:
+            consumer.shutdown()
+    finally:
+        producer.shutdown()
+    return out
+
+
+SCENARIOS = {
+    "produce_and_simple_consume": produce_and_simple_consume,
+    "push_consume": push_consume,
+    "push_fifo_dead_letter": push_fifo_dead_letter,
+    "bad_input": bad_input,
+}
+
+if __name__ == "__main__":
+    result = SCENARIOS[sys.argv[2]](int(sys.argv[1]))
+    print(json.dumps(result))

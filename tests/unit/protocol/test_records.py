@@ -1,0 +1,107 @@
+"""The record batch format shared by storage and the Spark reader."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import errors
+from protocol.records import (
+    BATCH_MAGIC,
+    MessageRecord,
+    MessageType,
+    RecordCorrupted,
+    decode_batch,
+    encode_batch,
+)
+
+text = st.text(max_size=12)
+records = st.builds(
+    MessageRecord,
+    topic=text,
+    queue_id=st.integers(0, 1 << 20),
+    message_id=text,
+    body=st.binary(max_size=64),
+    tag=text,
+    keys=st.lists(text, max_size=3).map(tuple),
+    message_group=text,
+    properties=st.dictionaries(text, text, max_size=3).map(MessageRecord.sorted_properties),
+    born_timestamp_ms=st.integers(0, 1 << 45),
+    delivery_timestamp_ms=st.integers(0, 1 << 45),
+    message_type=st.sampled_from(list(MessageType)),
+    born_host=text,
+    dead_letter_topic=text,
+    dead_letter_message_id=text,
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(records, max_size=5), st.integers(-(1 << 62), 1 << 62))
+def test_batches_round_trip(batch: list[MessageRecord], store_timestamp_ms: int) -> None:
+    data = encode_batch(batch, store_timestamp_ms)
+    decoded = decode_batch(data)
+    assert decoded.records == tuple(batch)
+    assert decoded.store_timestamp_ms == store_timestamp_ms
+    assert encode_batch(decoded.records, store_timestamp_ms) == data
+
+
+def test_properties_are_canonical() -> None:
+    message = MessageRecord(
+        "t", 0, "m", b"", properties=MessageRecord.sorted_properties({"b": "2", "a": "1"})
+    )
+    assert message.properties == (("a", "1"), ("b", "2"))
+    assert message.property("b") == "2"
+    assert message.property("zz") is None
+
+
+def _framed(payload: bytes, count: int, store_timestamp_ms: int = 0) -> bytes:
+    rest = struct.pack(">qI", store_timestamp_ms, count) + payload
+    return BATCH_MAGIC + b"\x01" + struct.pack(">I", crc32c.crc32c(rest)) + rest
+
+
+def test_a_record_from_an_older_writer_takes_defaults() -> None:
+    batch = decode_batch(_framed(msgpack.packb([["t", 3, "m", b"body"]]), 1))
+    assert batch.records == (MessageRecord("t", 3, "m", b"body"),)
+
+
+def test_trailing_fields_of_a_newer_writer_are_ignored() -> None:
+    wire = ["t", 3, "m", b"x", "tag", [], "", [], 0, 0, 1, "", "", "", "future-field"]
+    batch = decode_batch(_framed(msgpack.packb([wire]), 1))
+    assert batch.records[0].tag == "tag"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"R5", "header bytes"),
+        (b"NOPE" + bytes(17), "magic"),
+        (BATCH_MAGIC + b"\x02" + bytes(16), "version"),
+        (_framed(msgpack.packb([]), 1), "header says 1"),
+        (_framed(b"\xc1", 0), "not msgpack"),
+        (_framed(msgpack.packb([["t", 0, "m"]]), 1), "at least 4"),
+        (_framed(msgpack.packb([["t", "0", "m", b""]]), 1), "queue_id"),
+        (_framed(msgpack.packb([["t", True, "m", b""]]), 1), "queue_id"),
+        (_framed(msgpack.packb([["t", 0, "m", "str body"]]), 1), "body"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", [], "", [["k"]]]]), 1), "pair"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", "k", "", []]]), 1), "keys"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", [1], "", []]]), 1), "strings"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", [], "", [["k", 2]]]]), 1), "non-string"),
+        (_framed(msgpack.packb([["t", 0, "m", b"", "", [], "", [], 0, 0, 99]]), 1), "type 99"),
+    ],
+)
+def test_corrupt_batches_are_refused(data: bytes, message: str) -> None:
+    with pytest.raises(RecordCorrupted, match=message) as caught:
+        decode_batch(data)
+    assert caught.value.code is errors.DECODE_FAILED
+
+
+def test_a_flipped_bit_fails_the_crc() -> None:
+    data = bytearray(encode_batch([MessageRecord("t", 0, "m", b"hello")], 7))
+    data[-2] ^= 0x10
+    with pytest.raises(RecordCorrupted, match="CRC"):
+        decode_batch(bytes(data))

@@ -1,0 +1,58 @@
+"""Retention: trimming a queue's oldest messages, and what the log must keep."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol import errors
+from protocol.records import MessageType
+from storage_node.errors import OffsetOutOfRange
+from storage_node.partition.commands import CommitOffset, TrimQueue
+from storage_node.partition.results import CommitOffsetResult, TrimQueueResult
+
+from .harness import Harness, record
+
+
+def test_trimmed_offsets_are_gone_and_never_reused() -> None:
+    h = Harness()
+    h.append(record("a"), record("b"), record("c"))
+    assert h.apply(TrimQueue(h.now_ms, "orders", 0, 2)) == TrimQueueResult(2)
+    assert h.state.first_offset("orders", 0) == 2
+    assert h.state.end_offset("orders", 0) == 3
+    with pytest.raises(OffsetOutOfRange):
+        h.state.entry("orders", 0, 1)
+    with pytest.raises(OffsetOutOfRange):
+        h.state.read("orders", 0, 0, 10)
+    assert [h.resolve(e, "orders", 0).body for e in h.state.read("orders", 0, 2, 10)] == [b"c"]
+    assert h.append(record("d")).outcomes[0].queue_offset == 3
+    # Trimming never moves backwards nor past the end.
+    assert h.apply(TrimQueue(h.now_ms, "orders", 0, 1)) == TrimQueueResult(2)
+    assert h.apply(TrimQueue(h.now_ms, "orders", 0, 99)) == TrimQueueResult(4)
+    assert h.apply(TrimQueue(h.now_ms, "nowhere", 0, 5)) == TrimQueueResult(0)
+    h.restart_from_snapshot()
+    assert (h.state.first_offset("orders", 0), h.state.end_offset("orders", 0)) == (4, 4)
+
+
+def test_groups_move_past_trimmed_messages_and_lose_their_leases() -> None:
+    h = Harness()
+    h.append(record("a"), record("b"), record("c"), record("d"))
+    first = h.receive(max_messages=2)
+    h.apply(TrimQueue(h.now_ms, "orders", 0, 1))
+    assert h.ack(first.deliveries[0].handle).outcomes[0].error is errors.INVALID_RECEIPT_HANDLE
+    assert h.ack(first.deliveries[1].handle).outcomes[0].error is None
+    assert h.state.consumer_offset("g", "orders", 0) == 2
+    assert h.bodies(h.receive("late")) == [b"b", b"c", b"d"]  # a new group starts at the first
+    assert h.apply(CommitOffset(h.now_ms, "g", "orders", 0, 0)) == CommitOffsetResult(1)
+    h.state.check_invariants()
+
+
+def test_the_log_must_keep_what_queues_half_messages_and_timers_name() -> None:
+    h = Harness()
+    assert h.state.min_log_index_referenced() is None
+    h.append(record("a"))  # log index 1
+    h.append(record("tx", message_type=MessageType.TRANSACTION))  # 2
+    h.append(record("late", delivery_timestamp_ms=h.now_ms + 10_000))  # 3
+    h.append(record("b"))  # 4
+    assert h.state.min_log_index_referenced() == 1
+    h.apply(TrimQueue(h.now_ms, "orders", 0, 1))
+    assert h.state.min_log_index_referenced() == 2  # the half message
