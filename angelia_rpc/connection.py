@@ -152,7 +152,13 @@ class Connection:
             return
         self._out = []
         data = out[0] if len(out) == 1 else b"".join(out)
-        self.link.write(data)
+        try:
+            self.link.write(data)
+        except RuntimeError:
+            # The transport closed between the queueing and this flush (uvloop
+            # raises where asyncio only logs). The frames are lost with the
+            # connection; its link_lost fails the calls that wait on them.
+            return
 
     async def drain(self) -> None:
         """Wait while the link's send buffer is full."""
