@@ -32,6 +32,8 @@ from protocol import errors
 # Every stream starts with this many messages of credit in each direction;
 # a receiver grants more (CREDIT) as its reader consumes half of it.
 STREAM_WINDOW = 256
+# Frames queued in one loop turn that are written without waiting for its end.
+FLUSH_FRAMES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +141,17 @@ class Connection:
 
     # -- sending ------------------------------------------------------------------
     def send_raw(self, data: bytes) -> None:
-        """Queue whole frames; they go out in one write at the end of this loop turn."""
-        self._out.append(data)
-        if not self._flush_scheduled:
+        """Queue whole frames; they go out in one write at the end of this loop turn.
+
+        A turn that queues ``FLUSH_FRAMES`` frames writes them at once, so the
+        peer starts on the first responses of a large batch while this side
+        still produces the rest (both processes busy instead of taking turns).
+        """
+        out = self._out
+        out.append(data)
+        if len(out) >= FLUSH_FRAMES:
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 

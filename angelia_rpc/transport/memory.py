@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ class _MemoryLink:
         self._paused = False
         self._held: list[bytes] = []
         self._last_delivery = 0.0
+        self._in_flight: deque[bytes | None] = deque()
 
     def write(self, data: bytes) -> None:
         other = self.other
@@ -59,15 +61,27 @@ class _MemoryLink:
         if faults.drop_rate and network.random.random() < faults.drop_rate:
             return
         loop = asyncio.get_running_loop()
+        # A link is a byte stream: writes arrive in order. Delivery times never
+        # decrease, but timers due at the same instant may fire in any order,
+        # so each timer delivers the oldest write in flight, not its own.
+        self._in_flight.append(data)
         if faults.delay_ms_max > 0:
             delay = network.random.uniform(faults.delay_ms_min, faults.delay_ms_max) / 1000
-            when = max(loop.time() + delay, self._last_delivery)
-            self._last_delivery = when
-            loop.call_at(when, other._deliver, data)
-        elif self._last_delivery > loop.time():
-            loop.call_at(self._last_delivery, other._deliver, data)
+            self._last_delivery = max(loop.time() + delay, self._last_delivery)
+        if self._last_delivery > loop.time():
+            loop.call_at(self._last_delivery, self._deliver_next, other)
         else:
-            loop.call_soon(other._deliver, data)
+            loop.call_soon(self._deliver_next, other)
+
+    def _deliver_next(self, other: _MemoryLink | None) -> None:
+        data = self._in_flight.popleft()
+        if data is not None:
+            if other is not None:
+                other._deliver(data)
+            return
+        self._lose("closed by this end")
+        if other is not None:
+            other._lose("closed by the peer")
 
     def _deliver(self, data: bytes) -> None:
         if self.closed:
@@ -81,10 +95,9 @@ class _MemoryLink:
         if self.closed:
             return
         loop = asyncio.get_running_loop()
-        when = max(loop.time(), self._last_delivery)
-        loop.call_at(when, self._lose, "closed by this end")
-        if self.other is not None:
-            loop.call_at(when, self.other._lose, "closed by the peer")
+        # The close travels behind the writes in flight (None marks it).
+        self._in_flight.append(None)
+        loop.call_at(max(loop.time(), self._last_delivery), self._deliver_next, self.other)
 
     def _lose(self, reason: str) -> None:
         if self.closed:
