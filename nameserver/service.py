@@ -410,14 +410,18 @@ class NameserverImpl:
         Starts on the leader (after a ReadIndex, so the stream begins from a
         state that has every acknowledged write); it then follows this node's
         applied log, which only ever holds committed commands in log order.
+        The first batch comes at once (possibly with no changes): it confirms
+        the subscription, so a client can bound how long it waits for it.
         """
         kinds = frozenset(r.ChangeKind(k) for k in request.kinds) if request.kinds else None
         await self.linearizable()
         revision = request.revision
+        first = True
         while True:
             changed = self.machine.changed()
             batch = self.machine.state.changes_since(revision, kinds)
-            if batch.resync_required or batch.changes:
+            if first or batch.resync_required or batch.changes:
+                first = False
                 yield watch_batch_info(batch)
             revision = batch.revision
             await changed.wait()

@@ -390,7 +390,8 @@ class WatchRequest:
 @dataclass(frozen=True, slots=True)
 class WatchBatchInfo:
     """Changes after the previous batch's revision, oldest first; ``revision`` is
-    where the stream stands. ``resync_required``: the asked revision is older than
+    where the stream stands (the first batch of a stream comes at once, maybe
+    empty, confirming the subscription). ``resync_required``: the asked revision is older than
     the kept history (or ahead of the state): re-read what you follow and go on
     from ``revision``."""
 
