@@ -1,7 +1,8 @@
 """Options of the nameserver role.
 
 Fields carry declarative metadata read by the launcher: ``help``, and for
-validation ``kind`` ("address", "addresses"), ``min``/``max`` or ``choices``.
+validation ``kind`` ("address", "addresses", "node_addresses"),
+``min``/``max`` or ``choices``.
 """
 
 from dataclasses import dataclass, field
@@ -9,19 +10,73 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class NameserverConfig:
-    """How one nameserver process listens and finds its peers."""
+    """How one nameserver process listens, finds its peers and detects failures."""
 
     listen: str = field(
         default="127.0.0.1:9876",
         metadata={
-            "help": "host:port for Angelia RPC from brokers and storage nodes",
+            "help": "host:port for Angelia RPC from brokers, storage nodes, peers and admins",
             "kind": "address",
         },
     )
     peers: str = field(
         default="",
         metadata={
-            "help": "comma-separated host:port of the other nameservers (empty: one node)",
-            "kind": "addresses",
+            "help": "ID=host:port of EVERY nameserver, this one included "
+            "(e.g. 1=h1:9876,2=h2:9876,3=h3:9876); empty: one node",
+            "kind": "node_addresses",
         },
     )
+    node_id: int = field(
+        default=1,
+        metadata={"help": "this nameserver's id in --peers", "min": 1, "max": 1_000_000},
+    )
+    cluster: str = field(
+        default="DefaultCluster",
+        metadata={"help": "the storage cluster the leader creates if missing (empty: none)"},
+    )
+    groups: int = field(
+        default=16,
+        metadata={"help": "raft groups of that cluster when created", "min": 1, "max": 65_536},
+    )
+    replication_factor: int = field(
+        default=3,
+        metadata={"help": "replicas per raft group of that cluster", "min": 1, "max": 7},
+    )
+    tick_ms: int = field(
+        default=50,
+        metadata={
+            "help": "raft tick; elections start 10-20 ticks after silence",
+            "min": 5,
+            "max": 10_000,
+        },
+    )
+    expire_interval_ms: int = field(
+        default=1000,
+        metadata={
+            "help": "how often the leader sweeps for dead nodes and expired leases",
+            "min": 50,
+            "max": 600_000,
+        },
+    )
+    storage_node_timeout_ms: int = field(
+        default=10_000,
+        metadata={
+            "help": "a storage node silent this long is marked down",
+            "min": 100,
+            "max": 3_600_000,
+        },
+    )
+    broker_timeout_ms: int = field(
+        default=10_000,
+        metadata={"help": "a broker silent this long is marked down", "min": 100, "max": 3_600_000},
+    )
+
+
+def parse_peers(text: str) -> dict[int, str]:
+    """``1=host:port,2=host:port`` -> {1: "host:port", 2: ...} (validated by the launcher)."""
+    peers: dict[int, str] = {}
+    for part in text.split(","):
+        node, _, address = part.strip().partition("=")
+        peers[int(node)] = address.strip()
+    return peers

@@ -72,3 +72,13 @@ class DecodeFailed(NameserverError):
     """Bytes (a log entry, a snapshot) do not decode as what they claim to be."""
 
     code = errors.DECODE_FAILED
+
+
+class NotLeader(NameserverError):
+    """This nameserver does not lead; ``leader_hint`` is the leader's address ("" if unknown)."""
+
+    code = errors.NOT_LEADER
+
+    def __init__(self, message: str, leader_hint: str) -> None:
+        super().__init__(message)
+        self.leader_hint = leader_hint

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from raft import wire
 from raft.confchange import decode_conf_change
 from raft.config import Config
-from raft.errors import NotLeader, RaftError, StorageFailed
+from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
 from raft.logstore import LogStore
 from raft.multiraft import GroupNode, MultiRaft, StateMachine
 from raft.node import RawNode
@@ -187,6 +187,32 @@ class Driver:
     async def propose(self, group_id: int, data: bytes) -> object:
         """Propose ``data`` and return the state machine's result once applied."""
         return await self.propose_nowait(group_id, data)
+
+    async def read_index(self, group_id: int, timeout_ms: int) -> int:
+        """Wait until a linearizable read of ``group_id`` may be served here.
+
+        Returns the read index once this node (the leader) confirmed it still
+        leads and applied up to it: state machine reads made right after see
+        every write committed before the call. Raises ``NotLeader`` (with the
+        leader hint) on a follower, ``ProposalDropped`` if leadership could
+        not be confirmed within ``timeout_ms``.
+        """
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self._failed is not None:
+            raise StorageFailed(f"the driver stopped: {self._failed}")
+        self.host.read_index(group_id, future)
+        self._waiting.add(future)
+        self._work.set()
+        try:
+            index = await asyncio.wait_for(future, timeout_ms / 1000)
+        except TimeoutError:
+            raise ProposalDropped(
+                f"group {group_id}: leadership not confirmed within {timeout_ms} ms"
+            ) from None
+        finally:
+            self._waiting.discard(future)
+        assert isinstance(index, int)
+        return index
 
     def leader_of(self, group_id: int) -> int:
         """The leader this node knows for ``group_id``, or 0."""

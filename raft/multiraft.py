@@ -110,6 +110,10 @@ class GroupNode(Protocol):
         """Propose entries; raises ProposalDropped."""
         ...
 
+    def read_index(self, context: bytes) -> None:
+        """Ask for a linearizable read; a ReadState with ``context`` comes in a Ready."""
+        ...
+
     def has_ready(self) -> bool:
         """Whether ready() has work."""
         ...
@@ -229,6 +233,10 @@ class _Group:
     applied: int = 0
     applied_term: int = 0
     snapshot_index: int = 0
+    # Linearizable reads: asked (context -> token), then confirmed (index, token)
+    # and released once ``applied`` reaches the index.
+    reads_asked: dict[bytes, object] = field(default_factory=dict)
+    reads_confirmed: list[tuple[int, object]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -282,6 +290,7 @@ class MultiRaft:
         self._notices: dict[int, list[wire.QuiesceNotice]] = {}
         self._last_heard_ms: dict[int, int] = {}
         self._peer_nodes: list[int] = []
+        self._read_seq = 0
 
     # ------------------------------------------------------------- groups
     def add_group(
@@ -416,6 +425,25 @@ class MultiRaft:
         g = self._group(group_id)
         self._wake(g)
         g.proposals.append(_Proposal(list(payloads), token, False))
+        self._dirty.add(group_id)
+
+    def read_index(self, group_id: int, token: object) -> None:
+        """Ask for a linearizable read of ``group_id`` on its leader; an Outcome
+        with ``token`` and the read index as result comes once this replica has
+        applied up to that index (the read may then be served from its state).
+
+        Raises NotLeader if this replica does not lead the group. A read whose
+        confirmation is lost (leadership changes meanwhile) never ends: callers
+        bound their wait.
+        """
+        g = self._group(group_id)
+        if not g.node.is_leader():
+            raise NotLeader(f"node {self.node_id} does not lead group {group_id}", g.node.lead)
+        self._wake(g)
+        self._read_seq += 1
+        context = self._read_seq.to_bytes(8, "big")
+        g.reads_asked[context] = token
+        g.node.read_index(context)
         self._dirty.add(group_id)
 
     def has_work(self) -> bool:
@@ -571,6 +599,18 @@ class MultiRaft:
                 if entry.index == waiting.last:
                     g.applying = None
                     outcomes.append(_outcome(waiting))
+            for read in rd.read_states:
+                token = g.reads_asked.pop(read.request_ctx, None)
+                if token is not None:
+                    g.reads_confirmed.append((read.index, token))
+            if g.reads_confirmed:
+                waiting_reads = []
+                for index, token in g.reads_confirmed:
+                    if index <= g.applied:
+                        outcomes.append(Outcome(token, index))
+                    else:
+                        waiting_reads.append((index, token))
+                g.reads_confirmed = waiting_reads
         return outcomes
 
     def maybe_snapshot(

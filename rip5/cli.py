@@ -22,6 +22,7 @@ import click
 import uvloop
 
 from rip5 import __version__
+from rip5 import admin as admin_commands
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import DevLayout, plan, ready_banner
 from rip5.roles import ROLES, Role
@@ -279,25 +280,9 @@ def admin() -> None:
     """Administer a cluster: topics, consumer groups, cluster status."""
 
 
-@admin.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def topic(args: tuple[str, ...]) -> None:
-    """create | update | delete | list | describe topics."""
-    _unavailable("rip5 admin topic", "[Nameserver]")
-
-
-@admin.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def group(args: tuple[str, ...]) -> None:
-    """create | delete | list | describe consumer groups."""
-    _unavailable("rip5 admin group", "[Nameserver]")
-
-
-@admin.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def cluster(args: tuple[str, ...]) -> None:
-    """status: nodes, roles, health, groups and leaders."""
-    _unavailable("rip5 admin cluster", "[Nameserver]")
+admin.add_command(admin_commands.topic)
+admin.add_command(admin_commands.group)
+admin.add_command(admin_commands.cluster)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

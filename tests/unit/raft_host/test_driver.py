@@ -269,3 +269,33 @@ async def test_a_batch_proposal_resolves_once_with_every_result(cluster: Cluster
     follower = cluster.drivers[next(n for n in NODES if n != leaders[2])]
     with pytest.raises(NotLeader):
         await follower.propose_many_nowait(2, [b"x", b"y"])
+
+
+async def test_read_index_on_the_leader_sees_every_acknowledged_write(cluster: Cluster) -> None:
+    leaders = await cluster.wait_leaders()
+    group_id = 3
+    leader = leaders[group_id]
+    followers = [n for n in NODES if n != leader]
+    for i in range(5):
+        await cluster.propose(group_id, b"w%d" % i)
+        index = await cluster.drivers[leader].read_index(group_id, timeout_ms=5000)
+        # Applied up to the read index: the state holds every acknowledged write.
+        assert cluster.machines[leader, group_id].values[-1] == b"w%d" % i
+        assert index >= i + 1
+    with pytest.raises(NotLeader) as refused:
+        await cluster.drivers[followers[0]].read_index(group_id, timeout_ms=5000)
+    assert refused.value.leader == leader
+
+
+async def test_read_index_wakes_a_quiesced_group(cluster: Cluster) -> None:
+    leaders = await cluster.wait_leaders()
+    group_id = 5
+    leader = leaders[group_id]
+    await cluster.propose(group_id, b"only")
+    await async_wait_until(
+        lambda: cluster.drivers[leader].host.is_quiesced(group_id),
+        timeout_s=30,
+        what="the idle group to quiesce",
+    )
+    await cluster.drivers[leader].read_index(group_id, timeout_ms=5000)
+    assert cluster.machines[leader, group_id].values == [b"only"]

@@ -1,0 +1,102 @@
+"""The nameserver process: one replica of the nameserver's raft group, serving
+:class:`nameserver.service.NameserverService` and the raft peer streams on one
+Angelia address.
+
+One node (``--peers`` empty) or several (``--peers 1=h1:p1,2=h2:p2,3=h3:p3``
+naming every replica, this one included, and ``--node-id``). The raft WAL
+lives in ``<data dir>/raft``; the metadata state is rebuilt from it (snapshot
+plus committed entries) on start.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from angelia_rpc import RpcConfig, Server
+from nameserver.config import NameserverConfig, parse_peers
+from nameserver.service import (
+    GROUP_ID,
+    MetadataMachine,
+    NameserverImpl,
+    NameserverService,
+    run_leader_duties,
+)
+from raft.angelia_transport import AngeliaTransport
+from raft.driver import Driver, DriverOptions
+from raft.logstore import LogStore
+
+log = logging.getLogger("nameserver.server")
+
+SNAPSHOT_ENTRIES = 10_000
+KEEP_ENTRIES = 2_000
+
+
+class ConfigRefused(ValueError):
+    """The configuration cannot describe a working nameserver (the message says why)."""
+
+
+def members(config: NameserverConfig) -> dict[int, str]:
+    """Node id -> address of every replica (this one is ``config.node_id``)."""
+    if not config.peers:
+        return {config.node_id: config.listen}
+    peers = parse_peers(config.peers)
+    if config.node_id not in peers:
+        raise ConfigRefused(
+            f"--node-id {config.node_id} is not one of --peers ({', '.join(map(str, peers))})"
+        )
+    return peers
+
+
+async def serve(
+    config: NameserverConfig,
+    data_dir: Path,
+    stopping: asyncio.Event,
+    ready: Callable[[str], None],
+) -> None:
+    """Run one nameserver replica until ``stopping`` is set."""
+    addresses = members(config)
+    store = LogStore.open(data_dir / "raft")
+    others = {n: a for n, a in addresses.items() if n != config.node_id}
+    transport = AngeliaTransport(config.node_id, others)
+    options = DriverOptions(
+        tick_ms=config.tick_ms,
+        snapshot_entries=SNAPSHOT_ENTRIES,
+        keep_entries=KEEP_ENTRIES,
+    )
+    driver = Driver(config.node_id, store, transport, options)
+    machine = MetadataMachine()
+    driver.add_group(GROUP_ID, sorted(addresses), machine)
+    impl = NameserverImpl(driver, machine, addresses)
+    server = Server([transport.binding(), NameserverService.bind(impl)], RpcConfig())
+    endpoint = await server.start(config.listen)
+    await driver.start()
+    if len(addresses) == 1:
+        driver.campaign(GROUP_ID)  # alone: no reason to wait for an election timeout
+    duties = asyncio.create_task(
+        run_leader_duties(
+            impl,
+            cluster=config.cluster,
+            group_count=config.groups,
+            replication_factor=config.replication_factor,
+            expire_interval_ms=config.expire_interval_ms,
+            storage_node_timeout_ms=config.storage_node_timeout_ms,
+            broker_timeout_ms=config.broker_timeout_ms,
+        ),
+        name="nameserver-leader-duties",
+    )
+    log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
+    ready(endpoint)
+    try:
+        await stopping.wait()
+    finally:
+        duties.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await duties
+        await server.stop()
+        await driver.stop()

@@ -1,0 +1,476 @@
+"""The nameserver's Angelia service: metadata writes go through the raft group,
+reads are linearizable, watchers get every change in revision order.
+
+Contracts:
+
+- Writes (topics, consumer groups, clusters, heartbeats, leader reports,
+  leases) become commands stamped by THIS node's clock (``now_ms``) and are
+  proposed to the nameserver's one raft group; the call answers once the
+  command is committed and applied here, with the state machine's answer or
+  its error (bad input changes nothing). Only the leader proposes: a follower
+  answers NOT_LEADER with the leader's address as the hint.
+- Reads (route, cluster status, topics, groups) are served by the leader
+  after a ReadIndex round (``Driver.read_index``): they see every write
+  acknowledged before they were asked.
+- A watch streams batches of changes after the asked revision, oldest first,
+  with nothing skipped; a watcher too far behind gets one batch with
+  ``resync_required`` and the stream goes on from the current revision.
+- Leader duties (:func:`run_leader_duties`): create the configured cluster if
+  it does not exist, and propose ``Expire`` every ``expire_interval_ms`` so
+  silent storage nodes and brokers are marked down and leases expire.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from angelia_rpc import CallContext, ServerStream, Service, Unary
+from nameserver import commands as c
+from nameserver import records as r
+from nameserver.api_convert import (
+    cluster_info,
+    cluster_status_response,
+    consumer_group_info,
+    lease_info,
+    raft_group_info,
+    retry_policy,
+    route_response,
+    topic_info,
+    watch_batch_info,
+)
+from nameserver.errors import BadRequest, NameserverError, NotLeader
+from nameserver.state import Applied, MetadataState
+from protocol import nameserver_api as api
+from raft.driver import Driver
+from raft.errors import NotLeader as RaftNotLeader
+from raft.errors import RaftError
+from raft.types import Entry, Snapshot
+
+GROUP_ID = 1
+"""The nameserver's raft group id (the raft WAL reserves 0)."""
+
+READ_TIMEOUT_MS = 2000
+log = logging.getLogger("nameserver.service")
+
+
+class NameserverService(Service, name="nameserver"):
+    """The nameserver's internal API (types in protocol.nameserver_api)."""
+
+    create_cluster = Unary(api.CreateClusterRequest, api.ClusterResponse)
+    create_topic = Unary(api.CreateTopicRequest, api.TopicResponse)
+    update_topic = Unary(api.UpdateTopicRequest, api.TopicResponse)
+    delete_topic = Unary(api.NameRequest, api.RevisionResponse)
+    get_topic = Unary(api.NameRequest, api.TopicResponse)
+    list_topics = Unary(api.ListRequest, api.TopicListResponse)
+    create_consumer_group = Unary(api.CreateConsumerGroupRequest, api.ConsumerGroupResponse)
+    update_consumer_group = Unary(api.UpdateConsumerGroupRequest, api.ConsumerGroupResponse)
+    delete_consumer_group = Unary(api.NameRequest, api.RevisionResponse)
+    get_consumer_group = Unary(api.NameRequest, api.ConsumerGroupResponse)
+    list_consumer_groups = Unary(api.ListRequest, api.ConsumerGroupListResponse)
+    route = Unary(api.NameRequest, api.RouteResponse)
+    cluster_status = Unary(api.NameRequest, api.ClusterStatusResponse)
+    storage_heartbeat = Unary(api.StorageHeartbeatRequest, api.StorageHeartbeatResponse)
+    broker_heartbeat = Unary(api.BrokerHeartbeatRequest, api.RevisionResponse)
+    report_leaders = Unary(api.ReportLeadersRequest, api.ReportLeadersResponse)
+    acquire_lease = Unary(api.LeaseRequest, api.LeaseResponse)
+    renew_lease = Unary(api.LeaseRequest, api.LeaseResponse)
+    release_lease = Unary(api.LeaseRequest, api.RevisionResponse)
+    watch = ServerStream(api.WatchRequest, api.WatchBatchInfo)
+
+
+class MetadataMachine:
+    """The raft state machine of the nameserver group: a :class:`MetadataState`.
+
+    ``apply`` returns the :class:`Applied` answer, or the command's
+    :class:`NameserverError` (as a value: every replica refuses the same
+    command, and the driver must go on). ``changed`` is woken after every
+    command that bumped the revision.
+    """
+
+    def __init__(self) -> None:
+        """An empty state."""
+        self.state = MetadataState()
+        self._changed = asyncio.Event()
+
+    def apply(self, entry: Entry) -> object:
+        """Apply one committed command."""
+        try:
+            applied = self.state.apply(c.decode(entry.data))
+        except NameserverError as exc:
+            return exc
+        if applied.changes:
+            self._wake()
+        return applied
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take a snapshot's state."""
+        self.state = MetadataState.restore(snapshot.data)
+        self._wake()
+
+    def snapshot_data(self) -> bytes:
+        """The state's snapshot bytes."""
+        return self.state.snapshot()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def changed(self) -> asyncio.Event:
+        """An event set at the next change (take it BEFORE reading the state)."""
+        return self._changed
+
+
+def wall_ms() -> int:
+    """The leader's clock for commands (wall time: it must mean the same on every node)."""
+    return int(time.time() * 1000)
+
+
+class NameserverImpl:
+    """The server side of :class:`NameserverService` on one node."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        machine: MetadataMachine,
+        addresses: Mapping[int, str],
+        clock: Callable[[], int] = wall_ms,
+    ) -> None:
+        """``addresses``: node id -> Angelia address of every nameserver (for hints)."""
+        self.driver = driver
+        self.machine = machine
+        self.addresses = dict(addresses)
+        self.clock = clock
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _not_leader(self) -> NotLeader:
+        leader = self.driver.leader_of(GROUP_ID)
+        hint = self.addresses.get(leader, "") if leader != self.driver.node_id else ""
+        where = f"; the leader is {hint}" if hint else "; no leader is known yet"
+        return NotLeader(f"nameserver {self.driver.node_id} is not the leader{where}", hint)
+
+    async def propose(self, command: c.Command) -> Applied:
+        """Commit ``command`` through raft and return what applying it did here."""
+        if not self.driver.host.node(GROUP_ID).is_leader():
+            raise self._not_leader()
+        try:
+            result = await self.driver.propose(GROUP_ID, c.encode(command))
+        except RaftNotLeader:
+            raise self._not_leader() from None
+        except RaftError as exc:
+            raise NotLeader(f"the write was not committed ({exc}); retry", "") from None
+        if isinstance(result, NameserverError):
+            raise result
+        assert isinstance(result, Applied)
+        return result
+
+    async def linearizable(self) -> MetadataState:
+        """The state, once it reflects every write acknowledged before this call."""
+        try:
+            await self.driver.read_index(GROUP_ID, READ_TIMEOUT_MS)
+        except RaftNotLeader:
+            raise self._not_leader() from None
+        except RaftError as exc:
+            raise NotLeader(f"leadership not confirmed ({exc}); retry", "") from None
+        return self.machine.state
+
+    # -- topics ----------------------------------------------------------------------
+
+    async def create_cluster(
+        self, request: api.CreateClusterRequest, context: CallContext
+    ) -> api.ClusterResponse:
+        """Create a cluster."""
+        applied = await self.propose(
+            c.CreateCluster(request.name, request.group_count, request.replication_factor)
+        )
+        assert isinstance(applied.value, r.Cluster)
+        return api.ClusterResponse(cluster_info(applied.value), applied.revision)
+
+    async def create_topic(
+        self, request: api.CreateTopicRequest, context: CallContext
+    ) -> api.TopicResponse:
+        """Create a topic."""
+        applied = await self.propose(
+            c.CreateTopic(
+                request.name,
+                request.cluster,
+                request.queue_count,
+                _enum(r.MessageType, request.message_type, "message_type"),
+                request.retention_ms or r.RETENTION_MS_DEFAULT,
+                _enum(r.Permission, request.permission, "permission"),
+            )
+        )
+        assert isinstance(applied.value, r.Topic)
+        return api.TopicResponse(topic_info(applied.value), applied.revision)
+
+    async def update_topic(
+        self, request: api.UpdateTopicRequest, context: CallContext
+    ) -> api.TopicResponse:
+        """Change a topic."""
+        applied = await self.propose(
+            c.UpdateTopic(
+                request.name,
+                request.queue_count,
+                None
+                if request.message_type is None
+                else _enum(r.MessageType, request.message_type, "message_type"),
+                request.retention_ms,
+                None
+                if request.permission is None
+                else _enum(r.Permission, request.permission, "permission"),
+            )
+        )
+        assert isinstance(applied.value, r.Topic)
+        return api.TopicResponse(topic_info(applied.value), applied.revision)
+
+    async def delete_topic(
+        self, request: api.NameRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Delete a topic."""
+        applied = await self.propose(c.DeleteTopic(request.name))
+        return api.RevisionResponse(applied.revision)
+
+    async def get_topic(self, request: api.NameRequest, context: CallContext) -> api.TopicResponse:
+        """One topic (linearizable)."""
+        state = await self.linearizable()
+        return api.TopicResponse(topic_info(state.topic(request.name)), state.revision)
+
+    async def list_topics(
+        self, request: api.ListRequest, context: CallContext
+    ) -> api.TopicListResponse:
+        """Topics, of one cluster or all (linearizable)."""
+        state = await self.linearizable()
+        if request.cluster:
+            state.cluster(request.cluster)
+        topics = [
+            topic_info(t)
+            for t in state.topics()
+            if not request.cluster or t.cluster == request.cluster
+        ]
+        return api.TopicListResponse(topics, state.revision)
+
+    # -- consumer groups -------------------------------------------------------------
+
+    async def create_consumer_group(
+        self, request: api.CreateConsumerGroupRequest, context: CallContext
+    ) -> api.ConsumerGroupResponse:
+        """Create a consumer group."""
+        retry = r.RETRY_DEFAULT if request.retry is None else retry_policy(request.retry)
+        applied = await self.propose(
+            c.CreateConsumerGroup(
+                request.name, request.cluster, request.fifo, request.max_delivery_attempts, retry
+            )
+        )
+        assert isinstance(applied.value, r.ConsumerGroup)
+        return api.ConsumerGroupResponse(consumer_group_info(applied.value), applied.revision)
+
+    async def update_consumer_group(
+        self, request: api.UpdateConsumerGroupRequest, context: CallContext
+    ) -> api.ConsumerGroupResponse:
+        """Change a consumer group."""
+        retry = None if request.retry is None else retry_policy(request.retry)
+        applied = await self.propose(
+            c.UpdateConsumerGroup(request.name, request.fifo, request.max_delivery_attempts, retry)
+        )
+        assert isinstance(applied.value, r.ConsumerGroup)
+        return api.ConsumerGroupResponse(consumer_group_info(applied.value), applied.revision)
+
+    async def delete_consumer_group(
+        self, request: api.NameRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Delete a consumer group."""
+        applied = await self.propose(c.DeleteConsumerGroup(request.name))
+        return api.RevisionResponse(applied.revision)
+
+    async def get_consumer_group(
+        self, request: api.NameRequest, context: CallContext
+    ) -> api.ConsumerGroupResponse:
+        """One consumer group (linearizable)."""
+        state = await self.linearizable()
+        group = state.consumer_group(request.name)
+        return api.ConsumerGroupResponse(consumer_group_info(group), state.revision)
+
+    async def list_consumer_groups(
+        self, request: api.ListRequest, context: CallContext
+    ) -> api.ConsumerGroupListResponse:
+        """Consumer groups, of one cluster or all (linearizable)."""
+        state = await self.linearizable()
+        if request.cluster:
+            state.cluster(request.cluster)
+        groups = [
+            consumer_group_info(g)
+            for g in state.consumer_groups()
+            if not request.cluster or g.cluster == request.cluster
+        ]
+        return api.ConsumerGroupListResponse(groups, state.revision)
+
+    # -- routes and status -------------------------------------------------------------
+
+    async def route(self, request: api.NameRequest, context: CallContext) -> api.RouteResponse:
+        """The route of a topic (linearizable)."""
+        state = await self.linearizable()
+        return route_response(state.route(request.name))
+
+    async def cluster_status(
+        self, request: api.NameRequest, context: CallContext
+    ) -> api.ClusterStatusResponse:
+        """Everything known about a cluster (linearizable)."""
+        state = await self.linearizable()
+        return cluster_status_response(state.cluster_status(request.name))
+
+    # -- membership --------------------------------------------------------------------
+
+    async def storage_heartbeat(
+        self, request: api.StorageHeartbeatRequest, context: CallContext
+    ) -> api.StorageHeartbeatResponse:
+        """Register or refresh a storage node; answer the groups it should host."""
+        load = r.StorageLoad(
+            request.groups,
+            request.leaders,
+            request.bytes,
+            request.msgs_per_s,
+            request.disk_free_bytes,
+        )
+        applied = await self.propose(
+            c.StorageHeartbeat(
+                request.node_id, request.cluster, request.address, self.clock(), load
+            )
+        )
+        groups = self.machine.state.groups_of_node(request.node_id)
+        return api.StorageHeartbeatResponse([raft_group_info(g) for g in groups], applied.revision)
+
+    async def broker_heartbeat(
+        self, request: api.BrokerHeartbeatRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Register or refresh a broker."""
+        applied = await self.propose(
+            c.BrokerHeartbeat(
+                request.broker_id,
+                request.cluster,
+                request.address,
+                self.clock(),
+                tuple(request.producer_groups),
+            )
+        )
+        return api.RevisionResponse(applied.revision)
+
+    async def report_leaders(
+        self, request: api.ReportLeadersRequest, context: CallContext
+    ) -> api.ReportLeadersResponse:
+        """Take a storage node's leader reports (stale ones are ignored)."""
+        reports = tuple(c.LeaderReport(x.group_id, x.leader, x.term) for x in request.reports)
+        applied = await self.propose(c.ReportLeaders(request.node_id, reports))
+        taken = applied.value
+        assert isinstance(taken, tuple)
+        return api.ReportLeadersResponse([bool(t) for t in taken], applied.revision)
+
+    # -- leases ----------------------------------------------------------------------
+
+    async def acquire_lease(
+        self, request: api.LeaseRequest, context: CallContext
+    ) -> api.LeaseResponse:
+        """Take a lease (free, expired or ours)."""
+        applied = await self.propose(
+            c.AcquireLease(request.name, request.owner, self.clock(), request.ttl_ms)
+        )
+        assert isinstance(applied.value, r.Lease)
+        return api.LeaseResponse(lease_info(applied.value), applied.revision)
+
+    async def renew_lease(
+        self, request: api.LeaseRequest, context: CallContext
+    ) -> api.LeaseResponse:
+        """Extend a lease we hold."""
+        applied = await self.propose(
+            c.RenewLease(request.name, request.owner, self.clock(), request.ttl_ms)
+        )
+        assert isinstance(applied.value, r.Lease)
+        return api.LeaseResponse(lease_info(applied.value), applied.revision)
+
+    async def release_lease(
+        self, request: api.LeaseRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Give a lease up."""
+        applied = await self.propose(c.ReleaseLease(request.name, request.owner))
+        return api.RevisionResponse(applied.revision)
+
+    # -- watch -----------------------------------------------------------------------
+
+    async def watch(
+        self, request: api.WatchRequest, context: CallContext
+    ) -> AsyncIterator[api.WatchBatchInfo]:
+        """Every change after ``request.revision``, in batches, oldest first.
+
+        Starts on the leader (after a ReadIndex, so the stream begins from a
+        state that has every acknowledged write); it then follows this node's
+        applied log, which only ever holds committed commands in log order.
+        The first batch comes at once (possibly with no changes): it confirms
+        the subscription, so a client can bound how long it waits for it.
+        """
+        kinds = frozenset(r.ChangeKind(k) for k in request.kinds) if request.kinds else None
+        await self.linearizable()
+        revision = request.revision
+        first = True
+        while True:
+            changed = self.machine.changed()
+            batch = self.machine.state.changes_since(revision, kinds)
+            if first or batch.resync_required or batch.changes:
+                first = False
+                yield watch_batch_info(batch)
+            revision = batch.revision
+            await changed.wait()
+
+
+def _enum(kind: type[Any], number: int, what: str) -> Any:
+    try:
+        return kind(number)
+    except ValueError:
+        names = ", ".join(f"{m.value} ({m.name})" for m in kind)
+        raise BadRequest(f"{what} {number} is not one of {names}") from None
+
+
+async def run_leader_duties(
+    impl: NameserverImpl,
+    *,
+    cluster: str,
+    group_count: int,
+    replication_factor: int,
+    expire_interval_ms: int,
+    storage_node_timeout_ms: int,
+    broker_timeout_ms: int,
+) -> None:
+    """While this node leads: create ``cluster`` if missing, and sweep with Expire."""
+    interval_s = expire_interval_ms / 1000
+    while True:
+        if impl.driver.host.node(GROUP_ID).is_leader():
+            await _maybe_sweep(
+                impl,
+                cluster,
+                group_count,
+                replication_factor,
+                storage_node_timeout_ms,
+                broker_timeout_ms,
+            )
+        await asyncio.sleep(interval_s)
+
+
+async def _maybe_sweep(
+    impl: NameserverImpl,
+    cluster: str,
+    group_count: int,
+    replication_factor: int,
+    storage_node_timeout_ms: int,
+    broker_timeout_ms: int,
+) -> None:
+    with contextlib.suppress(NameserverError):
+        state = await impl.linearizable()
+        if cluster and cluster not in {x.name for x in state.clusters()}:
+            log.info("creating cluster %s with %d groups", cluster, group_count)
+            await impl.propose(c.CreateCluster(cluster, group_count, replication_factor))
+        await impl.propose(c.Expire(impl.clock(), storage_node_timeout_ms, broker_timeout_ms))

@@ -1,0 +1,400 @@
+"""The nameserver's internal API: request and response types its Angelia service
+carries (``nameserver.service.NameserverService``, wire names ``nameserver.*``).
+
+Brokers, storage nodes and the admin CLI speak these types; they import only
+this module, never ``nameserver``. The types mirror the nameserver's records
+with wire-friendly shapes (lists, optional fields, enums as their numbers:
+``message_type`` follows RocketMQ v2's ``MessageType``, ``permission`` its
+``PermName`` bits, ``kind`` the nameserver's ``ChangeKind``).
+
+Evolution: fields are only added at the end, with a default.
+
+Every write answers with the metadata ``revision`` it produced; every read is
+linearizable (served by the leader after confirming its leadership). A
+follower answers NOT_LEADER with the leader's address as the leader hint.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MESSAGE_TYPE_NORMAL = 1
+PERMISSION_READ_WRITE = 6
+
+# ChangeKind numbers (append-only, as in nameserver.records.ChangeKind).
+KIND_CLUSTER = 1
+KIND_STORAGE_NODE = 2
+KIND_BROKER = 3
+KIND_TOPIC = 4
+KIND_CONSUMER_GROUP = 5
+KIND_RAFT_GROUP = 6
+KIND_LEASE = 7
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    """A cluster and its raft group ids ``first_group_id .. + group_count - 1``."""
+
+    name: str
+    group_count: int
+    first_group_id: int
+    replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic."""
+
+    name: str
+    cluster: str
+    queue_count: int
+    message_type: int
+    retention_ms: int
+    permission: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetryInfo:
+    """A consumer group's redelivery backoff (see nameserver.records.RetryPolicy)."""
+
+    initial_backoff_ms: int
+    max_backoff_ms: int
+    multiplier: float
+    backoff_ms: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupInfo:
+    """A consumer group."""
+
+    name: str
+    cluster: str
+    fifo: bool
+    max_delivery_attempts: int
+    retry: RetryInfo
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointInfo:
+    """A storage node as a route names it."""
+
+    node_id: int
+    address: str
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRouteInfo:
+    """Where one queue is served; ``leader`` is None while unknown or down."""
+
+    queue_id: int
+    group_id: int
+    term: int
+    leader: EndpointInfo | None
+    followers: list[EndpointInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class StorageNodeInfo:
+    """A registered storage node and its last reported load."""
+
+    node_id: int
+    cluster: str
+    address: str
+    alive: bool
+    last_heartbeat_ms: int
+    groups: int = 0
+    leaders: int = 0
+    bytes: int = 0
+    msgs_per_s: int = 0
+    disk_free_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A registered broker."""
+
+    broker_id: str
+    cluster: str
+    address: str
+    alive: bool
+    last_heartbeat_ms: int
+    producer_groups: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RaftGroupInfo:
+    """A raft group: replicas, and the leader (0: none known) at ``term``."""
+
+    group_id: int
+    cluster: str
+    replicas: list[int]
+    leader: int
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """A lease: held by ``owner`` until ``expires_ms``; ``token`` fences its tenure."""
+
+    name: str
+    owner: str
+    expires_ms: int
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeInfo:
+    """One change: the record of ``kind`` named ``key`` after the change (in the
+    field of its kind), or ``deleted``. All changes of one command share a revision."""
+
+    revision: int
+    kind: int
+    key: str
+    deleted: bool
+    cluster: ClusterInfo | None = None
+    storage_node: StorageNodeInfo | None = None
+    broker: BrokerInfo | None = None
+    topic: TopicInfo | None = None
+    consumer_group: ConsumerGroupInfo | None = None
+    raft_group: RaftGroupInfo | None = None
+    lease: LeaseInfo | None = None
+
+
+# -- requests and responses ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NameRequest:
+    """Names one topic, consumer group or cluster."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionResponse:
+    """A write that returns no record: the revision after it."""
+
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateClusterRequest:
+    """Create a cluster of ``group_count`` raft groups."""
+
+    name: str
+    group_count: int
+    replication_factor: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterResponse:
+    """A cluster and the revision after the write."""
+
+    cluster: ClusterInfo
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    """Create a topic. ``retention_ms`` 0 means the default (three days)."""
+
+    name: str
+    cluster: str
+    queue_count: int
+    message_type: int = MESSAGE_TYPE_NORMAL
+    retention_ms: int = 0
+    permission: int = PERMISSION_READ_WRITE
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateTopicRequest:
+    """Change a topic; None leaves a setting as it is (queues may only grow)."""
+
+    name: str
+    queue_count: int | None = None
+    message_type: int | None = None
+    retention_ms: int | None = None
+    permission: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResponse:
+    """One topic and the revision it was read or written at."""
+
+    topic: TopicInfo
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListRequest:
+    """List topics or consumer groups; ``cluster`` "" means every cluster."""
+
+    cluster: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicListResponse:
+    """Topics by name."""
+
+    topics: list[TopicInfo]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateConsumerGroupRequest:
+    """Create a consumer group; ``retry`` None means RocketMQ's default levels."""
+
+    name: str
+    cluster: str
+    fifo: bool = False
+    max_delivery_attempts: int = 17
+    retry: RetryInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateConsumerGroupRequest:
+    """Change a consumer group; None leaves a setting as it is."""
+
+    name: str
+    fifo: bool | None = None
+    max_delivery_attempts: int | None = None
+    retry: RetryInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupResponse:
+    """One consumer group and the revision it was read or written at."""
+
+    group: ConsumerGroupInfo
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupListResponse:
+    """Consumer groups by name."""
+
+    groups: list[ConsumerGroupInfo]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResponse:
+    """The route of a topic: every queue, in queue id order."""
+
+    topic: TopicInfo
+    queues: list[QueueRouteInfo]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatusResponse:
+    """Everything known about one cluster."""
+
+    cluster: ClusterInfo
+    storage_nodes: list[StorageNodeInfo]
+    brokers: list[BrokerInfo]
+    groups: list[RaftGroupInfo]
+    topic_count: int
+    consumer_group_count: int
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class StorageHeartbeatRequest:
+    """A storage node is alive (the first heartbeat registers it), with its load."""
+
+    node_id: int
+    cluster: str
+    address: str
+    groups: int = 0
+    leaders: int = 0
+    bytes: int = 0
+    msgs_per_s: int = 0
+    disk_free_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StorageHeartbeatResponse:
+    """The groups the node should host (it reconciles to these)."""
+
+    groups: list[RaftGroupInfo]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatRequest:
+    """A broker is alive, and these producer groups have Telemetry streams on it."""
+
+    broker_id: str
+    cluster: str
+    address: str
+    producer_groups: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderReportInfo:
+    """What a storage node knows of one group: the leader (0: none) at ``term``."""
+
+    group_id: int
+    leader: int
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReportLeadersRequest:
+    """Leader reports from one storage node."""
+
+    node_id: int
+    reports: list[LeaderReportInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportLeadersResponse:
+    """Which reports were taken (stale ones are not)."""
+
+    taken: list[bool]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """Acquire or renew a lease for ``ttl_ms``, or release it (``ttl_ms`` unused)."""
+
+    name: str
+    owner: str
+    ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseResponse:
+    """The lease as held after the call."""
+
+    lease: LeaseInfo
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRequest:
+    """Stream every change after ``revision`` (of ``kinds`` only; empty: all kinds)."""
+
+    revision: int
+    kinds: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBatchInfo:
+    """Changes after the previous batch's revision, oldest first; ``revision`` is
+    where the stream stands (the first batch of a stream comes at once, maybe
+    empty, confirming the subscription). ``resync_required``: the asked revision is older than
+    the kept history (or ahead of the state): re-read what you follow and go on
+    from ``revision``."""
+
+    revision: int
+    changes: list[ChangeInfo]
+    resync_required: bool = False

@@ -1,0 +1,399 @@
+"""``rip5 admin``: topics, consumer groups and cluster status, through the nameserver.
+
+Every command talks to the nameserver over Angelia (``--nameserver``, one or
+more comma-separated host:port; a follower's NOT_LEADER answer is followed to
+the leader it names, an unreachable address to the next one). Names are
+checked with RocketMQ's rules before anything is sent.
+
+Exit codes: 0 done; 1 the nameserver refused the request or could not be
+reached (the message says which and why); 2 bad usage (an invalid name or
+option value).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
+
+import click
+import uvloop
+from rich.console import Console
+from rich.table import Table
+
+from angelia_rpc import AngeliaError, Peers, RpcConfig
+from nameserver import names
+from nameserver.errors import NameserverError
+from nameserver.service import NameserverService
+from protocol import errors
+from protocol import nameserver_api as api
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+CALL_TIMEOUT_MS = 5000
+ATTEMPTS_MAX = 20
+DEFAULT_CLUSTER = "DefaultCluster"
+
+MESSAGE_TYPES = {"normal": 1, "fifo": 2, "delay": 3, "transaction": 4}
+PERMISSIONS = {"none": 0, "w": 2, "r": 4, "rw": 6}
+T = TypeVar("T")
+
+
+class NameserverClient:
+    """Calls one nameserver replica after another until the leader answers."""
+
+    def __init__(self, addresses: list[str], config: RpcConfig | None = None) -> None:
+        """``addresses``: where nameservers listen (any replica will do)."""
+        self.addresses = addresses
+        self.peers = Peers(config or RpcConfig())
+        self._current = addresses[0]
+
+    def stub(self, address: str) -> NameserverService:
+        """The typed client of one replica."""
+        return NameserverService(self.peers.channel(address))
+
+    async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
+        """Run ``method`` on the leader: follow NOT_LEADER hints, skip unreachable replicas.
+
+        Retrying is safe: a NOT_LEADER or unreachable answer means the write
+        was not acknowledged; an unacknowledged create that did commit shows
+        up as ALREADY_EXISTS on the retry.
+        """
+        last: AngeliaError | None = None
+        unreachable: set[str] = set()
+        for _ in range(ATTEMPTS_MAX):
+            address = self._current
+            try:
+                return await method(self.stub(address))
+            except AngeliaError as exc:
+                last = exc
+                if exc.code is errors.NOT_LEADER:
+                    self._current = exc.leader_hint or self._next(address)
+                elif exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
+                    unreachable.add(address)
+                    if unreachable >= set(self.addresses):
+                        raise
+                    self._current = self._next(address)
+                else:
+                    raise
+            await asyncio.sleep(0.1)  # an election may be under way: back off, then retry
+        assert last is not None
+        raise last
+
+    def _next(self, address: str) -> str:
+        if address not in self.addresses:
+            return self.addresses[0]
+        return self.addresses[(self.addresses.index(address) + 1) % len(self.addresses)]
+
+    async def close(self) -> None:
+        """Close the connections."""
+        await self.peers.close()
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"rip5: {message}", err=True)
+    sys.exit(code)
+
+
+def _addresses(text: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    for part in parts:
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            _fail(f"--nameserver: {part!r} is not host:port", EXIT_USAGE)
+    if not parts:
+        _fail("--nameserver: give at least one host:port", EXIT_USAGE)
+    return parts
+
+
+def _check_name(validate: Callable[[str], None], name: str) -> None:
+    try:
+        validate(name)
+    except NameserverError as exc:
+        _fail(str(exc), EXIT_USAGE)
+
+
+def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) -> T:
+    """Call the nameserver once (following the leader); exit 1 with the reason on failure."""
+    addresses = _addresses(nameserver)
+
+    async def go() -> T:
+        client = NameserverClient(addresses)
+        try:
+            return await client.call(method)
+        finally:
+            await client.close()
+
+    try:
+        return uvloop.run(go())
+    except AngeliaError as exc:
+        if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
+            _fail(f"cannot reach the nameserver at {nameserver}: {exc.message}", EXIT_REFUSED)
+        _fail(f"the nameserver refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+
+
+_console = Console(width=160)
+
+
+def _print(table: Table) -> None:
+    _console.print(table)
+
+
+def _name_of(mapping: dict[str, int], number: int) -> str:
+    for name, value in mapping.items():
+        if value == number:
+            return name
+    return str(number)
+
+
+def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
+    """Topics as a table."""
+    table = Table(title=title)
+    for column in ("name", "cluster", "queues", "type", "retention_ms", "perm"):
+        table.add_column(column)
+    for t in topics:
+        table.add_row(
+            t.name,
+            t.cluster,
+            str(t.queue_count),
+            _name_of(MESSAGE_TYPES, t.message_type),
+            str(t.retention_ms),
+            _name_of(PERMISSIONS, t.permission),
+        )
+    return table
+
+
+def groups_table(groups: list[api.ConsumerGroupInfo], title: str = "consumer groups") -> Table:
+    """Consumer groups as a table."""
+    table = Table(title=title)
+    for column in ("name", "cluster", "fifo", "max_attempts", "retry"):
+        table.add_column(column)
+    for g in groups:
+        retry = (
+            f"levels {len(g.retry.backoff_ms)} ({g.retry.backoff_ms[0]} ms ..)"
+            if g.retry.backoff_ms
+            else f"exp {g.retry.initial_backoff_ms}..{g.retry.max_backoff_ms} ms "
+            f"x{g.retry.multiplier:g}"
+        )
+        table.add_row(g.name, g.cluster, str(g.fifo).lower(), str(g.max_delivery_attempts), retry)
+    return table
+
+
+nameserver_option = click.option(
+    "--nameserver",
+    default="127.0.0.1:9876",
+    show_default=True,
+    envvar="RIP5_NAMESERVER",
+    help="host:port of the nameserver (comma-separated for several replicas)",
+)
+cluster_option = click.option(
+    "--cluster", default=DEFAULT_CLUSTER, show_default=True, help="the storage cluster"
+)
+
+
+@click.group()
+def topic() -> None:
+    """create | update | delete | list | describe topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@nameserver_option
+@cluster_option
+@click.option("--queues", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--type", "message_type", type=click.Choice(sorted(MESSAGE_TYPES)), default="normal")
+@click.option("--retention-ms", type=click.IntRange(1), default=None, help="default: 3 days")
+@click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default="rw", show_default=True)
+def topic_create(
+    name: str,
+    nameserver: str,
+    cluster: str,
+    queues: int,
+    message_type: str,
+    retention_ms: int | None,
+    perm: str,
+) -> None:
+    """Create topic NAME."""
+    _check_name(names.validate_topic, name)
+    request = api.CreateTopicRequest(
+        name, cluster, queues, MESSAGE_TYPES[message_type], retention_ms or 0, PERMISSIONS[perm]
+    )
+    response = run(nameserver, lambda ns: ns.create_topic(request, timeout_ms=CALL_TIMEOUT_MS))
+    _print(topics_table([response.topic], f"created (revision {response.revision})"))
+
+
+@topic.command("update")
+@click.argument("name")
+@nameserver_option
+@click.option("--queues", type=click.IntRange(1, 1024), default=None, help="may only grow")
+@click.option("--type", "message_type", type=click.Choice(sorted(MESSAGE_TYPES)), default=None)
+@click.option("--retention-ms", type=click.IntRange(1), default=None)
+@click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default=None)
+def topic_update(
+    name: str,
+    nameserver: str,
+    queues: int | None,
+    message_type: str | None,
+    retention_ms: int | None,
+    perm: str | None,
+) -> None:
+    """Change topic NAME (only the options given)."""
+    _check_name(names.validate_topic, name)
+    request = api.UpdateTopicRequest(
+        name,
+        queues,
+        None if message_type is None else MESSAGE_TYPES[message_type],
+        retention_ms,
+        None if perm is None else PERMISSIONS[perm],
+    )
+    response = run(nameserver, lambda ns: ns.update_topic(request, timeout_ms=CALL_TIMEOUT_MS))
+    _print(topics_table([response.topic], f"updated (revision {response.revision})"))
+
+
+@topic.command("delete")
+@click.argument("name")
+@nameserver_option
+def topic_delete(name: str, nameserver: str) -> None:
+    """Delete topic NAME."""
+    _check_name(names.validate_topic, name)
+    request = api.NameRequest(name)
+    response = run(nameserver, lambda ns: ns.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS))
+    click.echo(f"deleted topic {name} (revision {response.revision})")
+
+
+@topic.command("list")
+@nameserver_option
+@click.option("--cluster", default="", help="only this cluster's topics")
+def topic_list(nameserver: str, cluster: str) -> None:
+    """List topics."""
+    request = api.ListRequest(cluster)
+    response = run(nameserver, lambda ns: ns.list_topics(request, timeout_ms=CALL_TIMEOUT_MS))
+    _print(topics_table(response.topics, f"topics (revision {response.revision})"))
+
+
+@topic.command("describe")
+@click.argument("name")
+@nameserver_option
+def topic_describe(name: str, nameserver: str) -> None:
+    """Show topic NAME and where each of its queues is served."""
+    _check_name(names.validate_topic, name)
+    request = api.NameRequest(name)
+    route = run(nameserver, lambda ns: ns.route(request, timeout_ms=CALL_TIMEOUT_MS))
+    _print(topics_table([route.topic], f"topic {name} (revision {route.revision})"))
+    table = Table(title="queues")
+    for column in ("queue", "group", "term", "leader", "followers"):
+        table.add_column(column)
+    for q in route.queues:
+        leader = "-" if q.leader is None else f"{q.leader.node_id}@{q.leader.address}"
+        followers = ", ".join(f"{f.node_id}@{f.address}" for f in q.followers) or "-"
+        table.add_row(str(q.queue_id), str(q.group_id), str(q.term), leader, followers)
+    _print(table)
+
+
+@click.group()
+def group() -> None:
+    """create | delete | list | describe consumer groups."""
+
+
+@group.command("create")
+@click.argument("name")
+@nameserver_option
+@cluster_option
+@click.option("--fifo", is_flag=True, help="deliver each queue's messages in order")
+@click.option("--max-attempts", type=click.IntRange(1, 1000), default=17, show_default=True)
+def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attempts: int) -> None:
+    """Create consumer group NAME (RocketMQ's retry levels)."""
+    _check_name(names.validate_consumer_group, name)
+    request = api.CreateConsumerGroupRequest(name, cluster, fifo, max_attempts)
+    response = run(
+        nameserver, lambda ns: ns.create_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
+    )
+    _print(groups_table([response.group], f"created (revision {response.revision})"))
+
+
+@group.command("delete")
+@click.argument("name")
+@nameserver_option
+def group_delete(name: str, nameserver: str) -> None:
+    """Delete consumer group NAME."""
+    _check_name(names.validate_consumer_group, name)
+    request = api.NameRequest(name)
+    response = run(
+        nameserver, lambda ns: ns.delete_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
+    )
+    click.echo(f"deleted consumer group {name} (revision {response.revision})")
+
+
+@group.command("list")
+@nameserver_option
+@click.option("--cluster", default="", help="only this cluster's groups")
+def group_list(nameserver: str, cluster: str) -> None:
+    """List consumer groups."""
+    request = api.ListRequest(cluster)
+    response = run(
+        nameserver, lambda ns: ns.list_consumer_groups(request, timeout_ms=CALL_TIMEOUT_MS)
+    )
+    _print(groups_table(response.groups, f"consumer groups (revision {response.revision})"))
+
+
+@group.command("describe")
+@click.argument("name")
+@nameserver_option
+def group_describe(name: str, nameserver: str) -> None:
+    """Show consumer group NAME."""
+    _check_name(names.validate_consumer_group, name)
+    request = api.NameRequest(name)
+    response = run(
+        nameserver, lambda ns: ns.get_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
+    )
+    _print(groups_table([response.group], f"consumer group {name} (revision {response.revision})"))
+    retry = response.group.retry
+    if retry.backoff_ms:
+        click.echo("retry backoff_ms: " + ", ".join(str(b) for b in retry.backoff_ms))
+
+
+@click.group()
+def cluster() -> None:
+    """status: nodes, brokers, groups and leaders."""
+
+
+@cluster.command("status")
+@nameserver_option
+@click.option("--cluster", "name", default=DEFAULT_CLUSTER, show_default=True)
+def cluster_status(nameserver: str, name: str) -> None:
+    """Storage nodes, brokers and raft groups of a cluster."""
+    request = api.NameRequest(name)
+    status = run(nameserver, lambda ns: ns.cluster_status(request, timeout_ms=CALL_TIMEOUT_MS))
+    c = status.cluster
+    click.echo(
+        f"cluster {c.name}: {c.group_count} raft groups (ids {c.first_group_id}.."
+        f"{c.first_group_id + c.group_count - 1}), replication {c.replication_factor}, "
+        f"{status.topic_count} topics, {status.consumer_group_count} consumer groups, "
+        f"revision {status.revision}"
+    )
+    nodes = Table(title="storage nodes")
+    for column in ("id", "address", "alive", "groups", "leaders", "last_heartbeat_ms"):
+        nodes.add_column(column)
+    for n in status.storage_nodes:
+        nodes.add_row(
+            str(n.node_id),
+            n.address,
+            str(n.alive).lower(),
+            str(n.groups),
+            str(n.leaders),
+            str(n.last_heartbeat_ms),
+        )
+    _print(nodes)
+    brokers = Table(title="brokers")
+    for column in ("id", "address", "alive", "last_heartbeat_ms"):
+        brokers.add_column(column)
+    for b in status.brokers:
+        brokers.add_row(b.broker_id, b.address, str(b.alive).lower(), str(b.last_heartbeat_ms))
+    _print(brokers)
+    leaderless = [g.group_id for g in status.groups if g.leader == 0]
+    placed = sum(1 for g in status.groups if g.replicas)
+    click.echo(
+        f"raft groups: {placed} of {len(status.groups)} placed, "
+        f"{len(status.groups) - len(leaderless)} with a known leader"
+    )

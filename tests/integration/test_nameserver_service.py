@@ -1,0 +1,131 @@
+"""One nameserver served in-process on 127.0.0.1 (real WAL, real sockets): heartbeats
+and failure detection, leases, watches, and errors that name their cause."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from angelia_rpc import AngeliaError, Peers, RpcConfig
+from nameserver.config import NameserverConfig
+from nameserver.server import serve
+from nameserver.service import NameserverService
+from protocol import errors
+from protocol import nameserver_api as api
+from tests.waiting import async_wait_until
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = "DefaultCluster"
+
+
+@pytest.fixture
+async def nameserver(tmp_path: Path) -> AsyncIterator[NameserverService]:
+    config = NameserverConfig(
+        listen="127.0.0.1:0",
+        groups=4,
+        expire_interval_ms=100,
+        storage_node_timeout_ms=400,
+        broker_timeout_ms=400,
+    )
+    stopping = asyncio.Event()
+    endpoints: list[str] = []
+    task = asyncio.create_task(serve(config, tmp_path, stopping, endpoints.append))
+    await async_wait_until(lambda: endpoints or task.done(), timeout_s=30, what="ready")
+    peers = Peers(RpcConfig())
+    stub = NameserverService(peers.channel(endpoints[0]))
+
+    async def cluster_exists() -> bool:
+        with contextlib.suppress(AngeliaError):
+            await stub.cluster_status(api.NameRequest(CLUSTER))
+            return True
+        return False
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await cluster_exists():
+        assert asyncio.get_running_loop().time() < deadline, "the cluster was never created"
+        await asyncio.sleep(0.02)
+    yield stub
+    await peers.close()
+    stopping.set()
+    await task
+
+
+async def test_a_silent_storage_node_is_marked_down_and_back_up(
+    nameserver: NameserverService,
+) -> None:
+    answer = await nameserver.storage_heartbeat(
+        api.StorageHeartbeatRequest(7, CLUSTER, "127.0.0.1:7007", groups=3)
+    )
+    assert answer.groups == []  # nothing placed on it yet
+    status = await nameserver.cluster_status(api.NameRequest(CLUSTER))
+    assert [(n.node_id, n.alive, n.groups) for n in status.storage_nodes] == [(7, True, 3)]
+
+    async def alive() -> bool:
+        status = await nameserver.cluster_status(api.NameRequest(CLUSTER))
+        return status.storage_nodes[0].alive
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while await alive():
+        assert asyncio.get_running_loop().time() < deadline, "never marked down"
+        await asyncio.sleep(0.05)
+    await nameserver.storage_heartbeat(api.StorageHeartbeatRequest(7, CLUSTER, "127.0.0.1:7007"))
+    assert await alive()
+
+
+async def test_leases_are_exclusive_until_released(nameserver: NameserverService) -> None:
+    held = await nameserver.acquire_lease(api.LeaseRequest("txn-check/0", "broker-a", 60_000))
+    assert held.lease.owner == "broker-a"
+    with pytest.raises(AngeliaError) as taken:
+        await nameserver.acquire_lease(api.LeaseRequest("txn-check/0", "broker-b", 60_000))
+    assert taken.value.code is errors.LEASE_HELD
+    assert "broker-a" in taken.value.message
+    renewed = await nameserver.renew_lease(api.LeaseRequest("txn-check/0", "broker-a", 60_000))
+    assert renewed.lease.token == held.lease.token
+    with pytest.raises(AngeliaError) as refused:
+        await nameserver.release_lease(api.LeaseRequest("txn-check/0", "broker-b"))
+    assert refused.value.code is errors.LEASE_NOT_HELD
+    await nameserver.release_lease(api.LeaseRequest("txn-check/0", "broker-a"))
+    again = await nameserver.acquire_lease(api.LeaseRequest("txn-check/0", "broker-b", 60_000))
+    assert again.lease.token > held.lease.token
+
+
+async def test_a_watch_streams_changes_in_order_and_asks_a_far_watcher_to_resync(
+    nameserver: NameserverService,
+) -> None:
+    start = (await nameserver.list_topics(api.ListRequest())).revision
+    async with nameserver.watch(api.WatchRequest(start, [api.KIND_TOPIC])) as stream:
+        batches = aiter(stream)
+        first = await anext(batches)
+        assert first.changes == []  # the subscription's confirmation
+        for i in range(3):
+            await nameserver.create_topic(api.CreateTopicRequest(f"W{i}", CLUSTER, 1))
+        keys: list[str] = []
+        while len(keys) < 3:
+            batch = await asyncio.wait_for(anext(batches), 10)
+            keys += [c.key for c in batch.changes]
+            assert all(c.topic is not None for c in batch.changes)
+        assert keys == ["W0", "W1", "W2"]
+    async with nameserver.watch(api.WatchRequest(10**9)) as stream:
+        ahead = await asyncio.wait_for(anext(aiter(stream)), 10)
+        assert ahead.resync_required
+
+
+async def test_bad_requests_name_their_cause(nameserver: NameserverService) -> None:
+    with pytest.raises(AngeliaError) as bad_type:
+        await nameserver.create_topic(api.CreateTopicRequest("T", CLUSTER, 1, message_type=9))
+    assert bad_type.value.code is errors.BAD_REQUEST
+    assert "message_type 9" in bad_type.value.message
+    with pytest.raises(AngeliaError) as no_cluster:
+        await nameserver.create_topic(api.CreateTopicRequest("T", "Nowhere", 1))
+    assert no_cluster.value.code is errors.NOT_FOUND
+    with pytest.raises(AngeliaError) as no_topic:
+        await nameserver.route(api.NameRequest("Missing"))
+    assert no_topic.value.code is errors.TOPIC_NOT_FOUND
+    # The process goes on serving.
+    created = await nameserver.create_topic(api.CreateTopicRequest("T", CLUSTER, 1))
+    assert created.topic.queue_count == 1
