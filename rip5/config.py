@@ -1,7 +1,7 @@
 """Configuration: defaults < TOML file < environment (RIP5_...) < flags.
 
 A role's options are a frozen dataclass whose fields carry declarative
-metadata (``help``; for validation ``kind`` = "address" | "addresses",
+metadata (``help``; for validation ``kind`` = "address" | "addresses" | "peers",
 ``min``/``max``, ``choices``). This module turns the raw values of each source
 into one validated instance, and reports the first bad value as a
 :class:`ConfigError` that names the option, the value, where it came from and
@@ -100,6 +100,8 @@ class OptionSpec:
             return "host:port with a port from 1 to 65535"
         if self.kind == "addresses":
             return "comma-separated host:port, each port from 1 to 65535"
+        if self.kind == "peers":
+            return "comma-separated ID=host:port, distinct ids from 1 to 65535"
         if self.type is bool:
             return "true or false"
         if self.type in (int, float):
@@ -139,6 +141,18 @@ _FALSE = {"0", "false", "no", "off"}
 def _check_address(text: str) -> bool:
     host, sep, port = text.strip().rpartition(":")
     return bool(sep and host and port.isdigit() and 1 <= int(port) <= 65535)
+
+
+def _check_peers(text: str) -> bool:
+    ids = []
+    for part in text.split(","):
+        node, sep, address = part.strip().partition("=")
+        if not sep or not node.isdigit() or not 1 <= int(node) <= 65535:
+            return False
+        if not _check_address(address):
+            return False
+        ids.append(int(node))
+    return len(set(ids)) == len(ids)
 
 
 def convert(spec: OptionSpec, raw: object, source: str) -> Any:
@@ -184,6 +198,10 @@ def convert(spec: OptionSpec, raw: object, source: str) -> Any:
         raise reject()
     if spec.kind == "addresses" and value:
         if not all(_check_address(part) for part in value.split(",")):
+            raise reject()
+        value = ",".join(part.strip() for part in value.split(","))
+    if spec.kind == "peers" and value:
+        if not _check_peers(value):
             raise reject()
         value = ",".join(part.strip() for part in value.split(","))
     return value
