@@ -52,6 +52,7 @@ class LocalStorageCluster:
         self.addresses = {n: f"127.0.0.1:{free_port()}" for n in range(1, nodes + 1)}
         self.processes: dict[int, asyncio.subprocess.Process] = {}
         self._peers = Peers(RpcConfig(call_timeout_ms=5000))
+        self._served_by: dict[int, str] = {}
 
     @property
     def peers_flag(self) -> str:
@@ -174,9 +175,13 @@ class LocalStorageCluster:
         invoke: Callable[[StorageService], Awaitable[T]],
         first_node: int | None = None,
         timeout_s: float = 30.0,
+        group: int | None = None,
     ) -> T:
         """``invoke(stub)`` on a live node, following NOT_LEADER hints and retrying
         retriable errors (on the next live node when there is no hint) until ``timeout_s``.
+
+        With ``group`` (the group serving the call's queue), the call starts at the
+        node that last served that group.
 
         A retried call may have taken effect before it failed: callers rely on
         the storage API's idempotence (message ids) or tolerate a repeat.
@@ -185,10 +190,12 @@ class LocalStorageCluster:
         deadline = loop.time() + timeout_s
         live = sorted(self.processes)
         address = self.addresses[first_node if first_node in self.processes else live[0]]
+        if first_node is None and group is not None:
+            address = self._served_by.get(group, address)
         attempt = 0
         while True:
             try:
-                return await invoke(self.stub_at(address))
+                result = await invoke(self.stub_at(address))
             except AngeliaError as exc:
                 if not exc.retriable or loop.time() > deadline:
                     raise
@@ -201,6 +208,10 @@ class LocalStorageCluster:
                     address = self.addresses[live[attempt % len(live)]]
                 if not hinted:
                     await asyncio.sleep(min(0.01 * attempt, 0.2))
+            else:
+                if group is not None:
+                    self._served_by[group] = address
+                return result
 
 
 def _read_line(fd: int) -> str:

@@ -64,7 +64,7 @@ def test_a_role_not_built_yet_says_so_without_a_traceback(role: object) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["bench", "storage"], ["admin", "topic", "list"], ["admin", "cluster", "status"]]
+    "args", [["bench", "nameserver"], ["admin", "topic", "list"], ["admin", "cluster", "status"]]
 )
 def test_commands_not_built_yet_exit_69(args: list[str]) -> None:
     result = _run(*args)

@@ -22,6 +22,7 @@ from protocol import errors
 from protocol.storage_api import (
     AckRequest,
     AppendRequest,
+    ChangeInvisibleRequest,
     GetOffsetRequest,
     Message,
     QueueInfoRequest,
@@ -130,6 +131,35 @@ async def _scenario(root: Path) -> None:
             await cluster.stub(follower).append(AppendRequest(TOPIC, 0, _batch(0, 999)))
         assert refused.value.code == errors.NOT_LEADER
         assert refused.value.leader_hint == cluster.addresses[leader]
+
+        # A repeated append (a client retry) is not stored again: same offsets back.
+        again = await cluster.call(methodcaller("append", AppendRequest(TOPIC, 1, _batch(1, 0))))
+        assert all(o.duplicate for o in again.outcomes)
+        assert {o.message_id: o.queue_offset for o in again.outcomes} == {
+            m.message_id: acked[1][m.message_id] for m in _batch(1, 0)
+        }
+
+        # Bad input names its cause, stores nothing, and the node goes on serving.
+        with pytest.raises(AngeliaError) as bad:
+            await cluster.stub(leader).append(
+                AppendRequest(TOPIC, 0, [Message(TOPIC, 1, "stray", b"x")])
+            )
+        assert bad.value.code == errors.BAD_REQUEST
+        assert "stray" in bad.value.message
+
+        # Change invisible duration: a new handle; the old one is stale.
+        got = await cluster.call(
+            methodcaller("receive", ReceiveRequest("cg2", TOPIC, 1, 1, 60_000))
+        )
+        (delivery,) = got.messages
+        changed = await cluster.call(
+            methodcaller("change_invisible", ChangeInvisibleRequest("cg2", delivery.handle, 30_000))
+        )
+        assert changed.handle.generation > delivery.handle.generation
+        stale = await cluster.call(
+            methodcaller("ack", AckRequest("cg2", TOPIC, 1, [delivery.handle, changed.handle]))
+        )
+        assert [o.error_code for o in stale.outcomes] == [errors.INVALID_RECEIPT_HANDLE.number, 0]
 
         # Consume part of queue 0 before the failover.
         consumed = await _consume_all(cluster, 0)
