@@ -42,8 +42,9 @@ Usage::
     peers = Peers(config)                                # one reused connection per peer
     storage = Storage(peers.channel(address))            # typed client stub
     response = await storage.append(AppendRequest(1, [b"x"]), timeout_ms=500)
-    async for event in storage.watch(AppendRequest(1, []), timeout_ms=None):
-        ...
+    async with storage.watch(AppendRequest(1, [])) as events:   # cancelled on exit
+        async for event in events:
+            ...
     stream = storage.raft()                              # bidirectional
     await stream.send(AppendRequest(7, []))              # waits for flow-control credit
     reply = await anext(aiter(stream))
@@ -53,7 +54,10 @@ Failures raise :class:`AngeliaError` with ``code`` (a ``protocol.errors``
 code), ``message``, ``retriable`` and ``leader_hint``; a handler's exception
 that carries a ``code`` (e.g. ``raft.errors.NotLeader``) keeps its code and
 leader across the wire. Deadlines: ``timeout_ms`` (default
-``RpcConfig.call_timeout_ms`` for unary calls, none for streams unless given).
+``RpcConfig.call_timeout_ms`` for unary calls; streams have none unless given,
+but connecting is bounded by ``call_timeout_ms``). A lost connection fails
+open calls and streams with UNAVAILABLE; the next call reconnects (open a new
+stream yourself). See docs/angelia.md for the design and the benchmark.
 """
 
 from angelia_rpc.channel import Channel, ClientStream, Peers

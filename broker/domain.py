@@ -194,21 +194,3 @@ class Receipt:
     delivery_attempt: int
     invisible_until_ms: int
     message_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class TagFilter:
-    """A TAG subscription: ``tags`` empty means every message."""
-
-    tags: frozenset[str] = frozenset()
-
-    @property
-    def expression(self) -> str:
-        """The filter as a TAG expression (``*`` or ``a||b``), e.g. for a storage command."""
-        return "||".join(sorted(self.tags)) if self.tags else "*"
-
-    def matches(self, tag: str | None) -> bool:
-        """Whether a message with this tag passes the filter."""
-        if not self.tags:
-            return True
-        return tag is not None and tag in self.tags

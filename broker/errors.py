@@ -61,8 +61,8 @@ class Reason(enum.Enum):
 
 _REASON_CODES: dict[Reason, ErrorCode] = {
     Reason.INVALID_RECEIPT_HANDLE: codes.INVALID_RECEIPT_HANDLE,
-    Reason.TOPIC_NOT_FOUND: codes.NOT_FOUND,
-    Reason.CONSUMER_GROUP_NOT_FOUND: codes.NOT_FOUND,
+    Reason.TOPIC_NOT_FOUND: codes.TOPIC_NOT_FOUND,
+    Reason.CONSUMER_GROUP_NOT_FOUND: codes.CONSUMER_GROUP_NOT_FOUND,
     Reason.NO_READABLE_QUEUE: codes.NOT_FOUND,
     Reason.NO_WRITABLE_QUEUE: codes.NOT_FOUND,
 }

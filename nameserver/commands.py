@@ -24,6 +24,7 @@ from typing import ClassVar
 from nameserver.codec import from_wire, pack, unpack_raw
 from nameserver.errors import DecodeFailed
 from nameserver.records import (
+    MAX_DELIVERY_ATTEMPTS_DEFAULT,
     NO_LOAD,
     RETENTION_MS_DEFAULT,
     RETRY_DEFAULT,
@@ -136,7 +137,7 @@ class CreateConsumerGroup:
     name: str
     cluster: str
     fifo: bool = False
-    max_delivery_attempts: int = 16
+    max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS_DEFAULT
     retry: RetryPolicy = RETRY_DEFAULT
 
 

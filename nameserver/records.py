@@ -140,8 +140,20 @@ class RetryPolicy:
     backoff_ms: tuple[int, ...] = ()
 
 
-RETRY_DEFAULT = RetryPolicy()
-"""The retry policy of a consumer group created without one."""
+# fmt: off
+ROCKETMQ_BACKOFF_MS = (
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000,
+    360_000, 420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000,
+    3_600_000, 7_200_000,
+)
+# fmt: on
+"""RocketMQ's default retry levels: 1 s, 5 s, 10 s, 30 s, 1 min ... 2 h."""
+
+RETRY_DEFAULT = RetryPolicy(backoff_ms=ROCKETMQ_BACKOFF_MS)
+"""The retry policy of a consumer group created without one: RocketMQ's levels."""
+
+MAX_DELIVERY_ATTEMPTS_DEFAULT = 17
+"""RocketMQ's default: the first delivery and 16 retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +163,7 @@ class ConsumerGroup:
     name: str
     cluster: str
     fifo: bool = False
-    max_delivery_attempts: int = 16
+    max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS_DEFAULT
     retry: RetryPolicy = RETRY_DEFAULT
 
 

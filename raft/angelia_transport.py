@@ -127,8 +127,13 @@ class AngeliaTransport:
                     data = queue.popleft()
                     await call.send(RaftBatchFrame(self.node_id, data))
                     backoff_s = 0.02
-            except AngeliaError as exc:
-                _log.debug("raft stream %d->%d failed: %s", self.node_id, to_node, exc)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            except Exception as exc:  # noqa: BLE001 - the pump must outlive any failure
+                # The batch in hand is lost (raft resends); the stream is reopened.
+                level = logging.DEBUG if isinstance(exc, AngeliaError) else logging.WARNING
+                _log.log(level, "raft stream %d->%d failed: %r", self.node_id, to_node, exc)
                 call.cancel()
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, self._backoff_max_s)

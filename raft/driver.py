@@ -47,8 +47,10 @@ class DriverOptions:
     election_tick: int = 10
     heartbeat_tick: int = 2
     quiesce_after_ticks: int = 6
-    max_size_per_msg_bytes: int = 1 << 20
-    max_inflight_msgs: int = 256
+    # Bounds what one follower can be sent per round while catching up
+    # (max_size_per_msg_bytes x max_inflight_msgs per group).
+    max_size_per_msg_bytes: int = 512 << 10
+    max_inflight_msgs: int = 64
     # Snapshot a group every this many applied entries (0: never), then
     # compact its log to ``keep_entries`` below the snapshot.
     snapshot_entries: int = 0

@@ -495,18 +495,37 @@ class MultiRaft:
                 writer.set_hard_state(g.group_id, rd.hard_state)
         writer.flush()
 
-    def outgoing(self, rnd: Round) -> Iterator[tuple[int, bytes]]:
-        """One encoded batch per destination node: all its messages and notices."""
-        per_node: dict[int, list[tuple[int, Message]]] = {}
+    def outgoing(self, rnd: Round, batch_bytes_max: int = 4 << 20) -> Iterator[tuple[int, bytes]]:
+        """Encoded batches per destination node: all its messages and notices.
+
+        Usually one batch per node per round; a node's messages are split into
+        several batches when their entries exceed ``batch_bytes_max`` (a
+        catching-up follower), so no batch outgrows the transport's frame limit.
+        """
+        per_node: dict[int, list[list[tuple[int, Message]]]] = {}
+        sizes: dict[int, int] = {}
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
             for message in rd.messages:
-                if message.to != self.node_id:
-                    per_node.setdefault(message.to, []).append((g.group_id, message))
+                to = message.to
+                if to == self.node_id:
+                    continue
+                size = 64 + sum(len(e.data) + 16 for e in message.entries)
+                if message.snapshot is not None:
+                    size += len(message.snapshot.data)
+                batches = per_node.get(to)
+                if batches is None:
+                    batches = per_node[to] = [[]]
+                    sizes[to] = 0
+                elif sizes[to] + size > batch_bytes_max and batches[-1]:
+                    batches.append([])
+                    sizes[to] = 0
+                batches[-1].append((g.group_id, message))
+                sizes[to] += size
         for to in sorted(per_node.keys() | rnd.notices.keys()):
-            yield (
-                to,
-                wire.encode_batch(self.node_id, to, per_node.get(to, ()), rnd.notices.get(to, ())),
-            )
+            batches = per_node.get(to) or [[]]
+            for index, messages in enumerate(batches):
+                notices = rnd.notices.get(to, ()) if index == len(batches) - 1 else ()
+                yield to, wire.encode_batch(self.node_id, to, messages, notices)
 
     def apply(self, rnd: Round, writer: LogWriter) -> list[Outcome]:
         """Apply snapshots and committed entries; return the proposals that ended."""

@@ -14,9 +14,10 @@ import zlib
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from broker.domain import Delivery, GroupInfo, Message, MessageType, QueueInfo, TagFilter, TopicInfo
+from broker.domain import Delivery, GroupInfo, Message, MessageType, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter
+from protocol.filters import TagFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
 BROKER_NAME = "rip5"
@@ -90,7 +91,7 @@ def message_from_pb(message: pb.Message) -> Message:
         body=body,
         message_id=system.message_id,
         message_type=message_type,
-        tag=system.tag if system.HasField("tag") else None,
+        tag=system.tag or None,  # an empty tag is no tag, as in the proxy
         keys=tuple(system.keys),
         user_properties=dict(message.user_properties),
         message_group=system.message_group if system.HasField("message_group") else None,

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from broker.domain import Delivery, GroupInfo, PoppedMessage, QueueRef, Receipt, TagFilter
+from broker.domain import Delivery, GroupInfo, PoppedMessage, QueueRef, Receipt
 from broker.errors import BrokerError, Reason
 from broker.processor import receipt as receipts
 from broker.processor import validation
 from broker.services.base import Clock, MessageStore, MetadataService
+from protocol.filters import TagFilter
 
 DEFAULT_INVISIBLE_MS = 60_000  # auto-renew receives (push consumers) leave it to the server
 

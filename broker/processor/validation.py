@@ -26,7 +26,7 @@ RECEIVE_INVISIBLE_MS_MIN = 10_000
 INVISIBLE_MS_MAX = 12 * 3600 * 1000
 BATCH_SIZE_MAX = 32
 
-_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 SYSTEM_TOPICS = frozenset(
     {
@@ -68,7 +68,7 @@ def check_topic(name: str) -> None:
         raise BrokerError.of(
             Reason.ILLEGAL_TOPIC, f"topic name is longer than {TOPIC_LENGTH_MAX} characters"
         )
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise BrokerError.of(
             Reason.ILLEGAL_TOPIC, f"topic name {name!r} has characters outside [%|a-zA-Z0-9_-]"
         )
@@ -85,7 +85,7 @@ def check_group(name: str) -> None:
             Reason.ILLEGAL_CONSUMER_GROUP,
             f"consumer group name is longer than {GROUP_LENGTH_MAX} characters",
         )
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise BrokerError.of(
             Reason.ILLEGAL_CONSUMER_GROUP,
             f"consumer group name {name!r} has characters outside [%|a-zA-Z0-9_-]",

@@ -36,7 +36,7 @@ Mapping to the storage partition commands (``storage_node/partition``):
 ``append`` -> one ``Append`` of the batch's records; ``pop`` -> ``Receive``
 (``max_messages=batch_size``, ``invisible_duration_ms``,
 ``max_delivery_attempts``/``fifo`` from the GroupInfo,
-``filter_expression=tag_filter.expression``); ``ack`` -> ``Ack``;
+``filter_expression=tag_filter.expression()``); ``ack`` -> ``Ack``;
 ``change_invisible`` -> ``ChangeInvisibleDuration``;
 ``forward_to_dead_letter`` -> ``DeadLetter``; the (queue, offset, generation)
 triple is the storage half of the receipt handle. Routing a queue to its
@@ -55,9 +55,9 @@ from broker.domain import (
     Message,
     PopResult,
     QueueRef,
-    TagFilter,
     TopicInfo,
 )
+from protocol.filters import TagFilter
 
 
 class Clock(Protocol):

@@ -29,11 +29,11 @@ from broker.domain import (
     PopResult,
     QueueInfo,
     QueueRef,
-    TagFilter,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
+from protocol.filters import TagFilter
 
 
 class MemoryMetadata:
@@ -211,7 +211,7 @@ class MemoryStore:
             if flight is not None and flight.invisible_until_ms > now_ms:
                 blocked.add(key)
                 continue
-            if flight is None and not tag_filter.matches(stored.message.tag):
+            if flight is None and not tag_filter.matches(stored.message.tag or ""):
                 state.finish(offset)
                 continue
             attempt = 1 if flight is None else flight.delivery_attempt + 1

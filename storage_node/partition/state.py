@@ -531,6 +531,21 @@ class PartitionState:
         group_queue = self._groups.get((group, topic, queue_id))
         return None if group_queue is None else group_queue.consumer_offset()
 
+    def backlog(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
+        """(messages not yet done for ``group``, of which in flight now) in a queue.
+
+        A group that never consumed the queue counts every message still in it.
+        """
+        group_queue = self._groups.get((group, topic, queue_id))
+        end = self.end_offset(topic, queue_id)
+        if group_queue is None:
+            return end - self.first_offset(topic, queue_id), 0
+        clock_ms = self.clock_ms
+        in_flight = sum(1 for lease in group_queue.leases.values() if lease.is_invisible(clock_ms))
+        cursor = group_queue.cursor
+        behind = sum(1 for offset in group_queue.leases if offset < cursor)
+        return end - cursor - len(group_queue.done_ahead) + behind, in_flight
+
     def lease(self, group: str, topic: str, queue_id: int, queue_offset: int) -> Lease | None:
         """The group's current lease on a message, expired or not (None if none)."""
         group_queue = self._groups.get((group, topic, queue_id))

@@ -15,7 +15,9 @@ from nameserver import commands as c
 from nameserver.errors import NameserverError
 from nameserver.placement import LoadBalancedPlacement, NodeLoad, ReplicaMove
 from nameserver.records import (
+    MAX_DELIVERY_ATTEMPTS_DEFAULT,
     NO_NODE,
+    RETRY_DEFAULT,
     Change,
     ChangeKind,
     Endpoint,
@@ -137,8 +139,8 @@ class Scenario:
                 d.arg("name"),
                 d.arg("cluster", "c1"),
                 bool(fifo),
-                16 if attempts is None else attempts,
-                RetryPolicy() if retry is None else retry,
+                MAX_DELIVERY_ATTEMPTS_DEFAULT if attempts is None else attempts,
+                RETRY_DEFAULT if retry is None else retry,
             )
         if d.cmd == "delete-group":
             return c.DeleteConsumerGroup(d.arg("name"))

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from broker.domain import GroupInfo, Message, MessageType, QueueRef, TagFilter
+from broker.domain import GroupInfo, Message, MessageType, QueueRef
 from broker.errors import BrokerError, Reason
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
+from protocol.filters import TagFilter
 
 Q = QueueRef("orders", 0)
 GROUP = GroupInfo("g")

@@ -18,7 +18,6 @@ from broker.domain import (
     QueueInfo,
     QueueRef,
     RetryPolicy,
-    TagFilter,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
@@ -30,6 +29,7 @@ from broker.processor.route import RouteProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
+from protocol.filters import TagFilter
 from tests.waiting import async_wait_until
 
 SECRET = b"secret"

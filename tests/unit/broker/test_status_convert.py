@@ -46,6 +46,10 @@ def test_every_reason_has_a_wire_code() -> None:
         (not_implemented("X"), pb.NOT_IMPLEMENTED),
         (unsupported("Y"), pb.UNSUPPORTED),
         (BrokerError(codes.INTERNAL, "boom"), pb.INTERNAL_SERVER_ERROR),
+        (BrokerError(codes.TOPIC_NOT_FOUND, "nameserver says"), pb.TOPIC_NOT_FOUND),
+        (BrokerError(codes.CONSUMER_GROUP_NOT_FOUND, "x"), pb.CONSUMER_GROUP_NOT_FOUND),
+        (BrokerError(codes.INVALID_NAME, "x"), pb.BAD_REQUEST),
+        (BrokerError(codes.LEASE_HELD, "x"), pb.HA_NOT_AVAILABLE),
     ],
 )
 def test_shared_codes(error: BrokerError, code: int) -> None:
@@ -58,6 +62,7 @@ def test_flags_come_from_the_shared_code() -> None:
     assert BrokerError(codes.NOT_LEADER, "x").refresh_route
     assert BrokerError(codes.OVERLOADED, "x").retriable
     assert not BrokerError.of(Reason.ILLEGAL_TOPIC, "x").retriable
+    assert BrokerError.of(Reason.TOPIC_NOT_FOUND, "x").refresh_route
 
 
 def test_unknown_exceptions_are_internal_and_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -106,6 +111,7 @@ def test_message_from_pb() -> None:
 def test_absent_optionals_stay_absent() -> None:
     message = convert.message_from_pb(_wire_message())
     assert message.tag is None
+    assert convert.message_from_pb(_wire_message(tag="")).tag is None
     assert message.message_group is None
     assert message.delivery_timestamp_ms is None
     assert message.queue_id is None

@@ -25,7 +25,8 @@ def _reason(call: object, *args: object) -> Reason | None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "  ", "a" * 128, "bad topic", "bad/topic", "TBW102", "rmq_sys_x", "RMQ_SYS_Y"]
+    "name",
+    ["", "  ", "a" * 128, "bad topic", "bad/topic", "bad\n", "TBW102", "rmq_sys_x", "RMQ_SYS_Y"],
 )
 def test_bad_topic_names(name: str) -> None:
     assert _reason(validation.check_topic, name) is Reason.ILLEGAL_TOPIC
@@ -36,7 +37,7 @@ def test_good_topic_names(name: str) -> None:
     validation.check_topic(name)
 
 
-@pytest.mark.parametrize("name", ["", "g" * 121, "bad group", "CID_RMQ_SYS_x"])
+@pytest.mark.parametrize("name", ["", "g" * 121, "bad group", "group\n", "CID_RMQ_SYS_x"])
 def test_bad_group_names(name: str) -> None:
     assert _reason(validation.check_group, name) is Reason.ILLEGAL_CONSUMER_GROUP
 

@@ -19,6 +19,7 @@ from raft.types import (
     EntryType,
     Message,
     MessageType,
+    Ready,
     Snapshot,
     SnapshotMetadata,
 )
@@ -139,3 +140,30 @@ def test_rounds_driven_synchronously(tmp_path: Path) -> None:
         assert machines[node_id, 1].values == [b"one"]
         assert machines[node_id, 2].values == [b"two"]
         stores[node_id].close()
+
+
+def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
+    """A follower catching up gets several batches, none above the byte budget."""
+    from raft.multiraft import Round, _Group
+
+    host = MultiRaft(1)
+    data = b"x" * 1000
+    messages = [
+        Message(
+            MessageType.APP,
+            to=2,
+            from_=1,
+            term=1,
+            index=i * 10,
+            entries=tuple(Entry(1, i * 10 + k + 1, EntryType.NORMAL, data) for k in range(10)),
+        )
+        for i in range(20)
+    ] + [Message(MessageType.HEARTBEAT, to=3, from_=1, term=1)]
+    group = _Group(7, None, None, (2, 3))  # type: ignore[arg-type]
+    rnd = Round([group], [Ready(messages=messages)], False, [], {})
+    sent = list(host.outgoing(rnd, batch_bytes_max=25_000))
+    to_2 = [wire.decode_batch(data) for to, data in sent if to == 2]
+    assert len(to_2) == 10
+    assert all(len(data) < 25_000 + 2_000 for to, data in sent)
+    assert [m for b in to_2 for _g, m in b.messages] == messages[:-1]
+    assert [to for to, _ in sent].count(3) == 1

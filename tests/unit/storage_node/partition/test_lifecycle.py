@@ -443,6 +443,13 @@ class PartitionLifecycle(RuleBasedStateMachine):
             )
             offset = self.h.state.consumer_offset(name, TOPIC, 0)
             assert offset is None or offset == first_open, (name, offset, first_open)
+            backlog, flying = self.h.state.backlog(name, TOPIC, 0)
+            assert backlog == sum(1 for o in range(len(self.queue)) if not model.done(o))
+            assert flying == sum(
+                1
+                for o in range(len(self.queue))
+                if (lease := model.lease(o)) is not None and self.clock_ms < lease.until_ms
+            )
             dlq = dead_letter_topic(name)
             dead_entries = self.h.state.read(dlq, GROUP_ID, 0, 1 << 20)
             dead_ids = [self.h.resolve(e, dlq, GROUP_ID) for e in dead_entries]

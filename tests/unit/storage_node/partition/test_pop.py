@@ -272,3 +272,15 @@ def test_a_receive_looks_at_a_bounded_number_of_offsets() -> None:
     assert h.receive(filter_expression="x").deliveries == ()  # looked at m0..m2 only
     assert h.state.consumer_offset("g", "orders", 0) == 3
     assert h.bodies(h.receive(filter_expression="x")) == [b"m4", b"m5"]
+
+
+def test_backlog_counts_what_a_group_has_left_and_has_in_flight() -> None:
+    h = filled("a", "b", "c", "d")
+    assert h.state.backlog("g", "orders", 0) == (4, 0)
+    got = h.receive(max_messages=2, invisible_ms=1000)
+    h.ack(got.deliveries[1].handle)
+    assert h.state.backlog("g", "orders", 0) == (3, 1)
+    h.advance(1000)
+    h.apply(CommitOffset(h.now_ms, "other", "orders", 0, 3))
+    assert h.state.backlog("g", "orders", 0) == (3, 0)  # "a" expired: visible again
+    assert h.state.backlog("other", "orders", 0) == (1, 0)
