@@ -319,3 +319,41 @@ class NodeStatusResponse:
     first_group_id: int
     leaders: list[int]
     led: list[int]
+
+
+# ---------------------------------------------------------- transactions, timers
+@dataclass(frozen=True, slots=True)
+class EndTransactionRequest:
+    """Commit or roll back the half message ``transaction_id`` (its message id) that was
+    appended to queue ``(topic, queue_id)``."""
+
+    topic: str
+    queue_id: int
+    transaction_id: str
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionResponse:
+    """After a commit: where the message went (``placement`` 0 queued at
+    ``queue_offset``, 1 delayed); after a rollback ``committed`` is False."""
+
+    committed: bool
+    placement: int = -1
+    queue_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimerRequest:
+    """Cancel the held delayed message ``message_id`` of queue ``(topic, queue_id)``."""
+
+    topic: str
+    queue_id: int
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimerResponse:
+    """Whether a held message was found and cancelled."""
+
+    cancelled: bool

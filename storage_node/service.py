@@ -51,9 +51,13 @@ from protocol.storage_api import (
     AppendOutcome,
     AppendRequest,
     AppendResponse,
+    CancelTimerRequest,
+    CancelTimerResponse,
     ChangeInvisibleRequest,
     ChangeInvisibleResponse,
     CommitOffsetRequest,
+    EndTransactionRequest,
+    EndTransactionResponse,
     GetOffsetRequest,
     NodeStatusRequest,
     NodeStatusResponse,
@@ -86,9 +90,11 @@ from storage_node.errors import (
 from storage_node.partition.commands import (
     Ack,
     Append,
+    CancelTimer,
     ChangeInvisibleDuration,
     Command,
     CommitOffset,
+    EndTransaction,
     InitialPosition,
     Op,
     ReceiptHandle,
@@ -100,8 +106,10 @@ from storage_node.partition.queues import QueueEntry, QueueId, view_record
 from storage_node.partition.results import (
     AckResult,
     AppendResult,
+    CancelTimerResult,
     ChangeInvisibleDurationResult,
     CommitOffsetResult,
+    EndTransactionResult,
     ReceiveResult,
     Result,
 )
@@ -129,6 +137,8 @@ class StorageService(Service, name="storage"):
     get_offset = Unary(GetOffsetRequest, OffsetResponse)
     queue_info = Unary(QueueInfoRequest, QueueInfoResponse)
     status = Unary(NodeStatusRequest, NodeStatusResponse)
+    end_transaction = Unary(EndTransactionRequest, EndTransactionResponse)
+    cancel_timer = Unary(CancelTimerRequest, CancelTimerResponse)
 
 
 class GroupReplica:
@@ -464,6 +474,34 @@ class StorageNode:
         leaders = [host.leader_of(g) if g in self.replicas else 0 for g in groups]
         led = [g for g in groups if g in self.replicas and host.node(g).is_leader()]
         return NodeStatusResponse(self.driver.node_id, FIRST_GROUP_ID, leaders, led)
+
+    async def end_transaction(
+        self, request: EndTransactionRequest, context: CallContext
+    ) -> EndTransactionResponse:
+        """Commit (the half message enters its queue) or roll back a transaction."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        command = EndTransaction(
+            self.now_ms(), request.topic, request.transaction_id, request.commit
+        )
+        result = await self._propose(group_id, command)
+        assert isinstance(result, EndTransactionResult)
+        if result.outcome is None:
+            return EndTransactionResponse(result.committed)
+        return EndTransactionResponse(
+            result.committed, int(result.outcome.placement), result.outcome.queue_offset
+        )
+
+    async def cancel_timer(
+        self, request: CancelTimerRequest, context: CallContext
+    ) -> CancelTimerResponse:
+        """Cancel a held delayed message before it is due."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        command = CancelTimer(self.now_ms(), request.topic, request.message_id)
+        result = await self._propose(group_id, command)
+        assert isinstance(result, CancelTimerResult)
+        return CancelTimerResponse(result.cancelled)
 
     # --------------------------------------------------------------- timers
     async def run_timers(self) -> None:

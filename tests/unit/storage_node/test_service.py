@@ -21,6 +21,8 @@ from protocol import errors
 from protocol.storage_api import (
     AckRequest,
     AppendRequest,
+    CancelTimerRequest,
+    EndTransactionRequest,
     Message,
     QueueInfoRequest,
     ReadRequest,
@@ -133,3 +135,35 @@ async def test_the_state_is_rebuilt_from_the_wal_after_a_restart(tmp_path: Path)
         assert read.messages[0].message.properties == {"k": "v"}
         again = await node.receive(ReceiveRequest("g", "t", 0, 100, 30_000), CONTEXT)
         assert [m.message.queue_offset for m in again.messages] == list(range(4, 15))
+
+
+async def test_a_committed_transaction_enters_its_queue_and_a_rolled_back_one_never(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        halves = [Message("t", 0, f"tx{i}", b"half", message_type=4) for i in range(2)]
+        appended = await node.append(AppendRequest("t", 0, halves), CONTEXT)
+        assert [o.placement for o in appended.outcomes] == [2, 2]  # half messages
+        assert (await node.queue_info(QueueInfoRequest("t", 0), CONTEXT)).end_offset == 0
+        committed = await node.end_transaction(EndTransactionRequest("t", 0, "tx0", True), CONTEXT)
+        assert (committed.committed, committed.placement, committed.queue_offset) == (True, 0, 0)
+        rolled = await node.end_transaction(EndTransactionRequest("t", 0, "tx1", False), CONTEXT)
+        assert rolled.committed is False
+        with pytest.raises(StorageError) as again:
+            await node.end_transaction(EndTransactionRequest("t", 0, "tx1", True), CONTEXT)
+        assert again.value.code == errors.NOT_FOUND
+        read = await node.read(ReadRequest("t", 0, 0), CONTEXT)
+        assert [m.message.message_id for m in read.messages] == ["tx0"]
+
+
+async def test_a_cancelled_timer_never_fires(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        due_ms = int(time.time() * 1000) + 60_000
+        delayed = _messages(0, 2, delivery_timestamp_ms=due_ms)
+        await node.append(AppendRequest("t", 0, delayed), CONTEXT)
+        cancelled = await node.cancel_timer(CancelTimerRequest("t", 0, "m0-0"), CONTEXT)
+        assert cancelled.cancelled is True
+        unknown = await node.cancel_timer(CancelTimerRequest("t", 0, "m0-0"), CONTEXT)
+        assert unknown.cancelled is False
+        replica = node.replicas[node._group_of("t", 0)]
+        assert [held.message_id for held in replica.state.held_messages()] == ["m0-1"]
