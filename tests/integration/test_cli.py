@@ -155,6 +155,10 @@ def test_dev_reaches_ready_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             break
     assert seen, "rip5 dev printed nothing"
     assert seen[-1].startswith("rip5 dev ready"), "".join(seen)
+    for node in (1, 2, 3):  # the three storage nodes serve (each logged its ready event)
+        assert any(line.startswith(f"storage-{node} |") and "msg=ready" in line for line in seen), (
+            "".join(seen)
+        )
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest
