@@ -121,6 +121,10 @@ _log = logging.getLogger(__name__)
 FIRST_GROUP_ID = 1
 """Group ids of a cluster are ``FIRST_GROUP_ID .. FIRST_GROUP_ID + groups - 1``."""
 
+APPEND_BODY_BYTES_MAX = 4 << 20
+"""The most body bytes one append may carry (RocketMQ's default message size limit):
+one append is one log entry, and raft batches must stay under the transport's frame limit."""
+
 TIMER_CHECK_MS = 100
 """How often the leader looks for due timers of the groups it leads."""
 
@@ -295,6 +299,11 @@ class StorageNode:
         self._led_replica(group_id)
         if not request.messages:
             raise BadCommand("an append needs at least one message")
+        body_bytes = sum(len(message.body) for message in request.messages)
+        if body_bytes > APPEND_BODY_BYTES_MAX:
+            raise BadCommand(
+                f"an append carries {body_bytes} body bytes, more than {APPEND_BODY_BYTES_MAX}"
+            )
         records = []
         for message in request.messages:
             if (message.topic, message.queue_id) != (request.topic, request.queue_id):

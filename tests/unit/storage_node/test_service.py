@@ -32,7 +32,7 @@ from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
 from storage_node.errors import BadCommand, StorageError
-from storage_node.service import FIRST_GROUP_ID, GroupReplica, StorageNode
+from storage_node.service import APPEND_BODY_BYTES_MAX, FIRST_GROUP_ID, GroupReplica, StorageNode
 from tests.waiting import async_wait_until
 
 GROUPS = 2
@@ -41,7 +41,7 @@ CONTEXT: Any = None  # the service methods do not use their call context
 
 @contextlib.asynccontextmanager
 async def one_node(data_dir: Path) -> AsyncIterator[StorageNode]:
-    store = LogStore.open(data_dir, segment_bytes=1 << 20)
+    store = LogStore.open(data_dir, segment_bytes=16 << 20)
     driver = Driver(1, store, AngeliaTransport(1, {}), DriverOptions(tick_ms=10, seed=1))
     replicas = {g: GroupReplica(g) for g in range(FIRST_GROUP_ID, FIRST_GROUP_ID + GROUPS)}
     for group_id, replica in replicas.items():
@@ -167,3 +167,12 @@ async def test_a_cancelled_timer_never_fires(tmp_path: Path) -> None:
         assert unknown.cancelled is False
         replica = node.replicas[node._group_of("t", 0)]
         assert [held.message_id for held in replica.state.held_messages()] == ["m0-1"]
+
+
+async def test_an_oversized_append_is_refused_and_nothing_is_stored(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        big = [Message("t", 0, f"big{i}", bytes(APPEND_BODY_BYTES_MAX // 2)) for i in range(3)]
+        with pytest.raises(BadCommand, match="body bytes"):
+            await node.append(AppendRequest("t", 0, big), CONTEXT)
+        fits = await node.append(AppendRequest("t", 0, big[:2]), CONTEXT)
+        assert [o.queue_offset for o in fits.outcomes] == [0, 1]
