@@ -1,7 +1,7 @@
 """Options of the nameserver role.
 
 Fields carry declarative metadata read by the launcher: ``help``, and for
-validation ``kind`` ("address", "addresses", "node_addresses"),
+validation ``kind`` ("address", "addresses", "peers"),
 ``min``/``max`` or ``choices``.
 """
 
@@ -24,7 +24,7 @@ class NameserverConfig:
         metadata={
             "help": "ID=host:port of EVERY nameserver, this one included "
             "(e.g. 1=h1:9876,2=h2:9876,3=h3:9876); empty: one node",
-            "kind": "node_addresses",
+            "kind": "peers",
         },
     )
     node_id: int = field(

@@ -292,7 +292,8 @@ def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer.
 
     ``rip5 bench angelia --help`` lists the Angelia bench's options
-    (``rip5 bench raft --help`` the raft bench's).
+    (``rip5 bench raft --help`` the raft bench's, ``rip5 bench storage --help``
+    the storage bench's).
     """
     if target == "angelia":
         from rip5.bench import angelia  # noqa: PLC0415 - load the bench only when asked
@@ -302,4 +303,8 @@ def bench(target: str, args: tuple[str, ...]) -> None:
         from rip5.bench import raft  # noqa: PLC0415 - load the bench only when asked
 
         sys.exit(raft.main(list(args)))
+    if target == "storage":
+        from rip5.bench import storage  # noqa: PLC0415 - load the bench only when asked
+
+        sys.exit(storage.main(list(args)))
     _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])

@@ -1,8 +1,7 @@
 """Configuration: defaults < TOML file < environment (RIP5_...) < flags.
 
 A role's options are a frozen dataclass whose fields carry declarative
-metadata (``help``; for validation ``kind`` = "address" | "addresses" |
-"node_addresses" (``ID=host:port,...``),
+metadata (``help``; for validation ``kind`` = "address" | "addresses" | "peers",
 ``min``/``max``, ``choices``). This module turns the raw values of each source
 into one validated instance, and reports the first bad value as a
 :class:`ConfigError` that names the option, the value, where it came from and
@@ -101,8 +100,8 @@ class OptionSpec:
             return "host:port with a port from 1 to 65535"
         if self.kind == "addresses":
             return "comma-separated host:port, each port from 1 to 65535"
-        if self.kind == "node_addresses":
-            return "comma-separated ID=host:port, distinct ids >= 1, ports from 1 to 65535"
+        if self.kind == "peers":
+            return "comma-separated ID=host:port, distinct ids from 1 to 65535"
         if self.type is bool:
             return "true or false"
         if self.type in (int, float):
@@ -142,6 +141,18 @@ _FALSE = {"0", "false", "no", "off"}
 def _check_address(text: str) -> bool:
     host, sep, port = text.strip().rpartition(":")
     return bool(sep and host and port.isdigit() and 1 <= int(port) <= 65535)
+
+
+def _check_peers(text: str) -> bool:
+    ids = []
+    for part in text.split(","):
+        node, sep, address = part.strip().partition("=")
+        if not sep or not node.isdigit() or not 1 <= int(node) <= 65535:
+            return False
+        if not _check_address(address):
+            return False
+        ids.append(int(node))
+    return len(set(ids)) == len(ids)
 
 
 def convert(spec: OptionSpec, raw: object, source: str) -> Any:
@@ -189,21 +200,11 @@ def convert(spec: OptionSpec, raw: object, source: str) -> Any:
         if not all(_check_address(part) for part in value.split(",")):
             raise reject()
         value = ",".join(part.strip() for part in value.split(","))
-    if spec.kind == "node_addresses" and value:
-        if not _check_node_addresses(value):
+    if spec.kind == "peers" and value:
+        if not _check_peers(value):
             raise reject()
         value = ",".join(part.strip() for part in value.split(","))
     return value
-
-
-def _check_node_addresses(text: str) -> bool:
-    ids = set()
-    for part in text.split(","):
-        node, sep, address = part.strip().partition("=")
-        if not sep or not node.isdigit() or int(node) < 1 or not _check_address(address):
-            return False
-        ids.add(int(node))
-    return len(ids) == len(text.split(","))
 
 
 def resolve(

@@ -28,6 +28,7 @@ class DevLayout:
     broker_port: int = 8081
     auto_create: bool = True
     log_level: str = "info"
+    storage_groups: int = 64
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -50,6 +51,11 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     wanted: list[tuple[str, str, tuple[str, ...]]] = [
         ("nameserver", "nameserver", ("--listen", nameserver)),
     ]
+    # Every storage node replicates every group (static placement until the
+    # nameserver assigns groups): each is told all of its peers and the group count.
+    storage_peers = ",".join(
+        f"{i + 1}=127.0.0.1:{layout.storage_port + i}" for i in range(layout.storage)
+    )
     for i in range(layout.storage):
         wanted.append(
             (
@@ -62,6 +68,10 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                     str(i + 1),
                     "--nameserver",
                     nameserver,
+                    "--peers",
+                    storage_peers,
+                    "--groups",
+                    str(layout.storage_groups),
                 ),
             )
         )

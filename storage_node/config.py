@@ -3,6 +3,19 @@
 from dataclasses import dataclass, field
 
 
+def parse_peers(text: str) -> dict[int, str]:
+    """``1=host:port,2=host:port`` -> {1: "host:port", ...}; raises ValueError naming the part."""
+    peers: dict[int, str] = {}
+    for part in text.split(","):
+        node, sep, address = part.strip().partition("=")
+        if not sep or not node.isdigit() or ":" not in address:
+            raise ValueError(f"peers: {part!r} is not ID=HOST:PORT")
+        if int(node) in peers:
+            raise ValueError(f"peers: node id {node} appears twice")
+        peers[int(node)] = address.strip()
+    return peers
+
+
 @dataclass(frozen=True)
 class StorageConfig:
     """How one storage node listens, identifies itself and reaches the nameserver."""
@@ -18,6 +31,22 @@ class StorageConfig:
     nameserver: str = field(
         default="127.0.0.1:9876",
         metadata={"help": "comma-separated host:port of the nameservers", "kind": "addresses"},
+    )
+    peers: str = field(
+        default="",
+        metadata={
+            "help": "ID=host:port of every storage node, this one too (empty: this node alone); "
+            "every node replicates every group",
+            "kind": "peers",
+        },
+    )
+    groups: int = field(
+        default=64,
+        metadata={
+            "help": "raft groups of the cluster, fixed when it is created (queues hash to them)",
+            "min": 1,
+            "max": 65535,
+        },
     )
     flush: str = field(
         default="sync",

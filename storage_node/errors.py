@@ -52,3 +52,20 @@ class SnapshotCorrupted(StorageError):
     """Snapshot bytes that fail their CRC or do not decode."""
 
     code = errors.DECODE_FAILED
+
+
+class NotLeader(StorageError):
+    """This replica does not lead the queue's group; ``leader_hint`` is the leader's
+    address (empty when unknown). Retry there."""
+
+    code = errors.NOT_LEADER
+
+    def __init__(self, message: str, leader_hint: str = "") -> None:
+        super().__init__(message)
+        self.leader_hint = leader_hint
+
+
+class GroupNotHosted(StorageError):
+    """This node hosts no replica of the group that serves the queue."""
+
+    code = errors.GROUP_NOT_HOSTED

@@ -63,7 +63,7 @@ def test_a_role_not_built_yet_says_so_without_a_traceback(role: object) -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [["bench", "storage"]])
+@pytest.mark.parametrize("args", [["bench", "nameserver"]])
 def test_commands_not_built_yet_exit_69(args: list[str]) -> None:
     result = _run(*args)
     assert result.returncode == 69
@@ -153,6 +153,10 @@ def test_dev_reaches_ready_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             break
     assert seen, "rip5 dev printed nothing"
     assert seen[-1].startswith("rip5 dev ready"), "".join(seen)
+    for node in (1, 2, 3):  # the three storage nodes serve (each logged its ready event)
+        assert any(line.startswith(f"storage-{node} |") and "msg=ready" in line for line in seen), (
+            "".join(seen)
+        )
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest

@@ -1,0 +1,359 @@
+"""The request and response types of the storage node's Angelia API (``storage.*``).
+
+Brokers (and tests, benches) call a storage node with these; the service
+declaration that names the methods lives in ``storage_node.service``.
+
+Conventions:
+
+- A queue is ``(topic, queue_id)``; the caller routes it to a raft group with
+  ``protocol.routing`` and calls that group's leader. A replica that does not
+  lead the group answers NOT_LEADER with the leader's address as the error's
+  leader hint (empty when unknown); an unknown or unhosted group answers
+  GROUP_NOT_HOSTED.
+- Message records cross the wire as :class:`Message` (lists and dicts instead
+  of the tuples of ``protocol.records.MessageRecord``); :func:`to_record` and
+  :func:`from_record` convert.
+- The store timestamp of appended messages is the leader's clock when it
+  proposed the append; a caller cannot set it.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.records import MessageRecord, MessageType
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message record as it crosses the wire (see ``protocol.records.MessageRecord``)."""
+
+    topic: str
+    queue_id: int
+    message_id: str
+    body: bytes
+    tag: str = ""
+    keys: list[str] = field(default_factory=list)
+    message_group: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+    born_timestamp_ms: int = 0
+    delivery_timestamp_ms: int = 0
+    message_type: int = int(MessageType.NORMAL)
+    born_host: str = ""
+    dead_letter_topic: str = ""
+    dead_letter_message_id: str = ""
+
+
+def to_record(message: Message) -> MessageRecord:
+    """The stored form of a wire message; raises ValueError for an unknown message type."""
+    return MessageRecord(
+        topic=message.topic,
+        queue_id=message.queue_id,
+        message_id=message.message_id,
+        body=message.body,
+        tag=message.tag,
+        keys=tuple(message.keys),
+        message_group=message.message_group,
+        properties=MessageRecord.sorted_properties(message.properties),
+        born_timestamp_ms=message.born_timestamp_ms,
+        delivery_timestamp_ms=message.delivery_timestamp_ms,
+        message_type=MessageType(message.message_type),
+        born_host=message.born_host,
+        dead_letter_topic=message.dead_letter_topic,
+        dead_letter_message_id=message.dead_letter_message_id,
+    )
+
+
+def from_record(record: MessageRecord) -> Message:
+    """The wire form of a stored record."""
+    return Message(
+        topic=record.topic,
+        queue_id=record.queue_id,
+        message_id=record.message_id,
+        body=record.body,
+        tag=record.tag,
+        keys=list(record.keys),
+        message_group=record.message_group,
+        properties=dict(record.properties),
+        born_timestamp_ms=record.born_timestamp_ms,
+        delivery_timestamp_ms=record.delivery_timestamp_ms,
+        message_type=int(record.message_type),
+        born_host=record.born_host,
+        dead_letter_topic=record.dead_letter_topic,
+        dead_letter_message_id=record.dead_letter_message_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message at ``queue_offset`` of its queue, stored at ``store_timestamp_ms``."""
+
+    queue_offset: int
+    store_timestamp_ms: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    """Which delivery of which message (the storage half of a client receipt handle).
+
+    ``generation`` is the log index of the command that granted the lease; a
+    later grant makes older handles stale.
+    """
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    generation: int
+
+
+# ---------------------------------------------------------------------- append
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Store ``messages``, all of queue ``(topic, queue_id)``, as one log entry.
+
+    Idempotent by message id: a message id already stored in the queue's topic
+    (within the dedup window) is not stored again and reports its first
+    outcome with ``duplicate`` set.
+    """
+
+    topic: str
+    queue_id: int
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What happened to one appended message.
+
+    ``placement``: 0 queued (at ``queue_offset``), 1 delayed (held until its
+    delivery time), 2 a transaction's half message; ``queue_offset`` is -1
+    unless queued.
+    """
+
+    message_id: str
+    placement: int
+    queue_offset: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """One outcome per message, in request order; ``store_timestamp_ms`` of the batch."""
+
+    outcomes: list[AppendOutcome]
+    store_timestamp_ms: int
+
+
+# ------------------------------------------------------------------------ read
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Messages of a queue from ``queue_offset`` on: at most ``count_max``, and no more
+    body bytes than ``bytes_max`` (at least one message is returned if any is there)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    count_max: int = 32
+    bytes_max: int = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    """Messages in offset order, and the queue's offsets at the time of the read."""
+
+    messages: list[StoredMessage]
+    first_offset: int
+    end_offset: int
+
+
+# --------------------------------------------------------------------- receive
+@dataclass(frozen=True, slots=True)
+class ReceiveRequest:
+    """Pop: hand up to ``max_messages`` of a queue to consumer ``group``.
+
+    Handed-out messages stay invisible to the group for
+    ``invisible_duration_ms`` unless acknowledged. ``filter_expression`` is a
+    tag expression (``*``, ``a || b``). ``poll_ms`` > 0: when nothing is
+    available, wait up to that long for messages to arrive (long polling).
+    """
+
+    group: str
+    topic: str
+    queue_id: int
+    max_messages: int
+    invisible_duration_ms: int
+    max_delivery_attempts: int = 16
+    filter_expression: str = "*"
+    fifo: bool = False
+    start_at_latest: bool = False
+    attempt_id: str = ""
+    poll_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A delivery: the message, its handle, its attempt (1 first) and its deadline."""
+
+    handle: ReceiptHandle
+    delivery_attempt: int
+    invisible_until_ms: int
+    message: StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveResponse:
+    """The deliveries, and how many messages were moved to the dead-letter queue."""
+
+    messages: list[ReceivedMessage]
+    dead_lettered: int = 0
+
+
+# ------------------------------------------------------------------------- ack
+@dataclass(frozen=True, slots=True)
+class AckRequest:
+    """Acknowledge deliveries to ``group``; each handle succeeds or fails on its own."""
+
+    group: str
+    topic: str
+    queue_id: int
+    handles: list[ReceiptHandle]
+
+
+@dataclass(frozen=True, slots=True)
+class AckOutcome:
+    """``error_code`` is 0 on success, else a ``protocol.errors`` number."""
+
+    queue_offset: int
+    error_code: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AckResponse:
+    """One outcome per handle, in request order."""
+
+    outcomes: list[AckOutcome]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeInvisibleRequest:
+    """Make a delivered message invisible to ``group`` for ``invisible_duration_ms`` from now
+    (0: visible at once). The handle goes stale; the response has the new one."""
+
+    group: str
+    handle: ReceiptHandle
+    invisible_duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeInvisibleResponse:
+    """The new handle and deadline."""
+
+    handle: ReceiptHandle
+    invisible_until_ms: int
+    delivery_attempt: int
+
+
+# --------------------------------------------------------------------- offsets
+@dataclass(frozen=True, slots=True)
+class CommitOffsetRequest:
+    """Set ``group``'s position in a queue (clamped to the queue's offsets)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetOffsetRequest:
+    """Ask for ``group``'s position in a queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetResponse:
+    """The group's position (None: the group never consumed the queue)."""
+
+    offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfoRequest:
+    """Ask for a queue's offsets."""
+
+    topic: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfoResponse:
+    """The oldest offset still held and the offset the next message gets; the raft
+    group serving the queue."""
+
+    first_offset: int
+    end_offset: int
+    group_id: int
+
+
+# ---------------------------------------------------------------------- status
+@dataclass(frozen=True, slots=True)
+class NodeStatusRequest:
+    """Ask a node for its view of the groups it hosts."""
+
+    verbose: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatusResponse:
+    """``leaders[i]`` is the leader node id this node knows for group ``first_group_id + i``
+    (0: none); ``led`` the groups this node leads and serves."""
+
+    node_id: int
+    first_group_id: int
+    leaders: list[int]
+    led: list[int]
+
+
+# ---------------------------------------------------------- transactions, timers
+@dataclass(frozen=True, slots=True)
+class EndTransactionRequest:
+    """Commit or roll back the half message ``transaction_id`` (its message id) that was
+    appended to queue ``(topic, queue_id)``."""
+
+    topic: str
+    queue_id: int
+    transaction_id: str
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionResponse:
+    """After a commit: where the message went (``placement`` 0 queued at
+    ``queue_offset``, 1 delayed); after a rollback ``committed`` is False."""
+
+    committed: bool
+    placement: int = -1
+    queue_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimerRequest:
+    """Cancel the held delayed message ``message_id`` of queue ``(topic, queue_id)``."""
+
+    topic: str
+    queue_id: int
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimerResponse:
+    """Whether a held message was found and cancelled."""
+
+    cancelled: bool

@@ -1,0 +1,212 @@
+"""``rip5 bench storage``: append and receive+ack throughput of three storage nodes.
+
+Three ``rip5 storage`` processes on 127.0.0.1 (fsync on: an append is
+acknowledged once a majority has it fdatasync'ed) replicate ``groups``
+groups; topic ``bench`` has ``queues`` queues spread over them. One client
+process (uvloop) then runs two phases per run:
+
+1. append: ``in_flight`` workers each keep one append call open to the leader
+   of a queue's group (queues taken round robin), ``batch`` messages of
+   ``message_bytes`` per call; messages/s over ``seconds`` (after
+   ``warmup``), and p50/p99 latency of an append call;
+2. receive + ack: ``in_flight`` workers receive up to ``batch`` messages of a
+   queue for one consumer group and ack them in one call, until every
+   message appended in phase 1 is consumed; messages/s (receive+ack of a
+   message counts once) and p99 of a receive+ack pair.
+
+Each run starts a fresh cluster. Medians and [min-max] over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import methodcaller
+from pathlib import Path
+
+import uvloop
+
+from protocol.storage_api import AckRequest, AppendRequest, Message, ReceiveRequest
+from rip5.bench.storage_cluster import LocalStorageCluster
+
+TOPIC = "bench"
+
+
+@dataclass
+class PhaseResult:
+    """One measured phase of one run."""
+
+    messages_per_s: float
+    p50_ms: float
+    p99_ms: float
+    calls: int
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _summary(values: list[float], fmt: str) -> str:
+    if not values:
+        return "n/a"
+    return (
+        f"{fmt.format(statistics.median(values))} "
+        f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
+    )
+
+
+async def _append_phase(
+    cluster: LocalStorageCluster, args: argparse.Namespace, appended: dict[int, int]
+) -> PhaseResult:
+    loop = asyncio.get_running_loop()
+    measure_from = loop.time() + args.warmup
+    end = measure_from + args.seconds
+    body = os.urandom(args.message_bytes)
+    latencies: list[float] = []
+    measured = 0
+    next_queue = 0
+    groups = {q: cluster.group_of(TOPIC, q) for q in range(args.queues)}
+
+    async def worker(worker_id: int) -> None:
+        nonlocal measured, next_queue
+        serial = 0
+        while loop.time() < end:
+            queue_id = next_queue % args.queues
+            next_queue += 1
+            messages = [
+                Message(TOPIC, queue_id, f"w{worker_id}-{serial + i}", body)
+                for i in range(args.batch)
+            ]
+            serial += args.batch
+            request = AppendRequest(TOPIC, queue_id, messages)
+            sent = loop.time()
+            await cluster.call(methodcaller("append", request), group=groups[queue_id])
+            done = loop.time()
+            appended[queue_id] = appended.get(queue_id, 0) + args.batch
+            if sent >= measure_from and done <= end:
+                latencies.append((done - sent) * 1000)
+                measured += args.batch
+
+    await asyncio.gather(*(worker(i) for i in range(args.in_flight)))
+    return PhaseResult(
+        measured / args.seconds,
+        _percentile(latencies, 0.5),
+        _percentile(latencies, 0.99),
+        len(latencies),
+    )
+
+
+async def _consume_phase(
+    cluster: LocalStorageCluster, args: argparse.Namespace, appended: dict[int, int]
+) -> PhaseResult:
+    loop = asyncio.get_running_loop()
+    remaining = dict(appended)
+    pending = sorted(remaining)
+    latencies: list[float] = []
+    consumed = 0
+    groups = {q: cluster.group_of(TOPIC, q) for q in range(args.queues)}
+
+    async def worker() -> None:
+        nonlocal consumed
+        while pending:
+            queue_id = pending.pop(0)
+            request = ReceiveRequest("bench-group", TOPIC, queue_id, args.batch, 60_000)
+            sent = loop.time()
+            received = await cluster.call(methodcaller("receive", request), group=groups[queue_id])
+            if received.messages:
+                ack = AckRequest(
+                    "bench-group", TOPIC, queue_id, [m.handle for m in received.messages]
+                )
+                await cluster.call(methodcaller("ack", ack), group=groups[queue_id])
+                latencies.append((loop.time() - sent) * 1000)
+                consumed += len(received.messages)
+                remaining[queue_id] -= len(received.messages)
+            if remaining[queue_id] > 0:
+                pending.append(queue_id)
+
+    start = loop.time()
+    await asyncio.gather(*(worker() for _ in range(min(args.in_flight, len(pending)))))
+    elapsed = loop.time() - start
+    return PhaseResult(
+        consumed / elapsed if elapsed > 0 else 0.0,
+        _percentile(latencies, 0.5),
+        _percentile(latencies, 0.99),
+        len(latencies),
+    )
+
+
+async def _bench(args: argparse.Namespace) -> int:
+    print(
+        f"# rip5 bench storage  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
+        f"cores={os.cpu_count()}  nodes=3  fsync=on  message={args.message_bytes} B  "
+        f"batch={args.batch}  in_flight={args.in_flight}  groups={args.groups}  "
+        f"queues={args.queues}  runs={args.runs} x {args.seconds} s",
+        flush=True,
+    )
+    appends: list[PhaseResult] = []
+    consumes: list[PhaseResult] = []
+    for run in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="rip5-bench-storage-", dir=args.dir) as root:
+            cluster = LocalStorageCluster(Path(root), nodes=3, groups=args.groups)
+            await cluster.start()
+            try:
+                await cluster.wait_all_led(timeout_s=120)
+                appended: dict[int, int] = {}
+                append = await _append_phase(cluster, args, appended)
+                consume = await _consume_phase(cluster, args, appended)
+            finally:
+                await cluster.stop()
+        appends.append(append)
+        consumes.append(consume)
+        print(
+            f"  run {run + 1}: append {append.messages_per_s:,.0f} msgs/s "
+            f"p50 {append.p50_ms:.1f} ms p99 {append.p99_ms:.1f} ms ({append.calls} calls); "
+            f"receive+ack {consume.messages_per_s:,.0f} msgs/s p99 {consume.p99_ms:.1f} ms "
+            f"({consume.calls} pairs)",
+            flush=True,
+        )
+    print(
+        "append msgs/s "
+        + _summary([r.messages_per_s for r in appends], "{:,.0f}")
+        + "  p50 ms "
+        + _summary([r.p50_ms for r in appends], "{:.1f}")
+        + "  p99 ms "
+        + _summary([r.p99_ms for r in appends], "{:.1f}"),
+        flush=True,
+    )
+    print(
+        "receive+ack msgs/s "
+        + _summary([r.messages_per_s for r in consumes], "{:,.0f}")
+        + "  p99 ms "
+        + _summary([r.p99_ms for r in consumes], "{:.1f}"),
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options and run the benchmark."""
+    parser = argparse.ArgumentParser(prog="rip5 bench storage", description=__doc__)
+    parser.add_argument("--groups", type=int, default=16, help="raft groups (every node)")
+    parser.add_argument("--queues", type=int, default=32, help="queues of the bench topic")
+    parser.add_argument("--message-bytes", type=int, default=1024, help="body size")
+    parser.add_argument("--batch", type=int, default=16, help="messages per append / receive")
+    parser.add_argument("--in-flight", type=int, default=32, help="concurrent calls")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured append window")
+    parser.add_argument("--warmup", type=float, default=2.0, help="append warm-up seconds")
+    parser.add_argument("--runs", type=int, default=3, help="fresh clusters, one after another")
+    parser.add_argument("--dir", default=None, help="where the clusters' data folders go")
+    args = parser.parse_args(argv)
+    for name in ("groups", "queues", "message_bytes", "batch", "in_flight", "runs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return uvloop.run(_bench(args))

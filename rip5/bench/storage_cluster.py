@@ -1,0 +1,227 @@
+"""Start, kill and restart storage node processes on 127.0.0.1, and call them.
+
+Used by the storage integration tests and ``rip5 bench storage``. Every node
+is a real ``python -m rip5 storage`` process with its own data folder, on a
+port that was free when the cluster was planned; it reports readiness through
+the ``RIP5_READY_FD`` pipe of rip5/shell.py. Clients reach nodes over Angelia
+(tcp, msgpack); :meth:`LocalStorageCluster.call` routes a queue to its group,
+follows NOT_LEADER hints and retries retriable errors until a deadline.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from angelia_rpc import AngeliaError, Peers, RpcConfig
+from protocol import routing
+from protocol.storage_api import NodeStatusRequest, NodeStatusResponse
+from rip5.shell import READY_FD_ENV
+from storage_node.service import FIRST_GROUP_ID, StorageService
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LocalStorageCluster:
+    """``nodes`` storage processes replicating ``groups`` groups, under ``root``."""
+
+    def __init__(
+        self, root: Path, nodes: int = 3, groups: int = 16, log_level: str = "warning"
+    ) -> None:
+        """Choose ports; nothing starts until :meth:`start`."""
+        self.root = root
+        self.groups = groups
+        self.log_level = log_level
+        self.addresses = {n: f"127.0.0.1:{free_port()}" for n in range(1, nodes + 1)}
+        self.processes: dict[int, asyncio.subprocess.Process] = {}
+        self._peers = Peers(RpcConfig(call_timeout_ms=5000))
+        self._served_by: dict[int, str] = {}
+
+    @property
+    def peers_flag(self) -> str:
+        """The ``--peers`` value of every node."""
+        return ",".join(f"{n}={a}" for n, a in sorted(self.addresses.items()))
+
+    def stub(self, node_id: int) -> StorageService:
+        """The client stub of one node."""
+        return StorageService(self._peers.channel(self.addresses[node_id]))
+
+    def stub_at(self, address: str) -> StorageService:
+        """The client stub of the node at ``address``."""
+        return StorageService(self._peers.channel(address))
+
+    async def start(self) -> None:
+        """Start every node and wait until each serves."""
+        await asyncio.gather(*(self.start_node(n) for n in self.addresses))
+
+    async def start_node(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Start (or restart) one node on its data folder; wait until it is ready."""
+        read_fd, write_fd = os.pipe()
+        args = [
+            sys.executable,
+            "-m",
+            "rip5",
+            "storage",
+            "--data-dir",
+            str(self.root / f"storage-{node_id}"),
+            "--log-level",
+            self.log_level,
+            "--listen",
+            self.addresses[node_id],
+            "--node-id",
+            str(node_id),
+            "--peers",
+            self.peers_flag,
+            "--groups",
+            str(self.groups),
+        ]
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *args,
+                env={**os.environ, READY_FD_ENV: str(write_fd)},
+                pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        self.processes[node_id] = process
+        loop = asyncio.get_running_loop()
+        try:
+            reading = loop.run_in_executor(None, _read_line, read_fd)
+            line = await asyncio.wait_for(reading, timeout_s)
+        finally:
+            os.close(read_fd)
+        if not line.startswith("ready"):
+            raise RuntimeError(f"storage node {node_id} did not start (exit {process.returncode})")
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node: no chance to flush or close anything."""
+        process = self.processes.pop(node_id)
+        process.send_signal(signal.SIGKILL)
+
+    async def stop(self) -> None:
+        """SIGTERM every node and wait; close the client channels."""
+        for process in self.processes.values():
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        self.processes.clear()
+        await self._peers.close()
+
+    async def status(self, node_id: int) -> NodeStatusResponse | None:
+        """One node's status, or None if it does not answer."""
+        try:
+            return await self.stub(node_id).status(NodeStatusRequest(), timeout_ms=2000)
+        except AngeliaError:
+            return None
+
+    async def leaders(self) -> dict[int, int]:
+        """Groups whose leader every live node agrees on and which that leader confirms."""
+        nodes = sorted(self.processes)
+        statuses = await asyncio.gather(*(self.status(n) for n in nodes))
+        live = [s for s in statuses if s is not None]
+        if len(live) != len(nodes):
+            return {}
+        led_by = {s.node_id: set(s.led) for s in live}
+        agreed: dict[int, int] = {}
+        for index in range(self.groups):
+            views = {s.leaders[index] for s in live}
+            if len(views) == 1:
+                (lead,) = views
+                group_id = FIRST_GROUP_ID + index
+                if lead in led_by and group_id in led_by[lead]:
+                    agreed[group_id] = lead
+        return agreed
+
+    async def wait_all_led(self, timeout_s: float = 60) -> dict[int, int]:
+        """Wait until every group has an agreed leader; return group -> leader node."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            leaders = await self.leaders()
+            if len(leaders) == self.groups:
+                return leaders
+            if loop.time() > deadline:
+                raise TimeoutError(f"only {len(leaders)} of {self.groups} groups have a leader")
+            await asyncio.sleep(0.05)
+
+    def group_of(self, topic: str, queue_id: int) -> int:
+        """The group serving a queue in this cluster."""
+        return routing.group_id(topic, queue_id, FIRST_GROUP_ID, self.groups)
+
+    async def call(
+        self,
+        invoke: Callable[[StorageService], Awaitable[T]],
+        first_node: int | None = None,
+        timeout_s: float = 30.0,
+        group: int | None = None,
+    ) -> T:
+        """``invoke(stub)`` on a live node, following NOT_LEADER hints and retrying
+        retriable errors (on the next live node when there is no hint) until ``timeout_s``.
+
+        With ``group`` (the group serving the call's queue), the call starts at the
+        node that last served that group.
+
+        A retried call may have taken effect before it failed: callers rely on
+        the storage API's idempotence (message ids) or tolerate a repeat.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        live = sorted(self.processes)
+        address = self.addresses[first_node if first_node in self.processes else live[0]]
+        if first_node is None and group is not None:
+            address = self._served_by.get(group, address)
+        attempt = 0
+        while True:
+            try:
+                result = await invoke(self.stub_at(address))
+            except AngeliaError as exc:
+                if not exc.retriable or loop.time() > deadline:
+                    raise
+                attempt += 1
+                live = sorted(self.processes)
+                hinted = exc.leader_hint if exc.leader_hint in self.addresses.values() else ""
+                if hinted and any(self.addresses[n] == hinted for n in live):
+                    address = hinted
+                else:
+                    address = self.addresses[live[attempt % len(live)]]
+                if not hinted:
+                    await asyncio.sleep(min(0.01 * attempt, 0.2))
+            else:
+                if group is not None:
+                    self._served_by[group] = address
+                return result
+
+
+def _read_line(fd: int) -> str:
+    """One line from a pipe ('' when the writer closed it without one)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    with contextlib.suppress(UnicodeDecodeError):
+        return data.decode()
+    return ""

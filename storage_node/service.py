@@ -1,0 +1,554 @@
+"""The storage node's Angelia API over the raft groups it hosts.
+
+:class:`StorageService` declares the methods (types in
+``protocol.storage_api``); :class:`StorageNode` implements them over one
+:class:`raft.driver.Driver` whose groups each apply into a
+:class:`GroupReplica` (a ``PartitionState`` plus what the host needs around
+it).
+
+The host's duties of ``storage_node.partition`` and how they are met here:
+
+1. Time: every command is stamped with this node's wall clock (ms) when the
+   leader proposes it; nothing else brings time into a group.
+2. Apply: the driver applies committed entries in log order, once, through
+   :meth:`GroupReplica.apply`; a ``StorageError`` raised by apply is the
+   proposer's result (raised to the caller), and apply goes on.
+3. Long polls: after each apply, receivers waiting on a grown queue wake.
+4. Timers: on the leader, :meth:`StorageNode.run_timers` proposes ``Tick``
+   once a group's earliest held message is due.
+5-7. Snapshots and log truncation: NOT DONE in this slice. Groups are never
+   snapshotted or compacted (``snapshot_entries=0``), so bodies stay readable
+   from the log and a restart replays the whole log.
+8. Dead letters: a group's DLQ is ``(%DLQ%<group>, group id)``; routing
+   already maps it there.
+
+Reads (read, queue info, get offset) are served by the leader from applied
+state after a barrier: the leader must have applied an entry of its current
+term (else it proposes a ``Tick`` first), so it has applied every entry
+committed by earlier leaders. A deposed leader that has not heard of its
+successor can still answer a read with older data (no leases yet).
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import cast
+
+from angelia_rpc import CallContext, Service, Unary
+from protocol import routing
+from protocol.records import MessageRecord, RecordCorrupted, decode_batch
+from protocol.storage_api import (
+    AckOutcome,
+    AckRequest,
+    AckResponse,
+    AppendOutcome,
+    AppendRequest,
+    AppendResponse,
+    CancelTimerRequest,
+    CancelTimerResponse,
+    ChangeInvisibleRequest,
+    ChangeInvisibleResponse,
+    CommitOffsetRequest,
+    EndTransactionRequest,
+    EndTransactionResponse,
+    GetOffsetRequest,
+    NodeStatusRequest,
+    NodeStatusResponse,
+    OffsetResponse,
+    QueueInfoRequest,
+    QueueInfoResponse,
+    ReadRequest,
+    ReadResponse,
+    ReceivedMessage,
+    ReceiveRequest,
+    ReceiveResponse,
+    StoredMessage,
+    from_record,
+    to_record,
+)
+from protocol.storage_api import ReceiptHandle as WireHandle
+from raft.driver import Driver
+from raft.errors import NotLeader as RaftNotLeader
+from raft.logstore import LogStore
+from raft.node import RawNode
+from raft.types import Entry, Snapshot
+from storage_node.errors import (
+    BadCommand,
+    CommandCorrupted,
+    GroupNotHosted,
+    NotLeader,
+    OutOfOrderApply,
+    StorageError,
+)
+from storage_node.partition.commands import (
+    Ack,
+    Append,
+    CancelTimer,
+    ChangeInvisibleDuration,
+    Command,
+    CommitOffset,
+    EndTransaction,
+    InitialPosition,
+    Op,
+    ReceiptHandle,
+    Receive,
+    Tick,
+    encode,
+)
+from storage_node.partition.queues import QueueEntry, QueueId, view_record
+from storage_node.partition.results import (
+    AckResult,
+    AppendResult,
+    CancelTimerResult,
+    ChangeInvisibleDurationResult,
+    CommitOffsetResult,
+    EndTransactionResult,
+    ReceiveResult,
+    Result,
+)
+from storage_node.partition.snapshot import restore, take_snapshot
+from storage_node.partition.state import PartitionConfig, PartitionState
+
+_log = logging.getLogger(__name__)
+
+FIRST_GROUP_ID = 1
+"""Group ids of a cluster are ``FIRST_GROUP_ID .. FIRST_GROUP_ID + groups - 1``."""
+
+APPEND_BODY_BYTES_MAX = 4 << 20
+"""The most body bytes one append may carry (RocketMQ's default message size limit):
+one append is one log entry, and raft batches must stay under the transport's frame limit."""
+
+TIMER_CHECK_MS = 100
+"""How often the leader looks for due timers of the groups it leads."""
+
+
+class StorageService(Service, name="storage"):
+    """The storage node's API, called by brokers (and tests, benches)."""
+
+    append = Unary(AppendRequest, AppendResponse)
+    read = Unary(ReadRequest, ReadResponse)
+    receive = Unary(ReceiveRequest, ReceiveResponse)
+    ack = Unary(AckRequest, AckResponse)
+    change_invisible = Unary(ChangeInvisibleRequest, ChangeInvisibleResponse)
+    commit_offset = Unary(CommitOffsetRequest, OffsetResponse)
+    get_offset = Unary(GetOffsetRequest, OffsetResponse)
+    queue_info = Unary(QueueInfoRequest, QueueInfoResponse)
+    status = Unary(NodeStatusRequest, NodeStatusResponse)
+    end_transaction = Unary(EndTransactionRequest, EndTransactionResponse)
+    cancel_timer = Unary(CancelTimerRequest, CancelTimerResponse)
+
+
+class GroupReplica:
+    """This node's replica of one group: the raft state machine the driver applies into.
+
+    ``applied_term`` is the term of the last command applied (the read barrier
+    compares it with the current term).
+    """
+
+    def __init__(self, group_id: int) -> None:
+        """An empty partition for ``group_id``."""
+        self.group_id = group_id
+        self.state = PartitionState(PartitionConfig(group_id=group_id))
+        self.applied_term = 0
+        self._waiters: dict[QueueId, asyncio.Event] = {}
+
+    def apply(self, entry: Entry) -> object:
+        """Apply one committed command; a rejected command's error is the result."""
+        self.applied_term = entry.term
+        try:
+            result: object = self.state.apply_entry(entry.data, entry.index)
+        except OutOfOrderApply:
+            raise
+        except StorageError as exc:
+            result = exc
+        for queue in self.state.grown_queues:
+            waiter = self._waiters.pop(queue, None)
+            if waiter is not None:
+                waiter.set()
+        return result
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take a snapshot's state."""
+        self.state = restore(snapshot.data)
+        self.applied_term = snapshot.metadata.term
+
+    def snapshot_data(self) -> bytes:
+        """The state as of the last applied entry."""
+        return take_snapshot(self.state)
+
+    def grown(self, queue: QueueId) -> asyncio.Event:
+        """An event set the next time ``queue`` gets new messages."""
+        waiter = self._waiters.get(queue)
+        if waiter is None:
+            waiter = self._waiters[queue] = asyncio.Event()
+        return waiter
+
+
+class StorageNode:
+    """Serves :class:`StorageService` for the groups hosted by ``driver``.
+
+    ``addresses`` maps node ids to their Angelia addresses (for leader hints).
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        store: LogStore,
+        replicas: Mapping[int, GroupReplica],
+        group_count: int,
+        addresses: Mapping[int, str],
+    ) -> None:
+        """Serve the replicas; they must already be added to ``driver``."""
+        self.driver = driver
+        self.store = store
+        self.replicas = dict(replicas)
+        self.group_count = group_count
+        self.addresses = dict(addresses)
+
+    # ------------------------------------------------------------ plumbing
+    @staticmethod
+    def now_ms() -> int:
+        """This node's wall clock in ms: the time stamped on proposed commands."""
+        return int(time.time() * 1000)
+
+    def _group_of(self, topic: str, queue_id: int) -> int:
+        if not topic:
+            raise BadCommand("topic must not be empty")
+        try:
+            return routing.group_id(topic, queue_id, FIRST_GROUP_ID, self.group_count)
+        except ValueError as exc:
+            raise BadCommand(f"queue {topic}:{queue_id}: {exc}") from exc
+
+    def _leader_hint(self, leader: int) -> str:
+        return self.addresses.get(leader, "") if leader else ""
+
+    def _led_replica(self, group_id: int) -> GroupReplica:
+        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise."""
+        replica = self.replicas.get(group_id)
+        if replica is None:
+            raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")
+        node = self.driver.host.node(group_id)
+        if not node.is_leader():
+            raise NotLeader(
+                f"node {self.driver.node_id} does not lead group {group_id}",
+                self._leader_hint(node.lead),
+            )
+        return replica
+
+    async def _propose(self, group_id: int, command: Command) -> Result:
+        """Propose ``command``; its result once applied here, or its error raised."""
+        try:
+            result = await self.driver.propose(group_id, encode(command))
+        except RaftNotLeader as exc:
+            raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+        if isinstance(result, StorageError):
+            raise result
+        return cast(Result, result)
+
+    async def _read_barrier(self, group_id: int) -> GroupReplica:
+        """The led replica, once it has applied everything committed before its term."""
+        replica = self._led_replica(group_id)
+        node = cast(RawNode, self.driver.host.node(group_id))
+        if replica.applied_term < node.hard_state().term:
+            await self._propose(group_id, Tick(self.now_ms()))
+        return replica
+
+    def _stored(
+        self, group_id: int, queue: QueueId, first_offset: int, entries: Sequence[QueueEntry]
+    ) -> list[StoredMessage]:
+        """The messages of consecutive queue entries, read from the group's log."""
+        return [
+            StoredMessage(first_offset + i, entry.store_timestamp_ms, from_record(record))
+            for i, (entry, record) in enumerate(
+                zip(entries, self._records(group_id, queue, entries), strict=True)
+            )
+        ]
+
+    def _records(
+        self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
+    ) -> list[MessageRecord]:
+        """The records of ``entries``; each log entry is read and decoded once."""
+        log = self.store.group(group_id)
+        batches: dict[int, tuple[MessageRecord, ...]] = {}
+        records = []
+        for entry in entries:
+            batch = batches.get(entry.log_index)
+            if batch is None:
+                batch = batches[entry.log_index] = _append_records(
+                    log.entries(entry.log_index, entry.log_index + 1)[0], entry.log_index
+                )
+            if not 0 <= entry.position < len(batch):
+                raise CommandCorrupted(
+                    f"log entry {entry.log_index} of group {group_id} holds {len(batch)} "
+                    f"records, not position {entry.position}"
+                )
+            records.append(view_record(batch[entry.position], entry, queue))
+        return records
+
+    # ------------------------------------------------------------- methods
+    async def append(self, request: AppendRequest, context: CallContext) -> AppendResponse:
+        """Store a batch of messages of one queue as one log entry."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        if not request.messages:
+            raise BadCommand("an append needs at least one message")
+        body_bytes = sum(len(message.body) for message in request.messages)
+        if body_bytes > APPEND_BODY_BYTES_MAX:
+            raise BadCommand(
+                f"an append carries {body_bytes} body bytes, more than {APPEND_BODY_BYTES_MAX}"
+            )
+        records = []
+        for message in request.messages:
+            if (message.topic, message.queue_id) != (request.topic, request.queue_id):
+                raise BadCommand(
+                    f"message {message.message_id!r} is for {message.topic}:{message.queue_id}, "
+                    f"not {request.topic}:{request.queue_id}"
+                )
+            try:
+                records.append(to_record(message))
+            except ValueError as exc:
+                raise BadCommand(f"message {message.message_id!r}: {exc}") from exc
+        now_ms = self.now_ms()
+        result = await self._propose(group_id, Append(now_ms, tuple(records)))
+        assert isinstance(result, AppendResult)
+        return AppendResponse(
+            [
+                AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
+                for o in result.outcomes
+            ],
+            now_ms,
+        )
+
+    async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
+        """Messages of a queue by offset, bounded by count and body bytes."""
+        if request.count_max < 1 or request.bytes_max < 1:
+            raise BadCommand("count_max and bytes_max must be at least 1")
+        group_id = self._group_of(request.topic, request.queue_id)
+        replica = await self._read_barrier(group_id)
+        state = replica.state
+        queue = (request.topic, request.queue_id)
+        entries = state.read(
+            request.topic, request.queue_id, request.queue_offset, request.count_max
+        )
+        messages = self._stored(group_id, queue, request.queue_offset, entries)
+        total = 0
+        for i, stored in enumerate(messages):
+            total += len(stored.message.body)
+            if total > request.bytes_max and i > 0:
+                messages = messages[:i]
+                break
+        return ReadResponse(
+            messages,
+            state.first_offset(request.topic, request.queue_id),
+            state.end_offset(request.topic, request.queue_id),
+        )
+
+    async def receive(self, request: ReceiveRequest, context: CallContext) -> ReceiveResponse:
+        """Pop messages for a consumer group; long-poll up to ``poll_ms`` when none."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        queue = (request.topic, request.queue_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, request.poll_ms) / 1000
+        dead_lettered = 0
+        while True:
+            replica = self._led_replica(group_id)
+            grown = replica.grown(queue)
+            command = Receive(
+                now_ms=self.now_ms(),
+                group=request.group,
+                topic=request.topic,
+                queue_id=request.queue_id,
+                max_messages=request.max_messages,
+                invisible_duration_ms=request.invisible_duration_ms,
+                max_delivery_attempts=request.max_delivery_attempts,
+                filter_expression=request.filter_expression,
+                fifo=request.fifo,
+                initial_position=(
+                    InitialPosition.LATEST if request.start_at_latest else InitialPosition.EARLIEST
+                ),
+                attempt_id=request.attempt_id,
+            )
+            result = await self._propose(group_id, command)
+            assert isinstance(result, ReceiveResult)
+            dead_lettered += len(result.dead_lettered)
+            remaining_s = deadline - loop.time()
+            if result.deliveries or remaining_s <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(grown.wait(), remaining_s)
+            if loop.time() >= deadline and not grown.is_set():
+                break
+        deliveries = result.deliveries
+        records = self._records(group_id, queue, [d.entry for d in deliveries])
+        return ReceiveResponse(
+            [
+                ReceivedMessage(
+                    _to_wire_handle(d.handle),
+                    d.delivery_attempt,
+                    d.invisible_until_ms,
+                    StoredMessage(
+                        d.handle.queue_offset, d.entry.store_timestamp_ms, from_record(record)
+                    ),
+                )
+                for d, record in zip(deliveries, records, strict=True)
+            ],
+            dead_lettered,
+        )
+
+    async def ack(self, request: AckRequest, context: CallContext) -> AckResponse:
+        """Acknowledge deliveries; each handle has its own outcome."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        for handle in request.handles:
+            if (handle.topic, handle.queue_id) != (request.topic, request.queue_id):
+                raise BadCommand(
+                    f"handle of {handle.topic}:{handle.queue_id} in an ack of "
+                    f"{request.topic}:{request.queue_id}"
+                )
+        handles = tuple(_from_wire_handle(h) for h in request.handles)
+        result = await self._propose(group_id, Ack(self.now_ms(), request.group, handles))
+        assert isinstance(result, AckResult)
+        return AckResponse(
+            [
+                AckOutcome(
+                    o.handle.queue_offset,
+                    0 if o.error is None else o.error.number,
+                    "" if o.error is None else o.error.name,
+                )
+                for o in result.outcomes
+            ]
+        )
+
+    async def change_invisible(
+        self, request: ChangeInvisibleRequest, context: CallContext
+    ) -> ChangeInvisibleResponse:
+        """Renew (or end, with 0) a delivery's invisibility; a new handle."""
+        handle = request.handle
+        group_id = self._group_of(handle.topic, handle.queue_id)
+        self._led_replica(group_id)
+        command = ChangeInvisibleDuration(
+            self.now_ms(), request.group, _from_wire_handle(handle), request.invisible_duration_ms
+        )
+        result = await self._propose(group_id, command)
+        assert isinstance(result, ChangeInvisibleDurationResult)
+        return ChangeInvisibleResponse(
+            _to_wire_handle(result.handle), result.invisible_until_ms, result.delivery_attempt
+        )
+
+    async def commit_offset(
+        self, request: CommitOffsetRequest, context: CallContext
+    ) -> OffsetResponse:
+        """Set a consumer group's position in a queue."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        command = CommitOffset(
+            self.now_ms(), request.group, request.topic, request.queue_id, request.offset
+        )
+        result = await self._propose(group_id, command)
+        assert isinstance(result, CommitOffsetResult)
+        return OffsetResponse(result.offset)
+
+    async def get_offset(self, request: GetOffsetRequest, context: CallContext) -> OffsetResponse:
+        """A consumer group's position in a queue (None: never consumed)."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        replica = await self._read_barrier(group_id)
+        return OffsetResponse(
+            replica.state.consumer_offset(request.group, request.topic, request.queue_id)
+        )
+
+    async def queue_info(
+        self, request: QueueInfoRequest, context: CallContext
+    ) -> QueueInfoResponse:
+        """A queue's first and end offsets."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        replica = await self._read_barrier(group_id)
+        state = replica.state
+        return QueueInfoResponse(
+            state.first_offset(request.topic, request.queue_id),
+            state.end_offset(request.topic, request.queue_id),
+            group_id,
+        )
+
+    async def status(self, request: NodeStatusRequest, context: CallContext) -> NodeStatusResponse:
+        """Which node leads each group, as this node knows it."""
+        host = self.driver.host
+        groups = range(FIRST_GROUP_ID, FIRST_GROUP_ID + self.group_count)
+        leaders = [host.leader_of(g) if g in self.replicas else 0 for g in groups]
+        led = [g for g in groups if g in self.replicas and host.node(g).is_leader()]
+        return NodeStatusResponse(self.driver.node_id, FIRST_GROUP_ID, leaders, led)
+
+    async def end_transaction(
+        self, request: EndTransactionRequest, context: CallContext
+    ) -> EndTransactionResponse:
+        """Commit (the half message enters its queue) or roll back a transaction."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        command = EndTransaction(
+            self.now_ms(), request.topic, request.transaction_id, request.commit
+        )
+        result = await self._propose(group_id, command)
+        assert isinstance(result, EndTransactionResult)
+        if result.outcome is None:
+            return EndTransactionResponse(result.committed)
+        return EndTransactionResponse(
+            result.committed, int(result.outcome.placement), result.outcome.queue_offset
+        )
+
+    async def cancel_timer(
+        self, request: CancelTimerRequest, context: CallContext
+    ) -> CancelTimerResponse:
+        """Cancel a held delayed message before it is due."""
+        group_id = self._group_of(request.topic, request.queue_id)
+        self._led_replica(group_id)
+        command = CancelTimer(self.now_ms(), request.topic, request.message_id)
+        result = await self._propose(group_id, command)
+        assert isinstance(result, CancelTimerResult)
+        return CancelTimerResponse(result.cancelled)
+
+    # --------------------------------------------------------------- timers
+    async def run_timers(self) -> None:
+        """Forever: on the groups this node leads, propose a Tick once a held message is due."""
+        ticking: set[int] = set()
+        while True:
+            await asyncio.sleep(TIMER_CHECK_MS / 1000)
+            now_ms = self.now_ms()
+            for group_id, replica in self.replicas.items():
+                due_ms = replica.state.next_timer_due_ms()
+                if due_ms is None or due_ms > now_ms or group_id in ticking:
+                    continue
+                if not self.driver.host.node(group_id).is_leader():
+                    continue
+                ticking.add(group_id)
+                future = self.driver.propose_nowait(group_id, encode(Tick(now_ms)))
+                future.add_done_callback(functools.partial(_ticked, group_id, ticking))
+
+
+def _ticked(group_id: int, ticking: set[int], future: asyncio.Future[object]) -> None:
+    ticking.discard(group_id)
+    if not future.cancelled() and future.exception() is not None:
+        _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
+
+
+def _append_records(entry: Entry, log_index: int) -> tuple[MessageRecord, ...]:
+    data = entry.data
+    if not data or data[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
+    try:
+        return decode_batch(data[1:]).records
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {log_index}: {exc}") from exc
+
+
+def _to_wire_handle(handle: ReceiptHandle) -> WireHandle:
+    return WireHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)
+
+
+def _from_wire_handle(handle: WireHandle) -> ReceiptHandle:
+    return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)

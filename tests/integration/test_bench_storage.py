@@ -1,0 +1,33 @@
+"""``rip5 bench storage`` runs three real storage processes and prints its figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_storage_measures_append_and_receive_ack(tmp_path: Path) -> None:
+    args = [
+        "--groups", "4", "--queues", "6", "--runs", "1", "--seconds", "1", "--warmup", "0.5",
+        "--in-flight", "4", "--batch", "8", "--dir", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "rip5", "bench", "storage", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    append = [ln for ln in lines if ln.startswith("append msgs/s ")]
+    consume = [ln for ln in lines if ln.startswith("receive+ack msgs/s ")]
+    assert len(append) == 1, result.stdout
+    assert len(consume) == 1, result.stdout
+    assert float(append[0].split()[2].replace(",", "")) > 0
+    assert float(consume[0].split()[2].replace(",", "")) > 0

@@ -1,0 +1,178 @@
+"""The storage service over a one-node raft driver (real WAL in tmp_path, no network).
+
+Covers the host duties the multi-process test cannot time: long-poll wake-up
+on append, delayed messages released by the leader's timer ticks, a rejected
+command answered to its proposer while the group goes on, and recovery of
+the partition state from the WAL after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import errors
+from protocol.storage_api import (
+    AckRequest,
+    AppendRequest,
+    CancelTimerRequest,
+    EndTransactionRequest,
+    Message,
+    QueueInfoRequest,
+    ReadRequest,
+    ReceiveRequest,
+)
+from raft.angelia_transport import AngeliaTransport
+from raft.driver import Driver, DriverOptions
+from raft.logstore import LogStore
+from storage_node.errors import BadCommand, StorageError
+from storage_node.service import APPEND_BODY_BYTES_MAX, FIRST_GROUP_ID, GroupReplica, StorageNode
+from tests.waiting import async_wait_until
+
+GROUPS = 2
+CONTEXT: Any = None  # the service methods do not use their call context
+
+
+@contextlib.asynccontextmanager
+async def one_node(data_dir: Path) -> AsyncIterator[StorageNode]:
+    store = LogStore.open(data_dir, segment_bytes=16 << 20)
+    driver = Driver(1, store, AngeliaTransport(1, {}), DriverOptions(tick_ms=10, seed=1))
+    replicas = {g: GroupReplica(g) for g in range(FIRST_GROUP_ID, FIRST_GROUP_ID + GROUPS)}
+    for group_id, replica in replicas.items():
+        driver.add_group(group_id, [1], replica)
+    node = StorageNode(driver, store, replicas, GROUPS, {1: "127.0.0.1:1"})
+    await driver.start()
+    timers = asyncio.create_task(node.run_timers())
+    try:
+        await async_wait_until(
+            lambda: all(driver.host.node(g).is_leader() for g in replicas), 10, "leadership"
+        )
+        yield node
+    finally:
+        timers.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await timers
+        await driver.stop()
+
+
+def _messages(queue_id: int, count: int, **extra: Any) -> list[Message]:
+    return [
+        Message("t", queue_id, f"m{queue_id}-{i}", b"body %d" % i, **extra) for i in range(count)
+    ]
+
+
+async def test_a_long_poll_wakes_when_the_queue_grows(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        poll = asyncio.create_task(
+            node.receive(ReceiveRequest("g", "t", 0, 8, 30_000, poll_ms=20_000), CONTEXT)
+        )
+        await async_wait_until(lambda: node.replicas[node._group_of("t", 0)]._waiters, 10)
+        await node.append(AppendRequest("t", 0, _messages(0, 3)), CONTEXT)
+        received = await asyncio.wait_for(poll, 10)
+        assert [m.message.message.message_id for m in received.messages] == ["m0-0", "m0-1", "m0-2"]
+        assert [m.delivery_attempt for m in received.messages] == [1, 1, 1]
+
+
+async def test_a_delayed_message_is_released_by_the_leaders_tick(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        due_ms = int(time.time() * 1000) + 300
+        appended = await node.append(
+            AppendRequest("t", 1, _messages(1, 1, delivery_timestamp_ms=due_ms)), CONTEXT
+        )
+        assert appended.outcomes[0].placement == 1  # delayed: held, not yet in the queue
+        info = await node.queue_info(QueueInfoRequest("t", 1), CONTEXT)
+        assert info.end_offset == 0
+        received = await node.receive(
+            ReceiveRequest("g", "t", 1, 8, 30_000, poll_ms=20_000), CONTEXT
+        )
+        assert [m.message.message.message_id for m in received.messages] == ["m1-0"]
+        assert received.messages[0].message.store_timestamp_ms > 0
+
+
+async def test_a_rejected_command_answers_its_caller_and_the_group_goes_on(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        await node.append(AppendRequest("t", 0, _messages(0, 2)), CONTEXT)
+        received = await node.receive(ReceiveRequest("g", "t", 0, 1, 30_000), CONTEXT)
+        handle = received.messages[0].handle
+        forged = type(handle)("t", 0, 1, handle.generation)  # offset 1 was never delivered
+        acks = await node.ack(AckRequest("g", "t", 0, [forged, handle]), CONTEXT)
+        assert [o.error_code for o in acks.outcomes] == [
+            errors.INVALID_RECEIPT_HANDLE.number,
+            0,
+        ]
+        with pytest.raises(BadCommand):
+            await node.receive(ReceiveRequest("g", "t", 0, -1, 30_000), CONTEXT)
+        with pytest.raises(StorageError) as out_of_range:
+            await node.read(ReadRequest("t", 0, 5), CONTEXT)
+        assert out_of_range.value.code == errors.OFFSET_OUT_OF_RANGE
+        read = await node.read(ReadRequest("t", 0, 0), CONTEXT)
+        assert [m.queue_offset for m in read.messages] == [0, 1]
+
+
+async def test_the_state_is_rebuilt_from_the_wal_after_a_restart(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        for batch in range(3):
+            messages = [
+                Message("t", 0, f"b{batch}-{i}", b"x" * 100, properties={"k": "v"})
+                for i in range(5)
+            ]
+            await node.append(AppendRequest("t", 0, messages), CONTEXT)
+        received = await node.receive(ReceiveRequest("g", "t", 0, 4, 30_000), CONTEXT)
+        await node.ack(AckRequest("g", "t", 0, [m.handle for m in received.messages]), CONTEXT)
+    async with one_node(tmp_path) as node:
+        read = await node.read(ReadRequest("t", 0, 0, count_max=100, bytes_max=1000), CONTEXT)
+        # bytes_max: no more messages than fit in 1000 body bytes (10 x 100 B).
+        assert [m.queue_offset for m in read.messages] == list(range(10))
+        assert (read.first_offset, read.end_offset) == (0, 15)
+        assert read.messages[0].message.properties == {"k": "v"}
+        again = await node.receive(ReceiveRequest("g", "t", 0, 100, 30_000), CONTEXT)
+        assert [m.message.queue_offset for m in again.messages] == list(range(4, 15))
+
+
+async def test_a_committed_transaction_enters_its_queue_and_a_rolled_back_one_never(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        halves = [Message("t", 0, f"tx{i}", b"half", message_type=4) for i in range(2)]
+        appended = await node.append(AppendRequest("t", 0, halves), CONTEXT)
+        assert [o.placement for o in appended.outcomes] == [2, 2]  # half messages
+        assert (await node.queue_info(QueueInfoRequest("t", 0), CONTEXT)).end_offset == 0
+        committed = await node.end_transaction(EndTransactionRequest("t", 0, "tx0", True), CONTEXT)
+        assert (committed.committed, committed.placement, committed.queue_offset) == (True, 0, 0)
+        rolled = await node.end_transaction(EndTransactionRequest("t", 0, "tx1", False), CONTEXT)
+        assert rolled.committed is False
+        with pytest.raises(StorageError) as again:
+            await node.end_transaction(EndTransactionRequest("t", 0, "tx1", True), CONTEXT)
+        assert again.value.code == errors.NOT_FOUND
+        read = await node.read(ReadRequest("t", 0, 0), CONTEXT)
+        assert [m.message.message_id for m in read.messages] == ["tx0"]
+
+
+async def test_a_cancelled_timer_never_fires(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        due_ms = int(time.time() * 1000) + 60_000
+        delayed = _messages(0, 2, delivery_timestamp_ms=due_ms)
+        await node.append(AppendRequest("t", 0, delayed), CONTEXT)
+        cancelled = await node.cancel_timer(CancelTimerRequest("t", 0, "m0-0"), CONTEXT)
+        assert cancelled.cancelled is True
+        unknown = await node.cancel_timer(CancelTimerRequest("t", 0, "m0-0"), CONTEXT)
+        assert unknown.cancelled is False
+        replica = node.replicas[node._group_of("t", 0)]
+        assert [held.message_id for held in replica.state.held_messages()] == ["m0-1"]
+
+
+async def test_an_oversized_append_is_refused_and_nothing_is_stored(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        big = [Message("t", 0, f"big{i}", bytes(APPEND_BODY_BYTES_MAX // 2)) for i in range(3)]
+        with pytest.raises(BadCommand, match="body bytes"):
+            await node.append(AppendRequest("t", 0, big), CONTEXT)
+        fits = await node.append(AppendRequest("t", 0, big[:2]), CONTEXT)
+        assert [o.queue_offset for o in fits.outcomes] == [0, 1]
