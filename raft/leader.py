@@ -16,7 +16,7 @@ from raft import confchange
 from raft.errors import InvalidConfChange, ProposalDropped
 from raft.progress import Progress, ProgressState
 from raft.quorum import VoteResult
-from raft.types import NONE, ConfChangeV2, Entry, EntryType, Message, MessageType
+from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType
 
 if TYPE_CHECKING:
     from raft.core import Raft
@@ -95,16 +95,25 @@ def propose_entries(r: Raft, entries: tuple[Entry, ...] | list[Entry]) -> None:
 
 
 def _conf_change_allowed(r: Raft, entry: Entry) -> bool:
-    """Joint configurations are entered, then left, in turn (one change at a time
-    is checked by the caller)."""
+    """True if the change would apply cleanly to the current configuration.
+
+    Every change before it is applied (the caller checks that), and replicas
+    apply changes in log order, so it will apply cleanly everywhere.
+    """
     try:
-        change = confchange.decode_entry(entry)
+        check_conf_change(r, confchange.decode_entry(entry))
     except InvalidConfChange:
         return False
-    joint = r.tracker.config.is_joint()
-    if isinstance(change, ConfChangeV2) and change.leaves_joint():
-        return joint
-    return not joint
+    return True
+
+
+def check_conf_change(r: Raft, change: ConfChange | ConfChangeV2) -> None:
+    """Raise InvalidConfChange (naming why) unless ``change`` fits the configuration."""
+    config = r.tracker.config
+    if isinstance(change, ConfChangeV2):
+        confchange.apply_change_v2(config, change)
+    else:
+        confchange.apply_change(config, change)
 
 
 def propose_payloads(r: Raft, payloads: list[bytes] | tuple[bytes, ...]) -> None:

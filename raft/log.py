@@ -18,6 +18,8 @@ PURE.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 
 from raft.errors import LogCompacted, LogUnavailable, RaftError
@@ -31,14 +33,14 @@ def payload_bytes(entries: Sequence[Entry]) -> int:
 
 def limit_size(entries: list[Entry], bytes_max: int | None) -> list[Entry]:
     """The longest prefix of ``entries`` within ``bytes_max`` data bytes (at least one)."""
-    if bytes_max is None or not entries:
+    if bytes_max is None or len(entries) <= 1:
         return entries
-    total = len(entries[0].data)
-    for i in range(1, len(entries)):
-        total += len(entries[i].data)
-        if total > bytes_max:
-            return entries[:i]
-    return entries
+    sizes = [len(entry.data) for entry in entries]
+    if sum(sizes) <= bytes_max:
+        return entries
+    # The first prefix whose size exceeds the limit ends just before it.
+    cut = bisect.bisect_right(list(itertools.accumulate(sizes)), bytes_max)
+    return entries[: max(cut, 1)]
 
 
 class Unstable:
@@ -245,8 +247,9 @@ class RaftLog:
 
         0 if every entry is present.
         """
+        last = self.last_index()
         for entry in entries:
-            if not self.match_term(entry.index, entry.term):
+            if entry.index > last or not self.match_term(entry.index, entry.term):
                 return entry.index
         return 0
 

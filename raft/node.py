@@ -135,8 +135,14 @@ class RawNode:
         empty one leaves a joint configuration. A leader appends an empty
         entry instead when a change is still unapplied or does not fit the
         configuration (one change at a time; leave a joint configuration
-        before changing again); raises ProposalDropped like propose().
+        before changing again); raises ProposalDropped like propose(), and
+        InvalidConfChange (nothing appended) when this leader can tell the
+        change can never apply (e.g. it removes the last voter).
         """
+        raft = self.raft
+        if raft.role == Role.LEADER and raft.pending_conf_index <= raft.log.applied:
+            # Refuse what can never apply here, before anything is appended.
+            leader.check_conf_change(raft, change)
         if isinstance(change, ConfChangeV2):
             entry = Entry(0, 0, EntryType.CONF_CHANGE_V2, encode_conf_change_v2(change))
         else:

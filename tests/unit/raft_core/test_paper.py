@@ -398,3 +398,22 @@ def test_auto_leave_waits_for_room_in_the_uncommitted_budget() -> None:
     handle()
     assert not node.raft.tracker.config.is_joint()
     assert node.status().conf_state == ConfState(frozenset({1}), frozenset({2}))
+
+
+def test_a_change_that_can_never_apply_is_refused_before_it_is_appended() -> None:
+    from raft.errors import InvalidConfChange
+    from raft.types import ConfChangeV2
+
+    net = Network([1, 2, 3])
+    net.elect(1)
+    last = net.node(1).raft.log.last_index()
+    remove_all = ConfChangeV2(tuple(ConfChange(ConfChangeType.REMOVE_NODE, i) for i in (1, 2, 3)))
+    with pytest.raises(InvalidConfChange, match="remove every voter"):
+        net.node(1).propose_conf_change(remove_all)
+    assert net.node(1).raft.log.last_index() == last
+    # Forwarded by a follower (which cannot judge it), it only takes an empty slot.
+    net.node(2).propose_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, 0))
+    net.stabilize()
+    appended = net.node(1).raft.log.entries(last + 1)
+    assert [(e.type, e.data) for e in appended] == [(EntryType.NORMAL, b"")]
+    assert net.replicas[3].conf_state.voters == {1, 2, 3}
