@@ -32,23 +32,18 @@ Contracts:
 
 from __future__ import annotations
 
-import itertools
 import os
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from raft import wal_format as fmt
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
+from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir
 from raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata
 from raft.wal_format import RecordKind
 
-SEGMENT_SUFFIX = ".wal"
-SPARE_PREFIX = "spare-"
-_ZERO_CHUNK = bytes(1 << 20)
 _IOV_MAX = 1024
-_spare_names = itertools.count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +146,6 @@ class LogStore:
         """Use :meth:`open`; this only sets fields."""
         self.directory = directory
         self.segment_bytes = segment_bytes
-        self.spare_segments_max = spare_segments_max
         self.cache_bytes_per_group = cache_bytes_per_group
         self._groups: dict[int, _GroupState] = {}
         self._segments: dict[int, _Segment] = {}
@@ -163,8 +157,7 @@ class LogStore:
         self._dirty_fds: set[int] = set()
         self._snapshot_files_to_delete: list[Path] = []
         self._failed: BaseException | None = None
-        self._spares: list[Path] = []
-        self._spares_lock = threading.Lock()
+        self._spares = SparePool(directory / "wal", segment_bytes, spare_segments_max)
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -187,7 +180,7 @@ class LogStore:
         )
         store._wal_dir.mkdir(parents=True, exist_ok=True)
         store._snap_dir.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(store.directory)
+        fsync_dir(store.directory)
         store._recover()
         return store
 
@@ -203,9 +196,7 @@ class LogStore:
         return self._wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
 
     def _recover(self) -> None:
-        for leftover in self._wal_dir.glob("tmp-*"):
-            leftover.unlink()  # a spare whose preparation a crash interrupted
-        self._spares = self._list_spares()
+        self._spares.recover()
         seqs = sorted(
             int(p.name[: -len(SEGMENT_SUFFIX)], 16)
             for p in self._wal_dir.iterdir()
@@ -223,13 +214,13 @@ class LogStore:
                 if is_last:
                     # A segment whose creation did not finish: it holds nothing.
                     path.unlink()
-                    _fsync_dir(self._wal_dir)
+                    fsync_dir(self._wal_dir)
                     break
                 raise StorageFailed(f"WAL segment {path.name}: {exc}") from None
             if header_seq != seq:
                 if is_last:
                     path.unlink()  # a recycled spare renamed before its header was written
-                    _fsync_dir(self._wal_dir)
+                    fsync_dir(self._wal_dir)
                     break
                 raise StorageFailed(f"WAL segment {path.name} names sequence {header_seq}")
             fd = os.open(path, os.O_RDWR)
@@ -329,17 +320,9 @@ class LogStore:
             g.cache_from = g.last + 1
 
     # -------------------------------------------------------------- segments
-    def _list_spares(self) -> list[Path]:
-        return sorted(
-            p
-            for p in self._wal_dir.iterdir()
-            if p.name.startswith(SPARE_PREFIX) and p.name.endswith(SEGMENT_SUFFIX)
-        )
-
     def has_spare(self) -> bool:
         """Whether a preallocated segment is ready for the next rotation."""
-        with self._spares_lock:
-            return bool(self._spares)
+        return self._spares.has_spare()
 
     def maybe_prepare_spare(self) -> bool:
         """Zero-fill one spare segment if none is ready; return whether it made one.
@@ -347,43 +330,17 @@ class LogStore:
         Slow (writes ``segment_bytes``); the driver runs it in a worker thread
         (this and :meth:`sync` are the thread-safe methods).
         """
-        if self.has_spare():
-            return False
-        name = f"{os.getpid()}-{next(_spare_names)}"
-        final = self._wal_dir / f"{SPARE_PREFIX}{name}{SEGMENT_SUFFIX}"
-        tmp = self._wal_dir / f"tmp-{name}"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            remaining = self.segment_bytes
-            while remaining > 0:
-                chunk = min(remaining, len(_ZERO_CHUNK))
-                os.write(fd, _ZERO_CHUNK[:chunk])
-                remaining -= chunk
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, final)
-        _fsync_dir(self._wal_dir)
-        with self._spares_lock:
-            self._spares.append(final)
-        return True
-
-    def _take_spare(self) -> Path:
-        while True:
-            with self._spares_lock:
-                if self._spares:
-                    return self._spares.pop(0)
-            self.maybe_prepare_spare()
+        return self._spares.maybe_prepare()
 
     def _start_segment(self, seq: int) -> None:
         """Make segment ``seq`` current: a spare renamed, header written, checkpoints."""
         path = self._segment_path(seq)
-        os.rename(self._take_spare(), path)
+        os.rename(self._spares.take(), path)
         fd = os.open(path, os.O_RDWR)
         os.pwrite(fd, fmt.encode_segment_header(seq), 0)
         # The header must be durable before any record of this segment is trusted.
         os.fdatasync(fd)
-        _fsync_dir(self._wal_dir)
+        fsync_dir(self._wal_dir)
         segment = _Segment(seq, path, fd)
         self._segments[seq] = segment
         self._current = segment
@@ -571,7 +528,7 @@ class LogStore:
         finally:
             os.close(fd)
         os.rename(tmp, path)
-        _fsync_dir(self._snap_dir)
+        fsync_dir(self._snap_dir)
         old = (g.snapshot_term, g.snapshot_index)
         self._encode(
             RecordKind.SNAPSHOT,
@@ -692,18 +649,11 @@ class LogStore:
             segment = self._segments.pop(seq)
             os.close(segment.fd)
             self._dirty_fds.discard(segment.fd)
-            with self._spares_lock:
-                spares = len(self._spares)
-            if spares < self.spare_segments_max:
-                spare = self._wal_dir / f"{SPARE_PREFIX}{seq:016x}{SEGMENT_SUFFIX}"
-                os.rename(segment.path, spare)
-                with self._spares_lock:
-                    self._spares.append(spare)
-            else:
+            if not self._spares.maybe_recycle(segment.path, seq):
                 segment.path.unlink()
             collected.append(seq)
         if collected:
-            _fsync_dir(self._wal_dir)
+            fsync_dir(self._wal_dir)
         return collected
 
     def close(self) -> None:
@@ -864,11 +814,3 @@ class GroupLog:
     def snapshot(self) -> Snapshot:
         """The most recent snapshot (empty if none)."""
         return self._store._snapshot(self._g)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
