@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from angelia_rpc import RpcConfig, Server
+from angelia_rpc.cluster_services import NameserverService
 from nameserver.config import NameserverConfig, parse_peers
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
     NameserverImpl,
-    NameserverService,
     run_leader_duties,
 )
 from raft.angelia_transport import AngeliaTransport

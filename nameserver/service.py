@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from angelia_rpc import CallContext, ServerStream, Service, Unary
+from angelia_rpc import CallContext
 from nameserver import commands as c
 from nameserver import records as r
 from nameserver.api_convert import (
@@ -58,31 +58,6 @@ GROUP_ID = 1
 
 READ_TIMEOUT_MS = 2000
 log = logging.getLogger("nameserver.service")
-
-
-class NameserverService(Service, name="nameserver"):
-    """The nameserver's internal API (types in protocol.nameserver_api)."""
-
-    create_cluster = Unary(api.CreateClusterRequest, api.ClusterResponse)
-    create_topic = Unary(api.CreateTopicRequest, api.TopicResponse)
-    update_topic = Unary(api.UpdateTopicRequest, api.TopicResponse)
-    delete_topic = Unary(api.NameRequest, api.RevisionResponse)
-    get_topic = Unary(api.NameRequest, api.TopicResponse)
-    list_topics = Unary(api.ListRequest, api.TopicListResponse)
-    create_consumer_group = Unary(api.CreateConsumerGroupRequest, api.ConsumerGroupResponse)
-    update_consumer_group = Unary(api.UpdateConsumerGroupRequest, api.ConsumerGroupResponse)
-    delete_consumer_group = Unary(api.NameRequest, api.RevisionResponse)
-    get_consumer_group = Unary(api.NameRequest, api.ConsumerGroupResponse)
-    list_consumer_groups = Unary(api.ListRequest, api.ConsumerGroupListResponse)
-    route = Unary(api.NameRequest, api.RouteResponse)
-    cluster_status = Unary(api.NameRequest, api.ClusterStatusResponse)
-    storage_heartbeat = Unary(api.StorageHeartbeatRequest, api.StorageHeartbeatResponse)
-    broker_heartbeat = Unary(api.BrokerHeartbeatRequest, api.RevisionResponse)
-    report_leaders = Unary(api.ReportLeadersRequest, api.ReportLeadersResponse)
-    acquire_lease = Unary(api.LeaseRequest, api.LeaseResponse)
-    renew_lease = Unary(api.LeaseRequest, api.LeaseResponse)
-    release_lease = Unary(api.LeaseRequest, api.RevisionResponse)
-    watch = ServerStream(api.WatchRequest, api.WatchBatchInfo)
 
 
 class MetadataMachine:

@@ -1,5 +1,5 @@
 """The nameserver's internal API: request and response types its Angelia service
-carries (``nameserver.service.NameserverService``, wire names ``nameserver.*``).
+carries (``angelia_rpc.cluster_services.NameserverService``, wire names ``nameserver.*``).
 
 Brokers, storage nodes and the admin CLI speak these types; they import only
 this module, never ``nameserver``. The types mirror the nameserver's records

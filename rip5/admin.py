@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.cluster_services import NameserverService
 from nameserver import names
 from nameserver.errors import NameserverError
-from nameserver.service import NameserverService
 from protocol import errors
 from protocol import nameserver_api as api
 

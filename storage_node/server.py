@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from angelia_rpc import RpcConfig, Server
+from angelia_rpc.cluster_services import StorageService
 from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
 from storage_node.config import StorageConfig, parse_peers
-from storage_node.service import FIRST_GROUP_ID, GroupReplica, StorageNode, StorageService
+from storage_node.service import FIRST_GROUP_ID, GroupReplica, StorageNode
 
 _log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import cast
 
-from angelia_rpc import CallContext, Service, Unary
+from angelia_rpc import CallContext
 from protocol import routing
 from protocol.records import MessageRecord, RecordCorrupted, decode_batch
 from protocol.storage_api import (
@@ -127,22 +127,6 @@ one append is one log entry, and raft batches must stay under the transport's fr
 
 TIMER_CHECK_MS = 100
 """How often the leader looks for due timers of the groups it leads."""
-
-
-class StorageService(Service, name="storage"):
-    """The storage node's API, called by brokers (and tests, benches)."""
-
-    append = Unary(AppendRequest, AppendResponse)
-    read = Unary(ReadRequest, ReadResponse)
-    receive = Unary(ReceiveRequest, ReceiveResponse)
-    ack = Unary(AckRequest, AckResponse)
-    change_invisible = Unary(ChangeInvisibleRequest, ChangeInvisibleResponse)
-    commit_offset = Unary(CommitOffsetRequest, OffsetResponse)
-    get_offset = Unary(GetOffsetRequest, OffsetResponse)
-    queue_info = Unary(QueueInfoRequest, QueueInfoResponse)
-    status = Unary(NodeStatusRequest, NodeStatusResponse)
-    end_transaction = Unary(EndTransactionRequest, EndTransactionResponse)
-    cancel_timer = Unary(CancelTimerRequest, CancelTimerResponse)
 
 
 class GroupReplica:

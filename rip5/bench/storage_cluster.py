@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.cluster_services import StorageService
 from protocol import routing
 from protocol.storage_api import NodeStatusRequest, NodeStatusResponse
 from rip5.shell import READY_FD_ENV
-from storage_node.service import FIRST_GROUP_ID, StorageService
+from storage_node.service import FIRST_GROUP_ID
 
 T = TypeVar("T")
 

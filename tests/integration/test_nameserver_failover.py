@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
-from nameserver.service import NameserverService
+from angelia_rpc.cluster_services import NameserverService
 from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import NameserverClient

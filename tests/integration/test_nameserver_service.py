@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.cluster_services import NameserverService
 from nameserver.config import NameserverConfig
 from nameserver.server import serve
-from nameserver.service import NameserverService
 from protocol import errors
 from protocol import nameserver_api as api
 from tests.waiting import async_wait_until

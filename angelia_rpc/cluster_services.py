@@ -1,0 +1,61 @@
+"""The declarations of the cluster's internal services, shared by servers and callers.
+
+A process that serves one of these binds its implementation to the
+declaration here; a process that calls it (brokers, the admin CLI, benches,
+tests) builds a stub from the same class. Brokers may not import the storage
+node or the nameserver, so the declarations live beside the RPC layer, with
+their request and response types in ``protocol.storage_api`` and
+``protocol.nameserver_api``.
+
+Evolution: methods are only added; a method's types change only by adding
+fields at their end (see the api modules).
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from angelia_rpc.service import ServerStream, Service, Unary
+from protocol import nameserver_api as ns
+from protocol import storage_api as st
+
+
+class StorageService(Service, name="storage"):
+    """The storage node's API, called by brokers (and tests, benches)."""
+
+    append = Unary(st.AppendRequest, st.AppendResponse)
+    read = Unary(st.ReadRequest, st.ReadResponse)
+    receive = Unary(st.ReceiveRequest, st.ReceiveResponse)
+    ack = Unary(st.AckRequest, st.AckResponse)
+    change_invisible = Unary(st.ChangeInvisibleRequest, st.ChangeInvisibleResponse)
+    commit_offset = Unary(st.CommitOffsetRequest, st.OffsetResponse)
+    get_offset = Unary(st.GetOffsetRequest, st.OffsetResponse)
+    queue_info = Unary(st.QueueInfoRequest, st.QueueInfoResponse)
+    status = Unary(st.NodeStatusRequest, st.NodeStatusResponse)
+    end_transaction = Unary(st.EndTransactionRequest, st.EndTransactionResponse)
+    cancel_timer = Unary(st.CancelTimerRequest, st.CancelTimerResponse)
+
+
+class NameserverService(Service, name="nameserver"):
+    """The nameserver's internal API."""
+
+    create_cluster = Unary(ns.CreateClusterRequest, ns.ClusterResponse)
+    create_topic = Unary(ns.CreateTopicRequest, ns.TopicResponse)
+    update_topic = Unary(ns.UpdateTopicRequest, ns.TopicResponse)
+    delete_topic = Unary(ns.NameRequest, ns.RevisionResponse)
+    get_topic = Unary(ns.NameRequest, ns.TopicResponse)
+    list_topics = Unary(ns.ListRequest, ns.TopicListResponse)
+    create_consumer_group = Unary(ns.CreateConsumerGroupRequest, ns.ConsumerGroupResponse)
+    update_consumer_group = Unary(ns.UpdateConsumerGroupRequest, ns.ConsumerGroupResponse)
+    delete_consumer_group = Unary(ns.NameRequest, ns.RevisionResponse)
+    get_consumer_group = Unary(ns.NameRequest, ns.ConsumerGroupResponse)
+    list_consumer_groups = Unary(ns.ListRequest, ns.ConsumerGroupListResponse)
+    route = Unary(ns.NameRequest, ns.RouteResponse)
+    cluster_status = Unary(ns.NameRequest, ns.ClusterStatusResponse)
+    storage_heartbeat = Unary(ns.StorageHeartbeatRequest, ns.StorageHeartbeatResponse)
+    broker_heartbeat = Unary(ns.BrokerHeartbeatRequest, ns.RevisionResponse)
+    report_leaders = Unary(ns.ReportLeadersRequest, ns.ReportLeadersResponse)
+    acquire_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
+    renew_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
+    release_lease = Unary(ns.LeaseRequest, ns.RevisionResponse)
+    watch = ServerStream(ns.WatchRequest, ns.WatchBatchInfo)
