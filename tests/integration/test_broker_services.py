@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -58,7 +58,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     stopping = asyncio.Event()
     nameserver, ns_task = await _serve(
         serve_nameserver,
-        NameserverConfig(listen="127.0.0.1:0", groups=GROUPS),
+        NameserverConfig(listen="127.0.0.1:0", groups=GROUPS, replication_factor=1),
         tmp_path / "ns",
         stopping,
     )
@@ -151,6 +151,21 @@ async def test_auto_create_makes_topics_on_first_send_and_groups_on_first_use(
     assert [q.queue_id for q in dlq.queues] == list(range(1, GROUPS + 1))
 
 
+class _StaleRoutes(ClusterMetadata):
+    """Routes that name ``former`` as the leader of every group, as a stale route would."""
+
+    def __init__(self, cluster: Cluster, former: str) -> None:
+        super().__init__(NameserverLink([cluster.nameserver], cluster.peers), cluster=CLUSTER)
+        self.former = former
+
+    async def route(self, topic: str) -> api.RouteResponse:
+        route = await super().route(topic)
+        former = api.EndpointInfo(99, self.former, True)
+        return replace(
+            route, queues=[replace(q, leader=former, followers=[]) for q in route.queues]
+        )
+
+
 class _Follower:
     """A storage node that never leads: NOT_LEADER naming ``leader``; counts calls."""
 
@@ -179,10 +194,8 @@ async def test_store_follows_a_not_leader_hint_and_remembers_the_leader(
     server = Server([StorageService.bind(follower)], RpcConfig())
     follower_address = await server.start("127.0.0.1:0")
     try:
-        metadata = _metadata(cluster)
-        # The route names no replica yet (the node has not reported): the seeds are
-        # tried, the follower first.
-        store = StorageStore(metadata, cluster.peers, seeds=[follower_address, cluster.storage])
+        metadata = _StaleRoutes(cluster, follower_address)
+        store = StorageStore(metadata, cluster.peers)
         queue = QueueRef("t", 0)
         first = await store.append(queue, [Message("t", b"one", "id-1")])
         assert [r.offset for r in first] == [0]
@@ -218,7 +231,8 @@ async def test_store_follows_a_not_leader_hint_and_remembers_the_leader(
 
 async def test_store_reports_an_unreachable_cluster_as_retriable(cluster: Cluster) -> None:
     await cluster.admin.create_topic(api.CreateTopicRequest("lonely", CLUSTER, 1))
-    store = StorageStore(_metadata(cluster), cluster.peers, seeds=["127.0.0.1:1"], deadline_ms=500)
+    metadata = _StaleRoutes(cluster, "127.0.0.1:1")  # a leader that is gone for good
+    store = StorageStore(metadata, cluster.peers, deadline_ms=500)
     with pytest.raises(BrokerError) as failed:
         await store.append(QueueRef("lonely", 0), [Message("lonely", b"x", "id")])
     assert failed.value.retriable
