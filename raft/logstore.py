@@ -32,6 +32,7 @@ Contracts:
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +40,9 @@ from pathlib import Path
 
 from raft import wal_format as fmt
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
+from raft.snapshot_files import SnapshotFiles
 from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir
-from raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata
+from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
 from raft.wal_format import RecordKind
 
 _IOV_MAX = 1024
@@ -158,6 +160,7 @@ class LogStore:
         self._snapshot_files_to_delete: list[Path] = []
         self._failed: BaseException | None = None
         self._spares = SparePool(directory / "wal", segment_bytes, spare_segments_max)
+        self.snapshot_files = SnapshotFiles(directory / "snap")
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -512,23 +515,32 @@ class LogStore:
 
     def _save_snapshot(self, group_id: int, snapshot: Snapshot, flag: int) -> None:
         self._check()
+        if snapshot.metadata.index <= self._group_state(group_id).snapshot_index:
+            return  # older than what we hold: nothing to do
+        self.snapshot_files.write_durably([(group_id, snapshot)])
+        self._record_snapshot(group_id, snapshot, flag)
+
+    def note_local_snapshot(self, group_id: int, snapshot: Snapshot) -> bool:
+        """Record a local snapshot whose file :class:`SnapshotFiles` already made durable.
+
+        Returns False (and drops the file) when it is stale meanwhile: a newer
+        snapshot was recorded, or the log no longer holds its index.
+        """
+        self._check()
+        g = self._group_state(group_id)
+        meta = snapshot.metadata
+        if meta.index <= g.snapshot_index or not g.compact_index <= meta.index <= g.last:
+            if meta.index != g.snapshot_index:
+                self._snapshot_files_to_delete.append(
+                    self.snapshot_files.path(group_id, meta.term, meta.index)
+                )
+            return False
+        self._record_snapshot(group_id, snapshot, fmt.SNAPSHOT_LOCAL)
+        return True
+
+    def _record_snapshot(self, group_id: int, snapshot: Snapshot, flag: int) -> None:
         meta = snapshot.metadata
         g = self._group_state(group_id)
-        if meta.index <= g.snapshot_index:
-            return  # older than what we hold: nothing to do
-        path = self._snapshot_path(group_id, meta.term, meta.index)
-        blob = fmt.encode_snapshot_file(
-            group_id, meta.term, meta.index, meta.conf_state, snapshot.data
-        )
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, blob)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(self._snap_dir)
         old = (g.snapshot_term, g.snapshot_index)
         self._encode(
             RecordKind.SNAPSHOT,
@@ -540,7 +552,7 @@ class LogStore:
         )
         self._note_snapshot(g, meta.term, meta.index, meta.conf_state, flag)
         if old[1] > 0:
-            self._snapshot_files_to_delete.append(self._snapshot_path(group_id, *old))
+            self._snapshot_files_to_delete.append(self.snapshot_files.path(group_id, *old))
 
     def _note_snapshot(
         self, g: _GroupState, term: int, index: int, conf: ConfState, flag: int
@@ -679,6 +691,29 @@ class LogStore:
         """The live segments, oldest first."""
         return sorted(self._segments)
 
+    def retained_bytes(self) -> int:
+        """Disk held by live segments (whole preallocated segments)."""
+        return len(self._segments) * self.segment_bytes
+
+    def compaction_targets(self, keep_segments: int) -> dict[int, int]:
+        """What frees every live segment but the newest ``keep_segments``.
+
+        For each group with entries in those older segments: the index of its
+        last entry there. Compacting each group up to its target (after a
+        snapshot covering it) lets :meth:`maybe_collect_garbage` recycle them.
+        """
+        seqs = sorted(self._segments)
+        if len(seqs) <= keep_segments:
+            return {}
+        bound = seqs[-max(1, keep_segments)]
+        targets: dict[int, int] = {}
+        for g in self._groups.values():
+            locs = g.locs
+            if locs and locs[0][1] < bound:
+                below = bisect.bisect_left(locs, bound, key=_loc_segment)
+                targets[g.group_id] = g.first + below - 1
+        return targets
+
     def locate(self, group_id: int, index: int) -> EntryLocation:
         """Where entry ``index`` of the group lies on disk (for indexing without copying)."""
         g = self._group_state(group_id)
@@ -765,18 +800,14 @@ class LogStore:
                 )
             run_start = run_end + 1
 
-    def _snapshot_path(self, group_id: int, term: int, index: int) -> Path:
-        return self._snap_dir / f"{group_id:08x}-{term:016x}-{index:016x}.snap"
-
     def _snapshot(self, g: _GroupState) -> Snapshot:
         if g.snapshot_index == 0:
             return Snapshot()
-        path = self._snapshot_path(g.group_id, g.snapshot_term, g.snapshot_index)
-        try:
-            _gid, term, index, conf, data = fmt.decode_snapshot_file(path.read_bytes())
-        except (OSError, fmt.FormatError) as exc:
-            raise StorageFailed(f"snapshot of group {g.group_id} is unreadable: {exc}") from exc
-        return Snapshot(SnapshotMetadata(index=index, term=term, conf_state=conf), data)
+        return self.snapshot_files.read(g.group_id, g.snapshot_term, g.snapshot_index)
+
+
+def _loc_segment(loc: tuple[int, int, int, int, int]) -> int:
+    return loc[1]
 
 
 class GroupLog:

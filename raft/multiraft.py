@@ -35,8 +35,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from raft import wire
-from raft.errors import NotLeader, ProposalDropped, RaftError
+from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge, RaftError
 from raft.types import (
+    ConfChange,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
@@ -50,6 +52,7 @@ from raft.types import (
 )
 
 _PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
+_CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
 
 
 class ProgressLike(Protocol):
@@ -108,6 +111,10 @@ class GroupNode(Protocol):
 
     def propose_batch(self, payloads: list[bytes] | tuple[bytes, ...]) -> None:
         """Propose entries; raises ProposalDropped."""
+        ...
+
+    def propose_conf_change(self, change: ConfChange | ConfChangeV2) -> None:
+        """Propose a membership change; raises ProposalDropped or InvalidConfChange."""
         ...
 
     def read_index(self, context: bytes) -> None:
@@ -194,7 +201,32 @@ class LogWriter(Protocol):
 
 
 ConfChangeApplier = Callable[[GroupNode, Entry], ConfState]
-"""Applies a committed CONF_CHANGE entry to its node and returns the new membership."""
+"""Applies a committed CONF_CHANGE(_V2) entry to its node and returns the new membership."""
+
+
+class SnapshotRecorder(Protocol):
+    """What finishing a compaction writes (raft.logstore.LogStore)."""
+
+    def note_local_snapshot(self, group_id: int, snapshot: Snapshot) -> bool:
+        """Record a snapshot whose file is durable; False if it became stale."""
+        ...
+
+    def compact(self, group_id: int, index: int) -> None:
+        """Discard entries <= index (at most the snapshot index)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionStep:
+    """Compact ``group_id`` up to ``index``, after recording ``snapshot`` if there is one.
+
+    The snapshot's file must be made durable between
+    :meth:`MultiRaft.plan_compaction` and :meth:`MultiRaft.finish_compaction`.
+    """
+
+    group_id: int
+    index: int
+    snapshot: Snapshot | None
 
 
 @dataclass(slots=True)
@@ -204,6 +236,7 @@ class _Proposal:
     payloads: list[bytes]
     token: object
     single: bool
+    conf_change: ConfChange | ConfChangeV2 | None = None
 
 
 @dataclass(slots=True)
@@ -217,6 +250,8 @@ class _Pending:
     single: bool
     results: list[object] = field(default_factory=list)
     overwritten: bool = False
+    conf_change: bool = False
+    refused: bool = False  # a conf change the leader replaced with an empty entry
 
 
 @dataclass(slots=True)
@@ -228,11 +263,15 @@ class _Group:
     quiesced: bool = False
     idle_ticks: int = 0
     proposals: list[_Proposal] = field(default_factory=list)
+    conf_changes: list[_Proposal] = field(default_factory=list)
     pending: dict[int, _Pending] = field(default_factory=dict)  # by first index
     applying: _Pending | None = None  # the pending batch the apply position is inside
     applied: int = 0
     applied_term: int = 0
     snapshot_index: int = 0
+    # Entries <= truncate_floor may be compacted (None: no limit): the
+    # state machine host's retention (e.g. messages still served from the WAL).
+    truncate_floor: int | None = None
     # Linearizable reads: asked (context -> token), then confirmed (index, token)
     # and released once ``applied`` reaches the index.
     reads_asked: dict[bytes, object] = field(default_factory=dict)
@@ -266,6 +305,10 @@ class Outcome:
 def _outcome(p: _Pending) -> Outcome:
     if p.overwritten:
         return Outcome(p.token, error=ProposalDropped("overwritten by a new leader"))
+    if p.refused:
+        return Outcome(
+            p.token, error=ProposalDropped("another membership change is still in progress")
+        )
     return Outcome(p.token, p.results[0] if p.single else p.results)
 
 
@@ -279,9 +322,15 @@ class MultiRaft:
         quiesce_after_ticks: int = 20,
         liveness_timeout_ms: int = 1000,
         conf_change_applier: ConfChangeApplier | None = None,
+        entry_bytes_max: int | None = None,
     ) -> None:
-        """``conf_change_applier`` is required before any CONF_CHANGE entry commits."""
+        """``conf_change_applier`` is required before any CONF_CHANGE entry commits.
+
+        ``entry_bytes_max``: proposals of larger entries fail with
+        ProposalTooLarge (the log store cannot hold them).
+        """
         self.node_id = node_id
+        self.entry_bytes_max = entry_bytes_max
         self.quiesce_after_ticks = quiesce_after_ticks
         self.liveness_timeout_ms = liveness_timeout_ms
         self._conf_change_applier = conf_change_applier
@@ -413,6 +462,7 @@ class MultiRaft:
     def propose(self, group_id: int, data: bytes, token: object) -> None:
         """Queue a proposal for the next round; its Outcome carries ``token``."""
         g = self._group(group_id)
+        self._check_size(group_id, (data,))
         self._wake(g)
         g.proposals.append(_Proposal([data], token, True))
         self._dirty.add(group_id)
@@ -423,9 +473,43 @@ class MultiRaft:
         They are appended consecutively; the Outcome fails if any was not committed.
         """
         g = self._group(group_id)
+        self._check_size(group_id, payloads)
         self._wake(g)
         g.proposals.append(_Proposal(list(payloads), token, False))
         self._dirty.add(group_id)
+
+    def _check_size(self, group_id: int, payloads: Sequence[bytes]) -> None:
+        limit = self.entry_bytes_max
+        if limit is None:
+            return
+        for data in payloads:
+            if len(data) > limit:
+                raise ProposalTooLarge(
+                    f"group {group_id}: a {len(data)}-byte entry exceeds the "
+                    f"{limit}-byte limit of one WAL segment"
+                )
+
+    def propose_conf_change(
+        self, group_id: int, change: ConfChange | ConfChangeV2, token: object
+    ) -> None:
+        """Queue a membership change; its Outcome (result None) comes once it is applied here.
+
+        It fails with ProposalDropped if the leader could not take it (e.g.
+        another change is still in progress), InvalidConfChange if it can
+        never apply, NotLeader off the leader.
+        """
+        g = self._group(group_id)
+        self._wake(g)
+        g.conf_changes.append(_Proposal([], token, True, change))
+        self._dirty.add(group_id)
+
+    def set_truncate_floor(self, group_id: int, index: int | None) -> None:
+        """Let compaction discard the group's entries up to ``index`` only (None: no limit).
+
+        The hook for the state machine's host: e.g. the message store keeps
+        the floor below the oldest message it still reads from the WAL.
+        """
+        self._group(group_id).truncate_floor = index
 
     def read_index(self, group_id: int, token: object) -> None:
         """Ask for a linearizable read of ``group_id`` on its leader; an Outcome
@@ -462,6 +546,8 @@ class MultiRaft:
         for group_id in sorted(dirty):
             g = self._groups[group_id]
             node = g.node
+            if g.conf_changes:
+                self._propose_conf_changes(g, rejected)
             proposals = g.proposals
             payloads: list[bytes] = []
             if proposals:
@@ -495,6 +581,26 @@ class MultiRaft:
         notices = self._notices
         self._notices = {}
         return Round(groups, readies, must_sync, rejected, notices)
+
+    def _propose_conf_changes(self, g: _Group, rejected: list[tuple[object, RaftError]]) -> None:
+        changes, g.conf_changes = g.conf_changes, []
+        node = g.node
+        for p in changes:
+            assert p.conf_change is not None
+            if not node.is_leader():
+                error = NotLeader(
+                    f"node {self.node_id} does not lead group {g.group_id}", node.lead
+                )
+                rejected.append((p.token, error))
+                continue
+            try:
+                node.propose_conf_change(p.conf_change)
+            except RaftError as exc:
+                rejected.append((p.token, exc))
+                continue
+            status = node.status()
+            index = status.last_index
+            g.pending[index] = _Pending(index, index, status.term, p.token, True, conf_change=True)
 
     def _track(
         self, g: _Group, rd: Ready, proposals: list[_Proposal], payloads: list[bytes]
@@ -576,11 +682,8 @@ class MultiRaft:
             machine = g.state_machine
             for entry in rd.committed_entries:
                 result: object = None
-                if entry.type == EntryType.CONF_CHANGE:
-                    if self._conf_change_applier is None:
-                        raise AssertionError("a CONF_CHANGE committed but no applier is set")
-                    conf = self._conf_change_applier(g.node, entry)
-                    writer.set_conf_state(g.group_id, entry.index, conf)
+                if entry.type in _CONF_TYPES:
+                    self._apply_conf_change(g, entry, writer)
                 elif entry.data:
                     result = machine.apply(entry)
                 g.applied = entry.index
@@ -595,6 +698,8 @@ class MultiRaft:
                     g.applying = waiting
                 if entry.term != waiting.term:
                     waiting.overwritten = True
+                elif waiting.conf_change and entry.type not in _CONF_TYPES:
+                    waiting.refused = True
                 waiting.results.append(result)
                 if entry.index == waiting.last:
                     g.applying = None
@@ -613,6 +718,64 @@ class MultiRaft:
                 g.reads_confirmed = waiting_reads
         return outcomes
 
+    def _apply_conf_change(self, g: _Group, entry: Entry, writer: LogWriter) -> None:
+        """Apply a membership change, record it, and snapshot right at it.
+
+        The snapshot is a host duty (sim seed 138): a leader whose log is
+        compacted sends a joining member its latest snapshot, and one taken
+        before the member was added does not name it, so the member would
+        ignore it forever.
+        """
+        if self._conf_change_applier is None:
+            raise AssertionError("a CONF_CHANGE committed but no applier is set")
+        conf = self._conf_change_applier(g.node, entry)
+        writer.set_conf_state(g.group_id, entry.index, conf)
+        members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
+        g.peers = tuple(sorted(members - {self.node_id}))
+        self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
+        metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
+        writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
+        g.snapshot_index = entry.index
+
+    def plan_compaction(self, targets: Mapping[int, int]) -> list[CompactionStep]:
+        """Steps that compact each group toward ``targets`` (group -> index).
+
+        A group is compacted no further than what it applied and its truncate
+        floor; when its snapshot does not cover that far, the step carries a
+        new snapshot of its state machine as of now (its applied index).
+        """
+        steps: list[CompactionStep] = []
+        for group_id, target in targets.items():
+            g = self._groups.get(group_id)
+            if g is None:
+                continue
+            index = min(target, g.applied)
+            if g.truncate_floor is not None:
+                index = min(index, g.truncate_floor)
+            if index <= 0:
+                continue
+            snapshot = None
+            if g.snapshot_index < index:
+                conf_state = g.node.status().conf_state
+                metadata = SnapshotMetadata(
+                    index=g.applied, term=g.applied_term, conf_state=conf_state
+                )
+                snapshot = Snapshot(metadata, g.state_machine.snapshot_data())
+            steps.append(CompactionStep(group_id, index, snapshot))
+        return steps
+
+    def finish_compaction(self, steps: Sequence[CompactionStep], writer: SnapshotRecorder) -> None:
+        """Record the steps' snapshots (their files are durable) and compact."""
+        for step in steps:
+            g = self._groups.get(step.group_id)
+            if g is None:
+                continue
+            if step.snapshot is not None:
+                if not writer.note_local_snapshot(step.group_id, step.snapshot):
+                    continue  # overtaken (e.g. by a snapshot from the leader)
+                g.snapshot_index = max(g.snapshot_index, step.snapshot.metadata.index)
+            writer.compact(step.group_id, step.index)
+
     def maybe_snapshot(
         self, rnd: Round, writer: LogWriter, every_entries: int, keep_entries: int
     ) -> None:
@@ -630,8 +793,11 @@ class MultiRaft:
                 g.group_id, Snapshot(metadata, g.state_machine.snapshot_data())
             )
             g.snapshot_index = g.applied
-            if g.applied > keep_entries:
-                writer.compact(g.group_id, g.applied - keep_entries)
+            index = g.applied - keep_entries
+            if g.truncate_floor is not None:
+                index = min(index, g.truncate_floor)
+            if index > 0:
+                writer.compact(g.group_id, index)
 
     def set_applied(self, group_id: int, index: int) -> None:
         """Where a restarted group's state machine stands (its snapshot index)."""
