@@ -24,14 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from raft import wal_format, wire
-from raft.confchange import decode_conf_change, decode_conf_change_v2
+from raft.confchange import decode_entry
 from raft.config import Config
 from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
 from raft.logstore import LogStore
 from raft.multiraft import CompactionStep, GroupNode, MultiRaft, StateMachine
 from raft.node import RawNode
 from raft.transport import RaftTransport
-from raft.types import ConfChange, ConfChangeV2, ConfState, Entry, EntryType
+from raft.types import ConfChange, ConfChangeV2, ConfState, Entry
 
 _log = logging.getLogger(__name__)
 
@@ -66,14 +66,15 @@ class DriverOptions:
     # fdatasync in a worker thread (the loop goes on receiving meanwhile) or
     # inline (no thread hand-off; cheaper when syncs are short and CPU is scarce).
     sync_in_thread: bool = True
+    # A leader sends its appends while its own fdatasync runs (see
+    # MultiRaft.outgoing); followers still acknowledge only durable entries.
+    send_before_sync: bool = True
     seed: int | None = None
 
 
 def _apply_conf_change(node: GroupNode, entry: Entry) -> ConfState:
     assert isinstance(node, RawNode)
-    if entry.type == EntryType.CONF_CHANGE_V2:
-        return node.apply_conf_change(decode_conf_change_v2(entry.data))
-    return node.apply_conf_change(decode_conf_change(entry.data))
+    return node.apply_conf_change(decode_entry(entry))
 
 
 class Driver:
@@ -332,6 +333,10 @@ class Driver:
                 if rnd.is_empty():
                     continue
                 host.persist(rnd, store)
+                early = self.options.send_before_sync and rnd.must_sync
+                if early:
+                    for to_node, data in host.outgoing(rnd, part="early"):
+                        self.transport.send(to_node, data)
                 t0 = time.perf_counter()
                 if rnd.must_sync:
                     if self.options.sync_in_thread:
@@ -341,7 +346,7 @@ class Driver:
                     self.syncs += 1
                     store.maybe_collect_garbage()
                 self.sync_s += time.perf_counter() - t0
-                for to_node, data in host.outgoing(rnd):
+                for to_node, data in host.outgoing(rnd, part="late" if early else "all"):
                     self.transport.send(to_node, data)
                 outcomes = host.apply(rnd, store)
                 if self.options.snapshot_entries:

@@ -53,6 +53,28 @@ from raft.types import (
 
 _PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
 _CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
+_EARLY = frozenset({MessageType.APP, MessageType.HEARTBEAT})
+
+
+def needs_a_follower(conf: ConfState) -> bool:
+    """Whether every configuration has two voters or more (joint: both halves)."""
+    return len(conf.voters) >= 2 and (not conf.voters_outgoing or len(conf.voters_outgoing) >= 2)
+
+
+def split_early(rd: Ready, early_send: bool) -> tuple[Sequence[Message], Sequence[Message]]:
+    """A Ready's messages as (may go before its fsync, must wait for it).
+
+    Early are the appends and heartbeats of a leader that led at its previous
+    Ready already (so its term and vote are durable), when ``early_send``:
+    every configuration of the group has two voters or more
+    (:func:`needs_a_follower`). See :meth:`MultiRaft.outgoing` for why.
+    """
+    if not early_send or rd.soft_state is not None:
+        return (), rd.messages
+    early = [m for m in rd.messages if m.type in _EARLY]
+    if not early:
+        return (), rd.messages
+    return early, [m for m in rd.messages if m.type not in _EARLY]
 
 
 class ProgressLike(Protocol):
@@ -262,6 +284,9 @@ class _Group:
     peers: tuple[int, ...]
     quiesced: bool = False
     idle_ticks: int = 0
+    # Every configuration has two voters or more, so no entry commits on this
+    # replica's own write alone (see outgoing's early part).
+    early_send: bool = False
     proposals: list[_Proposal] = field(default_factory=list)
     conf_changes: list[_Proposal] = field(default_factory=list)
     pending: dict[int, _Pending] = field(default_factory=dict)  # by first index
@@ -349,7 +374,8 @@ class MultiRaft:
         if group_id in self._groups:
             raise ValueError(f"group {group_id} is hosted already")
         others = tuple(sorted(p for p in peers if p != self.node_id))
-        self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        g = self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        g.early_send = needs_a_follower(node.status().conf_state)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
 
@@ -629,17 +655,36 @@ class MultiRaft:
                 writer.set_hard_state(g.group_id, rd.hard_state)
         writer.flush()
 
-    def outgoing(self, rnd: Round, batch_bytes_max: int = 4 << 20) -> Iterator[tuple[int, bytes]]:
-        """Encoded batches per destination node: all its messages and notices.
+    def outgoing(
+        self, rnd: Round, batch_bytes_max: int = 4 << 20, part: str = "all"
+    ) -> Iterator[tuple[int, bytes]]:
+        """Encoded batches per destination node: its messages and notices.
 
         Usually one batch per node per round; a node's messages are split into
         several batches when their entries exceed ``batch_bytes_max`` (a
         catching-up follower), so no batch outgrows the transport's frame limit.
+
+        ``part``: "all"; or "early", the messages that may go before the
+        round's fdatasync, then "late", the rest (and the notices). Early are
+        the appends and heartbeats of a leader that was leader at its previous
+        Ready already (its term and vote are durable) in a group where every
+        configuration has two voters or more (Raft thesis 10.2.1: the leader
+        writes its log in parallel with replicating it). Safe because the core
+        counts the leader's own write when it appends, yet an entry of this
+        round cannot commit before a follower acknowledges it, which it cannot
+        do before receiving it, and whatever commits becomes visible (applied,
+        or sent as the commit index) only in a later round, after this sync.
+        Everything a follower or candidate sends waits for the sync.
         """
         per_node: dict[int, list[list[tuple[int, Message]]]] = {}
         sizes: dict[int, int] = {}
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
-            for message in rd.messages:
+            chosen: Sequence[Message] = rd.messages
+            if part == "early":
+                chosen = split_early(rd, g.early_send)[0]
+            elif part == "late":
+                chosen = split_early(rd, g.early_send)[1]
+            for message in chosen:
                 to = message.to
                 if to == self.node_id:
                     continue
@@ -655,10 +700,12 @@ class MultiRaft:
                     sizes[to] = 0
                 batches[-1].append((g.group_id, message))
                 sizes[to] += size
-        for to in sorted(per_node.keys() | rnd.notices.keys()):
+        notices_to = rnd.notices.keys() if part != "early" else set()
+        for to in sorted(per_node.keys() | notices_to):
             batches = per_node.get(to) or [[]]
             for index, messages in enumerate(batches):
-                notices = rnd.notices.get(to, ()) if index == len(batches) - 1 else ()
+                last = index == len(batches) - 1
+                notices = rnd.notices.get(to, ()) if last and part != "early" else ()
                 yield to, wire.encode_batch(self.node_id, to, messages, notices)
 
     def apply(self, rnd: Round, writer: LogWriter) -> list[Outcome]:
@@ -732,6 +779,7 @@ class MultiRaft:
         writer.set_conf_state(g.group_id, entry.index, conf)
         members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
         g.peers = tuple(sorted(members - {self.node_id}))
+        g.early_send = needs_a_follower(conf)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
         metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
         writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
