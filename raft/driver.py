@@ -27,8 +27,9 @@ from raft import wal_format, wire
 from raft.confchange import decode_entry
 from raft.config import Config
 from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
+from raft.host_types import GroupNode, StateMachine
 from raft.logstore import LogStore
-from raft.multiraft import CompactionStep, GroupNode, MultiRaft, StateMachine
+from raft.multiraft import CompactionStep, MultiRaft
 from raft.node import RawNode
 from raft.transport import RaftTransport
 from raft.types import ConfChange, ConfChangeV2, ConfState, Entry

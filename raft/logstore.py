@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from raft import wal_format as fmt
@@ -44,6 +44,7 @@ from raft.snapshot_files import SnapshotFiles
 from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir
 from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
 from raft.wal_format import RecordKind
+from raft.wal_index import GroupIndex
 
 _IOV_MAX = 1024
 
@@ -69,71 +70,6 @@ class _Segment:
     fd: int
 
 
-@dataclass(slots=True)
-class _GroupState:
-    """One group's view of the WAL. Invariant: entry i is at ``locs[i - first]``."""
-
-    group_id: int
-    hard_state: HardState = field(default_factory=HardState)
-    conf_index: int = 0
-    conf_state: ConfState | None = None
-    snapshot_term: int = 0
-    snapshot_index: int = 0
-    snapshot_conf_state: ConfState = field(default_factory=ConfState)
-    compact_index: int = 0
-    compact_term: int = 0
-    first: int = 1
-    # (term, segment seq, record offset, payload length, entry type) per live entry
-    locs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    cache_from: int = 1  # entries >= cache_from are in ``cache`` (within the live range)
-    cache: list[Entry] = field(default_factory=list)
-    cache_bytes: int = 0
-
-    @property
-    def last(self) -> int:
-        return self.first + len(self.locs) - 1
-
-    def truncate_from(self, index: int) -> None:
-        """Drop entries >= index."""
-        keep = max(0, index - self.first)
-        del self.locs[keep:]
-        if index < self.cache_from:
-            self.cache = []
-            self.cache_bytes = 0
-            self.cache_from = index
-        else:
-            drop = self.cache[index - self.cache_from :]
-            self.cache_bytes -= sum(len(e.data) for e in drop)
-            del self.cache[index - self.cache_from :]
-
-    def compact_to(self, index: int, term: int) -> None:
-        """Discard entries <= index; the log then starts at index + 1."""
-        if index >= self.last:
-            self.locs = []
-        else:
-            del self.locs[: max(0, index + 1 - self.first)]
-        self.first = index + 1
-        if self.cache_from <= index:
-            drop = min(len(self.cache), index + 1 - self.cache_from)
-            self.cache_bytes -= sum(len(e.data) for e in self.cache[:drop])
-            del self.cache[:drop]
-            self.cache_from = index + 1
-        self.compact_index = index
-        self.compact_term = term
-
-    def checkpoint(self) -> fmt.GroupCheckpoint:
-        return fmt.GroupCheckpoint(
-            hard_state=self.hard_state,
-            conf_index=self.conf_index,
-            conf_state=self.conf_state,
-            snapshot_term=self.snapshot_term,
-            snapshot_index=self.snapshot_index,
-            snapshot_conf_state=self.snapshot_conf_state,
-            compact_index=self.compact_index,
-            compact_term=self.compact_term,
-        )
-
-
 class LogStore:
     """The WAL of one node. Not thread-safe, except :meth:`sync` (see module doc)."""
 
@@ -149,7 +85,7 @@ class LogStore:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.cache_bytes_per_group = cache_bytes_per_group
-        self._groups: dict[int, _GroupState] = {}
+        self._groups: dict[int, GroupIndex] = {}
         self._segments: dict[int, _Segment] = {}
         self._current: _Segment | None = None
         self._salt = 0
@@ -405,12 +341,12 @@ class LogStore:
         return self._current.seq, offset
 
     # ------------------------------------------------------------ write API
-    def _group_state(self, group_id: int) -> _GroupState:
+    def _group_state(self, group_id: int) -> GroupIndex:
         g = self._groups.get(group_id)
         if g is None:
             if not 0 < group_id <= fmt.GROUP_ID_MAX:
                 raise ValueError(f"group id must be in 1..{fmt.GROUP_ID_MAX}, got {group_id}")
-            g = _GroupState(group_id)
+            g = GroupIndex(group_id)
             self._groups[group_id] = g
         return g
 
@@ -466,7 +402,7 @@ class LogStore:
                 g.cache_bytes += len(entry.data)
         self._trim_cache(g)
 
-    def _trim_cache(self, g: _GroupState) -> None:
+    def _trim_cache(self, g: GroupIndex) -> None:
         budget = self.cache_bytes_per_group
         if g.cache_bytes <= budget + (budget >> 2):
             return  # trim in steps of a quarter of the budget, not on every append
@@ -555,7 +491,7 @@ class LogStore:
             self._snapshot_files_to_delete.append(self.snapshot_files.path(group_id, *old))
 
     def _note_snapshot(
-        self, g: _GroupState, term: int, index: int, conf: ConfState, flag: int
+        self, g: GroupIndex, term: int, index: int, conf: ConfState, flag: int
     ) -> None:
         g.snapshot_term = term
         g.snapshot_index = index
@@ -734,7 +670,7 @@ class LogStore:
             self.flush()
         return os.pread(segment.fd, length, location.offset + start)
 
-    def _check_range(self, g: _GroupState, lo: int, hi: int) -> None:
+    def _check_range(self, g: GroupIndex, lo: int, hi: int) -> None:
         if lo <= g.compact_index:
             raise LogCompacted(
                 f"group {g.group_id}: index {lo} is compacted (<= {g.compact_index})"
@@ -742,7 +678,7 @@ class LogStore:
         if hi > g.last + 1:
             raise LogUnavailable(f"group {g.group_id}: index {hi - 1} is beyond {g.last}")
 
-    def _term(self, g: _GroupState, index: int) -> int:
+    def _term(self, g: GroupIndex, index: int) -> int:
         if index == g.compact_index:
             return g.compact_term
         if index == g.snapshot_index:
@@ -750,7 +686,7 @@ class LogStore:
         self._check_range(g, index, index + 1)
         return g.locs[index - g.first][0]
 
-    def _entries(self, g: _GroupState, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+    def _entries(self, g: GroupIndex, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
         self._check_range(g, lo, hi)
         if lo >= hi:
             return []
@@ -774,7 +710,7 @@ class LogStore:
             index = stop
         return out
 
-    def _read_entries(self, g: _GroupState, lo: int, hi: int) -> Iterable[Entry]:
+    def _read_entries(self, g: GroupIndex, lo: int, hi: int) -> Iterable[Entry]:
         """Entries [lo, hi) from disk: one pread per run of records in one segment."""
         if self._buffer:
             self.flush()
@@ -800,7 +736,7 @@ class LogStore:
                 )
             run_start = run_end + 1
 
-    def _snapshot(self, g: _GroupState) -> Snapshot:
+    def _snapshot(self, g: GroupIndex) -> Snapshot:
         if g.snapshot_index == 0:
             return Snapshot()
         return self.snapshot_files.read(g.group_id, g.snapshot_term, g.snapshot_index)
@@ -813,7 +749,7 @@ def _loc_segment(loc: tuple[int, int, int, int, int]) -> int:
 class GroupLog:
     """One group's durable log, read by its raft core (implements ``LogReader``)."""
 
-    def __init__(self, store: LogStore, state: _GroupState) -> None:
+    def __init__(self, store: LogStore, state: GroupIndex) -> None:
         """Obtain it from :meth:`LogStore.group`."""
         self._store = store
         self._g = state
