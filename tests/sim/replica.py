@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from raft.confchange import decode_entry
 from raft.config import Config
@@ -97,7 +98,7 @@ class Replica:
     group: int
     raw: RawNode
     log: MemoryLog
-    machine: QueueMachine
+    machine: Any  # QueueMachine unless a subclass of SimNode hosts another machine
     applied: int
     pending_appends: dict[int, tuple[int, int]] = field(default_factory=dict)  # value -> client, op
     pending_reads: list[tuple[int, int, int]] = field(default_factory=list)  # index, client, op
@@ -162,14 +163,14 @@ class SimNode:
         self.incarnation += 1
         for group in self.groups:
             log = MemoryLog(conf_state=self.bootstrap)
-            machine = QueueMachine()
+            machine = self.new_machine(group, None)
             applied = 0
             image = images.get(group)
             if image is not None:
                 hard_state = image.hard_state
                 if image.snapshot is not None:
                     log.apply_snapshot(image.snapshot)
-                    machine = QueueMachine.from_bytes(image.snapshot.data)
+                    machine = self.new_machine(group, image.snapshot.data)
                     applied = image.snapshot.metadata.index
                     # A snapshot only ever holds committed state: if the hard state
                     # written after it was lost, its commit is still at least this.
@@ -360,10 +361,9 @@ class SimNode:
         if ready.snapshot is not None:
             meta = ready.snapshot.metadata
             invariants.snapshot_applied(self.id, meta.index, meta.term)
-            replica.machine = QueueMachine.from_bytes(ready.snapshot.data)
+            replica.machine = self.new_machine(replica.group, ready.snapshot.data)
             replica.applied = meta.index
             replica.conf_state = meta.conf_state
-        machine = replica.machine
         for entry in ready.committed_entries:
             invariants.entry_applied(self.id, entry)
             replica.applied = entry.index
@@ -374,12 +374,32 @@ class SimNode:
                 if (after.voters | after.learners) - (before.voters | before.learners):
                     replica.members_added = True
                 continue
-            value = machine.apply(entry)
-            if value is not None:
-                waiting = replica.pending_appends.pop(value, None)
-                if waiting is not None:
-                    client, op_id = waiting
-                    self._reply(client, ("ok", op_id, len(machine.values), 0))
+            self.apply_entry(replica, entry)
+        self.serve_reads(replica, ready)
+
+    # -- the state machine (subclasses replace these to host another machine) -----------
+
+    def new_machine(self, group: int, snapshot_data: bytes | None) -> Any:
+        """A replica's state machine: empty, or restored from a snapshot's data."""
+        return QueueMachine() if snapshot_data is None else QueueMachine.from_bytes(snapshot_data)
+
+    def snapshot_data(self, replica: Replica) -> bytes:
+        """The snapshot image of a replica's machine at its applied index."""
+        return bytes(replica.machine.to_bytes())
+
+    def apply_entry(self, replica: Replica, entry: Entry) -> None:
+        """Apply one committed NORMAL entry and answer the client that proposed it."""
+        machine = replica.machine
+        value = machine.apply(entry)
+        if value is not None:
+            waiting = replica.pending_appends.pop(value, None)
+            if waiting is not None:
+                client, op_id = waiting
+                self._reply(client, ("ok", op_id, len(machine.values), 0))
+
+    def serve_reads(self, replica: Replica, ready: Ready) -> None:
+        """Answer the linearizable reads whose read index is applied."""
+        machine = replica.machine
         if ready.read_states:
             contexts = {int(rs.request_ctx): rs.index for rs in ready.read_states}
             replica.pending_reads = [
@@ -411,7 +431,7 @@ class SimNode:
             return
         replica.members_added = False
         snapshot: Snapshot = log.create_snapshot(
-            applied, replica.conf_state, replica.machine.to_bytes()
+            applied, replica.conf_state, self.snapshot_data(replica)
         )
         log.compact(applied)
         self.disk.write_compaction(replica.group, snapshot)
