@@ -308,7 +308,7 @@ def bench(target: str, args: tuple[str, ...]) -> None:
 
     ``rip5 bench angelia --help`` lists the Angelia bench's options
     (``rip5 bench raft --help`` the raft bench's, ``rip5 bench storage --help``
-    the storage bench's).
+    the storage bench's, ``rip5 bench timer --help`` the timer bench's).
     """
     if target == "angelia":
         from rip5.bench import angelia  # noqa: PLC0415 - load the bench only when asked
@@ -322,4 +322,8 @@ def bench(target: str, args: tuple[str, ...]) -> None:
         from rip5.bench import storage  # noqa: PLC0415 - load the bench only when asked
 
         sys.exit(storage.main(list(args)))
+    if target == "timer":
+        from rip5.bench import timer  # noqa: PLC0415 - load the bench only when asked
+
+        sys.exit(timer.main(list(args)))
     _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])
