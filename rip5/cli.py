@@ -307,4 +307,8 @@ def bench(target: str, args: tuple[str, ...]) -> None:
         from rip5.bench import storage  # noqa: PLC0415 - load the bench only when asked
 
         sys.exit(storage.main(list(args)))
+    if target == "nameserver":
+        from rip5.bench import nameserver  # noqa: PLC0415 - load the bench only when asked
+
+        sys.exit(nameserver.main(list(args)))
     _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])

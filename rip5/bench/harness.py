@@ -331,27 +331,38 @@ class BenchReport:
             "notes": self.notes,
         }
 
-    def table(self) -> Table:
-        """Median [min-max] of every figure, one row per case."""
-        table = Table(title=f"rip5 bench {self.target}: median \\[min-max] of runs")
-        table.add_column("case")
-        table.add_column("runs", justify="right")
-        columns = self._columns()
-        for metric in columns:
-            table.add_column(metric.label, justify="right")
+    def tables(self) -> list[Table]:
+        """Median [min-max] of every figure, one row per case; cases that report
+        the same figures share a table."""
+        shapes: dict[tuple[str, ...], list[str]] = {}
         for name, case in self.cases.items():
-            cells = [
-                median_range([run[m.key] for run in case.runs if m.key in run], m.fmt)
-                for m in columns
-            ]
-            table.add_row(name, str(len(case.runs)), *cells)
-        return table
+            keys = {k for run in case.runs for k in run}
+            shape = tuple(m.key for m in self._columns() if m.key in keys)
+            shapes.setdefault(shape, []).append(name)
+        tables = []
+        by_key = {m.key: m for m in self._columns()}
+        for shape, names in shapes.items():
+            table = Table(title=f"rip5 bench {self.target}: median \\[min-max] of runs")
+            table.add_column("case")
+            table.add_column("runs", justify="right")
+            for key in shape:
+                table.add_column(by_key[key].label, justify="right")
+            for name in names:
+                runs = self.cases[name].runs
+                cells = [
+                    median_range([run[key] for run in runs if key in run], by_key[key].fmt)
+                    for key in shape
+                ]
+                table.add_row(name, str(len(runs)), *cells)
+            tables.append(table)
+        return tables
 
     def finish(self) -> dict[str, Any]:
         """Print the table and notes, write the JSON if asked; the JSON document."""
         document = self.as_json()
         wide = Console(highlight=False, width=max(self.console.width, 160))
-        wide.print(self.table())
+        for table in self.tables():
+            wide.print(table)
         load = " ".join(f"{v:.2f}" for v in document["load_average_end"])
         print(f"load average at the end: {load}")
         for text in self.notes:
