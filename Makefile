@@ -15,7 +15,8 @@ PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           nameserver/commands.py nameserver/state.py nameserver/placement.py nameserver/api_convert.py \
           broker/domain.py broker/errors.py broker/processor/receipt.py \
           broker/processor/filter.py broker/processor/validation.py \
-          broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py
+          broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py \
+          loadtest/scenarios.py loadtest/report.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 # The raft core's modules: `coverage-core` holds them to 100% branch coverage.

@@ -23,6 +23,7 @@ import uvloop
 
 from rip5 import __version__
 from rip5 import admin as admin_commands
+from rip5 import loadtest as loadtest_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import DevLayout, plan, ready_banner
 from rip5.roles import ROLES, Role
@@ -283,6 +284,9 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+
+
+main.add_command(loadtest_command.loadtest)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
