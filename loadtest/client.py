@@ -79,6 +79,114 @@ def _duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def build_message(
+    topic: str,
+    body: bytes,
+    born_host: str,
+    *,
+    message_group: str | None = None,
+    tag: str | None = None,
+    keys: Sequence[str] = (),
+) -> pb.Message:
+    """A message as the official clients build it (FIFO when ``message_group`` is set):
+    a fresh message id, the body's CRC32 digest, the born timestamp and host."""
+    system = pb.SystemProperties(
+        message_id=uuid.uuid4().hex.upper(),
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
+        body_encoding=pb.IDENTITY,
+        message_type=pb.FIFO if message_group else pb.NORMAL,
+        born_timestamp=_timestamp_now(),
+        born_host=born_host,
+        keys=list(keys),
+    )
+    if tag:
+        system.tag = tag
+    if message_group:
+        system.message_group = message_group
+    return pb.Message(topic=pb.Resource(name=topic), system_properties=system, body=body)
+
+
+def endpoints_of(address: str) -> pb.Endpoints:
+    """``host:port`` as v2 Endpoints."""
+    host, _, port = address.rpartition(":")
+    return pb.Endpoints(
+        scheme=pb.IPv4, addresses=[pb.Address(host=host or "127.0.0.1", port=int(port))]
+    )
+
+
+def receive_request(
+    group: str,
+    topic: str,
+    endpoints: pb.Endpoints,
+    *,
+    batch_size: int,
+    invisible_ms: int,
+    long_polling_ms: int,
+) -> spb.ReceiveMessageRequest:
+    """A simple consumer's receive: any tag, the whole topic (queue -1), no auto-renew."""
+    return spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=topic),
+            id=-1,
+            permission=pb.READ_WRITE,
+            broker=pb.Broker(name="rip5", endpoints=endpoints),
+        ),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=batch_size,
+        invisible_duration=_duration(invisible_ms),
+        auto_renew=False,
+        long_polling_timeout=_duration(long_polling_ms),
+    )
+
+
+def received_of(response: spb.ReceiveMessageResponse) -> Received | None:
+    """The message a receive response carries; None for the status and timestamp parts.
+
+    Raises :class:`CallFailed` for a status other than OK or MESSAGE_NOT_FOUND."""
+    which = response.WhichOneof("content")
+    if which == "status":
+        if response.status.code != pb.MESSAGE_NOT_FOUND:
+            check_status(response.status)
+        return None
+    if which == "message":
+        message = response.message
+        return Received(
+            message.system_properties.message_id,
+            message.system_properties.receipt_handle,
+            len(message.body),
+        )
+    return None
+
+
+def ack_request(group: str, topic: str, messages: Sequence[Received]) -> spb.AckMessageRequest:
+    """One ack for ``messages``."""
+    return spb.AckMessageRequest(
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name=topic),
+        entries=[
+            spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle)
+            for m in messages
+        ],
+    )
+
+
+def check_send(response: spb.SendMessageResponse, sent: int) -> None:
+    """Raise :class:`CallFailed` unless every one of ``sent`` messages was stored."""
+    check_status(response.status)
+    for entry in response.entries:
+        check_status(entry.status)
+    if len(response.entries) != sent:
+        raise CallFailed("ENTRY_COUNT_MISMATCH", f"{len(response.entries)} entries")
+
+
+def check_ack(response: spb.AckMessageResponse) -> None:
+    """Raise :class:`CallFailed` unless every entry was acknowledged."""
+    check_status(response.status)
+    for entry in response.entries:
+        check_status(entry.status)
+
+
 class RocketClient:
     """One channel to a broker endpoint (host:port) and the calls a load test makes."""
 
@@ -94,10 +202,7 @@ class RocketClient:
             endpoint, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         )
         self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
-        host, _, port = endpoint.rpartition(":")
-        self._endpoints = pb.Endpoints(
-            scheme=pb.IPv4, addresses=[pb.Address(host=host or "127.0.0.1", port=int(port))]
-        )
+        self._endpoints = endpoints_of(endpoint)
         self._born_host = socket.gethostname()
 
     def close(self) -> None:
@@ -135,21 +240,10 @@ class RocketClient:
         tag: str | None = None,
         keys: Sequence[str] = (),
     ) -> pb.Message:
-        """A message as the official clients build it (FIFO when ``message_group`` is set)."""
-        system = pb.SystemProperties(
-            message_id=uuid.uuid4().hex.upper(),
-            body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
-            body_encoding=pb.IDENTITY,
-            message_type=pb.FIFO if message_group else pb.NORMAL,
-            born_timestamp=_timestamp_now(),
-            born_host=self._born_host,
-            keys=list(keys),
+        """A message as the official clients build it (see :func:`build_message`)."""
+        return build_message(
+            topic, body, self._born_host, message_group=message_group, tag=tag, keys=keys
         )
-        if tag:
-            system.tag = tag
-        if message_group:
-            system.message_group = message_group
-        return pb.Message(topic=pb.Resource(name=topic), system_properties=system, body=body)
 
     def send(self, messages: Sequence[pb.Message]) -> int:
         """Send one request carrying ``messages``; the bytes sent. Raises on any failed entry."""
@@ -160,11 +254,7 @@ class RocketClient:
             )
         except grpc.RpcError as error:
             raise self._rpc_error(error) from None
-        check_status(response.status)
-        for entry in response.entries:
-            check_status(entry.status)
-        if len(response.entries) != len(messages):
-            raise CallFailed("ENTRY_COUNT_MISMATCH", f"{len(response.entries)} entries")
+        check_send(response, len(messages))
         return sum(len(m.body) for m in messages)
 
     # -- consuming ----------------------------------------------------------------
@@ -179,19 +269,13 @@ class RocketClient:
         long_polling_ms: int = 5_000,
     ) -> list[Received]:
         """Up to ``batch_size`` messages (empty after a long poll that found none)."""
-        request = spb.ReceiveMessageRequest(
-            group=pb.Resource(name=group),
-            message_queue=pb.MessageQueue(
-                topic=pb.Resource(name=topic),
-                id=-1,
-                permission=pb.READ_WRITE,
-                broker=pb.Broker(name="rip5", endpoints=self._endpoints),
-            ),
-            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        request = receive_request(
+            group,
+            topic,
+            self._endpoints,
             batch_size=batch_size,
-            invisible_duration=_duration(invisible_ms),
-            auto_renew=False,
-            long_polling_timeout=_duration(long_polling_ms),
+            invisible_ms=invisible_ms,
+            long_polling_ms=long_polling_ms,
         )
         received: list[Received] = []
         try:
@@ -200,40 +284,20 @@ class RocketClient:
                 timeout=long_polling_ms / 1000 + self.timeout_s,
                 metadata=self._metadata,
             ):
-                which = response.WhichOneof("content")
-                if which == "status":
-                    if response.status.code == pb.MESSAGE_NOT_FOUND:
-                        continue
-                    check_status(response.status)
-                elif which == "message":
-                    message = response.message
-                    received.append(
-                        Received(
-                            message.system_properties.message_id,
-                            message.system_properties.receipt_handle,
-                            len(message.body),
-                        )
-                    )
+                message = received_of(response)
+                if message is not None:
+                    received.append(message)
         except grpc.RpcError as error:
             raise self._rpc_error(error) from None
         return received
 
     def ack(self, group: str, topic: str, messages: Sequence[Received]) -> None:
         """Acknowledge ``messages`` in one call; raises if any entry failed."""
-        request = spb.AckMessageRequest(
-            group=pb.Resource(name=group),
-            topic=pb.Resource(name=topic),
-            entries=[
-                spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle)
-                for m in messages
-            ],
-        )
+        request = ack_request(group, topic, messages)
         try:
             response = self._stub.AckMessage(
                 request, timeout=self.timeout_s, metadata=self._metadata
             )
         except grpc.RpcError as error:
             raise self._rpc_error(error) from None
-        check_status(response.status)
-        for entry in response.entries:
-            check_status(entry.status)
+        check_ack(response)

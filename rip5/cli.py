@@ -315,4 +315,8 @@ def bench(target: str, args: tuple[str, ...]) -> None:
         from rip5.bench import nameserver  # noqa: PLC0415 - load the bench only when asked
 
         sys.exit(nameserver.main(list(args)))
+    if target == "e2e":
+        from rip5.bench import e2e  # noqa: PLC0415 - load the bench only when asked
+
+        sys.exit(e2e.main(list(args)))
     _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])

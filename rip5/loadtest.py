@@ -18,41 +18,27 @@ broker in this build.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib.util
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
-import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from angelia_rpc import AngeliaError
-from angelia_rpc.cluster_services import NameserverService
 from loadtest.report import StatsRow, parse_failures, parse_stats
 from loadtest.scenarios import SCENARIOS, Scenario
-from protocol import errors
-from protocol import nameserver_api as api
-from rip5.admin import DEFAULT_CLUSTER, MESSAGE_TYPES, NameserverClient
-from rip5.bench.storage_cluster import free_port
+from rip5 import dev_cluster
+from rip5.admin import MESSAGE_TYPES
+from rip5.dev_cluster import free_port
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 69
-DEV_READY_TIMEOUT_S = 120.0
-READY_PREFIX = "rip5 dev ready:"
-ENDPOINT_MARK = "client endpoint "
 
 
 class LoadtestError(Exception):
@@ -72,139 +58,16 @@ def locustfile_path() -> str:
     return spec.origin
 
 
-def _consecutive_free_ports(count: int, attempts: int = 50) -> int:
-    """A base port whose next ``count`` ports (it included) were free a moment ago."""
-    for _ in range(attempts):
-        base = free_port()
-        if base + count > 65535:
-            continue
-        if all(_is_free(base + i) for i in range(1, count)):
-            return base
-    raise LoadtestError(f"found no {count} consecutive free ports on 127.0.0.1")
-
-
-def _is_free(port: int) -> bool:
-    import socket  # noqa: PLC0415 - only the port probe needs it
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-@dataclass
-class DevCluster:
-    """A ``rip5 dev`` child process and what it printed."""
-
-    process: subprocess.Popen[str]
-    nameserver: str
-    endpoint: str
-    log_path: Path
-
-
-@contextlib.contextmanager
-def dev_cluster(log_path: Path, storage_nodes: int = 3) -> Iterator[DevCluster]:
-    """Start ``rip5 dev`` on free ports; yield once its broker serves; stop it after."""
-    nameserver_port = free_port()
-    broker_port = free_port()
-    storage_port = _consecutive_free_ports(storage_nodes)
-    data_dir = Path(tempfile.mkdtemp(prefix="rip5-loadtest-dev-"))
-    args = [
-        sys.executable, "-m", "rip5", "dev",
-        "--data-dir", str(data_dir),
-        "--storage", str(storage_nodes),
-        "--nameserver-port", str(nameserver_port),
-        "--storage-port", str(storage_port),
-        "--broker-port", str(broker_port),
-        "--log-level", "warning",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    ready = threading.Event()
-    banner: list[str] = []
-
-    def drain() -> None:  # reads the child's output to its end, so the pipe never fills
-        assert process.stdout is not None
-        with open(log_path, "a") as log:
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-                if line.startswith(READY_PREFIX) and not banner:
-                    banner.append(line.strip())
-                    ready.set()
-        ready.set()
-
-    reader = threading.Thread(target=drain, name="rip5-dev-output", daemon=True)
-    reader.start()
-    try:
-        if not ready.wait(DEV_READY_TIMEOUT_S) or not banner:
-            raise LoadtestError(
-                f"rip5 dev did not become ready within {DEV_READY_TIMEOUT_S:.0f} s "
-                f"(exit {process.poll()}); see {log_path}"
-            )
-        line = banner[0]
-        if ENDPOINT_MARK not in line:
-            raise LoadtestError(
-                f"rip5 dev runs no broker in this build ({line}); use --endpoint",
-                EXIT_UNAVAILABLE,
-            )
-        endpoint = line.split(ENDPOINT_MARK, 1)[1].split()[0]
-        yield DevCluster(process, f"127.0.0.1:{nameserver_port}", endpoint, log_path)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        reader.join(timeout=10)
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
 def ensure_resources(nameserver: str, options: dict[str, str]) -> None:
-    """Create the scenario's topics (NORMAL and FIFO) and consumer group; existing ones stay."""
-    topic = options.get("topic", "loadtest")
-    fifo_topic = options.get("fifo-topic", "loadtest-fifo")
-    group = options.get("group", "loadtest-group")
-    requests: list[api.CreateTopicRequest | api.CreateConsumerGroupRequest] = [
-        api.CreateTopicRequest(topic, DEFAULT_CLUSTER, 8, MESSAGE_TYPES["normal"]),
-        api.CreateTopicRequest(fifo_topic, DEFAULT_CLUSTER, 8, MESSAGE_TYPES["fifo"]),
-        api.CreateConsumerGroupRequest(group, DEFAULT_CLUSTER),
-    ]
-
-    async def create_all() -> None:
-        client = NameserverClient([nameserver])
-        try:
-            for request in requests:
-
-                async def create(
-                    ns: NameserverService,
-                    r: api.CreateTopicRequest | api.CreateConsumerGroupRequest = request,
-                ) -> object:
-                    if isinstance(r, api.CreateTopicRequest):
-                        return await ns.create_topic(r)
-                    return await ns.create_consumer_group(r)
-
-                try:
-                    await client.call(create)
-                except AngeliaError as exc:
-                    if exc.code is not errors.ALREADY_EXISTS:
-                        raise
-        finally:
-            await client.close()
-
-    try:
-        uvloop.run(create_all())
-    except AngeliaError as exc:
-        raise LoadtestError(f"cannot create the load test's topics: {exc}") from exc
+    """Create the scenario's NORMAL and FIFO topics and its consumer group."""
+    dev_cluster.ensure_resources(
+        nameserver,
+        [
+            (options.get("topic", "loadtest"), 8, MESSAGE_TYPES["normal"]),
+            (options.get("fifo-topic", "loadtest-fifo"), 8, MESSAGE_TYPES["fifo"]),
+        ],
+        [options.get("group", "loadtest-group")],
+    )
 
 
 @dataclass(frozen=True)
@@ -434,7 +297,7 @@ def loadtest(
             out_dir.mkdir(parents=True, exist_ok=True)
             console.print("rip5 loadtest | starting a dev cluster ...", markup=False)
             started = time.monotonic()
-            with dev_cluster(out_dir / "dev.log") as cluster:
+            with dev_cluster.dev_cluster(out_dir / "dev.log") as cluster:
                 console.print(
                     f"rip5 loadtest | dev cluster ready in {time.monotonic() - started:.1f} s: "
                     f"broker {cluster.endpoint}, nameserver {cluster.nameserver}",
@@ -442,7 +305,7 @@ def loadtest(
                 )
                 ensure_resources(cluster.nameserver, options)
                 code = execute(plan_for(cluster.endpoint), console)
-    except LoadtestError as exc:
+    except (LoadtestError, dev_cluster.ClusterError) as exc:
         click.echo(f"rip5: {exc}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code)
