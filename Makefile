@@ -16,6 +16,7 @@ PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           broker/domain.py broker/errors.py broker/processor/receipt.py \
           broker/processor/filter.py broker/processor/validation.py \
           broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py \
+          broker/services/cluster_convert.py \
           loadtest/scenarios.py loadtest/report.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=

@@ -8,6 +8,7 @@ the rest run as real processes (``python -m rip5 <role> ...``).
 
 from __future__ import annotations
 
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class DevLayout:
     auto_create: bool = True
     log_level: str = "info"
     storage_groups: int = 64
+    secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -48,8 +50,14 @@ def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[
 def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     """The child processes to start, and notices about roles that were skipped."""
     nameserver = f"127.0.0.1:{layout.nameserver_port}"
+    # The nameserver's cluster has as many raft groups as the storage nodes host,
+    # so its routes name the groups the storage nodes serve.
     wanted: list[tuple[str, str, tuple[str, ...]]] = [
-        ("nameserver", "nameserver", ("--listen", nameserver)),
+        (
+            "nameserver",
+            "nameserver",
+            ("--listen", nameserver, "--groups", str(layout.storage_groups)),
+        ),
     ]
     # Every storage node replicates every group (static placement until the
     # nameserver assigns groups): each is told all of its peers and the group count.
@@ -75,6 +83,7 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                 ),
             )
         )
+    storage_addresses = [f"127.0.0.1:{layout.storage_port + i}" for i in range(layout.storage)]
     for i in range(layout.brokers):
         wanted.append(
             (
@@ -86,9 +95,14 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
+                    "--storage",
+                    ",".join(storage_addresses),
                 ),
             )
         )
+    # One secret per dev cluster: every broker signs and checks receipt handles with it.
+    # It travels in the environment (not argv, which any local user can read).
+    secret_env = {"RIP5_BROKER_SECRET": layout.secret or secrets.token_hex(16)}
     specs: list[ChildSpec] = []
     skipped: dict[str, int] = {}
     for name, role, flags in wanted:
@@ -96,7 +110,11 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
             skipped[role] = skipped.get(role, 0) + 1
             continue
         specs.append(
-            ChildSpec(name, _role_argv(role, layout.data_dir / name, layout.log_level, *flags))
+            ChildSpec(
+                name,
+                _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+                secret_env if role == "broker" else {},
+            )
         )
     notices = [
         f"role '{role}' is not available yet (it lands with {ROLES[role].issue}); "

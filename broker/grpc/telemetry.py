@@ -34,6 +34,7 @@ class TelemetrySessions:
 
     def __init__(self) -> None:
         self._outbound: dict[str, asyncio.Queue[spb.TelemetryCommand | None]] = {}
+        self._published: dict[str, tuple[str, ...]] = {}  # client id -> topics it publishes
 
     def open(self, client_id: str) -> asyncio.Queue[spb.TelemetryCommand | None]:
         """A new outbound queue for ``client_id``; a previous stream of it is ended."""
@@ -48,6 +49,17 @@ class TelemetrySessions:
         """Forget the stream if it is still the client's current one."""
         if self._outbound.get(client_id) is queue:
             del self._outbound[client_id]
+            self._published.pop(client_id, None)
+
+    def note_settings(self, client_id: str, settings: pb.Settings) -> None:
+        """Remember the topics a producer client publishes to (its producer groups)."""
+        if settings.WhichOneof("pub_sub") == "publishing" and client_id in self._outbound:
+            self._published[client_id] = tuple(t.name for t in settings.publishing.topics)
+
+    @property
+    def producer_groups(self) -> list[str]:
+        """The producer groups with an open stream here (a v2 producer's group is its topic)."""
+        return sorted({topic for topics in self._published.values() for topic in topics})
 
     def maybe_push(self, client_id: str, command: spb.TelemetryCommand) -> bool:
         """Send ``command`` to the client if it has a stream here; whether it did."""
@@ -101,6 +113,7 @@ async def serve_stream(
             async for command in commands:
                 which = command.WhichOneof("command")
                 if which == "settings":
+                    sessions.note_settings(client_id, command.settings)
                     outbound.put_nowait(await settings_reply(consumer, command.settings))
                 else:
                     log.debug("telemetry command ignored", extra={"command": which})

@@ -49,7 +49,7 @@ class ProducerProcessor:
         topic_name = messages[0].topic
         if any(message.topic != topic_name for message in messages):
             raise BrokerError(codes.BAD_REQUEST, "messages of one send must share one topic")
-        topic = await self._metadata.get_topic(topic_name)
+        topic = await self._metadata.get_topic_for_send(topic_name, messages[0].message_type)
         for message in messages:
             validation.check_type_allowed(message, topic)
             if message.message_type not in SERVED_TYPES:

@@ -53,6 +53,7 @@ from broker.domain import (
     AppendResult,
     GroupInfo,
     Message,
+    MessageType,
     PopResult,
     QueueRef,
     TopicInfo,
@@ -73,6 +74,11 @@ class MetadataService(Protocol):
 
     async def get_topic(self, name: str) -> TopicInfo:
         """The topic with its queues; raises TOPIC_NOT_FOUND."""
+        ...
+
+    async def get_topic_for_send(self, name: str, message_type: MessageType) -> TopicInfo:
+        """Like :meth:`get_topic`, for a send of ``message_type``: an implementation
+        that creates topics on first use creates a missing one for that type."""
         ...
 
     async def get_group(self, name: str) -> GroupInfo:

@@ -88,6 +88,10 @@ class MemoryMetadata:
             topic = self.ensure_topic(name, self.default_queue_count)
         return topic
 
+    async def get_topic_for_send(self, name: str, message_type: MessageType) -> TopicInfo:
+        """The topic (auto-created with every message type, like :meth:`get_topic`)."""
+        return await self.get_topic(name)
+
     async def get_group(self, name: str) -> GroupInfo:
         """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
         group = self._groups.get(name)
