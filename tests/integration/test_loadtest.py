@@ -47,6 +47,25 @@ def _stats(out: Path, scenario: str) -> dict[str, tuple[int, int]]:
     return {row.name: (row.requests, row.failures) for row in rows}
 
 
+def test_smoke_scenario_against_a_dev_cluster(tmp_path: Path) -> None:
+    # rip5 loadtest starts rip5 dev (nameserver, 3 storage nodes, broker) on free ports,
+    # creates the topics and group, and runs every user class headless.
+    out = tmp_path / "out"
+    result = _loadtest("--scenario", "smoke", "--run-time", "8", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dev cluster ready" in result.stdout
+    assert f"report: {out / 'smoke.html'}" in result.stdout
+    assert (out / "smoke.html").stat().st_size > 1000
+    stats = _stats(out, "smoke")
+    for name in ("SendMessage normal", "SendMessage fifo", "SendMessage batch 8", "ReceiveMessage"):
+        requests, failures = stats[name]
+        assert requests > 0, (name, stats)
+        assert failures == 0, (name, stats)
+    assert stats["Aggregated"][1] == 0, stats
+    assert all(failures == 0 for _, failures in stats.values()), stats
+    assert "rip5 dev | stopped" in (out / "dev.log").read_text()
+
+
 def test_distributed_smoke_against_a_broker_process(memory_broker: str, tmp_path: Path) -> None:
     # A master and two worker processes on this host; every user class of the smoke scenario.
     out = tmp_path / "out"
