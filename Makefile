@@ -17,7 +17,8 @@ PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           broker/processor/filter.py broker/processor/validation.py \
           broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py \
           broker/processor/checkback.py broker/processor/transaction_id.py \
-          broker/services/cluster_convert.py
+          broker/services/cluster_convert.py \
+          loadtest/scenarios.py loadtest/report.py
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
 # The raft core's modules: `coverage-core` holds them to 100% branch coverage.

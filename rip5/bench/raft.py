@@ -33,6 +33,15 @@ import uvloop
 
 from angelia_rpc import AngeliaError
 from raft.host_cluster import HostSpec, LocalCluster
+from rip5.bench import harness
+
+METRICS = (
+    harness.Metric("entries_per_s", "committed entries/s"),
+    harness.Metric("p50_ms", "p50 ms", ".1f"),
+    harness.Metric("p99_ms", "p99 ms", ".1f"),
+    harness.Metric("errors", "errors"),
+    harness.Metric("failover_ms", "failover ms"),
+)
 
 
 @dataclass
@@ -143,7 +152,7 @@ def _summary(values: list[float], fmt: str) -> str:
     )
 
 
-async def _bench(args: argparse.Namespace) -> int:
+async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
     print(
         f"# rip5 bench raft  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
         f"cores={os.cpu_count()}  nodes=3  fsync=on  entry={args.entry_bytes} B  "
@@ -170,6 +179,9 @@ async def _bench(args: argparse.Namespace) -> int:
                 await cluster.start()
                 try:
                     leaders = await cluster.wait_all_led(timeout_s=120)
+                    meter = harness.CpuMeter(harness.pids_of(cluster.processes))
+                    report.stage(f"groups={groups} run {run + 1}")
+                    meter.start()
                     result = await _load(
                         cluster,
                         dict(leaders),
@@ -179,6 +191,16 @@ async def _bench(args: argparse.Namespace) -> int:
                         in_flight=args.in_flight,
                         batch=args.batch,
                         entry_bytes=args.entry_bytes,
+                    )
+                    report.record(
+                        f"groups={groups}",
+                        {
+                            "entries_per_s": result.entries_per_s,
+                            "p50_ms": result.p50_ms,
+                            "p99_ms": result.p99_ms,
+                            "errors": result.errors,
+                        },
+                        meter.stop(),
                     )
                     results.append(result)
                     print(
@@ -191,6 +213,9 @@ async def _bench(args: argparse.Namespace) -> int:
                         for _ in range(args.failovers):
                             seconds = await _failover(cluster, sorted(cluster.addresses))
                             failovers.append(seconds)
+                            report.record(
+                                f"failover groups={groups}", {"failover_ms": seconds * 1000}
+                            )
                             print(f"  failover: {seconds * 1000:.0f} ms", flush=True)
                 finally:
                     await cluster.stop()
@@ -246,10 +271,24 @@ def main(argv: list[str]) -> int:
         help="per node: compact the groups that pin old WAL segments beyond this (0: off)",
     )
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
+    harness.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.entry_bytes < 16:
         parser.error("--entry-bytes must be at least 16")
-    return uvloop.run(_bench(args))
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
+    report = harness.BenchReport(
+        "raft",
+        argv,
+        METRICS,
+        params=params,
+        json_path=args.json,
+        show_progress=not args.no_progress,
+    )
+    kills = args.failovers * args.runs if args.failover_groups in args.groups else 0
+    with report.progress(len(args.groups) * args.runs + kills):
+        code = uvloop.run(_bench(args, report))
+    report.finish()
+    return code
 
 
 if __name__ == "__main__":
