@@ -42,7 +42,9 @@ TOPIC = "orders"
 DOWN_AND_NEW_LEADERS_S = 5.0  # issue 6: "within 5 s with default settings"
 
 
-async def _start_nameserver(root: Path, address: str) -> asyncio.subprocess.Process:
+async def _start_nameserver(
+    root: Path, address: str, node_id: int = 1, peers: str = ""
+) -> asyncio.subprocess.Process:
     read_fd, write_fd = os.pipe()
     args = [
         sys.executable,
@@ -50,14 +52,18 @@ async def _start_nameserver(root: Path, address: str) -> asyncio.subprocess.Proc
         "rip5",
         "nameserver",
         "--data-dir",
-        str(root / "nameserver"),
+        str(root / f"nameserver-{node_id}"),
         "--log-level",
         "warning",
         "--listen",
         address,
         "--groups",
         str(GROUPS),
+        "--node-id",
+        str(node_id),
     ]
+    if peers:
+        args += ["--peers", peers]
     try:
         process = await asyncio.create_subprocess_exec(
             *args, env={**os.environ, READY_FD_ENV: str(write_fd)}, pass_fds=(write_fd,)
@@ -82,12 +88,17 @@ async def _running_nameserver(root: Path) -> AsyncIterator[str]:
     try:
         yield address
     finally:
+        await _stop(process)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
         process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), 30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+    try:
+        await asyncio.wait_for(process.wait(), 30)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 async def _rip5(*args: str) -> tuple[int, str, str]:
@@ -302,3 +313,52 @@ async def test_a_node_with_a_disagreeing_group_count_is_refused(tmp_path: Path) 
         assert code == 1
         assert f"--groups {GROUPS * 2} disagrees with cluster 'DefaultCluster'" in err
         assert f"with {GROUPS} groups" in err
+
+
+async def test_storage_nodes_follow_the_nameserver_leader_through_a_failover(
+    tmp_path: Path,
+) -> None:
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in (1, 2, 3)}
+    peers = ",".join(f"{n}={a}" for n, a in addresses.items())
+    processes = dict(
+        zip(
+            addresses,
+            await asyncio.gather(
+                *(_start_nameserver(tmp_path, a, n, peers) for n, a in addresses.items())
+            ),
+            strict=True,
+        )
+    )
+    every = ",".join(addresses.values())
+    storage = LocalStorageCluster(tmp_path, nodes=1, groups=GROUPS, nameserver=every)
+    client = NameserverClient(list(addresses.values()))
+    try:
+        await storage.start()
+
+        async def heartbeat_ms() -> int:
+            status = await client.call(
+                lambda ns: ns.cluster_status(api.NameRequest(CLUSTER), timeout_ms=2000)
+            )
+            nodes = [n for n in status.storage_nodes if n.alive]
+            return nodes[0].last_heartbeat_ms if nodes else 0
+
+        first = await _wait(heartbeat_ms, 60, "the storage node to register")
+        leader = next(n for n, a in addresses.items() if a == client.current)
+        processes[leader].send_signal(signal.SIGKILL)
+        await processes[leader].wait()
+
+        # The storage node goes on heartbeating, to the new leader: it stays (or is
+        # marked again) alive with heartbeats newer than before the failover.
+        async def heartbeats_reach_the_new_leader() -> bool:
+            try:
+                newest = await heartbeat_ms()
+            except AngeliaError:
+                return False
+            return client.current != addresses[leader] and newest > first  # type: ignore[operator]
+
+        await _wait(heartbeats_reach_the_new_leader, 60, "heartbeats at the new leader")
+    finally:
+        await storage.stop()
+        await client.close()
+        for process in processes.values():
+            await _stop(process)
