@@ -167,7 +167,10 @@ class Registration:
             return None
         self.heartbeats += 1
         if self.on_heartbeat is not None:
-            await self.on_heartbeat(response)
+            try:
+                await self.on_heartbeat(response)
+            except Exception:  # noqa: BLE001 - one bad answer must not end the heartbeats
+                _log.exception("acting on a heartbeat answer failed")
         return response
 
     def heartbeat_request(self) -> api.StorageHeartbeatRequest:
@@ -206,7 +209,11 @@ class Registration:
     async def _run_reports(self) -> None:
         while True:
             await asyncio.sleep(REPORT_POLL_MS / 1000)
-            batch = self.reporter.due(_now_ms(), self.leader_views())
+            try:
+                batch = self.reporter.due(_now_ms(), self.leader_views())
+            except Exception:  # noqa: BLE001 - reporting goes on; the failure is logged
+                _log.exception("reading the groups' leaders failed")
+                continue
             if batch is not None:
                 await self.maybe_report(batch)
 

@@ -16,6 +16,7 @@ settings:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -41,7 +42,9 @@ TOPIC = "orders"
 DOWN_AND_NEW_LEADERS_S = 5.0  # issue 6: "within 5 s with default settings"
 
 
-async def _start_nameserver(root: Path, address: str) -> asyncio.subprocess.Process:
+async def _start_nameserver(
+    root: Path, address: str, node_id: int = 1, peers: str = ""
+) -> asyncio.subprocess.Process:
     read_fd, write_fd = os.pipe()
     args = [
         sys.executable,
@@ -49,14 +52,18 @@ async def _start_nameserver(root: Path, address: str) -> asyncio.subprocess.Proc
         "rip5",
         "nameserver",
         "--data-dir",
-        str(root / "nameserver"),
+        str(root / f"nameserver-{node_id}"),
         "--log-level",
         "warning",
         "--listen",
         address,
         "--groups",
         str(GROUPS),
+        "--node-id",
+        str(node_id),
     ]
+    if peers:
+        args += ["--peers", peers]
     try:
         process = await asyncio.create_subprocess_exec(
             *args, env={**os.environ, READY_FD_ENV: str(write_fd)}, pass_fds=(write_fd,)
@@ -71,6 +78,27 @@ async def _start_nameserver(root: Path, address: str) -> asyncio.subprocess.Proc
         os.close(read_fd)
     assert line.startswith("ready"), f"the nameserver did not start (exit {process.returncode})"
     return process
+
+
+@contextlib.asynccontextmanager
+async def _running_nameserver(root: Path) -> AsyncIterator[str]:
+    """A nameserver process for the block; its address."""
+    address = f"127.0.0.1:{free_port()}"
+    process = await _start_nameserver(root, address)
+    try:
+        yield address
+    finally:
+        await _stop(process)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), 30)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 async def _rip5(*args: str) -> tuple[int, str, str]:
@@ -107,26 +135,26 @@ class Cluster:
         return await self.client.call(lambda ns: ns.route(api.NameRequest(TOPIC), timeout_ms=2000))
 
 
+@contextlib.asynccontextmanager
+async def _running_cluster(root: Path, *, static: bool) -> AsyncIterator[Cluster]:
+    """A nameserver and NODES storage nodes joined to it, for the block."""
+    async with _running_nameserver(root) as nameserver:
+        storage = LocalStorageCluster(
+            root, nodes=NODES, groups=GROUPS, nameserver=nameserver, static=static
+        )
+        cluster = Cluster(root, nameserver, storage)
+        try:
+            await storage.start()
+            yield cluster
+        finally:
+            await storage.stop()
+            await cluster.client.close()
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    nameserver = f"127.0.0.1:{free_port()}"
-    process = await _start_nameserver(tmp_path, nameserver)
-    storage = LocalStorageCluster(
-        tmp_path, nodes=NODES, groups=GROUPS, nameserver=nameserver, static=False
-    )
-    test_cluster = Cluster(tmp_path, nameserver, storage)
-    try:
-        await storage.start()
-        yield test_cluster
-    finally:
-        await storage.stop()
-        await test_cluster.client.close()
-        process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), 30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+    async with _running_cluster(tmp_path, static=False) as running:
+        yield running
 
 
 async def _placed_and_led(cluster: Cluster) -> dict[int, int] | None:
@@ -215,6 +243,7 @@ async def test_placement_routes_balance_and_failover(cluster: Cluster) -> None:
     await _wait(recovered, DOWN_AND_NEW_LEADERS_S, "the node down and new leaders in every route")
     elapsed_s = time.monotonic() - killed_at
     assert elapsed_s <= DOWN_AND_NEW_LEADERS_S
+    print(f"node {victim} down and {len(victim_groups)} groups re-led after {elapsed_s:.2f} s")
 
     # The message appended before the kill is read back through the new leader.
     route = await cluster.route()
@@ -234,14 +263,36 @@ async def test_placement_routes_balance_and_failover(cluster: Cluster) -> None:
     assert f"{victim}(down)" in out  # the dead node is still a replica, marked down
     assert f"raft groups: {GROUPS} of {GROUPS} placed, {GROUPS} with a known leader" in out
 
+    # The killed node restarts from its WAL: marked up, it hosts its assigned groups again
+    # and the nameserver's leaders are again the ones every node agrees on.
+    await cluster.storage.start_node(victim)
+
+    async def rejoined() -> bool:
+        status = await cluster.status()
+        node = next(n for n in status.storage_nodes if n.node_id == victim)
+        return node.alive and node.groups == GROUPS and await _placed_and_led(cluster) is not None
+
+    await _wait(rejoined, 60, "the restarted node to rejoin")
+
+
+async def test_static_peers_win_and_still_report_leaders(tmp_path: Path) -> None:
+    async with _running_cluster(tmp_path, static=True) as cluster:
+        # Every node hosts every group from the start (static --peers), and the
+        # nameserver's leader map follows what the nodes report.
+        assert len(await cluster.storage.wait_all_led()) == GROUPS
+        await cluster.client.call(
+            lambda ns: ns.create_topic(api.CreateTopicRequest(TOPIC, CLUSTER, 4), timeout_ms=5000)
+        )
+        await _wait(lambda: _placed_and_led(cluster), 60, "leader reports from static nodes")
+        route = await cluster.route()
+        assert all(q.leader is not None and q.leader.alive for q in route.queues)
+
 
 async def test_a_node_with_a_disagreeing_group_count_is_refused(tmp_path: Path) -> None:
-    nameserver = f"127.0.0.1:{free_port()}"
-    process = await _start_nameserver(tmp_path, nameserver)
-    client = NameserverClient([nameserver])
-    try:
-        # Wait until the nameserver created its cluster (GROUPS groups).
-        async def created() -> bool:
+    async with _running_nameserver(tmp_path) as nameserver:
+        client = NameserverClient([nameserver])
+
+        async def created() -> bool:  # the nameserver leader creates its cluster
             try:
                 await client.call(
                     lambda ns: ns.cluster_status(api.NameRequest(CLUSTER), timeout_ms=2000)
@@ -250,7 +301,10 @@ async def test_a_node_with_a_disagreeing_group_count_is_refused(tmp_path: Path) 
                 return False
             return True
 
-        await _wait(created, 30, "the cluster to be created")
+        try:
+            await _wait(created, 30, "the cluster to be created")
+        finally:
+            await client.close()
         code, _out, err = await _rip5(
             "storage",
             *("--data-dir", str(tmp_path / "s1"), "--listen", f"127.0.0.1:{free_port()}"),
@@ -259,7 +313,52 @@ async def test_a_node_with_a_disagreeing_group_count_is_refused(tmp_path: Path) 
         assert code == 1
         assert f"--groups {GROUPS * 2} disagrees with cluster 'DefaultCluster'" in err
         assert f"with {GROUPS} groups" in err
+
+
+async def test_storage_nodes_follow_the_nameserver_leader_through_a_failover(
+    tmp_path: Path,
+) -> None:
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in (1, 2, 3)}
+    peers = ",".join(f"{n}={a}" for n, a in addresses.items())
+    processes = dict(
+        zip(
+            addresses,
+            await asyncio.gather(
+                *(_start_nameserver(tmp_path, a, n, peers) for n, a in addresses.items())
+            ),
+            strict=True,
+        )
+    )
+    every = ",".join(addresses.values())
+    storage = LocalStorageCluster(tmp_path, nodes=1, groups=GROUPS, nameserver=every)
+    client = NameserverClient(list(addresses.values()))
+    try:
+        await storage.start()
+
+        async def heartbeat_ms() -> int:
+            status = await client.call(
+                lambda ns: ns.cluster_status(api.NameRequest(CLUSTER), timeout_ms=2000)
+            )
+            nodes = [n for n in status.storage_nodes if n.alive]
+            return nodes[0].last_heartbeat_ms if nodes else 0
+
+        first = await _wait(heartbeat_ms, 60, "the storage node to register")
+        leader = next(n for n, a in addresses.items() if a == client.current)
+        processes[leader].send_signal(signal.SIGKILL)
+        await processes[leader].wait()
+
+        # The storage node goes on heartbeating, to the new leader: it stays (or is
+        # marked again) alive with heartbeats newer than before the failover.
+        async def heartbeats_reach_the_new_leader() -> bool:
+            try:
+                newest = await heartbeat_ms()
+            except AngeliaError:
+                return False
+            return client.current != addresses[leader] and newest > first  # type: ignore[operator]
+
+        await _wait(heartbeats_reach_the_new_leader, 60, "heartbeats at the new leader")
     finally:
+        await storage.stop()
         await client.close()
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.wait(), 30)
+        for process in processes.values():
+            await _stop(process)
