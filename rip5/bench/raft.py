@@ -164,6 +164,7 @@ async def _bench(args: argparse.Namespace) -> int:
                     extra_args=[
                         *("--segment-mb", str(args.segment_mb)),
                         *("--wal-retain-mb", str(args.wal_retain_mb)),
+                        *(["--no-early-send"] if args.no_early_send else []),
                     ],
                 )
                 cluster = LocalCluster(Path(root), spec)
@@ -244,6 +245,11 @@ def main(argv: list[str]) -> int:
         type=int,
         default=256,
         help="per node: compact the groups that pin old WAL segments beyond this (0: off)",
+    )
+    parser.add_argument(
+        "--no-early-send",
+        action="store_true",
+        help="leaders send appends only after their own fdatasync (to measure the difference)",
     )
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
     args = parser.parse_args(argv)
