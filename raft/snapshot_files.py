@@ -15,7 +15,7 @@ directory sync for the batch) while the event loop goes on.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from raft import wal_format as fmt
@@ -65,6 +65,17 @@ class SnapshotFiles:
             os.rename(tmp, path)
         if written:
             fsync_dir(self.directory)
+
+    def remove_all_but(self, keep: Iterable[Path]) -> None:
+        """Delete every snapshot or temporary file not in ``keep`` (run once recovered).
+
+        Leftovers of a crash or a stop: files older than a group's newest
+        snapshot not deleted yet, and files of a compaction never recorded.
+        """
+        wanted = set(keep)
+        for path in self.directory.iterdir():
+            if path.suffix in (".snap", ".tmp") and path not in wanted:
+                path.unlink()
 
     def read(self, group_id: int, term: int, index: int) -> Snapshot:
         """The snapshot of ``group_id`` at (term, index); StorageFailed if unreadable."""
