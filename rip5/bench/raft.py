@@ -164,7 +164,7 @@ async def _bench(args: argparse.Namespace) -> int:
                     extra_args=[
                         *("--segment-mb", str(args.segment_mb)),
                         *("--wal-retain-mb", str(args.wal_retain_mb)),
-                        *(["--no-early-send"] if args.no_early_send else []),
+                        *(["--early-send"] if args.early_send else []),
                     ],
                 )
                 cluster = LocalCluster(Path(root), spec)
@@ -247,9 +247,9 @@ def main(argv: list[str]) -> int:
         help="per node: compact the groups that pin old WAL segments beyond this (0: off)",
     )
     parser.add_argument(
-        "--no-early-send",
+        "--early-send",
         action="store_true",
-        help="leaders send appends only after their own fdatasync (to measure the difference)",
+        help="leaders send appends during their own fdatasync (experimental, unsafe: see docs)",
     )
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
     args = parser.parse_args(argv)
