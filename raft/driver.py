@@ -69,7 +69,9 @@ class DriverOptions:
     sync_in_thread: bool = True
     # A leader sends its appends while its own fdatasync runs (see
     # MultiRaft.outgoing); followers still acknowledge only durable entries.
-    send_before_sync: bool = True
+    # OFF by default: the simulation found an election-safety violation with
+    # it (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125), not yet understood.
+    send_before_sync: bool = False
     seed: int | None = None
 
 
