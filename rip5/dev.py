@@ -15,6 +15,7 @@ no ``--peers``) and start the replicas it assigns them.
 
 from __future__ import annotations
 
+import secrets
 import socket
 import sys
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class DevLayout:
     auto_create: bool = True
     log_level: str = "info"
     storage_groups: int = 64
+    secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
 
 
@@ -113,6 +115,9 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                 ),
             )
         )
+    # One secret per dev cluster: every broker signs and checks receipt handles with it.
+    # It travels in the environment (not argv, which any local user can read).
+    secret_env = {"RIP5_BROKER_SECRET": layout.secret or secrets.token_hex(16)}
     specs: list[ChildSpec] = []
     skipped: dict[str, int] = {}
     for name, role, flags in wanted:
@@ -120,7 +125,11 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
             skipped[role] = skipped.get(role, 0) + 1
             continue
         specs.append(
-            ChildSpec(name, _role_argv(role, layout.data_dir / name, layout.log_level, *flags))
+            ChildSpec(
+                name,
+                _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+                secret_env if role == "broker" else {},
+            )
         )
     notices = [
         f"role '{role}' is not available yet (it lands with {ROLES[role].issue}); "
