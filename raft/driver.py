@@ -226,6 +226,18 @@ class Driver:
         self.host._dirty.add(group_id)
         self._work.set()
 
+    def transfer_leader(self, group_id: int, to_node: int) -> None:
+        """Ask this replica, if it leads ``group_id``, to hand leadership to ``to_node``.
+
+        The leader stops taking proposals until ``to_node`` takes over or an
+        election timeout passes; a follower ignores the request.
+        """
+        node = self.host.node(group_id)
+        assert isinstance(node, RawNode)
+        node.transfer_leader(to_node)
+        self.host._dirty.add(group_id)
+        self._work.set()
+
     # ----------------------------------------------------------------- loops
     def _on_batch(self, from_node: int, data: bytes) -> None:
         try:

@@ -221,6 +221,12 @@ for _role in ROLES.values():
     help="client port of the first broker (the next ones follow)",
 )
 @click.option(
+    "--free-ports",
+    is_flag=True,
+    default=False,
+    help="give every process a port free at start instead of the base ports (for tests)",
+)
+@click.option(
     "--auto-create/--no-auto-create",
     default=True,
     show_default=True,
@@ -240,6 +246,7 @@ def dev(
     nameserver_port: int,
     storage_port: int,
     broker_port: int,
+    free_ports: bool,
     auto_create: bool,
     log_level: str,
 ) -> None:
@@ -247,7 +254,15 @@ def dev(
     temp = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="rip5-dev-")) if data_dir is None else data_dir
     layout = DevLayout(
-        root, brokers, storage, nameserver_port, storage_port, broker_port, auto_create, log_level
+        root,
+        brokers,
+        storage,
+        nameserver_port,
+        storage_port,
+        broker_port,
+        auto_create,
+        log_level,
+        free_ports=free_ports,
     )
     specs, notices = plan(layout)
 

@@ -204,6 +204,8 @@ class StorageNode:
         self.replicas = dict(replicas)
         self.group_count = group_count
         self.addresses = dict(addresses)
+        self.appended_messages = 0
+        """Messages appended through this node since it started (the load it reports)."""
 
     # ------------------------------------------------------------ plumbing
     @staticmethod
@@ -311,6 +313,7 @@ class StorageNode:
         now_ms = self.now_ms()
         result = await self._propose(group_id, Append(now_ms, tuple(records)))
         assert isinstance(result, AppendResult)
+        self.appended_messages += len(records)
         return AppendResponse(
             [
                 AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)

@@ -140,7 +140,7 @@ def test_unknown_role_env_var_is_rejected(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_dev_reaches_ready_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [*RIP5, "dev", "--data-dir", str(tmp_path / "cluster")],
+        [*RIP5, "dev", "--free-ports", "--data-dir", str(tmp_path / "cluster")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -165,7 +165,9 @@ def test_dev_reaches_ready_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
 
 def test_dev_removes_its_temp_folder(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([*RIP5, "dev"], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [*RIP5, "dev", "--free-ports"], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith("rip5 dev ready"):
