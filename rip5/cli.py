@@ -295,9 +295,9 @@ main.add_command(loadtest_command.loadtest)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer.
 
-    ``rip5 bench angelia --help`` lists the Angelia bench's options
-    (``rip5 bench raft --help`` the raft bench's, ``rip5 bench storage --help``
-    the storage bench's).
+    Every target warms up, measures several runs and prints median [min-max]
+    with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``rip5 bench TARGET --help`` lists a target's options.
     """
     if target == "angelia":
         from rip5.bench import angelia  # noqa: PLC0415 - load the bench only when asked

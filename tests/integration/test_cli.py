@@ -63,7 +63,7 @@ def test_a_role_not_built_yet_says_so_without_a_traceback(role: object) -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [["bench", "nameserver"]])
+@pytest.mark.parametrize("args", [["bench", "timer"]])
 def test_commands_not_built_yet_exit_69(args: list[str]) -> None:
     result = _run(*args)
     assert result.returncode == 69
