@@ -95,13 +95,6 @@ class PhaseResult:
         }
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def _failure_name(error: Exception) -> str:
     if isinstance(error, CallFailed):
         return error.name
@@ -177,8 +170,8 @@ class Generator:
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
         result = PhaseResult(
             measured / seconds,
-            _percentile(latencies, 0.5),
-            _percentile(latencies, 0.99),
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
             len(latencies),
             sum(error_names.values()),
             error_names,
@@ -246,8 +239,8 @@ class Generator:
             error_names["NOT_ALL_CONSUMED"] = expected - consumed
         return PhaseResult(
             consumed / elapsed if elapsed > 0 else 0.0,
-            _percentile(latencies, 0.5),
-            _percentile(latencies, 0.99),
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
             calls,
             sum(error_names.values()),
             error_names,
