@@ -34,6 +34,10 @@ class StorageService(Service, name="storage"):
     status = Unary(st.NodeStatusRequest, st.NodeStatusResponse)
     end_transaction = Unary(st.EndTransactionRequest, st.EndTransactionResponse)
     cancel_timer = Unary(st.CancelTimerRequest, st.CancelTimerResponse)
+    scan_transactions = Unary(st.ScanTransactionsRequest, st.ScanTransactionsResponse)
+    note_transaction_checks = Unary(
+        st.NoteTransactionChecksRequest, st.NoteTransactionChecksResponse
+    )
 
 
 class NameserverService(Service, name="nameserver"):

@@ -357,3 +357,53 @@ class CancelTimerResponse:
     """Whether a held message was found and cancelled."""
 
     cancelled: bool
+
+
+# ------------------------------------------------------- transaction check-back
+@dataclass(frozen=True, slots=True)
+class ScanTransactionsRequest:
+    """The unresolved half messages of raft group ``group_id`` that are due for a
+    check-back: stored before ``stored_before_ms`` and never checked or last checked
+    before ``checked_before_ms``; at most ``limit``, oldest first. Served by the
+    group's leader (NOT_LEADER otherwise), from applied state after a read barrier."""
+
+    group_id: int
+    stored_before_ms: int
+    checked_before_ms: int
+    limit: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class HalfMessageInfo:
+    """One unresolved half message: the message (its id is the transaction id in
+    storage), when it was stored and how many check-backs were noted for it."""
+
+    message: Message
+    store_timestamp_ms: int
+    check_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScanTransactionsResponse:
+    """The half messages due, oldest first."""
+
+    halves: list[HalfMessageInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class NoteTransactionChecksRequest:
+    """Count one check-back of each named half message of group ``group_id``; those
+    then counted more than ``check_max`` times are rolled back."""
+
+    group_id: int
+    transaction_ids: list[str]
+    check_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoteTransactionChecksResponse:
+    """Which ids were counted, rolled back (out of checks), or unknown (resolved already)."""
+
+    noted: list[str]
+    rolled_back: list[str]
+    unknown: list[str]

@@ -8,6 +8,7 @@ built yet.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import shutil
 import signal
@@ -222,6 +223,12 @@ for _role in ROLES.values():
     help="client port of the first broker (the next ones follow)",
 )
 @click.option(
+    "--free-ports",
+    is_flag=True,
+    default=False,
+    help="give every process a port free at start instead of the base ports (for tests)",
+)
+@click.option(
     "--auto-create/--no-auto-create",
     default=True,
     show_default=True,
@@ -241,6 +248,7 @@ def dev(
     nameserver_port: int,
     storage_port: int,
     broker_port: int,
+    free_ports: bool,
     auto_create: bool,
     log_level: str,
 ) -> None:
@@ -248,7 +256,15 @@ def dev(
     temp = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="rip5-dev-")) if data_dir is None else data_dir
     layout = DevLayout(
-        root, brokers, storage, nameserver_port, storage_port, broker_port, auto_create, log_level
+        root,
+        brokers,
+        storage,
+        nameserver_port,
+        storage_port,
+        broker_port,
+        auto_create,
+        log_level,
+        free_ports=free_ports,
     )
     specs, notices = plan(layout)
 
@@ -299,24 +315,6 @@ def bench(target: str, args: tuple[str, ...]) -> None:
     with client and server CPU; ``--json FILE`` writes the runs as JSON.
     ``rip5 bench TARGET --help`` lists a target's options.
     """
-    if target == "angelia":
-        from rip5.bench import angelia  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(angelia.main(list(args)))
-    if target == "raft":
-        from rip5.bench import raft  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(raft.main(list(args)))
-    if target == "storage":
-        from rip5.bench import storage  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(storage.main(list(args)))
-    if target == "nameserver":
-        from rip5.bench import nameserver  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(nameserver.main(list(args)))
-    if target == "e2e":
-        from rip5.bench import e2e  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(e2e.main(list(args)))
-    _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])
+    # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.
+    module = importlib.import_module(f"rip5.bench.{target}")
+    sys.exit(module.main(list(args)))

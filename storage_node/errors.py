@@ -69,3 +69,10 @@ class GroupNotHosted(StorageError):
     """This node hosts no replica of the group that serves the queue."""
 
     code = errors.GROUP_NOT_HOSTED
+
+
+class BodyUnavailable(StorageError):
+    """A queue entry's message body is neither in this replica's log nor in its message
+    store (it was released, or a restore has not brought it yet)."""
+
+    code = errors.UNAVAILABLE

@@ -59,8 +59,11 @@ from protocol.storage_api import (
     EndTransactionRequest,
     EndTransactionResponse,
     GetOffsetRequest,
+    HalfMessageInfo,
     NodeStatusRequest,
     NodeStatusResponse,
+    NoteTransactionChecksRequest,
+    NoteTransactionChecksResponse,
     OffsetResponse,
     QueueInfoRequest,
     QueueInfoResponse,
@@ -69,6 +72,8 @@ from protocol.storage_api import (
     ReceivedMessage,
     ReceiveRequest,
     ReceiveResponse,
+    ScanTransactionsRequest,
+    ScanTransactionsResponse,
     StoredMessage,
     from_record,
     to_record,
@@ -96,6 +101,7 @@ from storage_node.partition.commands import (
     CommitOffset,
     EndTransaction,
     InitialPosition,
+    NoteTransactionChecks,
     Op,
     ReceiptHandle,
     Receive,
@@ -112,6 +118,7 @@ from storage_node.partition.results import (
     EndTransactionResult,
     ReceiveResult,
     Result,
+    TransactionChecksResult,
 )
 from storage_node.partition.snapshot import restore, take_snapshot
 from storage_node.partition.state import PartitionConfig, PartitionState
@@ -125,8 +132,10 @@ APPEND_BODY_BYTES_MAX = 4 << 20
 """The most body bytes one append may carry (RocketMQ's default message size limit):
 one append is one log entry, and raft batches must stay under the transport's frame limit."""
 
-TIMER_CHECK_MS = 100
-"""How often the leader looks for due timers of the groups it leads."""
+TIMER_CHECK_MS = 20
+"""The longest the leader waits before looking for due timers of the groups it leads
+(it wakes at the earliest due time when that comes sooner): a timed message appended
+while it sleeps is released at most this late, plus one raft commit."""
 
 
 class GroupReplica:
@@ -195,6 +204,8 @@ class StorageNode:
         self.replicas = dict(replicas)
         self.group_count = group_count
         self.addresses = dict(addresses)
+        self.appended_messages = 0
+        """Messages appended through this node since it started (the load it reports)."""
 
     # ------------------------------------------------------------ plumbing
     @staticmethod
@@ -302,6 +313,7 @@ class StorageNode:
         now_ms = self.now_ms()
         result = await self._propose(group_id, Append(now_ms, tuple(records)))
         assert isinstance(result, AppendResult)
+        self.appended_messages += len(records)
         return AppendResponse(
             [
                 AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
@@ -496,15 +508,58 @@ class StorageNode:
         assert isinstance(result, CancelTimerResult)
         return CancelTimerResponse(result.cancelled)
 
+    async def scan_transactions(
+        self, request: ScanTransactionsRequest, context: CallContext
+    ) -> ScanTransactionsResponse:
+        """Half messages of a group due for a check-back, with their messages."""
+        if request.limit < 1:
+            raise BadCommand("limit must be at least 1")
+        replica = await self._read_barrier(request.group_id)
+        halves = replica.state.half_messages_due(
+            request.stored_before_ms, request.checked_before_ms, request.limit
+        )
+        log = self.store.group(request.group_id)
+        infos = []
+        for half in halves:
+            batch = _append_records(
+                log.entries(half.log_index, half.log_index + 1)[0], half.log_index
+            )
+            if not 0 <= half.position < len(batch):
+                raise CommandCorrupted(
+                    f"log entry {half.log_index} of group {request.group_id} holds "
+                    f"{len(batch)} records, not position {half.position}"
+                )
+            record = batch[half.position]
+            infos.append(HalfMessageInfo(from_record(record), half.stored_ms, half.check_count))
+        return ScanTransactionsResponse(infos)
+
+    async def note_transaction_checks(
+        self, request: NoteTransactionChecksRequest, context: CallContext
+    ) -> NoteTransactionChecksResponse:
+        """Count one check-back of each half message; roll back those out of checks."""
+        self._led_replica(request.group_id)
+        command = NoteTransactionChecks(
+            self.now_ms(), tuple(request.transaction_ids), request.check_max
+        )
+        result = await self._propose(request.group_id, command)
+        assert isinstance(result, TransactionChecksResult)
+        return NoteTransactionChecksResponse(
+            list(result.noted), list(result.discarded), list(result.unknown)
+        )
+
     # --------------------------------------------------------------- timers
     async def run_timers(self) -> None:
         """Forever: on the groups this node leads, propose a Tick once a held message is due."""
         ticking: set[int] = set()
+        wait_ms = TIMER_CHECK_MS
         while True:
-            await asyncio.sleep(TIMER_CHECK_MS / 1000)
+            await asyncio.sleep(wait_ms / 1000)
             now_ms = self.now_ms()
+            wait_ms = TIMER_CHECK_MS
             for group_id, replica in self.replicas.items():
                 due_ms = replica.state.next_timer_due_ms()
+                if due_ms is not None and due_ms > now_ms:
+                    wait_ms = min(wait_ms, due_ms - now_ms)
                 if due_ms is None or due_ms > now_ms or group_id in ticking:
                     continue
                 if not self.driver.host.node(group_id).is_leader():

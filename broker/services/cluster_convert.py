@@ -53,16 +53,9 @@ def permission_of(bits: int) -> Permission:
 
 
 def message_types_of(message_type: int) -> frozenset[MessageType]:
-    """What a topic of the nameserver's ``message_type`` accepts.
-
-    A FIFO topic also takes NORMAL messages (messages without a message group
-    are simply unordered), as RocketMQ's mixed topics do; every other type
-    accepts only itself.
-    """
-    kind = MessageType(message_type)
-    if kind is MessageType.FIFO:
-        return frozenset({MessageType.FIFO, MessageType.NORMAL})
-    return frozenset({kind})
+    """What a topic of the nameserver's ``message_type`` accepts: that type only
+    (RocketMQ's topic message type check)."""
+    return frozenset({MessageType(message_type)})
 
 
 def topic_from_route(route: ns.RouteResponse) -> TopicInfo:

@@ -87,6 +87,10 @@ class StorageStore:
         self._deadline_ms = deadline_ms
         self._revisit_ms = revisit_ms
         self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
+        self._acks: dict[
+            tuple[str, QueueRef], list[tuple[st.ReceiptHandle, asyncio.Future[BrokerError | None]]]
+        ] = {}
+        self._ack_flushers: dict[tuple[str, QueueRef], asyncio.Task[None]] = {}
         metadata.on_route_change(self._leaders.clear)
 
     # -- routing ----------------------------------------------------------------------
@@ -206,19 +210,48 @@ class StorageStore:
         return PopResult(tuple(convert.popped_from_wire(m) for m in response.messages), -1)
 
     async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
-        """Finish a delivery; INVALID_RECEIPT_HANDLE when the handle is stale."""
-        request = st.AckRequest(
-            group, queue.topic, queue.queue_id, [convert.storage_handle(queue, offset, generation)]
+        """Finish a delivery; INVALID_RECEIPT_HANDLE when the handle is stale.
+
+        Concurrent acks of one (group, queue) go to storage as one ack call.
+        """
+        key = (group, queue)
+        done: asyncio.Future[BrokerError | None] = asyncio.get_running_loop().create_future()
+        self._acks.setdefault(key, []).append(
+            (convert.storage_handle(queue, offset, generation), done)
         )
-        response = await self._call(
+        if key not in self._ack_flushers:
+            self._ack_flushers[key] = asyncio.create_task(self._flush_acks(key))
+        error = await done
+        if error is not None:
+            raise error
+
+    async def _ack_call(
+        self, group: str, queue: QueueRef, handles: list[st.ReceiptHandle]
+    ) -> st.AckResponse:
+        request = st.AckRequest(group, queue.topic, queue.queue_id, handles)
+        return await self._call(
             queue,
             f"ack on {queue.topic}:{queue.queue_id}",
             lambda stub, timeout_ms: stub.ack(request, timeout_ms=timeout_ms),
         )
-        (outcome,) = response.outcomes
-        error = convert.ack_error(outcome)
-        if error is not None:
-            raise error
+
+    async def _flush_acks(self, key: tuple[str, QueueRef]) -> None:
+        group, queue = key
+        try:
+            while pending := self._acks.pop(key, []):
+                handles = [handle for handle, _ in pending]
+                try:
+                    response = await self._ack_call(group, queue, handles)
+                except Exception as error:  # noqa: BLE001 - handed to every waiting acker
+                    for _, done in pending:
+                        if not done.done():
+                            done.set_exception(error)
+                    continue
+                for (_, done), outcome in zip(pending, response.outcomes, strict=True):
+                    if not done.done():
+                        done.set_result(convert.ack_error(outcome))
+        finally:
+            del self._ack_flushers[key]
 
     async def change_invisible(
         self, group: str, queue: QueueRef, offset: int, generation: int, invisible_ms: int

@@ -170,7 +170,10 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
                     election_tick=args.election_tick,
                     snapshot_entries=args.snapshot_entries,
                     keep_entries=args.keep_entries,
-                    extra_args=["--segment-mb", str(args.segment_mb)],
+                    extra_args=[
+                        *("--segment-mb", str(args.segment_mb)),
+                        *("--wal-retain-mb", str(args.wal_retain_mb)),
+                    ],
                 )
                 cluster = LocalCluster(Path(root), spec)
                 await cluster.start()
@@ -251,11 +254,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--entry-bytes", type=int, default=1024)
     parser.add_argument("--tick-ms", type=int, default=50)
     parser.add_argument("--election-tick", type=int, default=16, help="ticks; 0.8-1.6 s at 50 ms")
-    parser.add_argument("--snapshot-entries", type=int, default=20_000)
+    parser.add_argument(
+        "--snapshot-entries",
+        type=int,
+        default=0,
+        help="also snapshot a group every N entries (0: only by --wal-retain-mb)",
+    )
     parser.add_argument("--keep-entries", type=int, default=5_000)
     parser.add_argument("--failovers", type=int, default=3, help="SIGKILLs per run")
     parser.add_argument("--failover-groups", type=int, default=64)
     parser.add_argument("--segment-mb", type=int, default=64, help="WAL segment size")
+    parser.add_argument(
+        "--wal-retain-mb",
+        type=int,
+        default=256,
+        help="per node: compact the groups that pin old WAL segments beyond this (0: off)",
+    )
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
     harness.add_arguments(parser)
     args = parser.parse_args(argv)

@@ -526,6 +526,17 @@ class PartitionState:
         indexes += [held.log_index for held in self._timers]
         return min(indexes, default=None)
 
+    def referenced_log_indexes(self) -> set[int]:
+        """Every log index a queue entry, half message or held message names.
+
+        These APPEND entries must stay readable (in the log, or carried by a
+        group image); every other entry may go once a snapshot covers it.
+        """
+        referenced = {entry.log_index for index in self._queues.values() for entry in index}
+        referenced.update(half.log_index for half in self._halves)
+        referenced.update(held.log_index for held in self._timers)
+        return referenced
+
     def consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The offset below which every message is done for ``group`` (None: never consumed)."""
         group_queue = self._groups.get((group, topic, queue_id))

@@ -9,9 +9,11 @@ test asserts on it. Every wait has a deadline.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -25,6 +27,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.exception import ClientException
@@ -279,9 +283,45 @@ def bad_input(port: int) -> dict[str, Any]:
         response = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=10)
         out["no_client_id"] = response.status.code
         response = stub.EndTransaction(
-            service_pb2.EndTransactionRequest(), metadata=metadata, timeout=10
+            service_pb2.EndTransactionRequest(
+                topic=definition_pb2.Resource(name="txn"),
+                message_id="0100000000000000000000000000000001",
+                transaction_id="not-a-transaction-id",
+                resolution=definition_pb2.COMMIT,
+            ),
+            metadata=metadata,
+            timeout=10,
         )
         out["end_transaction"] = response.status.code
+        response = stub.EndTransaction(
+            service_pb2.EndTransactionRequest(
+                topic=definition_pb2.Resource(name="txn"),
+                message_id="0100000000000000000000000000000001",
+                transaction_id="T1:0:0100000000000000000000000000000001",
+                resolution=definition_pb2.COMMIT,
+            ),
+            metadata=metadata,
+            timeout=10,
+        )
+        out["end_unknown_transaction"] = response.status.code
+        for name, topic, ahead_s in [
+            ("delay_to_normal", "normal", 5),
+            ("delay_too_far", "timed", 24 * 3600 + 60),
+        ]:
+            timed = definition_pb2.Message(
+                topic=definition_pb2.Resource(name=topic),
+                body=b"timed",
+                system_properties=definition_pb2.SystemProperties(
+                    message_id=f"01000000000000000000000000000000{len(name):02d}",
+                    message_type=definition_pb2.DELAY,
+                    body_encoding=definition_pb2.IDENTITY,
+                ),
+            )
+            timed.system_properties.delivery_timestamp.seconds = int(time.time()) + ahead_s
+            response = stub.SendMessage(
+                service_pb2.SendMessageRequest(messages=[timed]), metadata=metadata, timeout=10
+            )
+            out[name] = [response.status.code, response.status.message]
         pulled = list(
             stub.PullMessage(service_pb2.PullMessageRequest(), metadata=metadata, timeout=10)
         )
@@ -330,13 +370,126 @@ def bad_input(port: int) -> dict[str, Any]:
     return out
 
 
-SCENARIOS = {
+def timed(port: int) -> dict[str, Any]:
+    """A DELAY message due in 3 s: when it was due and when the consumer got it."""
+    out: dict[str, Any] = {}
+    producer = Producer(_config(port), ("timed",))
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "timed-reader", {"timed": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        message = _message("timed", b"later")
+        due_s = int(time.time()) + 3  # the client sends whole seconds
+        message.delivery_timestamp = due_s
+        out["sent_ms"] = int(time.time() * 1000)
+        out["id"] = producer.send(message).message_id
+        got = _receive_until(consumer, 1, 15)
+        out["arrived_ms"] = int(time.time() * 1000)
+        out["due_ms"] = due_s * 1000
+        out["received"] = [_view(m) for m in got]
+        out["delivery_timestamps"] = [m.delivery_timestamp for m in got]
+        for received in got:
+            consumer.ack(received)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+class _Checker(TransactionChecker):
+    """Answers check-backs: COMMIT for the ids it was told, ROLLBACK otherwise; records calls."""
+
+    def __init__(self, commit_ids: set[str]) -> None:
+        self.commit_ids = commit_ids
+        self.checked: list[str] = []
+        self.lock = threading.Lock()
+
+    def check(self, message: Message) -> TransactionResolution:
+        with self.lock:
+            self.checked.append(message.message_id)
+        if message.message_id in self.commit_ids:
+            return TransactionResolution.COMMIT
+        return TransactionResolution.ROLLBACK
+
+
+def transactions(port: int) -> dict[str, Any]:
+    """Commit one half message, roll back another: only the committed one is consumed."""
+    out: dict[str, Any] = {}
+    checker = _Checker(set())
+    producer = Producer(_config(port), ("txn",), checker)
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "txn-reader", {"txn": FilterExpression()}, 2)
+    consumer.startup()
+    try:
+        committed = producer.begin_transaction()
+        receipt = producer.send(_message("txn", b"commit-me"), committed)
+        out["committed"] = receipt.message_id
+        out["transaction_id"] = receipt.transaction_id
+        out["before_commit"] = [_view(m) for m in consumer.receive(32, 15)]
+        committed.commit()
+        rolled_back = producer.begin_transaction()
+        out["rolled_back"] = producer.send(_message("txn", b"drop-me"), rolled_back).message_id
+        rolled_back.rollback()
+        got = _receive_until(consumer, 1, 15)
+        for message in got:
+            consumer.ack(message)
+        # Two more long polls: the rolled-back message must never show up.
+        got += consumer.receive(32, 15) + consumer.receive(32, 15)
+        out["received"] = [_view(m) for m in got]
+        try:
+            committed.commit()
+            out["commit_again"] = "accepted"
+        except Exception as error:  # noqa: BLE001 - the observation
+            out["commit_again"] = _code(error)
+        out["checked"] = list(checker.checked)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+def orphan_send(port: int) -> dict[str, Any]:
+    """Send a half message and die without deciding (no shutdown: the process just ends)."""
+    producer = Producer(_config(port), ("txn",), _Checker(set()))
+    producer.startup()
+    transaction = producer.begin_transaction()
+    receipt = producer.send(_message("txn", b"orphan"), transaction)
+    print(json.dumps({"orphan": receipt.message_id}), flush=True)
+    os._exit(0)
+
+
+def orphan_resolve(port: int, orphan_id: str) -> dict[str, Any]:
+    """A second producer of the group answers the check-back of the orphan with COMMIT."""
+    out: dict[str, Any] = {}
+    checker = _Checker({orphan_id})
+    producer = Producer(_config(port), ("txn",), checker)
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "orphan-reader", {"txn": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        got = _receive_until(consumer, 1, 15)
+        for message in got:
+            consumer.ack(message)
+        out["received"] = [_view(m) for m in got]
+        with checker.lock:
+            out["checked"] = list(checker.checked)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,
     "bad_input": bad_input,
+    "timed": timed,
+    "transactions": transactions,
+    "orphan_send": orphan_send,
+    "orphan_resolve": orphan_resolve,
 }
 
 if __name__ == "__main__":
-    result = SCENARIOS[sys.argv[2]](int(sys.argv[1]))
+    result = SCENARIOS[sys.argv[2]](int(sys.argv[1]), *sys.argv[3:])
     print(json.dumps(result))

@@ -1,6 +1,7 @@
 """A whole rip5 cluster of real processes on 127.0.0.1, for end-to-end tests.
 
-One nameserver, ``storage`` storage nodes (replicating every raft group) and
+One nameserver, ``storage`` storage nodes (joining the nameserver, which places
+the raft groups on them, three replicas each, and learns their leaders) and
 ``brokers`` brokers, each a ``python -m rip5 <role>`` process with its own
 data folder and log file under ``root``, reporting readiness through the
 ``RIP5_READY_FD`` pipe of rip5/shell.py. Ports are ephemeral: each process
@@ -166,7 +167,6 @@ class LocalCluster:
             str(self.groups),
         )
         self.nameserver.start()
-        peers = ",".join(f"{n}={a}" for n, a in self.storage_addresses.items())
         for node, address in self.storage_addresses.items():
             process = self._process(
                 "storage",
@@ -177,8 +177,6 @@ class LocalCluster:
                 str(node),
                 "--nameserver",
                 self.nameserver_address,
-                "--peers",
-                peers,
                 "--groups",
                 str(self.groups),
             )
@@ -197,8 +195,6 @@ class LocalCluster:
             f"127.0.0.1:{free_port()}",
             "--nameserver",
             self.nameserver_address,
-            "--storage",
-            ",".join(self.storage_addresses.values()),
             "--auto-create" if self.auto_create else "--no-auto-create",
             env={"RIP5_BROKER_SECRET": self.secret},
         )

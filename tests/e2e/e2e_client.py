@@ -332,6 +332,29 @@ def receive_after_kill(port_a: int, held_since: float) -> dict[str, Any]:
     return out
 
 
+def first_use(port: int) -> dict[str, Any]:
+    """Against ``rip5 dev`` (auto-create): a new topic and group work on first use."""
+    out: dict[str, Any] = {}
+    producer = Producer(_config(port), ("first-use",))
+    producer.startup()
+    try:
+        out["sent"] = [
+            producer.send(_message("first-use", f"hello {i}".encode())).message_id for i in range(3)
+        ]
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(_config(port), "first-group", {"first-use": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        got = _receive_until(consumer, 3, 15)
+        out["received"] = [_view(m) for m in got]
+        for message in got:
+            consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return out
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce_and_simple_consume": produce_and_simple_consume,
     "dead_letter_after_max_attempts": dead_letter_after_max_attempts,
@@ -339,6 +362,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "push_fifo_dead_letter": push_fifo_dead_letter,
     "bad_input": bad_input,
     "hold_through_broker": hold_through_broker,
+    "first_use": first_use,
 }
 
 if __name__ == "__main__":

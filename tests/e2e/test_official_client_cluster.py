@@ -66,7 +66,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def run_client(cluster: LocalCluster, scenario: str, *args: object) -> dict[str, Any]:
     """Run one scenario of the official client in its own interpreter."""
-    home = cluster.root / "home"
+    return run_client_in(cluster.root, scenario, *args)
+
+
+def run_client_in(root: Path, scenario: str, *args: object) -> dict[str, Any]:
+    """Run one scenario with HOME (the client's log folder) under ``root``."""
+    home = root / "home"
     home.mkdir(exist_ok=True)
     result = subprocess.run(
         [sys.executable, "-m", "tests.e2e.e2e_client", scenario, *(str(a) for a in args)],

@@ -211,7 +211,14 @@ class SimClient:
 
 
 class SimCluster:
-    """Everything of one run; see the module docstring."""
+    """Everything of one run; see the module docstring.
+
+    Another workload reuses the harness by subclassing: ``node_type`` hosts
+    its state machine, ``new_client`` makes its clients and probes, and
+    ``_check_history`` checks what they saw.
+    """
+
+    node_type: type[SimNode] = SimNode
 
     def __init__(self, seed: int, options: RunOptions | None = None, trace_keep: int = 200) -> None:
         self.rng = random.Random(seed)
@@ -233,7 +240,7 @@ class SimCluster:
         ids = range(1, opts.nodes + 1)
         voters = ConfState(voters=frozenset(range(1, opts.voters + 1)))
         self.nodes = {
-            i: SimNode(
+            i: self.node_type(
                 i,
                 voters,  # spares too: they learn later changes from the log
                 self.groups,
@@ -247,11 +254,15 @@ class SimCluster:
             for i in ids
         }
         self.clients = [
-            SimClient(self, CLIENT_ID_BASE + k, self.groups, probe=False)
+            self.new_client(CLIENT_ID_BASE + k, self.groups, probe=False)
             for k in range(1, opts.clients + 1)
         ]
         self.probes: list[SimClient] = []
         self.clients_by_id = {c.id: c for c in self.clients}
+
+    def new_client(self, client_id: int, groups: list[int], probe: bool) -> SimClient:
+        """A client of the workload (a probe appends until one append succeeds)."""
+        return SimClient(self, client_id, groups, probe)
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -457,7 +468,7 @@ class SimCluster:
                 self._restart(node)
         self.trace("quiet")
         for k, group in enumerate(self.groups, start=1):
-            probe = SimClient(self, CLIENT_ID_BASE + 500 + k, [group], probe=True)
+            probe = self.new_client(CLIENT_ID_BASE + 500 + k, [group], probe=True)
             self.probes.append(probe)
             self.clients_by_id[probe.id] = probe
             probe.schedule_next(0)

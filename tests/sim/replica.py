@@ -18,13 +18,15 @@ the membership always matches the applied index.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from raft.confchange import decode_entry
 from raft.config import Config
 from raft.errors import ProposalDropped
 from raft.memory_log import MemoryLog
+from raft.multiraft import needs_a_follower, split_early
 from raft.node import RawNode
 from raft.types import (
     ConfState,
@@ -96,7 +98,7 @@ class Replica:
     group: int
     raw: RawNode
     log: MemoryLog
-    machine: QueueMachine
+    machine: Any  # QueueMachine unless a subclass of SimNode hosts another machine
     applied: int
     pending_appends: dict[int, tuple[int, int]] = field(default_factory=dict)  # value -> client, op
     pending_reads: list[tuple[int, int, int]] = field(default_factory=list)  # index, client, op
@@ -161,14 +163,14 @@ class SimNode:
         self.incarnation += 1
         for group in self.groups:
             log = MemoryLog(conf_state=self.bootstrap)
-            machine = QueueMachine()
+            machine = self.new_machine(group, None)
             applied = 0
             image = images.get(group)
             if image is not None:
                 hard_state = image.hard_state
                 if image.snapshot is not None:
                     log.apply_snapshot(image.snapshot)
-                    machine = QueueMachine.from_bytes(image.snapshot.data)
+                    machine = self.new_machine(group, image.snapshot.data)
                     applied = image.snapshot.metadata.index
                     # A snapshot only ever holds committed state: if the hard state
                     # written after it was lost, its commit is still at least this.
@@ -287,12 +289,26 @@ class SimNode:
                     self.mid_ready_crashes += 1
                     self.crash()  # between the writes and the fsync: nothing was sent
                     return
+            late: list[tuple[Replica, Sequence[Message]]] = []
+            for replica, ready in batch:
+                early: Sequence[Message] = ()
+                rest: Sequence[Message] = ready.messages
+                if must_sync and ready.soft_state is None and replica.raw.role == Role.LEADER:
+                    conf = replica.raw.status().conf_state
+                    early, rest = split_early(ready, needs_a_follower(conf))
+                for message in early:  # a leader's appends go out while it writes its log
+                    self._send_raft(replica, message)
+                late.append((replica, rest))
+            if self.mid_ready_crash_rate and self.rng.random() < self.mid_ready_crash_rate:
+                self.mid_ready_crashes += 1
+                self.crash()  # before the fsync: early appends may be out, nothing else
+                return
             if must_sync:
                 self.disk.fsync()
             for replica, ready in batch:
                 self._observe(replica, ready)
-            for replica, ready in batch:
-                for message in ready.messages:
+            for replica, messages in late:
+                for message in messages:
                     self._send_raft(replica, message)
             for replica, ready in batch:
                 self._apply(replica, ready)
@@ -345,10 +361,9 @@ class SimNode:
         if ready.snapshot is not None:
             meta = ready.snapshot.metadata
             invariants.snapshot_applied(self.id, meta.index, meta.term)
-            replica.machine = QueueMachine.from_bytes(ready.snapshot.data)
+            replica.machine = self.new_machine(replica.group, ready.snapshot.data)
             replica.applied = meta.index
             replica.conf_state = meta.conf_state
-        machine = replica.machine
         for entry in ready.committed_entries:
             invariants.entry_applied(self.id, entry)
             replica.applied = entry.index
@@ -359,12 +374,32 @@ class SimNode:
                 if (after.voters | after.learners) - (before.voters | before.learners):
                     replica.members_added = True
                 continue
-            value = machine.apply(entry)
-            if value is not None:
-                waiting = replica.pending_appends.pop(value, None)
-                if waiting is not None:
-                    client, op_id = waiting
-                    self._reply(client, ("ok", op_id, len(machine.values), 0))
+            self.apply_entry(replica, entry)
+        self.serve_reads(replica, ready)
+
+    # -- the state machine (subclasses replace these to host another machine) -----------
+
+    def new_machine(self, group: int, snapshot_data: bytes | None) -> Any:
+        """A replica's state machine: empty, or restored from a snapshot's data."""
+        return QueueMachine() if snapshot_data is None else QueueMachine.from_bytes(snapshot_data)
+
+    def snapshot_data(self, replica: Replica) -> bytes:
+        """The snapshot image of a replica's machine at its applied index."""
+        return bytes(replica.machine.to_bytes())
+
+    def apply_entry(self, replica: Replica, entry: Entry) -> None:
+        """Apply one committed NORMAL entry and answer the client that proposed it."""
+        machine = replica.machine
+        value = machine.apply(entry)
+        if value is not None:
+            waiting = replica.pending_appends.pop(value, None)
+            if waiting is not None:
+                client, op_id = waiting
+                self._reply(client, ("ok", op_id, len(machine.values), 0))
+
+    def serve_reads(self, replica: Replica, ready: Ready) -> None:
+        """Answer the linearizable reads whose read index is applied."""
+        machine = replica.machine
         if ready.read_states:
             contexts = {int(rs.request_ctx): rs.index for rs in ready.read_states}
             replica.pending_reads = [
@@ -396,7 +431,7 @@ class SimNode:
             return
         replica.members_added = False
         snapshot: Snapshot = log.create_snapshot(
-            applied, replica.conf_state, replica.machine.to_bytes()
+            applied, replica.conf_state, self.snapshot_data(replica)
         )
         log.compact(applied)
         self.disk.write_compaction(replica.group, snapshot)

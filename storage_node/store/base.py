@@ -1,0 +1,37 @@
+"""The message store contract (see the package docstring).
+
+Every implementation passes ``tests/contract/test_message_store.py``.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from typing import Protocol
+
+
+class MessageStore(Protocol):
+    """Bodies (APPEND entries) of the groups a node hosts, by (group, log index)."""
+
+    def keep_applied(self, group_id: int, log_index: int, data: bytes) -> None:
+        """The committed APPEND entry ``log_index`` of the group was applied on this node.
+
+        ``data`` is the entry's bytes, already in this node's log.
+        """
+
+    def adopt(self, group_id: int, bodies: Mapping[int, bytes]) -> None:
+        """APPEND entries that came with a group image: this node's log never held them."""
+
+    def read_entry(self, group_id: int, log_index: int) -> bytes:
+        """The bytes of APPEND entry ``log_index``; raises ``BodyUnavailable``."""
+
+    def bodies_to_carry(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
+        """The referenced bodies a local snapshot must carry to be restorable on this node.
+
+        Bodies this store holds only for the snapshot's sake and that are no
+        longer referenced are released.
+        """
+
+    def bodies_for_peer(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
+        """Every referenced body: what a snapshot sent to another replica carries."""

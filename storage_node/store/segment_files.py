@@ -1,0 +1,120 @@
+"""The message store over the node's WAL segment files, and the sealed-segment indexer.
+
+:class:`WalMessageStore` reads a body from the WAL, where raft already
+wrote it (``LogStore``: the entry cache or one ``pread``). The only bodies
+it keeps aside are those adopted from a leader's group image: this node's
+log never held them, so they live in memory and in the group's snapshot
+file (every local snapshot carries them until they are no longer
+referenced), which is where a restart finds them again.
+
+Retention contract with raft: the group's log must not be compacted past
+an entry the partition still references (``GroupReplica.compaction_floor``),
+so every referenced body not adopted stays in a live segment.
+
+:func:`index_sealed_segments` writes ``<seq>.idx`` next to every sealed
+segment that lacks one (``protocol.segments`` layout; written to a temp
+file, fsynced, renamed) and removes indexes of collected segments.
+
+SHELL (file I/O).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Set
+from pathlib import Path
+
+from protocol import segments
+from raft.errors import LogCompacted, LogUnavailable
+from raft.logstore import LogStore
+from storage_node.errors import BodyUnavailable
+
+INDEX_SUFFIX = ".idx"
+SEGMENT_SUFFIX = ".wal"
+
+
+class WalMessageStore:
+    """Implements :class:`storage_node.store.base.MessageStore` over a ``LogStore``."""
+
+    def __init__(self, log_store: LogStore) -> None:
+        self.log_store = log_store
+        self._adopted: dict[int, dict[int, bytes]] = {}
+
+    def keep_applied(self, group_id: int, log_index: int, data: bytes) -> None:
+        """Nothing to do: the entry is in the WAL."""
+
+    def adopt(self, group_id: int, bodies: Mapping[int, bytes]) -> None:
+        """Keep bodies this node's log never held (they came with a group image)."""
+        self._adopted.setdefault(group_id, {}).update(bodies)
+
+    def read_entry(self, group_id: int, log_index: int) -> bytes:
+        """The entry's bytes from the WAL, else from the adopted bodies."""
+        adopted = self._adopted.get(group_id)
+        if adopted is not None and log_index in adopted:
+            return adopted[log_index]
+        try:
+            return self.log_store.group(group_id).entries(log_index, log_index + 1)[0].data
+        except (LogCompacted, LogUnavailable) as exc:
+            raise BodyUnavailable(
+                f"group {group_id}: log entry {log_index} is not in this node's log ({exc})"
+            ) from exc
+
+    def bodies_to_carry(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
+        """The adopted bodies still referenced (the WAL holds every other one)."""
+        adopted = self._adopted.get(group_id, {})
+        kept = {i: data for i, data in adopted.items() if i in referenced}
+        self._adopted[group_id] = kept
+        return dict(kept)
+
+    def bodies_for_peer(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
+        """Every referenced body, read from the WAL or the adopted ones."""
+        return {i: self.read_entry(group_id, i) for i in sorted(referenced)}
+
+
+def index_path(segment_path: Path) -> Path:
+    """Where the index of a segment file lives."""
+    return segment_path.with_suffix(INDEX_SUFFIX)
+
+
+def index_sealed_segments(log_store: LogStore) -> list[int]:
+    """Write the missing indexes of sealed segments; drop those of collected ones.
+
+    Returns the sequences indexed now. Every live segment but the newest is
+    sealed (docs/wal-format.md). Raises ``SegmentCorrupted`` if a sealed
+    segment does not verify (the WAL was damaged under the node).
+    """
+    wal_dir = log_store.directory / "wal"
+    live = log_store.segment_seqs()
+    sealed = live[:-1]
+    written = []
+    for seq in sealed:
+        path = wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
+        target = index_path(path)
+        if target.exists():
+            continue
+        index = segments.build_index(path.read_bytes())
+        _write_durably(target, segments.encode_index(index))
+        written.append(seq)
+    keep = {f"{seq:016x}{INDEX_SUFFIX}" for seq in live}
+    for stale in wal_dir.glob(f"*{INDEX_SUFFIX}"):
+        if stale.name not in keep:
+            stale.unlink(missing_ok=True)
+    return written
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
