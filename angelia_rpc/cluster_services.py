@@ -16,6 +16,7 @@ PURE.
 from __future__ import annotations
 
 from angelia_rpc.service import ServerStream, Service, Unary
+from protocol import broker_api as br
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 
@@ -63,3 +64,9 @@ class NameserverService(Service, name="nameserver"):
     renew_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
     release_lease = Unary(ns.LeaseRequest, ns.RevisionResponse)
     watch = ServerStream(ns.WatchRequest, ns.WatchBatchInfo)
+
+
+class BrokerService(Service, name="broker"):
+    """What one broker asks of another (types in ``protocol.broker_api``)."""
+
+    deliver_orphan_check = Unary(br.OrphanCheckRequest, br.OrphanCheckResponse)

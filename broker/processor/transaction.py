@@ -118,15 +118,26 @@ class TransactionProcessor:
         transaction_id = transaction_ids.encode(half.queue, half.message.message_id)
         if self.deliver_local(half, transaction_id):
             self.delivered_local += 1
+            log.info("check-back of transaction %s sent to a producer here", transaction_id)
             return True
         if self._coordination is None or self._peers is None:
             return False
-        for broker in await self._coordination.brokers_with_producers(half.producer_group):
+        brokers = await self._coordination.brokers_with_producers(half.producer_group)
+        for broker in brokers:
             if broker == self.owner:
                 continue
             if await self._peers.deliver_orphan_check(broker, half, transaction_id):
                 self.delivered_via_peer += 1
+                log.info(
+                    "check-back of transaction %s sent through broker %s", transaction_id, broker
+                )
                 return True
+        log.info(
+            "check-back of transaction %s found no producer of %r (brokers reporting one: %s)",
+            transaction_id,
+            half.producer_group,
+            brokers,
+        )
         return False
 
     async def check_once(self) -> CheckRound:
@@ -135,6 +146,7 @@ class TransactionProcessor:
         orphans = await self._store.orphaned_transactions(
             stored_before_ms, checked_before_ms, self.policy.batch_max
         )
+        log.debug("check-back round: %d orphans due", len(orphans))
         if not orphans:
             return CheckRound()
         plan = plan_round(orphans, self.policy.check_max)
@@ -179,7 +191,8 @@ class TransactionProcessor:
     async def run(self) -> None:
         """Forever: every scan period, if this broker holds the lease, one check round.
 
-        Errors of one round are logged and the next round runs; on cancellation
+        Errors of one round (even unexpected ones) are logged and the next round
+        runs; on cancellation
         the lease is released so another broker takes over at once.
         """
         try:
@@ -189,6 +202,8 @@ class TransactionProcessor:
                         await self.check_once()
                 except BrokerError as error:
                     log.warning("transaction check round failed: %s", error)
+                except Exception:  # a bug must not stop the check-back for good
+                    log.exception("transaction check round failed unexpectedly")
                 await asyncio.sleep(self.policy.scan_period_ms / 1000)
         finally:
             if self.holds_lease and self._coordination is not None:

@@ -284,6 +284,16 @@ class ClusterMetadata:
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 1.0)
 
+    async def cluster_status(self) -> ns.ClusterStatusResponse:
+        """The cluster's raft groups (with leaders), storage nodes and brokers (a
+        linearizable read)."""
+        return await self._link.call(
+            f"status of cluster {self.cluster!r}",
+            lambda stub, timeout_ms: stub.cluster_status(
+                ns.NameRequest(self.cluster), timeout_ms=timeout_ms
+            ),
+        )
+
     async def heartbeat(self, broker_id: str, address: str, producer_groups: list[str]) -> None:
         """Tell the nameserver this broker is alive, with its producer groups."""
         await self._link.call(

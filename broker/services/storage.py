@@ -24,13 +24,22 @@ same raft group, ack.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
-from broker.domain import AppendResult, GroupInfo, Message, PopResult, QueueRef
+from broker.domain import (
+    AppendResult,
+    GroupInfo,
+    HalfMessage,
+    Message,
+    Placement,
+    PopResult,
+    QueueRef,
+)
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.nameserver import ClusterMetadata
@@ -173,7 +182,12 @@ class StorageStore:
             lambda stub, timeout_ms: stub.append(request, timeout_ms=timeout_ms),
         )
         return [
-            AppendResult(queue, outcome.queue_offset, response.store_timestamp_ms)
+            AppendResult(
+                queue,
+                outcome.queue_offset,
+                response.store_timestamp_ms,
+                Placement(outcome.placement),
+            )
             for outcome in response.outcomes
         ]
 
@@ -360,3 +374,139 @@ class StorageStore:
             ),
         )
         return response.offset or 0
+
+    # -- transactions (see the MessageStore contract) ------------------------------------
+
+    async def end_transaction(
+        self, queue: QueueRef, message_id: str, commit: bool
+    ) -> AppendResult | None:
+        """Commit or roll back a half message on its group's leader."""
+        request = st.EndTransactionRequest(queue.topic, queue.queue_id, message_id, commit)
+        try:
+            response = await self._call(
+                queue,
+                f"end transaction {message_id!r} on {queue.topic}:{queue.queue_id}",
+                lambda stub, timeout_ms: stub.end_transaction(request, timeout_ms=timeout_ms),
+            )
+        except BrokerError as error:
+            if error.code is codes.NOT_FOUND:
+                raise BrokerError.of(Reason.TRANSACTION_NOT_FOUND, error.message) from None
+            raise
+        if not response.committed:
+            return None
+        return AppendResult(queue, response.queue_offset, 0, Placement(response.placement))
+
+    async def _call_group(
+        self,
+        group_id: int,
+        candidates: Sequence[str],
+        what: str,
+        method: Callable[[StorageService, int], Awaitable[T]],
+    ) -> T:
+        """``method`` on the leader of raft group ``group_id``: the one last known, else
+        the candidates in turn, following NOT_LEADER hints; one pass, then the error."""
+        known = self._leaders.get(group_id)
+        ordered = list(dict.fromkeys([*([known] if known else []), *candidates]))
+        if not ordered:
+            raise BrokerError(codes.UNAVAILABLE, f"{what}: no storage node for group {group_id}")
+        last: AngeliaError | None = None
+        tried: set[str] = set()
+        while ordered:
+            address = ordered.pop(0)
+            if address in tried:
+                continue
+            tried.add(address)
+            stub = StorageService(self._peers.channel(address))
+            try:
+                result = await method(stub, self._call_timeout_ms)
+            except AngeliaError as error:
+                if error.code not in _ROUTE_AGAIN:
+                    raise convert.error_from_angelia(error, what) from None
+                last = error
+                if error.code is codes.NOT_LEADER and error.leader_hint:
+                    ordered.insert(0, error.leader_hint)
+                continue
+            self._leaders[group_id] = address
+            return result
+        assert last is not None
+        raise convert.error_from_angelia(last, what)
+
+    async def orphaned_transactions(
+        self, stored_before_ms: int, checked_before_ms: int, limit: int
+    ) -> list[HalfMessage]:
+        """Scan every raft group of the cluster (on its leader) for half messages due.
+
+        The groups are the cluster's (``first_group_id`` on); each is asked on its
+        leader, found from the nameserver's view, the leader last seen, NOT_LEADER
+        hints and the seed nodes. A group that cannot be reached this time is
+        skipped (logged): its orphans are found by a later scan.
+        """
+        status = await self._metadata.cluster_status()
+        addresses = {node.node_id: node.address for node in status.storage_nodes if node.alive}
+        cluster = status.cluster
+        group_ids = range(cluster.first_group_id, cluster.first_group_id + cluster.group_count)
+        groups = {group.group_id: group for group in status.groups}
+        found: list[HalfMessage] = []
+        skipped: list[str] = []
+        for group_id in group_ids:
+            if len(found) >= limit:
+                break
+            group = groups.get(group_id)
+            replicas = (group.leader, *group.replicas) if group is not None else ()
+            candidates = [addresses[n] for n in replicas if n in addresses] + self._seeds
+            request = st.ScanTransactionsRequest(
+                group_id, stored_before_ms, checked_before_ms, limit - len(found)
+            )
+            try:
+                response = await self._call_group(
+                    group_id,
+                    candidates,
+                    f"scan transactions of group {group_id}",
+                    functools.partial(_scan_transactions, request),
+                )
+            except BrokerError as error:
+                skipped.append(error.message)
+                continue
+            for info in response.halves:
+                message = convert.message_from_wire(info.message)
+                queue = QueueRef(info.message.topic, info.message.queue_id)
+                found.append(HalfMessage(message, queue, info.store_timestamp_ms, info.check_count))
+        if skipped:
+            log.warning(
+                "transaction scan skipped %d raft groups this round (%s)", len(skipped), skipped[0]
+            )
+        return found
+
+    async def note_transaction_checks(
+        self, halves: Sequence[HalfMessage], check_max: int
+    ) -> list[HalfMessage]:
+        """Count a check of each half message on its group's leader; the rolled back ones."""
+        by_group: dict[int, list[HalfMessage]] = {}
+        for half in halves:
+            info = await self._queue_route(half.queue)
+            by_group.setdefault(info.group_id, []).append(half)
+        rolled_back: list[HalfMessage] = []
+        for group_id, members in sorted(by_group.items()):
+            request = st.NoteTransactionChecksRequest(
+                group_id, [h.message.message_id for h in members], check_max
+            )
+            response = await self._call(
+                members[0].queue,
+                f"note transaction checks in group {group_id}",
+                functools.partial(_note_transaction_checks, request),
+            )
+            gone = set(response.rolled_back)
+            rolled_back += [h for h in members if h.message.message_id in gone]
+        return rolled_back
+
+
+async def _scan_transactions(
+    request: st.ScanTransactionsRequest, stub: StorageService, timeout_ms: int
+) -> st.ScanTransactionsResponse:
+    return await stub.scan_transactions(request, timeout_ms=timeout_ms)
+
+
+async def _note_transaction_checks(
+    request: st.NoteTransactionChecksRequest, stub: StorageService, timeout_ms: int
+) -> st.NoteTransactionChecksResponse:
+    return await stub.note_transaction_checks(request, timeout_ms=timeout_ms)

@@ -397,7 +397,8 @@ def timed(port: int) -> dict[str, Any]:
 
 
 class _Checker(TransactionChecker):
-    """Answers check-backs: COMMIT for the ids it was told, ROLLBACK otherwise; records calls."""
+    """Answers check-backs: COMMIT for the ids it was told, "unknown yet" otherwise (the
+    local transaction may still run); records calls."""
 
     def __init__(self, commit_ids: set[str]) -> None:
         self.commit_ids = commit_ids
@@ -409,7 +410,7 @@ class _Checker(TransactionChecker):
             self.checked.append(message.message_id)
         if message.message_id in self.commit_ids:
             return TransactionResolution.COMMIT
-        return TransactionResolution.ROLLBACK
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
 
 
 def transactions(port: int) -> dict[str, Any]:
@@ -418,7 +419,7 @@ def transactions(port: int) -> dict[str, Any]:
     checker = _Checker(set())
     producer = Producer(_config(port), ("txn",), checker)
     producer.startup()
-    consumer = SimpleConsumer(_config(port), "txn-reader", {"txn": FilterExpression()}, 2)
+    consumer = SimpleConsumer(_config(port), "txn-reader", {"txn": FilterExpression()}, 5)
     consumer.startup()
     try:
         committed = producer.begin_transaction()
@@ -467,14 +468,79 @@ def orphan_resolve(port: int, orphan_id: str) -> dict[str, Any]:
     consumer = SimpleConsumer(_config(port), "orphan-reader", {"txn": FilterExpression()}, 5)
     consumer.startup()
     try:
-        got = _receive_until(consumer, 1, 15)
-        for message in got:
-            consumer.ack(message)
-        out["received"] = [_view(m) for m in got]
+        got: list[Message] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while orphan_id not in {m.message_id for m in got} and time.monotonic() < deadline:
+            batch = consumer.receive(32, 15)
+            for message in batch:
+                consumer.ack(message)
+            got += batch
+        out["received"] = [_view(m) for m in got if m.message_id == orphan_id]
         with checker.lock:
             out["checked"] = list(checker.checked)
     finally:
         consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+def pending_then_exit(port: int, timed_topic: str, count: str) -> dict[str, Any]:
+    """Send ``count`` timed messages (due in 4 s) and ``count`` half messages, print
+    their ids, and die without deciding the transactions."""
+    producer = Producer(_config(port), (timed_topic, "txn"), _Checker(set()))
+    producer.startup()
+    due_s = int(time.time()) + 4
+    timed_ids = []
+    for n in range(int(count)):
+        message = _message(timed_topic, f"timed-{n}".encode())
+        message.delivery_timestamp = due_s
+        timed_ids.append(producer.send(message).message_id)
+    orphans = [
+        producer.send(
+            _message("txn", f"orphan-{n}".encode()), producer.begin_transaction()
+        ).message_id
+        for n in range(int(count))
+    ]
+    print(json.dumps({"timed": timed_ids, "due_ms": due_s * 1000, "orphans": orphans}), flush=True)
+    os._exit(0)
+
+
+def settle_and_receive(
+    port: int, timed_topic: str, orphan_ids: str, timed_count: str
+) -> dict[str, Any]:
+    """A producer of the transaction group commits the orphans when asked; consumers
+    collect the committed orphans and the timed messages, with arrival times."""
+    out: dict[str, Any] = {}
+    orphans = set(orphan_ids.split(","))
+    checker = _Checker(orphans)
+    producer = Producer(_config(port), ("txn",), checker)
+    producer.startup()
+    txn = SimpleConsumer(_config(port), "settled-reader", {"txn": FilterExpression()}, 5)
+    txn.startup()
+    timed = SimpleConsumer(_config(port), "timed-survivor", {timed_topic: FilterExpression()}, 5)
+    timed.startup()
+    try:
+        arrivals: list[dict[str, Any]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(arrivals) < int(timed_count) and time.monotonic() < deadline:
+            for message in timed.receive(32, 30):
+                arrivals.append({"id": message.message_id, "arrived_ms": int(time.time() * 1000)})
+                timed.ack(message)
+        out["timed"] = arrivals
+        settled: list[Message] = []
+        while len({m.message_id for m in settled} & orphans) < len(orphans) and (
+            time.monotonic() < deadline
+        ):
+            batch = txn.receive(32, 30)
+            for message in batch:
+                txn.ack(message)
+            settled += [m for m in batch if m.message_id in orphans]
+        out["settled"] = [_view(m) for m in settled]
+        with checker.lock:
+            out["checked"] = list(checker.checked)
+    finally:
+        timed.shutdown()
+        txn.shutdown()
         producer.shutdown()
     return out
 
@@ -488,6 +554,8 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "transactions": transactions,
     "orphan_send": orphan_send,
     "orphan_resolve": orphan_resolve,
+    "pending_then_exit": pending_then_exit,
+    "settle_and_receive": settle_and_receive,
 }
 
 if __name__ == "__main__":

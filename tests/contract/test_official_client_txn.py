@@ -53,7 +53,8 @@ def test_commit_is_visible_and_rollback_never(broker: BrokerProcess, tmp_path: P
     assert seen["received"][0]["body"] == "commit-me"
     # Ending an ended transaction again: it is no longer there to end.
     assert seen["commit_again"] == pb.NOT_FOUND
-    assert seen["checked"] == []
+    # A check-back may have come before the commit: the checker said "unknown yet".
+    assert set(seen["checked"]) <= {seen["committed"]}
 
 
 def test_orphan_is_resolved_through_a_producer_on_another_broker(

@@ -121,8 +121,10 @@ class LocalCluster:
         groups: int = 8,
         auto_create: bool = False,
         log_level: str = "info",
+        broker_flags: tuple[str, ...] = (),
     ) -> None:
         self.root = root
+        self.broker_flags = broker_flags
         self.groups = groups
         self.log_level = log_level
         self.auto_create = auto_create
@@ -196,6 +198,7 @@ class LocalCluster:
             "--nameserver",
             self.nameserver_address,
             "--auto-create" if self.auto_create else "--no-auto-create",
+            *self.broker_flags,
             env={"RIP5_BROKER_SECRET": self.secret},
         )
         process.start()
