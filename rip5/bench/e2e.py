@@ -274,6 +274,7 @@ async def _runs(
     report: harness.BenchReport,
     endpoint: str,
     server_pids: Callable[[], list[int]],
+    probes: int,
 ) -> None:
     generator = Generator(endpoint, args.channels, args.topic, args.group)
     meter = harness.CpuMeter(server_pids)
@@ -298,7 +299,7 @@ async def _runs(
             report.stage(f"run {run + 1}: receive+ack")
             meter.start()
             consume = await generator.consume(
-                expected=stored,
+                expected=stored + (probes if run == 0 else 0),
                 in_flight=args.in_flight,
                 receive_batch=args.receive_batch,
                 timeout_s=max(60.0, args.seconds * 10),
@@ -315,7 +316,9 @@ async def _runs(
 
 def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
     def go(endpoint: str, server_pids: Callable[[], list[int]]) -> None:
-        asyncio.run(_runs(args, report, endpoint, server_pids))
+        report.stage("waiting for the broker to store a message")
+        probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
+        asyncio.run(_runs(args, report, endpoint, server_pids, probes))
         for run in range(args.runs if args.official_seconds > 0 else 0):
             report.stage(f"official client, run {run + 1}")
             meter = harness.CpuMeter(server_pids)
