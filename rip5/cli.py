@@ -311,8 +311,9 @@ main.add_command(loadtest_command.loadtest)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer.
 
-    ``rip5 bench angelia --help`` lists the Angelia bench's options
-    (and so on for every target).
+    Every target warms up, measures several runs and prints median [min-max]
+    with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``rip5 bench TARGET --help`` lists a target's options.
     """
     # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.
     module = importlib.import_module(f"rip5.bench.{target}")

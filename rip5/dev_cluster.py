@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ import uvloop
 
 from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import NameserverService
+from loadtest.client import CallFailed, RocketClient
 from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import DEFAULT_CLUSTER, NameserverClient
@@ -212,3 +214,35 @@ def ensure_resources(
         uvloop.run(create_all())
     except AngeliaError as exc:
         raise ClusterError(f"cannot create topics and groups: {exc}") from exc
+
+
+def wait_until_serving(
+    endpoint: str, topics: list[tuple[str, bool]], timeout_s: float = 90.0
+) -> int:
+    """Send one probe message to each (topic, is_fifo) until the broker stores it.
+
+    A fresh cluster answers sends with a retriable status (no leader placed yet)
+    for a while after ``rip5 dev`` is ready; load must not start before it
+    serves. Returns the number of probe messages stored (one per topic).
+    """
+    client = RocketClient(endpoint, timeout_s=5.0)
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    try:
+        for topic, fifo in topics:
+            while True:
+                message = client.message(topic, b"probe", message_group="probe" if fifo else None)
+                try:
+                    client.send([message])
+                    break
+                except CallFailed as failure:
+                    last = f"{failure.name}: {failure.detail}"
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"the broker at {endpoint} did not store a message in {topic} "
+                        f"within {timeout_s:.0f} s (last answer {last})"
+                    )
+                time.sleep(0.2)
+    finally:
+        client.close()
+    return len(topics)

@@ -304,6 +304,13 @@ def loadtest(
                     markup=False,
                 )
                 ensure_resources(cluster.nameserver, options)
+                dev_cluster.wait_until_serving(
+                    cluster.endpoint,
+                    [
+                        (options.get("topic", "loadtest"), False),
+                        (options.get("fifo-topic", "loadtest-fifo"), True),
+                    ],
+                )
                 code = execute(plan_for(cluster.endpoint), console)
     except (LoadtestError, dev_cluster.ClusterError) as exc:
         click.echo(f"rip5: {exc}", err=True)

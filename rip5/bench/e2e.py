@@ -95,13 +95,6 @@ class PhaseResult:
         }
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def _failure_name(error: Exception) -> str:
     if isinstance(error, CallFailed):
         return error.name
@@ -177,8 +170,8 @@ class Generator:
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
         result = PhaseResult(
             measured / seconds,
-            _percentile(latencies, 0.5),
-            _percentile(latencies, 0.99),
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
             len(latencies),
             sum(error_names.values()),
             error_names,
@@ -246,8 +239,8 @@ class Generator:
             error_names["NOT_ALL_CONSUMED"] = expected - consumed
         return PhaseResult(
             consumed / elapsed if elapsed > 0 else 0.0,
-            _percentile(latencies, 0.5),
-            _percentile(latencies, 0.99),
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
             calls,
             sum(error_names.values()),
             error_names,
@@ -281,6 +274,7 @@ async def _runs(
     report: harness.BenchReport,
     endpoint: str,
     server_pids: Callable[[], list[int]],
+    probes: int,
 ) -> None:
     generator = Generator(endpoint, args.channels, args.topic, args.group)
     meter = harness.CpuMeter(server_pids)
@@ -305,7 +299,7 @@ async def _runs(
             report.stage(f"run {run + 1}: receive+ack")
             meter.start()
             consume = await generator.consume(
-                expected=stored,
+                expected=stored + (probes if run == 0 else 0),
                 in_flight=args.in_flight,
                 receive_batch=args.receive_batch,
                 timeout_s=max(60.0, args.seconds * 10),
@@ -322,7 +316,9 @@ async def _runs(
 
 def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
     def go(endpoint: str, server_pids: Callable[[], list[int]]) -> None:
-        asyncio.run(_runs(args, report, endpoint, server_pids))
+        report.stage("waiting for the broker to store a message")
+        probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
+        asyncio.run(_runs(args, report, endpoint, server_pids, probes))
         for run in range(args.runs if args.official_seconds > 0 else 0):
             report.stage(f"official client, run {run + 1}")
             meter = harness.CpuMeter(server_pids)

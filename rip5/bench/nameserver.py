@@ -172,13 +172,6 @@ class PhaseResult:
         }
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 async def _drive(
     call: Callable[[int, int], Awaitable[object]],
     *,
@@ -221,8 +214,8 @@ async def _drive(
     await asyncio.gather(*(worker(i) for i in range(in_flight)))
     return PhaseResult(
         len(latencies) / seconds,
-        _percentile(latencies, 0.5),
-        _percentile(latencies, 0.99),
+        harness.percentile(latencies, 0.5),
+        harness.percentile(latencies, 0.99),
         errors_seen,
     )
 

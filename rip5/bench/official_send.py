@@ -17,6 +17,8 @@ import resource
 import sys
 import time
 
+from rip5.bench.harness import percentile
+
 
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -59,19 +61,12 @@ def main(argv: list[str]) -> int:
         cpu_s = _cpu_s() - (cpu0 if cpu0 is not None else _cpu_s())
     finally:
         producer.shutdown()
-    latencies.sort()
-
-    def pick(fraction: float) -> float:
-        if not latencies:
-            return float("nan")
-        return latencies[min(len(latencies) - 1, int(fraction * len(latencies)))]
-
     print(
         json.dumps(
             {
                 "msgs_per_s": len(latencies) / seconds,
-                "p50_ms": pick(0.5),
-                "p99_ms": pick(0.99),
+                "p50_ms": percentile(latencies, 0.5),
+                "p99_ms": percentile(latencies, 0.99),
                 "errors": errors,
                 "cpu_s": cpu_s,
             }

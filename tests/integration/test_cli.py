@@ -63,13 +63,6 @@ def test_a_role_not_built_yet_says_so_without_a_traceback(role: object) -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [["bench", "nameserver"]])
-def test_commands_not_built_yet_exit_69(args: list[str]) -> None:
-    result = _run(*args)
-    assert result.returncode == 69
-    assert "not available yet" in result.stderr
-
-
 def test_unknown_bench_target_is_a_usage_error() -> None:
     result = _run("bench", "warp")
     assert result.returncode == 2
