@@ -56,6 +56,8 @@ DEADLINE_MS = 10_000
 REVISIT_MS = 1_000
 """The longest a long poll waits without popping again: redeliveries after an
 invisible time (which storage does not announce) are noticed within this."""
+HINTS_IN_A_ROW_MAX = 3
+"""Leader hints followed without pausing (stale hints could otherwise bounce a call)."""
 GROWTH_CHECK_MS = 50
 """How often a long poll looks at the queues' end offsets."""
 
@@ -119,12 +121,23 @@ class StorageStore:
         ordered += [f.address for f in info.followers if f.alive]
         ordered += [f.address for f in info.followers if not f.alive]
         ordered += self._seeds
-        unique = list(dict.fromkeys(a for a in ordered if a))
-        if not unique:
-            raise BrokerError(
-                codes.UNAVAILABLE, f"no storage node is known for raft group {info.group_id}"
-            )
-        return unique
+        return list(dict.fromkeys(a for a in ordered if a))
+
+    async def _route_with_replicas(
+        self, queue: QueueRef, deadline: float
+    ) -> tuple[ns.QueueRouteInfo, list[str]]:
+        """The queue's route and the addresses to try; while the route names no replica
+        (the groups are not placed yet), read it again with backoff until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay_s = 0.05
+        while True:
+            info = await self._queue_route(queue)
+            candidates = self._candidates(info)
+            if candidates or loop.time() + delay_s >= deadline:
+                return info, candidates
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.5)
+            self._metadata.forget_route(queue.topic)
 
     async def _call(
         self,
@@ -138,9 +151,13 @@ class StorageStore:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (deadline_ms or self._deadline_ms) / 1000
         delay_s = 0.02
-        info = await self._queue_route(queue)
-        candidates = self._candidates(info)
+        info, candidates = await self._route_with_replicas(queue, deadline)
+        if not candidates:
+            raise BrokerError(
+                codes.UNAVAILABLE, f"{what}: no storage node serves raft group {info.group_id}"
+            )
         turn = 0
+        hints_followed = 0
         while True:
             address = self._leaders.get(info.group_id) or candidates[turn % len(candidates)]
             remaining_ms = int((deadline - loop.time()) * 1000)
@@ -150,10 +167,14 @@ class StorageStore:
             except AngeliaError as error:
                 if error.code not in _ROUTE_AGAIN:
                     raise convert.error_from_angelia(error, what) from None
+                if loop.time() >= deadline:
+                    raise convert.error_from_angelia(error, what) from None
                 hint = error.leader_hint if error.code is codes.NOT_LEADER else ""
-                if hint and hint != address:
+                if hint and hint != address and hints_followed < HINTS_IN_A_ROW_MAX:
+                    hints_followed += 1
                     self._leaders[info.group_id] = hint
                     continue  # the replica named the leader: go there now
+                hints_followed = 0
                 if self._leaders.get(info.group_id) == address:
                     del self._leaders[info.group_id]
                 turn += 1
@@ -163,8 +184,8 @@ class StorageStore:
                 delay_s = min(delay_s * 2, 0.5)
                 if turn % len(candidates) == 0:  # every candidate failed: read the route again
                     self._metadata.forget_route(queue.topic)
-                    info = await self._queue_route(queue)
-                    candidates = self._candidates(info)
+                    info, fresh = await self._route_with_replicas(queue, deadline)
+                    candidates = fresh or candidates
                 continue
             self._leaders[info.group_id] = address
             return result

@@ -165,18 +165,21 @@ class _Listener(MessageListener):
         return ConsumeResult.SUCCESS
 
 
-def push_consume(port: int) -> dict[str, Any]:
-    """PushConsumer: settings handshake, assignment, consume, nack -> redelivery."""
+def push_consume(port: int, topic: str = "mixed", last_group: str | None = "g") -> dict[str, Any]:
+    """PushConsumer: settings handshake, assignment, consume, nack -> redelivery.
+
+    The third message carries ``last_group`` as its message group (None: none).
+    """
     out: dict[str, Any] = {}
     listener = _Listener()
-    consumer = PushConsumer(_config(port), "pusher", listener, {"mixed": FilterExpression()})
+    consumer = PushConsumer(_config(port), "pusher", listener, {topic: FilterExpression()})
     consumer.startup()
-    producer = Producer(_config(port), ("mixed",))
+    producer = Producer(_config(port), (topic,))
     producer.startup()
     try:
-        ids = [producer.send(_message("mixed", b"p0", tag="ok")).message_id]
-        ids.append(producer.send(_message("mixed", b"p1", tag="retry")).message_id)
-        ids.append(producer.send(_message("mixed", b"p2", tag="ok", group="g")).message_id)
+        ids = [producer.send(_message(topic, b"p0", tag="ok")).message_id]
+        ids.append(producer.send(_message(topic, b"p1", tag="retry")).message_id)
+        ids.append(producer.send(_message(topic, b"p2", tag="ok", group=last_group)).message_id)
         out["sent"] = ids
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
@@ -192,7 +195,7 @@ def push_consume(port: int) -> dict[str, Any]:
         producer.shutdown()
         consumer.shutdown()
     # Everything was acked: the group has nothing left to deliver.
-    check = SimpleConsumer(_config(port), "pusher", {"mixed": FilterExpression()}, 5)
+    check = SimpleConsumer(_config(port), "pusher", {topic: FilterExpression()}, 5)
     check.startup()
     try:
         out["left_over"] = [_view(m) for m in check.receive(32, 15)]
@@ -253,6 +256,39 @@ def push_fifo_dead_letter(port: int) -> dict[str, Any]:
 def _raw_stub(port: int) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     return channel, service_pb2_grpc.MessagingServiceStub(channel)
+
+
+def garbage_handles_then_round_trip(
+    producer: Producer, consumer: SimpleConsumer, topic: str
+) -> dict[str, Any]:
+    """Ack and renew with a garbage handle (the codes), then a round trip still works."""
+    out: dict[str, Any] = {}
+    receipt = producer.send(_message(topic, b"before-bad-handles"))
+    real = next(m for m in _receive_until(consumer, 1, 15) if m.message_id == receipt.message_id)
+    garbage = Message()
+    garbage.topic = topic
+    garbage.message_id = real.message_id
+    garbage.receipt_handle = "not-a-receipt-handle"
+    garbage.endpoints = real.endpoints
+    try:
+        consumer.ack(garbage)
+        out["garbage_ack"] = "accepted"
+    except Exception as error:  # noqa: BLE001 - the observation
+        out["garbage_ack"] = _code(error)
+    try:
+        consumer.change_invisible_duration(garbage, 5)
+        out["garbage_change"] = "accepted"
+    except Exception as error:  # noqa: BLE001
+        out["garbage_change"] = _code(error)
+    out["garbage_handle_kept"] = garbage.receipt_handle
+    # Still serving: the real handle still acks, and a new round trip works.
+    consumer.ack(real)
+    receipt = producer.send(_message(topic, b"after-bad-input"))
+    got = _receive_until(consumer, 1, 15)
+    for message in got:
+        consumer.ack(message)
+    out["still_serving"] = [receipt.message_id, [m.message_id for m in got]]
+    return out
 
 
 def bad_input(port: int) -> dict[str, Any]:
@@ -338,31 +374,7 @@ def bad_input(port: int) -> dict[str, Any]:
         consumer = SimpleConsumer(_config(port), "bad-input", {"normal": FilterExpression()}, 5)
         consumer.startup()
         try:
-            receipt = producer.send(_message("normal", b"before-bad-handles"))
-            real = next(
-                m for m in _receive_until(consumer, 1, 15) if m.message_id == receipt.message_id
-            )
-            garbage = Message()
-            garbage.topic = "normal"
-            garbage.message_id = real.message_id
-            garbage.receipt_handle = "not-a-receipt-handle"
-            garbage.endpoints = real.endpoints
-            try:
-                consumer.ack(garbage)
-                out["garbage_ack"] = "accepted"
-            except Exception as error:  # noqa: BLE001
-                out["garbage_ack"] = _code(error)
-            try:
-                consumer.change_invisible_duration(garbage, 5)
-                out["garbage_change"] = "accepted"
-            except Exception as error:  # noqa: BLE001
-                out["garbage_change"] = _code(error)
-            out["garbage_handle_kept"] = garbage.receipt_handle
-            # Still serving: the real handle still acks, and a new round trip works.
-            consumer.ack(real)
-            receipt = producer.send(_message("normal", b"after-bad-input"))
-            got = _receive_until(consumer, 1, 15)
-            out["still_serving"] = [receipt.message_id, [m.message_id for m in got]]
+            out.update(garbage_handles_then_round_trip(producer, consumer, "normal"))
         finally:
             consumer.shutdown()
     finally:

@@ -85,19 +85,26 @@ def _consumed(state: list[dict[str, Any]], group: str, topic: str) -> tuple[int,
     return sum(row["committed"] for row in rows), sum(row["in_flight"] for row in rows)
 
 
-def run_client(port: int, scenario: str, home: Path, *args: str) -> dict[str, Any]:
-    """Run one scenario of the official client in its own interpreter."""
+def run_official(argv: list[str], home: Path, timeout_s: float = 180) -> dict[str, Any]:
+    """Run the official client's script ``argv`` in its own interpreter (HOME, where the
+    client writes its logs, set to ``home``); the JSON object on its last stdout line."""
     result = subprocess.run(
-        [sys.executable, str(CLIENT), str(port), scenario, *args],
+        [sys.executable, *argv],
+        cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout_s,
         env={**os.environ, "HOME": str(home)},
         check=False,
     )
     assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
     observed: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return observed
+
+
+def run_client(port: int, scenario: str, home: Path, *args: str) -> dict[str, Any]:
+    """Run one scenario of the official client in its own interpreter."""
+    return run_official([str(CLIENT), str(port), scenario, *args], home)
 
 
 def test_produce_and_simple_consume(broker: BrokerProcess, tmp_path: Path) -> None:

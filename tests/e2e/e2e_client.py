@@ -15,18 +15,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rocketmq import FilterExpression, Message, Producer, PushConsumer, SimpleConsumer
+from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from tests.contract.official_client import (
     DEADLINE_S,
     _code,
     _config,
-    _Listener,
     _message,
     _raw_stub,
     _receive_until,
     _view,
+    garbage_handles_then_round_trip,
+    push_consume,
     push_fifo_dead_letter,
 )
 
@@ -178,42 +179,6 @@ def dead_letter_after_max_attempts(port: int) -> dict[str, Any]:
     return out
 
 
-def push_consume(port: int) -> dict[str, Any]:
-    """PushConsumer: settings handshake, assignment, consume, nack -> redelivery."""
-    out: dict[str, Any] = {}
-    listener = _Listener()
-    consumer = PushConsumer(_config(port), "pusher", listener, {"push": FilterExpression()})
-    consumer.startup()
-    producer = Producer(_config(port), ("push",))
-    producer.startup()
-    try:
-        out["sent"] = [
-            producer.send(_message("push", b"p0", tag="ok")).message_id,
-            producer.send(_message("push", b"p1", tag="retry")).message_id,
-            producer.send(_message("push", b"p2", tag="ok")).message_id,
-        ]
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            with listener.lock:
-                done = {c["id"] for c in listener.calls if c["tag"] == "ok"}
-                retried = [c for c in listener.calls if c["tag"] == "retry" and c["attempt"] == 2]
-            if len(done) == 2 and retried:
-                break
-            time.sleep(0.05)
-        with listener.lock:
-            out["calls"] = list(listener.calls)
-    finally:
-        producer.shutdown()
-        consumer.shutdown()
-    check = SimpleConsumer(_config(port), "pusher", {"push": FilterExpression()}, 5)
-    check.startup()
-    try:
-        out["left_over"] = [_view(m) for m in check.receive(32, 15)]
-    finally:
-        check.shutdown()
-    return out
-
-
 def bad_input(port: int) -> dict[str, Any]:
     """Oversized body, unknown topic, wrong message type, garbage handles; still serving."""
     out: dict[str, Any] = {}
@@ -255,31 +220,7 @@ def bad_input(port: int) -> dict[str, Any]:
         consumer = SimpleConsumer(_config(port), "bad-input", {"bad": FilterExpression()}, 5)
         consumer.startup()
         try:
-            receipt = producer.send(_message("bad", b"before-bad-handles"))
-            real = next(
-                m for m in _receive_until(consumer, 1, 15) if m.message_id == receipt.message_id
-            )
-            garbage = Message()
-            garbage.topic = "bad"
-            garbage.message_id = real.message_id
-            garbage.receipt_handle = "not-a-receipt-handle"
-            garbage.endpoints = real.endpoints
-            try:
-                consumer.ack(garbage)
-                out["garbage_ack"] = "accepted"
-            except Exception as error:  # noqa: BLE001
-                out["garbage_ack"] = _code(error)
-            try:
-                consumer.change_invisible_duration(garbage, 5)
-                out["garbage_change"] = "accepted"
-            except Exception as error:  # noqa: BLE001
-                out["garbage_change"] = _code(error)
-            consumer.ack(real)
-            receipt = producer.send(_message("bad", b"after-bad-input"))
-            got = _receive_until(consumer, 1, 15)
-            for message in got:
-                consumer.ack(message)
-            out["still_serving"] = [receipt.message_id, [m.message_id for m in got]]
+            out.update(garbage_handles_then_round_trip(producer, consumer, "bad"))
         finally:
             consumer.shutdown()
     finally:
@@ -415,7 +356,7 @@ def after_storage_loss(port: int) -> dict[str, Any]:
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce_and_simple_consume": produce_and_simple_consume,
     "dead_letter_after_max_attempts": dead_letter_after_max_attempts,
-    "push_consume": push_consume,
+    "push_consume": lambda port: push_consume(port, topic="push", last_group=None),
     "push_fifo_dead_letter": push_fifo_dead_letter,
     "bad_input": bad_input,
     "hold_through_broker": hold_through_broker,

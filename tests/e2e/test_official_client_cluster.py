@@ -11,10 +11,6 @@ kills one of the three storage nodes.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +18,7 @@ from typing import Any
 import pytest
 
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from tests.contract.test_official_client import run_official
 from tests.e2e.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -77,18 +74,8 @@ def run_client_in(root: Path, scenario: str, *args: object) -> dict[str, Any]:
     """Run one scenario with HOME (the client's log folder) under ``root``."""
     home = root / "home"
     home.mkdir(exist_ok=True)
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.e2e.e2e_client", scenario, *(str(a) for a in args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "HOME": str(home)},
-        check=False,
-    )
-    assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
-    observed: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return observed
+    argv = ["-m", "tests.e2e.e2e_client", scenario, *(str(a) for a in args)]
+    return run_official(argv, home, timeout_s=240)
 
 
 def test_send_and_simple_consume(cluster: LocalCluster) -> None:

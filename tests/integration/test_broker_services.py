@@ -272,3 +272,51 @@ async def test_concurrent_acks_of_one_queue_share_one_storage_call(
     assert outcomes[6].reason is Reason.INVALID_RECEIPT_HANDLE
     assert sum(calls) == 7
     assert len(calls) <= 2  # the first ack goes at once; the rest wait for it and go together
+
+
+class _Unplaced(ClusterMetadata):
+    """Routes naming no replica at all, as before the nameserver placed the groups."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(NameserverLink([cluster.nameserver], cluster.peers), cluster=CLUSTER)
+        self.reads = 0
+
+    async def route(self, topic: str) -> api.RouteResponse:
+        self.reads += 1
+        route = await super().route(topic)
+        return replace(route, queues=[replace(q, leader=None, followers=[]) for q in route.queues])
+
+
+async def test_store_waits_for_placement_then_reports_unavailable(cluster: Cluster) -> None:
+    await cluster.admin.create_topic(api.CreateTopicRequest("unplaced", CLUSTER, 1))
+    metadata = _Unplaced(cluster)
+    store = StorageStore(metadata, cluster.peers, deadline_ms=600)
+    with pytest.raises(BrokerError) as failed:
+        await store.append(QueueRef("unplaced", 0), [Message("unplaced", b"x", "id")])
+    assert failed.value.code is errors.UNAVAILABLE
+    assert "no storage node serves" in failed.value.message
+    assert metadata.reads > 1  # the route was read again while waiting
+
+
+async def test_stale_hints_bouncing_between_two_nodes_end_at_the_deadline(
+    cluster: Cluster,
+) -> None:
+    await cluster.admin.create_topic(api.CreateTopicRequest("bounce", CLUSTER, 1))
+    first, second = _Follower(""), _Follower("")
+    servers = [Server([StorageService.bind(f)], RpcConfig()) for f in (first, second)]
+    first_address = await servers[0].start("127.0.0.1:0")
+    second_address = await servers[1].start("127.0.0.1:0")
+    first.leader, second.leader = second_address, first_address  # each names the other
+    try:
+        store = StorageStore(_StaleRoutes(cluster, first_address), cluster.peers, deadline_ms=800)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(BrokerError) as failed:
+            await store.append(QueueRef("bounce", 0), [Message("bounce", b"x", "id")])
+        assert failed.value.code is errors.NOT_LEADER
+        assert failed.value.retriable
+        assert loop.time() - started < 5
+        assert first.calls + second.calls < 100  # paced, not a busy loop
+    finally:
+        for server in servers:
+            await server.stop()
