@@ -519,18 +519,14 @@ class StorageNode:
         halves = replica.state.half_messages_due(
             request.stored_before_ms, request.checked_before_ms, request.limit
         )
-        log = self.store.group(request.group_id)
+        # Each half message is read through the same path as queue reads (by its log
+        # index and position), so wherever bodies live, a half message is found alike.
         infos = []
         for half in halves:
-            batch = _append_records(
-                log.entries(half.log_index, half.log_index + 1)[0], half.log_index
+            entry = QueueEntry(
+                half.log_index, half.position, half.stored_ms, half.tag, half.message_group
             )
-            if not 0 <= half.position < len(batch):
-                raise CommandCorrupted(
-                    f"log entry {half.log_index} of group {request.group_id} holds "
-                    f"{len(batch)} records, not position {half.position}"
-                )
-            record = batch[half.position]
+            (record,) = self._records(request.group_id, (half.topic, half.queue_id), [entry])
             infos.append(HalfMessageInfo(from_record(record), half.stored_ms, half.check_count))
         return ScanTransactionsResponse(infos)
 
