@@ -26,7 +26,8 @@ class BrokerConfig:
         default="",
         metadata={
             "help": "the cluster secret that signs receipt handles (the same on every broker; "
-            "required; prefer the environment variable to the flag)"
+            "required; prefer the environment variable to the flag)",
+            "secret": True,
         },
     )
     cluster: str = field(

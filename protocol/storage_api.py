@@ -205,10 +205,13 @@ class ReceivedMessage:
 
 @dataclass(frozen=True, slots=True)
 class ReceiveResponse:
-    """The deliveries, and how many messages were moved to the dead-letter queue."""
+    """The deliveries, how many messages were moved to the dead-letter queue, and the
+    queue's end offset as the (last) receive saw it (-1: not reported): a message
+    appended after the receive makes the queue grow past it."""
 
     messages: list[ReceivedMessage]
     dead_lettered: int = 0
+    end_offset: int = -1
 
 
 # ------------------------------------------------------------------------- ack

@@ -69,7 +69,9 @@ class DriverOptions:
     sync_in_thread: bool = True
     # A leader sends its appends while its own fdatasync runs (see
     # MultiRaft.outgoing); followers still acknowledge only durable entries.
-    send_before_sync: bool = True
+    # OFF by default: the simulation found an election-safety violation with
+    # it (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125), not yet understood.
+    send_before_sync: bool = False
     seed: int | None = None
 
 
@@ -285,10 +287,11 @@ class Driver:
         self._work.set()
 
     def transfer_leader(self, group_id: int, to_node: int) -> None:
-        """Ask this replica, if it leads ``group_id``, to hand leadership to ``to_node``.
+        """Make this replica, the leader of ``group_id``, hand leadership to ``to_node``.
 
-        The leader stops taking proposals until ``to_node`` takes over or an
-        election timeout passes; a follower ignores the request.
+        Call it on the leader (on a follower the request is not guaranteed to
+        reach the leader). The leader stops taking proposals until ``to_node``
+        takes over or an election timeout passes.
         """
         node = self.host.node(group_id)
         assert isinstance(node, RawNode)

@@ -207,6 +207,7 @@ async def serve(args: argparse.Namespace) -> None:
         wal_retain_bytes=args.wal_retain_mb << 20,
         wal_keep_segments=args.wal_keep_segments,
         sync_in_thread=not args.sync_inline,
+        send_before_sync=args.early_send,
     )
     driver = Driver(args.id, store, transport, options)
     machines: dict[int, AppendLog] = {}
@@ -258,6 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache-kb-per-group", type=int, default=512)
     parser.add_argument(
         "--sync-inline", action="store_true", help="fdatasync on the event loop, not a thread"
+    )
+    parser.add_argument(
+        "--early-send",
+        action="store_true",
+        help="a leader sends appends during its own fdatasync (experimental: see DriverOptions)",
     )
     parser.add_argument(
         "--keep-values", action="store_true", help="keep applied values for reads (tests)"

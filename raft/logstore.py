@@ -166,6 +166,11 @@ class LogStore:
             self._segments[seq] = _Segment(seq, path, fd)
             last_end, last_sealed = self._replay_segment(seq, data, is_last)
         self._validate_groups()
+        self.snapshot_files.remove_all_but(
+            self.snapshot_files.path(g.group_id, g.snapshot_term, g.snapshot_index)
+            for g in self._groups.values()
+            if g.snapshot_index > 0
+        )
         live = sorted(self._segments)
         if live:
             # Seal the recovered tail where valid data ends, then start afresh.

@@ -518,6 +518,10 @@ class MultiRaft:
         do before receiving it, and whatever commits becomes visible (applied,
         or sent as the commit index) only in a later round, after this sync.
         Everything a follower or candidate sends waits for the sync.
+
+        NOT yet safe: with early sends the simulation broke election safety
+        (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125, a leader crashed between
+        its early appends and its fsync); the driver keeps it off by default.
         """
         per_node: dict[int, list[list[tuple[int, Message]]]] = {}
         sizes: dict[int, int] = {}

@@ -59,8 +59,9 @@ class ClusterRefused(ValueError):
 
 async def join_cluster(
     client: NameserverClient, config: StorageConfig, stopping: asyncio.Event
-) -> api.ClusterInfo:
-    """The node's cluster as the nameserver records it (created if missing); see the module doc."""
+) -> api.ClusterInfo | None:
+    """The node's cluster as the nameserver records it (created if missing), or None
+    if ``stopping`` was set first; see the module doc."""
     name = config.cluster
     while True:
         try:
@@ -84,7 +85,7 @@ async def join_cluster(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), JOIN_RETRY_MS / 1000)
         if stopping.is_set():
-            raise ClusterRefused(f"stopped before the nameserver told cluster {name!r}")
+            return None
 
 
 async def _maybe_create_cluster(client: NameserverClient, config: StorageConfig) -> None:

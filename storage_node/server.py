@@ -205,6 +205,8 @@ async def serve(
         group_count = config.groups or GROUPS_DEFAULT
         if client is not None:
             cluster = await join_cluster(client, config, stopping)
+            if cluster is None:
+                return  # asked to stop before the nameserver answered
             group_count = cluster.group_count
             _log.info("joined cluster", extra={"cluster": cluster.name, "groups": group_count})
         await _serve_groups(config, data_dir, stopping, ready, peers, client, group_count)

@@ -396,6 +396,7 @@ class StorageNode:
                 for d, record in zip(deliveries, records, strict=True)
             ],
             dead_lettered,
+            result.end_offset,
         )
 
     async def ack(self, request: AckRequest, context: CallContext) -> AckResponse:

@@ -107,7 +107,10 @@ async def settings_reply(
         if kind is ClientKind.PRODUCER or settings.WhichOneof("pub_sub") == "publishing":
             reply = convert.producer_settings_pb(settings)
         elif kind.consumer or settings.WhichOneof("pub_sub") == "subscription":
-            group = await consumer.group(settings.subscription.group.name)
+            group = await consumer.group(
+                settings.subscription.group.name,
+                [entry.topic.name for entry in settings.subscription.subscriptions],
+            )
             reply = convert.consumer_settings_pb(settings, group)
         else:
             raise BrokerError.of(

@@ -53,10 +53,10 @@ class ConsumerProcessor:
             self._secret,
         )
 
-    async def group(self, group_name: str) -> GroupInfo:
-        """The consumer group (validated name)."""
+    async def group(self, group_name: str, topics: Sequence[str] = ()) -> GroupInfo:
+        """The consumer group (validated name); ``topics``: what the client subscribes to."""
         validation.check_group(group_name)
-        return await self._metadata.get_group(group_name)
+        return await self._metadata.get_group(group_name, topics=topics)
 
     async def receive(
         self,
@@ -75,7 +75,7 @@ class ConsumerProcessor:
         instead of the consumer.
         """
         validation.check_topic(topic_name)
-        group = await self.group(group_name)
+        group = await self.group(group_name, [topic_name])
         batch_size = validation.check_batch_size(batch_size)
         if invisible_ms is None:
             invisible_ms = self._default_invisible_ms

@@ -96,8 +96,13 @@ class MetadataService(Protocol):
         that creates topics on first use creates a missing one for that type."""
         ...
 
-    async def get_group(self, name: str) -> GroupInfo:
-        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
+        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND.
+
+        ``topics``: what the asking client subscribes to. An implementation that
+        creates groups on first use makes the group FIFO when one of them is a
+        FIFO topic (the official clients do not say whether they want order).
+        """
         ...
 
 

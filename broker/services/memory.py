@@ -102,7 +102,7 @@ class MemoryMetadata:
         """The topic (auto-created with every message type, like :meth:`get_topic`)."""
         return await self.get_topic(name)
 
-    async def get_group(self, name: str) -> GroupInfo:
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
         """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
         group = self._groups.get(name)
         if group is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
@@ -148,8 +148,9 @@ class ClusterMetadata:
         self.forget_route(name)
         return convert.topic_from_route(await self.route(name))
 
-    async def get_group(self, name: str) -> GroupInfo:
-        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND (auto-create: created)."""
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
+        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND (auto-create: created,
+        FIFO when one of ``topics`` is a FIFO topic)."""
         cached = self._groups.get(name) if self.watching else None
         if cached is not None:
             return cached
@@ -163,17 +164,28 @@ class ClusterMetadata:
         except BrokerError as error:
             if error.reason is not Reason.CONSUMER_GROUP_NOT_FOUND or not self.auto_create:
                 raise
+            fifo = await self._any_fifo(topics)
             await self._create(
                 f"create consumer group {name!r}",
                 lambda stub, timeout_ms: stub.create_consumer_group(
-                    ns.CreateConsumerGroupRequest(name, self.cluster), timeout_ms=timeout_ms
+                    ns.CreateConsumerGroupRequest(name, self.cluster, fifo), timeout_ms=timeout_ms
                 ),
             )
-            log.info("consumer group auto-created", extra={"group": name})
+            log.info("consumer group auto-created", extra={"group": name, "fifo": fifo})
             return await self.get_group(name)
         group = convert.group_from_info(response.group)
         self._groups[name] = group
         return group
+
+    async def _any_fifo(self, topics: Sequence[str]) -> bool:
+        for topic in topics:
+            try:
+                route = await self.route(topic)
+            except BrokerError:
+                continue  # unknown (or not yet created): not a FIFO topic
+            if route.topic.message_type == int(MessageType.FIFO):
+                return True
+        return False
 
     # -- routes (for the storage port) ---------------------------------------------------
 

@@ -221,7 +221,9 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        return PopResult(tuple(convert.popped_from_wire(m) for m in response.messages), -1)
+        return PopResult(
+            tuple(convert.popped_from_wire(m) for m in response.messages), response.end_offset
+        )
 
     async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
         """Finish a delivery; INVALID_RECEIPT_HANDLE when the handle is stale.
@@ -340,29 +342,42 @@ class StorageStore:
     ) -> bool:
         """Wait until a queue of ``topic`` grows; False after ``timeout_ms`` or the revisit time.
 
-        The storage receive does not report end offsets, so growth is measured
-        from the first look here (an append just before it is found by the
-        pop after the revisit time at the latest).
+        Growth is measured from ``known_end_offsets``, the end offsets each
+        queue's receive saw when it applied, so a message appended (or a timed
+        message released) between that receive and this wait is found at the
+        first look. A storage node that does not report them (-1) makes the
+        first look here the baseline (an append just before it is then found
+        by the pop after the revisit time at the latest).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(timeout_ms, self._revisit_ms) / 1000
         queue_ids = sorted(known_end_offsets)
-        try:
-            baseline = await self._end_offsets(topic, queue_ids)
-        except BrokerError:
-            await asyncio.sleep(max(0.0, deadline - loop.time()))
-            return False
+        if all(known_end_offsets[q] >= 0 for q in queue_ids):
+            baseline = dict(known_end_offsets)
+            if await self._grew(topic, queue_ids, baseline):
+                return True
+        else:
+            try:
+                baseline = await self._end_offsets(topic, queue_ids)
+            except BrokerError:
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                return False
         while True:
             remaining_s = deadline - loop.time()
             if remaining_s <= 0:
                 return False
             await asyncio.sleep(min(GROWTH_CHECK_MS / 1000, remaining_s))
-            try:
-                now = await self._end_offsets(topic, queue_ids)
-            except BrokerError:
-                continue
-            if any(now[q] > baseline[q] for q in queue_ids):
+            if await self._grew(topic, queue_ids, baseline):
                 return True
+
+    async def _grew(
+        self, topic: str, queue_ids: Sequence[int], baseline: Mapping[int, int]
+    ) -> bool:
+        try:
+            now = await self._end_offsets(topic, queue_ids)
+        except BrokerError:
+            return False
+        return any(now[q] > baseline[q] for q in queue_ids)
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
         """The group's committed offset on ``queue`` (0 if it never consumed)."""

@@ -173,6 +173,7 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
                     extra_args=[
                         *("--segment-mb", str(args.segment_mb)),
                         *("--wal-retain-mb", str(args.wal_retain_mb)),
+                        *(["--early-send"] if args.early_send else []),
                     ],
                 )
                 cluster = LocalCluster(Path(root), spec)
@@ -269,6 +270,11 @@ def main(argv: list[str]) -> int:
         type=int,
         default=256,
         help="per node: compact the groups that pin old WAL segments beyond this (0: off)",
+    )
+    parser.add_argument(
+        "--early-send",
+        action="store_true",
+        help="leaders send appends during their own fdatasync (experimental, unsafe: see docs)",
     )
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
     harness.add_arguments(parser)

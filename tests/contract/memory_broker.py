@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.domain import GroupInfo, MessageType, QueueInfo, RetryPolicy, TopicInfo
@@ -44,10 +45,10 @@ def _topic(name: str, queue_count: int, *types: MessageType) -> TopicInfo:
 
 
 class _Metadata(MemoryMetadata):
-    async def get_group(self, name: str) -> GroupInfo:
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
         if name not in self._groups and self.auto_create_groups:
             self.put_group(GroupInfo(name, retry=RetryPolicy(max_delivery_attempts=3)))
-        return await super().get_group(name)
+        return await super().get_group(name, topics=topics)
 
 
 async def _report_producers(

@@ -352,6 +352,63 @@ def first_use(port: int) -> dict[str, Any]:
             consumer.ack(message)
     finally:
         consumer.shutdown()
+    # FIFO: the topic is made FIFO by its first send, the group FIFO by its subscription.
+    producer = Producer(_config(port), ("first-fifo",))
+    producer.startup()
+    try:
+        out["fifo_sent"] = [
+            producer.send(_message("first-fifo", f"o{i}".encode(), group="o")).message_id
+            for i in range(4)
+        ]
+    finally:
+        producer.shutdown()
+    ordered = SimpleConsumer(
+        _config(port), "first-fifo-group", {"first-fifo": FilterExpression()}, 5
+    )
+    ordered.startup()
+    try:
+        received: list[dict[str, Any]] = []
+        batches: list[int] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(received) < 4 and time.monotonic() < deadline:
+            got = ordered.receive(32, 15)
+            if got:
+                batches.append(len(got))
+            for message in got:
+                received.append(_view(message))
+                ordered.ack(message)
+        out["fifo_received"] = received
+        out["fifo_batches"] = batches
+    finally:
+        ordered.shutdown()
+    return out
+
+
+def after_storage_loss(port: int) -> dict[str, Any]:
+    """Send and consume while a storage node is down (its groups elect new leaders)."""
+    out: dict[str, Any] = {}
+    producer = Producer(_config(port), ("failover",))
+    producer.startup()
+    try:
+        sent, errors = [], []
+        for i in range(20):
+            try:
+                receipt = producer.send(_message("failover", f"f{i}".encode()))
+                sent.append([receipt.message_id, f"f{i}"])
+            except Exception as error:  # noqa: BLE001 - the observation
+                errors.append(_code(error))
+        out["sent"], out["send_errors"] = sent, errors
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(_config(port), "failover", {"failover": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        got = _receive_until(consumer, len(out["sent"]), 15)
+        out["received"] = [[m.message_id, m.body.decode()] for m in got]
+        for message in got:
+            consumer.ack(message)
+    finally:
+        consumer.shutdown()
     return out
 
 
@@ -363,6 +420,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "bad_input": bad_input,
     "hold_through_broker": hold_through_broker,
     "first_use": first_use,
+    "after_storage_loss": after_storage_loss,
 }
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ def test_rip5_dev_serves_the_official_client_with_auto_create(tmp_path: Path) ->
         observed = run_client_in(tmp_path, "first_use", port)
         assert sorted(m["id"] for m in observed["received"]) == sorted(observed["sent"])
         assert all(m["attempt"] == 1 for m in observed["received"])
+        # FIFO on first use: in send order, one message of the group at a time.
+        assert [m["id"] for m in observed["fifo_received"]] == observed["fifo_sent"]
+        assert observed["fifo_batches"] == [1, 1, 1, 1]
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)

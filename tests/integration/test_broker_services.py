@@ -145,8 +145,11 @@ async def test_auto_create_makes_topics_on_first_send_and_groups_on_first_use(
     assert created.message_types == {MessageType.FIFO}
     stored = await cluster.admin.get_topic(api.NameRequest("fresh"))
     assert stored.topic.message_type == 2
-    group = await metadata.get_group("new-group")
+    group = await metadata.get_group("new-group", topics=["unknown-topic"])
     assert group.retry.max_delivery_attempts == 17
+    assert not group.fifo
+    ordered = await metadata.get_group("ordered-group", topics=["unknown-topic", "fresh"])
+    assert ordered.fifo  # a subscriber of a FIFO topic gets a FIFO group
     dlq = await metadata.get_topic("%DLQ%new-group")  # made for its group, one queue per raft group
     assert [q.queue_id for q in dlq.queues] == list(range(1, GROUPS + 1))
 

@@ -362,3 +362,30 @@ async def test_storage_nodes_follow_the_nameserver_leader_through_a_failover(
         await client.close()
         for process in processes.values():
             await _stop(process)
+
+
+async def test_a_node_waiting_for_its_nameserver_stops_cleanly(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rip5",
+        "storage",
+        *("--data-dir", str(tmp_path / "s1"), "--listen", f"127.0.0.1:{free_port()}"),
+        *("--nameserver", f"127.0.0.1:{free_port()}"),  # nobody listens there
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+
+    # It says why it is not ready yet, then stops on SIGTERM without an error.
+    async def said_why() -> None:
+        assert process.stderr is not None
+        while True:
+            line = await process.stderr.readline()
+            assert line, "the node exited before saying why it waits"
+            if b"nameserver not reachable yet" in line:
+                return
+
+    await asyncio.wait_for(said_why(), 30)
+    process.send_signal(signal.SIGTERM)
+    _out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err.decode()
