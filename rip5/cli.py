@@ -305,7 +305,7 @@ admin.add_command(admin_commands.cluster)
 main.add_command(loadtest_command.loadtest)
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
