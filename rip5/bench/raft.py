@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import datetime
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -53,13 +52,6 @@ class LoadResult:
     p99_ms: float
     calls: int
     errors: int
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 async def _load(
@@ -115,8 +107,8 @@ async def _load(
         print(f"    errors: {error_names}", flush=True)
     return LoadResult(
         entries / seconds,
-        _percentile(latencies, 0.50),
-        _percentile(latencies, 0.99),
+        harness.percentile(latencies, 0.50),
+        harness.percentile(latencies, 0.99),
         len(latencies),
         errors,
     )
@@ -141,15 +133,6 @@ async def _failover(cluster: LocalCluster, nodes: list[int]) -> float:
         if time.monotonic() - killed_at > 60:
             raise TimeoutError("no new leader for group 1 within 60 s")
         await asyncio.sleep(0.01)
-
-
-def _summary(values: list[float], fmt: str) -> str:
-    if not values:
-        return "n/a"
-    return (
-        f"{fmt.format(statistics.median(values))} "
-        f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
-    )
 
 
 async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
@@ -222,17 +205,17 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
                     await cluster.stop()
         print(
             f"groups={groups}: entries/s "
-            + _summary([r.entries_per_s for r in results], "{:,.0f}")
+            + harness.median_range([r.entries_per_s for r in results], ",.0f")
             + "  p50 ms "
-            + _summary([r.p50_ms for r in results], "{:.1f}")
+            + harness.median_range([r.p50_ms for r in results], ".1f")
             + "  p99 ms "
-            + _summary([r.p99_ms for r in results], "{:.1f}"),
+            + harness.median_range([r.p99_ms for r in results], ".1f"),
             flush=True,
         )
         if failovers:
             print(
                 f"failover after SIGKILL (groups={groups}, {len(failovers)} kills): ms "
-                + _summary([f * 1000 for f in failovers], "{:.0f}"),
+                + harness.median_range([f * 1000 for f in failovers], ".0f"),
                 flush=True,
             )
     return 0

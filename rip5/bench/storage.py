@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import datetime
 import os
-import statistics
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,22 +52,6 @@ class PhaseResult:
     p50_ms: float
     p99_ms: float
     calls: int
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def _summary(values: list[float], fmt: str) -> str:
-    if not values:
-        return "n/a"
-    return (
-        f"{fmt.format(statistics.median(values))} "
-        f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
-    )
 
 
 async def _append_phase(
@@ -106,8 +89,8 @@ async def _append_phase(
     await asyncio.gather(*(worker(i) for i in range(args.in_flight)))
     return PhaseResult(
         measured / args.seconds,
-        _percentile(latencies, 0.5),
-        _percentile(latencies, 0.99),
+        harness.percentile(latencies, 0.5),
+        harness.percentile(latencies, 0.99),
         len(latencies),
     )
 
@@ -145,8 +128,8 @@ async def _consume_phase(
     elapsed = loop.time() - start
     return PhaseResult(
         consumed / elapsed if elapsed > 0 else 0.0,
-        _percentile(latencies, 0.5),
-        _percentile(latencies, 0.99),
+        harness.percentile(latencies, 0.5),
+        harness.percentile(latencies, 0.99),
         len(latencies),
     )
 
@@ -199,18 +182,18 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
         )
     print(
         "append msgs/s "
-        + _summary([r.messages_per_s for r in appends], "{:,.0f}")
+        + harness.median_range([r.messages_per_s for r in appends], ",.0f")
         + "  p50 ms "
-        + _summary([r.p50_ms for r in appends], "{:.1f}")
+        + harness.median_range([r.p50_ms for r in appends], ".1f")
         + "  p99 ms "
-        + _summary([r.p99_ms for r in appends], "{:.1f}"),
+        + harness.median_range([r.p99_ms for r in appends], ".1f"),
         flush=True,
     )
     print(
         "receive+ack msgs/s "
-        + _summary([r.messages_per_s for r in consumes], "{:,.0f}")
+        + harness.median_range([r.messages_per_s for r in consumes], ",.0f")
         + "  p99 ms "
-        + _summary([r.p99_ms for r in consumes], "{:.1f}"),
+        + harness.median_range([r.p99_ms for r in consumes], ".1f"),
         flush=True,
     )
     return 0

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import os
 import tempfile
 import time
@@ -49,7 +48,7 @@ import uvloop
 
 from protocol.records import MessageType
 from protocol.storage_api import AppendRequest, Message, ReadRequest
-from rip5.bench.storage import _percentile, _summary
+from rip5.bench import harness
 from rip5.bench.storage_cluster import LocalStorageCluster
 
 TOPIC = "timer"
@@ -157,25 +156,27 @@ async def _run(cluster: LocalStorageCluster, args: argparse.Namespace) -> RunRes
     return RunResult(
         load_s,
         pending,
-        _percentile(lateness, 0.5),
-        _percentile(lateness, 0.99),
+        harness.percentile(lateness, 0.5),
+        harness.percentile(lateness, 0.99),
         max(lateness),
-        _percentile(stamped, 0.5),
-        _percentile(stamped, 0.99),
+        harness.percentile(stamped, 0.5),
+        harness.percentile(stamped, 0.99),
         sum(1 for value in stamped if value < 0),
         len(released) / drain_s,
     )
 
 
-async def _bench(args: argparse.Namespace) -> int:
-    print(
-        f"# rip5 bench timer  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
-        f"cores={os.cpu_count()}  nodes=3  fsync=on  messages={args.messages}  "
-        f"message={args.message_bytes} B  spread={args.spread} s  lead={args.lead} s  "
-        f"groups={args.groups}  queues={args.queues}  runs={args.runs}",
-        flush=True,
-    )
-    results: list[RunResult] = []
+METRICS = (
+    harness.Metric("lateness_p50_ms", "lateness p50 ms", ".1f"),
+    harness.Metric("lateness_p99_ms", "lateness p99 ms", ".1f"),
+    harness.Metric("lateness_max_ms", "lateness max ms", ".1f"),
+    harness.Metric("stamp_p99_ms", "release stamp p99 ms", ".1f"),
+    harness.Metric("timers_per_s", "timers/s"),
+    harness.Metric("early", "early", ".0f"),
+)
+
+
+async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
     failed = False
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="rip5-bench-timer-", dir=args.dir) as root:
@@ -183,32 +184,34 @@ async def _bench(args: argparse.Namespace) -> int:
             await cluster.start()
             try:
                 await cluster.wait_all_led(timeout_s=120)
+                meter = harness.CpuMeter(harness.pids_of(cluster.processes))
+                report.stage(f"run {run + 1}: load and release")
+                meter.start()
                 result = await _run(cluster, args)
+                report.record(
+                    "timers",
+                    {
+                        "lateness_p50_ms": result.p50_ms,
+                        "lateness_p99_ms": result.p99_ms,
+                        "lateness_max_ms": result.max_ms,
+                        "stamp_p99_ms": result.stamp_p99_ms,
+                        "timers_per_s": result.messages_per_s,
+                        "early": float(result.early),
+                    },
+                    meter.stop(),
+                )
             finally:
                 await cluster.stop()
-        results.append(result)
         failed |= result.early > 0 or result.pending_at_first_due < args.messages
-        print(
+        report.say(
             f"  run {run + 1}: loaded {args.messages:,} in {result.load_s:.1f} s "
             f"(pending at first due: {result.pending_at_first_due:,}); lateness p50 "
             f"{result.p50_ms:.1f} ms p99 {result.p99_ms:.1f} ms max {result.max_ms:.1f} ms; "
             f"release stamp p50 {result.stamp_p50_ms:.1f} ms p99 {result.stamp_p99_ms:.1f} ms; "
-            f"early {result.early}; {result.messages_per_s:,.0f} timers/s",
-            flush=True,
+            f"early {result.early}; {result.messages_per_s:,.0f} timers/s"
         )
-    print(
-        "lateness ms p50 "
-        + _summary([r.p50_ms for r in results], "{:.1f}")
-        + "  p99 "
-        + _summary([r.p99_ms for r in results], "{:.1f}")
-        + "  max "
-        + _summary([r.max_ms for r in results], "{:.1f}")
-        + "  timers/s "
-        + _summary([r.messages_per_s for r in results], "{:,.0f}"),
-        flush=True,
-    )
     if failed:
-        print("FAILED: a message came early, or the load outlasted the lead", flush=True)
+        report.note("FAILED: a message came early, or the load outlasted the lead")
     return 1 if failed else 0
 
 
@@ -225,10 +228,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=16, help="concurrent appends")
     parser.add_argument("--runs", type=int, default=3, help="fresh clusters, one after another")
     parser.add_argument("--dir", default=None, help="where the clusters' data folders go")
+    harness.add_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("messages", "groups", "queues", "message_bytes", "batch", "in_flight", "runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.spread < 0 or args.lead <= 0:
         parser.error("--spread must be >= 0 and --lead > 0")
-    return uvloop.run(_bench(args))
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
+    params["nodes"] = 3
+    report = harness.BenchReport(
+        "timer",
+        list(argv or []),
+        METRICS,
+        params=params,
+        json_path=args.json,
+        show_progress=not args.no_progress,
+    )
+    with report.progress(args.runs):
+        code = uvloop.run(_bench(args, report))
+    report.finish()
+    return code

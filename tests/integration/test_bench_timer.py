@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ def test_bench_timer_measures_lateness_and_throughput(tmp_path: Path) -> None:
     args = [
         "--messages", "600", "--spread", "1", "--lead", "4", "--groups", "4", "--queues", "6",
         "--batch", "50", "--in-flight", "4", "--runs", "1", "--dir", str(tmp_path),
+        "--json", str(tmp_path / "timer.json"), "--no-progress",
     ]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-m", "rip5", "bench", "timer", *args],
@@ -28,8 +30,11 @@ def test_bench_timer_measures_lateness_and_throughput(tmp_path: Path) -> None:
     (run,) = [ln for ln in lines if ln.startswith("  run 1:")]
     assert "pending at first due: 600" in run, run
     assert "early 0;" in run, run
-    (summary,) = [ln for ln in lines if ln.startswith("lateness ms p50 ")]
-    fields = summary.split()
-    p50_ms = float(fields[3])
-    assert p50_ms >= 0
-    assert float(fields[fields.index("timers/s") + 1].replace(",", "")) > 0
+    document = json.loads((tmp_path / "timer.json").read_text())
+    assert document["target"] == "timer"
+    assert document["cores"] >= 1
+    (values,) = document["cases"]["timers"]["runs"]
+    assert values["early"] == 0
+    assert 0 <= values["lateness_p50_ms"] <= values["lateness_p99_ms"] <= values["lateness_max_ms"]
+    assert values["timers_per_s"] > 0
+    assert values["server_cpu_pct"] > 0
