@@ -30,6 +30,7 @@ passed in.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -158,6 +159,25 @@ class StateMachine(Protocol):
 
     def snapshot_data(self) -> bytes:
         """The state as of the last applied entry, for a snapshot."""
+        ...
+
+
+class RetainingStateMachine(StateMachine, Protocol):
+    """A state machine whose log entries stay needed after a snapshot (optional hooks).
+
+    A storage group's log is its commit log: a snapshot indexes message
+    bodies that live in log entries, so the host asks the machine how far
+    the log may be truncated, and lets it complete a snapshot sent to a
+    replica that must be restored from it (that replica has none of the
+    entries the snapshot still names).
+    """
+
+    def compaction_floor(self) -> int:
+        """The highest log index the group's log may be compacted to now."""
+        ...
+
+    def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
+        """The data to send in place of ``snapshot.data`` to a replica restored from it."""
         ...
 
 
@@ -533,12 +553,15 @@ class MultiRaft:
         per_node: dict[int, list[list[tuple[int, Message]]]] = {}
         sizes: dict[int, int] = {}
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
-            for message in rd.messages:
+            for ready_message in rd.messages:
+                message = ready_message
                 to = message.to
                 if to == self.node_id:
                     continue
                 size = 64 + sum(len(e.data) + 16 for e in message.entries)
                 if message.snapshot is not None:
+                    message = _complete_snapshot(g.state_machine, message)
+                    assert message.snapshot is not None
                     size += len(message.snapshot.data)
                 batches = per_node.get(to)
                 if batches is None:
@@ -630,8 +653,12 @@ class MultiRaft:
                 g.group_id, Snapshot(metadata, g.state_machine.snapshot_data())
             )
             g.snapshot_index = g.applied
-            if g.applied > keep_entries:
-                writer.compact(g.group_id, g.applied - keep_entries)
+            target = g.applied - keep_entries
+            floor = getattr(g.state_machine, "compaction_floor", None)
+            if floor is not None:
+                target = min(target, floor())
+            if target > 0:
+                writer.compact(g.group_id, target)
 
     def set_applied(self, group_id: int, index: int) -> None:
         """Where a restarted group's state machine stands (its snapshot index)."""
@@ -657,3 +684,14 @@ class MultiRaft:
         outcomes = self.apply(rnd, writer)
         self.advance(rnd)
         return sent, outcomes
+
+
+def _complete_snapshot(machine: StateMachine, message: Message) -> Message:
+    """``message`` with its snapshot completed by the machine's ``snapshot_for_peer`` hook."""
+    export = getattr(machine, "snapshot_for_peer", None)
+    snapshot = message.snapshot
+    if export is None or snapshot is None:
+        return message
+    return dataclasses.replace(
+        message, snapshot=dataclasses.replace(snapshot, data=export(snapshot))
+    )

@@ -28,7 +28,14 @@ from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
 from storage_node.config import StorageConfig, parse_peers
-from storage_node.service import FIRST_GROUP_ID, GroupReplica, StorageNode
+from storage_node.service import (
+    FIRST_GROUP_ID,
+    KEEP_ENTRIES,
+    SNAPSHOT_ENTRIES,
+    GroupReplica,
+    StorageNode,
+)
+from storage_node.store.segment_files import WalMessageStore
 
 _log = logging.getLogger(__name__)
 
@@ -62,11 +69,13 @@ async def serve(
     transport = AngeliaTransport(
         config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
     )
-    driver = Driver(config.node_id, store, transport, DriverOptions(snapshot_entries=0))
+    options = DriverOptions(snapshot_entries=SNAPSHOT_ENTRIES, keep_entries=KEEP_ENTRIES)
+    driver = Driver(config.node_id, store, transport, options)
+    bodies = WalMessageStore(store)
     replicas: dict[int, GroupReplica] = {}
     members = sorted(peers)
     for group_id in range(FIRST_GROUP_ID, FIRST_GROUP_ID + config.groups):
-        replicas[group_id] = GroupReplica(group_id)
+        replicas[group_id] = GroupReplica(group_id, bodies)
         driver.add_group(group_id, members, replicas[group_id])
     node = StorageNode(driver, store, replicas, config.groups, peers)
     server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
@@ -74,15 +83,17 @@ async def serve(
         address = await server.start(config.listen)
         await driver.start()
         timers = asyncio.create_task(node.run_timers(), name="storage-timers")
+        indexer = asyncio.create_task(node.run_segment_indexer(), name="segment-indexer")
         _log.info(
             "serving",
             extra={"address": address, "groups": config.groups, "nodes": len(peers)},
         )
         ready(address)
         await stopping.wait()
-        timers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await timers
+        for task in (timers, indexer):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     finally:
         await server.stop()
         await driver.stop()

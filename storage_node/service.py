@@ -16,9 +16,14 @@ The host's duties of ``storage_node.partition`` and how they are met here:
 3. Long polls: after each apply, receivers waiting on a grown queue wake.
 4. Timers: on the leader, :meth:`StorageNode.run_timers` proposes ``Tick``
    once a group's earliest held message is due.
-5-7. Snapshots and log truncation: NOT DONE in this slice. Groups are never
-   snapshotted or compacted (``snapshot_entries=0``), so bodies stay readable
-   from the log and a restart replays the whole log.
+5-7. Snapshots and log truncation: the driver snapshots a group every
+   ``snapshot_entries`` applied entries (a group image, see
+   :class:`GroupReplica`) and compacts its log up to the replica's
+   ``compaction_floor`` (never past an entry a queue, half message or timer
+   still references), so bodies stay readable after truncation and a
+   restart replays only the entries after the snapshot. A replica restored
+   from its leader's snapshot gets the referenced bodies inside it
+   (``snapshot_for_peer``).
 8. Dead letters: a group's DLQ is ``(%DLQ%<group>, group id)``; routing
    already maps it there.
 
@@ -44,6 +49,7 @@ from typing import cast
 from angelia_rpc import CallContext
 from protocol import routing
 from protocol.records import MessageRecord, RecordCorrupted, decode_batch
+from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
     AckRequest,
@@ -102,6 +108,7 @@ from storage_node.partition.commands import (
     Tick,
     encode,
 )
+from storage_node.partition.image import IMAGE_MAGIC, decode_image, encode_image
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
 from storage_node.partition.results import (
     AckResult,
@@ -113,8 +120,11 @@ from storage_node.partition.results import (
     ReceiveResult,
     Result,
 )
-from storage_node.partition.snapshot import restore, take_snapshot
+from storage_node.partition.snapshot import restore
 from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.store.base import MessageStore
+from storage_node.store.memory import MemoryMessageStore
+from storage_node.store.segment_files import index_segments
 
 _log = logging.getLogger(__name__)
 
@@ -128,30 +138,52 @@ one append is one log entry, and raft batches must stay under the transport's fr
 TIMER_CHECK_MS = 100
 """How often the leader looks for due timers of the groups it leads."""
 
+SNAPSHOT_ENTRIES = 20_000
+"""A group is snapshotted every this many applied entries (bounds the replay at restart)."""
+
+KEEP_ENTRIES = 2_000
+"""Entries kept below a snapshot (if nothing references them either) for lagging followers."""
+
+SEGMENT_INDEX_CHECK_MS = 1_000
+"""How often sealed WAL segments without an index are looked for."""
+
 
 class GroupReplica:
     """This node's replica of one group: the raft state machine the driver applies into.
 
     ``applied_term`` is the term of the last command applied (the read barrier
-    compares it with the current term).
+    compares it with the current term). ``bodies`` is where the replica reads
+    message bodies (APPEND entries) back: this node's WAL, plus the bodies a
+    group image brought.
+
+    Snapshots are group images (``partition.image``): the partition snapshot
+    plus the referenced bodies that the holder's log cannot have; the log is
+    compacted no further than :meth:`compaction_floor`, so every other
+    referenced body stays in the WAL.
     """
 
-    def __init__(self, group_id: int) -> None:
-        """An empty partition for ``group_id``."""
+    def __init__(self, group_id: int, bodies: MessageStore | None = None) -> None:
+        """An empty partition for ``group_id``; bodies in memory unless a store is given."""
         self.group_id = group_id
         self.state = PartitionState(PartitionConfig(group_id=group_id))
+        self.bodies: MessageStore = bodies if bodies is not None else MemoryMessageStore()
         self.applied_term = 0
+        self.applied_index = 0
         self._waiters: dict[QueueId, asyncio.Event] = {}
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command; a rejected command's error is the result."""
         self.applied_term = entry.term
+        self.applied_index = entry.index
         try:
             result: object = self.state.apply_entry(entry.data, entry.index)
         except OutOfOrderApply:
             raise
         except StorageError as exc:
             result = exc
+        else:
+            if entry.data and entry.data[0] == Op.APPEND:
+                self.bodies.keep_applied(self.group_id, entry.index, entry.data)
         for queue in self.state.grown_queues:
             waiter = self._waiters.pop(queue, None)
             if waiter is not None:
@@ -159,13 +191,38 @@ class GroupReplica:
         return result
 
     def restore(self, snapshot: Snapshot) -> None:
-        """Take a snapshot's state."""
-        self.state = restore(snapshot.data)
+        """Take a snapshot's state (a group image, or a bare partition snapshot)."""
+        if snapshot.data[:4] == IMAGE_MAGIC:
+            self.state, bodies = decode_image(snapshot.data)
+            self.bodies.adopt(self.group_id, bodies)
+        else:
+            self.state = restore(snapshot.data)
         self.applied_term = snapshot.metadata.term
+        self.applied_index = snapshot.metadata.index
+        for waiter in self._waiters.values():
+            waiter.set()
+        self._waiters.clear()
 
     def snapshot_data(self) -> bytes:
-        """The state as of the last applied entry."""
-        return take_snapshot(self.state)
+        """The group image as of the last applied entry, restorable on this node."""
+        referenced = self.state.referenced_log_indexes()
+        return encode_image(self.state, self.bodies.bodies_to_carry(self.group_id, referenced))
+
+    def compaction_floor(self) -> int:
+        """The log may be compacted up to just below the oldest entry still referenced."""
+        oldest = self.state.min_log_index_referenced()
+        return self.state.applied_index if oldest is None else oldest - 1
+
+    def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
+        """``snapshot`` with every body its state references (the receiver has none)."""
+        try:
+            state, carried = decode_image(snapshot.data)
+            missing = state.referenced_log_indexes() - carried.keys()
+            carried.update(self.bodies.bodies_for_peer(self.group_id, missing))
+        except StorageError as exc:
+            _log.error("group %d: snapshot sent without its bodies: %s", self.group_id, exc)
+            return snapshot.data
+        return encode_image(state, carried)
 
     def grown(self, queue: QueueId) -> asyncio.Event:
         """An event set the next time ``queue`` gets new messages."""
@@ -259,14 +316,14 @@ class StorageNode:
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
     ) -> list[MessageRecord]:
         """The records of ``entries``; each log entry is read and decoded once."""
-        log = self.store.group(group_id)
+        bodies = self.replicas[group_id].bodies
         batches: dict[int, tuple[MessageRecord, ...]] = {}
         records = []
         for entry in entries:
             batch = batches.get(entry.log_index)
             if batch is None:
                 batch = batches[entry.log_index] = _append_records(
-                    log.entries(entry.log_index, entry.log_index + 1)[0], entry.log_index
+                    bodies.read_entry(group_id, entry.log_index), entry.log_index
                 )
             if not 0 <= entry.position < len(batch):
                 raise CommandCorrupted(
@@ -513,6 +570,17 @@ class StorageNode:
                 future = self.driver.propose_nowait(group_id, encode(Tick(now_ms)))
                 future.add_done_callback(functools.partial(_ticked, group_id, ticking))
 
+    async def run_segment_indexer(self) -> None:
+        """Forever: give every sealed WAL segment its index (in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SEGMENT_INDEX_CHECK_MS / 1000)
+            try:
+                live = self.store.segment_seqs()  # on the loop: the driver changes them
+                await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
+            except (OSError, SegmentCorrupted) as exc:
+                _log.error("indexing sealed WAL segments failed: %s", exc)
+
 
 def _ticked(group_id: int, ticking: set[int], future: asyncio.Future[object]) -> None:
     ticking.discard(group_id)
@@ -520,8 +588,7 @@ def _ticked(group_id: int, ticking: set[int], future: asyncio.Future[object]) ->
         _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
 
 
-def _append_records(entry: Entry, log_index: int) -> tuple[MessageRecord, ...]:
-    data = entry.data
+def _append_records(data: bytes, log_index: int) -> tuple[MessageRecord, ...]:
     if not data or data[0] != Op.APPEND:
         raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
     try:
