@@ -301,6 +301,15 @@ class StorageNode:
             await self._propose(group_id, Tick(self.now_ms()))
         return replica
 
+    async def _readable_replica(self, group_id: int, from_follower: bool) -> GroupReplica:
+        """The replica to read from: the leader after its barrier, or (read replicas)
+        any replica hosted here, as of what it applied (never beyond its commit index)."""
+        if from_follower:
+            replica = self.replicas.get(group_id)
+            if replica is not None:
+                return replica
+        return await self._read_barrier(group_id)
+
     def _stored(
         self, group_id: int, queue: QueueId, first_offset: int, entries: Sequence[QueueEntry]
     ) -> list[StoredMessage]:
@@ -372,7 +381,7 @@ class StorageNode:
         if request.count_max < 1 or request.bytes_max < 1:
             raise BadCommand("count_max and bytes_max must be at least 1")
         group_id = self._group_of(request.topic, request.queue_id)
-        replica = await self._read_barrier(group_id)
+        replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         queue = (request.topic, request.queue_id)
         entries = state.read(
@@ -507,14 +516,20 @@ class StorageNode:
     async def queue_info(
         self, request: QueueInfoRequest, context: CallContext
     ) -> QueueInfoResponse:
-        """A queue's first and end offsets."""
+        """A queue's first and end offsets, and the offset of a store time if asked."""
         group_id = self._group_of(request.topic, request.queue_id)
-        replica = await self._read_barrier(group_id)
+        replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
+        timestamp_offset = -1
+        if request.timestamp_ms >= 0:
+            timestamp_offset = state.offset_for_timestamp(
+                request.topic, request.queue_id, request.timestamp_ms
+            )
         return QueueInfoResponse(
             state.first_offset(request.topic, request.queue_id),
             state.end_offset(request.topic, request.queue_id),
             group_id,
+            timestamp_offset,
         )
 
     async def status(self, request: NodeStatusRequest, context: CallContext) -> NodeStatusResponse:
