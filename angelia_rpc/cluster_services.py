@@ -16,6 +16,7 @@ PURE.
 from __future__ import annotations
 
 from angelia_rpc.service import ServerStream, Service, Unary
+from protocol import broker_api as br
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 
@@ -34,6 +35,10 @@ class StorageService(Service, name="storage"):
     status = Unary(st.NodeStatusRequest, st.NodeStatusResponse)
     end_transaction = Unary(st.EndTransactionRequest, st.EndTransactionResponse)
     cancel_timer = Unary(st.CancelTimerRequest, st.CancelTimerResponse)
+    scan_transactions = Unary(st.ScanTransactionsRequest, st.ScanTransactionsResponse)
+    note_transaction_checks = Unary(
+        st.NoteTransactionChecksRequest, st.NoteTransactionChecksResponse
+    )
 
 
 class NameserverService(Service, name="nameserver"):
@@ -59,3 +64,9 @@ class NameserverService(Service, name="nameserver"):
     renew_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
     release_lease = Unary(ns.LeaseRequest, ns.RevisionResponse)
     watch = ServerStream(ns.WatchRequest, ns.WatchBatchInfo)
+
+
+class BrokerService(Service, name="broker"):
+    """What one broker asks of another (types in ``protocol.broker_api``)."""
+
+    deliver_orphan_check = Unary(br.OrphanCheckRequest, br.OrphanCheckResponse)

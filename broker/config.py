@@ -22,3 +22,52 @@ class BrokerConfig:
         default=False,
         metadata={"help": "create unknown topics and consumer groups on first use (dev only)"},
     )
+    secret: str = field(
+        default="",
+        metadata={
+            "help": "the cluster secret that signs receipt handles (the same on every broker; "
+            "required; prefer the environment variable to the flag)",
+            "secret": True,
+        },
+    )
+    cluster: str = field(
+        default="DefaultCluster",
+        metadata={"help": "the storage cluster this broker serves (auto-created topics go there)"},
+    )
+    storage: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated host:port of storage nodes to try when a route names no "
+            "replica of a queue's raft group (optional)"
+        },
+    )
+    heartbeat_interval_ms: int = field(
+        default=2_000,
+        metadata={"help": "how often the broker tells the nameserver it is alive", "min": 100},
+    )
+    peer_listen: str = field(
+        default="",
+        metadata={
+            "help": "host:port where other brokers reach this one over Angelia (orphan "
+            "check-backs); empty: the client listen host, on a free port"
+        },
+    )
+    delay_max_ms: int = field(
+        default=24 * 3600 * 1000,
+        metadata={"help": "how far ahead a timed message may be due (ms)", "min": 1},
+    )
+    transaction_check_delay_ms: int = field(
+        default=6_000,
+        metadata={
+            "help": "age of an undecided half message at its first check-back (ms)",
+            "min": 0,
+        },
+    )
+    transaction_check_interval_ms: int = field(
+        default=30_000,
+        metadata={"help": "time between check-backs of one half message (ms)", "min": 0},
+    )
+    transaction_check_max: int = field(
+        default=15,
+        metadata={"help": "check-backs of a half message before it is rolled back", "min": 1},
+    )

@@ -134,13 +134,38 @@ class Message:
     dead_letter_of: tuple[str, str] | None = None  # (original topic, message id) in a DLQ
 
 
+class Placement(enum.IntEnum):
+    """Where the store put an appended message (values match the storage API)."""
+
+    QUEUED = 0  # visible in its queue at once
+    DELAYED = 1  # held until its delivery time, then queued
+    HALF = 2  # a transaction's half message: queued only when committed
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where one appended message landed."""
+    """Where one appended message landed; ``offset`` is -1 unless it was queued."""
 
     queue: QueueRef
     offset: int
     store_timestamp_ms: int
+    placement: Placement = Placement.QUEUED
+
+
+@dataclass(frozen=True, slots=True)
+class HalfMessage:
+    """An unresolved transaction: its half message, where it waits and how often it was
+    checked back (``check_count``; 0 before the first check)."""
+
+    message: Message
+    queue: QueueRef
+    store_timestamp_ms: int
+    check_count: int = 0
+
+    @property
+    def producer_group(self) -> str:
+        """The producers that may resolve it: gRPC v2 producers are grouped by topic."""
+        return self.queue.topic
 
 
 @dataclass(frozen=True, slots=True)

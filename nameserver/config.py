@@ -36,7 +36,7 @@ class NameserverConfig:
         metadata={"help": "the storage cluster the leader creates if missing (empty: none)"},
     )
     groups: int = field(
-        default=16,
+        default=64,
         metadata={"help": "raft groups of that cluster when created", "min": 1, "max": 65_536},
     )
     replication_factor: int = field(
@@ -52,7 +52,7 @@ class NameserverConfig:
         },
     )
     expire_interval_ms: int = field(
-        default=1000,
+        default=500,
         metadata={
             "help": "how often the leader sweeps for dead nodes and expired leases",
             "min": 50,
@@ -60,9 +60,10 @@ class NameserverConfig:
         },
     )
     storage_node_timeout_ms: int = field(
-        default=10_000,
+        default=2000,
         metadata={
-            "help": "a storage node silent this long is marked down",
+            "help": "a storage node silent this long is marked down (storage nodes "
+            "heartbeat every 500 ms by default)",
             "min": 100,
             "max": 3_600_000,
         },

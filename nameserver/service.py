@@ -17,7 +17,12 @@ Contracts:
   ``resync_required`` and the stream goes on from the current revision.
 - Leader duties (:func:`run_leader_duties`): create the configured cluster if
   it does not exist, and propose ``Expire`` every ``expire_interval_ms`` so
-  silent storage nodes and brokers are marked down and leases expire.
+  silent storage nodes and brokers are marked down and leases expire; then
+  place the cluster's unplaced groups once enough storage nodes are alive
+  (``SetReplicas``), and at most every ``LEADER_BALANCE_INTERVAL_MS`` plan
+  leader transfers (:mod:`nameserver.balancer`). Transfers are requests held
+  in this leader's memory (not in the log) and handed to the leading storage
+  node in its next heartbeat answer, once; a new leader plans afresh.
 
 SHELL.
 """
@@ -45,7 +50,9 @@ from nameserver.api_convert import (
     topic_info,
     watch_batch_info,
 )
+from nameserver.balancer import plan_leader_balance, plan_placement
 from nameserver.errors import BadRequest, NameserverError, NotLeader
+from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
 from raft.driver import Driver
@@ -57,6 +64,8 @@ GROUP_ID = 1
 """The nameserver's raft group id (the raft WAL reserves 0)."""
 
 READ_TIMEOUT_MS = 2000
+LEADER_BALANCE_INTERVAL_MS = 3000
+"""Least time between two leader balancing plans (transfers and reports settle meanwhile)."""
 log = logging.getLogger("nameserver.service")
 
 
@@ -116,12 +125,17 @@ class NameserverImpl:
         machine: MetadataMachine,
         addresses: Mapping[int, str],
         clock: Callable[[], int] = wall_ms,
+        policy: PlacementPolicy | None = None,
     ) -> None:
         """``addresses``: node id -> Angelia address of every nameserver (for hints)."""
         self.driver = driver
         self.machine = machine
         self.addresses = dict(addresses)
         self.clock = clock
+        self.policy: PlacementPolicy = policy or LoadBalancedPlacement()
+        # Leader transfers planned by this node while leader, by the node asked to transfer.
+        self.pending_transfers: dict[int, list[LeaderTransfer]] = {}
+        self.last_balance_ms = 0
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -319,7 +333,13 @@ class NameserverImpl:
             )
         )
         groups = self.machine.state.groups_of_node(request.node_id)
-        return api.StorageHeartbeatResponse([raft_group_info(g) for g in groups], applied.revision)
+        transfers = [
+            api.LeaderTransferInfo(t.group_id, t.to_node)
+            for t in self.pending_transfers.pop(request.node_id, [])
+        ]
+        return api.StorageHeartbeatResponse(
+            [raft_group_info(g) for g in groups], applied.revision, transfers
+        )
 
     async def broker_heartbeat(
         self, request: api.BrokerHeartbeatRequest, context: CallContext
@@ -449,3 +469,25 @@ async def _maybe_sweep(
             log.info("creating cluster %s with %d groups", cluster, group_count)
             await impl.propose(c.CreateCluster(cluster, group_count, replication_factor))
         await impl.propose(c.Expire(impl.clock(), storage_node_timeout_ms, broker_timeout_ms))
+        if cluster:
+            await _maybe_place(impl, cluster)
+
+
+async def _maybe_place(impl: NameserverImpl, cluster: str) -> None:
+    """Place unplaced groups; plan leader transfers when the last plan is old enough."""
+    state = impl.machine.state
+    placement = plan_placement(state, cluster, impl.policy)
+    if placement is not None:
+        log.info("placing %d groups of %s", len(placement.assignments), cluster)
+        await impl.propose(placement)
+        return
+    now_ms = impl.clock()
+    if now_ms - impl.last_balance_ms < LEADER_BALANCE_INTERVAL_MS:
+        return
+    impl.last_balance_ms = now_ms
+    transfers = plan_leader_balance(state, cluster, impl.policy)
+    impl.pending_transfers = {}
+    for transfer in transfers:
+        impl.pending_transfers.setdefault(transfer.from_node, []).append(transfer)
+    if transfers:
+        log.info("asking for %d leader transfers in %s", len(transfers), cluster)

@@ -320,11 +320,22 @@ class StorageHeartbeatRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderTransferInfo:
+    """The nameserver asks the leader of ``group_id`` to hand leadership to ``to_node``."""
+
+    group_id: int
+    to_node: int
+
+
+@dataclass(frozen=True, slots=True)
 class StorageHeartbeatResponse:
-    """The groups the node should host (it reconciles to these)."""
+    """The groups the node should host (it reconciles to these), and the leader
+    transfers asked of it (leader balancing; it drops those of groups it no
+    longer leads)."""
 
     groups: list[RaftGroupInfo]
     revision: int
+    leader_transfers: list[LeaderTransferInfo] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

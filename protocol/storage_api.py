@@ -208,10 +208,13 @@ class ReceivedMessage:
 
 @dataclass(frozen=True, slots=True)
 class ReceiveResponse:
-    """The deliveries, and how many messages were moved to the dead-letter queue."""
+    """The deliveries, how many messages were moved to the dead-letter queue, and the
+    queue's end offset as the (last) receive saw it (-1: not reported): a message
+    appended after the receive makes the queue grow past it."""
 
     messages: list[ReceivedMessage]
     dead_lettered: int = 0
+    end_offset: int = -1
 
 
 # ------------------------------------------------------------------------- ack
@@ -366,3 +369,53 @@ class CancelTimerResponse:
     """Whether a held message was found and cancelled."""
 
     cancelled: bool
+
+
+# ------------------------------------------------------- transaction check-back
+@dataclass(frozen=True, slots=True)
+class ScanTransactionsRequest:
+    """The unresolved half messages of raft group ``group_id`` that are due for a
+    check-back: stored before ``stored_before_ms`` and never checked or last checked
+    before ``checked_before_ms``; at most ``limit``, oldest first. Served by the
+    group's leader (NOT_LEADER otherwise), from applied state after a read barrier."""
+
+    group_id: int
+    stored_before_ms: int
+    checked_before_ms: int
+    limit: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class HalfMessageInfo:
+    """One unresolved half message: the message (its id is the transaction id in
+    storage), when it was stored and how many check-backs were noted for it."""
+
+    message: Message
+    store_timestamp_ms: int
+    check_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScanTransactionsResponse:
+    """The half messages due, oldest first."""
+
+    halves: list[HalfMessageInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class NoteTransactionChecksRequest:
+    """Count one check-back of each named half message of group ``group_id``; those
+    then counted more than ``check_max`` times are rolled back."""
+
+    group_id: int
+    transaction_ids: list[str]
+    check_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoteTransactionChecksResponse:
+    """Which ids were counted, rolled back (out of checks), or unknown (resolved already)."""
+
+    noted: list[str]
+    rolled_back: list[str]
+    unknown: list[str]

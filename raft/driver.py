@@ -23,15 +23,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from raft import wire
-from raft.confchange import decode_conf_change
+from raft import wal_format, wire
+from raft.confchange import decode_entry
 from raft.config import Config
 from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
+from raft.host_types import GroupNode, StateMachine
 from raft.logstore import LogStore
-from raft.multiraft import GroupNode, MultiRaft, StateMachine
+from raft.multiraft import CompactionStep, MultiRaft
 from raft.node import RawNode
 from raft.transport import RaftTransport
-from raft.types import ConfState, Entry
+from raft.types import ConfChange, ConfChangeV2, ConfState, Entry
 
 _log = logging.getLogger(__name__)
 
@@ -55,15 +56,28 @@ class DriverOptions:
     # compact its log to ``keep_entries`` below the snapshot.
     snapshot_entries: int = 0
     keep_entries: int = 1000
+    # Compaction by retained WAL bytes (0: off). When the live segments hold
+    # more than this, the groups pinning all but the newest
+    # ``wal_keep_segments`` segments are snapshotted (snapshot files written in
+    # a worker thread) and compacted up to their entries in those segments,
+    # never past a group's truncate floor (Driver.set_truncate_floor), so
+    # the segments are recycled as spares instead of new ones being zero-filled.
+    wal_retain_bytes: int = 0
+    wal_keep_segments: int = 2
     # fdatasync in a worker thread (the loop goes on receiving meanwhile) or
     # inline (no thread hand-off; cheaper when syncs are short and CPU is scarce).
     sync_in_thread: bool = True
+    # A leader sends its appends while its own fdatasync runs (see
+    # MultiRaft.outgoing); followers still acknowledge only durable entries.
+    # OFF by default: the simulation found an election-safety violation with
+    # it (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125), not yet understood.
+    send_before_sync: bool = False
     seed: int | None = None
 
 
 def _apply_conf_change(node: GroupNode, entry: Entry) -> ConfState:
     assert isinstance(node, RawNode)
-    return node.apply_conf_change(decode_conf_change(entry.data))
+    return node.apply_conf_change(decode_entry(entry))
 
 
 class Driver:
@@ -87,6 +101,7 @@ class Driver:
             quiesce_after_ticks=self.options.quiesce_after_ticks,
             liveness_timeout_ms=self.options.election_tick * self.options.tick_ms,
             conf_change_applier=_apply_conf_change,
+            entry_bytes_max=store.segment_bytes - wal_format.SEGMENT_OVERHEAD_BYTES,
         )
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -96,6 +111,11 @@ class Driver:
         self._failed: BaseException | None = None
         self._waiting: set[asyncio.Future[object]] = set()
         self._preparing_spare = False
+        # Compaction by WAL bytes: at most one batch of snapshot files in flight.
+        self._compacting = False
+        self._compacted: list[CompactionStep] | None = None
+        self._planned_at_segments = 0
+        self.compactions = 0
         self.rounds = 0
         self.syncs = 0
         self.sync_s = 0.0
@@ -165,7 +185,11 @@ class Driver:
         if self._failed is not None:
             future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
             return future
-        self.host.propose(group_id, data, future)
+        try:
+            self.host.propose(group_id, data, future)
+        except RaftError as exc:
+            future.set_exception(exc)
+            return future
         self._waiting.add(future)
         self._work.set()
         return future
@@ -179,10 +203,46 @@ class Driver:
         if self._failed is not None:
             future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
             return future
-        self.host.propose_many(group_id, payloads, future)
+        try:
+            self.host.propose_many(group_id, payloads, future)
+        except RaftError as exc:
+            future.set_exception(exc)
+            return future
         self._waiting.add(future)
         self._work.set()
         return future
+
+    def propose_conf_change_nowait(
+        self, group_id: int, change: ConfChange | ConfChangeV2
+    ) -> asyncio.Future[object]:
+        """Queue a membership change of ``group_id``; the future ends once it is applied here.
+
+        Add a member as a learner first (the new node hosts the group with
+        no peers: ``add_group(group_id, (), machine)``), then promote it;
+        remove one voter at a time, or use a ConfChangeV2 (joint consensus).
+        Failures as :meth:`propose_nowait`, plus ``InvalidConfChange``, and
+        ``ProposalDropped`` while another change is in progress.
+        """
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self._failed is not None:
+            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
+            return future
+        try:
+            self.host.propose_conf_change(group_id, change, future)
+        except RaftError as exc:
+            future.set_exception(exc)
+            return future
+        self._waiting.add(future)
+        self._work.set()
+        return future
+
+    def set_truncate_floor(self, group_id: int, index: int | None) -> None:
+        """Compaction never discards the group's entries above ``index`` (None: no limit).
+
+        The state machine's host owns this floor (e.g. message retention:
+        the oldest entry whose bytes it still reads from the WAL).
+        """
+        self.host.set_truncate_floor(group_id, index)
 
     async def propose(self, group_id: int, data: bytes) -> object:
         """Propose ``data`` and return the state machine's result once applied."""
@@ -226,6 +286,19 @@ class Driver:
         self.host._dirty.add(group_id)
         self._work.set()
 
+    def transfer_leader(self, group_id: int, to_node: int) -> None:
+        """Make this replica, the leader of ``group_id``, hand leadership to ``to_node``.
+
+        Call it on the leader (on a follower the request is not guaranteed to
+        reach the leader). The leader stops taking proposals until ``to_node``
+        takes over or an election timeout passes.
+        """
+        node = self.host.node(group_id)
+        assert isinstance(node, RawNode)
+        node.transfer_leader(to_node)
+        self.host._dirty.add(group_id)
+        self._work.set()
+
     # ----------------------------------------------------------------- loops
     def _on_batch(self, from_node: int, data: bytes) -> None:
         try:
@@ -261,6 +334,14 @@ class Driver:
         while True:
             await self._work.wait()
             self._work.clear()
+            if self._compacted is not None:
+                try:
+                    await self._finish_compaction(loop)
+                except StorageFailed as exc:
+                    _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
+                    self._failed = exc
+                    self._fail_waiting(exc)
+                    return
             if not host.has_work():
                 continue
             try:
@@ -268,6 +349,10 @@ class Driver:
                 if rnd.is_empty():
                     continue
                 host.persist(rnd, store)
+                early = self.options.send_before_sync and rnd.must_sync
+                if early:
+                    for to_node, data in host.outgoing(rnd, part="early"):
+                        self.transport.send(to_node, data)
                 t0 = time.perf_counter()
                 if rnd.must_sync:
                     if self.options.sync_in_thread:
@@ -277,13 +362,14 @@ class Driver:
                     self.syncs += 1
                     store.maybe_collect_garbage()
                 self.sync_s += time.perf_counter() - t0
-                for to_node, data in host.outgoing(rnd):
+                for to_node, data in host.outgoing(rnd, part="late" if early else "all"):
                     self.transport.send(to_node, data)
                 outcomes = host.apply(rnd, store)
                 if self.options.snapshot_entries:
                     host.maybe_snapshot(
                         rnd, store, self.options.snapshot_entries, self.options.keep_entries
                     )
+                self._maybe_start_compaction(loop)
                 host.advance(rnd)
             except StorageFailed as exc:
                 _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
@@ -304,6 +390,48 @@ class Driver:
             self._maybe_prepare_spare(loop)
             if host.has_work():
                 self._work.set()
+
+    def _maybe_start_compaction(self, loop: asyncio.AbstractEventLoop) -> None:
+        """If the WAL retains more than its budget, snapshot (off the loop) what pins it."""
+        budget = self.options.wal_retain_bytes
+        store = self.store
+        if not budget or self._compacting or store.retained_bytes() <= budget:
+            return
+        segments = len(store.segment_seqs())
+        if segments == self._planned_at_segments:
+            return  # planned at this size already (groups held by floors, or unapplied)
+        self._planned_at_segments = segments
+        steps = self.host.plan_compaction(
+            store.compaction_targets(max(1, self.options.wal_keep_segments))
+        )
+        if not steps:
+            return
+        self._compacting = True
+        files = [(s.group_id, s.snapshot) for s in steps if s.snapshot is not None]
+
+        def done(future: asyncio.Future[None]) -> None:
+            exc = future.exception()
+            if exc is not None:
+                _log.error("node %d: writing snapshots failed: %s", self.node_id, exc)
+                self._compacting = False  # planned again when the WAL grows by a segment
+                return
+            self._compacted = steps
+            self._work.set()
+
+        write = store.snapshot_files.write_durably
+        loop.run_in_executor(self._spare_thread, write, files).add_done_callback(done)
+
+    async def _finish_compaction(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Record the durable snapshots and compact; sync, then recycle freed segments."""
+        steps = self._compacted
+        assert steps is not None
+        self._compacted = None
+        self._compacting = False
+        self.host.finish_compaction(steps, self.store)
+        self.store.flush()
+        await loop.run_in_executor(self._sync_thread, self.store.sync)
+        self.store.maybe_collect_garbage()
+        self.compactions += 1
 
     def _maybe_prepare_spare(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._preparing_spare or self.store.has_spare():

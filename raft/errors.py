@@ -56,3 +56,9 @@ class InvalidConfig(RaftError):
     """A Config whose values cannot work together (it names which)."""
 
     code = errors.BAD_REQUEST
+
+
+class ProposalTooLarge(RaftError):
+    """A proposed entry exceeds what the log store can hold in one record."""
+
+    code = errors.BAD_REQUEST

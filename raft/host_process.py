@@ -167,7 +167,8 @@ async def _debug(driver: Driver) -> None:
         cur = (driver.rounds, driver.syncs, driver.sync_s)
         print(
             f"node {driver.node_id}: rounds/s {cur[0] - last[0]} syncs/s {cur[1] - last[1]} "
-            f"sync busy {(cur[2] - last[2]) / (now - t):.0%}",
+            f"sync busy {(cur[2] - last[2]) / (now - t):.0%} "
+            f"segments {len(driver.store.segment_seqs())} compactions {driver.compactions}",
             file=sys.stderr,
             flush=True,
         )
@@ -194,6 +195,7 @@ async def serve(args: argparse.Namespace) -> None:
         args.data_dir,
         segment_bytes=args.segment_mb << 20,
         cache_bytes_per_group=args.cache_kb_per_group << 10,
+        spare_segments_max=args.spare_segments,
     )
     transport = AngeliaTransport(args.id, {n: a for n, a in peers.items() if n != args.id})
     options = DriverOptions(
@@ -202,7 +204,10 @@ async def serve(args: argparse.Namespace) -> None:
         heartbeat_tick=args.heartbeat_tick,
         snapshot_entries=args.snapshot_entries,
         keep_entries=args.keep_entries,
+        wal_retain_bytes=args.wal_retain_mb << 20,
+        wal_keep_segments=args.wal_keep_segments,
         sync_in_thread=not args.sync_inline,
+        send_before_sync=args.early_send,
     )
     driver = Driver(args.id, store, transport, options)
     machines: dict[int, AppendLog] = {}
@@ -239,9 +244,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--snapshot-entries", type=int, default=10_000)
     parser.add_argument("--keep-entries", type=int, default=2_000)
     parser.add_argument("--segment-mb", type=int, default=64)
+    parser.add_argument(
+        "--wal-retain-mb",
+        type=int,
+        default=256,
+        help="compact the groups pinning old segments when the WAL holds more (0: off)",
+    )
+    parser.add_argument(
+        "--wal-keep-segments", type=int, default=2, help="newest segments a compaction keeps"
+    )
+    parser.add_argument(
+        "--spare-segments", type=int, default=4, help="collected segments kept for reuse"
+    )
     parser.add_argument("--cache-kb-per-group", type=int, default=512)
     parser.add_argument(
         "--sync-inline", action="store_true", help="fdatasync on the event loop, not a thread"
+    )
+    parser.add_argument(
+        "--early-send",
+        action="store_true",
+        help="a leader sends appends during its own fdatasync (experimental: see DriverOptions)",
     )
     parser.add_argument(
         "--keep-values", action="store_true", help="keep applied values for reads (tests)"

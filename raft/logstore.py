@@ -32,16 +32,19 @@ Contracts:
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from raft import wal_format as fmt
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
+from raft.snapshot_files import SnapshotFiles
 from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir
-from raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata
+from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
 from raft.wal_format import RecordKind
+from raft.wal_index import GroupIndex
 
 _IOV_MAX = 1024
 
@@ -67,71 +70,6 @@ class _Segment:
     fd: int
 
 
-@dataclass(slots=True)
-class _GroupState:
-    """One group's view of the WAL. Invariant: entry i is at ``locs[i - first]``."""
-
-    group_id: int
-    hard_state: HardState = field(default_factory=HardState)
-    conf_index: int = 0
-    conf_state: ConfState | None = None
-    snapshot_term: int = 0
-    snapshot_index: int = 0
-    snapshot_conf_state: ConfState = field(default_factory=ConfState)
-    compact_index: int = 0
-    compact_term: int = 0
-    first: int = 1
-    # (term, segment seq, record offset, payload length, entry type) per live entry
-    locs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    cache_from: int = 1  # entries >= cache_from are in ``cache`` (within the live range)
-    cache: list[Entry] = field(default_factory=list)
-    cache_bytes: int = 0
-
-    @property
-    def last(self) -> int:
-        return self.first + len(self.locs) - 1
-
-    def truncate_from(self, index: int) -> None:
-        """Drop entries >= index."""
-        keep = max(0, index - self.first)
-        del self.locs[keep:]
-        if index < self.cache_from:
-            self.cache = []
-            self.cache_bytes = 0
-            self.cache_from = index
-        else:
-            drop = self.cache[index - self.cache_from :]
-            self.cache_bytes -= sum(len(e.data) for e in drop)
-            del self.cache[index - self.cache_from :]
-
-    def compact_to(self, index: int, term: int) -> None:
-        """Discard entries <= index; the log then starts at index + 1."""
-        if index >= self.last:
-            self.locs = []
-        else:
-            del self.locs[: max(0, index + 1 - self.first)]
-        self.first = index + 1
-        if self.cache_from <= index:
-            drop = min(len(self.cache), index + 1 - self.cache_from)
-            self.cache_bytes -= sum(len(e.data) for e in self.cache[:drop])
-            del self.cache[:drop]
-            self.cache_from = index + 1
-        self.compact_index = index
-        self.compact_term = term
-
-    def checkpoint(self) -> fmt.GroupCheckpoint:
-        return fmt.GroupCheckpoint(
-            hard_state=self.hard_state,
-            conf_index=self.conf_index,
-            conf_state=self.conf_state,
-            snapshot_term=self.snapshot_term,
-            snapshot_index=self.snapshot_index,
-            snapshot_conf_state=self.snapshot_conf_state,
-            compact_index=self.compact_index,
-            compact_term=self.compact_term,
-        )
-
-
 class LogStore:
     """The WAL of one node. Not thread-safe, except :meth:`sync` (see module doc)."""
 
@@ -147,7 +85,7 @@ class LogStore:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.cache_bytes_per_group = cache_bytes_per_group
-        self._groups: dict[int, _GroupState] = {}
+        self._groups: dict[int, GroupIndex] = {}
         self._segments: dict[int, _Segment] = {}
         self._current: _Segment | None = None
         self._salt = 0
@@ -158,6 +96,7 @@ class LogStore:
         self._snapshot_files_to_delete: list[Path] = []
         self._failed: BaseException | None = None
         self._spares = SparePool(directory / "wal", segment_bytes, spare_segments_max)
+        self.snapshot_files = SnapshotFiles(directory / "snap")
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -227,6 +166,11 @@ class LogStore:
             self._segments[seq] = _Segment(seq, path, fd)
             last_end, last_sealed = self._replay_segment(seq, data, is_last)
         self._validate_groups()
+        self.snapshot_files.remove_all_but(
+            self.snapshot_files.path(g.group_id, g.snapshot_term, g.snapshot_index)
+            for g in self._groups.values()
+            if g.snapshot_index > 0
+        )
         live = sorted(self._segments)
         if live:
             # Seal the recovered tail where valid data ends, then start afresh.
@@ -402,12 +346,12 @@ class LogStore:
         return self._current.seq, offset
 
     # ------------------------------------------------------------ write API
-    def _group_state(self, group_id: int) -> _GroupState:
+    def _group_state(self, group_id: int) -> GroupIndex:
         g = self._groups.get(group_id)
         if g is None:
             if not 0 < group_id <= fmt.GROUP_ID_MAX:
                 raise ValueError(f"group id must be in 1..{fmt.GROUP_ID_MAX}, got {group_id}")
-            g = _GroupState(group_id)
+            g = GroupIndex(group_id)
             self._groups[group_id] = g
         return g
 
@@ -463,7 +407,7 @@ class LogStore:
                 g.cache_bytes += len(entry.data)
         self._trim_cache(g)
 
-    def _trim_cache(self, g: _GroupState) -> None:
+    def _trim_cache(self, g: GroupIndex) -> None:
         budget = self.cache_bytes_per_group
         if g.cache_bytes <= budget + (budget >> 2):
             return  # trim in steps of a quarter of the budget, not on every append
@@ -512,23 +456,32 @@ class LogStore:
 
     def _save_snapshot(self, group_id: int, snapshot: Snapshot, flag: int) -> None:
         self._check()
+        if snapshot.metadata.index <= self._group_state(group_id).snapshot_index:
+            return  # older than what we hold: nothing to do
+        self.snapshot_files.write_durably([(group_id, snapshot)])
+        self._record_snapshot(group_id, snapshot, flag)
+
+    def note_local_snapshot(self, group_id: int, snapshot: Snapshot) -> bool:
+        """Record a local snapshot whose file :class:`SnapshotFiles` already made durable.
+
+        Returns False (and drops the file) when it is stale meanwhile: a newer
+        snapshot was recorded, or the log no longer holds its index.
+        """
+        self._check()
+        g = self._group_state(group_id)
+        meta = snapshot.metadata
+        if meta.index <= g.snapshot_index or not g.compact_index <= meta.index <= g.last:
+            if meta.index != g.snapshot_index:
+                self._snapshot_files_to_delete.append(
+                    self.snapshot_files.path(group_id, meta.term, meta.index)
+                )
+            return False
+        self._record_snapshot(group_id, snapshot, fmt.SNAPSHOT_LOCAL)
+        return True
+
+    def _record_snapshot(self, group_id: int, snapshot: Snapshot, flag: int) -> None:
         meta = snapshot.metadata
         g = self._group_state(group_id)
-        if meta.index <= g.snapshot_index:
-            return  # older than what we hold: nothing to do
-        path = self._snapshot_path(group_id, meta.term, meta.index)
-        blob = fmt.encode_snapshot_file(
-            group_id, meta.term, meta.index, meta.conf_state, snapshot.data
-        )
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, blob)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(self._snap_dir)
         old = (g.snapshot_term, g.snapshot_index)
         self._encode(
             RecordKind.SNAPSHOT,
@@ -540,10 +493,10 @@ class LogStore:
         )
         self._note_snapshot(g, meta.term, meta.index, meta.conf_state, flag)
         if old[1] > 0:
-            self._snapshot_files_to_delete.append(self._snapshot_path(group_id, *old))
+            self._snapshot_files_to_delete.append(self.snapshot_files.path(group_id, *old))
 
     def _note_snapshot(
-        self, g: _GroupState, term: int, index: int, conf: ConfState, flag: int
+        self, g: GroupIndex, term: int, index: int, conf: ConfState, flag: int
     ) -> None:
         g.snapshot_term = term
         g.snapshot_index = index
@@ -679,6 +632,29 @@ class LogStore:
         """The live segments, oldest first."""
         return sorted(self._segments)
 
+    def retained_bytes(self) -> int:
+        """Disk held by live segments (whole preallocated segments)."""
+        return len(self._segments) * self.segment_bytes
+
+    def compaction_targets(self, keep_segments: int) -> dict[int, int]:
+        """What frees every live segment but the newest ``keep_segments``.
+
+        For each group with entries in those older segments: the index of its
+        last entry there. Compacting each group up to its target (after a
+        snapshot covering it) lets :meth:`maybe_collect_garbage` recycle them.
+        """
+        seqs = sorted(self._segments)
+        if len(seqs) <= keep_segments:
+            return {}
+        bound = seqs[-max(1, keep_segments)]
+        targets: dict[int, int] = {}
+        for g in self._groups.values():
+            locs = g.locs
+            if locs and locs[0][1] < bound:
+                below = bisect.bisect_left(locs, bound, key=_loc_segment)
+                targets[g.group_id] = g.first + below - 1
+        return targets
+
     def locate(self, group_id: int, index: int) -> EntryLocation:
         """Where entry ``index`` of the group lies on disk (for indexing without copying)."""
         g = self._group_state(group_id)
@@ -699,7 +675,7 @@ class LogStore:
             self.flush()
         return os.pread(segment.fd, length, location.offset + start)
 
-    def _check_range(self, g: _GroupState, lo: int, hi: int) -> None:
+    def _check_range(self, g: GroupIndex, lo: int, hi: int) -> None:
         if lo <= g.compact_index:
             raise LogCompacted(
                 f"group {g.group_id}: index {lo} is compacted (<= {g.compact_index})"
@@ -707,7 +683,7 @@ class LogStore:
         if hi > g.last + 1:
             raise LogUnavailable(f"group {g.group_id}: index {hi - 1} is beyond {g.last}")
 
-    def _term(self, g: _GroupState, index: int) -> int:
+    def _term(self, g: GroupIndex, index: int) -> int:
         if index == g.compact_index:
             return g.compact_term
         if index == g.snapshot_index:
@@ -715,7 +691,7 @@ class LogStore:
         self._check_range(g, index, index + 1)
         return g.locs[index - g.first][0]
 
-    def _entries(self, g: _GroupState, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+    def _entries(self, g: GroupIndex, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
         self._check_range(g, lo, hi)
         if lo >= hi:
             return []
@@ -739,7 +715,7 @@ class LogStore:
             index = stop
         return out
 
-    def _read_entries(self, g: _GroupState, lo: int, hi: int) -> Iterable[Entry]:
+    def _read_entries(self, g: GroupIndex, lo: int, hi: int) -> Iterable[Entry]:
         """Entries [lo, hi) from disk: one pread per run of records in one segment."""
         if self._buffer:
             self.flush()
@@ -765,24 +741,20 @@ class LogStore:
                 )
             run_start = run_end + 1
 
-    def _snapshot_path(self, group_id: int, term: int, index: int) -> Path:
-        return self._snap_dir / f"{group_id:08x}-{term:016x}-{index:016x}.snap"
-
-    def _snapshot(self, g: _GroupState) -> Snapshot:
+    def _snapshot(self, g: GroupIndex) -> Snapshot:
         if g.snapshot_index == 0:
             return Snapshot()
-        path = self._snapshot_path(g.group_id, g.snapshot_term, g.snapshot_index)
-        try:
-            _gid, term, index, conf, data = fmt.decode_snapshot_file(path.read_bytes())
-        except (OSError, fmt.FormatError) as exc:
-            raise StorageFailed(f"snapshot of group {g.group_id} is unreadable: {exc}") from exc
-        return Snapshot(SnapshotMetadata(index=index, term=term, conf_state=conf), data)
+        return self.snapshot_files.read(g.group_id, g.snapshot_term, g.snapshot_index)
+
+
+def _loc_segment(loc: tuple[int, int, int, int, int]) -> int:
+    return loc[1]
 
 
 class GroupLog:
     """One group's durable log, read by its raft core (implements ``LogReader``)."""
 
-    def __init__(self, store: LogStore, state: _GroupState) -> None:
+    def __init__(self, store: LogStore, state: GroupIndex) -> None:
         """Obtain it from :meth:`LogStore.group`."""
         self._store = store
         self._g = state

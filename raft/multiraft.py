@@ -33,188 +33,66 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from raft import wire
-from raft.errors import NotLeader, ProposalDropped, RaftError
+from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge, RaftError
+from raft.host_types import (
+    ConfChangeApplier,
+    GroupNode,
+    LogWriter,
+    SnapshotRecorder,
+    StateMachine,
+)
 from raft.types import (
+    ConfChange,
+    ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
-    HardState,
     Message,
     MessageType,
     Ready,
-    Role,
     Snapshot,
     SnapshotMetadata,
 )
 
 _PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
+_CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
+_EARLY = frozenset({MessageType.APP, MessageType.HEARTBEAT})
 
 
-class ProgressLike(Protocol):
-    """What quiescing reads of the leader's view of one member."""
-
-    @property
-    def match(self) -> int:
-        """Highest index known replicated on the member."""
-        ...
+def needs_a_follower(conf: ConfState) -> bool:
+    """Whether every configuration has two voters or more (joint: both halves)."""
+    return len(conf.voters) >= 2 and (not conf.voters_outgoing or len(conf.voters_outgoing) >= 2)
 
 
-class StatusLike(Protocol):
-    """What the host reads of a replica's status (raft.types.Status has these)."""
+def split_early(rd: Ready, early_send: bool) -> tuple[Sequence[Message], Sequence[Message]]:
+    """A Ready's messages as (may go before its fsync, must wait for it).
 
-    @property
-    def term(self) -> int:
-        """Current term."""
-        ...
-
-    @property
-    def commit(self) -> int:
-        """Commit index."""
-        ...
-
-    @property
-    def applied(self) -> int:
-        """Applied index."""
-        ...
-
-    @property
-    def last_index(self) -> int:
-        """Last log index."""
-        ...
-
-    @property
-    def conf_state(self) -> ConfState:
-        """The current membership."""
-        ...
-
-    @property
-    def progress(self) -> Mapping[int, ProgressLike]:
-        """Per member progress; only filled on the leader."""
-        ...
+    Early are the appends and heartbeats of a leader that led at its previous
+    Ready already (so its term and vote are durable), when ``early_send``:
+    every configuration of the group has two voters or more
+    (:func:`needs_a_follower`). See :meth:`MultiRaft.outgoing` for why.
+    """
+    if not early_send or rd.soft_state is not None:
+        return (), rd.messages
+    early = [m for m in rd.messages if m.type in _EARLY]
+    if not early:
+        return (), rd.messages
+    return early, [m for m in rd.messages if m.type not in _EARLY]
 
 
-class GroupNode(Protocol):
-    """The part of raft.node.RawNode the host uses."""
+@dataclass(frozen=True, slots=True)
+class CompactionStep:
+    """Compact ``group_id`` up to ``index``, after recording ``snapshot`` if there is one.
 
-    def tick(self) -> None:
-        """One logical tick."""
-        ...
-
-    def step(self, message: Message) -> None:
-        """A message from a peer."""
-        ...
-
-    def propose_batch(self, payloads: list[bytes] | tuple[bytes, ...]) -> None:
-        """Propose entries; raises ProposalDropped."""
-        ...
-
-    def read_index(self, context: bytes) -> None:
-        """Ask for a linearizable read; a ReadState with ``context`` comes in a Ready."""
-        ...
-
-    def has_ready(self) -> bool:
-        """Whether ready() has work."""
-        ...
-
-    def ready(self) -> Ready:
-        """Take the pending work."""
-        ...
-
-    def advance(self, ready: Ready) -> None:
-        """The work of ``ready`` is done."""
-        ...
-
-    def status(self) -> StatusLike:
-        """A point-in-time view."""
-        ...
-
-    def is_leader(self) -> bool:
-        """Whether this replica leads."""
-        ...
-
-    @property
-    def lead(self) -> int:
-        """Known leader or 0."""
-        ...
-
-    @property
-    def role(self) -> Role:
-        """Current role."""
-        ...
-
-
-class StateMachine(Protocol):
-    """A group's replicated state: committed entries go in, in log order."""
-
-    def apply(self, entry: Entry) -> object:
-        """Apply one committed NORMAL entry (non-empty data); return the proposer's result."""
-        ...
-
-    def restore(self, snapshot: Snapshot) -> None:
-        """Replace the state with a snapshot's."""
-        ...
-
-    def snapshot_data(self) -> bytes:
-        """The state as of the last applied entry, for a snapshot."""
-        ...
-
-
-class RetainingStateMachine(StateMachine, Protocol):
-    """A state machine whose log entries stay needed after a snapshot (optional hooks).
-
-    A storage group's log is its commit log: a snapshot indexes message
-    bodies that live in log entries, so the host asks the machine how far
-    the log may be truncated, and lets it complete a snapshot sent to a
-    replica that must be restored from it (that replica has none of the
-    entries the snapshot still names).
+    The snapshot's file must be made durable between
+    :meth:`MultiRaft.plan_compaction` and :meth:`MultiRaft.finish_compaction`.
     """
 
-    def compaction_floor(self) -> int:
-        """The highest log index the group's log may be compacted to now."""
-        ...
-
-    def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
-        """The data to send in place of ``snapshot.data`` to a replica restored from it."""
-        ...
-
-
-class LogWriter(Protocol):
-    """What a round writes (raft.logstore.LogStore, or a simulated disk)."""
-
-    def append(self, group_id: int, entries: Sequence[Entry]) -> None:
-        """Encode entries (replacing any suffix from their first index)."""
-        ...
-
-    def set_hard_state(self, group_id: int, hard_state: HardState) -> None:
-        """Encode a hard state."""
-        ...
-
-    def install_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
-        """Persist a snapshot from the leader (replaces the group's log)."""
-        ...
-
-    def set_conf_state(self, group_id: int, index: int, conf_state: ConfState) -> None:
-        """Record the applied membership."""
-        ...
-
-    def save_local_snapshot(self, group_id: int, snapshot: Snapshot) -> None:
-        """Persist a snapshot taken at an applied index (the log is kept)."""
-        ...
-
-    def compact(self, group_id: int, index: int) -> None:
-        """Discard entries <= index (at most the snapshot index)."""
-        ...
-
-    def flush(self) -> None:
-        """Write what was encoded (not yet durable)."""
-        ...
-
-
-ConfChangeApplier = Callable[[GroupNode, Entry], ConfState]
-"""Applies a committed CONF_CHANGE entry to its node and returns the new membership."""
+    group_id: int
+    index: int
+    snapshot: Snapshot | None
 
 
 @dataclass(slots=True)
@@ -224,6 +102,7 @@ class _Proposal:
     payloads: list[bytes]
     token: object
     single: bool
+    conf_change: ConfChange | ConfChangeV2 | None = None
 
 
 @dataclass(slots=True)
@@ -237,6 +116,8 @@ class _Pending:
     single: bool
     results: list[object] = field(default_factory=list)
     overwritten: bool = False
+    conf_change: bool = False
+    refused: bool = False  # a conf change the leader replaced with an empty entry
 
 
 @dataclass(slots=True)
@@ -247,12 +128,19 @@ class _Group:
     peers: tuple[int, ...]
     quiesced: bool = False
     idle_ticks: int = 0
+    # Every configuration has two voters or more, so no entry commits on this
+    # replica's own write alone (see outgoing's early part).
+    early_send: bool = False
     proposals: list[_Proposal] = field(default_factory=list)
+    conf_changes: list[_Proposal] = field(default_factory=list)
     pending: dict[int, _Pending] = field(default_factory=dict)  # by first index
     applying: _Pending | None = None  # the pending batch the apply position is inside
     applied: int = 0
     applied_term: int = 0
     snapshot_index: int = 0
+    # Entries <= truncate_floor may be compacted (None: no limit): the
+    # state machine host's retention (e.g. messages still served from the WAL).
+    truncate_floor: int | None = None
     # Linearizable reads: asked (context -> token), then confirmed (index, token)
     # and released once ``applied`` reaches the index.
     reads_asked: dict[bytes, object] = field(default_factory=dict)
@@ -286,6 +174,10 @@ class Outcome:
 def _outcome(p: _Pending) -> Outcome:
     if p.overwritten:
         return Outcome(p.token, error=ProposalDropped("overwritten by a new leader"))
+    if p.refused:
+        return Outcome(
+            p.token, error=ProposalDropped("another membership change is still in progress")
+        )
     return Outcome(p.token, p.results[0] if p.single else p.results)
 
 
@@ -299,9 +191,15 @@ class MultiRaft:
         quiesce_after_ticks: int = 20,
         liveness_timeout_ms: int = 1000,
         conf_change_applier: ConfChangeApplier | None = None,
+        entry_bytes_max: int | None = None,
     ) -> None:
-        """``conf_change_applier`` is required before any CONF_CHANGE entry commits."""
+        """``conf_change_applier`` is required before any CONF_CHANGE entry commits.
+
+        ``entry_bytes_max``: proposals of larger entries fail with
+        ProposalTooLarge (the log store cannot hold them).
+        """
         self.node_id = node_id
+        self.entry_bytes_max = entry_bytes_max
         self.quiesce_after_ticks = quiesce_after_ticks
         self.liveness_timeout_ms = liveness_timeout_ms
         self._conf_change_applier = conf_change_applier
@@ -320,7 +218,8 @@ class MultiRaft:
         if group_id in self._groups:
             raise ValueError(f"group {group_id} is hosted already")
         others = tuple(sorted(p for p in peers if p != self.node_id))
-        self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        g = self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        g.early_send = needs_a_follower(node.status().conf_state)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
 
@@ -433,6 +332,7 @@ class MultiRaft:
     def propose(self, group_id: int, data: bytes, token: object) -> None:
         """Queue a proposal for the next round; its Outcome carries ``token``."""
         g = self._group(group_id)
+        self._check_size(group_id, (data,))
         self._wake(g)
         g.proposals.append(_Proposal([data], token, True))
         self._dirty.add(group_id)
@@ -443,9 +343,43 @@ class MultiRaft:
         They are appended consecutively; the Outcome fails if any was not committed.
         """
         g = self._group(group_id)
+        self._check_size(group_id, payloads)
         self._wake(g)
         g.proposals.append(_Proposal(list(payloads), token, False))
         self._dirty.add(group_id)
+
+    def _check_size(self, group_id: int, payloads: Sequence[bytes]) -> None:
+        limit = self.entry_bytes_max
+        if limit is None:
+            return
+        for data in payloads:
+            if len(data) > limit:
+                raise ProposalTooLarge(
+                    f"group {group_id}: a {len(data)}-byte entry exceeds the "
+                    f"{limit}-byte limit of one WAL segment"
+                )
+
+    def propose_conf_change(
+        self, group_id: int, change: ConfChange | ConfChangeV2, token: object
+    ) -> None:
+        """Queue a membership change; its Outcome (result None) comes once it is applied here.
+
+        It fails with ProposalDropped if the leader could not take it (e.g.
+        another change is still in progress), InvalidConfChange if it can
+        never apply, NotLeader off the leader.
+        """
+        g = self._group(group_id)
+        self._wake(g)
+        g.conf_changes.append(_Proposal([], token, True, change))
+        self._dirty.add(group_id)
+
+    def set_truncate_floor(self, group_id: int, index: int | None) -> None:
+        """Let compaction discard the group's entries up to ``index`` only (None: no limit).
+
+        The hook for the state machine's host: e.g. the message store keeps
+        the floor below the oldest message it still reads from the WAL.
+        """
+        self._group(group_id).truncate_floor = index
 
     def read_index(self, group_id: int, token: object) -> None:
         """Ask for a linearizable read of ``group_id`` on its leader; an Outcome
@@ -482,6 +416,8 @@ class MultiRaft:
         for group_id in sorted(dirty):
             g = self._groups[group_id]
             node = g.node
+            if g.conf_changes:
+                self._propose_conf_changes(g, rejected)
             proposals = g.proposals
             payloads: list[bytes] = []
             if proposals:
@@ -516,6 +452,26 @@ class MultiRaft:
         self._notices = {}
         return Round(groups, readies, must_sync, rejected, notices)
 
+    def _propose_conf_changes(self, g: _Group, rejected: list[tuple[object, RaftError]]) -> None:
+        changes, g.conf_changes = g.conf_changes, []
+        node = g.node
+        for p in changes:
+            assert p.conf_change is not None
+            if not node.is_leader():
+                error = NotLeader(
+                    f"node {self.node_id} does not lead group {g.group_id}", node.lead
+                )
+                rejected.append((p.token, error))
+                continue
+            try:
+                node.propose_conf_change(p.conf_change)
+            except RaftError as exc:
+                rejected.append((p.token, exc))
+                continue
+            status = node.status()
+            index = status.last_index
+            g.pending[index] = _Pending(index, index, status.term, p.token, True, conf_change=True)
+
     def _track(
         self, g: _Group, rd: Ready, proposals: list[_Proposal], payloads: list[bytes]
     ) -> None:
@@ -543,18 +499,41 @@ class MultiRaft:
                 writer.set_hard_state(g.group_id, rd.hard_state)
         writer.flush()
 
-    def outgoing(self, rnd: Round, batch_bytes_max: int = 4 << 20) -> Iterator[tuple[int, bytes]]:
-        """Encoded batches per destination node: all its messages and notices.
+    def outgoing(
+        self, rnd: Round, batch_bytes_max: int = 4 << 20, part: str = "all"
+    ) -> Iterator[tuple[int, bytes]]:
+        """Encoded batches per destination node: its messages and notices.
 
         Usually one batch per node per round; a node's messages are split into
         several batches when their entries exceed ``batch_bytes_max`` (a
         catching-up follower), so no batch outgrows the transport's frame limit.
+
+        ``part``: "all"; or "early", the messages that may go before the
+        round's fdatasync, then "late", the rest (and the notices). Early are
+        the appends and heartbeats of a leader that was leader at its previous
+        Ready already (its term and vote are durable) in a group where every
+        configuration has two voters or more (Raft thesis 10.2.1: the leader
+        writes its log in parallel with replicating it). Safe because the core
+        counts the leader's own write when it appends, yet an entry of this
+        round cannot commit before a follower acknowledges it, which it cannot
+        do before receiving it, and whatever commits becomes visible (applied,
+        or sent as the commit index) only in a later round, after this sync.
+        Everything a follower or candidate sends waits for the sync.
+
+        NOT yet safe: with early sends the simulation broke election safety
+        (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125, a leader crashed between
+        its early appends and its fsync); the driver keeps it off by default.
         """
         per_node: dict[int, list[list[tuple[int, Message]]]] = {}
         sizes: dict[int, int] = {}
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
-            for ready_message in rd.messages:
-                message = ready_message
+            chosen: Sequence[Message] = rd.messages
+            if part == "early":
+                chosen = split_early(rd, g.early_send)[0]
+            elif part == "late":
+                chosen = split_early(rd, g.early_send)[1]
+            for chosen_message in chosen:
+                message = chosen_message
                 to = message.to
                 if to == self.node_id:
                     continue
@@ -572,10 +551,12 @@ class MultiRaft:
                     sizes[to] = 0
                 batches[-1].append((g.group_id, message))
                 sizes[to] += size
-        for to in sorted(per_node.keys() | rnd.notices.keys()):
+        notices_to = rnd.notices.keys() if part != "early" else set()
+        for to in sorted(per_node.keys() | notices_to):
             batches = per_node.get(to) or [[]]
             for index, messages in enumerate(batches):
-                notices = rnd.notices.get(to, ()) if index == len(batches) - 1 else ()
+                last = index == len(batches) - 1
+                notices = rnd.notices.get(to, ()) if last and part != "early" else ()
                 yield to, wire.encode_batch(self.node_id, to, messages, notices)
 
     def apply(self, rnd: Round, writer: LogWriter) -> list[Outcome]:
@@ -599,11 +580,8 @@ class MultiRaft:
             machine = g.state_machine
             for entry in rd.committed_entries:
                 result: object = None
-                if entry.type == EntryType.CONF_CHANGE:
-                    if self._conf_change_applier is None:
-                        raise AssertionError("a CONF_CHANGE committed but no applier is set")
-                    conf = self._conf_change_applier(g.node, entry)
-                    writer.set_conf_state(g.group_id, entry.index, conf)
+                if entry.type in _CONF_TYPES:
+                    self._apply_conf_change(g, entry, writer)
                 elif entry.data:
                     result = machine.apply(entry)
                 g.applied = entry.index
@@ -618,6 +596,8 @@ class MultiRaft:
                     g.applying = waiting
                 if entry.term != waiting.term:
                     waiting.overwritten = True
+                elif waiting.conf_change and entry.type not in _CONF_TYPES:
+                    waiting.refused = True
                 waiting.results.append(result)
                 if entry.index == waiting.last:
                     g.applying = None
@@ -636,6 +616,65 @@ class MultiRaft:
                 g.reads_confirmed = waiting_reads
         return outcomes
 
+    def _apply_conf_change(self, g: _Group, entry: Entry, writer: LogWriter) -> None:
+        """Apply a membership change, record it, and snapshot right at it.
+
+        The snapshot is a host duty (sim seed 138): a leader whose log is
+        compacted sends a joining member its latest snapshot, and one taken
+        before the member was added does not name it, so the member would
+        ignore it forever.
+        """
+        if self._conf_change_applier is None:
+            raise AssertionError("a CONF_CHANGE committed but no applier is set")
+        conf = self._conf_change_applier(g.node, entry)
+        writer.set_conf_state(g.group_id, entry.index, conf)
+        members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
+        g.peers = tuple(sorted(members - {self.node_id}))
+        g.early_send = needs_a_follower(conf)
+        self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
+        metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
+        writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
+        g.snapshot_index = entry.index
+
+    def plan_compaction(self, targets: Mapping[int, int]) -> list[CompactionStep]:
+        """Steps that compact each group toward ``targets`` (group -> index).
+
+        A group is compacted no further than what it applied and its truncate
+        floor; when its snapshot does not cover that far, the step carries a
+        new snapshot of its state machine as of now (its applied index).
+        """
+        steps: list[CompactionStep] = []
+        for group_id, target in targets.items():
+            g = self._groups.get(group_id)
+            if g is None:
+                continue
+            index = min(target, g.applied)
+            if g.truncate_floor is not None:
+                index = min(index, g.truncate_floor)
+            if index <= 0:
+                continue
+            snapshot = None
+            if g.snapshot_index < index:
+                conf_state = g.node.status().conf_state
+                metadata = SnapshotMetadata(
+                    index=g.applied, term=g.applied_term, conf_state=conf_state
+                )
+                snapshot = Snapshot(metadata, g.state_machine.snapshot_data())
+            steps.append(CompactionStep(group_id, index, snapshot))
+        return steps
+
+    def finish_compaction(self, steps: Sequence[CompactionStep], writer: SnapshotRecorder) -> None:
+        """Record the steps' snapshots (their files are durable) and compact."""
+        for step in steps:
+            g = self._groups.get(step.group_id)
+            if g is None:
+                continue
+            if step.snapshot is not None:
+                if not writer.note_local_snapshot(step.group_id, step.snapshot):
+                    continue  # overtaken (e.g. by a snapshot from the leader)
+                g.snapshot_index = max(g.snapshot_index, step.snapshot.metadata.index)
+            writer.compact(step.group_id, step.index)
+
     def maybe_snapshot(
         self, rnd: Round, writer: LogWriter, every_entries: int, keep_entries: int
     ) -> None:
@@ -653,12 +692,11 @@ class MultiRaft:
                 g.group_id, Snapshot(metadata, g.state_machine.snapshot_data())
             )
             g.snapshot_index = g.applied
-            target = g.applied - keep_entries
-            floor = getattr(g.state_machine, "compaction_floor", None)
-            if floor is not None:
-                target = min(target, floor())
-            if target > 0:
-                writer.compact(g.group_id, target)
+            index = g.applied - keep_entries
+            if g.truncate_floor is not None:
+                index = min(index, g.truncate_floor)
+            if index > 0:
+                writer.compact(g.group_id, index)
 
     def set_applied(self, group_id: int, index: int) -> None:
         """Where a restarted group's state machine stands (its snapshot index)."""
@@ -687,8 +725,12 @@ class MultiRaft:
 
 
 def _complete_snapshot(machine: StateMachine, message: Message) -> Message:
-    """``message`` with its snapshot completed by the machine's ``snapshot_for_peer`` hook."""
-    export = getattr(machine, "snapshot_for_peer", None)
+    """``message`` with its snapshot completed by the machine's ``snapshot_for_peer`` hook.
+
+    The hook is optional (:class:`raft.host_types.RetainingStateMachine`);
+    without it the snapshot is sent as taken.
+    """
+    export: Callable[[Snapshot], bytes] | None = getattr(machine, "snapshot_for_peer", None)
     snapshot = message.snapshot
     if export is None or snapshot is None:
         return message

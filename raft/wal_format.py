@@ -46,6 +46,9 @@ FORMAT_VERSION = 1
 
 RECORD_HEADER = struct.Struct("<IIBBHIQQ")  # crc, payload_len, kind, type, 0, group, term, index
 RECORD_HEADER_BYTES = RECORD_HEADER.size  # 32
+# What a segment spends besides one record's payload: its header, the
+# record's header and the SEAL record; a larger payload never fits.
+SEGMENT_OVERHEAD_BYTES = SEGMENT_HEADER_BYTES + 2 * RECORD_HEADER_BYTES
 _CRC = struct.Struct("<I")
 _AFTER_CRC = struct.Struct("<IBBHIQQ")  # the 28 header bytes the crc covers
 _SALT = struct.Struct("<Q")

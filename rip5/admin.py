@@ -12,7 +12,6 @@ option value).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
@@ -22,8 +21,9 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from nameserver import names
 from nameserver.errors import NameserverError
 from protocol import errors
@@ -32,63 +32,11 @@ from protocol import nameserver_api as api
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 CALL_TIMEOUT_MS = 5000
-ATTEMPTS_MAX = 20
 DEFAULT_CLUSTER = "DefaultCluster"
 
 MESSAGE_TYPES = {"normal": 1, "fifo": 2, "delay": 3, "transaction": 4}
 PERMISSIONS = {"none": 0, "w": 2, "r": 4, "rw": 6}
 T = TypeVar("T")
-
-
-class NameserverClient:
-    """Calls one nameserver replica after another until the leader answers."""
-
-    def __init__(self, addresses: list[str], config: RpcConfig | None = None) -> None:
-        """``addresses``: where nameservers listen (any replica will do)."""
-        self.addresses = addresses
-        self.peers = Peers(config or RpcConfig())
-        self._current = addresses[0]
-
-    def stub(self, address: str) -> NameserverService:
-        """The typed client of one replica."""
-        return NameserverService(self.peers.channel(address))
-
-    async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
-        """Run ``method`` on the leader: follow NOT_LEADER hints, skip unreachable replicas.
-
-        Retrying is safe: a NOT_LEADER or unreachable answer means the write
-        was not acknowledged; an unacknowledged create that did commit shows
-        up as ALREADY_EXISTS on the retry.
-        """
-        last: AngeliaError | None = None
-        unreachable: set[str] = set()
-        for _ in range(ATTEMPTS_MAX):
-            address = self._current
-            try:
-                return await method(self.stub(address))
-            except AngeliaError as exc:
-                last = exc
-                if exc.code is errors.NOT_LEADER:
-                    self._current = exc.leader_hint or self._next(address)
-                elif exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
-                    unreachable.add(address)
-                    if unreachable >= set(self.addresses):
-                        raise
-                    self._current = self._next(address)
-                else:
-                    raise
-            await asyncio.sleep(0.1)  # an election may be under way: back off, then retry
-        assert last is not None
-        raise last
-
-    def _next(self, address: str) -> str:
-        if address not in self.addresses:
-            return self.addresses[0]
-        return self.addresses[(self.addresses.index(address) + 1) % len(self.addresses)]
-
-    async def close(self) -> None:
-        """Close the connections."""
-        await self.peers.close()
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -97,14 +45,10 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _addresses(text: str) -> list[str]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    for part in parts:
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            _fail(f"--nameserver: {part!r} is not host:port", EXIT_USAGE)
-    if not parts:
-        _fail("--nameserver: give at least one host:port", EXIT_USAGE)
-    return parts
+    try:
+        return parse_addresses(text)
+    except ValueError as exc:
+        _fail(f"--nameserver: {exc}", EXIT_USAGE)
 
 
 def _check_name(validate: Callable[[str], None], name: str) -> None:
@@ -355,7 +299,7 @@ def group_describe(name: str, nameserver: str) -> None:
 
 @click.group()
 def cluster() -> None:
-    """status: nodes, brokers, groups and leaders."""
+    """status: nodes (health, load), brokers, groups (replicas, leaders)."""
 
 
 @cluster.command("status")
@@ -372,28 +316,69 @@ def cluster_status(nameserver: str, name: str) -> None:
         f"{status.topic_count} topics, {status.consumer_group_count} consumer groups, "
         f"revision {status.revision}"
     )
-    nodes = Table(title="storage nodes")
-    for column in ("id", "address", "alive", "groups", "leaders", "last_heartbeat_ms"):
-        nodes.add_column(column)
-    for n in status.storage_nodes:
-        nodes.add_row(
-            str(n.node_id),
-            n.address,
-            str(n.alive).lower(),
-            str(n.groups),
-            str(n.leaders),
-            str(n.last_heartbeat_ms),
-        )
-    _print(nodes)
+    _print(storage_nodes_table(status.storage_nodes))
     brokers = Table(title="brokers")
     for column in ("id", "address", "alive", "last_heartbeat_ms"):
         brokers.add_column(column)
     for b in status.brokers:
         brokers.add_row(b.broker_id, b.address, str(b.alive).lower(), str(b.last_heartbeat_ms))
     _print(brokers)
+    _print(raft_groups_table(status.groups, {n.node_id: n for n in status.storage_nodes}))
     leaderless = [g.group_id for g in status.groups if g.leader == 0]
     placed = sum(1 for g in status.groups if g.replicas)
     click.echo(
         f"raft groups: {placed} of {len(status.groups)} placed, "
         f"{len(status.groups) - len(leaderless)} with a known leader"
     )
+
+
+def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
+    """Storage nodes: health, the groups they host and lead, and their load."""
+    table = Table(title="storage nodes")
+    for column in (
+        "id",
+        "address",
+        "health",
+        "groups",
+        "leaders",
+        "bytes",
+        "msgs/s",
+        "disk_free",
+        "last_heartbeat_ms",
+    ):
+        table.add_column(column)
+    for n in nodes:
+        table.add_row(
+            str(n.node_id),
+            n.address,
+            "up" if n.alive else "DOWN",
+            str(n.groups),
+            str(n.leaders),
+            str(n.bytes),
+            str(n.msgs_per_s),
+            str(n.disk_free_bytes),
+            str(n.last_heartbeat_ms),
+        )
+    return table
+
+
+def raft_groups_table(
+    groups: list[api.RaftGroupInfo], nodes: dict[int, api.StorageNodeInfo]
+) -> Table:
+    """Raft groups: replicas (a down one marked), leader and term."""
+    table = Table(title="raft groups")
+    for column in ("group", "replicas", "leader", "term"):
+        table.add_column(column)
+
+    def name(node_id: int) -> str:
+        node = nodes.get(node_id)
+        return str(node_id) if node is not None and node.alive else f"{node_id}(down)"
+
+    for g in groups:
+        table.add_row(
+            str(g.group_id),
+            ",".join(name(n) for n in g.replicas) or "-",
+            name(g.leader) if g.leader else "-",
+            str(g.term),
+        )
+    return table

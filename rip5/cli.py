@@ -8,6 +8,7 @@ built yet.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ import uvloop
 
 from rip5 import __version__
 from rip5 import admin as admin_commands
+from rip5 import loadtest as loadtest_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import DevLayout, plan, ready_banner
 from rip5.roles import ROLES, Role
@@ -221,6 +223,12 @@ for _role in ROLES.values():
     help="client port of the first broker (the next ones follow)",
 )
 @click.option(
+    "--free-ports",
+    is_flag=True,
+    default=False,
+    help="give every process a port free at start instead of the base ports (for tests)",
+)
+@click.option(
     "--auto-create/--no-auto-create",
     default=True,
     show_default=True,
@@ -240,6 +248,7 @@ def dev(
     nameserver_port: int,
     storage_port: int,
     broker_port: int,
+    free_ports: bool,
     auto_create: bool,
     log_level: str,
 ) -> None:
@@ -247,7 +256,15 @@ def dev(
     temp = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="rip5-dev-")) if data_dir is None else data_dir
     layout = DevLayout(
-        root, brokers, storage, nameserver_port, storage_port, broker_port, auto_create, log_level
+        root,
+        brokers,
+        storage,
+        nameserver_port,
+        storage_port,
+        broker_port,
+        auto_create,
+        log_level,
+        free_ports=free_ports,
     )
     specs, notices = plan(layout)
 
@@ -285,26 +302,19 @@ admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
 
 
+main.add_command(loadtest_command.loadtest)
+
+
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer.
 
-    ``rip5 bench angelia --help`` lists the Angelia bench's options
-    (``rip5 bench raft --help`` the raft bench's, ``rip5 bench storage --help``
-    the storage bench's).
+    Every target warms up, measures several runs and prints median [min-max]
+    with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``rip5 bench TARGET --help`` lists a target's options.
     """
-    if target == "angelia":
-        from rip5.bench import angelia  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(angelia.main(list(args)))
-    if target == "raft":
-        from rip5.bench import raft  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(raft.main(list(args)))
-    if target == "storage":
-        from rip5.bench import storage  # noqa: PLC0415 - load the bench only when asked
-
-        sys.exit(storage.main(list(args)))
-    _unavailable(f"rip5 bench {target}", BENCH_TARGETS[target])
+    # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.
+    module = importlib.import_module(f"rip5.bench.{target}")
+    sys.exit(module.main(list(args)))

@@ -263,5 +263,17 @@ def resolve(
 
 
 def describe(instance: object) -> Sequence[tuple[str, object]]:
-    """(option, value) pairs of a resolved config, for the start-up log line."""
-    return [(f.name, getattr(instance, f.name)) for f in dataclasses.fields(instance)]  # type: ignore[arg-type]
+    """(option, value) pairs of a resolved config, for the start-up log line.
+
+    Options whose metadata has ``secret`` show only whether they are set.
+    """
+    return [
+        (f.name, _shown(f, getattr(instance, f.name)))
+        for f in dataclasses.fields(instance)  # type: ignore[arg-type]
+    ]
+
+
+def _shown(option: dataclasses.Field[Any], value: object) -> object:
+    if option.metadata.get("secret"):
+        return "<set>" if value else "<unset>"
+    return value

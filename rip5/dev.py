@@ -2,12 +2,21 @@
 
 Layout: one nameserver, ``storage`` storage nodes and ``brokers`` brokers,
 each in its own folder under the data directory and on consecutive ports from
-the role's base port. Roles that are not built yet are skipped with a notice;
-the rest run as real processes (``python -m rip5 <role> ...``).
+the role's base port (or, with ``free_ports``, each on a port that was free
+when the plan was made: what tests use, so runs on one machine never clash).
+Roles that are not built yet are skipped with a notice; the rest run as real
+processes (``python -m rip5 <role> ...``).
+
+Placement: the nameserver creates the cluster with ``storage_groups`` groups
+and a replication factor of ``min(3, storage)``, and places the groups once
+that many storage nodes registered; the storage nodes join it (``--nameserver``,
+no ``--peers``) and start the replicas it assigns them.
 """
 
 from __future__ import annotations
 
+import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +38,19 @@ class DevLayout:
     auto_create: bool = True
     log_level: str = "info"
     storage_groups: int = 64
+    secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
+    free_ports: bool = False
+
+
+REPLICATION_FACTOR_MAX = 3
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -47,15 +69,21 @@ def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[
 
 def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     """The child processes to start, and notices about roles that were skipped."""
-    nameserver = f"127.0.0.1:{layout.nameserver_port}"
+
+    def port(base: int, i: int = 0) -> int:
+        return free_port() if layout.free_ports else base + i
+
+    nameserver = f"127.0.0.1:{port(layout.nameserver_port)}"
+    groups = str(layout.storage_groups)
+    factor = str(min(REPLICATION_FACTOR_MAX, layout.storage))
     wanted: list[tuple[str, str, tuple[str, ...]]] = [
-        ("nameserver", "nameserver", ("--listen", nameserver)),
+        (
+            "nameserver",
+            "nameserver",
+            ("--listen", nameserver, "--groups", groups, "--replication-factor", factor),
+        ),
     ]
-    # Every storage node replicates every group (static placement until the
-    # nameserver assigns groups): each is told all of its peers and the group count.
-    storage_peers = ",".join(
-        f"{i + 1}=127.0.0.1:{layout.storage_port + i}" for i in range(layout.storage)
-    )
+    # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
         wanted.append(
             (
@@ -63,15 +91,13 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                 "storage",
                 (
                     "--listen",
-                    f"127.0.0.1:{layout.storage_port + i}",
+                    f"127.0.0.1:{port(layout.storage_port, i)}",
                     "--node-id",
                     str(i + 1),
                     "--nameserver",
                     nameserver,
-                    "--peers",
-                    storage_peers,
                     "--groups",
-                    str(layout.storage_groups),
+                    groups,
                 ),
             )
         )
@@ -82,13 +108,16 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                 "broker",
                 (
                     "--listen",
-                    f"127.0.0.1:{layout.broker_port + i}",
+                    f"127.0.0.1:{port(layout.broker_port, i)}",
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
                 ),
             )
         )
+    # One secret per dev cluster: every broker signs and checks receipt handles with it.
+    # It travels in the environment (not argv, which any local user can read).
+    secret_env = {"RIP5_BROKER_SECRET": layout.secret or secrets.token_hex(16)}
     specs: list[ChildSpec] = []
     skipped: dict[str, int] = {}
     for name, role, flags in wanted:
@@ -96,7 +125,11 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
             skipped[role] = skipped.get(role, 0) + 1
             continue
         specs.append(
-            ChildSpec(name, _role_argv(role, layout.data_dir / name, layout.log_level, *flags))
+            ChildSpec(
+                name,
+                _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+                secret_env if role == "broker" else {},
+            )
         )
     notices = [
         f"role '{role}' is not available yet (it lands with {ROLES[role].issue}); "

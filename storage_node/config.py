@@ -2,6 +2,9 @@
 
 from dataclasses import dataclass, field
 
+GROUPS_DEFAULT = 64
+"""The group count of a cluster created without one (issue 5; the nameserver agrees)."""
+
 
 def parse_peers(text: str) -> dict[int, str]:
     """``1=host:port,2=host:port`` -> {1: "host:port", ...}; raises ValueError naming the part."""
@@ -29,23 +32,42 @@ class StorageConfig:
         metadata={"help": "this node's id, unique in the cluster", "min": 1, "max": 65535},
     )
     nameserver: str = field(
-        default="127.0.0.1:9876",
-        metadata={"help": "comma-separated host:port of the nameservers", "kind": "addresses"},
+        default="",
+        metadata={
+            "help": "comma-separated host:port of the nameservers (any replica will do); "
+            "empty: no nameserver (static placement from --peers)",
+            "kind": "addresses",
+        },
+    )
+    cluster: str = field(
+        default="DefaultCluster",
+        metadata={"help": "the storage cluster this node joins (at the nameserver)"},
     )
     peers: str = field(
         default="",
         metadata={
-            "help": "ID=host:port of every storage node, this one too (empty: this node alone); "
-            "every node replicates every group",
+            "help": "ID=host:port of every storage node, this one too: static placement, every "
+            "node replicates every group (wins over the nameserver's assignment); empty: the "
+            "nameserver assigns groups (or, with no nameserver, this node alone)",
             "kind": "peers",
         },
     )
     groups: int = field(
-        default=64,
+        default=0,
         metadata={
-            "help": "raft groups of the cluster, fixed when it is created (queues hash to them)",
-            "min": 1,
+            "help": "raft groups of the cluster, fixed when it is created (queues hash to them); "
+            "0: the cluster's count at the nameserver (64 when this node creates it or has no "
+            "nameserver); a count that disagrees with the cluster's is refused",
+            "min": 0,
             "max": 65535,
+        },
+    )
+    heartbeat_interval_ms: int = field(
+        default=500,
+        metadata={
+            "help": "how often this node heartbeats (load, assignment) to the nameserver",
+            "min": 50,
+            "max": 60_000,
         },
     )
     flush: str = field(

@@ -1,12 +1,31 @@
 """The storage role: one node hosting raft groups whose logs are queue commit logs.
 
 ``serve`` (the shell contract of rip5/shell.py) opens the node's WAL in
-``<data dir>/wal``, hosts a replica of every group ``1 .. groups`` with every
-node of ``peers`` as a member (static placement: the nameserver assignment
-comes later), and serves on ``listen`` both the raft streams of its peers and
-:class:`storage_node.service.StorageService`. It calls ``ready(listen)`` once
-it serves, and on ``stopping`` stops the server, then the driver (which
+``<data dir>/wal``, serves on ``listen`` both the raft streams of its peers
+and :class:`storage_node.service.StorageService`, calls ``ready(listen)``
+once it serves, and on ``stopping`` stops the server, then the driver (which
 closes the WAL).
+
+Which groups this node hosts (issue 5, "placement"):
+
+- With ``--nameserver`` the node first learns its cluster's group count there
+  (:func:`storage_node.registration.join_cluster`; a disagreeing ``--groups``
+  is refused), then heartbeats and reports its groups' leaders.
+- Placement by the nameserver (``--nameserver`` without ``--peers``): the node
+  starts with no groups; every heartbeat answers the groups assigned to it,
+  and :class:`LocalGroups` starts the missing local replicas (idempotent;
+  peer addresses from the nameserver's node list). See
+  :mod:`storage_node.reconcile` for what is not carried out (membership
+  changes).
+- Static placement (``--peers`` given): every node replicates every group
+  with every node of ``--peers`` as a member. Static ``--peers`` WINS over the
+  nameserver: the node ignores the assignments in heartbeat answers (it
+  still registers, reports leaders and follows leader transfer requests).
+- Neither: this node alone hosts every group.
+
+Leader transfers asked by the nameserver (leader balancing) arrive in
+heartbeat answers; a transfer of a group this node no longer leads is
+dropped (the nameserver plans again from fresh leader reports).
 
 ``flush``: only ``sync`` is implemented (every append is fsynced on a
 majority before it is acknowledged); ``async`` is refused at start.
@@ -21,20 +40,28 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-from angelia_rpc import RpcConfig, Server
+from angelia_rpc import AngeliaError, RpcConfig, Server
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
+from protocol import nameserver_api as api
 from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
-from storage_node.config import StorageConfig, parse_peers
+from raft.node import RawNode
+from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
+from storage_node.reconcile import ReconcilePlan, plan_reconcile
+from storage_node.registration import CALL_TIMEOUT_MS, Registration, join_cluster
 from storage_node.service import (
     FIRST_GROUP_ID,
     KEEP_ENTRIES,
     SNAPSHOT_ENTRIES,
+    WAL_RETAIN_BYTES,
     GroupReplica,
     StorageNode,
 )
+from storage_node.store.base import MessageStore
 from storage_node.store.segment_files import WalMessageStore
 
 _log = logging.getLogger(__name__)
@@ -55,6 +82,126 @@ def cluster_peers(config: StorageConfig) -> dict[int, str]:
     return peers
 
 
+class LocalGroups:
+    """Starts this node's replicas: all at once (static) or as assigned (reconcile)."""
+
+    def __init__(
+        self,
+        node: StorageNode,
+        transport: AngeliaTransport,
+        client: NameserverClient | None,
+        cluster: str,
+        bodies: MessageStore,
+    ) -> None:
+        """``client`` reads peer addresses from the nameserver when an assignment needs them;
+        every replica reads its message bodies through ``bodies``."""
+        self.node = node
+        self.bodies = bodies
+        self.transport = transport
+        self.client = client
+        self.cluster = cluster
+        self._last_plan: ReconcilePlan | None = None
+
+    @property
+    def group_ids(self) -> range:
+        """The cluster's group ids."""
+        return range(FIRST_GROUP_ID, FIRST_GROUP_ID + self.node.group_count)
+
+    def learn_addresses(self, addresses: dict[int, str]) -> None:
+        """Peer addresses (node id -> host:port) for raft streams and leader hints."""
+        me = self.node.driver.node_id
+        for node_id, address in addresses.items():
+            if node_id == me:
+                continue
+            known = self.transport.addresses.get(node_id)
+            if known is not None and known != address:
+                # The raft stream to that node keeps its first address (restart to change it).
+                _log.warning(
+                    "peer address changed; raft keeps the old one until restart",
+                    extra={"peer": node_id, "old": known, "new": address},
+                )
+                continue
+            self.transport.addresses[node_id] = address
+            self.node.addresses[node_id] = address
+
+    def start_group(self, group_id: int, members: list[int]) -> None:
+        """Host a replica of ``group_id`` (no-op if hosted already)."""
+        if group_id in self.node.replicas:
+            return
+        replica = GroupReplica(group_id, self.bodies)
+        self.node.driver.add_group(group_id, members, replica)
+        self.node.adopt(group_id, replica)
+
+    def start_all(self, members: list[int]) -> None:
+        """Static placement: every group, with ``members``."""
+        for group_id in self.group_ids:
+            self.start_group(group_id, members)
+
+    def hosted(self) -> dict[int, frozenset[int]]:
+        """Group -> voters of each hosted replica."""
+        host = self.node.driver.host
+        return {
+            g: frozenset(cast(RawNode, host.node(g)).status().conf_state.voters)
+            for g in self.node.replicas
+        }
+
+    async def reconcile(self, assigned: list[api.RaftGroupInfo]) -> ReconcilePlan:
+        """Start the assigned groups this node does not host yet; log what it cannot do."""
+        wanted = {g.group_id: g.replicas for g in assigned if g.cluster == self.cluster}
+        known = set(self.transport.addresses) | {self.node.driver.node_id}
+        plan = plan_reconcile(
+            self.node.driver.node_id, self.hosted(), wanted, self.group_ids, known
+        )
+        if plan.unknown_nodes:
+            await self._maybe_read_addresses()
+        for group_id, members in plan.start:
+            self.start_group(group_id, list(members))
+        if plan.start:
+            _log.info(
+                "started assigned groups",
+                extra={"started": len(plan.start), "hosted": len(self.node.replicas)},
+            )
+        if plan != self._last_plan and (plan.refused or plan.membership_differs or plan.unassigned):
+            _log.warning(
+                "assignment not fully followed",
+                extra={
+                    "refused": "; ".join(reason for _, reason in plan.refused),
+                    "membership_differs": list(plan.membership_differs),
+                    "unassigned_kept": list(plan.unassigned),
+                },
+            )
+        self._last_plan = plan
+        return plan
+
+    async def _maybe_read_addresses(self) -> None:
+        if self.client is None:
+            return
+        request = api.NameRequest(self.cluster)
+        try:
+            status = await self.client.call(
+                lambda ns: ns.cluster_status(request, timeout_ms=CALL_TIMEOUT_MS)
+            )
+        except AngeliaError as exc:
+            _log.warning("cannot read peer addresses", extra={"error": str(exc)})
+            return
+        self.learn_addresses({n.node_id: n.address for n in status.storage_nodes})
+
+    def transfer_leaders(self, transfers: list[api.LeaderTransferInfo]) -> int:
+        """Start the asked leader transfers of groups this node leads; how many started."""
+        started = 0
+        for transfer in transfers:
+            group_id = transfer.group_id
+            if group_id not in self.node.replicas:
+                continue
+            if not self.node.driver.host.node(group_id).is_leader():
+                continue
+            self.node.driver.transfer_leader(group_id, transfer.to_node)
+            started += 1
+        if started:
+            _log.info("leader transfers started", extra={"transfers": started})
+        return started
+
+
 async def serve(
     config: StorageConfig,
     data_dir: Path,
@@ -65,35 +212,78 @@ async def serve(
     if config.flush != "sync":
         raise ValueError(f"flush={config.flush} is not implemented yet; use flush=sync")
     peers = cluster_peers(config)
+    client = NameserverClient(parse_addresses(config.nameserver)) if config.nameserver else None
+    try:
+        group_count = config.groups or GROUPS_DEFAULT
+        if client is not None:
+            cluster = await join_cluster(client, config, stopping)
+            if cluster is None:
+                return  # asked to stop before the nameserver answered
+            group_count = cluster.group_count
+            _log.info("joined cluster", extra={"cluster": cluster.name, "groups": group_count})
+        await _serve_groups(config, data_dir, stopping, ready, peers, client, group_count)
+    finally:
+        if client is not None:
+            await client.close()
+
+
+async def _serve_groups(
+    config: StorageConfig,
+    data_dir: Path,
+    stopping: asyncio.Event,
+    ready: Callable[[str], None],
+    peers: dict[int, str],
+    client: NameserverClient | None,
+    group_count: int,
+) -> None:
+    static = bool(config.peers) or client is None
     store = LogStore.open(data_dir / "wal")
     transport = AngeliaTransport(
         config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
     )
-    options = DriverOptions(snapshot_entries=SNAPSHOT_ENTRIES, keep_entries=KEEP_ENTRIES)
+    options = DriverOptions(
+        snapshot_entries=SNAPSHOT_ENTRIES,
+        keep_entries=KEEP_ENTRIES,
+        wal_retain_bytes=WAL_RETAIN_BYTES,
+    )
     driver = Driver(config.node_id, store, transport, options)
-    bodies = WalMessageStore(store)
-    replicas: dict[int, GroupReplica] = {}
-    members = sorted(peers)
-    for group_id in range(FIRST_GROUP_ID, FIRST_GROUP_ID + config.groups):
-        replicas[group_id] = GroupReplica(group_id, bodies)
-        driver.add_group(group_id, members, replicas[group_id])
-    node = StorageNode(driver, store, replicas, config.groups, peers)
+    node = StorageNode(driver, store, {}, group_count, peers)
+    groups = LocalGroups(node, transport, client, config.cluster, WalMessageStore(store))
+    if static:
+        groups.start_all(sorted(peers))
     server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
+    tasks: list[asyncio.Task[None]] = []
     try:
         address = await server.start(config.listen)
         await driver.start()
-        timers = asyncio.create_task(node.run_timers(), name="storage-timers")
-        indexer = asyncio.create_task(node.run_segment_indexer(), name="segment-indexer")
+        tasks.append(asyncio.create_task(node.run_timers(), name="storage-timers"))
+        tasks.append(asyncio.create_task(node.run_segment_indexer(), name="segment-indexer"))
+        tasks.append(asyncio.create_task(node.run_floor_keeper(), name="truncate-floors"))
+        if client is not None:
+
+            async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:
+                if not static:
+                    await groups.reconcile(response.groups)
+                groups.transfer_leaders(response.leader_transfers)
+
+            registration = Registration(client, node, config, address, data_dir, on_heartbeat)
+            tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))
         _log.info(
             "serving",
-            extra={"address": address, "groups": config.groups, "nodes": len(peers)},
+            extra={
+                "address": address,
+                "groups": group_count,
+                "placement": "static" if static else "nameserver",
+                "nodes": len(peers),
+            },
         )
         ready(address)
         await stopping.wait()
-        for task in (timers, indexer):
+    finally:
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    finally:
         await server.stop()
         await driver.stop()

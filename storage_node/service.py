@@ -17,13 +17,15 @@ The host's duties of ``storage_node.partition`` and how they are met here:
 4. Timers: on the leader, :meth:`StorageNode.run_timers` proposes ``Tick``
    once a group's earliest held message is due.
 5-7. Snapshots and log truncation: the driver snapshots a group every
-   ``snapshot_entries`` applied entries (a group image, see
-   :class:`GroupReplica`) and compacts its log up to the replica's
-   ``compaction_floor`` (never past an entry a queue, half message or timer
-   still references), so bodies stay readable after truncation and a
-   restart replays only the entries after the snapshot. A replica restored
-   from its leader's snapshot gets the referenced bodies inside it
-   (``snapshot_for_peer``).
+   ``snapshot_entries`` applied entries and when the WAL holds more than
+   ``wal_retain_bytes`` (a group image, see :class:`GroupReplica`), and
+   compacts its log no further than the group's truncate floor, which the
+   replica keeps just below the oldest entry a queue, half message or timer
+   still references (``Driver.set_truncate_floor``, the one retention
+   mechanism; see docs/wal-format.md). So bodies stay readable after
+   truncation and a restart replays only the entries after the snapshot. A
+   replica restored from its leader's snapshot gets the referenced bodies
+   inside it (``snapshot_for_peer``).
 8. Dead letters: a group's DLQ is ``(%DLQ%<group>, group id)``; routing
    already maps it there.
 
@@ -43,7 +45,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
@@ -65,8 +67,11 @@ from protocol.storage_api import (
     EndTransactionRequest,
     EndTransactionResponse,
     GetOffsetRequest,
+    HalfMessageInfo,
     NodeStatusRequest,
     NodeStatusResponse,
+    NoteTransactionChecksRequest,
+    NoteTransactionChecksResponse,
     OffsetResponse,
     QueueInfoRequest,
     QueueInfoResponse,
@@ -75,6 +80,8 @@ from protocol.storage_api import (
     ReceivedMessage,
     ReceiveRequest,
     ReceiveResponse,
+    ScanTransactionsRequest,
+    ScanTransactionsResponse,
     StoredMessage,
     from_record,
     to_record,
@@ -102,6 +109,7 @@ from storage_node.partition.commands import (
     CommitOffset,
     EndTransaction,
     InitialPosition,
+    NoteTransactionChecks,
     Op,
     ReceiptHandle,
     Receive,
@@ -119,6 +127,7 @@ from storage_node.partition.results import (
     EndTransactionResult,
     ReceiveResult,
     Result,
+    TransactionChecksResult,
 )
 from storage_node.partition.snapshot import restore
 from storage_node.partition.state import PartitionConfig, PartitionState
@@ -135,14 +144,28 @@ APPEND_BODY_BYTES_MAX = 4 << 20
 """The most body bytes one append may carry (RocketMQ's default message size limit):
 one append is one log entry, and raft batches must stay under the transport's frame limit."""
 
-TIMER_CHECK_MS = 100
-"""How often the leader looks for due timers of the groups it leads."""
+TIMER_CHECK_MS = 20
+"""The longest the leader waits before looking for due timers of the groups it leads
+(it wakes at the earliest due time when that comes sooner): a timed message appended
+while it sleeps is released at most this late, plus one raft commit."""
 
 SNAPSHOT_ENTRIES = 20_000
 """A group is snapshotted every this many applied entries (bounds the replay at restart)."""
 
 KEEP_ENTRIES = 2_000
 """Entries kept below a snapshot (if nothing references them either) for lagging followers."""
+
+WAL_RETAIN_BYTES = 256 << 20
+"""Past this many bytes in live WAL segments, the groups pinning the oldest segments are
+snapshotted and compacted (never past their truncate floors): raft's compaction by WAL bytes."""
+
+FLOOR_CHECK_ENTRIES = 4_096
+"""A replica recomputes its truncate floor at least every this many applied entries
+(besides at each snapshot and restore): the pass costs one look at every referenced entry."""
+
+FLOOR_REFRESH_MS = 1_000
+"""And at most this long after it applied anything (:meth:`StorageNode.run_floor_keeper`), so
+a quiet group's floor follows its acks and does not pin the WAL's oldest segments."""
 
 SEGMENT_INDEX_CHECK_MS = 1_000
 """How often sealed WAL segments without an index are looked for."""
@@ -157,9 +180,17 @@ class GroupReplica:
     group image brought.
 
     Snapshots are group images (``partition.image``): the partition snapshot
-    plus the referenced bodies that the holder's log cannot have; the log is
-    compacted no further than :meth:`compaction_floor`, so every other
-    referenced body stays in the WAL.
+    plus the referenced bodies that the holder's log cannot have. The log is
+    compacted no further than the truncate floor this replica reports
+    (:meth:`report_floor_to`), so every other referenced body stays in the WAL.
+
+    The floor may lag the state (it is recomputed at each snapshot, each
+    restore, every ``FLOOR_CHECK_ENTRIES`` applied entries and within
+    ``FLOOR_REFRESH_MS`` of any apply), which is safe:
+    the oldest referenced index never decreases while entries are applied
+    (a message leaves a queue, half or timer only to be dropped or to be
+    named by another one), so a floor reported earlier is never above the
+    current one.
     """
 
     def __init__(self, group_id: int, bodies: MessageStore | None = None) -> None:
@@ -170,6 +201,8 @@ class GroupReplica:
         self.applied_term = 0
         self.applied_index = 0
         self._waiters: dict[QueueId, asyncio.Event] = {}
+        self._set_floor: Callable[[int, int | None], None] | None = None
+        self._floor_checked_index = 0
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command; a rejected command's error is the result."""
@@ -184,6 +217,8 @@ class GroupReplica:
         else:
             if entry.data and entry.data[0] == Op.APPEND:
                 self.bodies.keep_applied(self.group_id, entry.index, entry.data)
+        if entry.index - self._floor_checked_index >= FLOOR_CHECK_ENTRIES:
+            self._report_floor(self.state.min_log_index_referenced())
         for queue in self.state.grown_queues:
             waiter = self._waiters.pop(queue, None)
             if waiter is not None:
@@ -199,6 +234,7 @@ class GroupReplica:
             self.state = restore(snapshot.data)
         self.applied_term = snapshot.metadata.term
         self.applied_index = snapshot.metadata.index
+        self._report_floor(self.state.min_log_index_referenced())
         for waiter in self._waiters.values():
             waiter.set()
         self._waiters.clear()
@@ -206,12 +242,32 @@ class GroupReplica:
     def snapshot_data(self) -> bytes:
         """The group image as of the last applied entry, restorable on this node."""
         referenced = self.state.referenced_log_indexes()
-        return encode_image(self.state, self.bodies.bodies_to_carry(self.group_id, referenced))
+        image = encode_image(self.state, self.bodies.bodies_to_carry(self.group_id, referenced))
+        # The driver compacts right after taking a snapshot: report the floor as of it.
+        self._report_floor(min(referenced, default=None))
+        return image
 
-    def compaction_floor(self) -> int:
-        """The log may be compacted up to just below the oldest entry still referenced."""
-        oldest = self.state.min_log_index_referenced()
-        return self.state.applied_index if oldest is None else oldest - 1
+    def report_floor_to(self, set_floor: Callable[[int, int | None], None]) -> None:
+        """Keep the group's truncate floor through ``set_floor`` (``Driver.set_truncate_floor``).
+
+        Reports the floor at once: until then the driver may compact freely.
+        """
+        self._set_floor = set_floor
+        self._report_floor(self.state.min_log_index_referenced())
+
+    def maybe_refresh_floor(self) -> None:
+        """Report the truncate floor again if entries were applied since it was computed."""
+        if self._set_floor is not None and self.applied_index != self._floor_checked_index:
+            self._report_floor(self.state.min_log_index_referenced())
+
+    def _floor_for(self, oldest_referenced: int | None) -> int:
+        """Entries up to this index may go: just below the oldest one still referenced."""
+        return self.state.applied_index if oldest_referenced is None else oldest_referenced - 1
+
+    def _report_floor(self, oldest_referenced: int | None) -> None:
+        self._floor_checked_index = self.applied_index
+        if self._set_floor is not None:
+            self._set_floor(self.group_id, self._floor_for(oldest_referenced))
 
     def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
         """``snapshot`` with every body its state references (the receiver has none)."""
@@ -249,9 +305,18 @@ class StorageNode:
         """Serve the replicas; they must already be added to ``driver``."""
         self.driver = driver
         self.store = store
-        self.replicas = dict(replicas)
+        self.replicas: dict[int, GroupReplica] = {}
+        for group_id, replica in replicas.items():
+            self.adopt(group_id, replica)
         self.group_count = group_count
         self.addresses = dict(addresses)
+        self.appended_messages = 0
+        """Messages appended through this node since it started (the load it reports)."""
+
+    def adopt(self, group_id: int, replica: GroupReplica) -> None:
+        """Serve ``replica`` (already added to the driver); it keeps its group's truncate floor."""
+        replica.report_floor_to(self.driver.set_truncate_floor)
+        self.replicas[group_id] = replica
 
     # ------------------------------------------------------------ plumbing
     @staticmethod
@@ -368,6 +433,7 @@ class StorageNode:
         now_ms = self.now_ms()
         result = await self._propose(group_id, Append(now_ms, tuple(records)))
         assert isinstance(result, AppendResult)
+        self.appended_messages += len(records)
         return AppendResponse(
             [
                 AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
@@ -450,6 +516,7 @@ class StorageNode:
                 for d, record in zip(deliveries, records, strict=True)
             ],
             dead_lettered,
+            result.end_offset,
         )
 
     async def ack(self, request: AckRequest, context: CallContext) -> AckResponse:
@@ -568,15 +635,54 @@ class StorageNode:
         assert isinstance(result, CancelTimerResult)
         return CancelTimerResponse(result.cancelled)
 
+    async def scan_transactions(
+        self, request: ScanTransactionsRequest, context: CallContext
+    ) -> ScanTransactionsResponse:
+        """Half messages of a group due for a check-back, with their messages."""
+        if request.limit < 1:
+            raise BadCommand("limit must be at least 1")
+        replica = await self._read_barrier(request.group_id)
+        halves = replica.state.half_messages_due(
+            request.stored_before_ms, request.checked_before_ms, request.limit
+        )
+        # Each half message is read through the same path as queue reads (by its log
+        # index and position), so wherever bodies live, a half message is found alike.
+        infos = []
+        for half in halves:
+            entry = QueueEntry(
+                half.log_index, half.position, half.stored_ms, half.tag, half.message_group
+            )
+            (record,) = self._records(request.group_id, (half.topic, half.queue_id), [entry])
+            infos.append(HalfMessageInfo(from_record(record), half.stored_ms, half.check_count))
+        return ScanTransactionsResponse(infos)
+
+    async def note_transaction_checks(
+        self, request: NoteTransactionChecksRequest, context: CallContext
+    ) -> NoteTransactionChecksResponse:
+        """Count one check-back of each half message; roll back those out of checks."""
+        self._led_replica(request.group_id)
+        command = NoteTransactionChecks(
+            self.now_ms(), tuple(request.transaction_ids), request.check_max
+        )
+        result = await self._propose(request.group_id, command)
+        assert isinstance(result, TransactionChecksResult)
+        return NoteTransactionChecksResponse(
+            list(result.noted), list(result.discarded), list(result.unknown)
+        )
+
     # --------------------------------------------------------------- timers
     async def run_timers(self) -> None:
         """Forever: on the groups this node leads, propose a Tick once a held message is due."""
         ticking: set[int] = set()
+        wait_ms = TIMER_CHECK_MS
         while True:
-            await asyncio.sleep(TIMER_CHECK_MS / 1000)
+            await asyncio.sleep(wait_ms / 1000)
             now_ms = self.now_ms()
+            wait_ms = TIMER_CHECK_MS
             for group_id, replica in self.replicas.items():
                 due_ms = replica.state.next_timer_due_ms()
+                if due_ms is not None and due_ms > now_ms:
+                    wait_ms = min(wait_ms, due_ms - now_ms)
                 if due_ms is None or due_ms > now_ms or group_id in ticking:
                     continue
                 if not self.driver.host.node(group_id).is_leader():
@@ -584,6 +690,13 @@ class StorageNode:
                 ticking.add(group_id)
                 future = self.driver.propose_nowait(group_id, encode(Tick(now_ms)))
                 future.add_done_callback(functools.partial(_ticked, group_id, ticking))
+
+    async def run_floor_keeper(self) -> None:
+        """Forever: bring every group's truncate floor up to its state (raft compacts by it)."""
+        while True:
+            await asyncio.sleep(FLOOR_REFRESH_MS / 1000)
+            for replica in list(self.replicas.values()):
+                replica.maybe_refresh_floor()
 
     async def run_segment_indexer(self) -> None:
         """Forever: give every sealed WAL segment its index (in a worker thread)."""

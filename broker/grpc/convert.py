@@ -14,7 +14,15 @@ import zlib
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from broker.domain import Delivery, GroupInfo, Message, MessageType, QueueInfo, TopicInfo
+from broker.domain import (
+    Delivery,
+    GroupInfo,
+    HalfMessage,
+    Message,
+    MessageType,
+    QueueInfo,
+    TopicInfo,
+)
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter
 from protocol.filters import TagFilter
@@ -117,10 +125,10 @@ def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:
     return parse_filter(kind, expression.expression)
 
 
-def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Message:
-    """A message as the consumer receives it: MD5 upper-case digest, handle, attempt."""
-    popped = delivery.popped
-    message = popped.message
+def _stored_pb(
+    message: Message, store_timestamp_ms: int, queue_id: int, namespace: str
+) -> pb.Message:
+    """A stored message as the server hands it out: MD5 upper-case digest, identity body."""
     system = pb.SystemProperties(
         keys=list(message.keys),
         message_id=message.message_id,
@@ -129,12 +137,8 @@ def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Mess
         message_type=int(message.message_type),  # type: ignore[arg-type]
         born_timestamp=to_timestamp(message.born_timestamp_ms),
         born_host=message.born_host,
-        store_timestamp=to_timestamp(popped.store_timestamp_ms),
-        store_host=store_host,
-        receipt_handle=delivery.receipt_handle,
-        queue_id=popped.queue.queue_id,
-        queue_offset=popped.offset,
-        delivery_attempt=popped.delivery_attempt,
+        store_timestamp=to_timestamp(store_timestamp_ms),
+        queue_id=queue_id,
     )
     if message.tag is not None:
         system.tag = message.tag
@@ -142,18 +146,36 @@ def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Mess
         system.message_group = message.message_group
     if message.delivery_timestamp_ms is not None:
         system.delivery_timestamp.CopyFrom(to_timestamp(message.delivery_timestamp_ms))
-    if message.dead_letter_of is not None:
-        system.dead_letter_queue.CopyFrom(
-            pb.DeadLetterQueue(
-                topic=message.dead_letter_of[0], message_id=message.dead_letter_of[1]
-            )
-        )
     return pb.Message(
         topic=pb.Resource(resource_namespace=namespace, name=message.topic),
         user_properties=dict(message.user_properties),
         system_properties=system,
         body=message.body,
     )
+
+
+def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Message:
+    """A message as the consumer receives it: with its handle, offset and attempt."""
+    popped = delivery.popped
+    message = popped.message
+    delivered = _stored_pb(message, popped.store_timestamp_ms, popped.queue.queue_id, namespace)
+    system = delivered.system_properties
+    system.store_host = store_host
+    system.receipt_handle = delivery.receipt_handle
+    system.queue_offset = popped.offset
+    system.delivery_attempt = popped.delivery_attempt
+    if message.dead_letter_of is not None:
+        system.dead_letter_queue.CopyFrom(
+            pb.DeadLetterQueue(
+                topic=message.dead_letter_of[0], message_id=message.dead_letter_of[1]
+            )
+        )
+    return delivered
+
+
+def half_message_pb(half: HalfMessage, namespace: str = "") -> pb.Message:
+    """A half message as a check-back carries it to the producer (no receipt handle)."""
+    return _stored_pb(half.message, half.store_timestamp_ms, half.queue.queue_id, namespace)
 
 
 def endpoints_or(requested: pb.Endpoints, fallback: pb.Endpoints) -> pb.Endpoints:

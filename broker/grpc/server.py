@@ -1,5 +1,8 @@
 """Assembling the gRPC v2 endpoint from ports: processors, service, grpc.aio server.
 
+The endpoint also runs the broker's background work: the transaction
+check-back loop (which acts only while this broker holds the check lease).
+
 Plaintext (both official clients default to it). The inbound message limit
 is 130 MiB, like the proxy's, so an oversized body reaches validation and
 gets MESSAGE_BODY_TOO_LARGE instead of a transport error.
@@ -10,6 +13,8 @@ Angelia-backed ports (a broker must not claim to run without real storage).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import grpc
@@ -17,10 +22,13 @@ import grpc
 from broker.grpc import convert
 from broker.grpc.service import MessagingService
 from broker.grpc.telemetry import TelemetrySessions
+from broker.processor import validation
+from broker.processor.checkback import CheckPolicy
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.producer import ProducerProcessor
 from broker.processor.route import RouteProcessor
-from broker.services.base import Clock, MessageStore, MetadataService
+from broker.processor.transaction import TransactionProcessor
+from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore, MetadataService
 from protocol.rocketmq.v2 import service_pb2_grpc
 
 INBOUND_BYTES_MAX = 130 * 1024 * 1024
@@ -33,18 +41,41 @@ class Ports:
     metadata: MetadataService
     store: MessageStore
     clock: Clock
+    coordination: Coordination | None = None  # None: a lone broker (owns check-back)
+    peers: BrokerPeers | None = None
 
 
-def build_service(ports: Ports, *, receipt_secret: bytes, endpoint: str) -> MessagingService:
+def build_service(
+    ports: Ports,
+    *,
+    receipt_secret: bytes,
+    endpoint: str,
+    broker_id: str = "",
+    check_policy: CheckPolicy | None = None,
+    delivery_ahead_ms_max: int = validation.DELIVERY_AHEAD_MS_MAX,
+) -> MessagingService:
     """The v2 service over ``ports``; ``endpoint`` (host:port) is advertised in routes
-    when a client does not say how it reached us."""
+    when a client does not say how it reached us. ``broker_id`` names this broker to
+    its peers (lease owner, peer address); it defaults to ``endpoint``."""
+    sessions = TelemetrySessions()
     return MessagingService(
         route=RouteProcessor(ports.metadata),
-        producer=ProducerProcessor(ports.metadata, ports.store, ports.clock),
+        producer=ProducerProcessor(
+            ports.metadata, ports.store, ports.clock, delivery_ahead_ms_max=delivery_ahead_ms_max
+        ),
         consumer=ConsumerProcessor(ports.metadata, ports.store, ports.clock, receipt_secret),
         clock=ports.clock,
         endpoint=convert.endpoints_from_address(endpoint),
-        sessions=TelemetrySessions(),
+        sessions=sessions,
+        transactions=TransactionProcessor(
+            ports.store,
+            ports.clock,
+            sessions,
+            owner=broker_id or endpoint,
+            policy=check_policy,
+            coordination=ports.coordination,
+            peers=ports.peers,
+        ),
     )
 
 
@@ -56,6 +87,7 @@ class GrpcEndpoint:
         self.listen = listen
         self.port: int | None = None
         self._server: grpc.aio.Server | None = None
+        self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port."""
@@ -72,10 +104,19 @@ class GrpcEndpoint:
             raise OSError(f"cannot listen on {self.listen}")
         await server.start()
         self._server = server
+        if self.service.transactions is not None:
+            self._background.append(asyncio.create_task(self.service.transactions.run()))
         return self.port
 
     async def stop(self, grace_s: float = 1.0) -> None:
-        """Stop serving; calls in flight get ``grace_s`` to finish."""
+        """Stop serving and the background work (check-back); calls in flight get
+        ``grace_s`` to finish."""
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._background.clear()
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None

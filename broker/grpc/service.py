@@ -15,14 +15,17 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from broker.domain import Placement
 from broker.errors import BrokerError, Reason, not_implemented, unsupported
 from broker.grpc import convert
 from broker.grpc.status import ok, status_of
 from broker.grpc.telemetry import TelemetrySessions, serve_stream
+from broker.processor import transaction_id as transaction_ids
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.polling import plan_poll_ms
 from broker.processor.producer import ProducerProcessor
 from broker.processor.route import RouteProcessor
+from broker.processor.transaction import TransactionProcessor
 from broker.services.base import Clock
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
@@ -59,10 +62,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         clock: Clock,
         endpoint: pb.Endpoints,
         sessions: TelemetrySessions | None = None,
+        transactions: TransactionProcessor | None = None,
     ) -> None:
         self._route = route
         self._producer = producer
         self._consumer = consumer
+        self.transactions = transactions
         self._clock = clock
         self._endpoint = endpoint
         self.sessions = sessions or TelemetrySessions()
@@ -137,7 +142,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(
         self, request: spb.SendMessageRequest, context: Any
     ) -> spb.SendMessageResponse:
-        """Store the messages; exactly one entry per message, echoing its id."""
+        """Store the messages; exactly one entry per message, echoing its id (and, for a
+        half message, the transaction id that ends it; offset -1 unless queued)."""
         try:
             client_id_of(context)
             messages = [convert.message_from_pb(message) for message in request.messages]
@@ -150,10 +156,39 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ]
             return spb.SendMessageResponse(status=status, entries=entries)
         entries = [
-            spb.SendResultEntry(status=ok(), message_id=message.message_id, offset=result.offset)
+            spb.SendResultEntry(
+                status=ok(),
+                message_id=message.message_id,
+                offset=result.offset,
+                transaction_id=(
+                    transaction_ids.encode(result.queue, message.message_id)
+                    if result.placement is Placement.HALF
+                    else ""
+                ),
+            )
             for message, result in zip(messages, results, strict=True)
         ]
         return spb.SendMessageResponse(status=ok(), entries=entries)
+
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: Any
+    ) -> spb.EndTransactionResponse:
+        """Commit or roll back a half message (UNSPECIFIED leaves it for a check-back)."""
+        try:
+            client_id_of(context)
+            if self.transactions is None:
+                raise not_implemented("EndTransaction")
+            resolution = request.resolution
+            await self.transactions.end(
+                request.topic.name,
+                request.message_id,
+                request.transaction_id,
+                True if resolution == pb.COMMIT else False if resolution == pb.ROLLBACK else None,
+                from_check=request.source == pb.SOURCE_SERVER_CHECK,
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.EndTransactionResponse(status=status_of(error))
+        return spb.EndTransactionResponse(status=ok())
 
     # -- consuming ------------------------------------------------------------
 
@@ -262,12 +297,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- not built yet: answer clearly, never hang ------------------------------
 
-    async def EndTransaction(
-        self, request: spb.EndTransactionRequest, context: Any
-    ) -> spb.EndTransactionResponse:
-        """Transactions are not built yet."""
-        return spb.EndTransactionResponse(status=status_of(not_implemented("EndTransaction")))
-
     async def PullMessage(
         self, request: spb.PullMessageRequest, context: Any
     ) -> AsyncIterator[spb.PullMessageResponse]:
@@ -293,7 +322,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def RecallMessage(
         self, request: spb.RecallMessageRequest, context: Any
     ) -> spb.RecallMessageResponse:
-        """Timed messages (and so recall) are not built yet."""
+        """Recalling a pending timed message is a later step (storage can cancel timers)."""
         return spb.RecallMessageResponse(status=status_of(not_implemented("RecallMessage")))
 
     async def SyncLiteSubscription(

@@ -40,6 +40,8 @@ REASON_CODES: dict[Reason, int] = {
     Reason.CONSUMER_GROUP_NOT_FOUND: pb.CONSUMER_GROUP_NOT_FOUND,
     Reason.NO_READABLE_QUEUE: pb.FORBIDDEN,
     Reason.NO_WRITABLE_QUEUE: pb.FORBIDDEN,
+    Reason.INVALID_TRANSACTION_ID: pb.INVALID_TRANSACTION_ID,
+    Reason.TRANSACTION_NOT_FOUND: pb.NOT_FOUND,
 }
 
 # Shared codes without a reason. Retriable cluster conditions become codes the

@@ -7,6 +7,11 @@ the settings it must apply (body limit, backoff, polling; see
 registry keeps its outbound queue so the broker can later push commands
 (orphaned-transaction checks, verify-message) to a client by its id.
 
+Producer groups: a gRPC v2 producer belongs to the group of every topic it
+publishes (the proxy uses the topic name as the producer group); the topics
+come from its settings. Orphan check-backs go to one producer of the group,
+in rotation, and the broker's heartbeat reports the groups it serves.
+
 Ordering: one reader task per stream turns client commands into replies on
 the stream's queue; the handler's generator is the only writer.
 """
@@ -18,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from broker.domain import ClientKind
+from broker.domain import ClientKind, HalfMessage
 from broker.errors import BrokerError, Reason
 from broker.grpc import convert
 from broker.grpc.status import ok, status_of
@@ -34,6 +39,8 @@ class TelemetrySessions:
 
     def __init__(self) -> None:
         self._outbound: dict[str, asyncio.Queue[spb.TelemetryCommand | None]] = {}
+        self._published: dict[str, tuple[str, ...]] = {}  # client id -> topics it publishes
+        self._turn = 0
 
     def open(self, client_id: str) -> asyncio.Queue[spb.TelemetryCommand | None]:
         """A new outbound queue for ``client_id``; a previous stream of it is ended."""
@@ -48,6 +55,31 @@ class TelemetrySessions:
         """Forget the stream if it is still the client's current one."""
         if self._outbound.get(client_id) is queue:
             del self._outbound[client_id]
+            self._published.pop(client_id, None)
+
+    def note_settings(self, client_id: str, settings: pb.Settings) -> None:
+        """Remember the topics a producer client publishes to (its producer groups)."""
+        if settings.WhichOneof("pub_sub") == "publishing" and client_id in self._outbound:
+            self._published[client_id] = tuple(t.name for t in settings.publishing.topics)
+
+    @property
+    def producer_groups(self) -> list[str]:
+        """The producer groups with an open stream here (a v2 producer's group is its topic)."""
+        return sorted({topic for topics in self._published.values() for topic in topics})
+
+    def maybe_send_check(self, producer_group: str, half: HalfMessage, transaction_id: str) -> bool:
+        """Send a RecoverOrphanedTransactionCommand to one producer of the group
+        (in rotation); whether one was connected."""
+        clients = sorted(c for c, topics in self._published.items() if producer_group in topics)
+        if not clients:
+            return False
+        self._turn += 1
+        command = spb.TelemetryCommand(
+            recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                message=convert.half_message_pb(half), transaction_id=transaction_id
+            )
+        )
+        return self.maybe_push(clients[self._turn % len(clients)], command)
 
     def maybe_push(self, client_id: str, command: spb.TelemetryCommand) -> bool:
         """Send ``command`` to the client if it has a stream here; whether it did."""
@@ -75,7 +107,10 @@ async def settings_reply(
         if kind is ClientKind.PRODUCER or settings.WhichOneof("pub_sub") == "publishing":
             reply = convert.producer_settings_pb(settings)
         elif kind.consumer or settings.WhichOneof("pub_sub") == "subscription":
-            group = await consumer.group(settings.subscription.group.name)
+            group = await consumer.group(
+                settings.subscription.group.name,
+                [entry.topic.name for entry in settings.subscription.subscriptions],
+            )
             reply = convert.consumer_settings_pb(settings, group)
         else:
             raise BrokerError.of(
@@ -101,6 +136,7 @@ async def serve_stream(
             async for command in commands:
                 which = command.WhichOneof("command")
                 if which == "settings":
+                    sessions.note_settings(client_id, command.settings)
                     outbound.put_nowait(await settings_reply(consumer, command.settings))
                 else:
                     log.debug("telemetry command ignored", extra={"command": which})

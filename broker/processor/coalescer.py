@@ -5,6 +5,9 @@ a pending list; when it returns, everything pending goes to the store in the
 next single call (group commit). A queue with nothing in flight is appended
 at once, so an idle broker adds no latency.
 
+A batch holds whole sends only, at most ``batch_messages_max`` messages and
+``batch_bytes_max`` body bytes (a single larger send goes alone).
+
 Ordering: messages of one call keep their order and calls to one queue are
 appended in arrival order. Each queue's flushing runs in its own task, so a
 caller that gives up (cancellation) never strands the others.
@@ -19,6 +22,9 @@ from dataclasses import dataclass
 from broker.domain import AppendResult, Message, QueueRef
 from broker.services.base import MessageStore
 
+BATCH_BYTES_MAX = 4 << 20
+"""The most body bytes one append may carry (the storage node's limit: one log entry)."""
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -29,9 +35,16 @@ class _Pending:
 class AppendCoalescer:
     """Group commit of sends per queue (see the module docstring)."""
 
-    def __init__(self, store: MessageStore, *, batch_messages_max: int = 1024) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        batch_messages_max: int = 1024,
+        batch_bytes_max: int = BATCH_BYTES_MAX,
+    ) -> None:
         self._store = store
         self._batch_messages_max = batch_messages_max
+        self._batch_bytes_max = batch_bytes_max
         self._pending: dict[QueueRef, list[_Pending]] = {}
         self._flushers: dict[QueueRef, asyncio.Task[None]] = {}
 
@@ -51,14 +64,21 @@ class AppendCoalescer:
         pending = self._pending.get(queue, [])
         batch: list[_Pending] = []
         count = 0
-        while pending and (
-            not batch or count + len(pending[0].messages) <= self._batch_messages_max
-        ):
+        size = 0
+        while pending:
+            head = pending[0]
+            head_size = sum(len(message.body) for message in head.messages)
+            if batch and (
+                count + len(head.messages) > self._batch_messages_max
+                or size + head_size > self._batch_bytes_max
+            ):
+                break
             item = pending.pop(0)
             if item.done.done():  # the sender gave up before its turn: append nothing for it
                 continue
             batch.append(item)
             count += len(item.messages)
+            size += head_size
         return batch
 
     async def _flush(self, queue: QueueRef) -> None:

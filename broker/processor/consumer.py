@@ -53,10 +53,10 @@ class ConsumerProcessor:
             self._secret,
         )
 
-    async def group(self, group_name: str) -> GroupInfo:
-        """The consumer group (validated name)."""
+    async def group(self, group_name: str, topics: Sequence[str] = ()) -> GroupInfo:
+        """The consumer group (validated name); ``topics``: what the client subscribes to."""
         validation.check_group(group_name)
-        return await self._metadata.get_group(group_name)
+        return await self._metadata.get_group(group_name, topics=topics)
 
     async def receive(
         self,
@@ -75,7 +75,7 @@ class ConsumerProcessor:
         instead of the consumer.
         """
         validation.check_topic(topic_name)
-        group = await self.group(group_name)
+        group = await self.group(group_name, [topic_name])
         batch_size = validation.check_batch_size(batch_size)
         if invisible_ms is None:
             invisible_ms = self._default_invisible_ms
@@ -144,16 +144,17 @@ class ConsumerProcessor:
         """Finish deliveries; one outcome per handle (None for success)."""
         validation.check_group(group_name)
         validation.check_topic(topic_name)
-        outcomes: list[BrokerError | None] = []
-        for handle in handles:
+
+        async def finish(handle: str) -> BrokerError | None:
             try:
                 receipt = self._receipt(group_name, topic_name, handle)
                 await self._store.ack(group_name, receipt.queue, receipt.offset, receipt.generation)
             except BrokerError as error:
-                outcomes.append(error)
-            else:
-                outcomes.append(None)
-        return outcomes
+                return error
+            return None
+
+        # Concurrently: a store may finish the handles of one queue in one call.
+        return list(await asyncio.gather(*(finish(handle) for handle in handles)))
 
     async def change_invisible(
         self, group_name: str, topic_name: str, handle: str, invisible_ms: int

@@ -1,4 +1,9 @@
-"""Sending: validate, pick queues, append (coalesced per queue)."""
+"""Sending: validate, pick queues, append (coalesced per queue).
+
+Every message type goes the same way: the store holds a DELAY message until
+its delivery time and a TRANSACTION message as a half message until it is
+ended (see the ``MessageStore`` contract), so a send of either is one append.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,13 @@ import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 
-from broker.domain import AppendResult, Message, MessageType, QueueRef
-from broker.errors import BrokerError, Reason, not_implemented
+from broker.domain import AppendResult, Message, QueueRef
+from broker.errors import BrokerError, Reason
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
 from broker.processor.selector import select_queue
 from broker.services.base import Clock, MessageStore, MetadataService
 from protocol import errors as codes
-
-# Timers (DELAY) and transactions (TRANSACTION) come with their processors.
-SERVED_TYPES = frozenset({MessageType.NORMAL, MessageType.FIFO})
 
 
 class ProducerProcessor:
@@ -29,8 +31,10 @@ class ProducerProcessor:
         clock: Clock,
         *,
         coalescer: AppendCoalescer | None = None,
+        delivery_ahead_ms_max: int = validation.DELIVERY_AHEAD_MS_MAX,
     ) -> None:
         self._metadata = metadata
+        self._delivery_ahead_ms_max = delivery_ahead_ms_max
         self._clock = clock
         self._coalescer = coalescer or AppendCoalescer(store)
         self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
@@ -45,15 +49,13 @@ class ProducerProcessor:
             raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "send request carries no message")
         now_ms = self._clock.now_ms()
         for message in messages:
-            validation.check_message(message, now_ms)
+            validation.check_message(message, now_ms, self._delivery_ahead_ms_max)
         topic_name = messages[0].topic
         if any(message.topic != topic_name for message in messages):
             raise BrokerError(codes.BAD_REQUEST, "messages of one send must share one topic")
-        topic = await self._metadata.get_topic(topic_name)
+        topic = await self._metadata.get_topic_for_send(topic_name, messages[0].message_type)
         for message in messages:
             validation.check_type_allowed(message, topic)
-            if message.message_type not in SERVED_TYPES:
-                raise not_implemented(f"sending {message.message_type.name} messages")
         writable = [queue.queue_id for queue in topic.queues if queue.permission.writable]
         if not writable:
             raise BrokerError.of(

@@ -142,8 +142,14 @@ def check_properties(properties: Mapping[str, str]) -> None:
         )
 
 
-def check_message(message: Message, now_ms: int) -> None:
-    """Every rule a single message must pass before its topic is looked up."""
+def check_message(
+    message: Message, now_ms: int, delivery_ahead_ms_max: int = DELIVERY_AHEAD_MS_MAX
+) -> None:
+    """Every rule a single message must pass before its topic is looked up.
+
+    A DELAY message may be due at most ``delivery_ahead_ms_max`` after ``now_ms``
+    (a time in the past means at once).
+    """
     check_topic(message.topic)
     if not message.message_id.strip():
         raise BrokerError.of(Reason.ILLEGAL_MESSAGE_ID, "message id is blank")
@@ -174,9 +180,11 @@ def check_message(message: Message, now_ms: int) -> None:
         raise BrokerError.of(
             Reason.MESSAGE_TYPE_CONFLICT, "a delivery timestamp is set exactly on DELAY messages"
         )
-    if delivery is not None and delivery - now_ms > DELIVERY_AHEAD_MS_MAX:
+    if delivery is not None and delivery - now_ms > delivery_ahead_ms_max:
         raise BrokerError.of(
-            Reason.ILLEGAL_DELIVERY_TIME, "delivery timestamp is more than 24 h ahead"
+            Reason.ILLEGAL_DELIVERY_TIME,
+            f"delivery timestamp is {delivery - now_ms} ms ahead, more than the maximum "
+            f"delay of {delivery_ahead_ms_max} ms",
         )
 
 

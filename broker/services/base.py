@@ -42,6 +42,20 @@ Mapping to the storage partition commands (``storage_node/partition``):
 triple is the storage half of the receipt handle. Routing a queue to its
 group's leader is the implementation's business: the broker itself serves
 every queue of every topic.
+
+Timed and transactional messages live in the store too, so no broker crash
+loses one:
+
+- ``append`` of a message with a future ``delivery_timestamp_ms`` holds it
+  (``Placement.DELAYED``, offset -1) and queues it when due, never before; a
+  TRANSACTION message is held as a half message (``Placement.HALF``) until
+  ``end_transaction`` commits it (queued, or held if its delivery time is
+  still ahead) or rolls it back (never visible). Storage mapping:
+  ``end_transaction`` -> ``EndTransaction``.
+- ``orphaned_transactions`` lists half messages stored before a time and not
+  checked back since another (``scan_transactions`` of every raft group);
+  ``note_transaction_checks`` counts one check-back for each and rolls back
+  those checked more than ``check_max`` times (``NoteTransactionChecks``).
 """
 
 from __future__ import annotations
@@ -52,7 +66,9 @@ from typing import Protocol
 from broker.domain import (
     AppendResult,
     GroupInfo,
+    HalfMessage,
     Message,
+    MessageType,
     PopResult,
     QueueRef,
     TopicInfo,
@@ -75,8 +91,18 @@ class MetadataService(Protocol):
         """The topic with its queues; raises TOPIC_NOT_FOUND."""
         ...
 
-    async def get_group(self, name: str) -> GroupInfo:
-        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
+    async def get_topic_for_send(self, name: str, message_type: MessageType) -> TopicInfo:
+        """Like :meth:`get_topic`, for a send of ``message_type``: an implementation
+        that creates topics on first use creates a missing one for that type."""
+        ...
+
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
+        """The consumer group; raises CONSUMER_GROUP_NOT_FOUND.
+
+        ``topics``: what the asking client subscribes to. An implementation that
+        creates groups on first use makes the group FIFO when one of them is a
+        FIFO topic (the official clients do not say whether they want order).
+        """
         ...
 
 
@@ -126,4 +152,57 @@ class MessageStore(Protocol):
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
         """The group's committed offset: every message before it is finished."""
+        ...
+
+    async def end_transaction(
+        self, queue: QueueRef, message_id: str, commit: bool
+    ) -> AppendResult | None:
+        """Commit or roll back the half message ``message_id`` of ``queue``.
+
+        After a commit: where the message went; after a rollback: None. Raises
+        ``Reason.TRANSACTION_NOT_FOUND`` when no such half message is unresolved.
+        """
+        ...
+
+    async def orphaned_transactions(
+        self, stored_before_ms: int, checked_before_ms: int, limit: int
+    ) -> list[HalfMessage]:
+        """Up to ``limit`` unresolved half messages of the whole cluster stored before
+        ``stored_before_ms`` and never checked back or last checked before
+        ``checked_before_ms``, oldest first within each storage group."""
+        ...
+
+    async def note_transaction_checks(
+        self, halves: Sequence[HalfMessage], check_max: int
+    ) -> list[HalfMessage]:
+        """Count one check-back of each half message; those then checked more than
+        ``check_max`` times are rolled back and returned."""
+        ...
+
+
+class Coordination(Protocol):
+    """Cluster-wide coordination through the nameserver: leases, and which brokers
+    the producers of a group are connected to (from the brokers' heartbeats)."""
+
+    async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or extend lease ``name`` for ``ttl_ms``; False while another owner holds it."""
+        ...
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        """Give the lease up if ``owner`` holds it (so a successor need not wait)."""
+        ...
+
+    async def brokers_with_producers(self, producer_group: str) -> list[str]:
+        """Peer addresses of live brokers that report a producer of ``producer_group``."""
+        ...
+
+
+class BrokerPeers(Protocol):
+    """Calls from one broker to another (Angelia)."""
+
+    async def deliver_orphan_check(
+        self, broker: str, half: HalfMessage, transaction_id: str
+    ) -> bool:
+        """Ask ``broker`` to send a check-back of ``half`` to one of its connected producers
+        of the half message's group; whether one got it. Unreachable brokers answer False."""
         ...

@@ -7,6 +7,11 @@ generation and the time they become visible again) and the finished offsets
 above the committed one. Time comes only from the injected clock, so tests
 move invisibility by advancing a :class:`~broker.services.clock.ManualClock`.
 
+Timed messages wait in a heap until the clock reaches their delivery time;
+they are queued lazily, by the first call that looks at the store after that
+(``wait_for_append`` wakes up for them). Half messages wait in a dict until
+``end_transaction``.
+
 Concurrency: every method runs to completion without awaiting between a
 check and the mutation it guards (the only awaits are in ``wait_for_append``),
 so the asyncio loop is the lock.
@@ -17,14 +22,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from broker.domain import (
     AppendResult,
     GroupInfo,
+    HalfMessage,
     Message,
     MessageType,
+    Placement,
     PoppedMessage,
     PopResult,
     QueueInfo,
@@ -88,7 +98,11 @@ class MemoryMetadata:
             topic = self.ensure_topic(name, self.default_queue_count)
         return topic
 
-    async def get_group(self, name: str) -> GroupInfo:
+    async def get_topic_for_send(self, name: str, message_type: MessageType) -> TopicInfo:
+        """The topic (auto-created with every message type, like :meth:`get_topic`)."""
+        return await self.get_topic(name)
+
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
         """The consumer group; raises CONSUMER_GROUP_NOT_FOUND."""
         group = self._groups.get(name)
         if group is None:
@@ -134,6 +148,18 @@ class _GroupQueue:
             self.committed += 1
 
 
+@dataclass(slots=True)
+class _Half:
+    queue: QueueRef
+    message: Message
+    stored_ms: int
+    check_count: int = 0
+    last_check_ms: int = 0
+
+    def view(self) -> HalfMessage:
+        return HalfMessage(self.message, self.queue, self.stored_ms, self.check_count)
+
+
 class MemoryStore:
     """Queues and pop state in memory (see the module docstring)."""
 
@@ -144,6 +170,10 @@ class MemoryStore:
         self._groups: dict[tuple[str, QueueRef], _GroupQueue] = {}
         self._generation = 0
         self._appended: dict[str, asyncio.Event] = {}
+        # Timed messages by (due, arrival): the release order.
+        self._held: list[tuple[int, int, QueueRef, Message]] = []
+        self._arrivals = itertools.count()
+        self._halves: dict[tuple[str, str], _Half] = {}  # (topic, message id), in store order
         self.append_calls = 0  # how many append calls reached the store (batching evidence)
 
     def _log(self, queue: QueueRef) -> list[_Stored]:
@@ -169,19 +199,104 @@ class MemoryStore:
         """Everything appended to ``queue``, in offset order (for tests)."""
         return [stored.message for stored in self._queues.get(queue, [])]
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
-        """Append a batch to one queue."""
-        self.append_calls += 1
+    @property
+    def held_count(self) -> int:
+        """Timed messages not yet due (for tests)."""
+        return len(self._held)
+
+    @property
+    def half_count(self) -> int:
+        """Unresolved half messages (for tests)."""
+        return len(self._halves)
+
+    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
         log = self._log(queue)
-        now_ms = self._clock.now_ms()
-        results = []
-        for message in messages:
-            results.append(AppendResult(queue, len(log), now_ms))
-            log.append(_Stored(message, now_ms))
+        log.append(_Stored(message, now_ms))
         event = self._appended.pop(queue.topic, None)
         if event is not None:
             event.set()
+        return AppendResult(queue, len(log) - 1, now_ms)
+
+    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+        """Queue ``message`` now, or hold it until its delivery time."""
+        due_ms = message.delivery_timestamp_ms
+        if due_ms is not None and due_ms > now_ms:
+            heapq.heappush(self._held, (due_ms, next(self._arrivals), queue, message))
+            return AppendResult(queue, -1, now_ms, Placement.DELAYED)
+        return self._queue_now(queue, message, now_ms)
+
+    def _release_due(self) -> None:
+        """Queue every held message whose delivery time has come, in release order."""
+        now_ms = self._clock.now_ms()
+        while self._held and self._held[0][0] <= now_ms:
+            _due, _arrival, queue, message = heapq.heappop(self._held)
+            self._queue_now(queue, message, now_ms)
+
+    def next_due_ms(self) -> int | None:
+        """When the earliest held message is due, if any."""
+        return self._held[0][0] if self._held else None
+
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+        """Append a batch to one queue: queued, held until due, or held as half messages."""
+        self.append_calls += 1
+        self._release_due()
+        now_ms = self._clock.now_ms()
+        results = []
+        for message in messages:
+            if message.message_type is MessageType.TRANSACTION:
+                key = (queue.topic, message.message_id)
+                if key not in self._halves:
+                    self._halves[key] = _Half(queue, message, now_ms)
+                results.append(AppendResult(queue, -1, now_ms, Placement.HALF))
+            else:
+                results.append(self._place(queue, message, now_ms))
         return results
+
+    async def end_transaction(
+        self, queue: QueueRef, message_id: str, commit: bool
+    ) -> AppendResult | None:
+        """Commit (queue or hold) or roll back (forget) a half message."""
+        self._release_due()
+        half = self._halves.get((queue.topic, message_id))
+        if half is None or half.queue != queue:
+            raise BrokerError.of(
+                Reason.TRANSACTION_NOT_FOUND,
+                f"no unresolved transaction {message_id!r} in queue {queue.topic}:{queue.queue_id}",
+            )
+        del self._halves[(queue.topic, message_id)]
+        if not commit:
+            return None
+        return self._place(queue, half.message, self._clock.now_ms())
+
+    async def orphaned_transactions(
+        self, stored_before_ms: int, checked_before_ms: int, limit: int
+    ) -> list[HalfMessage]:
+        """Half messages old enough and not checked recently, oldest first."""
+        found: list[HalfMessage] = []
+        for half in self._halves.values():
+            if len(found) >= limit or half.stored_ms >= stored_before_ms:
+                break
+            if half.check_count == 0 or half.last_check_ms < checked_before_ms:
+                found.append(half.view())
+        return found
+
+    async def note_transaction_checks(
+        self, halves: Sequence[HalfMessage], check_max: int
+    ) -> list[HalfMessage]:
+        """One more check of each; those past ``check_max`` are rolled back."""
+        now_ms = self._clock.now_ms()
+        rolled_back: list[HalfMessage] = []
+        for seen in halves:
+            key = (seen.queue.topic, seen.message.message_id)
+            half = self._halves.get(key)
+            if half is None:
+                continue
+            half.check_count += 1
+            half.last_check_ms = now_ms
+            if half.check_count > check_max:
+                del self._halves[key]
+                rolled_back.append(half.view())
+        return rolled_back
 
     async def pop(
         self,
@@ -193,6 +308,7 @@ class MemoryStore:
         tag_filter: TagFilter,
     ) -> PopResult:
         """Hand visible messages to ``group`` (FIFO groups: per message group order)."""
+        self._release_due()
         log = self._log(queue)
         state = self._state(group.name, queue)
         now_ms = self._clock.now_ms()
@@ -287,16 +403,106 @@ class MemoryStore:
         """Wait until a queue of ``topic`` grows past ``known_end_offsets``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
-        while not self._grew(topic, known_end_offsets):
+        while True:
+            self._release_due()
+            if self._grew(topic, known_end_offsets):
+                return True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
+            due_ms = self.next_due_ms()
+            if due_ms is not None:  # wake up when the next timed message is due
+                remaining = min(remaining, max(0.001, (due_ms - self._clock.now_ms()) / 1000))
             event = self._appended.setdefault(topic, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
-        return True
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
         """The group's committed offset on ``queue``."""
+        self._release_due()
         state = self._groups.get((group, queue))
         return state.committed if state else 0
+
+
+class MemoryCoordination:
+    """Leases and producer registrations of brokers in one process (the nameserver's part).
+
+    A lease is free, expired (by the clock) or held; its holder may extend it.
+    ``register_producers`` stands for a broker's heartbeat; ``set_alive``
+    marks a broker dead as the nameserver's failure detector would.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._leases: dict[str, tuple[str, int]] = {}  # name -> (owner, expires_ms)
+        self._producers: dict[str, frozenset[str]] = {}  # broker -> producer groups
+        self._dead: set[str] = set()
+
+    async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or extend the lease unless another owner holds it unexpired."""
+        now_ms = self._clock.now_ms()
+        held = self._leases.get(name)
+        if held is not None and held[0] != owner and held[1] > now_ms:
+            return False
+        self._leases[name] = (owner, now_ms + ttl_ms)
+        return True
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        """Free the lease if ``owner`` holds it."""
+        held = self._leases.get(name)
+        if held is not None and held[0] == owner:
+            del self._leases[name]
+
+    def lease_owner(self, name: str) -> str | None:
+        """Who holds the lease now (for tests)."""
+        held = self._leases.get(name)
+        return held[0] if held is not None and held[1] > self._clock.now_ms() else None
+
+    def register_producers(self, broker: str, groups: Iterable[str]) -> None:
+        """A broker's heartbeat: the producer groups connected to it."""
+        self._producers[broker] = frozenset(groups)
+
+    def set_alive(self, broker: str, alive: bool) -> None:
+        """Mark a broker live or dead."""
+        if alive:
+            self._dead.discard(broker)
+        else:
+            self._dead.add(broker)
+
+    async def brokers_with_producers(self, producer_group: str) -> list[str]:
+        """Live brokers reporting a producer of the group, sorted."""
+        return sorted(
+            broker
+            for broker, groups in self._producers.items()
+            if producer_group in groups and broker not in self._dead
+        )
+
+
+class OrphanCheckTarget(Protocol):
+    """A broker's side of a peer's orphan check: its local producers."""
+
+    def deliver_local(self, half: HalfMessage, transaction_id: str) -> bool:
+        """Send the check to a producer connected there; whether one was."""
+        ...
+
+
+class MemoryPeers:
+    """Brokers in one process calling each other directly (Angelia in production)."""
+
+    def __init__(self) -> None:
+        self._brokers: dict[str, OrphanCheckTarget] = {}
+
+    def add(self, broker: str, target: OrphanCheckTarget) -> None:
+        """Make ``broker`` reachable."""
+        self._brokers[broker] = target
+
+    def remove(self, broker: str) -> None:
+        """Make ``broker`` unreachable (it died)."""
+        self._brokers.pop(broker, None)
+
+    async def deliver_orphan_check(
+        self, broker: str, half: HalfMessage, transaction_id: str
+    ) -> bool:
+        """Ask ``broker`` to deliver the check; False if it is unreachable."""
+        target = self._brokers.get(broker)
+        return target is not None and target.deliver_local(half, transaction_id)

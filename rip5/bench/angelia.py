@@ -41,6 +41,13 @@ from angelia_rpc import (
 )
 from angelia_rpc.config import CODEC_NAMES, TRANSPORT_NAMES
 from angelia_rpc.transport.memory import MemoryNetwork
+from rip5.bench import harness
+
+METRICS = (
+    harness.Metric("calls_per_s", "unary calls/s"),
+    harness.Metric("p99_ms", "unary p99 ms", ".2f"),
+    harness.Metric("stream_msgs_per_s", "streamed msgs/s"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,13 +282,19 @@ def table(rows: list[tuple[str, str, list[RunResult]]]) -> str:
     return "\n".join(lines)
 
 
-async def run_bench(args: argparse.Namespace, out: Callable[[str], None]) -> str:
-    """Measure every requested pair; the Markdown report."""
+async def run_bench(
+    args: argparse.Namespace,
+    out: Callable[[str], None],
+    report: harness.BenchReport | None = None,
+) -> str:
+    """Measure every requested pair; the Markdown report (runs also go to ``report``)."""
     pairs = [(t, c) for t in args.transports.split(",") for c in args.codecs.split(",") if t and c]
     rows = []
     failures = []
     for transport, codec in pairs:
         out(f"{transport} x {codec} ...")
+        if report is not None:
+            report.stage(f"{transport} x {codec}")
         try:
             results = await measure_pair(
                 transport,
@@ -298,6 +311,18 @@ async def run_bench(args: argparse.Namespace, out: Callable[[str], None]) -> str
             failures.append(f"{transport} x {codec}: {exc}")
             continue
         rows.append((transport, codec, results))
+        for result in results:
+            if report is None:
+                break
+            report.record(
+                f"{transport} x {codec}",
+                {
+                    "calls_per_s": result.calls_per_s,
+                    "p99_ms": result.p99_ms,
+                    "stream_msgs_per_s": result.stream_msgs_per_s,
+                },
+                harness.CpuShare(result.client_cpu, result.server_cpu, result.machine_busy),
+            )
     command = "rip5 bench angelia " + " ".join(args.argv)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     header = (
@@ -330,6 +355,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=20.0,
         help="before each run, wait up to this long for the machine to be at most half busy",
     )
+    harness.add_arguments(parser)
     args = parser.parse_args(argv)
     args.argv = argv
     for name in args.transports.split(","):
@@ -346,11 +372,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     """Run the bench; print the table (and write it with --write)."""
     args = parse(argv)
-
-    def out(line: str) -> None:
-        print(line, flush=True)
-
-    report = uvloop.run(run_bench(args, out))
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress", "argv")}
+    runs = harness.BenchReport(
+        "angelia",
+        argv,
+        METRICS,
+        params=params,
+        json_path=args.json,
+        show_progress=not args.no_progress,
+    )
+    pairs = len(args.transports.split(",")) * len(args.codecs.split(","))
+    with runs.progress(pairs * args.runs):
+        report = uvloop.run(run_bench(args, runs.say, runs))
+    runs.finish()
     print()
     print(report)
     if "\nFAILED " in report:

@@ -33,6 +33,15 @@ import uvloop
 
 from angelia_rpc import AngeliaError
 from raft.host_cluster import HostSpec, LocalCluster
+from rip5.bench import harness
+
+METRICS = (
+    harness.Metric("entries_per_s", "committed entries/s"),
+    harness.Metric("p50_ms", "p50 ms", ".1f"),
+    harness.Metric("p99_ms", "p99 ms", ".1f"),
+    harness.Metric("errors", "errors"),
+    harness.Metric("failover_ms", "failover ms"),
+)
 
 
 @dataclass
@@ -143,7 +152,7 @@ def _summary(values: list[float], fmt: str) -> str:
     )
 
 
-async def _bench(args: argparse.Namespace) -> int:
+async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
     print(
         f"# rip5 bench raft  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
         f"cores={os.cpu_count()}  nodes=3  fsync=on  entry={args.entry_bytes} B  "
@@ -161,12 +170,19 @@ async def _bench(args: argparse.Namespace) -> int:
                     election_tick=args.election_tick,
                     snapshot_entries=args.snapshot_entries,
                     keep_entries=args.keep_entries,
-                    extra_args=["--segment-mb", str(args.segment_mb)],
+                    extra_args=[
+                        *("--segment-mb", str(args.segment_mb)),
+                        *("--wal-retain-mb", str(args.wal_retain_mb)),
+                        *(["--early-send"] if args.early_send else []),
+                    ],
                 )
                 cluster = LocalCluster(Path(root), spec)
                 await cluster.start()
                 try:
                     leaders = await cluster.wait_all_led(timeout_s=120)
+                    meter = harness.CpuMeter(harness.pids_of(cluster.processes))
+                    report.stage(f"groups={groups} run {run + 1}")
+                    meter.start()
                     result = await _load(
                         cluster,
                         dict(leaders),
@@ -176,6 +192,16 @@ async def _bench(args: argparse.Namespace) -> int:
                         in_flight=args.in_flight,
                         batch=args.batch,
                         entry_bytes=args.entry_bytes,
+                    )
+                    report.record(
+                        f"groups={groups}",
+                        {
+                            "entries_per_s": result.entries_per_s,
+                            "p50_ms": result.p50_ms,
+                            "p99_ms": result.p99_ms,
+                            "errors": result.errors,
+                        },
+                        meter.stop(),
                     )
                     results.append(result)
                     print(
@@ -188,6 +214,9 @@ async def _bench(args: argparse.Namespace) -> int:
                         for _ in range(args.failovers):
                             seconds = await _failover(cluster, sorted(cluster.addresses))
                             failovers.append(seconds)
+                            report.record(
+                                f"failover groups={groups}", {"failover_ms": seconds * 1000}
+                            )
                             print(f"  failover: {seconds * 1000:.0f} ms", flush=True)
                 finally:
                     await cluster.stop()
@@ -226,16 +255,46 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--entry-bytes", type=int, default=1024)
     parser.add_argument("--tick-ms", type=int, default=50)
     parser.add_argument("--election-tick", type=int, default=16, help="ticks; 0.8-1.6 s at 50 ms")
-    parser.add_argument("--snapshot-entries", type=int, default=20_000)
+    parser.add_argument(
+        "--snapshot-entries",
+        type=int,
+        default=0,
+        help="also snapshot a group every N entries (0: only by --wal-retain-mb)",
+    )
     parser.add_argument("--keep-entries", type=int, default=5_000)
     parser.add_argument("--failovers", type=int, default=3, help="SIGKILLs per run")
     parser.add_argument("--failover-groups", type=int, default=64)
     parser.add_argument("--segment-mb", type=int, default=64, help="WAL segment size")
+    parser.add_argument(
+        "--wal-retain-mb",
+        type=int,
+        default=256,
+        help="per node: compact the groups that pin old WAL segments beyond this (0: off)",
+    )
+    parser.add_argument(
+        "--early-send",
+        action="store_true",
+        help="leaders send appends during their own fdatasync (experimental, unsafe: see docs)",
+    )
     parser.add_argument("--dir", default=None, help="where the data folders go (default: temp)")
+    harness.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.entry_bytes < 16:
         parser.error("--entry-bytes must be at least 16")
-    return uvloop.run(_bench(args))
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
+    report = harness.BenchReport(
+        "raft",
+        argv,
+        METRICS,
+        params=params,
+        json_path=args.json,
+        show_progress=not args.no_progress,
+    )
+    kills = args.failovers * args.runs if args.failover_groups in args.groups else 0
+    with report.progress(len(args.groups) * args.runs + kills):
+        code = uvloop.run(_bench(args, report))
+    report.finish()
+    return code
 
 
 if __name__ == "__main__":

@@ -33,9 +33,16 @@ from pathlib import Path
 import uvloop
 
 from protocol.storage_api import AckRequest, AppendRequest, Message, ReceiveRequest
+from rip5.bench import harness
 from rip5.bench.storage_cluster import LocalStorageCluster
 
 TOPIC = "bench"
+METRICS = (
+    harness.Metric("messages_per_s", "msgs/s"),
+    harness.Metric("p50_ms", "p50 ms", ".1f"),
+    harness.Metric("p99_ms", "p99 ms", ".1f"),
+    harness.Metric("calls", "calls"),
+)
 
 
 @dataclass
@@ -144,7 +151,16 @@ async def _consume_phase(
     )
 
 
-async def _bench(args: argparse.Namespace) -> int:
+def _values(phase: PhaseResult) -> dict[str, float]:
+    return {
+        "messages_per_s": phase.messages_per_s,
+        "p50_ms": phase.p50_ms,
+        "p99_ms": phase.p99_ms,
+        "calls": phase.calls,
+    }
+
+
+async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
     print(
         f"# rip5 bench storage  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
         f"cores={os.cpu_count()}  nodes=3  fsync=on  message={args.message_bytes} B  "
@@ -160,9 +176,16 @@ async def _bench(args: argparse.Namespace) -> int:
             await cluster.start()
             try:
                 await cluster.wait_all_led(timeout_s=120)
+                meter = harness.CpuMeter(harness.pids_of(cluster.processes))
                 appended: dict[int, int] = {}
+                report.stage(f"run {run + 1}: append")
+                meter.start()
                 append = await _append_phase(cluster, args, appended)
+                report.record("append", _values(append), meter.stop())
+                report.stage(f"run {run + 1}: receive+ack")
+                meter.start()
                 consume = await _consume_phase(cluster, args, appended)
+                report.record("receive+ack", _values(consume), meter.stop())
             finally:
                 await cluster.stop()
         appends.append(append)
@@ -205,8 +228,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="append warm-up seconds")
     parser.add_argument("--runs", type=int, default=3, help="fresh clusters, one after another")
     parser.add_argument("--dir", default=None, help="where the clusters' data folders go")
+    harness.add_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("groups", "queues", "message_bytes", "batch", "in_flight", "runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    return uvloop.run(_bench(args))
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
+    report = harness.BenchReport(
+        "storage",
+        list(argv or []),
+        METRICS,
+        params=params,
+        json_path=args.json,
+        show_progress=not args.no_progress,
+    )
+    with report.progress(2 * args.runs):
+        code = uvloop.run(_bench(args, report))
+    report.finish()
+    return code

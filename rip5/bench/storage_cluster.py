@@ -44,12 +44,25 @@ class LocalStorageCluster:
     """``nodes`` storage processes replicating ``groups`` groups, under ``root``."""
 
     def __init__(
-        self, root: Path, nodes: int = 3, groups: int = 16, log_level: str = "warning"
+        self,
+        root: Path,
+        nodes: int = 3,
+        groups: int = 16,
+        log_level: str = "warning",
+        *,
+        nameserver: str = "",
+        static: bool = True,
     ) -> None:
-        """Choose ports; nothing starts until :meth:`start`."""
+        """Choose ports; nothing starts until :meth:`start`.
+
+        ``nameserver``: the nodes register there; ``static`` False: they host
+        the groups the nameserver assigns instead of every group (``--peers``).
+        """
         self.root = root
         self.groups = groups
         self.log_level = log_level
+        self.nameserver = nameserver
+        self.static = static
         self.addresses = {n: f"127.0.0.1:{free_port()}" for n in range(1, nodes + 1)}
         self.processes: dict[int, asyncio.subprocess.Process] = {}
         self._peers = Peers(RpcConfig(call_timeout_ms=5000))
@@ -88,11 +101,13 @@ class LocalStorageCluster:
             self.addresses[node_id],
             "--node-id",
             str(node_id),
-            "--peers",
-            self.peers_flag,
             "--groups",
             str(self.groups),
         ]
+        if self.static:
+            args += ["--peers", self.peers_flag]
+        if self.nameserver:
+            args += ["--nameserver", self.nameserver]
         try:
             process = await asyncio.create_subprocess_exec(
                 *args,

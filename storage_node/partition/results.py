@@ -57,10 +57,12 @@ class DeadLettered:
 
 @dataclass(frozen=True, slots=True)
 class ReceiveResult:
-    """Messages handed out, and those dead-lettered on the way."""
+    """Messages handed out, those dead-lettered on the way, and the queue's end offset
+    when the receive applied (-1: not reported), so a long poll can tell later growth."""
 
     deliveries: tuple[Delivery, ...]
     dead_lettered: tuple[DeadLettered, ...] = ()
+    end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

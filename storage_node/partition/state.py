@@ -296,7 +296,7 @@ class PartitionState:
         queue = (command.topic, command.queue_id)
         index = self._queues.get(queue)
         if index is None:
-            return ReceiveResult(())
+            return ReceiveResult((), (), 0)
         key = (command.group, command.topic, command.queue_id)
         group_queue = self._groups.get(key)
         if group_queue is None:
@@ -304,7 +304,9 @@ class PartitionState:
             self._groups[key] = group_queue
         repeated = group_queue.repeat_attempt(command.attempt_id, self.clock_ms)
         if repeated:
-            return ReceiveResult(tuple(_delivery(command, grant, index) for grant in repeated))
+            return ReceiveResult(
+                tuple(_delivery(command, grant, index) for grant in repeated), (), index.end_offset
+            )
         plan = group_queue.receive(
             index,
             clock_ms=self.clock_ms,
@@ -327,7 +329,7 @@ class PartitionState:
             for expiry in plan.dead_letters
         )
         deliveries = tuple(_delivery(command, grant, index) for grant in plan.grants)
-        return ReceiveResult(deliveries, dead)
+        return ReceiveResult(deliveries, dead, index.end_offset)
 
     def _move_to_dead_letter(
         self, group: str, queue: QueueId, queue_offset: int, attempts: int

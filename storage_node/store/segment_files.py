@@ -8,8 +8,9 @@ file (every local snapshot carries them until they are no longer
 referenced), which is where a restart finds them again.
 
 Retention contract with raft: the group's log must not be compacted past
-an entry the partition still references (``GroupReplica.compaction_floor``),
-so every referenced body not adopted stays in a live segment.
+an entry the partition still references (the group's truncate floor, which
+``GroupReplica`` keeps through ``Driver.set_truncate_floor``), so every
+referenced body not adopted stays in a live segment.
 
 :func:`index_sealed_segments` writes ``<seq>.idx`` next to every sealed
 segment that lacks one (``protocol.segments`` layout; written to a temp

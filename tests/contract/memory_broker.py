@@ -1,29 +1,41 @@
 """A broker process over the in-memory ports, for contract tests with the official clients.
 
-Usage: ``python -m tests.contract.memory_broker PORT_FILE``. Serves on
-127.0.0.1 (a free port), writes the port to PORT_FILE once serving, and runs
+Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
+[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]``. Serves on
+127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
+every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
 committed offset and the deliveries still in flight) as JSON to
-PORT_FILE.state, so a test can check what the clients acknowledged.
+PORT_FILE.state, so a test can check what the clients acknowledged, and the
+check-backs each broker delivered to PORT_FILE.checks.
+
+With ``--brokers 2`` the brokers share one store, one coordination (leases,
+producer registrations: each broker reports its producer groups every
+100 ms, as its nameserver heartbeat would) and reach each other directly:
+the stand-in for a cluster when the memory ports are all there is.
 
 Topics: ``normal`` (NORMAL, 4 queues), ``fifo`` (FIFO, 2 queues), ``mixed``
-(NORMAL and FIFO, 2 queues). Group ``fifo-group`` is FIFO; every other group
-is created on first use. All have 3 delivery attempts, so dead-lettering is
+(NORMAL and FIFO, 2 queues), ``timed`` (DELAY, 2 queues), ``txn``
+(TRANSACTION, 2 queues). Group ``fifo-group`` is FIFO; every other group is
+created on first use. All have 3 delivery attempts, so dead-lettering is
 quick to reach.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import signal
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.domain import GroupInfo, MessageType, QueueInfo, RetryPolicy, TopicInfo
 from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.processor.checkback import CheckPolicy
 from broker.services.clock import SystemClock
-from broker.services.memory import MemoryMetadata, MemoryStore
+from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
 
 SECRET = b"contract-test-cluster-secret"
 
@@ -33,37 +45,68 @@ def _topic(name: str, queue_count: int, *types: MessageType) -> TopicInfo:
 
 
 class _Metadata(MemoryMetadata):
-    async def get_group(self, name: str) -> GroupInfo:
+    async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
         if name not in self._groups and self.auto_create_groups:
             self.put_group(GroupInfo(name, retry=RetryPolicy(max_delivery_attempts=3)))
-        return await super().get_group(name)
+        return await super().get_group(name, topics=topics)
 
 
-async def main(port_file: Path) -> None:
+async def _report_producers(
+    coordination: MemoryCoordination, endpoints: list[GrpcEndpoint], names: list[str]
+) -> None:
+    while True:
+        for name, endpoint in zip(names, endpoints, strict=True):
+            coordination.register_producers(name, endpoint.service.sessions.producer_groups)
+        await asyncio.sleep(0.1)
+
+
+async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
     clock = SystemClock()
     metadata = _Metadata(
         [
             _topic("normal", 4, MessageType.NORMAL),
             _topic("fifo", 2, MessageType.FIFO),
             _topic("mixed", 2, MessageType.NORMAL, MessageType.FIFO),
+            _topic("timed", 2, MessageType.DELAY),
+            _topic("txn", 2, MessageType.TRANSACTION),
         ],
         [GroupInfo("fifo-group", fifo=True, retry=RetryPolicy(max_delivery_attempts=3))],
     )
     store = MemoryStore(clock, metadata)
-    endpoint = GrpcEndpoint(
-        build_service(Ports(metadata, store, clock), receipt_secret=SECRET, endpoint="127.0.0.1:0"),
-        "127.0.0.1:0",
-    )
-    port = await endpoint.start()
+    coordination = MemoryCoordination(clock)
+    peers = MemoryPeers()
+    endpoints: list[GrpcEndpoint] = []
+    names = [f"broker-{n}" for n in range(1, brokers + 1)]
+    for name in names:
+        service = build_service(
+            Ports(metadata, store, clock, coordination, peers),
+            receipt_secret=SECRET,
+            endpoint="127.0.0.1:0",
+            broker_id=name,
+            check_policy=policy,
+        )
+        assert service.transactions is not None
+        peers.add(name, service.transactions)
+        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0"))
+    ports = [await endpoint.start() for endpoint in endpoints]
+    reporter = asyncio.create_task(_report_producers(coordination, endpoints, names))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    tmp = port_file.with_suffix(".tmp")
-    tmp.write_text(str(port))
-    tmp.rename(port_file)
+    for path, text in [
+        (port_file.with_suffix(".all"), ",".join(map(str, ports))),
+        (port_file, str(ports[0])),
+    ]:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.rename(path)
     await stopping.wait()
-    await endpoint.stop(0.5)
+    reporter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reporter
+    for endpoint in endpoints:
+        await endpoint.stop(0.5)
     state = [
         {
             "group": group,
@@ -75,7 +118,29 @@ async def main(port_file: Path) -> None:
         for (group, queue), (committed, in_flight) in store.consumer_states().items()
     ]
     port_file.with_suffix(".state").write_text(json.dumps(state))
+    checks = {}
+    for name, endpoint in zip(names, endpoints, strict=True):
+        transactions = endpoint.service.transactions
+        assert transactions is not None
+        checks[name] = {
+            "local": transactions.delivered_local,
+            "via_peer": transactions.delivered_via_peer,
+        }
+    port_file.with_suffix(".checks").write_text(json.dumps(checks))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1])))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port_file", type=Path)
+    parser.add_argument("--brokers", type=int, default=1)
+    parser.add_argument("--check-delay-ms", type=int, default=6_000)
+    parser.add_argument("--check-interval-ms", type=int, default=30_000)
+    parser.add_argument("--check-max", type=int, default=15)
+    args = parser.parse_args()
+    check_policy = CheckPolicy(
+        delay_ms=args.check_delay_ms,
+        interval_ms=args.check_interval_ms,
+        check_max=args.check_max,
+        scan_period_ms=200,
+    )
+    asyncio.run(main(args.port_file, args.brokers, check_policy))

@@ -9,9 +9,11 @@ test asserts on it. Every wait has a deadline.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -25,6 +27,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.exception import ClientException
@@ -161,18 +165,21 @@ class _Listener(MessageListener):
         return ConsumeResult.SUCCESS
 
 
-def push_consume(port: int) -> dict[str, Any]:
-    """PushConsumer: settings handshake, assignment, consume, nack -> redelivery."""
+def push_consume(port: int, topic: str = "mixed", last_group: str | None = "g") -> dict[str, Any]:
+    """PushConsumer: settings handshake, assignment, consume, nack -> redelivery.
+
+    The third message carries ``last_group`` as its message group (None: none).
+    """
     out: dict[str, Any] = {}
     listener = _Listener()
-    consumer = PushConsumer(_config(port), "pusher", listener, {"mixed": FilterExpression()})
+    consumer = PushConsumer(_config(port), "pusher", listener, {topic: FilterExpression()})
     consumer.startup()
-    producer = Producer(_config(port), ("mixed",))
+    producer = Producer(_config(port), (topic,))
     producer.startup()
     try:
-        ids = [producer.send(_message("mixed", b"p0", tag="ok")).message_id]
-        ids.append(producer.send(_message("mixed", b"p1", tag="retry")).message_id)
-        ids.append(producer.send(_message("mixed", b"p2", tag="ok", group="g")).message_id)
+        ids = [producer.send(_message(topic, b"p0", tag="ok")).message_id]
+        ids.append(producer.send(_message(topic, b"p1", tag="retry")).message_id)
+        ids.append(producer.send(_message(topic, b"p2", tag="ok", group=last_group)).message_id)
         out["sent"] = ids
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
@@ -188,7 +195,7 @@ def push_consume(port: int) -> dict[str, Any]:
         producer.shutdown()
         consumer.shutdown()
     # Everything was acked: the group has nothing left to deliver.
-    check = SimpleConsumer(_config(port), "pusher", {"mixed": FilterExpression()}, 5)
+    check = SimpleConsumer(_config(port), "pusher", {topic: FilterExpression()}, 5)
     check.startup()
     try:
         out["left_over"] = [_view(m) for m in check.receive(32, 15)]
@@ -251,6 +258,39 @@ def _raw_stub(port: int) -> tuple[grpc.Channel, Any]:
     return channel, service_pb2_grpc.MessagingServiceStub(channel)
 
 
+def garbage_handles_then_round_trip(
+    producer: Producer, consumer: SimpleConsumer, topic: str
+) -> dict[str, Any]:
+    """Ack and renew with a garbage handle (the codes), then a round trip still works."""
+    out: dict[str, Any] = {}
+    receipt = producer.send(_message(topic, b"before-bad-handles"))
+    real = next(m for m in _receive_until(consumer, 1, 15) if m.message_id == receipt.message_id)
+    garbage = Message()
+    garbage.topic = topic
+    garbage.message_id = real.message_id
+    garbage.receipt_handle = "not-a-receipt-handle"
+    garbage.endpoints = real.endpoints
+    try:
+        consumer.ack(garbage)
+        out["garbage_ack"] = "accepted"
+    except Exception as error:  # noqa: BLE001 - the observation
+        out["garbage_ack"] = _code(error)
+    try:
+        consumer.change_invisible_duration(garbage, 5)
+        out["garbage_change"] = "accepted"
+    except Exception as error:  # noqa: BLE001
+        out["garbage_change"] = _code(error)
+    out["garbage_handle_kept"] = garbage.receipt_handle
+    # Still serving: the real handle still acks, and a new round trip works.
+    consumer.ack(real)
+    receipt = producer.send(_message(topic, b"after-bad-input"))
+    got = _receive_until(consumer, 1, 15)
+    for message in got:
+        consumer.ack(message)
+    out["still_serving"] = [receipt.message_id, [m.message_id for m in got]]
+    return out
+
+
 def bad_input(port: int) -> dict[str, Any]:
     """Oversized body, unknown topic, garbage handle, missing client id, unbuilt RPCs."""
     out: dict[str, Any] = {}
@@ -279,9 +319,45 @@ def bad_input(port: int) -> dict[str, Any]:
         response = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=10)
         out["no_client_id"] = response.status.code
         response = stub.EndTransaction(
-            service_pb2.EndTransactionRequest(), metadata=metadata, timeout=10
+            service_pb2.EndTransactionRequest(
+                topic=definition_pb2.Resource(name="txn"),
+                message_id="0100000000000000000000000000000001",
+                transaction_id="not-a-transaction-id",
+                resolution=definition_pb2.COMMIT,
+            ),
+            metadata=metadata,
+            timeout=10,
         )
         out["end_transaction"] = response.status.code
+        response = stub.EndTransaction(
+            service_pb2.EndTransactionRequest(
+                topic=definition_pb2.Resource(name="txn"),
+                message_id="0100000000000000000000000000000001",
+                transaction_id="T1:0:0100000000000000000000000000000001",
+                resolution=definition_pb2.COMMIT,
+            ),
+            metadata=metadata,
+            timeout=10,
+        )
+        out["end_unknown_transaction"] = response.status.code
+        for name, topic, ahead_s in [
+            ("delay_to_normal", "normal", 5),
+            ("delay_too_far", "timed", 24 * 3600 + 60),
+        ]:
+            timed = definition_pb2.Message(
+                topic=definition_pb2.Resource(name=topic),
+                body=b"timed",
+                system_properties=definition_pb2.SystemProperties(
+                    message_id=f"01000000000000000000000000000000{len(name):02d}",
+                    message_type=definition_pb2.DELAY,
+                    body_encoding=definition_pb2.IDENTITY,
+                ),
+            )
+            timed.system_properties.delivery_timestamp.seconds = int(time.time()) + ahead_s
+            response = stub.SendMessage(
+                service_pb2.SendMessageRequest(messages=[timed]), metadata=metadata, timeout=10
+            )
+            out[name] = [response.status.code, response.status.message]
         pulled = list(
             stub.PullMessage(service_pb2.PullMessageRequest(), metadata=metadata, timeout=10)
         )
@@ -298,31 +374,7 @@ def bad_input(port: int) -> dict[str, Any]:
         consumer = SimpleConsumer(_config(port), "bad-input", {"normal": FilterExpression()}, 5)
         consumer.startup()
         try:
-            receipt = producer.send(_message("normal", b"before-bad-handles"))
-            real = next(
-                m for m in _receive_until(consumer, 1, 15) if m.message_id == receipt.message_id
-            )
-            garbage = Message()
-            garbage.topic = "normal"
-            garbage.message_id = real.message_id
-            garbage.receipt_handle = "not-a-receipt-handle"
-            garbage.endpoints = real.endpoints
-            try:
-                consumer.ack(garbage)
-                out["garbage_ack"] = "accepted"
-            except Exception as error:  # noqa: BLE001
-                out["garbage_ack"] = _code(error)
-            try:
-                consumer.change_invisible_duration(garbage, 5)
-                out["garbage_change"] = "accepted"
-            except Exception as error:  # noqa: BLE001
-                out["garbage_change"] = _code(error)
-            out["garbage_handle_kept"] = garbage.receipt_handle
-            # Still serving: the real handle still acks, and a new round trip works.
-            consumer.ack(real)
-            receipt = producer.send(_message("normal", b"after-bad-input"))
-            got = _receive_until(consumer, 1, 15)
-            out["still_serving"] = [receipt.message_id, [m.message_id for m in got]]
+            out.update(garbage_handles_then_round_trip(producer, consumer, "normal"))
         finally:
             consumer.shutdown()
     finally:
@@ -330,13 +382,194 @@ def bad_input(port: int) -> dict[str, Any]:
     return out
 
 
-SCENARIOS = {
+def timed(port: int) -> dict[str, Any]:
+    """A DELAY message due in 3 s: when it was due and when the consumer got it."""
+    out: dict[str, Any] = {}
+    producer = Producer(_config(port), ("timed",))
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "timed-reader", {"timed": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        message = _message("timed", b"later")
+        due_s = int(time.time()) + 3  # the client sends whole seconds
+        message.delivery_timestamp = due_s
+        out["sent_ms"] = int(time.time() * 1000)
+        out["id"] = producer.send(message).message_id
+        got = _receive_until(consumer, 1, 15)
+        out["arrived_ms"] = int(time.time() * 1000)
+        out["due_ms"] = due_s * 1000
+        out["received"] = [_view(m) for m in got]
+        out["delivery_timestamps"] = [m.delivery_timestamp for m in got]
+        for received in got:
+            consumer.ack(received)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+class _Checker(TransactionChecker):
+    """Answers check-backs: COMMIT for the ids it was told, "unknown yet" otherwise (the
+    local transaction may still run); records calls."""
+
+    def __init__(self, commit_ids: set[str]) -> None:
+        self.commit_ids = commit_ids
+        self.checked: list[str] = []
+        self.lock = threading.Lock()
+
+    def check(self, message: Message) -> TransactionResolution:
+        with self.lock:
+            self.checked.append(message.message_id)
+        if message.message_id in self.commit_ids:
+            return TransactionResolution.COMMIT
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+
+
+def transactions(port: int) -> dict[str, Any]:
+    """Commit one half message, roll back another: only the committed one is consumed."""
+    out: dict[str, Any] = {}
+    checker = _Checker(set())
+    producer = Producer(_config(port), ("txn",), checker)
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "txn-reader", {"txn": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        committed = producer.begin_transaction()
+        receipt = producer.send(_message("txn", b"commit-me"), committed)
+        out["committed"] = receipt.message_id
+        out["transaction_id"] = receipt.transaction_id
+        out["before_commit"] = [_view(m) for m in consumer.receive(32, 15)]
+        committed.commit()
+        rolled_back = producer.begin_transaction()
+        out["rolled_back"] = producer.send(_message("txn", b"drop-me"), rolled_back).message_id
+        rolled_back.rollback()
+        got = _receive_until(consumer, 1, 15)
+        for message in got:
+            consumer.ack(message)
+        # Two more long polls: the rolled-back message must never show up.
+        got += consumer.receive(32, 15) + consumer.receive(32, 15)
+        out["received"] = [_view(m) for m in got]
+        try:
+            committed.commit()
+            out["commit_again"] = "accepted"
+        except Exception as error:  # noqa: BLE001 - the observation
+            out["commit_again"] = _code(error)
+        out["checked"] = list(checker.checked)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+def orphan_send(port: int) -> dict[str, Any]:
+    """Send a half message and die without deciding (no shutdown: the process just ends)."""
+    producer = Producer(_config(port), ("txn",), _Checker(set()))
+    producer.startup()
+    transaction = producer.begin_transaction()
+    receipt = producer.send(_message("txn", b"orphan"), transaction)
+    print(json.dumps({"orphan": receipt.message_id}), flush=True)
+    os._exit(0)
+
+
+def orphan_resolve(port: int, orphan_id: str) -> dict[str, Any]:
+    """A second producer of the group answers the check-back of the orphan with COMMIT."""
+    out: dict[str, Any] = {}
+    checker = _Checker({orphan_id})
+    producer = Producer(_config(port), ("txn",), checker)
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "orphan-reader", {"txn": FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        got: list[Message] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while orphan_id not in {m.message_id for m in got} and time.monotonic() < deadline:
+            batch = consumer.receive(32, 15)
+            for message in batch:
+                consumer.ack(message)
+            got += batch
+        out["received"] = [_view(m) for m in got if m.message_id == orphan_id]
+        with checker.lock:
+            out["checked"] = list(checker.checked)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
+def pending_then_exit(port: int, timed_topic: str, count: str) -> dict[str, Any]:
+    """Send ``count`` timed messages (due in 4 s) and ``count`` half messages, print
+    their ids, and die without deciding the transactions."""
+    producer = Producer(_config(port), (timed_topic, "txn"), _Checker(set()))
+    producer.startup()
+    due_s = int(time.time()) + 4
+    timed_ids = []
+    for n in range(int(count)):
+        message = _message(timed_topic, f"timed-{n}".encode())
+        message.delivery_timestamp = due_s
+        timed_ids.append(producer.send(message).message_id)
+    orphans = [
+        producer.send(
+            _message("txn", f"orphan-{n}".encode()), producer.begin_transaction()
+        ).message_id
+        for n in range(int(count))
+    ]
+    print(json.dumps({"timed": timed_ids, "due_ms": due_s * 1000, "orphans": orphans}), flush=True)
+    os._exit(0)
+
+
+def settle_and_receive(
+    port: int, timed_topic: str, orphan_ids: str, timed_count: str
+) -> dict[str, Any]:
+    """A producer of the transaction group commits the orphans when asked; consumers
+    collect the committed orphans and the timed messages, with arrival times."""
+    out: dict[str, Any] = {}
+    orphans = set(orphan_ids.split(","))
+    checker = _Checker(orphans)
+    producer = Producer(_config(port), ("txn",), checker)
+    producer.startup()
+    txn = SimpleConsumer(_config(port), "settled-reader", {"txn": FilterExpression()}, 5)
+    txn.startup()
+    timed = SimpleConsumer(_config(port), "timed-survivor", {timed_topic: FilterExpression()}, 5)
+    timed.startup()
+    try:
+        arrivals: list[dict[str, Any]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(arrivals) < int(timed_count) and time.monotonic() < deadline:
+            for message in timed.receive(32, 30):
+                arrivals.append({"id": message.message_id, "arrived_ms": int(time.time() * 1000)})
+                timed.ack(message)
+        out["timed"] = arrivals
+        settled: list[Message] = []
+        while len({m.message_id for m in settled} & orphans) < len(orphans) and (
+            time.monotonic() < deadline
+        ):
+            batch = txn.receive(32, 30)
+            for message in batch:
+                txn.ack(message)
+            settled += [m for m in batch if m.message_id in orphans]
+        out["settled"] = [_view(m) for m in settled]
+        with checker.lock:
+            out["checked"] = list(checker.checked)
+    finally:
+        timed.shutdown()
+        txn.shutdown()
+        producer.shutdown()
+    return out
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,
     "bad_input": bad_input,
+    "timed": timed,
+    "transactions": transactions,
+    "orphan_send": orphan_send,
+    "orphan_resolve": orphan_resolve,
+    "pending_then_exit": pending_then_exit,
+    "settle_and_receive": settle_and_receive,
 }
 
 if __name__ == "__main__":
-    result = SCENARIOS[sys.argv[2]](int(sys.argv[1]))
+    result = SCENARIOS[sys.argv[2]](int(sys.argv[1]), *sys.argv[3:])
     print(json.dumps(result))

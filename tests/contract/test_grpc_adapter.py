@@ -253,7 +253,6 @@ async def test_route_echoes_the_client_endpoint_or_falls_back(broker: Broker) ->
 async def test_unbuilt_rpcs_answer_clearly(broker: Broker) -> None:
     stub = broker.stub
     answers = [
-        (await stub.EndTransaction(spb.EndTransactionRequest(), metadata=META)).status,
         (await stub.UpdateOffset(spb.UpdateOffsetRequest(), metadata=META)).status,
         (await stub.GetOffset(spb.GetOffsetRequest(), metadata=META)).status,
         (await stub.QueryOffset(spb.QueryOffsetRequest(), metadata=META)).status,

@@ -30,12 +30,12 @@ pytestmark = pytest.mark.integration
 class BrokerProcess:
     """The broker process of one test."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *options: str) -> None:
         self.port_file = tmp_path / "port"
         self.log_path = tmp_path / "broker.log"
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.contract.memory_broker", str(self.port_file)],
+            [sys.executable, "-m", "tests.contract.memory_broker", str(self.port_file), *options],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -46,6 +46,7 @@ class BrokerProcess:
         )
         assert self.process.poll() is None, self.log_path.read_text()
         self.port = int(self.port_file.read_text())
+        self.ports = [int(p) for p in self.port_file.with_suffix(".all").read_text().split(",")]
         self.stopped_alive = False  # set once stop() found it serving
 
     def stop(self) -> list[dict[str, Any]]:
@@ -84,19 +85,26 @@ def _consumed(state: list[dict[str, Any]], group: str, topic: str) -> tuple[int,
     return sum(row["committed"] for row in rows), sum(row["in_flight"] for row in rows)
 
 
-def run_client(port: int, scenario: str, home: Path) -> dict[str, Any]:
-    """Run one scenario of the official client in its own interpreter."""
+def run_official(argv: list[str], home: Path, timeout_s: float = 180) -> dict[str, Any]:
+    """Run the official client's script ``argv`` in its own interpreter (HOME, where the
+    client writes its logs, set to ``home``); the JSON object on its last stdout line."""
     result = subprocess.run(
-        [sys.executable, str(CLIENT), str(port), scenario],
+        [sys.executable, *argv],
+        cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout_s,
         env={**os.environ, "HOME": str(home)},
         check=False,
     )
     assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
     observed: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return observed
+
+
+def run_client(port: int, scenario: str, home: Path, *args: str) -> dict[str, Any]:
+    """Run one scenario of the official client in its own interpreter."""
+    return run_official([str(CLIENT), str(port), scenario, *args], home)
 
 
 def test_produce_and_simple_consume(broker: BrokerProcess, tmp_path: Path) -> None:
@@ -151,7 +159,15 @@ def test_bad_input_gets_documented_status_and_server_keeps_serving(
     assert seen["oversized"] == [pb.MESSAGE_BODY_TOO_LARGE, 1]
     assert seen["route_unknown"] == pb.TOPIC_NOT_FOUND
     assert seen["no_client_id"] == pb.CLIENT_ID_REQUIRED
-    assert seen["end_transaction"] == pb.NOT_IMPLEMENTED
+    assert seen["end_transaction"] == pb.INVALID_TRANSACTION_ID
+    assert seen["end_unknown_transaction"] == pb.NOT_FOUND
+    # A DELAY message to a NORMAL topic: the proxy's MESSAGE_PROPERTY_CONFLICT_WITH_TYPE.
+    code, message = seen["delay_to_normal"]
+    assert code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "NORMAL, not DELAY" in message
+    code, message = seen["delay_too_far"]
+    assert code == pb.ILLEGAL_DELIVERY_TIME
+    assert "maximum delay of 86400000 ms" in message
     assert seen["pull"] == [pb.NOT_IMPLEMENTED]
     assert "route" in seen["send_unknown_topic"]
     assert seen["garbage_ack"] == pb.INVALID_RECEIPT_HANDLE

@@ -17,8 +17,9 @@ the membership always matches the applied index.
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from raft.confchange import decode_entry
 from raft.config import Config
 from raft.errors import ProposalDropped
 from raft.memory_log import MemoryLog
+from raft.multiraft import needs_a_follower, split_early
 from raft.node import RawNode
 from raft.types import (
     ConfState,
@@ -44,6 +46,13 @@ from tests.sim.disk import SimDisk
 # Client <-> node payloads: requests ("append", op_id, value) / ("read", op_id, 0);
 # responses ("ok", op_id, a, b) / ("redirect", op_id, leader_hint, 0) / ("fail", op_id, 0, 0).
 ClientPayload = tuple[str, int, int, int]
+
+
+# A leader's early appends (MultiRaft.outgoing's "early" part), off by
+# default: with them on, seed 6125 breaks election safety (two leaders of
+# term 3 in group 3) after a leader crashed between its early appends and
+# its fsync. RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125 replays it.
+EARLY_SEND = os.environ.get("RIP5_SIM_EARLY_SEND") == "1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,12 +297,35 @@ class SimNode:
                     self.mid_ready_crashes += 1
                     self.crash()  # between the writes and the fsync: nothing was sent
                     return
+            late: list[tuple[Replica, Sequence[Message]]] = []
+            for replica, ready in batch:
+                early: Sequence[Message] = ()
+                rest: Sequence[Message] = ready.messages
+                if (
+                    EARLY_SEND
+                    and must_sync
+                    and ready.soft_state is None
+                    and replica.raw.role == Role.LEADER
+                ):
+                    conf = replica.raw.status().conf_state
+                    early, rest = split_early(ready, needs_a_follower(conf))
+                for message in early:  # a leader's appends go out while it writes its log
+                    self._send_raft(replica, message)
+                late.append((replica, rest))
+            if (
+                EARLY_SEND
+                and self.mid_ready_crash_rate
+                and self.rng.random() < self.mid_ready_crash_rate
+            ):
+                self.mid_ready_crashes += 1
+                self.crash()  # before the fsync: early appends may be out, nothing else
+                return
             if must_sync:
                 self.disk.fsync()
             for replica, ready in batch:
                 self._observe(replica, ready)
-            for replica, ready in batch:
-                for message in ready.messages:
+            for replica, messages in late:
+                for message in messages:
                     self._send_raft(replica, message)
             for replica, ready in batch:
                 self._apply(replica, ready)

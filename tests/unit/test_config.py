@@ -122,3 +122,14 @@ def test_common_config_defaults_are_valid() -> None:
     assert common.log_level == "info"
     assert common.shutdown_timeout_ms == 10_000
     assert all(spec.help for spec in options_of(CommonConfig))
+
+
+def test_describe_never_shows_a_secret_option() -> None:
+    from broker.config import BrokerConfig
+    from rip5.config import describe
+
+    shown = dict(describe(BrokerConfig(secret="s3cr3t-value")))
+    assert shown["secret"] == "<set>"
+    assert "s3cr3t-value" not in repr(describe(BrokerConfig(secret="s3cr3t-value")))
+    assert dict(describe(BrokerConfig()))["secret"] == "<unset>"
+    assert shown["listen"] == "127.0.0.1:8081"

@@ -1,4 +1,4 @@
-"""``rip5 dev``'s plan: storage children agree on their peers and group count."""
+"""``rip5 dev``'s plan: the nameserver and storage children agree on the cluster."""
 
 from __future__ import annotations
 
@@ -11,13 +11,35 @@ def _flag(argv: tuple[str, ...], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_storage_children_share_peers_and_groups(tmp_path: Path) -> None:
-    specs, _notices = plan(DevLayout(tmp_path, storage=3, storage_port=7801, storage_groups=32))
+def test_storage_children_join_the_nameserver_with_its_group_count(tmp_path: Path) -> None:
+    specs, _notices = plan(
+        DevLayout(tmp_path, storage=3, nameserver_port=7800, storage_port=7801, storage_groups=32)
+    )
+    (nameserver,) = [spec for spec in specs if spec.name == "nameserver"]
+    assert _flag(nameserver.argv, "--listen") == "127.0.0.1:7800"
+    assert _flag(nameserver.argv, "--groups") == "32"
+    assert _flag(nameserver.argv, "--replication-factor") == "3"
     storage = [spec for spec in specs if spec.name.startswith("storage-")]
     assert [spec.name for spec in storage] == ["storage-1", "storage-2", "storage-3"]
-    peers = "1=127.0.0.1:7801,2=127.0.0.1:7802,3=127.0.0.1:7803"
     for i, spec in enumerate(storage, start=1):
-        assert _flag(spec.argv, "--peers") == peers
+        assert "--peers" not in spec.argv  # the nameserver places the groups
+        assert _flag(spec.argv, "--nameserver") == "127.0.0.1:7800"
         assert _flag(spec.argv, "--groups") == "32"
         assert _flag(spec.argv, "--node-id") == str(i)
         assert _flag(spec.argv, "--listen") == f"127.0.0.1:{7800 + i}"
+
+
+def test_a_single_storage_node_gets_a_replication_factor_of_one(tmp_path: Path) -> None:
+    specs, _notices = plan(DevLayout(tmp_path, storage=1))
+    (nameserver,) = [spec for spec in specs if spec.name == "nameserver"]
+    assert _flag(nameserver.argv, "--replication-factor") == "1"
+
+
+def test_free_ports_are_distinct_and_agree_between_children(tmp_path: Path) -> None:
+    specs, _notices = plan(DevLayout(tmp_path, storage=3, free_ports=True))
+    listens = [_flag(spec.argv, "--listen") for spec in specs]
+    assert len(set(listens)) == len(listens)
+    (nameserver,) = [spec for spec in specs if spec.name == "nameserver"]
+    for spec in specs:
+        if spec.name.startswith("storage-"):
+            assert _flag(spec.argv, "--nameserver") == _flag(nameserver.argv, "--listen")

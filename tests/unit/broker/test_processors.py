@@ -97,16 +97,6 @@ async def test_send_validates_before_storing(world: World) -> None:
     assert caught.value.reason is Reason.NO_WRITABLE_QUEUE
 
 
-async def test_delay_and_transaction_are_not_built(world: World) -> None:
-    world.metadata.put_topic(_topic("any", 1, *MessageType))
-    delayed = _msg(
-        "any", message_type=MessageType.DELAY, delivery_timestamp_ms=world.clock.now_ms()
-    )
-    with pytest.raises(BrokerError) as caught:
-        await world.producer.send([delayed])
-    assert caught.value.code is codes.NOT_IMPLEMENTED
-
-
 async def test_batch_results_are_in_request_order(world: World) -> None:
     results = await world.producer.send([_msg(n=i) for i in range(5)])
     assert [r.queue.queue_id for r in results] == [0, 1, 0, 1, 0]

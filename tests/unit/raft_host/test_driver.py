@@ -299,3 +299,17 @@ async def test_read_index_wakes_a_quiesced_group(cluster: Cluster) -> None:
     )
     await cluster.drivers[leader].read_index(group_id, timeout_ms=5000)
     assert cluster.machines[leader, group_id].values == [b"only"]
+
+
+async def test_a_quiesced_leader_hands_its_group_to_the_asked_replica(cluster: Cluster) -> None:
+    leaders = await cluster.wait_leaders()
+    await async_wait_until(
+        lambda: all(d.host.is_quiesced(g) for d in cluster.drivers.values() for g in leaders),
+        what="every replica of every group quiesced",
+    )
+    old = leaders[2]
+    target = next(n for n in NODES if n != old)
+    cluster.drivers[old].transfer_leader(2, target)
+    await async_wait_until(lambda: cluster.leader(2) == target, what="the transfer to finish")
+    # The group goes on taking proposals through its new leader.
+    assert await cluster.drivers[target].propose(2, b"after") == 1

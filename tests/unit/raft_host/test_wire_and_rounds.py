@@ -20,8 +20,10 @@ from raft.types import (
     Message,
     MessageType,
     Ready,
+    Role,
     Snapshot,
     SnapshotMetadata,
+    SoftState,
 )
 
 
@@ -167,3 +169,111 @@ def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
     assert all(len(data) < 25_000 + 2_000 for to, data in sent)
     assert [m for b in to_2 for _g, m in b.messages] == messages[:-1]
     assert [to for to, _ in sent].count(3) == 1
+
+
+def test_only_a_settled_leaders_appends_and_heartbeats_go_before_the_fsync() -> None:
+    from raft.multiraft import Round, _Group, needs_a_follower, split_early
+
+    app = Message(MessageType.APP, to=2, from_=1, term=1)
+    beat = Message(MessageType.HEARTBEAT, to=3, from_=1, term=1)
+    vote = Message(MessageType.VOTE_RESP, to=3, from_=1, term=1)
+    settled = Ready(messages=[app, beat, vote], must_sync=True)
+    assert split_early(settled, True) == ([app, beat], [vote])
+    assert split_early(settled, False) == ((), [app, beat, vote])
+    just_elected = Ready(soft_state=SoftState(1, Role.LEADER), messages=[app], must_sync=True)
+    assert split_early(just_elected, True) == ((), [app])
+    assert split_early(Ready(messages=[vote]), True) == ((), [vote])
+
+    three = ConfState(voters=frozenset({1, 2, 3}))
+    assert needs_a_follower(three)
+    assert not needs_a_follower(ConfState(voters=frozenset({1}), learners=frozenset({2})))
+    joint = ConfState(voters=frozenset({1, 2}), voters_outgoing=frozenset({1}))
+    assert not needs_a_follower(joint)
+
+    host = MultiRaft(1)
+    group = _Group(7, None, None, (2, 3), early_send=True)  # type: ignore[arg-type]
+    notice = wire.QuiesceNotice(7, 1, 4, 4)
+    rnd = Round([group], [settled], True, [], {3: [notice]})
+    early = [(to, wire.decode_batch(data)) for to, data in host.outgoing(rnd, part="early")]
+    late = [(to, wire.decode_batch(data)) for to, data in host.outgoing(rnd, part="late")]
+    assert [(to, [m for _g, m in b.messages], b.quiesce) for to, b in early] == [
+        (2, [app], []),
+        (3, [beat], []),
+    ]
+    assert [(to, [m for _g, m in b.messages], b.quiesce) for to, b in late] == [
+        (3, [vote], [notice])
+    ]
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def apply(self, entry: Entry) -> object:
+        self.count += 1
+        return self.count
+
+    def restore(self, snapshot: Snapshot) -> None:
+        self.count = int(snapshot.data)
+
+    def snapshot_data(self) -> bytes:
+        return b"%d" % self.count
+
+
+def test_compaction_by_wal_bytes_stops_at_applied_and_the_truncate_floor(tmp_path: Path) -> None:
+    """One-node groups over a real WAL with 4 KiB segments."""
+    store = LogStore.open(tmp_path, segment_bytes=4096, spare_segments_max=8)
+    host = MultiRaft(1)
+    for group_id in (1, 2, 3):
+        log = store.group(group_id)
+        store.set_conf_state(group_id, 0, ConfState(voters=frozenset({1})))
+        config = Config(id=1, election_tick=10, heartbeat_tick=1)
+        node = RawNode(config, log, random.Random(group_id).randrange)
+        host.add_group(group_id, node, _Counter(), (1,))
+        node.campaign()
+    host.set_truncate_floor(2, 3)
+    for i in range(30):
+        for group_id in (1, 2, 3):
+            host.propose(group_id, b"%03d" % i + b"x" * 200, (group_id, i))
+        host.run_round(store, store.sync)
+        store.maybe_collect_garbage()
+    host.run_round(store, store.sync)
+    assert len(store.segment_seqs()) > 4
+    targets = store.compaction_targets(keep_segments=2)
+    assert set(targets) == {1, 2, 3}
+    oldest_kept = store.segment_seqs()[-2]
+    for group_id, index in targets.items():
+        assert store.locate(group_id, index).segment_seq < oldest_kept
+        assert store.locate(group_id, index + 1).segment_seq >= oldest_kept
+    steps = host.plan_compaction({**targets, 99: 5})  # an unknown group is skipped
+    by_group = {s.group_id: s for s in steps}
+    assert sorted(by_group) == [1, 2, 3]
+    assert by_group[2].index == 3  # held back by its floor
+    assert by_group[1].index == targets[1]
+    snapshot = by_group[1].snapshot
+    assert snapshot is not None
+    assert snapshot.metadata.index >= targets[1]
+    store.snapshot_files.write_durably([(s.group_id, s.snapshot) for s in steps if s.snapshot])
+    before = store.retained_bytes()
+    host.finish_compaction(steps, store)
+    store.commit()
+    assert store.group(1).first_index() == targets[1] + 1
+    assert store.group(2).first_index() == 4
+    assert store.retained_bytes() == before  # group 2's floor still pins the oldest segment
+    host.set_truncate_floor(2, None)
+    steps = host.plan_compaction(store.compaction_targets(keep_segments=2))
+    assert [s.group_id for s in steps] == [2]
+    store.snapshot_files.write_durably([(s.group_id, s.snapshot) for s in steps if s.snapshot])
+    host.finish_compaction(steps, store)
+    store.commit()
+    assert store.retained_bytes() < before
+    # Nothing more to snapshot for group 1: a second plan only compacts.
+    again = {s.group_id: s for s in host.plan_compaction({1: targets[1]})}
+    assert again[1].snapshot is None
+    # A stale snapshot (older than the one recorded) is refused and its file dropped.
+    assert not store.note_local_snapshot(1, Snapshot(SnapshotMetadata(index=2, term=1)))
+    store.close()
+    reopened = LogStore.open(tmp_path, segment_bytes=4096)
+    assert reopened.group(1).first_index() == targets[1] + 1
+    assert reopened.group(1).snapshot().data == snapshot.data
+    reopened.close()

@@ -6,10 +6,13 @@
 - A replica that was down while its leader truncated catches up from a
   snapshot that carries the referenced bodies, serves them, and still has
   them after its own restart.
+- Compaction by WAL bytes (raft's retention) stops at the group's truncate
+  floor, which the replica keeps below its oldest referenced entry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -60,15 +63,26 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def storage_node(
-    data_dir: Path, node_id: int = 1, addresses: dict[int, str] | None = None
+    data_dir: Path,
+    node_id: int = 1,
+    addresses: dict[int, str] | None = None,
+    *,
+    by_bytes: bool = False,
 ) -> AsyncIterator[Running]:
-    """One storage node hosting group 1, snapshotting every few entries."""
+    """One storage node hosting group 1, snapshotting every few entries.
+
+    ``by_bytes``: tiny segments, and compaction by WAL bytes instead of by entries.
+    """
     addresses = addresses or {1: "127.0.0.1:1"}
-    store = LogStore.open(data_dir, segment_bytes=1 << 20)
+    store = LogStore.open(data_dir, segment_bytes=4096 if by_bytes else 1 << 20)
     others = {n: a for n, a in addresses.items() if n != node_id}
     transport = AngeliaTransport(node_id, others)
     options = DriverOptions(
-        tick_ms=10, seed=node_id, snapshot_entries=SNAPSHOT_EVERY, keep_entries=0
+        tick_ms=10,
+        seed=node_id,
+        snapshot_entries=0 if by_bytes else SNAPSHOT_EVERY,
+        keep_entries=0,
+        wal_retain_bytes=8192 if by_bytes else 0,
     )
     driver = Driver(node_id, store, transport, options)
     replica = GroupReplica(GROUP, WalMessageStore(store))
@@ -79,9 +93,13 @@ async def storage_node(
         server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
         await server.start(addresses[node_id])
     await driver.start()
+    floors = asyncio.create_task(node.run_floor_keeper())
     try:
         yield Running(node, server)
     finally:
+        floors.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await floors
         if server is not None:
             await server.stop()
         await driver.stop()
@@ -175,3 +193,29 @@ async def test_a_replica_that_was_down_catches_up_from_a_snapshot_with_bodies(
                 lambda: restarted.replica.applied_index >= applied, 30, "restart"
             )
             assert await read_all(restarted, from_follower=True) == ids
+
+
+async def test_compaction_by_wal_bytes_stops_at_the_truncate_floor(tmp_path: Path) -> None:
+    async with storage_node(tmp_path, by_bytes=True) as running:
+        await leader_of([running])
+        await ticks(running, 100)
+        ids = await append_batches(running, 3)
+        received = await running.node.receive(ReceiveRequest("g", "t", 0, 4, 60_000), CONTEXT)
+        handles = [m.handle for m in received.messages]
+        await running.node.ack(AckRequest("g", "t", 0, handles), CONTEXT)
+        first_append = running.replica.state.entry("t", 0, 0).log_index
+        assert running.log_first_index < first_append
+        # The WAL outgrows its budget many times over: compacted up to the oldest
+        # referenced entry (the acked messages stay in the queue), never past it.
+        deadline = time.monotonic() + 30
+        while running.log_first_index != first_append:
+            assert running.log_first_index < first_append
+            assert time.monotonic() < deadline, "timed out waiting for compaction to the floor"
+            await ticks(running, 50)
+        assert await read_all(running) == ids
+        await ticks(running, 200)
+        assert running.log_first_index == first_append
+    async with storage_node(tmp_path, by_bytes=True) as running:
+        await leader_of([running])
+        assert running.log_first_index == first_append
+        assert await read_all(running) == ids

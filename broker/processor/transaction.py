@@ -1,0 +1,211 @@
+"""Transactions: ending them, and the cluster-wide check-back of orphans.
+
+Ending: EndTransaction names the topic, the message id and the transaction
+id (which carries the queue, see ``transaction_id.py``), so any broker can
+commit or roll back a half message another broker stored.
+
+Check-back: exactly one broker of the cluster scans for orphans at a time:
+the holder of the nameserver lease ``checkback.LEASE_NAME``. Each scan
+period it takes or extends the lease; if it cannot (another broker holds
+it), it does nothing that period. When the holder dies its lease expires
+and the next broker to ask takes over; the check counts live in storage, so
+nothing is lost or repeated beyond one check. A check is delivered to a
+live producer of the orphan's group connected to this broker, else through
+another broker that reports such a producer (``BrokerPeers``); the
+producer answers with an EndTransaction marked as a server check.
+
+Ordering within a round: a check is sent before it is counted, so a crash
+between the two costs at most one extra check, never a skipped one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.domain import AppendResult, HalfMessage
+from broker.errors import BrokerError
+from broker.processor import transaction_id as transaction_ids
+from broker.processor import validation
+from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
+from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore
+
+log = logging.getLogger("broker.transaction")
+
+
+class LocalProducers(Protocol):
+    """The producers connected to this broker (their Telemetry streams)."""
+
+    def maybe_send_check(self, producer_group: str, half: HalfMessage, transaction_id: str) -> bool:
+        """Send a check-back of ``half`` to one connected producer of the group; whether
+        one was connected."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRound:
+    """What one check-back round did (for logs and tests)."""
+
+    checked: int = 0  # checks delivered to a producer
+    unreachable: int = 0  # orphans with no live producer anywhere
+    rolled_back: int = 0  # orphans rolled back after their last check
+
+
+class TransactionProcessor:
+    """EndTransaction, and the orphan check-back loop (see the module docstring).
+
+    ``coordination`` and ``peers`` may be None for a single broker: it then
+    owns the check-back alone and reaches only its own producers.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        clock: Clock,
+        local: LocalProducers,
+        *,
+        owner: str,
+        policy: CheckPolicy | None = None,
+        coordination: Coordination | None = None,
+        peers: BrokerPeers | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._local = local
+        self.owner = owner
+        self.policy = policy or CheckPolicy()
+        self._coordination = coordination
+        self._peers = peers
+        self.holds_lease = False
+        self.delivered_local = 0  # check-backs this broker sent to its own producers
+        self.delivered_via_peer = 0  # check-backs it had another broker deliver
+
+    async def end(
+        self,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        commit: bool | None,
+        *,
+        from_check: bool = False,
+    ) -> AppendResult | None:
+        """Commit (``True``), roll back (``False``) or leave (``None``: the producer does
+        not know yet) a transaction; where a committed message went."""
+        validation.check_topic(topic)
+        queue, message_id = transaction_ids.decode(transaction_id, topic, message_id)
+        if commit is None:
+            log.info("transaction %s left unresolved by its producer", transaction_id)
+            return None
+        result = await self._store.end_transaction(queue, message_id, commit)
+        if from_check:
+            log.info(
+                "transaction %s %s by a check-back answer",
+                transaction_id,
+                "committed" if commit else "rolled back",
+            )
+        return result
+
+    # ------------------------------------------------------------ check-back
+
+    def deliver_local(self, half: HalfMessage, transaction_id: str) -> bool:
+        """Send a check-back to a producer connected here (a peer broker asked us)."""
+        return self._local.maybe_send_check(half.producer_group, half, transaction_id)
+
+    async def _deliver(self, half: HalfMessage) -> bool:
+        transaction_id = transaction_ids.encode(half.queue, half.message.message_id)
+        if self.deliver_local(half, transaction_id):
+            self.delivered_local += 1
+            log.info("check-back of transaction %s sent to a producer here", transaction_id)
+            return True
+        if self._coordination is None or self._peers is None:
+            return False
+        brokers = await self._coordination.brokers_with_producers(half.producer_group)
+        for broker in brokers:
+            if broker == self.owner:
+                continue
+            if await self._peers.deliver_orphan_check(broker, half, transaction_id):
+                self.delivered_via_peer += 1
+                log.info(
+                    "check-back of transaction %s sent through broker %s", transaction_id, broker
+                )
+                return True
+        log.info(
+            "check-back of transaction %s found no producer of %r (brokers reporting one: %s)",
+            transaction_id,
+            half.producer_group,
+            brokers,
+        )
+        return False
+
+    async def check_once(self) -> CheckRound:
+        """One round over the orphans due now (the caller holds the lease)."""
+        stored_before_ms, checked_before_ms = self.policy.window(self._clock.now_ms())
+        orphans = await self._store.orphaned_transactions(
+            stored_before_ms, checked_before_ms, self.policy.batch_max
+        )
+        log.debug("check-back round: %d orphans due", len(orphans))
+        if not orphans:
+            return CheckRound()
+        plan = plan_round(orphans, self.policy.check_max)
+        checked = unreachable = 0
+        for half in plan.check:
+            try:
+                delivered = await self._deliver(half)
+            except BrokerError as error:
+                log.warning("check-back of %s failed: %s", half.message.message_id, error)
+                delivered = False
+            checked += delivered
+            unreachable += not delivered
+        rolled_back = await self._store.note_transaction_checks(
+            plan.check + plan.give_up, self.policy.check_max
+        )
+        for half in rolled_back:
+            log.warning(
+                "transaction %s of topic %s rolled back: no answer after %d check-backs",
+                transaction_ids.encode(half.queue, half.message.message_id),
+                half.queue.topic,
+                self.policy.check_max,
+            )
+        return CheckRound(checked, unreachable, len(rolled_back))
+
+    async def maybe_take_lease(self) -> bool:
+        """Take or extend the check-back lease; whether this broker holds it now."""
+        if self._coordination is None:
+            self.holds_lease = True
+            return True
+        try:
+            held = await self._coordination.try_lease(
+                LEASE_NAME, self.owner, self.policy.lease_ttl_ms
+            )
+        except BrokerError as error:
+            log.warning("transaction check lease unavailable: %s", error)
+            held = False
+        if held != self.holds_lease:
+            log.info("transaction check-back %s", "owned here" if held else "owned elsewhere")
+        self.holds_lease = held
+        return held
+
+    async def run(self) -> None:
+        """Forever: every scan period, if this broker holds the lease, one check round.
+
+        Errors of one round (even unexpected ones) are logged and the next round
+        runs; on cancellation
+        the lease is released so another broker takes over at once.
+        """
+        try:
+            while True:
+                try:
+                    if await self.maybe_take_lease():
+                        await self.check_once()
+                except BrokerError as error:
+                    log.warning("transaction check round failed: %s", error)
+                except Exception:  # a bug must not stop the check-back for good
+                    log.exception("transaction check round failed unexpectedly")
+                await asyncio.sleep(self.policy.scan_period_ms / 1000)
+        finally:
+            if self.holds_lease and self._coordination is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._coordination.release_lease(LEASE_NAME, self.owner))

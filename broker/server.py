@@ -1,0 +1,149 @@
+"""The broker role: the RocketMQ gRPC v2 endpoint over the cluster's nameserver and storage.
+
+``serve`` (the shell contract of rip5/shell.py) connects the ports
+(:class:`~broker.services.nameserver.ClusterMetadata` kept fresh by the
+nameserver watch, :class:`~broker.services.storage.StorageStore` over the
+storage nodes), serves clients with grpc.aio on ``listen``, heartbeats to
+the nameserver with the producer groups whose clients hold a Telemetry
+stream here, and calls ``ready(host:port)`` once it serves. It keeps no
+state of its own: receipt handles are signed with the cluster ``secret``,
+so any broker of the cluster can finish what another handed out.
+
+It also serves the brokers' own Angelia API (``broker.*``) on
+``peer_listen``; that address is its broker id in the nameserver, so a
+broker owning the orphan check-back (through the nameserver lease) can have
+it deliver a check to a producer connected here.
+
+On ``stopping`` it stops accepting calls, gives calls in flight a second,
+and closes its connections.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from angelia_rpc import Peers, RpcConfig, Server
+from angelia_rpc.cluster_services import BrokerService
+from broker.config import BrokerConfig
+from broker.domain import HalfMessage
+from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.processor.checkback import CheckPolicy
+from broker.processor.transaction import TransactionProcessor
+from broker.services.clock import SystemClock
+from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
+from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
+from broker.services.storage import StorageStore
+
+log = logging.getLogger("broker.server")
+
+
+class ConfigRefused(ValueError):
+    """The configuration cannot describe a working broker (the message says why)."""
+
+
+def addresses(text: str) -> list[str]:
+    """``h1:p1,h2:p2`` -> the addresses, blanks dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+async def serve(
+    config: BrokerConfig,
+    data_dir: Path,
+    stopping: asyncio.Event,
+    ready: Callable[[str], None],
+) -> None:
+    """Run one broker until ``stopping`` is set."""
+    if not config.secret:
+        raise ConfigRefused(
+            "the broker needs the cluster secret that signs receipt handles: "
+            "set RIP5_BROKER_SECRET (or --secret) to the same value on every broker"
+        )
+    peers = Peers(RpcConfig())
+    link = NameserverLink(addresses(config.nameserver), peers)
+    metadata = ClusterMetadata(link, cluster=config.cluster, auto_create=config.auto_create)
+    store = StorageStore(metadata, peers, seeds=addresses(config.storage))
+    clock = SystemClock()
+    transactions: list[TransactionProcessor] = []
+    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
+    tasks: list[asyncio.Task[None]] = []
+    endpoint: GrpcEndpoint | None = None
+    try:
+        peer_address = await peer_server.start(
+            config.peer_listen or f"{config.listen.rpartition(':')[0]}:0"
+        )
+        service = build_service(
+            Ports(
+                metadata,
+                store,
+                clock,
+                coordination=ClusterCoordination(link, metadata),
+                peers=AngeliaPeers(peers),
+            ),
+            receipt_secret=config.secret.encode(),
+            endpoint=config.listen,
+            broker_id=peer_address,
+            check_policy=CheckPolicy(
+                delay_ms=config.transaction_check_delay_ms,
+                interval_ms=config.transaction_check_interval_ms,
+                check_max=config.transaction_check_max,
+            ),
+            delivery_ahead_ms_max=config.delay_max_ms,
+        )
+        assert service.transactions is not None
+        transactions.append(service.transactions)
+        endpoint = GrpcEndpoint(service, config.listen)
+        port = await endpoint.start()
+        host = config.listen.rpartition(":")[0]
+        address = f"{host}:{port}"
+        tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
+        tasks.append(
+            asyncio.create_task(
+                run_heartbeats(
+                    metadata,
+                    broker_id=peer_address,
+                    address=address,
+                    producer_groups=lambda: service.sessions.producer_groups,
+                    interval_ms=config.heartbeat_interval_ms,
+                ),
+                name="broker-heartbeat",
+            )
+        )
+        log.info(
+            "serving",
+            extra={
+                "address": address,
+                "peer_address": peer_address,
+                "nameserver": config.nameserver,
+                "auto_create": config.auto_create,
+            },
+        )
+        ready(address)
+        await stopping.wait()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if endpoint is not None:
+            await endpoint.stop(1.0)
+        await peer_server.stop()
+        await peers.close()
+
+
+class _LateTarget:
+    """The transaction processor, once built (the peer server starts before it, since
+    its address is the broker id the processor owns leases by)."""
+
+    def __init__(self, processors: list[TransactionProcessor]) -> None:
+        self._processors = processors
+
+    def deliver_local(self, half: HalfMessage, transaction_id: str) -> bool:
+        """Deliver through the processor; nothing is connected before it exists."""
+        return bool(self._processors) and self._processors[0].deliver_local(half, transaction_id)

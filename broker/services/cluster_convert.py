@@ -1,0 +1,192 @@
+"""Conversions between the broker's domain and the cluster's wire types.
+
+The nameserver's records (``protocol.nameserver_api``) become topics and
+groups, the storage node's (``protocol.storage_api``) become messages and
+pops, and an Angelia failure becomes a :class:`BrokerError` with the same
+shared code (so ``status.py`` answers the documented v2 status).
+
+Queue ids follow ``protocol.routing``: an ordinary topic has queues ``0 ..
+queue_count - 1``; a dead-letter topic's queue ids are the raft group ids of
+its cluster (the nameserver's route lists them).
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from angelia_rpc.errors import AngeliaError
+from broker.domain import (
+    GroupInfo,
+    Message,
+    MessageType,
+    Permission,
+    PoppedMessage,
+    QueueInfo,
+    QueueRef,
+    RetryPolicy,
+    TopicInfo,
+)
+from broker.errors import BrokerError, Reason
+from protocol import errors as codes
+from protocol import nameserver_api as ns
+from protocol import storage_api as st
+
+# RocketMQ PermName bits, as the nameserver keeps them.
+_PERM_WRITE = 2
+_PERM_READ = 4
+
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 17
+
+
+def permission_of(bits: int) -> Permission:
+    """The v2 permission of a nameserver permission bit set."""
+    readable, writable = bool(bits & _PERM_READ), bool(bits & _PERM_WRITE)
+    if readable and writable:
+        return Permission.READ_WRITE
+    if readable:
+        return Permission.READ
+    if writable:
+        return Permission.WRITE
+    return Permission.NONE
+
+
+def message_types_of(message_type: int) -> frozenset[MessageType]:
+    """What a topic of the nameserver's ``message_type`` accepts: that type only
+    (RocketMQ's topic message type check)."""
+    return frozenset({MessageType(message_type)})
+
+
+def topic_from_route(route: ns.RouteResponse) -> TopicInfo:
+    """A topic with the queue ids its route names (dead-letter topics: the group ids)."""
+    permission = permission_of(route.topic.permission)
+    return TopicInfo(
+        route.topic.name,
+        tuple(QueueInfo(queue.queue_id, permission) for queue in route.queues),
+        message_types_of(route.topic.message_type),
+    )
+
+
+def topic_from_info(topic: ns.TopicInfo, queue_ids: Sequence[int]) -> TopicInfo:
+    """A topic from its record and its queue ids."""
+    permission = permission_of(topic.permission)
+    return TopicInfo(
+        topic.name,
+        tuple(QueueInfo(queue_id, permission) for queue_id in queue_ids),
+        message_types_of(topic.message_type),
+    )
+
+
+def group_from_info(group: ns.ConsumerGroupInfo) -> GroupInfo:
+    """A consumer group from its record.
+
+    The backoff list is the group's customised delays; without one the
+    exponential policy gives the delays, one per retry.
+    """
+    retry = group.retry
+    backoff = tuple(retry.backoff_ms)
+    if not backoff:
+        delays = []
+        delay = float(retry.initial_backoff_ms)
+        for _ in range(max(1, group.max_delivery_attempts - 1)):
+            delays.append(int(min(delay, retry.max_backoff_ms)))
+            delay *= retry.multiplier
+        backoff = tuple(delays)
+    return GroupInfo(
+        group.name,
+        fifo=group.fifo,
+        retry=RetryPolicy(max_delivery_attempts=group.max_delivery_attempts, backoff_ms=backoff),
+    )
+
+
+def message_to_wire(message: Message, queue: QueueRef) -> st.Message:
+    """The storage record of a message sent to ``queue``."""
+    dead_topic, dead_id = message.dead_letter_of or ("", "")
+    return st.Message(
+        topic=queue.topic,
+        queue_id=queue.queue_id,
+        message_id=message.message_id,
+        body=message.body,
+        tag=message.tag or "",
+        keys=list(message.keys),
+        message_group=message.message_group or "",
+        properties=dict(message.user_properties),
+        born_timestamp_ms=message.born_timestamp_ms,
+        delivery_timestamp_ms=message.delivery_timestamp_ms or 0,
+        message_type=int(message.message_type),
+        born_host=message.born_host,
+        dead_letter_topic=dead_topic,
+        dead_letter_message_id=dead_id,
+    )
+
+
+def message_from_wire(message: st.Message) -> Message:
+    """A stored message as the broker sees it."""
+    return Message(
+        topic=message.topic,
+        body=message.body,
+        message_id=message.message_id,
+        message_type=MessageType(message.message_type),
+        tag=message.tag or None,
+        keys=tuple(message.keys),
+        user_properties=dict(message.properties),
+        message_group=message.message_group or None,
+        born_timestamp_ms=message.born_timestamp_ms,
+        born_host=message.born_host,
+        delivery_timestamp_ms=message.delivery_timestamp_ms or None,
+        queue_id=message.queue_id,
+        dead_letter_of=(
+            (message.dead_letter_topic, message.dead_letter_message_id)
+            if message.dead_letter_topic
+            else None
+        ),
+    )
+
+
+def popped_from_wire(received: st.ReceivedMessage) -> PoppedMessage:
+    """One delivery of a storage receive; the generation is the storage handle's."""
+    handle = received.handle
+    return PoppedMessage(
+        message=message_from_wire(received.message.message),
+        queue=QueueRef(handle.topic, handle.queue_id),
+        offset=handle.queue_offset,
+        store_timestamp_ms=received.message.store_timestamp_ms,
+        delivery_attempt=received.delivery_attempt,
+        generation=handle.generation,
+        invisible_until_ms=received.invisible_until_ms,
+    )
+
+
+def storage_handle(queue: QueueRef, offset: int, generation: int) -> st.ReceiptHandle:
+    """The storage half of a receipt handle."""
+    return st.ReceiptHandle(queue.topic, queue.queue_id, offset, generation)
+
+
+def error_from_angelia(error: AngeliaError, what: str) -> BrokerError:
+    """The broker error for a failed cluster call; the shared code is kept.
+
+    Missing topics and groups keep their precise reasons (the clients tell
+    them apart from other NOT_FOUNDs).
+    """
+    message = f"{what}: {error.message}"
+    if error.code is codes.TOPIC_NOT_FOUND:
+        return BrokerError.of(Reason.TOPIC_NOT_FOUND, message)
+    if error.code is codes.CONSUMER_GROUP_NOT_FOUND:
+        return BrokerError.of(Reason.CONSUMER_GROUP_NOT_FOUND, message)
+    if error.code is codes.INVALID_RECEIPT_HANDLE:
+        return BrokerError.of(Reason.INVALID_RECEIPT_HANDLE, message)
+    return BrokerError(error.code, message)
+
+
+def ack_error(outcome: st.AckOutcome) -> BrokerError | None:
+    """The error of one ack outcome (None: acknowledged)."""
+    if outcome.error_code == 0:
+        return None
+    code = codes.by_number(outcome.error_code)
+    if code is codes.INVALID_RECEIPT_HANDLE:
+        return BrokerError.of(
+            Reason.INVALID_RECEIPT_HANDLE,
+            f"receipt handle is stale: {outcome.error or 'the message is finished'}",
+        )
+    return BrokerError(code, outcome.error or code.description)

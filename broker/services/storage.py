@@ -1,0 +1,548 @@
+"""The ``MessageStore`` port over the storage nodes (Angelia ``storage.*``).
+
+Routing: a queue is served by one raft group (``protocol.routing``; the
+nameserver's route names the group and its leader and followers). A call
+goes to the leader this broker last learned for the group, else to the
+route's leader, else to the group's other replicas and the configured seed
+storage nodes in turn. A NOT_LEADER answer names the leader when the replica
+knows it and the call goes there at once; without a hint, or when a node is
+unreachable, the route is read again and the call retried with backoff,
+all within the call's deadline. Other failures keep their shared code, so
+``broker/grpc/status.py`` answers the documented v2 status.
+
+Retrying is safe: appends are idempotent by message id; a receive that
+timed out leaves its grants to expire and be delivered again (at least
+once); acks and invisibility changes are fenced by the handle's generation.
+
+Dead letters: the storage node moves a message past the group's max
+attempts into ``(%DLQ%<group>, group id)`` by itself during a receive;
+:meth:`StorageStore.forward_to_dead_letter` does the same on request, as
+renew (to fence the handle), read, append to the dead-letter queue of the
+same raft group, ack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+from angelia_rpc import AngeliaError, Peers
+from angelia_rpc.cluster_services import StorageService
+from broker.domain import (
+    AppendResult,
+    GroupInfo,
+    HalfMessage,
+    Message,
+    Placement,
+    PopResult,
+    QueueRef,
+)
+from broker.errors import BrokerError, Reason
+from broker.services import cluster_convert as convert
+from broker.services.nameserver import ClusterMetadata
+from protocol import errors as codes
+from protocol import nameserver_api as ns
+from protocol import storage_api as st
+from protocol.filters import TagFilter
+
+log = logging.getLogger("broker.storage")
+T = TypeVar("T")
+
+CALL_TIMEOUT_MS = 5_000
+DEADLINE_MS = 10_000
+REVISIT_MS = 1_000
+"""The longest a long poll waits without popping again: redeliveries after an
+invisible time (which storage does not announce) are noticed within this."""
+HINTS_IN_A_ROW_MAX = 3
+"""Leader hints followed without pausing (stale hints could otherwise bounce a call)."""
+GROWTH_CHECK_MS = 50
+"""How often a long poll looks at the queues' end offsets."""
+
+_ROUTE_AGAIN = frozenset(
+    {
+        codes.NOT_LEADER,
+        codes.UNAVAILABLE,
+        codes.DEADLINE_EXCEEDED,
+        codes.GROUP_NOT_HOSTED,
+        codes.PROPOSAL_DROPPED,
+        codes.SHUTTING_DOWN,
+        codes.OVERLOADED,
+    }
+)
+
+
+class StorageStore:
+    """The storage port (see the module docstring).
+
+    ``seeds``: storage node addresses tried when the route names no replica
+    of a group (e.g. before the storage nodes have reported to the nameserver).
+    """
+
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        peers: Peers,
+        *,
+        seeds: Sequence[str] = (),
+        call_timeout_ms: int = CALL_TIMEOUT_MS,
+        deadline_ms: int = DEADLINE_MS,
+        revisit_ms: int = REVISIT_MS,
+    ) -> None:
+        self._metadata = metadata
+        self._peers = peers
+        self._seeds = list(seeds)
+        self._call_timeout_ms = call_timeout_ms
+        self._deadline_ms = deadline_ms
+        self._revisit_ms = revisit_ms
+        self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
+        self._acks: dict[
+            tuple[str, QueueRef], list[tuple[st.ReceiptHandle, asyncio.Future[BrokerError | None]]]
+        ] = {}
+        self._ack_flushers: dict[tuple[str, QueueRef], asyncio.Task[None]] = {}
+        metadata.on_route_change(self._leaders.clear)
+
+    # -- routing ----------------------------------------------------------------------
+
+    async def _queue_route(self, queue: QueueRef) -> ns.QueueRouteInfo:
+        route = await self._metadata.route(queue.topic)
+        for info in route.queues:
+            if info.queue_id == queue.queue_id:
+                return info
+        raise BrokerError(codes.NOT_FOUND, f"topic {queue.topic!r} has no queue {queue.queue_id}")
+
+    def _candidates(self, info: ns.QueueRouteInfo) -> list[str]:
+        known = self._leaders.get(info.group_id)
+        ordered = [known] if known else []
+        if info.leader is not None and info.leader.alive:
+            ordered.append(info.leader.address)
+        ordered += [f.address for f in info.followers if f.alive]
+        ordered += [f.address for f in info.followers if not f.alive]
+        ordered += self._seeds
+        return list(dict.fromkeys(a for a in ordered if a))
+
+    async def _route_with_replicas(
+        self, queue: QueueRef, deadline: float
+    ) -> tuple[ns.QueueRouteInfo, list[str]]:
+        """The queue's route and the addresses to try; while the route names no replica
+        (the groups are not placed yet), read it again with backoff until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay_s = 0.05
+        while True:
+            info = await self._queue_route(queue)
+            candidates = self._candidates(info)
+            if candidates or loop.time() + delay_s >= deadline:
+                return info, candidates
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.5)
+            self._metadata.forget_route(queue.topic)
+
+    async def _call(
+        self,
+        queue: QueueRef,
+        what: str,
+        method: Callable[[StorageService, int], Awaitable[T]],
+        *,
+        deadline_ms: int | None = None,
+    ) -> T:
+        """``method(stub, timeout_ms)`` on the leader of ``queue``'s group (see the module)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (deadline_ms or self._deadline_ms) / 1000
+        delay_s = 0.02
+        info, candidates = await self._route_with_replicas(queue, deadline)
+        if not candidates:
+            raise BrokerError(
+                codes.UNAVAILABLE, f"{what}: no storage node serves raft group {info.group_id}"
+            )
+        turn = 0
+        hints_followed = 0
+        while True:
+            address = self._leaders.get(info.group_id) or candidates[turn % len(candidates)]
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            stub = StorageService(self._peers.channel(address))
+            try:
+                result = await method(stub, max(1, min(self._call_timeout_ms, remaining_ms)))
+            except AngeliaError as error:
+                if error.code not in _ROUTE_AGAIN:
+                    raise convert.error_from_angelia(error, what) from None
+                if loop.time() >= deadline:
+                    raise convert.error_from_angelia(error, what) from None
+                hint = error.leader_hint if error.code is codes.NOT_LEADER else ""
+                if hint and hint != address and hints_followed < HINTS_IN_A_ROW_MAX:
+                    hints_followed += 1
+                    self._leaders[info.group_id] = hint
+                    continue  # the replica named the leader: go there now
+                hints_followed = 0
+                if self._leaders.get(info.group_id) == address:
+                    del self._leaders[info.group_id]
+                turn += 1
+                if loop.time() + delay_s >= deadline:
+                    raise convert.error_from_angelia(error, what) from None
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.5)
+                if turn % len(candidates) == 0:  # every candidate failed: read the route again
+                    self._metadata.forget_route(queue.topic)
+                    info, fresh = await self._route_with_replicas(queue, deadline)
+                    candidates = fresh or candidates
+                continue
+            self._leaders[info.group_id] = address
+            return result
+
+    # -- the port ---------------------------------------------------------------------
+
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+        """Append a batch to one queue as one storage append (one raft entry)."""
+        request = st.AppendRequest(
+            queue.topic, queue.queue_id, [convert.message_to_wire(m, queue) for m in messages]
+        )
+        response = await self._call(
+            queue,
+            f"append to {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.append(request, timeout_ms=timeout_ms),
+        )
+        return [
+            AppendResult(
+                queue,
+                outcome.queue_offset,
+                response.store_timestamp_ms,
+                Placement(outcome.placement),
+            )
+            for outcome in response.outcomes
+        ]
+
+    async def pop(
+        self,
+        group: GroupInfo,
+        queue: QueueRef,
+        *,
+        batch_size: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+    ) -> PopResult:
+        """One storage receive (no waiting); a topic the nameserver lacks is empty."""
+        request = st.ReceiveRequest(
+            group=group.name,
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            max_messages=batch_size,
+            invisible_duration_ms=invisible_ms,
+            max_delivery_attempts=group.retry.max_delivery_attempts,
+            filter_expression=tag_filter.expression(),
+            fifo=group.fifo,
+        )
+        try:
+            response = await self._call(
+                queue,
+                f"receive from {queue.topic}:{queue.queue_id}",
+                lambda stub, timeout_ms: stub.receive(request, timeout_ms=timeout_ms),
+            )
+        except BrokerError as error:
+            if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
+                return PopResult((), -1)
+            raise
+        return PopResult(
+            tuple(convert.popped_from_wire(m) for m in response.messages), response.end_offset
+        )
+
+    async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
+        """Finish a delivery; INVALID_RECEIPT_HANDLE when the handle is stale.
+
+        Concurrent acks of one (group, queue) go to storage as one ack call.
+        """
+        key = (group, queue)
+        done: asyncio.Future[BrokerError | None] = asyncio.get_running_loop().create_future()
+        self._acks.setdefault(key, []).append(
+            (convert.storage_handle(queue, offset, generation), done)
+        )
+        if key not in self._ack_flushers:
+            self._ack_flushers[key] = asyncio.create_task(self._flush_acks(key))
+        error = await done
+        if error is not None:
+            raise error
+
+    async def _ack_call(
+        self, group: str, queue: QueueRef, handles: list[st.ReceiptHandle]
+    ) -> st.AckResponse:
+        request = st.AckRequest(group, queue.topic, queue.queue_id, handles)
+        return await self._call(
+            queue,
+            f"ack on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.ack(request, timeout_ms=timeout_ms),
+        )
+
+    async def _flush_acks(self, key: tuple[str, QueueRef]) -> None:
+        group, queue = key
+        try:
+            while pending := self._acks.pop(key, []):
+                handles = [handle for handle, _ in pending]
+                try:
+                    response = await self._ack_call(group, queue, handles)
+                except Exception as error:  # noqa: BLE001 - handed to every waiting acker
+                    for _, done in pending:
+                        if not done.done():
+                            done.set_exception(error)
+                    continue
+                for (_, done), outcome in zip(pending, response.outcomes, strict=True):
+                    if not done.done():
+                        done.set_result(convert.ack_error(outcome))
+        finally:
+            del self._ack_flushers[key]
+
+    async def change_invisible(
+        self, group: str, queue: QueueRef, offset: int, generation: int, invisible_ms: int
+    ) -> tuple[int, int]:
+        """Hide a delivery for ``invisible_ms`` more; the new (generation, until_ms)."""
+        request = st.ChangeInvisibleRequest(
+            group, convert.storage_handle(queue, offset, generation), invisible_ms
+        )
+        response = await self._call(
+            queue,
+            f"change invisibility on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.change_invisible(request, timeout_ms=timeout_ms),
+        )
+        return response.handle.generation, response.invisible_until_ms
+
+    async def forward_to_dead_letter(
+        self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
+    ) -> AppendResult:
+        """Move a delivery to ``%DLQ%<group>`` (the queue of its own raft group), then ack it."""
+        generation, _ = await self.change_invisible(
+            group.name, queue, offset, generation, self._deadline_ms * 2
+        )
+        read = await self._call(
+            queue,
+            f"read {queue.topic}:{queue.queue_id}@{offset}",
+            lambda stub, timeout_ms: stub.read(
+                st.ReadRequest(queue.topic, queue.queue_id, offset, 1), timeout_ms=timeout_ms
+            ),
+        )
+        if not read.messages or read.messages[0].queue_offset != offset:
+            raise BrokerError(
+                codes.NOT_FOUND, f"message {queue.topic}:{queue.queue_id}@{offset} is gone"
+            )
+        original = convert.message_from_wire(read.messages[0].message)
+        info = await self._queue_route(queue)
+        await self._metadata.route(group.dead_letter_topic)  # the topic exists for readers
+        dead = QueueRef(group.dead_letter_topic, info.group_id)
+        copy = Message(
+            topic=dead.topic,
+            body=original.body,
+            message_id=original.message_id,
+            message_type=original.message_type,
+            tag=original.tag,
+            keys=original.keys,
+            user_properties=original.user_properties,
+            message_group=original.message_group,
+            born_timestamp_ms=original.born_timestamp_ms,
+            born_host=original.born_host,
+            dead_letter_of=(queue.topic, original.message_id),
+        )
+        (result,) = await self.append(dead, [copy])
+        await self.ack(group.name, queue, offset, generation)
+        return result
+
+    async def _end_offsets(self, topic: str, queue_ids: Sequence[int]) -> dict[int, int]:
+        async def end(queue_id: int) -> int:
+            queue = QueueRef(topic, queue_id)
+            info = await self._call(
+                queue,
+                f"queue info of {topic}:{queue_id}",
+                lambda stub, timeout_ms: stub.queue_info(
+                    st.QueueInfoRequest(topic, queue_id), timeout_ms=timeout_ms
+                ),
+            )
+            return info.end_offset
+
+        ends = await asyncio.gather(*(end(q) for q in queue_ids))
+        return dict(zip(queue_ids, ends, strict=True))
+
+    async def wait_for_append(
+        self, topic: str, known_end_offsets: Mapping[int, int], timeout_ms: int
+    ) -> bool:
+        """Wait until a queue of ``topic`` grows; False after ``timeout_ms`` or the revisit time.
+
+        Growth is measured from ``known_end_offsets``, the end offsets each
+        queue's receive saw when it applied, so a message appended (or a timed
+        message released) between that receive and this wait is found at the
+        first look. A storage node that does not report them (-1) makes the
+        first look here the baseline (an append just before it is then found
+        by the pop after the revisit time at the latest).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(timeout_ms, self._revisit_ms) / 1000
+        queue_ids = sorted(known_end_offsets)
+        if all(known_end_offsets[q] >= 0 for q in queue_ids):
+            baseline = dict(known_end_offsets)
+            if await self._grew(topic, queue_ids, baseline):
+                return True
+        else:
+            try:
+                baseline = await self._end_offsets(topic, queue_ids)
+            except BrokerError:
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                return False
+        while True:
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0:
+                return False
+            await asyncio.sleep(min(GROWTH_CHECK_MS / 1000, remaining_s))
+            if await self._grew(topic, queue_ids, baseline):
+                return True
+
+    async def _grew(
+        self, topic: str, queue_ids: Sequence[int], baseline: Mapping[int, int]
+    ) -> bool:
+        try:
+            now = await self._end_offsets(topic, queue_ids)
+        except BrokerError:
+            return False
+        return any(now[q] > baseline[q] for q in queue_ids)
+
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
+        """The group's committed offset on ``queue`` (0 if it never consumed)."""
+        response = await self._call(
+            queue,
+            f"offset of {group} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.get_offset(
+                st.GetOffsetRequest(group, queue.topic, queue.queue_id), timeout_ms=timeout_ms
+            ),
+        )
+        return response.offset or 0
+
+    # -- transactions (see the MessageStore contract) ------------------------------------
+
+    async def end_transaction(
+        self, queue: QueueRef, message_id: str, commit: bool
+    ) -> AppendResult | None:
+        """Commit or roll back a half message on its group's leader."""
+        request = st.EndTransactionRequest(queue.topic, queue.queue_id, message_id, commit)
+        try:
+            response = await self._call(
+                queue,
+                f"end transaction {message_id!r} on {queue.topic}:{queue.queue_id}",
+                lambda stub, timeout_ms: stub.end_transaction(request, timeout_ms=timeout_ms),
+            )
+        except BrokerError as error:
+            if error.code is codes.NOT_FOUND:
+                raise BrokerError.of(Reason.TRANSACTION_NOT_FOUND, error.message) from None
+            raise
+        if not response.committed:
+            return None
+        return AppendResult(queue, response.queue_offset, 0, Placement(response.placement))
+
+    async def _call_group(
+        self,
+        group_id: int,
+        candidates: Sequence[str],
+        what: str,
+        method: Callable[[StorageService, int], Awaitable[T]],
+    ) -> T:
+        """``method`` on the leader of raft group ``group_id``: the one last known, else
+        the candidates in turn, following NOT_LEADER hints; one pass, then the error."""
+        known = self._leaders.get(group_id)
+        ordered = list(dict.fromkeys([*([known] if known else []), *candidates]))
+        if not ordered:
+            raise BrokerError(codes.UNAVAILABLE, f"{what}: no storage node for group {group_id}")
+        last: AngeliaError | None = None
+        tried: set[str] = set()
+        while ordered:
+            address = ordered.pop(0)
+            if address in tried:
+                continue
+            tried.add(address)
+            stub = StorageService(self._peers.channel(address))
+            try:
+                result = await method(stub, self._call_timeout_ms)
+            except AngeliaError as error:
+                if error.code not in _ROUTE_AGAIN:
+                    raise convert.error_from_angelia(error, what) from None
+                last = error
+                if error.code is codes.NOT_LEADER and error.leader_hint:
+                    ordered.insert(0, error.leader_hint)
+                continue
+            self._leaders[group_id] = address
+            return result
+        assert last is not None
+        raise convert.error_from_angelia(last, what)
+
+    async def orphaned_transactions(
+        self, stored_before_ms: int, checked_before_ms: int, limit: int
+    ) -> list[HalfMessage]:
+        """Scan every raft group of the cluster (on its leader) for half messages due.
+
+        The groups are the cluster's (``first_group_id`` on); each is asked on its
+        leader, found from the nameserver's view, the leader last seen, NOT_LEADER
+        hints and the seed nodes. A group that cannot be reached this time is
+        skipped (logged): its orphans are found by a later scan.
+        """
+        status = await self._metadata.cluster_status()
+        addresses = {node.node_id: node.address for node in status.storage_nodes if node.alive}
+        cluster = status.cluster
+        group_ids = range(cluster.first_group_id, cluster.first_group_id + cluster.group_count)
+        groups = {group.group_id: group for group in status.groups}
+        found: list[HalfMessage] = []
+        skipped: list[str] = []
+        for group_id in group_ids:
+            if len(found) >= limit:
+                break
+            group = groups.get(group_id)
+            replicas = (group.leader, *group.replicas) if group is not None else ()
+            candidates = [addresses[n] for n in replicas if n in addresses] + self._seeds
+            request = st.ScanTransactionsRequest(
+                group_id, stored_before_ms, checked_before_ms, limit - len(found)
+            )
+            try:
+                response = await self._call_group(
+                    group_id,
+                    candidates,
+                    f"scan transactions of group {group_id}",
+                    functools.partial(_scan_transactions, request),
+                )
+            except BrokerError as error:
+                skipped.append(error.message)
+                continue
+            for info in response.halves:
+                message = convert.message_from_wire(info.message)
+                queue = QueueRef(info.message.topic, info.message.queue_id)
+                found.append(HalfMessage(message, queue, info.store_timestamp_ms, info.check_count))
+        if skipped:
+            log.warning(
+                "transaction scan skipped %d raft groups this round (%s)", len(skipped), skipped[0]
+            )
+        return found
+
+    async def note_transaction_checks(
+        self, halves: Sequence[HalfMessage], check_max: int
+    ) -> list[HalfMessage]:
+        """Count a check of each half message on its group's leader; the rolled back ones."""
+        by_group: dict[int, list[HalfMessage]] = {}
+        for half in halves:
+            info = await self._queue_route(half.queue)
+            by_group.setdefault(info.group_id, []).append(half)
+        rolled_back: list[HalfMessage] = []
+        for group_id, members in sorted(by_group.items()):
+            request = st.NoteTransactionChecksRequest(
+                group_id, [h.message.message_id for h in members], check_max
+            )
+            response = await self._call(
+                members[0].queue,
+                f"note transaction checks in group {group_id}",
+                functools.partial(_note_transaction_checks, request),
+            )
+            gone = set(response.rolled_back)
+            rolled_back += [h for h in members if h.message.message_id in gone]
+        return rolled_back
+
+
+async def _scan_transactions(
+    request: st.ScanTransactionsRequest, stub: StorageService, timeout_ms: int
+) -> st.ScanTransactionsResponse:
+    return await stub.scan_transactions(request, timeout_ms=timeout_ms)
+
+
+async def _note_transaction_checks(
+    request: st.NoteTransactionChecksRequest, stub: StorageService, timeout_ms: int
+) -> st.NoteTransactionChecksResponse:
+    return await stub.note_transaction_checks(request, timeout_ms=timeout_ms)

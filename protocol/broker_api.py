@@ -1,0 +1,36 @@
+"""The request and response types of the brokers' own Angelia API (``broker.*``).
+
+Brokers call each other for what only a particular broker can do: reach a
+client whose stream is open on it. Today that is the check-back of an
+orphaned transaction, sent to a producer of the transaction's group.
+
+Evolution: fields are only added at the end of a type.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.storage_api import Message
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanCheckRequest:
+    """Send a RecoverOrphanedTransactionCommand for the half message ``message``
+    (stored in queue ``(message.topic, message.queue_id)`` at ``store_timestamp_ms``)
+    to one producer of ``producer_group`` connected to the called broker."""
+
+    producer_group: str
+    transaction_id: str
+    message: Message
+    store_timestamp_ms: int
+    check_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanCheckResponse:
+    """Whether a producer of the group was connected and was sent the check."""
+
+    delivered: bool

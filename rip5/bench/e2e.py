@@ -1,0 +1,427 @@
+"""``rip5 bench e2e``: publish and receive+ack msgs/s through a broker, end to end.
+
+Setup: a ``rip5 dev`` cluster (1 nameserver, 3 storage nodes replicating
+every raft group with fsync on, 1 broker) on free ports, or a running broker
+with ``--endpoint``. Topic ``bench-e2e`` (``queues`` queues) and group
+``bench-e2e-group`` are created through the nameserver.
+
+The load generator is one client process (asyncio, grpc.aio) speaking
+RocketMQ gRPC v2 with our stubs over ``channels`` channels. Per run:
+
+1. publish: ``in_flight`` concurrent SendMessage calls, each carrying
+   ``batch`` NORMAL messages of ``message_bytes``; after ``warmup`` seconds,
+   msgs/s over ``seconds`` and p50/p99 of a call (every message of a call is
+   stored, replicated and fsynced by a majority before it answers);
+2. receive + ack: ``in_flight`` simple consumers (ReceiveMessage of up to
+   ``receive_batch``, long polling, then one AckMessage for what came) until
+   every message published in the run is consumed: msgs/s (a message's
+   receive+ack counts once) and p99 of a receive+ack pair.
+
+Then ``runs`` times, the official Python client (rocketmq-python-client) in
+its own process: one Producer sending one message at a time for
+``official_seconds``: its msgs/s and p99.
+
+Client and server CPU are recorded separately (server: every process of the
+dev cluster, from /proc). ``--yardstick MSGS_PER_S`` adds the publish
+median's ratio to that figure (measure the yardstick in the same sitting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from loadtest.client import (
+    CLIENT_ID_HEADER,
+    CallFailed,
+    Received,
+    ack_request,
+    build_message,
+    check_ack,
+    check_send,
+    endpoints_of,
+    receive_request,
+    received_of,
+)
+from protocol.rocketmq.v2 import service_pb2 as spb
+from protocol.rocketmq.v2 import service_pb2_grpc
+from rip5 import dev_cluster
+from rip5.admin import MESSAGE_TYPES
+from rip5.bench import harness
+
+TOPIC = "bench-e2e"
+GROUP = "bench-e2e-group"
+METRICS = (
+    harness.Metric("msgs_per_s", "msgs/s"),
+    harness.Metric("p50_ms", "p50 ms", ".1f"),
+    harness.Metric("p99_ms", "p99 ms", ".1f"),
+    harness.Metric("errors", "errors"),
+    harness.Metric("calls", "calls"),
+)
+
+
+@dataclass
+class PhaseResult:
+    """One measured phase."""
+
+    msgs_per_s: float
+    p50_ms: float
+    p99_ms: float
+    calls: int
+    errors: int
+    error_names: dict[str, int] = field(default_factory=dict)
+
+    def values(self) -> dict[str, float]:
+        """The figures by metric key."""
+        return {
+            "msgs_per_s": self.msgs_per_s,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "calls": self.calls,
+            "errors": self.errors,
+        }
+
+
+def _failure_name(error: Exception) -> str:
+    if isinstance(error, CallFailed):
+        return error.name
+    if isinstance(error, grpc.aio.AioRpcError):
+        return str(error.code().name)
+    return type(error).__name__
+
+
+class Generator:
+    """The load generator: ``channels`` grpc.aio channels to one broker."""
+
+    def __init__(self, endpoint: str, channels: int, topic: str, group: str) -> None:
+        """Open the channels (connected lazily)."""
+        self.endpoint = endpoint
+        self.topic = topic
+        self.group = group
+        self.endpoints = endpoints_of(endpoint)
+        self.metadata = ((CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}"),)
+        self._channels = [
+            grpc.aio.insecure_channel(
+                endpoint,
+                options=[
+                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                    ("grpc.use_local_subchannel_pool", 1),  # one connection per channel
+                ],
+            )
+            for _ in range(channels)
+        ]
+        self.stubs = [service_pb2_grpc.MessagingServiceStub(c) for c in self._channels]
+        self.born_host = socket.gethostname()
+
+    async def close(self) -> None:
+        """Close every channel."""
+        for channel in self._channels:
+            await channel.close()
+
+    async def publish(
+        self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float
+    ) -> tuple[PhaseResult, int]:
+        """The publish phase; also the number of messages stored (warm-up included)."""
+        clock = time.perf_counter
+        measure_from = clock() + warmup_s
+        end = measure_from + seconds
+        latencies: list[float] = []
+        measured = 0
+        stored = 0
+        error_names: dict[str, int] = {}
+
+        async def worker(index: int) -> None:
+            nonlocal measured, stored
+            stub = self.stubs[index % len(self.stubs)]
+            while True:
+                sent = clock()
+                if sent >= end:
+                    return
+                request = spb.SendMessageRequest(
+                    messages=[build_message(self.topic, body, self.born_host) for _ in range(batch)]
+                )
+                try:
+                    response = await stub.SendMessage(request, timeout=30, metadata=self.metadata)
+                    check_send(response, batch)
+                except (CallFailed, grpc.aio.AioRpcError) as error:
+                    name = _failure_name(error)
+                    error_names[name] = error_names.get(name, 0) + 1
+                    await asyncio.sleep(0.01)
+                    continue
+                done = clock()
+                stored += batch
+                if sent >= measure_from and done <= end:
+                    latencies.append((done - sent) * 1000)
+                    measured += batch
+
+        await asyncio.gather(*(worker(i) for i in range(in_flight)))
+        result = PhaseResult(
+            measured / seconds,
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
+            len(latencies),
+            sum(error_names.values()),
+            error_names,
+        )
+        return result, stored
+
+    async def consume(
+        self,
+        *,
+        expected: int,
+        in_flight: int,
+        receive_batch: int,
+        timeout_s: float,
+    ) -> PhaseResult:
+        """Receive and ack until ``expected`` messages are consumed (or ``timeout_s``)."""
+        clock = time.perf_counter
+        started = clock()
+        deadline = started + timeout_s
+        latencies: list[float] = []
+        consumed = 0
+        calls = 0
+        error_names: dict[str, int] = {}
+        request = receive_request(
+            self.group,
+            self.topic,
+            self.endpoints,
+            batch_size=receive_batch,
+            invisible_ms=60_000,
+            long_polling_ms=1_000,
+        )
+
+        async def worker(index: int) -> None:
+            nonlocal consumed, calls
+            stub = self.stubs[index % len(self.stubs)]
+            while consumed < expected and clock() < deadline:
+                sent = clock()
+                try:
+                    received: list[Received] = []
+                    async for response in stub.ReceiveMessage(
+                        request, timeout=10, metadata=self.metadata
+                    ):
+                        message = received_of(response)
+                        if message is not None:
+                            received.append(message)
+                    if not received:
+                        continue
+                    ack = await stub.AckMessage(
+                        ack_request(self.group, self.topic, received),
+                        timeout=30,
+                        metadata=self.metadata,
+                    )
+                    check_ack(ack)
+                except (CallFailed, grpc.aio.AioRpcError) as error:
+                    name = _failure_name(error)
+                    error_names[name] = error_names.get(name, 0) + 1
+                    await asyncio.sleep(0.01)
+                    continue
+                latencies.append((clock() - sent) * 1000)
+                consumed += len(received)
+                calls += 1
+
+        await asyncio.gather(*(worker(i) for i in range(in_flight)))
+        elapsed = clock() - started
+        if consumed < expected:
+            error_names["NOT_ALL_CONSUMED"] = expected - consumed
+        return PhaseResult(
+            consumed / elapsed if elapsed > 0 else 0.0,
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
+            calls,
+            sum(error_names.values()),
+            error_names,
+        )
+
+
+def official_send(args: argparse.Namespace, endpoint: str) -> dict[str, float]:
+    """One run of the official client's producer in its own process; its JSON line."""
+    command = [
+        sys.executable, "-m", "rip5.bench.official_send", endpoint, args.topic,
+        f"{args.official_seconds:g}", str(args.message_bytes), f"{args.warmup:g}",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=args.official_seconds + args.warmup + 120,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"the official client failed (exit {result.returncode}): {result.stderr[-2000:]}"
+        )
+    values: dict[str, float] = json.loads(lines[-1])
+    return values
+
+
+async def _runs(
+    args: argparse.Namespace,
+    report: harness.BenchReport,
+    endpoint: str,
+    server_pids: Callable[[], list[int]],
+    probes: int,
+) -> None:
+    generator = Generator(endpoint, args.channels, args.topic, args.group)
+    meter = harness.CpuMeter(server_pids)
+    body = os.urandom(args.message_bytes)
+    try:
+        for run in range(args.runs):
+            report.stage(f"run {run + 1}: publish")
+            meter.start()
+            publish, stored = await generator.publish(
+                in_flight=args.in_flight,
+                batch=args.batch,
+                body=body,
+                seconds=args.seconds,
+                warmup_s=args.warmup,
+            )
+            report.record("publish", publish.values(), meter.stop())
+            report.say(
+                f"  run {run + 1}: publish {publish.msgs_per_s:,.0f} msgs/s "
+                f"p50 {publish.p50_ms:.1f} ms p99 {publish.p99_ms:.1f} ms "
+                f"({publish.calls} calls of {args.batch}; errors {publish.error_names or 0})"
+            )
+            report.stage(f"run {run + 1}: receive+ack")
+            meter.start()
+            consume = await generator.consume(
+                expected=stored + (probes if run == 0 else 0),
+                in_flight=args.in_flight,
+                receive_batch=args.receive_batch,
+                timeout_s=max(60.0, args.seconds * 10),
+            )
+            report.record("receive+ack", consume.values(), meter.stop())
+            report.say(
+                f"  run {run + 1}: receive+ack {consume.msgs_per_s:,.0f} msgs/s "
+                f"p99 {consume.p99_ms:.1f} ms ({stored:,} messages; "
+                f"errors {consume.error_names or 0})"
+            )
+    finally:
+        await generator.close()
+
+
+def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
+    def go(endpoint: str, server_pids: Callable[[], list[int]]) -> None:
+        report.stage("waiting for the broker to store a message")
+        probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
+        asyncio.run(_runs(args, report, endpoint, server_pids, probes))
+        for run in range(args.runs if args.official_seconds > 0 else 0):
+            report.stage(f"official client, run {run + 1}")
+            meter = harness.CpuMeter(server_pids)
+            meter.start()
+            values = official_send(args, endpoint)
+            share = meter.stop()
+            window_s = args.official_seconds + args.warmup
+            # The client is the child process: its CPU comes from its own report.
+            client_pct = values.pop("cpu_s") / args.official_seconds * 100
+            cpu = harness.CpuShare(client_pct, share.server_pct, share.machine_pct)
+            report.record("official client send (1 process)", values, cpu)
+            report.say(
+                f"  official client: {values['msgs_per_s']:,.0f} msgs/s "
+                f"p99 {values['p99_ms']:.1f} ms ({window_s:g} s incl. warm-up)"
+            )
+
+    if args.endpoint:
+        go(args.endpoint, list)
+        return
+    with tempfile.TemporaryDirectory(prefix="rip5-bench-e2e-") as root:
+        report.stage("starting the dev cluster")
+        with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
+            dev_cluster.ensure_resources(
+                cluster.nameserver,
+                [(args.topic, args.queues, MESSAGE_TYPES["normal"])],
+                [args.group],
+            )
+            report.say(f"  dev cluster: broker {cluster.endpoint}, nameserver {cluster.nameserver}")
+            go(cluster.endpoint, cluster.server_pids)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options and run the benchmark."""
+    parser = argparse.ArgumentParser(prog="rip5 bench e2e", description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured publish window")
+    parser.add_argument("--warmup", type=float, default=2.0, help="publish warm-up seconds")
+    parser.add_argument("--in-flight", type=int, default=64, help="concurrent calls")
+    parser.add_argument("--batch", type=int, default=32, help="messages per SendMessage")
+    parser.add_argument("--receive-batch", type=int, default=32, help="messages per receive")
+    parser.add_argument("--message-bytes", type=int, default=1024, help="body size")
+    parser.add_argument("--channels", type=int, default=4, help="grpc channels (connections)")
+    parser.add_argument("--queues", type=int, default=16, help="queues of the bench topic")
+    parser.add_argument(
+        "--official-seconds",
+        type=float,
+        default=10.0,
+        help="official client send window per run (0: skip it)",
+    )
+    parser.add_argument("--endpoint", default=None, help="a running broker [default: rip5 dev]")
+    parser.add_argument("--topic", default=TOPIC, help="the NORMAL topic (created in dev)")
+    parser.add_argument("--group", default=GROUP, help="the consumer group (created in dev)")
+    parser.add_argument(
+        "--yardstick",
+        type=float,
+        default=0.0,
+        metavar="MSGS_PER_S",
+        help="a peer's publish figure measured in the same sitting: report the ratio to it",
+    )
+    harness.add_arguments(parser)
+    args = parser.parse_args(argv)
+    for name in ("runs", "in_flight", "batch", "receive_batch", "message_bytes", "channels"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.seconds <= 0 or args.warmup < 0 or args.official_seconds < 0:
+        parser.error("--seconds must be positive; --warmup and --official-seconds not negative")
+    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
+    report = harness.BenchReport(
+        "e2e",
+        list(argv or []),
+        METRICS,
+        params=params,
+        json_path=args.json,
+        show_progress=not args.no_progress,
+    )
+    where = (
+        f"broker {args.endpoint} (its CPU is not measured: server CPU reads 0)"
+        if args.endpoint
+        else "dev cluster: 1 nameserver, 3 storage nodes (every group on all three, fsync on), "
+        "1 broker"
+    )
+    report.note(
+        f"{where}; {args.message_bytes} B messages, {args.batch} per SendMessage, "
+        f"{args.in_flight} calls in flight over {args.channels} channels from one client process"
+    )
+    official = 1 if args.official_seconds > 0 else 0
+    try:
+        with report.progress(args.runs * (2 + official)):
+            _measure(args, report)
+    except (dev_cluster.ClusterError, RuntimeError) as exc:
+        print(f"rip5 bench e2e: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 1)
+    if args.yardstick > 0:
+        publish = harness.summarize([r["msgs_per_s"] for r in report.cases["publish"].runs])
+        report.note(
+            f"publish median / yardstick {args.yardstick:,.0f} msgs/s = "
+            f"{publish['median'] / args.yardstick:.2f}"
+        )
+    document = report.finish()
+    failed = sum(run.get("errors", 0) for case in report.cases.values() for run in case.runs)
+    del document
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

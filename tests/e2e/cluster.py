@@ -1,0 +1,258 @@
+"""A whole rip5 cluster of real processes on 127.0.0.1, for end-to-end tests.
+
+One nameserver, ``storage`` storage nodes (joining the nameserver, which places
+the raft groups on them, three replicas each, and learns their leaders) and
+``brokers`` brokers, each a ``python -m rip5 <role>`` process with its own
+data folder and log file under ``root``, reporting readiness through the
+``RIP5_READY_FD`` pipe of rip5/shell.py. Ports are ephemeral: each process
+takes a port that was free a moment before (the configuration refuses port
+0) and reports the address it serves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from angelia_rpc import AngeliaError
+from protocol import errors
+from protocol import nameserver_api as api
+from rip5.admin import NameserverClient
+from rip5.shell import READY_FD_ENV
+
+RIP5 = [sys.executable, "-m", "rip5"]
+READY_TIMEOUT_S = 60.0
+CLUSTER = "DefaultCluster"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Process:
+    """One role process; :meth:`start` returns once it reported ready."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.endpoint = ""
+
+    def start(self) -> str:
+        """Start the process and wait for its ready line; the endpoint it reported."""
+        read_fd, write_fd = os.pipe()
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env, READY_FD_ENV: str(write_fd)},
+                pass_fds=(write_fd,),
+            )
+        os.close(write_fd)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        data = b""
+        try:
+            while b"\n" not in data:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.popen.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.name} did not become ready:\n{self.log_path.read_text()[-4000:]}"
+                    )
+                readable, _, _ = select.select([read_fd], [], [], min(remaining, 0.5))
+                if readable:
+                    chunk = os.read(read_fd, 1024)
+                    if not chunk:
+                        continue
+                    data += chunk
+        finally:
+            os.close(read_fd)
+        self.endpoint = data.decode().split()[1]
+        return self.endpoint
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye."""
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=30)
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait; the exit code (None if it had to be killed)."""
+        if self.popen is None or self.popen.poll() is not None:
+            return None if self.popen is None else self.popen.returncode
+        self.popen.terminate()
+        try:
+            return self.popen.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+            return None
+
+    @property
+    def alive(self) -> bool:
+        """Still running."""
+        return self.popen is not None and self.popen.poll() is None
+
+
+class LocalCluster:
+    """Nameserver + storage nodes + brokers under ``root`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        storage: int = 3,
+        brokers: int = 1,
+        groups: int = 8,
+        auto_create: bool = False,
+        log_level: str = "info",
+        broker_flags: tuple[str, ...] = (),
+    ) -> None:
+        self.root = root
+        self.broker_flags = broker_flags
+        self.groups = groups
+        self.log_level = log_level
+        self.auto_create = auto_create
+        self.secret = secrets.token_hex(16)
+        self.storage_addresses = {n: f"127.0.0.1:{free_port()}" for n in range(1, storage + 1)}
+        self.broker_count = brokers
+        self.nameserver: Process | None = None
+        self.storage: dict[int, Process] = {}
+        self.brokers: list[Process] = []
+
+    def _argv(self, role: str, name: str, *flags: str) -> list[str]:
+        return [
+            *RIP5,
+            role,
+            "--data-dir",
+            str(self.root / name),
+            "--log-level",
+            self.log_level,
+            *flags,
+        ]
+
+    def _process(
+        self, role: str, name: str, *flags: str, env: dict[str, str] | None = None
+    ) -> Process:
+        return Process(name, self._argv(role, name, *flags), self.root / f"{name}.log", env or {})
+
+    @property
+    def nameserver_address(self) -> str:
+        """host:port of the nameserver."""
+        assert self.nameserver is not None
+        return self.nameserver.endpoint
+
+    def start(self) -> None:
+        """Start every process, in dependency order, each once the previous is ready."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.nameserver = self._process(
+            "nameserver",
+            "nameserver",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--groups",
+            str(self.groups),
+        )
+        self.nameserver.start()
+        for node, address in self.storage_addresses.items():
+            process = self._process(
+                "storage",
+                f"storage-{node}",
+                "--listen",
+                address,
+                "--node-id",
+                str(node),
+                "--nameserver",
+                self.nameserver_address,
+                "--groups",
+                str(self.groups),
+            )
+            process.start()
+            self.storage[node] = process
+        for _ in range(self.broker_count):
+            self.add_broker()
+
+    def add_broker(self) -> Process:
+        """Start one more broker; it is ready when this returns."""
+        index = len(self.brokers) + 1
+        process = self._process(
+            "broker",
+            f"broker-{index}",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--nameserver",
+            self.nameserver_address,
+            "--auto-create" if self.auto_create else "--no-auto-create",
+            *self.broker_flags,
+            env={"RIP5_BROKER_SECRET": self.secret},
+        )
+        process.start()
+        self.brokers.append(process)
+        return process
+
+    def broker_port(self, index: int = 0) -> int:
+        """The client port of broker ``index``."""
+        return int(self.brokers[index].endpoint.rpartition(":")[2])
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop everything (brokers first); each process's exit code."""
+        codes: dict[str, int | None] = {}
+        for process in [*self.brokers, *self.storage.values()]:
+            codes[process.name] = process.stop()
+        if self.nameserver is not None:
+            codes[self.nameserver.name] = self.nameserver.stop()
+        return codes
+
+    # -- metadata through the nameserver, as `rip5 admin` does it ------------------------
+
+    def create(
+        self,
+        topics: dict[str, tuple[int, int]],
+        groups: dict[str, tuple[bool, int]],
+    ) -> None:
+        """Create ``topics`` (name -> (queue count, message type)) and ``groups``
+        (name -> (fifo, max delivery attempts)), retrying until the nameserver's
+        leader has created the cluster."""
+
+        async def run() -> None:
+            client = NameserverClient([self.nameserver_address])
+            try:
+                deadline = time.monotonic() + READY_TIMEOUT_S
+                for name, (queues, kind) in topics.items():
+                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind)
+                    await _until(deadline, client, lambda s, r=request: s.create_topic(r))
+                for name, (fifo, attempts) in groups.items():
+                    group = api.CreateConsumerGroupRequest(name, CLUSTER, fifo, attempts)
+                    await _until(deadline, client, lambda s, r=group: s.create_consumer_group(r))
+            finally:
+                await client.close()
+
+        asyncio.run(run())
+
+
+async def _until(deadline: float, client: NameserverClient, method: Any) -> None:
+    while True:
+        try:
+            await client.call(method)
+            return
+        except AngeliaError as error:
+            if time.monotonic() > deadline or error.code is errors.ALREADY_EXISTS:
+                if error.code is errors.ALREADY_EXISTS:
+                    return
+                raise
+        await asyncio.sleep(0.1)

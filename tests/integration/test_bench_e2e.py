@@ -1,0 +1,37 @@
+"""``rip5 bench e2e`` drives a real dev cluster through the broker and writes its JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Path) -> None:
+    out = tmp_path / "e2e.json"
+    args = [
+        "--runs", "1", "--seconds", "2", "--warmup", "0.5", "--in-flight", "8", "--batch", "8",
+        "--channels", "2", "--official-seconds", "2", "--yardstick", "20000",
+        "--json", str(out),
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "rip5", "bench", "e2e", *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "publish median / yardstick 20,000 msgs/s = " in result.stdout
+    cases = json.loads(out.read_text())["cases"]
+    for name in ("publish", "receive+ack", "official client send (1 process)"):
+        (run,) = cases[name]["runs"]
+        assert run["msgs_per_s"] > 0, (name, run)
+        assert run["errors"] == 0, (name, run)
+        assert run["server_cpu_pct"] > 0, (name, run)
+    assert cases["publish"]["runs"][0]["p99_ms"] >= cases["publish"]["runs"][0]["p50_ms"]
