@@ -158,6 +158,9 @@ class ReadRequest:
     queue_offset: int
     count_max: int = 32
     bytes_max: int = 4 << 20
+    from_follower: bool = False
+    """Read replica: any replica may answer from what it applied (at most its
+    commit index, perhaps behind the leader) instead of NOT_LEADER."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,10 +292,13 @@ class OffsetResponse:
 
 @dataclass(frozen=True, slots=True)
 class QueueInfoRequest:
-    """Ask for a queue's offsets."""
+    """Ask for a queue's offsets, and (``timestamp_ms`` >= 0) the offset of a store time."""
 
     topic: str
     queue_id: int
+    timestamp_ms: int = -1
+    from_follower: bool = False
+    """Read replica, as in :class:`ReadRequest`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +309,9 @@ class QueueInfoResponse:
     first_offset: int
     end_offset: int
     group_id: int
+    timestamp_offset: int = -1
+    """The first offset stored at or after the request's ``timestamp_ms`` (the end
+    offset if none; -1 if no timestamp was asked)."""
 
 
 # ---------------------------------------------------------------------- status

@@ -137,6 +137,22 @@ class StateMachine(Protocol):
         ...
 
 
+class RetainingStateMachine(StateMachine, Protocol):
+    """A state machine whose snapshots name log entries it still reads (optional hook).
+
+    A storage group's log is its commit log: its snapshot indexes message
+    bodies that live in log entries. Its host keeps those entries through the
+    truncate floor (``MultiRaft.set_truncate_floor``), the one retention
+    mechanism; a replica restored from a leader's snapshot has none of them,
+    so the host completes a snapshot before it is sent (``MultiRaft.outgoing``
+    calls this hook when the machine has it).
+    """
+
+    def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
+        """The data to send in place of ``snapshot.data`` to a replica restored from it."""
+        ...
+
+
 class LogWriter(Protocol):
     """What a round writes (raft.logstore.LogStore, or a simulated disk)."""
 

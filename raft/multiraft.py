@@ -30,6 +30,7 @@ passed in.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -531,12 +532,15 @@ class MultiRaft:
                 chosen = split_early(rd, g.early_send)[0]
             elif part == "late":
                 chosen = split_early(rd, g.early_send)[1]
-            for message in chosen:
+            for chosen_message in chosen:
+                message = chosen_message
                 to = message.to
                 if to == self.node_id:
                     continue
                 size = 64 + sum(len(e.data) + 16 for e in message.entries)
                 if message.snapshot is not None:
+                    message = _complete_snapshot(g.state_machine, message)
+                    assert message.snapshot is not None
                     size += len(message.snapshot.data)
                 batches = per_node.get(to)
                 if batches is None:
@@ -718,3 +722,18 @@ class MultiRaft:
         outcomes = self.apply(rnd, writer)
         self.advance(rnd)
         return sent, outcomes
+
+
+def _complete_snapshot(machine: StateMachine, message: Message) -> Message:
+    """``message`` with its snapshot completed by the machine's ``snapshot_for_peer`` hook.
+
+    The hook is optional (:class:`raft.host_types.RetainingStateMachine`);
+    without it the snapshot is sent as taken.
+    """
+    export: Callable[[Snapshot], bytes] | None = getattr(machine, "snapshot_for_peer", None)
+    snapshot = message.snapshot
+    if export is None or snapshot is None:
+        return message
+    return dataclasses.replace(
+        message, snapshot=dataclasses.replace(snapshot, data=export(snapshot))
+    )

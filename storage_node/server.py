@@ -53,7 +53,16 @@ from raft.node import RawNode
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.reconcile import ReconcilePlan, plan_reconcile
 from storage_node.registration import CALL_TIMEOUT_MS, Registration, join_cluster
-from storage_node.service import FIRST_GROUP_ID, GroupReplica, StorageNode
+from storage_node.service import (
+    FIRST_GROUP_ID,
+    KEEP_ENTRIES,
+    SNAPSHOT_ENTRIES,
+    WAL_RETAIN_BYTES,
+    GroupReplica,
+    StorageNode,
+)
+from storage_node.store.base import MessageStore
+from storage_node.store.segment_files import WalMessageStore
 
 _log = logging.getLogger(__name__)
 
@@ -82,9 +91,12 @@ class LocalGroups:
         transport: AngeliaTransport,
         client: NameserverClient | None,
         cluster: str,
+        bodies: MessageStore,
     ) -> None:
-        """``client`` reads peer addresses from the nameserver when an assignment needs them."""
+        """``client`` reads peer addresses from the nameserver when an assignment needs them;
+        every replica reads its message bodies through ``bodies``."""
         self.node = node
+        self.bodies = bodies
         self.transport = transport
         self.client = client
         self.cluster = cluster
@@ -116,9 +128,9 @@ class LocalGroups:
         """Host a replica of ``group_id`` (no-op if hosted already)."""
         if group_id in self.node.replicas:
             return
-        replica = GroupReplica(group_id)
+        replica = GroupReplica(group_id, self.bodies)
         self.node.driver.add_group(group_id, members, replica)
-        self.node.replicas[group_id] = replica
+        self.node.adopt(group_id, replica)
 
     def start_all(self, members: list[int]) -> None:
         """Static placement: every group, with ``members``."""
@@ -229,9 +241,14 @@ async def _serve_groups(
     transport = AngeliaTransport(
         config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
     )
-    driver = Driver(config.node_id, store, transport, DriverOptions(snapshot_entries=0))
+    options = DriverOptions(
+        snapshot_entries=SNAPSHOT_ENTRIES,
+        keep_entries=KEEP_ENTRIES,
+        wal_retain_bytes=WAL_RETAIN_BYTES,
+    )
+    driver = Driver(config.node_id, store, transport, options)
     node = StorageNode(driver, store, {}, group_count, peers)
-    groups = LocalGroups(node, transport, client, config.cluster)
+    groups = LocalGroups(node, transport, client, config.cluster, WalMessageStore(store))
     if static:
         groups.start_all(sorted(peers))
     server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
@@ -240,6 +257,8 @@ async def _serve_groups(
         address = await server.start(config.listen)
         await driver.start()
         tasks.append(asyncio.create_task(node.run_timers(), name="storage-timers"))
+        tasks.append(asyncio.create_task(node.run_segment_indexer(), name="segment-indexer"))
+        tasks.append(asyncio.create_task(node.run_floor_keeper(), name="truncate-floors"))
         if client is not None:
 
             async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:

@@ -16,9 +16,16 @@ The host's duties of ``storage_node.partition`` and how they are met here:
 3. Long polls: after each apply, receivers waiting on a grown queue wake.
 4. Timers: on the leader, :meth:`StorageNode.run_timers` proposes ``Tick``
    once a group's earliest held message is due.
-5-7. Snapshots and log truncation: NOT DONE in this slice. Groups are never
-   snapshotted or compacted (``snapshot_entries=0``), so bodies stay readable
-   from the log and a restart replays the whole log.
+5-7. Snapshots and log truncation: the driver snapshots a group every
+   ``snapshot_entries`` applied entries and when the WAL holds more than
+   ``wal_retain_bytes`` (a group image, see :class:`GroupReplica`), and
+   compacts its log no further than the group's truncate floor, which the
+   replica keeps just below the oldest entry a queue, half message or timer
+   still references (``Driver.set_truncate_floor``, the one retention
+   mechanism; see docs/wal-format.md). So bodies stay readable after
+   truncation and a restart replays only the entries after the snapshot. A
+   replica restored from its leader's snapshot gets the referenced bodies
+   inside it (``snapshot_for_peer``).
 8. Dead letters: a group's DLQ is ``(%DLQ%<group>, group id)``; routing
    already maps it there.
 
@@ -38,12 +45,13 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
 from protocol.records import MessageRecord, RecordCorrupted, decode_batch
+from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
     AckRequest,
@@ -108,6 +116,7 @@ from storage_node.partition.commands import (
     Tick,
     encode,
 )
+from storage_node.partition.image import IMAGE_MAGIC, decode_image, encode_image
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
 from storage_node.partition.results import (
     AckResult,
@@ -120,8 +129,11 @@ from storage_node.partition.results import (
     Result,
     TransactionChecksResult,
 )
-from storage_node.partition.snapshot import restore, take_snapshot
+from storage_node.partition.snapshot import restore
 from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.store.base import MessageStore
+from storage_node.store.memory import MemoryMessageStore
+from storage_node.store.segment_files import index_segments
 
 _log = logging.getLogger(__name__)
 
@@ -137,30 +149,76 @@ TIMER_CHECK_MS = 20
 (it wakes at the earliest due time when that comes sooner): a timed message appended
 while it sleeps is released at most this late, plus one raft commit."""
 
+SNAPSHOT_ENTRIES = 20_000
+"""A group is snapshotted every this many applied entries (bounds the replay at restart)."""
+
+KEEP_ENTRIES = 2_000
+"""Entries kept below a snapshot (if nothing references them either) for lagging followers."""
+
+WAL_RETAIN_BYTES = 256 << 20
+"""Past this many bytes in live WAL segments, the groups pinning the oldest segments are
+snapshotted and compacted (never past their truncate floors): raft's compaction by WAL bytes."""
+
+FLOOR_CHECK_ENTRIES = 4_096
+"""A replica recomputes its truncate floor at least every this many applied entries
+(besides at each snapshot and restore): the pass costs one look at every referenced entry."""
+
+FLOOR_REFRESH_MS = 1_000
+"""And at most this long after it applied anything (:meth:`StorageNode.run_floor_keeper`), so
+a quiet group's floor follows its acks and does not pin the WAL's oldest segments."""
+
+SEGMENT_INDEX_CHECK_MS = 1_000
+"""How often sealed WAL segments without an index are looked for."""
+
 
 class GroupReplica:
     """This node's replica of one group: the raft state machine the driver applies into.
 
     ``applied_term`` is the term of the last command applied (the read barrier
-    compares it with the current term).
+    compares it with the current term). ``bodies`` is where the replica reads
+    message bodies (APPEND entries) back: this node's WAL, plus the bodies a
+    group image brought.
+
+    Snapshots are group images (``partition.image``): the partition snapshot
+    plus the referenced bodies that the holder's log cannot have. The log is
+    compacted no further than the truncate floor this replica reports
+    (:meth:`report_floor_to`), so every other referenced body stays in the WAL.
+
+    The floor may lag the state (it is recomputed at each snapshot, each
+    restore, every ``FLOOR_CHECK_ENTRIES`` applied entries and within
+    ``FLOOR_REFRESH_MS`` of any apply), which is safe:
+    the oldest referenced index never decreases while entries are applied
+    (a message leaves a queue, half or timer only to be dropped or to be
+    named by another one), so a floor reported earlier is never above the
+    current one.
     """
 
-    def __init__(self, group_id: int) -> None:
-        """An empty partition for ``group_id``."""
+    def __init__(self, group_id: int, bodies: MessageStore | None = None) -> None:
+        """An empty partition for ``group_id``; bodies in memory unless a store is given."""
         self.group_id = group_id
         self.state = PartitionState(PartitionConfig(group_id=group_id))
+        self.bodies: MessageStore = bodies if bodies is not None else MemoryMessageStore()
         self.applied_term = 0
+        self.applied_index = 0
         self._waiters: dict[QueueId, asyncio.Event] = {}
+        self._set_floor: Callable[[int, int | None], None] | None = None
+        self._floor_checked_index = 0
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command; a rejected command's error is the result."""
         self.applied_term = entry.term
+        self.applied_index = entry.index
         try:
             result: object = self.state.apply_entry(entry.data, entry.index)
         except OutOfOrderApply:
             raise
         except StorageError as exc:
             result = exc
+        else:
+            if entry.data and entry.data[0] == Op.APPEND:
+                self.bodies.keep_applied(self.group_id, entry.index, entry.data)
+        if entry.index - self._floor_checked_index >= FLOOR_CHECK_ENTRIES:
+            self._report_floor(self.state.min_log_index_referenced())
         for queue in self.state.grown_queues:
             waiter = self._waiters.pop(queue, None)
             if waiter is not None:
@@ -168,13 +226,59 @@ class GroupReplica:
         return result
 
     def restore(self, snapshot: Snapshot) -> None:
-        """Take a snapshot's state."""
-        self.state = restore(snapshot.data)
+        """Take a snapshot's state (a group image, or a bare partition snapshot)."""
+        if snapshot.data[:4] == IMAGE_MAGIC:
+            self.state, bodies = decode_image(snapshot.data)
+            self.bodies.adopt(self.group_id, bodies)
+        else:
+            self.state = restore(snapshot.data)
         self.applied_term = snapshot.metadata.term
+        self.applied_index = snapshot.metadata.index
+        self._report_floor(self.state.min_log_index_referenced())
+        for waiter in self._waiters.values():
+            waiter.set()
+        self._waiters.clear()
 
     def snapshot_data(self) -> bytes:
-        """The state as of the last applied entry."""
-        return take_snapshot(self.state)
+        """The group image as of the last applied entry, restorable on this node."""
+        referenced = self.state.referenced_log_indexes()
+        image = encode_image(self.state, self.bodies.bodies_to_carry(self.group_id, referenced))
+        # The driver compacts right after taking a snapshot: report the floor as of it.
+        self._report_floor(min(referenced, default=None))
+        return image
+
+    def report_floor_to(self, set_floor: Callable[[int, int | None], None]) -> None:
+        """Keep the group's truncate floor through ``set_floor`` (``Driver.set_truncate_floor``).
+
+        Reports the floor at once: until then the driver may compact freely.
+        """
+        self._set_floor = set_floor
+        self._report_floor(self.state.min_log_index_referenced())
+
+    def maybe_refresh_floor(self) -> None:
+        """Report the truncate floor again if entries were applied since it was computed."""
+        if self._set_floor is not None and self.applied_index != self._floor_checked_index:
+            self._report_floor(self.state.min_log_index_referenced())
+
+    def _floor_for(self, oldest_referenced: int | None) -> int:
+        """Entries up to this index may go: just below the oldest one still referenced."""
+        return self.state.applied_index if oldest_referenced is None else oldest_referenced - 1
+
+    def _report_floor(self, oldest_referenced: int | None) -> None:
+        self._floor_checked_index = self.applied_index
+        if self._set_floor is not None:
+            self._set_floor(self.group_id, self._floor_for(oldest_referenced))
+
+    def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
+        """``snapshot`` with every body its state references (the receiver has none)."""
+        try:
+            state, carried = decode_image(snapshot.data)
+            missing = state.referenced_log_indexes() - carried.keys()
+            carried.update(self.bodies.bodies_for_peer(self.group_id, missing))
+        except StorageError as exc:
+            _log.error("group %d: snapshot sent without its bodies: %s", self.group_id, exc)
+            return snapshot.data
+        return encode_image(state, carried)
 
     def grown(self, queue: QueueId) -> asyncio.Event:
         """An event set the next time ``queue`` gets new messages."""
@@ -201,11 +305,18 @@ class StorageNode:
         """Serve the replicas; they must already be added to ``driver``."""
         self.driver = driver
         self.store = store
-        self.replicas = dict(replicas)
+        self.replicas: dict[int, GroupReplica] = {}
+        for group_id, replica in replicas.items():
+            self.adopt(group_id, replica)
         self.group_count = group_count
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+
+    def adopt(self, group_id: int, replica: GroupReplica) -> None:
+        """Serve ``replica`` (already added to the driver); it keeps its group's truncate floor."""
+        replica.report_floor_to(self.driver.set_truncate_floor)
+        self.replicas[group_id] = replica
 
     # ------------------------------------------------------------ plumbing
     @staticmethod
@@ -255,6 +366,15 @@ class StorageNode:
             await self._propose(group_id, Tick(self.now_ms()))
         return replica
 
+    async def _readable_replica(self, group_id: int, from_follower: bool) -> GroupReplica:
+        """The replica to read from: the leader after its barrier, or (read replicas)
+        any replica hosted here, as of what it applied (never beyond its commit index)."""
+        if from_follower:
+            replica = self.replicas.get(group_id)
+            if replica is not None:
+                return replica
+        return await self._read_barrier(group_id)
+
     def _stored(
         self, group_id: int, queue: QueueId, first_offset: int, entries: Sequence[QueueEntry]
     ) -> list[StoredMessage]:
@@ -270,14 +390,14 @@ class StorageNode:
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
     ) -> list[MessageRecord]:
         """The records of ``entries``; each log entry is read and decoded once."""
-        log = self.store.group(group_id)
+        bodies = self.replicas[group_id].bodies
         batches: dict[int, tuple[MessageRecord, ...]] = {}
         records = []
         for entry in entries:
             batch = batches.get(entry.log_index)
             if batch is None:
                 batch = batches[entry.log_index] = _append_records(
-                    log.entries(entry.log_index, entry.log_index + 1)[0], entry.log_index
+                    bodies.read_entry(group_id, entry.log_index), entry.log_index
                 )
             if not 0 <= entry.position < len(batch):
                 raise CommandCorrupted(
@@ -327,7 +447,7 @@ class StorageNode:
         if request.count_max < 1 or request.bytes_max < 1:
             raise BadCommand("count_max and bytes_max must be at least 1")
         group_id = self._group_of(request.topic, request.queue_id)
-        replica = await self._read_barrier(group_id)
+        replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         queue = (request.topic, request.queue_id)
         entries = state.read(
@@ -463,14 +583,20 @@ class StorageNode:
     async def queue_info(
         self, request: QueueInfoRequest, context: CallContext
     ) -> QueueInfoResponse:
-        """A queue's first and end offsets."""
+        """A queue's first and end offsets, and the offset of a store time if asked."""
         group_id = self._group_of(request.topic, request.queue_id)
-        replica = await self._read_barrier(group_id)
+        replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
+        timestamp_offset = -1
+        if request.timestamp_ms >= 0:
+            timestamp_offset = state.offset_for_timestamp(
+                request.topic, request.queue_id, request.timestamp_ms
+            )
         return QueueInfoResponse(
             state.first_offset(request.topic, request.queue_id),
             state.end_offset(request.topic, request.queue_id),
             group_id,
+            timestamp_offset,
         )
 
     async def status(self, request: NodeStatusRequest, context: CallContext) -> NodeStatusResponse:
@@ -565,6 +691,24 @@ class StorageNode:
                 future = self.driver.propose_nowait(group_id, encode(Tick(now_ms)))
                 future.add_done_callback(functools.partial(_ticked, group_id, ticking))
 
+    async def run_floor_keeper(self) -> None:
+        """Forever: bring every group's truncate floor up to its state (raft compacts by it)."""
+        while True:
+            await asyncio.sleep(FLOOR_REFRESH_MS / 1000)
+            for replica in list(self.replicas.values()):
+                replica.maybe_refresh_floor()
+
+    async def run_segment_indexer(self) -> None:
+        """Forever: give every sealed WAL segment its index (in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SEGMENT_INDEX_CHECK_MS / 1000)
+            try:
+                live = self.store.segment_seqs()  # on the loop: the driver changes them
+                await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
+            except (OSError, SegmentCorrupted) as exc:
+                _log.error("indexing sealed WAL segments failed: %s", exc)
+
 
 def _ticked(group_id: int, ticking: set[int], future: asyncio.Future[object]) -> None:
     ticking.discard(group_id)
@@ -572,8 +716,7 @@ def _ticked(group_id: int, ticking: set[int], future: asyncio.Future[object]) ->
         _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
 
 
-def _append_records(entry: Entry, log_index: int) -> tuple[MessageRecord, ...]:
-    data = entry.data
+def _append_records(data: bytes, log_index: int) -> tuple[MessageRecord, ...]:
     if not data or data[0] != Op.APPEND:
         raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
     try:

@@ -15,6 +15,7 @@ PURE.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -114,6 +115,17 @@ class QueueIndex:
         """Up to ``count_max`` entries from ``queue_offset`` (within the range)."""
         start = queue_offset - self.first_offset
         return tuple(self._entries[start : start + max(count_max, 0)])
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (``end_offset`` if none).
+
+        Store timestamps never decrease along a queue (they are the state
+        clock when an entry is queued, and that clock is monotonic).
+        """
+        position = bisect.bisect_left(
+            self._entries, timestamp_ms, key=lambda entry: entry.store_timestamp_ms
+        )
+        return self.first_offset + position
 
     def trim(self, before_offset: int) -> int:
         """Drop entries below ``before_offset`` (clamped to the range); returns first_offset."""

@@ -493,6 +493,11 @@ class PartitionState:
         index = self._queues.get((topic, queue_id))
         return 0 if index is None else index.first_offset
 
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of the queue stored at or after ``timestamp_ms`` (end if none)."""
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        return index.offset_for_timestamp(timestamp_ms)
+
     def entry(self, topic: str, queue_id: int, queue_offset: int) -> QueueEntry:
         """Where the message at ``queue_offset`` lives; raises ``OffsetOutOfRange``."""
         index = self._queues.get((topic, queue_id), _EMPTY)

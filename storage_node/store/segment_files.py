@@ -8,8 +8,9 @@ file (every local snapshot carries them until they are no longer
 referenced), which is where a restart finds them again.
 
 Retention contract with raft: the group's log must not be compacted past
-an entry the partition still references (``GroupReplica.compaction_floor``),
-so every referenced body not adopted stays in a live segment.
+an entry the partition still references (the group's truncate floor, which
+``GroupReplica`` keeps through ``Driver.set_truncate_floor``), so every
+referenced body not adopted stays in a live segment.
 
 :func:`index_sealed_segments` writes ``<seq>.idx`` next to every sealed
 segment that lacks one (``protocol.segments`` layout; written to a temp
@@ -79,15 +80,23 @@ def index_path(segment_path: Path) -> Path:
 def index_sealed_segments(log_store: LogStore) -> list[int]:
     """Write the missing indexes of sealed segments; drop those of collected ones.
 
-    Returns the sequences indexed now. Every live segment but the newest is
-    sealed (docs/wal-format.md). Raises ``SegmentCorrupted`` if a sealed
-    segment does not verify (the WAL was damaged under the node).
+    Returns the sequences indexed now. Call it on the thread that drives the
+    store, or use :func:`index_segments` in a worker with the live sequences
+    taken on that thread.
     """
-    wal_dir = log_store.directory / "wal"
-    live = log_store.segment_seqs()
-    sealed = live[:-1]
+    return index_segments(log_store.directory / "wal", log_store.segment_seqs())
+
+
+def index_segments(wal_dir: Path, live_seqs: list[int]) -> list[int]:
+    """:func:`index_sealed_segments` for the segment files of ``wal_dir``.
+
+    ``live_seqs`` are the live segments, oldest first; every one but the
+    newest is sealed (docs/wal-format.md). Raises ``SegmentCorrupted`` if a
+    sealed segment does not verify, ``OSError`` if a file went away under it
+    (a segment collected meanwhile: the next call catches up).
+    """
     written = []
-    for seq in sealed:
+    for seq in live_seqs[:-1]:
         path = wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
         target = index_path(path)
         if target.exists():
@@ -95,7 +104,7 @@ def index_sealed_segments(log_store: LogStore) -> list[int]:
         index = segments.build_index(path.read_bytes())
         _write_durably(target, segments.encode_index(index))
         written.append(seq)
-    keep = {f"{seq:016x}{INDEX_SUFFIX}" for seq in live}
+    keep = {f"{seq:016x}{INDEX_SUFFIX}" for seq in live_seqs}
     for stale in wal_dir.glob(f"*{INDEX_SUFFIX}"):
         if stale.name not in keep:
             stale.unlink(missing_ok=True)
