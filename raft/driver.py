@@ -402,7 +402,8 @@ class Driver:
             return  # planned at this size already (groups held by floors, or unapplied)
         self._planned_at_segments = segments
         steps = self.host.plan_compaction(
-            store.compaction_targets(max(1, self.options.wal_keep_segments))
+            store.compaction_targets(max(1, self.options.wal_keep_segments)),
+            first_index=lambda group_id: store.group(group_id).first_index(),
         )
         if not steps:
             return

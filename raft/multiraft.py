@@ -636,12 +636,18 @@ class MultiRaft:
         writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
         g.snapshot_index = entry.index
 
-    def plan_compaction(self, targets: Mapping[int, int]) -> list[CompactionStep]:
+    def plan_compaction(
+        self, targets: Mapping[int, int], first_index: Callable[[int], int] | None = None
+    ) -> list[CompactionStep]:
         """Steps that compact each group toward ``targets`` (group -> index).
 
         A group is compacted no further than what it applied and its truncate
         floor; when its snapshot does not cover that far, the step carries a
         new snapshot of its state machine as of now (its applied index).
+        ``first_index`` (group -> the first index its log holds): a group whose
+        step would discard nothing gets none, so no snapshot is taken for it
+        (a state machine's snapshot may be costly, and a floor held at the
+        log's start makes it useless).
         """
         steps: list[CompactionStep] = []
         for group_id, target in targets.items():
@@ -651,7 +657,7 @@ class MultiRaft:
             index = min(target, g.applied)
             if g.truncate_floor is not None:
                 index = min(index, g.truncate_floor)
-            if index <= 0:
+            if index <= 0 or (first_index is not None and index < first_index(group_id)):
                 continue
             snapshot = None
             if g.snapshot_index < index:

@@ -260,6 +260,10 @@ def test_compaction_by_wal_bytes_stops_at_applied_and_the_truncate_floor(tmp_pat
     assert store.group(1).first_index() == targets[1] + 1
     assert store.group(2).first_index() == 4
     assert store.retained_bytes() == before  # group 2's floor still pins the oldest segment
+    # Its floor at its log's start: a new plan would discard nothing, so no step.
+    host.set_truncate_floor(2, 3)
+    planned = host.plan_compaction(targets, first_index=lambda g: store.group(g).first_index())
+    assert 2 not in {s.group_id for s in planned}
     host.set_truncate_floor(2, None)
     steps = host.plan_compaction(store.compaction_targets(keep_segments=2))
     assert [s.group_id for s in steps] == [2]
