@@ -223,6 +223,29 @@ class MultiRaft:
         self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
 
+    def remove_group(self, group_id: int) -> list[Outcome]:
+        """Stop hosting ``group_id`` (no-op if not hosted); the Outcomes of its
+        queued and pending proposals and reads, all failed with NotLeader.
+
+        Messages for it are dropped from now on (see :meth:`receive`). The
+        caller removes it between rounds, never between collect and advance.
+        """
+        g = self._groups.pop(group_id, None)
+        if g is None:
+            return []
+        self._dirty.discard(group_id)
+        error = NotLeader(f"group {group_id} is no longer hosted on node {self.node_id}")
+        tokens = [p.token for p in g.proposals + g.conf_changes]
+        tokens += [p.token for p in g.pending.values()]
+        if g.applying is not None and g.applying.first not in g.pending:
+            tokens.append(g.applying.token)
+        tokens += list(g.reads_asked.values()) + [t for _, t in g.reads_confirmed]
+        peers: set[int] = set()
+        for other in self._groups.values():
+            peers.update(other.peers)
+        self._peer_nodes = sorted(peers)
+        return [Outcome(token, error=error) for token in tokens]
+
     def group_ids(self) -> list[int]:
         """The hosted groups, sorted."""
         return sorted(self._groups)
