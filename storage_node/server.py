@@ -144,9 +144,19 @@ class LocalGroups:
             self.node.addresses[node_id] = address
 
     def start_group(self, group_id: int, members: list[int]) -> None:
-        """Host a replica of ``group_id`` (no-op if hosted already)."""
+        """Host a replica of ``group_id`` (no-op if hosted already). With no
+        ``members`` this node joins the group: it starts empty, and any stale
+        replica its WAL still holds (moved away while this node was down) is
+        deleted first, so it never acts on an old membership."""
         if group_id in self.node.replicas:
             return
+        if not members:
+            store = self.node.driver.store
+            log = store.group(group_id)
+            _hard_state, conf = log.initial_state()
+            if log.last_index() > 0 or conf.voters or conf.learners:
+                store.drop_group(group_id)
+                _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
         self.node.driver.add_group(group_id, members, replica)
         self.node.adopt(group_id, replica)
