@@ -588,6 +588,7 @@ class MultiRaft:
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
             if rd.snapshot is not None:
                 g.state_machine.restore(rd.snapshot)
+                self._note_members(g, rd.snapshot.metadata.conf_state)
                 covered = rd.snapshot.metadata.index
                 g.applied = g.snapshot_index = covered
                 g.applied_term = rd.snapshot.metadata.term
@@ -651,13 +652,18 @@ class MultiRaft:
             raise AssertionError("a CONF_CHANGE committed but no applier is set")
         conf = self._conf_change_applier(g.node, entry)
         writer.set_conf_state(g.group_id, entry.index, conf)
+        self._note_members(g, conf)
+        metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
+        writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
+        g.snapshot_index = entry.index
+
+    def _note_members(self, g: _Group, conf: ConfState) -> None:
+        """The group's peers are the members of ``conf`` (a change applied, or a
+        snapshot installed: a new member learns its peers from its first snapshot)."""
         members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
         g.peers = tuple(sorted(members - {self.node_id}))
         g.early_send = needs_a_follower(conf)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
-        metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
-        writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
-        g.snapshot_index = entry.index
 
     def plan_compaction(self, targets: Mapping[int, int]) -> list[CompactionStep]:
         """Steps that compact each group toward ``targets`` (group -> index).

@@ -14,9 +14,10 @@ Which groups this node hosts (issue 5, "placement"):
 - Placement by the nameserver (``--nameserver`` without ``--peers``): the node
   starts with no groups; every heartbeat answers the groups assigned to it,
   and :class:`LocalGroups` starts the missing local replicas (idempotent;
-  peer addresses from the nameserver's node list). See
-  :mod:`storage_node.reconcile` for what is not carried out (membership
-  changes).
+  peer addresses from the nameserver's node list), stops and deletes the
+  ones moved away, and, on the groups this node leads, carries out replica
+  moves as raft membership changes (:meth:`LocalGroups.run_memberships`; the
+  protocol is in docs/storage-node.md, "Replica moves").
 - Static placement (``--peers`` given): every node replicates every group
   with every node of ``--peers`` as a member. Static ``--peers`` WINS over the
   nameserver: the node ignores the assignments in heartbeat answers (it
