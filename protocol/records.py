@@ -223,6 +223,41 @@ def encode_batch(records: Sequence[MessageRecord], store_timestamp_ms: int) -> b
 
 def decode_batch(data: bytes) -> RecordBatch:
     """Read a batch written by :func:`encode_batch`; raises :class:`RecordCorrupted`."""
+    store_timestamp_ms, count = _check_batch(data)
+    try:
+        items = msgpack.unpackb(data[_HEADER.size :], raw=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise RecordCorrupted(f"batch payload is not msgpack: {exc}") from exc
+    if not isinstance(items, list) or len(items) != count:
+        raise RecordCorrupted(f"batch header says {count} records, payload disagrees")
+    return RecordBatch(store_timestamp_ms, tuple(_record_from_wire(item) for item in items))
+
+
+def decode_record_at(data: bytes, position: int) -> MessageRecord:
+    """The record at ``position`` of a batch, without decoding the others.
+
+    The batch's checksum is verified as by :func:`decode_batch`; the records
+    before ``position`` are skipped, not built. Raises :class:`RecordCorrupted`
+    (also for a position outside the batch).
+    """
+    _store_timestamp_ms, count = _check_batch(data)
+    if not 0 <= position < count:
+        raise RecordCorrupted(f"the batch holds {count} records, not position {position}")
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+    unpacker.feed(data[_HEADER.size :])
+    try:
+        if unpacker.read_array_header() != count:
+            raise RecordCorrupted(f"batch header says {count} records, payload disagrees")
+        for _ in range(position):
+            unpacker.skip()
+        item = unpacker.unpack()
+    except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise RecordCorrupted(f"batch payload is not msgpack: {exc}") from exc
+    return _record_from_wire(item)
+
+
+def _check_batch(data: bytes) -> tuple[int, int]:
+    """A batch's store time and record count, after its header and checksum are checked."""
     if len(data) < _HEADER.size:
         raise RecordCorrupted(f"a batch needs {_HEADER.size} header bytes, got {len(data)}")
     magic, version, crc, store_timestamp_ms, count = _HEADER.unpack_from(data)
@@ -233,10 +268,4 @@ def decode_batch(data: bytes) -> RecordBatch:
     rest = memoryview(data)[_CRC_END:]
     if crc32c.crc32c(rest) != crc:
         raise RecordCorrupted("batch CRC mismatch")
-    try:
-        items = msgpack.unpackb(data[_HEADER.size :], raw=False, strict_map_key=True)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise RecordCorrupted(f"batch payload is not msgpack: {exc}") from exc
-    if not isinstance(items, list) or len(items) != count:
-        raise RecordCorrupted(f"batch header says {count} records, payload disagrees")
-    return RecordBatch(store_timestamp_ms, tuple(_record_from_wire(item) for item in items))
+    return store_timestamp_ms, count

@@ -7,6 +7,11 @@ drains a bounded queue into the stream: ``send`` never blocks, and while a
 peer is unreachable the oldest queued batches are dropped (raft resends what
 matters). A failed stream is reopened after a backoff.
 
+A batch larger than one frame allows (a snapshot carrying a group's message
+bodies) goes as consecutive parts of at most ``part_bytes`` on the stream;
+the receiver joins them and delivers the whole batch, or nothing if the
+stream breaks before the last part (a new stream starts with no parts held).
+
 SHELL.
 """
 
@@ -32,6 +37,8 @@ class RaftBatchFrame:
 
     from_node: int
     data: bytes
+    more: bool = False
+    """True: ``data`` is one part of a batch that continues in the next frame."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +61,32 @@ class _RaftPeerImpl:
     async def batches(
         self, requests: AsyncIterator[RaftBatchFrame], context: CallContext
     ) -> AsyncIterator[RaftBatchAck]:
+        transport = self._transport
+        parts: list[bytes] = []
+        held_bytes = 0
+        discarding = False  # the rest of an oversized batch: skipped up to its last part
         async for frame in requests:
-            self._transport._deliver(frame.from_node, frame.data)
+            if frame.more or parts or discarding:
+                held_bytes += len(frame.data)
+                if not discarding and held_bytes > transport.batch_bytes_max:
+                    _log.error(
+                        "raft batch from node %d exceeds %d bytes: dropped",
+                        frame.from_node,
+                        transport.batch_bytes_max,
+                    )
+                    parts, discarding = [], True
+                if not discarding:
+                    parts.append(frame.data)
+                if frame.more:
+                    continue
+                data = b"".join(parts)
+                parts, held_bytes = [], 0
+                if discarding:
+                    discarding = False
+                    continue
+            else:
+                data = frame.data
+            transport._deliver(frame.from_node, data)
         return
         yield  # an async generator that never answers
 
@@ -71,11 +102,21 @@ class AngeliaTransport:
         *,
         queue_batches_max: int = 4096,
         reconnect_backoff_max_ms: int = 500,
+        part_bytes: int = 4 << 20,
+        batch_bytes_max: int = 1 << 30,
     ) -> None:
-        """``addresses``: the Angelia server address of every peer node."""
+        """``addresses``: the Angelia server address of every peer node.
+
+        ``part_bytes``: batches are sent in parts of at most this many bytes
+        (capped at half the frame limit); ``batch_bytes_max``: a received
+        batch larger than this is dropped (and logged) instead of joined.
+        """
         self.node_id = node_id
         self.addresses = dict(addresses)
-        self._peers = Peers(config or RpcConfig())
+        config = config or RpcConfig()
+        self._peers = Peers(config)
+        self.part_bytes = max(1, min(part_bytes, config.frame_bytes_max // 2))
+        self.batch_bytes_max = batch_bytes_max
         self._queue_batches_max = queue_batches_max
         self._backoff_max_s = reconnect_backoff_max_ms / 1000
         self._receive: Receiver | None = None
@@ -125,7 +166,15 @@ class AngeliaTransport:
                         ready.clear()
                         await ready.wait()
                     data = queue.popleft()
-                    await call.send(RaftBatchFrame(self.node_id, data))
+                    step = self.part_bytes
+                    if len(data) <= step:
+                        await call.send(RaftBatchFrame(self.node_id, data))
+                    else:
+                        view = memoryview(data)
+                        for start in range(0, len(data), step):
+                            more = start + step < len(data)
+                            part = bytes(view[start : start + step])
+                            await call.send(RaftBatchFrame(self.node_id, part, more))
                     backoff_s = 0.02
             except asyncio.CancelledError:
                 call.cancel()

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.ports import free_port
 from raft.host_process import (
     ProposeRequest,
     RaftHostService,
@@ -26,14 +26,6 @@ from raft.host_process import (
     StatusRequest,
     StatusResponse,
 )
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

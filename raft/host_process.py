@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -269,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--keep-values", action="store_true", help="keep applied values for reads (tests)"
     )
     args = parser.parse_args(argv)
+    # As in every rip5 role process (rip5.shell.tune_gc): full cyclic collections
+    # over a big heap paused the loop for 100+ ms, long enough to cost elections.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     try:
         uvloop.run(serve(args))
     except ValueError as exc:

@@ -94,6 +94,10 @@ class LogStore:
         self._buffer_bytes = 0
         self._dirty_fds: set[int] = set()
         self._snapshot_files_to_delete: list[Path] = []
+        # Set whenever a segment may have stopped being needed (a group's
+        # first entry moved, or a new segment became current); the collection
+        # scans every group only then, not after every round's sync.
+        self._collect_due = True
         self._failed: BaseException | None = None
         self._spares = SparePool(directory / "wal", segment_bytes, spare_segments_max)
         self.snapshot_files = SnapshotFiles(directory / "snap")
@@ -292,6 +296,7 @@ class LogStore:
         segment = _Segment(seq, path, fd)
         self._segments[seq] = segment
         self._current = segment
+        self._collect_due = True
         self._salt = fmt.salt_of(seq)
         self._write_offset = fmt.SEGMENT_HEADER_BYTES
         self._buffer = []
@@ -379,6 +384,7 @@ class LogStore:
             )
         if start <= g.last:
             g.truncate_from(start)
+            self._collect_due = True
         if entries[-1].index != start + len(entries) - 1:
             raise ValueError(f"group {group_id}: entries are not consecutive from {start}")
         total = sum(len(e.data) for e in entries) + fmt.RECORD_HEADER_BYTES * len(entries)
@@ -506,6 +512,7 @@ class LogStore:
         g.snapshot_index = index
         g.snapshot_conf_state = conf
         if flag == fmt.SNAPSHOT_INSTALL:
+            self._collect_due = True
             g.locs = []
             g.cache = []
             g.cache_bytes = 0
@@ -530,6 +537,7 @@ class LogStore:
         term = self._term(g, index)
         self._encode(RecordKind.COMPACT, group_id, term, index, b"")
         g.compact_to(index, term)
+        self._collect_due = True
 
     def drop_group(self, group_id: int) -> None:
         """Delete this node's replica of ``group_id``: its entries, snapshot and membership.
@@ -615,6 +623,9 @@ class LogStore:
         for path in self._snapshot_files_to_delete:
             path.unlink(missing_ok=True)
         self._snapshot_files_to_delete = []
+        if not self._collect_due:
+            return []
+        self._collect_due = False
         assert self._current is not None
         needed = self._current.seq
         for g in self._groups.values():

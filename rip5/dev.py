@@ -16,11 +16,11 @@ no ``--peers``) and start the replicas it assigns them.
 from __future__ import annotations
 
 import secrets
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from angelia_rpc.ports import free_port
 from rip5.roles import ROLES
 from rip5.supervisor import ChildSpec
 
@@ -43,14 +43,6 @@ class DevLayout:
 
 
 REPLICATION_FACTOR_MAX = 3
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:

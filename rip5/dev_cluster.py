@@ -30,6 +30,7 @@ import uvloop
 
 from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.ports import free_port
 from loadtest.client import CallFailed, RocketClient
 from protocol import errors
 from protocol import nameserver_api as api
@@ -48,14 +49,6 @@ class ClusterError(Exception):
         """``message`` names the cause."""
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _is_free(port: int) -> bool:

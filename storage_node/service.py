@@ -41,6 +41,7 @@ SHELL.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -50,7 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
-from protocol.records import MessageRecord, RecordCorrupted, decode_batch
+from protocol.records import MessageRecord, RecordCorrupted, decode_batch, decode_record_at
 from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
@@ -148,6 +149,11 @@ TIMER_CHECK_MS = 20
 """The longest the leader waits before looking for due timers of the groups it leads
 (it wakes at the earliest due time when that comes sooner): a timed message appended
 while it sleeps is released at most this late, plus one raft commit."""
+
+TICKS_IN_FLIGHT_MAX = 3
+"""Ticks of one group proposed and not yet applied, at most. A Tick releases what is due
+at its own time, so while one commits the next one (at least ``TIMER_CHECK_MS`` later)
+releases what fell due meanwhile: release lateness is not bounded below by commit latency."""
 
 SNAPSHOT_ENTRIES = 20_000
 """A group is snapshotted every this many applied entries (bounds the replay at restart)."""
@@ -389,11 +395,22 @@ class StorageNode:
     def _records(
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
     ) -> list[MessageRecord]:
-        """The records of ``entries``; each log entry is read and decoded once."""
+        """The records of ``entries``; each log entry is read and decoded once.
+
+        An entry that only one of them names gives just that record (a
+        released timer names one record of a batch appended long before:
+        decoding the whole batch for it multiplied the read cost by its size).
+        """
         bodies = self.replicas[group_id].bodies
+        named = collections.Counter(entry.log_index for entry in entries)
         batches: dict[int, tuple[MessageRecord, ...]] = {}
         records = []
         for entry in entries:
+            if named[entry.log_index] == 1:
+                data = bodies.read_entry(group_id, entry.log_index)
+                record = _append_record_at(data, entry.log_index, entry.position, group_id)
+                records.append(view_record(record, entry, queue))
+                continue
             batch = batches.get(entry.log_index)
             if batch is None:
                 batch = batches[entry.log_index] = _append_records(
@@ -672,8 +689,13 @@ class StorageNode:
 
     # --------------------------------------------------------------- timers
     async def run_timers(self) -> None:
-        """Forever: on the groups this node leads, propose a Tick once a held message is due."""
-        ticking: set[int] = set()
+        """Forever: on the groups this node leads, propose a Tick once a held message is due.
+
+        Ticks of a group are pipelined: another one is proposed ``TIMER_CHECK_MS``
+        after the last while messages are still held past their due time, up to
+        ``TICKS_IN_FLIGHT_MAX`` in flight (a Tick that finds nothing due releases nothing).
+        """
+        ticking: dict[int, list[int]] = {}  # group -> times of its Ticks in flight
         wait_ms = TIMER_CHECK_MS
         while True:
             await asyncio.sleep(wait_ms / 1000)
@@ -683,13 +705,18 @@ class StorageNode:
                 due_ms = replica.state.next_timer_due_ms()
                 if due_ms is not None and due_ms > now_ms:
                     wait_ms = min(wait_ms, due_ms - now_ms)
-                if due_ms is None or due_ms > now_ms or group_id in ticking:
+                if due_ms is None or due_ms > now_ms:
+                    continue
+                in_flight = ticking.get(group_id)
+                if in_flight and (
+                    len(in_flight) >= TICKS_IN_FLIGHT_MAX or now_ms - in_flight[-1] < TIMER_CHECK_MS
+                ):
                     continue
                 if not self.driver.host.node(group_id).is_leader():
                     continue
-                ticking.add(group_id)
+                ticking.setdefault(group_id, []).append(now_ms)
                 future = self.driver.propose_nowait(group_id, encode(Tick(now_ms)))
-                future.add_done_callback(functools.partial(_ticked, group_id, ticking))
+                future.add_done_callback(functools.partial(_ticked, group_id, now_ms, ticking))
 
     async def run_floor_keeper(self) -> None:
         """Forever: bring every group's truncate floor up to its state (raft compacts by it)."""
@@ -710,8 +737,15 @@ class StorageNode:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
 
 
-def _ticked(group_id: int, ticking: set[int], future: asyncio.Future[object]) -> None:
-    ticking.discard(group_id)
+def _ticked(
+    group_id: int, at_ms: int, ticking: dict[int, list[int]], future: asyncio.Future[object]
+) -> None:
+    in_flight = ticking.get(group_id)
+    if in_flight is not None:
+        with contextlib.suppress(ValueError):
+            in_flight.remove(at_ms)
+        if not in_flight:
+            del ticking[group_id]
     if not future.cancelled() and future.exception() is not None:
         _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
 
@@ -723,6 +757,15 @@ def _append_records(data: bytes, log_index: int) -> tuple[MessageRecord, ...]:
         return decode_batch(data[1:]).records
     except RecordCorrupted as exc:
         raise CommandCorrupted(f"log entry {log_index}: {exc}") from exc
+
+
+def _append_record_at(data: bytes, log_index: int, position: int, group_id: int) -> MessageRecord:
+    if not data or data[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
+    try:
+        return decode_record_at(data[1:], position)
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {log_index} of group {group_id}: {exc}") from exc
 
 
 def _to_wire_handle(handle: ReceiptHandle) -> WireHandle:

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,20 +23,13 @@ from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.ports import free_port
 from protocol import routing
 from protocol.storage_api import NodeStatusRequest, NodeStatusResponse
 from rip5.shell import READY_FD_ENV
 from storage_node.service import FIRST_GROUP_ID
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class LocalStorageCluster:

@@ -84,11 +84,15 @@ class QueueIndex:
     ``first_offset``, appending only raises ``end_offset``.
     """
 
-    __slots__ = ("_entries", "first_offset")
+    __slots__ = ("_entries", "_min_log_index", "first_offset")
 
     def __init__(self, first_offset: int = 0, entries: list[QueueEntry] | None = None) -> None:
         self.first_offset = first_offset
         self._entries: list[QueueEntry] = entries if entries is not None else []
+        # The least log index of the entries; None: not known (computed on demand).
+        # Log indexes do not grow along a queue (released timers and committed
+        # transactions name older entries), so it is kept, not read off the front.
+        self._min_log_index: int | None = None
 
     @property
     def end_offset(self) -> int:
@@ -109,7 +113,15 @@ class QueueIndex:
     def append(self, entry: QueueEntry) -> int:
         """Add an entry at the end; returns its offset."""
         self._entries.append(entry)
+        if self._min_log_index is not None and entry.log_index < self._min_log_index:
+            self._min_log_index = entry.log_index
         return self.end_offset - 1
+
+    def min_log_index(self) -> int | None:
+        """The least log index an entry names (None: empty); a pass only after a trim."""
+        if self._min_log_index is None and self._entries:
+            self._min_log_index = min(entry.log_index for entry in self._entries)
+        return self._min_log_index
 
     def read(self, queue_offset: int, count_max: int) -> tuple[QueueEntry, ...]:
         """Up to ``count_max`` entries from ``queue_offset`` (within the range)."""
@@ -130,7 +142,9 @@ class QueueIndex:
     def trim(self, before_offset: int) -> int:
         """Drop entries below ``before_offset`` (clamped to the range); returns first_offset."""
         before = min(max(before_offset, self.first_offset), self.end_offset)
-        del self._entries[: before - self.first_offset]
+        if before > self.first_offset:
+            del self._entries[: before - self.first_offset]
+            self._min_log_index = None
         self.first_offset = before
         return before
 

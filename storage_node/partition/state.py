@@ -525,12 +525,14 @@ class PartitionState:
 
         Log entries below it hold no message anyone can read: with a snapshot
         at or after it, the log may be truncated there. None: nothing is
-        referenced. Costs a pass over every entry; call it when planning
-        truncation, not per request.
+        referenced. Costs a pass over the held and half messages and one look
+        at each queue (a queue trimmed since its last look is passed over once);
+        call it when planning truncation, not per request.
         """
-        indexes = [entry.log_index for index in self._queues.values() for entry in index]
+        mins = [index.min_log_index() for index in self._queues.values()]
+        indexes = [least for least in mins if least is not None]
         indexes += [half.log_index for half in self._halves]
-        indexes += [held.log_index for held in self._timers]
+        indexes += [held.log_index for held in self._timers.unordered()]
         return min(indexes, default=None)
 
     def referenced_log_indexes(self) -> set[int]:
@@ -541,7 +543,7 @@ class PartitionState:
         """
         referenced = {entry.log_index for index in self._queues.values() for entry in index}
         referenced.update(half.log_index for half in self._halves)
-        referenced.update(held.log_index for held in self._timers)
+        referenced.update(held.log_index for held in self._timers.unordered())
         return referenced
 
     def consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -13,7 +13,7 @@ PURE.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from storage_node.partition.wire import as_int, as_list, as_str
@@ -82,6 +82,10 @@ class TimerIndex:
 
     def __iter__(self) -> Iterator[HeldMessage]:
         return iter(sorted(self._held.values(), key=lambda held: held.key))
+
+    def unordered(self) -> Iterable[HeldMessage]:
+        """The held messages in no particular order (cheaper than iterating in release order)."""
+        return self._held.values()
 
     def hold(self, held: HeldMessage) -> None:
         """Keep ``held`` until it is due."""

@@ -16,7 +16,6 @@ import os
 import secrets
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from angelia_rpc import AngeliaError
+from angelia_rpc.ports import free_port
 from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import NameserverClient
@@ -32,14 +32,6 @@ from rip5.shell import READY_FD_ENV
 RIP5 = [sys.executable, "-m", "rip5"]
 READY_TIMEOUT_S = 60.0
 CLUSTER = "DefaultCluster"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Process:

@@ -320,15 +320,17 @@ async def test_storage_nodes_follow_the_nameserver_leader_through_a_failover(
 ) -> None:
     addresses = {n: f"127.0.0.1:{free_port()}" for n in (1, 2, 3)}
     peers = ",".join(f"{n}={a}" for n, a in addresses.items())
-    processes = dict(
-        zip(
-            addresses,
-            await asyncio.gather(
-                *(_start_nameserver(tmp_path, a, n, peers) for n, a in addresses.items())
-            ),
-            strict=True,
-        )
+    started = await asyncio.gather(
+        *(_start_nameserver(tmp_path, a, n, peers) for n, a in addresses.items()),
+        return_exceptions=True,
     )
+    processes = {
+        n: p for n, p in zip(addresses, started, strict=True) if not isinstance(p, BaseException)
+    }
+    failed = [p for p in started if isinstance(p, BaseException)]
+    if failed:  # stop the ones that did start: no process outlives the test
+        await asyncio.gather(*(_stop(p) for p in processes.values()))
+        raise failed[0]
     every = ",".join(addresses.values())
     storage = LocalStorageCluster(tmp_path, nodes=1, groups=GROUPS, nameserver=every)
     client = NameserverClient(list(addresses.values()))

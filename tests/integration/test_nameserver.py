@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,18 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from angelia_rpc.ports import free_port
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 RIP5 = [sys.executable, "-m", "rip5"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Nameservers:

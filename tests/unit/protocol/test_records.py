@@ -17,6 +17,7 @@ from protocol.records import (
     MessageType,
     RecordCorrupted,
     decode_batch,
+    decode_record_at,
     encode_batch,
 )
 
@@ -48,6 +49,33 @@ def test_batches_round_trip(batch: list[MessageRecord], store_timestamp_ms: int)
     assert decoded.records == tuple(batch)
     assert decoded.store_timestamp_ms == store_timestamp_ms
     assert encode_batch(decoded.records, store_timestamp_ms) == data
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(st.lists(records, min_size=1, max_size=6), st.data())
+def test_one_record_reads_like_the_whole_batch(
+    batch: list[MessageRecord], data: st.DataObject
+) -> None:
+    encoded = encode_batch(batch, 5)
+    position = data.draw(st.integers(0, len(batch) - 1))
+    assert decode_record_at(encoded, position) == batch[position]
+
+
+def test_one_record_outside_the_batch_or_from_a_bad_batch_is_refused() -> None:
+    encoded = encode_batch([MessageRecord("t", 0, "a", b"x"), MessageRecord("t", 0, "b", b"y")], 1)
+    for position in (-1, 2):
+        with pytest.raises(RecordCorrupted, match=f"holds 2 records, not position {position}"):
+            decode_record_at(encoded, position)
+    flipped = bytearray(encoded)
+    flipped[-1] ^= 0x01
+    with pytest.raises(RecordCorrupted, match="CRC"):
+        decode_record_at(bytes(flipped), 0)
+    with pytest.raises(RecordCorrupted, match="header says 2"):
+        decode_record_at(_framed(msgpack.packb([["t", 0, "m", b""]]), 2), 1)
+    with pytest.raises(RecordCorrupted, match="not msgpack"):
+        decode_record_at(_framed(b"\x92\xc1", 2), 1)
+    with pytest.raises(RecordCorrupted, match="queue_id"):
+        decode_record_at(_framed(msgpack.packb([["t", "0", "m", b""]]), 1), 0)
 
 
 def test_properties_are_canonical() -> None:

@@ -7,7 +7,7 @@ import pytest
 from protocol import errors
 from protocol.records import MessageType
 from storage_node.errors import OffsetOutOfRange
-from storage_node.partition.commands import CommitOffset, TrimQueue
+from storage_node.partition.commands import CommitOffset, Tick, TrimQueue
 from storage_node.partition.results import CommitOffsetResult, TrimQueueResult
 
 from .harness import Harness, record
@@ -56,3 +56,25 @@ def test_the_log_must_keep_what_queues_half_messages_and_timers_name() -> None:
     assert h.state.min_log_index_referenced() == 1
     h.apply(TrimQueue(h.now_ms, "orders", 0, 1))
     assert h.state.min_log_index_referenced() == 2  # the half message
+
+
+def test_the_oldest_reference_follows_a_released_timer_through_trims() -> None:
+    # A released timer is queued behind newer entries: log indexes do not grow
+    # along a queue, so the oldest one is not the queue's front.
+    h = Harness()
+    h.append(record("a"))  # log index 1, offset 0
+    h.append(record("late", delivery_timestamp_ms=h.now_ms + 10_000))  # 2, held
+    h.append(record("b"))  # 3, offset 1
+    h.apply(TrimQueue(h.now_ms, "orders", 0, 1))
+    assert h.state.min_log_index_referenced() == 2  # the held message
+    h.advance(10_000)
+    h.apply(Tick(h.now_ms))  # "late" is queued at offset 2, after "b"
+    entries = h.state.read("orders", 0, 1, 10)
+    assert [h.resolve(e, "orders", 0).body for e in entries] == [b"b", b"late"]
+    assert h.state.min_log_index_referenced() == 2
+    h.apply(TrimQueue(h.now_ms, "orders", 0, 2))  # "b" goes; "late" still names entry 2
+    assert h.state.min_log_index_referenced() == 2
+    h.restart_from_snapshot()
+    assert h.state.min_log_index_referenced() == 2
+    h.apply(TrimQueue(h.now_ms, "orders", 0, 3))
+    assert h.state.min_log_index_referenced() is None
