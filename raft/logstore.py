@@ -559,6 +559,7 @@ class LogStore:
                 self.snapshot_files.path(group_id, g.snapshot_term, g.snapshot_index)
             )
         self._groups[group_id] = _dropped(group_id, hard_state)
+        self._collect_due = True
 
     def flush(self) -> None:
         """Write everything encoded since the last flush with one system call."""
