@@ -12,7 +12,7 @@ PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           angelia_rpc/errors.py angelia_rpc/framing.py angelia_rpc/codec angelia_rpc/service.py angelia_rpc/cluster_services.py angelia_rpc/config.py \
           storage_node/errors.py storage_node/partition storage_node/reporting.py storage_node/reconcile.py storage_node/store/base.py storage_node/store/memory.py \
           nameserver/errors.py nameserver/names.py nameserver/codec.py nameserver/records.py \
-          nameserver/commands.py nameserver/state.py nameserver/placement.py nameserver/api_convert.py nameserver/balancer.py \
+          nameserver/commands.py nameserver/state.py nameserver/placement.py nameserver/api_convert.py nameserver/balancer.py nameserver/moves.py \
           broker/domain.py broker/errors.py broker/processor/receipt.py \
           broker/processor/filter.py broker/processor/validation.py \
           broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py \

@@ -106,7 +106,13 @@ def broker_info(broker: r.Broker) -> api.BrokerInfo:
 def raft_group_info(group: r.RaftGroup) -> api.RaftGroupInfo:
     """The wire form of a raft group."""
     return api.RaftGroupInfo(
-        group.group_id, group.cluster, list(group.replicas), group.leader, group.term
+        group.group_id,
+        group.cluster,
+        list(group.replicas),
+        group.leader,
+        group.term,
+        list(group.joining),
+        list(group.leaving),
     )
 
 

@@ -56,6 +56,10 @@ def plan_leader_balance(
     placed = [g for g in state.raft_groups(cluster) if g.replicas]
     if not placed or any(g.leader == NO_NODE for g in placed):
         return []
-    assignment = {g.group_id: g.replicas for g in placed}
+    # Only replicas that stay and are voters can take leadership (not joining learners).
+    assignment = {
+        g.group_id: tuple(r for r in g.replicas if r not in g.joining and r not in g.leaving)
+        for g in placed
+    }
     leaders = {g.group_id: g.leader for g in placed}
     return policy.plan_leaders(assignment, leaders, live_nodes(state, cluster))

@@ -162,10 +162,15 @@ class DeleteConsumerGroup:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaAssignment:
-    """The replicas a raft group should have (distinct registered storage nodes)."""
+    """The replicas a raft group should have (distinct registered storage nodes).
+
+    ``joining`` and ``leaving`` (subsets of ``replicas``) record a move in
+    progress: see :class:`nameserver.records.RaftGroup`."""
 
     group_id: int
     replicas: tuple[int, ...]
+    joining: tuple[int, ...] = ()
+    leaving: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

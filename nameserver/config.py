@@ -68,6 +68,22 @@ class NameserverConfig:
             "max": 3_600_000,
         },
     )
+    evacuate_after_ms: int = field(
+        default=30_000,
+        metadata={
+            "help": "the replicas of a storage node down this long are moved to live nodes",
+            "min": 100,
+            "max": 86_400_000,
+        },
+    )
+    moves_max: int = field(
+        default=8,
+        metadata={
+            "help": "most raft groups moving a replica at once (joins and evacuations)",
+            "min": 1,
+            "max": 65_536,
+        },
+    )
     broker_timeout_ms: int = field(
         default=10_000,
         metadata={"help": "a broker silent this long is marked down", "min": 100, "max": 3_600_000},

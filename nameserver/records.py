@@ -171,13 +171,20 @@ class ConsumerGroup:
 class RaftGroup:
     """One raft group of a cluster: its replicas, and its leader and term as
     reported by storage nodes. ``leader`` is NO_NODE while none is known (not
-    yet reported, or its node was marked down)."""
+    yet reported, or its node was marked down).
+
+    A replica move in progress (see :mod:`nameserver.moves`): ``joining``
+    are replicas being added (they start empty, as raft learners, and are
+    promoted once caught up), ``leaving`` replicas to remove once every
+    joining one is a voter. Both are listed in ``replicas`` too."""
 
     group_id: int
     cluster: str
     replicas: tuple[int, ...] = ()
     leader: int = NO_NODE
     term: int = 0
+    joining: tuple[int, ...] = ()
+    leaving: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,8 @@ async def serve(
             expire_interval_ms=config.expire_interval_ms,
             storage_node_timeout_ms=config.storage_node_timeout_ms,
             broker_timeout_ms=config.broker_timeout_ms,
+            evacuate_after_ms=config.evacuate_after_ms,
+            moves_max=config.moves_max,
         ),
         name="nameserver-leader-duties",
     )

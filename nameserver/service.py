@@ -52,6 +52,12 @@ from nameserver.api_convert import (
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
 from nameserver.errors import BadRequest, NameserverError, NotLeader
+from nameserver.moves import (
+    EVACUATE_AFTER_MS_DEFAULT,
+    MOVES_MAX_DEFAULT,
+    Membership,
+    plan_moves,
+)
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
@@ -136,6 +142,23 @@ class NameserverImpl:
         # Leader transfers planned by this node while leader, by the node asked to transfer.
         self.pending_transfers: dict[int, list[LeaderTransfer]] = {}
         self.last_balance_ms = 0
+        # Soft: group -> (reporting node, the membership that node applied as its leader).
+        self.memberships: dict[int, tuple[int, Membership]] = {}
+        self.evacuate_after_ms = EVACUATE_AFTER_MS_DEFAULT
+        self.moves_max = MOVES_MAX_DEFAULT
+
+    def leader_memberships(self) -> dict[int, Membership]:
+        """Group -> membership, as reported by the node the state records as its leader."""
+        state = self.machine.state
+        trusted: dict[int, Membership] = {}
+        for group_id, (node_id, membership) in self.memberships.items():
+            try:
+                leader = state.raft_group(group_id).leader
+            except NameserverError:
+                continue
+            if leader == node_id:
+                trusted[group_id] = membership
+        return trusted
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -332,6 +355,11 @@ class NameserverImpl:
                 request.node_id, request.cluster, request.address, self.clock(), load
             )
         )
+        for info in request.memberships:
+            self.memberships[info.group_id] = (
+                request.node_id,
+                Membership(frozenset(info.voters), frozenset(info.learners)),
+            )
         groups = self.machine.state.groups_of_node(request.node_id)
         transfers = [
             api.LeaderTransferInfo(t.group_id, t.to_node)
@@ -439,8 +467,13 @@ async def run_leader_duties(
     expire_interval_ms: int,
     storage_node_timeout_ms: int,
     broker_timeout_ms: int,
+    evacuate_after_ms: int = EVACUATE_AFTER_MS_DEFAULT,
+    moves_max: int = MOVES_MAX_DEFAULT,
 ) -> None:
-    """While this node leads: create ``cluster`` if missing, and sweep with Expire."""
+    """While this node leads: create ``cluster`` if missing, sweep with Expire,
+    place groups, move replicas (:mod:`nameserver.moves`), balance leaders."""
+    impl.evacuate_after_ms = evacuate_after_ms
+    impl.moves_max = moves_max
     interval_s = expire_interval_ms / 1000
     while True:
         if impl.driver.host.node(GROUP_ID).is_leader():
@@ -482,6 +515,28 @@ async def _maybe_place(impl: NameserverImpl, cluster: str) -> None:
         await impl.propose(placement)
         return
     now_ms = impl.clock()
+    moves = plan_moves(
+        state,
+        cluster,
+        impl.policy,
+        impl.leader_memberships(),
+        now_ms,
+        evacuate_after_ms=impl.evacuate_after_ms,
+        moves_max=impl.moves_max,
+    )
+    if moves is not None:
+        log.info(
+            "replica move steps in %s: %s",
+            cluster,
+            "; ".join(
+                f"group {a.group_id} -> {list(a.replicas)}"
+                + (f" +{list(a.joining)}" if a.joining else "")
+                + (f" -{list(a.leaving)}" if a.leaving else "")
+                for a in moves.assignments
+            ),
+        )
+        await impl.propose(moves)
+        state = impl.machine.state
     if now_ms - impl.last_balance_ms < LEADER_BALANCE_INTERVAL_MS:
         return
     impl.last_balance_ms = now_ms

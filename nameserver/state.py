@@ -402,6 +402,15 @@ class MetadataState:
                 raise BadRequest(
                     f"group {group.group_id}: replicas {list(assignment.replicas)} repeat a node"
                 )
+            moving = set(assignment.joining) | set(assignment.leaving)
+            if not moving <= set(assignment.replicas) or set(assignment.joining) & set(
+                assignment.leaving
+            ):
+                raise BadRequest(
+                    f"group {group.group_id}: joining {list(assignment.joining)} and leaving "
+                    f"{list(assignment.leaving)} must be distinct replicas of "
+                    f"{list(assignment.replicas)}"
+                )
             for node_id in assignment.replicas:
                 node = self.storage_node(node_id)
                 if node.cluster != group.cluster:
@@ -413,7 +422,13 @@ class MetadataState:
             known = self._raft_groups[assignment.group_id]
             # A leader removed from the replicas is no longer known to lead.
             leader = known.leader if known.leader in assignment.replicas else NO_NODE
-            group = replace(known, replicas=assignment.replicas, leader=leader)
+            group = replace(
+                known,
+                replicas=assignment.replicas,
+                leader=leader,
+                joining=assignment.joining,
+                leaving=assignment.leaving,
+            )
             if group != known:
                 self._raft_groups[group.group_id] = group
                 self._changed(ChangeKind.RAFT_GROUP, group.group_id, group)

@@ -129,13 +129,18 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class RaftGroupInfo:
-    """A raft group: replicas, and the leader (0: none known) at ``term``."""
+    """A raft group: replicas, and the leader (0: none known) at ``term``.
+
+    During a replica move, ``joining`` replicas (listed in ``replicas``) start
+    empty as raft learners, and ``leaving`` ones are removed after them."""
 
     group_id: int
     cluster: str
     replicas: list[int]
     leader: int
     term: int
+    joining: list[int] = field(default_factory=list)
+    leaving: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +311,15 @@ class ClusterStatusResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupMembershipInfo:
+    """The raft membership of a group as its leader applied it (sent by the leader)."""
+
+    group_id: int
+    voters: list[int]
+    learners: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class StorageHeartbeatRequest:
     """A storage node is alive (the first heartbeat registers it), with its load."""
 
@@ -317,6 +331,7 @@ class StorageHeartbeatRequest:
     bytes: int = 0
     msgs_per_s: int = 0
     disk_free_bytes: int = 0
+    memberships: list[GroupMembershipInfo] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,12 @@ class Raft:
             return False
         log = self.log
         prev_index = pr.next - 1
+        if pr.is_learner and pr.match == 0 and prev_index < log.snapshot().metadata.index:
+            # A member that holds nothing yet starts from the latest snapshot, not
+            # from entry 1: the log does not hold the group's initial membership
+            # (it is bootstrapped beside it), so replaying it from the start
+            # would apply membership changes to the wrong configuration.
+            return self._maybe_send_snapshot(to, pr)
         try:
             prev_term = log.term(prev_index)
             if pr.can_send_entries():

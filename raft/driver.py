@@ -109,6 +109,8 @@ class Driver:
         # Zero-filling a spare segment takes long: never let a sync wait behind it.
         self._spare_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-spare-{node_id}")
         self._failed: BaseException | None = None
+        # Held by each round (collect .. advance) and by remove_group.
+        self._round_lock = asyncio.Lock()
         self._waiting: set[asyncio.Future[object]] = set()
         self._preparing_spare = False
         # Compaction by WAL bytes: at most one batch of snapshot files in flight.
@@ -150,6 +152,27 @@ class Driver:
         self.host.add_group(group_id, node, state_machine, peers)
         self.host.set_applied(group_id, applied)
         self._work.set()
+
+    async def remove_group(self, group_id: int) -> None:
+        """Stop hosting ``group_id`` and delete its replica from the WAL (term and
+        vote kept: see ``LogStore.drop_group``); no-op if it is not hosted.
+
+        Call it once this node is no longer a member (its proposals fail with
+        NotLeader). It waits for the round under way, so the group is never
+        removed between a round's collect and advance.
+        """
+        async with self._round_lock:
+            for outcome in self.host.remove_group(group_id):
+                future = outcome.token
+                assert isinstance(future, asyncio.Future)
+                self._waiting.discard(future)
+                if not future.done() and outcome.error is not None:
+                    future.set_exception(outcome.error)
+            if self._failed is None:
+                self.store.drop_group(group_id)
+                self.store.flush()
+                await asyncio.get_running_loop().run_in_executor(self._sync_thread, self.store.sync)
+                self.store.maybe_collect_garbage()
 
     async def start(self) -> None:
         """Start receiving, ticking and running rounds."""
@@ -336,7 +359,8 @@ class Driver:
             self._work.clear()
             if self._compacted is not None:
                 try:
-                    await self._finish_compaction(loop)
+                    async with self._round_lock:
+                        await self._finish_compaction(loop)
                 except StorageFailed as exc:
                     _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
                     self._failed = exc
@@ -344,6 +368,7 @@ class Driver:
                     return
             if not host.has_work():
                 continue
+            await self._round_lock.acquire()
             try:
                 rnd = host.collect()
                 if rnd.is_empty():
@@ -376,6 +401,8 @@ class Driver:
                 self._failed = exc
                 self._fail_waiting(exc)
                 return
+            finally:
+                self._round_lock.release()
             self.rounds += 1
             for outcome in outcomes:
                 future = outcome.token

@@ -244,6 +244,10 @@ class LogStore:
             self._note_snapshot(g, header.term, header.index, conf, header.entry_type)
         elif kind is RecordKind.COMPACT:
             g.compact_to(header.index, header.term)
+        elif kind is RecordKind.DROP:
+            self._groups[header.group_id] = _dropped(
+                header.group_id, fmt.decode_hard_state(header, bytes(payload))
+            )
         elif kind is RecordKind.CHECKPOINT:
             cp = fmt.decode_checkpoint(bytes(payload))
             g.hard_state = cp.hard_state
@@ -535,6 +539,28 @@ class LogStore:
         g.compact_to(index, term)
         self._collect_due = True
 
+    def drop_group(self, group_id: int) -> None:
+        """Delete this node's replica of ``group_id``: its entries, snapshot and membership.
+
+        Only the term and vote survive (a DROP record), so a replica created
+        again later (the group moved back here) never votes twice in a term.
+        Segments held only by the group's entries are collected after the
+        next sync; its snapshot file goes with them.
+        """
+        self._check()
+        g = self._groups.get(group_id)
+        if g is None:
+            return
+        hard_state = g.hard_state
+        vote = fmt.encode_vote(hard_state.vote)
+        self._encode(RecordKind.DROP, group_id, hard_state.term, 0, vote)
+        if g.snapshot_index > 0:
+            self._snapshot_files_to_delete.append(
+                self.snapshot_files.path(group_id, g.snapshot_term, g.snapshot_index)
+            )
+        self._groups[group_id] = _dropped(group_id, hard_state)
+        self._collect_due = True
+
     def flush(self) -> None:
         """Write everything encoded since the last flush with one system call."""
         self._check()
@@ -756,6 +782,13 @@ class LogStore:
         if g.snapshot_index == 0:
             return Snapshot()
         return self.snapshot_files.read(g.group_id, g.snapshot_term, g.snapshot_index)
+
+
+def _dropped(group_id: int, hard_state: HardState) -> GroupIndex:
+    """What is left of a dropped group: its term and vote (commit 0, no log)."""
+    g = GroupIndex(group_id)
+    g.hard_state = HardState(term=hard_state.term, vote=hard_state.vote, commit=0)
+    return g
 
 
 def _loc_segment(loc: tuple[int, int, int, int, int]) -> int:

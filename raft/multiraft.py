@@ -223,6 +223,29 @@ class MultiRaft:
         self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
 
+    def remove_group(self, group_id: int) -> list[Outcome]:
+        """Stop hosting ``group_id`` (no-op if not hosted); the Outcomes of its
+        queued and pending proposals and reads, all failed with NotLeader.
+
+        Messages for it are dropped from now on (see :meth:`receive`). The
+        caller removes it between rounds, never between collect and advance.
+        """
+        g = self._groups.pop(group_id, None)
+        if g is None:
+            return []
+        self._dirty.discard(group_id)
+        error = NotLeader(f"group {group_id} is no longer hosted on node {self.node_id}")
+        tokens = [p.token for p in g.proposals + g.conf_changes]
+        tokens += [p.token for p in g.pending.values()]
+        if g.applying is not None and g.applying.first not in g.pending:
+            tokens.append(g.applying.token)
+        tokens += list(g.reads_asked.values()) + [t for _, t in g.reads_confirmed]
+        peers: set[int] = set()
+        for other in self._groups.values():
+            peers.update(other.peers)
+        self._peer_nodes = sorted(peers)
+        return [Outcome(token, error=error) for token in tokens]
+
     def group_ids(self) -> list[int]:
         """The hosted groups, sorted."""
         return sorted(self._groups)
@@ -565,6 +588,7 @@ class MultiRaft:
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
             if rd.snapshot is not None:
                 g.state_machine.restore(rd.snapshot)
+                self._note_members(g, rd.snapshot.metadata.conf_state)
                 covered = rd.snapshot.metadata.index
                 g.applied = g.snapshot_index = covered
                 g.applied_term = rd.snapshot.metadata.term
@@ -628,13 +652,18 @@ class MultiRaft:
             raise AssertionError("a CONF_CHANGE committed but no applier is set")
         conf = self._conf_change_applier(g.node, entry)
         writer.set_conf_state(g.group_id, entry.index, conf)
+        self._note_members(g, conf)
+        metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
+        writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
+        g.snapshot_index = entry.index
+
+    def _note_members(self, g: _Group, conf: ConfState) -> None:
+        """The group's peers are the members of ``conf`` (a change applied, or a
+        snapshot installed: a new member learns its peers from its first snapshot)."""
         members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
         g.peers = tuple(sorted(members - {self.node_id}))
         g.early_send = needs_a_follower(conf)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
-        metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
-        writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
-        g.snapshot_index = entry.index
 
     def plan_compaction(
         self, targets: Mapping[int, int], first_index: Callable[[int], int] | None = None

@@ -66,6 +66,7 @@ class RecordKind(enum.IntEnum):
     CONF_STATE = 5  # the membership the host applied; index = where; payload = conf state
     SEAL = 6  # the last record of a segment; group 0, no payload
     CHECKPOINT = 7  # a group's whole metadata, first in every segment after the first
+    DROP = 8  # the replica was deleted: forget the group but its term and vote (payload)
 
 
 SNAPSHOT_INSTALL = 0

@@ -365,19 +365,25 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
 def raft_groups_table(
     groups: list[api.RaftGroupInfo], nodes: dict[int, api.StorageNodeInfo]
 ) -> Table:
-    """Raft groups: replicas (a down one marked), leader and term."""
+    """Raft groups: replicas (a down one marked; +joining, -leaving during a move),
+    leader and term."""
     table = Table(title="raft groups")
     for column in ("group", "replicas", "leader", "term"):
         table.add_column(column)
 
-    def name(node_id: int) -> str:
+    def name(node_id: int, group: api.RaftGroupInfo | None = None) -> str:
         node = nodes.get(node_id)
-        return str(node_id) if node is not None and node.alive else f"{node_id}(down)"
+        text = str(node_id) if node is not None and node.alive else f"{node_id}(down)"
+        if group is not None and node_id in group.joining:
+            return f"+{text}"  # being added (a replica move)
+        if group is not None and node_id in group.leaving:
+            return f"-{text}"  # being removed
+        return text
 
     for g in groups:
         table.add_row(
             str(g.group_id),
-            ",".join(name(n) for n in g.replicas) or "-",
+            ",".join(name(n, g) for n in g.replicas) or "-",
             name(g.leader) if g.leader else "-",
             str(g.term),
         )

@@ -1,21 +1,24 @@
-"""Reconcile: which local replicas a storage node starts, from the nameserver's assignment.
+"""Reconcile: which local replicas a storage node starts and stops, and the
+membership changes a group's leader makes, from the nameserver's assignment.
 
 :func:`plan_reconcile` compares the replicas a node hosts (group -> voters of
 its raft configuration) with what the nameserver assigns to it (group ->
 replicas) and says what to do:
 
 - ``start``: assigned groups not hosted yet, with the members to bootstrap
-  them with (the assignment's replicas; a replica whose WAL already holds
-  the group keeps the configuration recorded there). Starting is
-  idempotent: a group is started at most once per process, and a group
-  already hosted is never started again.
-- ``membership_differs``: hosted groups assigned with other replicas. Only a
-  raft membership change can follow such an assignment; the raft driver
-  does not carry those out yet, so the replica runs on with its recorded
-  members.
-- ``unassigned``: hosted groups no longer assigned here. They are kept
-  (stopping a replica without a membership change would cost the group a
-  voter); the same missing membership change applies.
+  them with: the assignment's replicas for a new group, or none when this
+  node is *joining* an existing group (a replica move: it starts empty and
+  waits for the leader to add it as a learner and catch it up by snapshot
+  and log). A replica whose WAL already holds the group keeps the
+  configuration recorded there. Starting is idempotent: a group is started
+  at most once per process, and a group already hosted is never started
+  again.
+- ``membership_differs``: hosted groups assigned with other replicas; the
+  group's leader changes the raft membership step by step
+  (:func:`plan_membership_step`).
+- ``unassigned``: hosted groups no longer assigned here (moved away). The
+  shell stops and deletes such a replica, unless it leads the group: then
+  it waits until its leadership has been handed to a replica that stays.
 - ``refused``: assignments that cannot be served (group ids outside the
   cluster's range, or replicas that do not include this node), with the
   reason, so the shell can log them: bad input is named, never fatal.
@@ -27,6 +30,7 @@ PURE.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -52,10 +56,12 @@ def plan_reconcile(
     assigned: Mapping[int, Collection[int]],
     groups: range,
     known_nodes: Collection[int],
+    joining: Mapping[int, Collection[int]] | None = None,
 ) -> ReconcilePlan:
     """What ``node_id`` does to host ``assigned`` (group -> replicas) given ``hosted``
     (group -> current voters); ``groups`` is the cluster's group id range and
-    ``known_nodes`` the nodes whose address is known."""
+    ``known_nodes`` the nodes whose address is known; ``joining``: group ->
+    replicas that join an existing group (a move in progress)."""
     start: list[tuple[int, tuple[int, ...]]] = []
     differs: list[int] = []
     refused: list[tuple[int, str]] = []
@@ -76,6 +82,9 @@ def plan_reconcile(
         valid.add(group_id)
         voters = hosted.get(group_id)
         if voters is None:
+            if joining is not None and node_id in joining.get(group_id, ()):
+                start.append((group_id, ()))  # the leader adds it as a learner
+                continue
             start.append((group_id, replicas))
             unknown.update(n for n in replicas if n != node_id and n not in known_nodes)
         elif set(voters) != set(replicas):
@@ -84,6 +93,86 @@ def plan_reconcile(
     return ReconcilePlan(
         tuple(start), tuple(differs), unassigned, tuple(refused), tuple(sorted(unknown))
     )
+
+
+class StepKind(enum.Enum):
+    """One raft membership change, or a leadership hand-over before one."""
+
+    ADD_LEARNER = "add_learner"
+    PROMOTE = "promote"
+    REMOVE = "remove"
+    TRANSFER_LEADER = "transfer_leader"
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipStep:
+    """What a group's leader does next about ``node_id``."""
+
+    kind: StepKind
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderView:
+    """What a group's leader knows of its membership and its members' logs.
+
+    ``joint``: the configuration is joint (changes wait until it is left).
+    ``match``: member -> highest log index known to be on it. ``commit``:
+    the leader's commit index.
+    """
+
+    node_id: int
+    voters: frozenset[int]
+    learners: frozenset[int]
+    joint: bool
+    match: Mapping[int, int]
+    commit: int
+
+
+PROMOTE_LAG_ENTRIES_MAX = 64
+"""A learner is caught up (may be promoted) when it holds the log up to this many
+entries below the leader's commit index (under load it never matches exactly)."""
+
+
+def plan_membership_step(
+    view: LeaderView, assigned: Collection[int], lag_entries_max: int = PROMOTE_LAG_ENTRIES_MAX
+) -> MembershipStep | None:
+    """The leader's next step toward voters == ``assigned``, or None (done, or waiting).
+
+    Order, one change at a time (raft allows one pending change per group):
+    remove learners that are not assigned; add assigned nodes as learners;
+    promote caught-up learners; only once every assigned node is a voter,
+    remove voters that are not assigned (so the group never has fewer
+    voters than it is meant to). The leader itself is never removed by its
+    own step: it hands leadership to the most caught-up assigned voter first.
+    """
+    wanted = frozenset(assigned)
+    if view.joint or not wanted:
+        return None
+    stray = sorted(view.learners - wanted)
+    if stray:
+        return MembershipStep(StepKind.REMOVE, stray[0])
+    missing = sorted(wanted - view.voters - view.learners)
+    if missing:
+        return MembershipStep(StepKind.ADD_LEARNER, missing[0])
+    waiting = False
+    for node_id in sorted(view.learners & wanted):
+        match = view.match.get(node_id, 0)
+        if match > 0 and match + lag_entries_max >= view.commit:
+            return MembershipStep(StepKind.PROMOTE, node_id)
+        waiting = True
+    if waiting:
+        return None
+    extra = sorted(view.voters - wanted)
+    if not extra:
+        return None
+    if view.node_id in extra:
+        others = [n for n in sorted(wanted & view.voters) if n != view.node_id]
+        if not others:
+            return None
+        best = max(others, key=lambda n: (view.match.get(n, 0), -n))
+        return MembershipStep(StepKind.TRANSFER_LEADER, best)
+    return MembershipStep(StepKind.REMOVE, extra[0])
 
 
 def _span(groups: range) -> str:

@@ -8,7 +8,8 @@
   why) until the node is asked to stop.
 - :class:`Registration.run`: every ``heartbeat_interval_ms`` a heartbeat with
   this node's address and load (hosted groups, groups led, bytes on disk,
-  appended messages/s, free disk); its answer (the groups assigned to this
+  appended messages/s, free disk, and the raft membership of the groups it
+  leads, which the nameserver's replica moves wait on); its answer (the groups assigned to this
   node, and leader transfers asked of it) goes to ``on_heartbeat``. Beside
   it, the leader and term of every hosted group are polled every
   ``REPORT_POLL_MS`` and reported as :class:`storage_node.reporting.LeaderReporter`
@@ -178,7 +179,15 @@ class Registration:
         """This node's registration and current load."""
         node = self.node
         host = node.driver.host
-        led = sum(1 for g in node.replicas if host.node(g).is_leader())
+        memberships = []
+        for group_id in node.replicas:
+            raft = cast(RawNode, host.node(group_id))
+            if raft.is_leader():
+                conf = raft.status().conf_state
+                memberships.append(
+                    api.GroupMembershipInfo(group_id, sorted(conf.voters), sorted(conf.learners))
+                )
+        led = len(memberships)
         now_ms = _now_ms()
         appended = node.appended_messages
         msgs_per_s = 0
@@ -194,6 +203,7 @@ class Registration:
             bytes=_bytes_under(self.data_dir),
             msgs_per_s=msgs_per_s,
             disk_free_bytes=shutil.disk_usage(self.data_dir).free,
+            memberships=memberships,
         )
 
     # -- leader reports ----------------------------------------------------------------

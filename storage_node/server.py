@@ -14,9 +14,10 @@ Which groups this node hosts (issue 5, "placement"):
 - Placement by the nameserver (``--nameserver`` without ``--peers``): the node
   starts with no groups; every heartbeat answers the groups assigned to it,
   and :class:`LocalGroups` starts the missing local replicas (idempotent;
-  peer addresses from the nameserver's node list). See
-  :mod:`storage_node.reconcile` for what is not carried out (membership
-  changes).
+  peer addresses from the nameserver's node list), stops and deletes the
+  ones moved away, and, on the groups this node leads, carries out replica
+  moves as raft membership changes (:meth:`LocalGroups.run_memberships`; the
+  protocol is in docs/storage-node.md, "Replica moves").
 - Static placement (``--peers`` given): every node replicates every group
   with every node of ``--peers`` as a member. Static ``--peers`` WINS over the
   nameserver: the node ignores the assignments in heartbeat answers (it
@@ -48,10 +49,19 @@ from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
 from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
+from raft.errors import RaftError
 from raft.logstore import LogStore
 from raft.node import RawNode
+from raft.types import ConfChange, ConfChangeType
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
-from storage_node.reconcile import ReconcilePlan, plan_reconcile
+from storage_node.reconcile import (
+    LeaderView,
+    MembershipStep,
+    ReconcilePlan,
+    StepKind,
+    plan_membership_step,
+    plan_reconcile,
+)
 from storage_node.registration import CALL_TIMEOUT_MS, Registration, join_cluster
 from storage_node.service import (
     FIRST_GROUP_ID,
@@ -65,6 +75,11 @@ from storage_node.store.base import MessageStore
 from storage_node.store.segment_files import WalMessageStore
 
 _log = logging.getLogger(__name__)
+
+MEMBERSHIP_CHECK_MS = 100
+"""How often the groups this node leads are checked for a membership step to take."""
+TRANSFER_RETRY_MS = 2000
+"""Least time between two leadership hand-overs asked for one leaving group."""
 
 
 def cluster_peers(config: StorageConfig) -> dict[int, str]:
@@ -101,6 +116,11 @@ class LocalGroups:
         self.client = client
         self.cluster = cluster
         self._last_plan: ReconcilePlan | None = None
+        # The latest assignment of this node's groups (group -> replicas), from heartbeats.
+        self.assigned: dict[int, tuple[int, ...]] = {}
+        # Groups whose membership change (or leader transfer) this node has under way.
+        self._changing: dict[int, asyncio.Future[object] | None] = {}
+        self._transfer_asked_ms: dict[int, int] = {}
 
     @property
     def group_ids(self) -> range:
@@ -125,9 +145,19 @@ class LocalGroups:
             self.node.addresses[node_id] = address
 
     def start_group(self, group_id: int, members: list[int]) -> None:
-        """Host a replica of ``group_id`` (no-op if hosted already)."""
+        """Host a replica of ``group_id`` (no-op if hosted already). With no
+        ``members`` this node joins the group: it starts empty, and any stale
+        replica its WAL still holds (moved away while this node was down) is
+        deleted first, so it never acts on an old membership."""
         if group_id in self.node.replicas:
             return
+        if not members:
+            store = self.node.driver.store
+            log = store.group(group_id)
+            _hard_state, conf = log.initial_state()
+            if log.last_index() > 0 or conf.voters or conf.learners:
+                store.drop_group(group_id)
+                _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
         self.node.driver.add_group(group_id, members, replica)
         self.node.adopt(group_id, replica)
@@ -146,32 +176,138 @@ class LocalGroups:
         }
 
     async def reconcile(self, assigned: list[api.RaftGroupInfo]) -> ReconcilePlan:
-        """Start the assigned groups this node does not host yet; log what it cannot do."""
-        wanted = {g.group_id: g.replicas for g in assigned if g.cluster == self.cluster}
-        known = set(self.transport.addresses) | {self.node.driver.node_id}
-        plan = plan_reconcile(
-            self.node.driver.node_id, self.hosted(), wanted, self.group_ids, known
-        )
-        if plan.unknown_nodes:
+        """Start the assigned groups this node does not host yet, stop and delete
+        those moved away (once this node does not lead them); log what it cannot do.
+        Membership changes of the groups it leads follow in :meth:`run_memberships`."""
+        mine = [g for g in assigned if g.cluster == self.cluster]
+        wanted = {g.group_id: g.replicas for g in mine}
+        joining = {g.group_id: g.joining for g in mine if g.joining}
+        me = self.node.driver.node_id
+        known = set(self.transport.addresses) | {me}
+        plan = plan_reconcile(me, self.hosted(), wanted, self.group_ids, known, joining)
+        if plan.unknown_nodes or any(n not in known for r in wanted.values() for n in r):
             await self._maybe_read_addresses()
+        self.assigned = {g: tuple(r) for g, r in wanted.items() if g in self.group_ids}
         for group_id, members in plan.start:
             self.start_group(group_id, list(members))
         if plan.start:
             _log.info(
                 "started assigned groups",
-                extra={"started": len(plan.start), "hosted": len(self.node.replicas)},
+                extra={
+                    "started": len(plan.start),
+                    "joining": [g for g, m in plan.start if not m],
+                    "hosted": len(self.node.replicas),
+                },
             )
-        if plan != self._last_plan and (plan.refused or plan.membership_differs or plan.unassigned):
+        for group_id in plan.unassigned:
+            if group_id in self.node.replicas and not self._leads(group_id):
+                await self.stop_group(group_id)
+        if plan != self._last_plan and plan.refused:
             _log.warning(
                 "assignment not fully followed",
-                extra={
-                    "refused": "; ".join(reason for _, reason in plan.refused),
-                    "membership_differs": list(plan.membership_differs),
-                    "unassigned_kept": list(plan.unassigned),
-                },
+                extra={"refused": "; ".join(reason for _, reason in plan.refused)},
             )
         self._last_plan = plan
         return plan
+
+    def _leads(self, group_id: int) -> bool:
+        return self.node.driver.host.node(group_id).is_leader()
+
+    async def stop_group(self, group_id: int) -> None:
+        """Stop hosting ``group_id`` and delete its replica (it was moved away)."""
+        replica = self.node.replicas.pop(group_id, None)
+        self.assigned.pop(group_id, None)
+        self._changing.pop(group_id, None)
+        await self.node.driver.remove_group(group_id)
+        if replica is not None:
+            # Releases the bodies held for the group's snapshots (none is referenced now).
+            self.bodies.bodies_to_carry(group_id, set())
+        _log.info("stopped and deleted a replica moved away", extra={"group": group_id})
+
+    async def run_memberships(self, interval_ms: int = MEMBERSHIP_CHECK_MS) -> None:
+        """Forever: on each group this node leads, take the next membership step toward
+        its assignment (see :func:`storage_node.reconcile.plan_membership_step`)."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                self.maybe_step_memberships()
+            except Exception:  # noqa: BLE001 - the loop goes on; the failure is logged
+                _log.exception("a membership step failed")
+
+    def maybe_step_memberships(self) -> int:
+        """Start the next membership step of every led group that needs one; how many."""
+        started = 0
+        host = self.node.driver.host
+        for group_id in list(self.node.replicas):
+            if group_id in self._changing or not self._leads(group_id):
+                continue
+            raft = cast(RawNode, host.node(group_id))
+            status = raft.status()
+            conf = status.conf_state
+            view = LeaderView(
+                self.node.driver.node_id,
+                frozenset(conf.voters),
+                frozenset(conf.learners),
+                bool(conf.voters_outgoing),
+                {n: p.match for n, p in status.progress.items()},
+                status.commit,
+            )
+            assigned = self.assigned.get(group_id)
+            if assigned is None:
+                # Moved away while leading: hand leadership to the most caught-up voter.
+                others = [n for n in view.voters if n != view.node_id]
+                if not others:
+                    continue
+                to = max(sorted(others), key=lambda n: view.match.get(n, 0))
+                step: MembershipStep | None = MembershipStep(StepKind.TRANSFER_LEADER, to)
+            else:
+                step = plan_membership_step(view, assigned)
+            if step is not None and self._maybe_start_step(group_id, step):
+                started += 1
+        return started
+
+    def _maybe_start_step(self, group_id: int, step: MembershipStep) -> bool:
+        driver = self.node.driver
+        if step.kind is StepKind.TRANSFER_LEADER:
+            now_ms = int(asyncio.get_running_loop().time() * 1000)
+            asked_ms = self._transfer_asked_ms.get(group_id, now_ms - TRANSFER_RETRY_MS)
+            if now_ms - asked_ms < TRANSFER_RETRY_MS:
+                return False
+            self._transfer_asked_ms[group_id] = now_ms
+            driver.transfer_leader(group_id, step.node_id)
+            _log.info(
+                "handing leadership away before leaving",
+                extra={"group": group_id, "to": step.node_id},
+            )
+            return True
+        change_type = {
+            StepKind.ADD_LEARNER: ConfChangeType.ADD_LEARNER,
+            StepKind.PROMOTE: ConfChangeType.ADD_VOTER,
+            StepKind.REMOVE: ConfChangeType.REMOVE_NODE,
+        }[step.kind]
+        future = driver.propose_conf_change_nowait(group_id, ConfChange(change_type, step.node_id))
+        self._changing[group_id] = future
+        future.add_done_callback(lambda f: self._step_done(group_id, step, f))
+        return True
+
+    def _step_done(
+        self, group_id: int, step: MembershipStep, future: asyncio.Future[object]
+    ) -> None:
+        if self._changing.get(group_id) is future:
+            del self._changing[group_id]
+        error = None if future.cancelled() else future.exception()
+        if error is None:
+            _log.info(
+                "membership step applied",
+                extra={"group": group_id, "step": step.kind.value, "node": step.node_id},
+            )
+        elif isinstance(error, RaftError):
+            _log.info(
+                "membership step not taken; planned again",
+                extra={"group": group_id, "step": step.kind.value, "error": str(error)},
+            )
+        else:
+            _log.error("membership step failed", extra={"group": group_id, "error": str(error)})
 
     async def _maybe_read_addresses(self) -> None:
         if self.client is None:
@@ -268,6 +404,8 @@ async def _serve_groups(
 
             registration = Registration(client, node, config, address, data_dir, on_heartbeat)
             tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))
+            if not static:
+                tasks.append(asyncio.create_task(groups.run_memberships(), name="memberships"))
         _log.info(
             "serving",
             extra={

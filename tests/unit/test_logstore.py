@@ -314,3 +314,44 @@ def test_record_framing_detects_every_flipped_byte() -> None:
         except fmt.FormatError:
             continue
         assert h is None or not fmt.record_intact(damaged, 0, h, salt)
+
+
+def test_a_dropped_group_keeps_only_its_term_and_vote(tmp_path: Path) -> None:
+    store = open_store(tmp_path, segment_bytes=4096, spare_segments_max=1)
+    store.append(1, entries(3, 1, 101))
+    store.append(2, entries(1, 1, 3))
+    store.set_hard_state(1, HardState(term=3, vote=2, commit=100))
+    conf = ConfState(voters=frozenset({1, 2, 3}))
+    store.set_conf_state(1, 0, conf)
+    store.save_local_snapshot(
+        1, Snapshot(SnapshotMetadata(index=50, term=3, conf_state=conf), b"S")
+    )
+    store.commit()
+    segments_before = store.segment_seqs()
+    snapshot_files = list((tmp_path / "snap").iterdir())
+    assert snapshot_files
+    store.drop_group(1)
+    store.drop_group(9)  # never hosted: nothing to do
+    store.commit()
+    # Group 1's entries no longer hold the older segments: they are collected.
+    assert len(store.segment_seqs()) < len(segments_before)
+    assert not any(p.exists() for p in snapshot_files)
+    dropped = store.group(1)
+    assert dropped.last_index() == 0
+    assert dropped.initial_state() == (HardState(term=3, vote=2, commit=0), ConfState())
+    store.close()
+
+    # Reopened: the drop is replayed after the group's records; a new replica of the
+    # group starts empty at the same term, with the same vote.
+    again = open_store(tmp_path, segment_bytes=4096, spare_segments_max=1)
+    log = again.group(1)
+    assert log.last_index() == 0
+    assert log.snapshot().is_empty()
+    hard, conf_after = log.initial_state()
+    assert hard == HardState(term=3, vote=2, commit=0)
+    assert not conf_after.voters
+    again.append(1, entries(4, 1, 3))
+    again.commit()
+    assert all_entries(again, 1) == entries(4, 1, 3)
+    assert again.group(2).entries(1, 3) == entries(1, 1, 3)
+    again.close()

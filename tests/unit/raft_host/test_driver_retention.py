@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raft.driver import Driver
-from raft.errors import ProposalDropped, ProposalTooLarge
+from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge
 from raft.logstore import LogStore
 from raft.types import ConfChange, ConfChangeType, ConfChangeV2
 from tests.unit.raft_host.test_driver import NODES, OPTIONS, Cluster, Register, applied_everywhere
@@ -160,3 +160,50 @@ async def test_a_member_joins_by_snapshot_and_another_leaves(tmp_path: Path) -> 
     await newcomer.stop()
     for node_id in NODES:
         await c.stop_node(node_id)
+
+
+async def test_a_member_joins_by_snapshot_of_an_uncompacted_log_and_the_leaver_deletes(
+    tmp_path: Path,
+) -> None:
+    """Node 4 joins while the leader's log still starts at entry 1 (it is sent the
+    snapshot taken at its ADD_LEARNER, not entries from 1, whose initial membership
+    is not in the log); the node that leaves then stops and deletes its replica."""
+    c = SmallSegments(tmp_path, groups=1, options=OPTIONS)
+    for node_id in NODES:
+        await c.start_node(node_id)
+    leaders = await c.wait_leaders()
+    values = [b"v%d" % i for i in range(10)]
+    for value in values:
+        await c.propose(1, value)
+    lead = c.drivers[leaders[1]]
+    assert lead.store.group(1).first_index() == 1
+    store = LogStore.open(tmp_path / "n4", segment_bytes=SEGMENT_BYTES)
+    newcomer = Driver(4, store, c.network.endpoint(4), dataclasses.replace(OPTIONS, seed=4))
+    machine = Register()
+    newcomer.add_group(1, (), machine)
+    await newcomer.start()
+    await lead.propose_conf_change_nowait(1, ConfChange(ConfChangeType.ADD_LEARNER, 4))
+    await async_wait_until(lambda: machine.values == values, what="the learner caught up")
+    assert newcomer.store.group(1).snapshot().metadata.index > 0  # it came by snapshot
+    await lead.propose_conf_change_nowait(1, ConfChange(ConfChangeType.ADD_VOTER, 4))
+    leaving = next(n for n in NODES if n != leaders[1])
+    await lead.propose_conf_change_nowait(1, ConfChange(ConfChangeType.REMOVE_NODE, leaving))
+    await lead.propose(1, b"after")
+    await async_wait_until(lambda: machine.values == [*values, b"after"], what="4 votes")
+
+    gone = c.drivers[leaving]
+    await gone.remove_group(1)
+    assert 1 not in gone.host.group_ids()
+    with pytest.raises(NotLeader):
+        await gone.propose(1, b"not hosted")
+    await c.stop_node(leaving)
+    reopened = LogStore.open(tmp_path / f"n{leaving}", segment_bytes=SEGMENT_BYTES)
+    log = reopened.group(1)
+    assert log.last_index() == 0
+    assert log.snapshot().is_empty()
+    assert log.initial_state()[0].term > 0  # the term (and vote) survive the drop
+    reopened.close()
+    await newcomer.stop()
+    for node_id in NODES:
+        if node_id != leaving:
+            await c.stop_node(node_id)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from storage_node.reconcile import ReconcilePlan, plan_reconcile
+from storage_node.reconcile import (
+    LeaderView,
+    MembershipStep,
+    ReconcilePlan,
+    StepKind,
+    plan_membership_step,
+    plan_reconcile,
+)
 
 GROUPS = range(1, 9)
 
@@ -21,7 +28,7 @@ def test_reconcile_is_idempotent() -> None:
     assert plan.is_empty()
 
 
-def test_membership_changes_and_unassigned_groups_are_noted_not_acted_on() -> None:
+def test_membership_changes_and_unassigned_groups_are_planned() -> None:
     plan = plan_reconcile(
         1, {2: {1, 2, 3}, 3: {1, 2, 3}}, {2: (1, 2, 4)}, GROUPS, known_nodes={1, 2, 3, 4}
     )
@@ -37,3 +44,75 @@ def test_bad_assignments_are_refused_with_a_reason() -> None:
     reasons = dict(plan.refused)
     assert "outside the cluster's ids 1..8" in reasons[99]
     assert "not to 1" in reasons[4]
+
+
+def test_a_node_joining_an_existing_group_starts_it_empty() -> None:
+    plan = plan_reconcile(
+        4,
+        {},
+        {2: (1, 2, 3, 4), 3: (2, 3, 4)},
+        GROUPS,
+        known_nodes={1, 2, 3, 4},
+        joining={2: (4,)},
+    )
+    # Group 2: a move adds node 4 (the leader adds it as a learner); group 3: a new group.
+    assert plan.start == ((2, ()), (3, (2, 3, 4)))
+
+
+def _view(
+    voters: set[int],
+    learners: set[int] | None = None,
+    match: dict[int, int] | None = None,
+    commit: int = 100,
+    me: int = 1,
+    joint: bool = False,
+) -> LeaderView:
+    learning = learners or set()
+    members = voters | learning
+    return LeaderView(
+        me,
+        frozenset(voters),
+        frozenset(learning),
+        joint,
+        match if match is not None else dict.fromkeys(members, commit),
+        commit,
+    )
+
+
+def test_a_move_is_learner_then_promotion_then_removal() -> None:
+    wanted = (1, 2, 4)
+    # The new replica first joins as a learner.
+    step = plan_membership_step(_view({1, 2, 3}), wanted)
+    assert step == MembershipStep(StepKind.ADD_LEARNER, 4)
+    # It is promoted only once caught up (within the lag bound of the commit index).
+    lagging = _view({1, 2, 3}, {4}, match={1: 100, 2: 100, 3: 100, 4: 0})
+    assert plan_membership_step(lagging, wanted) is None
+    behind = _view({1, 2, 3}, {4}, match={1: 100, 2: 100, 3: 100, 4: 10})
+    assert plan_membership_step(behind, wanted, lag_entries_max=64) is None
+    close = _view({1, 2, 3}, {4}, match={1: 100, 2: 100, 3: 100, 4: 40})
+    assert plan_membership_step(close, wanted, lag_entries_max=64) == MembershipStep(
+        StepKind.PROMOTE, 4
+    )
+    # Then the old voter goes; then nothing is left to do.
+    assert plan_membership_step(_view({1, 2, 3, 4}), wanted) == MembershipStep(StepKind.REMOVE, 3)
+    assert plan_membership_step(_view({1, 2, 4}), wanted) is None
+
+
+def test_voters_are_removed_only_once_every_assigned_node_is_a_voter() -> None:
+    # Node 3 is not assigned any more, but node 4 is still a learner: wait.
+    view = _view({1, 2, 3}, {4}, match={1: 100, 2: 100, 3: 100, 4: 0})
+    assert plan_membership_step(view, (1, 2, 4)) is None
+
+
+def test_a_leaving_leader_hands_leadership_over_first() -> None:
+    view = _view({1, 2, 3, 4}, match={1: 100, 2: 90, 3: 100, 4: 100}, me=1)
+    # The leader (1) is the one leaving: it transfers to the most caught-up staying voter.
+    assert plan_membership_step(view, (2, 3, 4)) == MembershipStep(StepKind.TRANSFER_LEADER, 3)
+
+
+def test_stray_learners_go_and_joint_configurations_wait() -> None:
+    assert plan_membership_step(_view({1, 2, 3}, {5}), (1, 2, 3)) == MembershipStep(
+        StepKind.REMOVE, 5
+    )
+    assert plan_membership_step(_view({1, 2, 3}, joint=True), (1, 2, 4)) is None
+    assert plan_membership_step(_view({1, 2, 3}), ()) is None
