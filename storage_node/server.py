@@ -200,7 +200,7 @@ class LocalGroups:
                 },
             )
         for group_id in plan.unassigned:
-            if group_id in self.node.replicas and not self._leads(group_id):
+            if group_id in self.node.replicas and self._removed_from(group_id):
                 await self.stop_group(group_id)
         if plan != self._last_plan and plan.refused:
             _log.warning(
@@ -212,6 +212,16 @@ class LocalGroups:
 
     def _leads(self, group_id: int) -> bool:
         return self.node.driver.host.node(group_id).is_leader()
+
+    def _removed_from(self, group_id: int) -> bool:
+        """Whether this replica may be deleted: the group's own membership, as this
+        replica applied it, no longer names this node. An assignment alone is not
+        enough (a nameserver that lost its state or placed the cluster afresh
+        would otherwise have every node delete its data)."""
+        conf = cast(RawNode, self.node.driver.host.node(group_id)).status().conf_state
+        me = self.node.driver.node_id
+        members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
+        return me not in members
 
     async def stop_group(self, group_id: int) -> None:
         """Stop hosting ``group_id`` and delete its replica (it was moved away)."""
