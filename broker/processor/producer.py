@@ -61,9 +61,12 @@ class ProducerProcessor:
             raise BrokerError.of(
                 Reason.NO_WRITABLE_QUEUE, f"topic {topic_name!r} has no writable queue"
             )
+        # One round-robin turn per request, as RocketMQ sends a batch to one
+        # queue: the batch stays one append (messages with a message group or
+        # a queue of their own still go where those name).
+        turn = next(self._turns[topic_name])
         by_queue: dict[int, list[int]] = defaultdict(list)
         for index, message in enumerate(messages):
-            turn = next(self._turns[topic_name])
             by_queue[select_queue(message, writable, turn)].append(index)
         appended = await asyncio.gather(
             *(

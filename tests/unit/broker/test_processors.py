@@ -98,12 +98,26 @@ async def test_send_validates_before_storing(world: World) -> None:
 
 
 async def test_batch_results_are_in_request_order(world: World) -> None:
-    results = await world.producer.send([_msg(n=i) for i in range(5)])
+    # Messages naming their queues spread over both; results follow the request.
+    results = await world.producer.send([_msg(n=i, queue_id=i % 2) for i in range(5)])
     assert [r.queue.queue_id for r in results] == [0, 1, 0, 1, 0]
     stored = world.store.messages(QueueRef("orders", 0)) + world.store.messages(
         QueueRef("orders", 1)
     )
     assert sorted(m.message_id for m in stored) == [f"id-{i}" for i in range(5)]
+
+
+async def test_a_batch_goes_to_one_queue_and_batches_take_turns(world: World) -> None:
+    first = await world.producer.send([_msg(n=i) for i in range(3)])
+    second = await world.producer.send([_msg(n=i) for i in range(3, 6)])
+    assert {r.queue.queue_id for r in first} == {0}
+    assert {r.queue.queue_id for r in second} == {1}
+    assert [r.offset for r in first] == [0, 1, 2]
+    assert [m.message_id for m in world.store.messages(QueueRef("orders", 1))] == [
+        "id-3",
+        "id-4",
+        "id-5",
+    ]
 
 
 async def test_fifo_group_lands_in_one_queue(world: World) -> None:
