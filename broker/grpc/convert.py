@@ -128,30 +128,41 @@ def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:
 def _stored_pb(
     message: Message, store_timestamp_ms: int, queue_id: int, namespace: str
 ) -> pb.Message:
-    """A stored message as the server hands it out: MD5 upper-case digest, identity body."""
-    system = pb.SystemProperties(
-        keys=list(message.keys),
-        message_id=message.message_id,
-        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(message.body).hexdigest().upper()),
-        body_encoding=pb.IDENTITY,
-        message_type=int(message.message_type),  # type: ignore[arg-type]
-        born_timestamp=to_timestamp(message.born_timestamp_ms),
-        born_host=message.born_host,
-        store_timestamp=to_timestamp(store_timestamp_ms),
-        queue_id=queue_id,
-    )
+    """A stored message as the server hands it out: MD5 upper-case digest, identity body.
+
+    Filled in place field by field: about half the CPU of building the nested
+    messages through constructors (this runs once per delivered message).
+    """
+    stored = pb.Message(body=message.body)
+    stored.topic.name = message.topic
+    if namespace:
+        stored.topic.resource_namespace = namespace
+    if message.user_properties:
+        stored.user_properties.update(message.user_properties)
+    system = stored.system_properties
+    if message.keys:
+        system.keys.extend(message.keys)
+    system.message_id = message.message_id
+    system.body_digest.type = pb.MD5
+    system.body_digest.checksum = hashlib.md5(message.body).hexdigest().upper()
+    system.body_encoding = pb.IDENTITY
+    system.message_type = int(message.message_type)  # type: ignore[assignment]
+    _set_timestamp(system.born_timestamp, message.born_timestamp_ms)
+    system.born_host = message.born_host
+    _set_timestamp(system.store_timestamp, store_timestamp_ms)
+    system.queue_id = queue_id
     if message.tag is not None:
         system.tag = message.tag
     if message.message_group is not None:
         system.message_group = message.message_group
     if message.delivery_timestamp_ms is not None:
-        system.delivery_timestamp.CopyFrom(to_timestamp(message.delivery_timestamp_ms))
-    return pb.Message(
-        topic=pb.Resource(resource_namespace=namespace, name=message.topic),
-        user_properties=dict(message.user_properties),
-        system_properties=system,
-        body=message.body,
-    )
+        _set_timestamp(system.delivery_timestamp, message.delivery_timestamp_ms)
+    return stored
+
+
+def _set_timestamp(stamp: timestamp_pb2.Timestamp, epoch_ms: int) -> None:
+    stamp.seconds = epoch_ms // 1000
+    stamp.nanos = (epoch_ms % 1000) * 1_000_000
 
 
 def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Message:
@@ -165,11 +176,8 @@ def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Mess
     system.queue_offset = popped.offset
     system.delivery_attempt = popped.delivery_attempt
     if message.dead_letter_of is not None:
-        system.dead_letter_queue.CopyFrom(
-            pb.DeadLetterQueue(
-                topic=message.dead_letter_of[0], message_id=message.dead_letter_of[1]
-            )
-        )
+        system.dead_letter_queue.topic = message.dead_letter_of[0]
+        system.dead_letter_queue.message_id = message.dead_letter_of[1]
     return delivered
 
 

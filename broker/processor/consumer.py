@@ -144,17 +144,24 @@ class ConsumerProcessor:
         """Finish deliveries; one outcome per handle (None for success)."""
         validation.check_group(group_name)
         validation.check_topic(topic_name)
-
-        async def finish(handle: str) -> BrokerError | None:
+        outcomes: list[BrokerError | None] = []
+        valid: list[int] = []
+        deliveries: list[tuple[QueueRef, int, int]] = []
+        for index, handle in enumerate(handles):
             try:
                 receipt = self._receipt(group_name, topic_name, handle)
-                await self._store.ack(group_name, receipt.queue, receipt.offset, receipt.generation)
             except BrokerError as error:
-                return error
-            return None
-
-        # Concurrently: a store may finish the handles of one queue in one call.
-        return list(await asyncio.gather(*(finish(handle) for handle in handles)))
+                outcomes.append(error)
+                continue
+            outcomes.append(None)
+            valid.append(index)
+            deliveries.append((receipt.queue, receipt.offset, receipt.generation))
+        if deliveries:
+            # In one go: a store finishes the handles of one queue in one call.
+            finished = await self._store.ack_all(group_name, deliveries)
+            for index, outcome in zip(valid, finished, strict=True):
+                outcomes[index] = outcome
+        return outcomes
 
     async def change_invisible(
         self, group_name: str, topic_name: str, handle: str, invisible_ms: int

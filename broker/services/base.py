@@ -73,6 +73,7 @@ from broker.domain import (
     QueueRef,
     TopicInfo,
 )
+from broker.errors import BrokerError
 from protocol.filters import TagFilter
 
 
@@ -130,6 +131,13 @@ class MessageStore(Protocol):
 
     async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
         """Finish a delivery; raises INVALID_RECEIPT_HANDLE for a stale generation."""
+        ...
+
+    async def ack_all(
+        self, group: str, deliveries: Sequence[tuple[QueueRef, int, int]]
+    ) -> list[BrokerError | None]:
+        """Finish many deliveries, each (queue, offset, generation); one outcome each, in
+        order: None when finished, the error (INVALID_RECEIPT_HANDLE...) otherwise."""
         ...
 
     async def change_invisible(

@@ -366,6 +366,20 @@ class MemoryStore:
         self._flight(group, queue, offset, generation)
         self._state(group, queue).finish(offset)
 
+    async def ack_all(
+        self, group: str, deliveries: Sequence[tuple[QueueRef, int, int]]
+    ) -> list[BrokerError | None]:
+        """Finish each delivery; one outcome each (see ``MessageStore.ack_all``)."""
+        outcomes: list[BrokerError | None] = []
+        for queue, offset, generation in deliveries:
+            try:
+                await self.ack(group, queue, offset, generation)
+            except BrokerError as error:
+                outcomes.append(error)
+            else:
+                outcomes.append(None)
+        return outcomes
+
     async def change_invisible(
         self, group: str, queue: QueueRef, offset: int, generation: int, invisible_ms: int
     ) -> tuple[int, int]:

@@ -251,6 +251,22 @@ class StorageStore:
 
         Concurrent acks of one (group, queue) go to storage as one ack call.
         """
+        error = await self._enqueue_ack(group, queue, offset, generation)
+        if error is not None:
+            raise error
+
+    async def ack_all(
+        self, group: str, deliveries: Sequence[tuple[QueueRef, int, int]]
+    ) -> list[BrokerError | None]:
+        """Finish many deliveries (see ``MessageStore.ack_all``); those of one queue go
+        to storage in one ack call, with whatever other acks of it are pending."""
+        waiting = [self._enqueue_ack(group, *delivery) for delivery in deliveries]
+        return list(await asyncio.gather(*waiting))
+
+    def _enqueue_ack(
+        self, group: str, queue: QueueRef, offset: int, generation: int
+    ) -> asyncio.Future[BrokerError | None]:
+        """Queue one handle for the next ack call of (group, queue); its outcome comes later."""
         key = (group, queue)
         done: asyncio.Future[BrokerError | None] = asyncio.get_running_loop().create_future()
         self._acks.setdefault(key, []).append(
@@ -258,9 +274,7 @@ class StorageStore:
         )
         if key not in self._ack_flushers:
             self._ack_flushers[key] = asyncio.create_task(self._flush_acks(key))
-        error = await done
-        if error is not None:
-            raise error
+        return done
 
     async def _ack_call(
         self, group: str, queue: QueueRef, handles: list[st.ReceiptHandle]

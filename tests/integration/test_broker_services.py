@@ -274,6 +274,37 @@ async def test_concurrent_acks_of_one_queue_share_one_storage_call(
     assert len(calls) <= 2  # the first ack goes at once; the rest wait for it and go together
 
 
+async def test_ack_all_finishes_a_receive_in_one_storage_call_with_outcomes_in_order(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await cluster.admin.create_topic(api.CreateTopicRequest("acks-all", CLUSTER, 1))
+    store = StorageStore(_metadata(cluster), cluster.peers, seeds=[cluster.storage])
+    queue = QueueRef("acks-all", 0)
+    await store.append(queue, [Message("acks-all", f"m{i}".encode(), f"b{i}") for i in range(5)])
+    popped = await store.pop(
+        GroupInfo("g"), queue, batch_size=8, invisible_ms=30_000, tag_filter=TagFilter.parse("*")
+    )
+    assert len(popped.messages) == 5
+    calls: list[int] = []
+    real_call = store._ack_call
+
+    async def counted(group: str, q: QueueRef, handles: list[st.ReceiptHandle]) -> st.AckResponse:
+        calls.append(len(handles))
+        return await real_call(group, q, handles)
+
+    monkeypatch.setattr(store, "_ack_call", counted)
+    head = popped.messages[0]
+    deliveries = [(queue, p.offset, p.generation) for p in popped.messages]
+    deliveries.insert(2, (queue, head.offset, head.generation + 1000))  # never issued
+    outcomes = await store.ack_all("g", deliveries)
+    assert [outcome is None for outcome in outcomes] == [True, True, False, True, True, True]
+    stale = outcomes[2]
+    assert isinstance(stale, BrokerError)
+    assert stale.reason is Reason.INVALID_RECEIPT_HANDLE
+    assert calls == [6]
+    assert await store.get_consumer_offset("g", queue) == 5
+
+
 class _Unplaced(ClusterMetadata):
     """Routes naming no replica at all, as before the nameserver placed the groups."""
 

@@ -81,6 +81,21 @@ async def test_ack_finishes_and_stale_generations_are_refused(
         await store.ack("g", Q, 0, redelivered.generation)  # finished already
 
 
+async def test_ack_all_gives_one_outcome_per_delivery_in_order(store: MemoryStore) -> None:
+    await store.append(Q, _messages(3))
+    popped = (
+        await store.pop(GROUP, Q, batch_size=10, invisible_ms=10_000, tag_filter=ALL)
+    ).messages
+    deliveries = [(Q, p.offset, p.generation) for p in popped]
+    deliveries.insert(1, (Q, 0, popped[0].generation + 1000))  # never issued
+    outcomes = await store.ack_all("g", deliveries)
+    assert [outcome is None for outcome in outcomes] == [True, False, True, True]
+    stale = outcomes[1]
+    assert isinstance(stale, BrokerError)
+    assert stale.reason is Reason.INVALID_RECEIPT_HANDLE
+    assert await store.get_consumer_offset("g", Q) == 3
+
+
 async def test_change_invisible_renews_with_a_new_generation(
     store: MemoryStore, clock: ManualClock
 ) -> None:
