@@ -15,12 +15,13 @@ status. Locust groups failures by that name.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -104,6 +105,32 @@ def build_message(
     if message_group:
         system.message_group = message_group
     return pb.Message(topic=pb.Resource(name=topic), system_properties=system, body=body)
+
+
+_ID_PREFIX = os.urandom(8).hex().upper()
+_ID_COUNTER = itertools.count()
+
+
+def next_message_id() -> str:
+    """A message id unique to this process run: 32 hex digits like a UUID's, a random
+    per-process prefix and a counter (cheaper than ``uuid4`` in a hot send loop)."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016X}"
+
+
+def renew_messages(messages: Iterable[pb.Message]) -> None:
+    """Make already-built messages new sends: a fresh message id and born time each.
+
+    A load generator sends the same bodies again and again; renewing the ids
+    keeps every send a new message (the broker deduplicates by id) at a
+    fraction of the cost of building the protobuf messages again.
+    """
+    now_ns = time.time_ns()
+    seconds, nanos = divmod(now_ns, 1_000_000_000)
+    for message in messages:
+        system = message.system_properties
+        system.message_id = next_message_id()
+        system.born_timestamp.seconds = seconds
+        system.born_timestamp.nanos = nanos
 
 
 def endpoints_of(address: str) -> pb.Endpoints:

@@ -55,6 +55,7 @@ from loadtest.client import (
     endpoints_of,
     receive_request,
     received_of,
+    renew_messages,
 )
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -146,13 +147,16 @@ class Generator:
         async def worker(index: int) -> None:
             nonlocal measured, stored
             stub = self.stubs[index % len(self.stubs)]
+            # Built once, renewed (new ids and born times) per call: the load
+            # generator's CPU goes to the calls, not to building messages.
+            request = spb.SendMessageRequest(
+                messages=[build_message(self.topic, body, self.born_host) for _ in range(batch)]
+            )
             while True:
                 sent = clock()
                 if sent >= end:
                     return
-                request = spb.SendMessageRequest(
-                    messages=[build_message(self.topic, body, self.born_host) for _ in range(batch)]
-                )
+                renew_messages(request.messages)
                 try:
                     response = await stub.SendMessage(request, timeout=30, metadata=self.metadata)
                     check_send(response, batch)
