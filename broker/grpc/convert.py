@@ -78,39 +78,50 @@ def _check_digest(digest: pb.Digest, body: bytes) -> None:
         raise _corrupted("message body does not match its digest")
 
 
+_MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
+_IDENTITY_ENCODINGS = (pb.IDENTITY, pb.ENCODING_UNSPECIFIED)
+
+
 def message_from_pb(message: pb.Message) -> Message:
-    """A sent message; the client's message id is kept as the message's identity."""
+    """A sent message; the client's message id is kept as the message's identity.
+
+    Runs once per sent message: empty repeated and map fields are not copied,
+    and the domain message is built positionally.
+    """
     system = message.system_properties
-    try:
-        message_type = MessageType(system.message_type)
-    except ValueError:
-        raise _corrupted(f"unknown message type {system.message_type}") from None
+    message_type = _MESSAGE_TYPES.get(system.message_type)
+    if message_type is None:
+        raise _corrupted(f"unknown message type {system.message_type}")
     body = message.body
-    if system.body_encoding == pb.GZIP:
+    encoding = system.body_encoding
+    if encoding == pb.GZIP:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error):
             raise _corrupted("message body is not valid gzip") from None
-    elif system.body_encoding not in (pb.IDENTITY, pb.ENCODING_UNSPECIFIED):
-        raise _corrupted(f"unknown body encoding {system.body_encoding}")
-    _check_digest(system.body_digest, message.body)
+    elif encoding not in _IDENTITY_ENCODINGS:
+        raise _corrupted(f"unknown body encoding {encoding}")
+    if system.HasField("body_digest"):
+        _check_digest(system.body_digest, message.body)
+    keys = system.keys
+    properties = message.user_properties
     return Message(
-        topic=message.topic.name,
-        body=body,
-        message_id=system.message_id,
-        message_type=message_type,
-        tag=system.tag or None,  # an empty tag is no tag, as in the proxy
-        keys=tuple(system.keys),
-        user_properties=dict(message.user_properties),
-        message_group=system.message_group if system.HasField("message_group") else None,
-        born_timestamp_ms=timestamp_ms(system.born_timestamp),
-        born_host=system.born_host,
-        delivery_timestamp_ms=(
+        message.topic.name,
+        body,
+        system.message_id,
+        message_type,
+        system.tag or None,  # an empty tag is no tag, as in the proxy
+        tuple(keys) if keys else (),
+        dict(properties) if properties else {},
+        system.message_group if system.HasField("message_group") else None,
+        timestamp_ms(system.born_timestamp),
+        system.born_host,
+        (
             timestamp_ms(system.delivery_timestamp)
             if system.HasField("delivery_timestamp")
             else None
         ),
-        queue_id=system.queue_id if system.queue_id > 0 else None,
+        system.queue_id if system.queue_id > 0 else None,
     )
 
 

@@ -101,23 +101,24 @@ def group_from_info(group: ns.ConsumerGroupInfo) -> GroupInfo:
 
 
 def message_to_wire(message: Message, queue: QueueRef) -> st.Message:
-    """The storage record of a message sent to ``queue``."""
+    """The storage record of a message sent to ``queue`` (once per sent message:
+    built positionally, empty collections not copied)."""
     dead_topic, dead_id = message.dead_letter_of or ("", "")
     return st.Message(
-        topic=queue.topic,
-        queue_id=queue.queue_id,
-        message_id=message.message_id,
-        body=message.body,
-        tag=message.tag or "",
-        keys=list(message.keys),
-        message_group=message.message_group or "",
-        properties=dict(message.user_properties),
-        born_timestamp_ms=message.born_timestamp_ms,
-        delivery_timestamp_ms=message.delivery_timestamp_ms or 0,
-        message_type=int(message.message_type),
-        born_host=message.born_host,
-        dead_letter_topic=dead_topic,
-        dead_letter_message_id=dead_id,
+        queue.topic,
+        queue.queue_id,
+        message.message_id,
+        message.body,
+        message.tag or "",
+        list(message.keys) if message.keys else [],
+        message.message_group or "",
+        dict(message.user_properties) if message.user_properties else {},
+        message.born_timestamp_ms,
+        message.delivery_timestamp_ms or 0,
+        int(message.message_type),
+        message.born_host,
+        dead_topic,
+        dead_id,
     )
 
 

@@ -56,6 +56,7 @@ DEADLINE_MS = 10_000
 REVISIT_MS = 1_000
 """The longest a long poll waits without popping again: redeliveries after an
 invisible time (which storage does not announce) are noticed within this."""
+_PLACEMENTS = {int(placement): placement for placement in Placement}
 HINTS_IN_A_ROW_MAX = 3
 """Leader hints followed without pausing (stale hints could otherwise bounce a call)."""
 GROWTH_CHECK_MS = 50
@@ -202,13 +203,9 @@ class StorageStore:
             f"append to {queue.topic}:{queue.queue_id}",
             lambda stub, timeout_ms: stub.append(request, timeout_ms=timeout_ms),
         )
+        stored_ms = response.store_timestamp_ms
         return [
-            AppendResult(
-                queue,
-                outcome.queue_offset,
-                response.store_timestamp_ms,
-                Placement(outcome.placement),
-            )
+            AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
             for outcome in response.outcomes
         ]
 
