@@ -4,6 +4,12 @@ Adapters convert wire messages to these types (``broker/grpc/convert.py``),
 processors and ports speak only these. Times are epoch milliseconds
 (``*_ms``), durations are milliseconds too.
 
+Values built once or more per message (queue refs, messages, append
+results, popped messages, deliveries, receipts) are named tuples: immutable
+like the frozen dataclasses used for the rest, and built several times faster
+(a frozen dataclass sets every field through ``object.__setattr__``). Change
+one with ``_replace``.
+
 PURE.
 """
 
@@ -12,6 +18,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 
 class MessageType(enum.IntEnum):
@@ -59,8 +67,11 @@ class ClientKind(enum.IntEnum):
         return self not in (ClientKind.UNSPECIFIED, ClientKind.PRODUCER)
 
 
-@dataclass(frozen=True, slots=True)
-class QueueRef:
+NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+"""The user properties of a message that has none (shared, read-only)."""
+
+
+class QueueRef(NamedTuple):
     """One queue of a topic."""
 
     topic: str
@@ -115,8 +126,7 @@ class GroupInfo:
         return f"%DLQ%{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """A message as a producer sent it (and as storage keeps it)."""
 
     topic: str
@@ -125,7 +135,7 @@ class Message:
     message_type: MessageType = MessageType.NORMAL
     tag: str | None = None
     keys: tuple[str, ...] = ()
-    user_properties: Mapping[str, str] = field(default_factory=dict)
+    user_properties: Mapping[str, str] = NO_PROPERTIES
     message_group: str | None = None
     born_timestamp_ms: int = 0
     born_host: str = ""
@@ -142,8 +152,7 @@ class Placement(enum.IntEnum):
     HALF = 2  # a transaction's half message: queued only when committed
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Where one appended message landed; ``offset`` is -1 unless it was queued."""
 
     queue: QueueRef
@@ -168,8 +177,7 @@ class HalfMessage:
         return self.queue.topic
 
 
-@dataclass(frozen=True, slots=True)
-class PoppedMessage:
+class PoppedMessage(NamedTuple):
     """A message handed to a consumer group, invisible to it until ``invisible_until_ms``.
 
     ``generation`` changes on every pop and every invisibility change of this
@@ -186,8 +194,7 @@ class PoppedMessage:
     invisible_until_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """One message handed to a consumer, with the handle that finishes it."""
 
     popped: PoppedMessage
@@ -208,8 +215,7 @@ class PopResult:
     next_visible_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(NamedTuple):
     """What a receipt handle proves: the bearer may ack or renew this delivery."""
 
     group: str

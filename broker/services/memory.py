@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import heapq
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
@@ -398,9 +397,7 @@ class MemoryStore:
         dlq_topic = group.dead_letter_topic
         if self._metadata is not None:
             self._metadata.ensure_topic(dlq_topic)
-        copy = dataclasses.replace(
-            original, topic=dlq_topic, dead_letter_of=(queue.topic, original.message_id)
-        )
+        copy = original._replace(topic=dlq_topic, dead_letter_of=(queue.topic, original.message_id))
         (result,) = await self.append(QueueRef(dlq_topic, 0), [copy])
         self._state(group.name, queue).finish(offset)
         return result

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -78,7 +77,7 @@ async def _receive(
 
 async def test_send_validates_before_storing(world: World) -> None:
     with pytest.raises(BrokerError) as caught:
-        await world.producer.send([_msg(), dataclasses.replace(_msg(), body=b"")])
+        await world.producer.send([_msg(), _msg()._replace(body=b"")])
     assert caught.value.reason is Reason.MESSAGE_BODY_EMPTY
     assert world.store.append_calls == 0
     with pytest.raises(BrokerError) as caught:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from broker.domain import Message, MessageType, QueueInfo, TopicInfo
@@ -15,7 +13,7 @@ NOW_MS = 1_700_000_000_000
 
 def _message(**changes: object) -> Message:
     base = Message(topic="orders", body=b"x", message_id="0100AB")
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return base._replace(**changes)  # type: ignore[arg-type]
 
 
 def _reason(call: object, *args: object) -> Reason | None:
