@@ -1,8 +1,11 @@
 """The msgpack codec: the default and the hot path (raft traffic, storage appends).
 
-A dataclass is encoded as a positional array of its fields in declaration
-order, so field names never go over the wire and a record of primitive fields
-encodes with one ``attrgetter`` call and decodes with one ``cls(*array)``.
+A record (dataclass or NamedTuple) is encoded as a positional array of its
+fields in declaration order, so field names never go over the wire and a
+dataclass of primitive fields encodes with one ``attrgetter`` call and
+decodes with one ``cls(*array)``. A NamedTuple whose fields need no
+conversion is packed as it is (msgpack writes any tuple as an array): the
+cheapest shape for hot messages.
 Consequence: both peers must declare the same fields in the same order
 (append new fields at the end, with defaults, to stay compatible).
 
@@ -59,6 +62,8 @@ def _to_plain(shape: Shape) -> Convert:
         return _dict(inner)
     names = [name for name, _ in shape.fields]
     converts = [_to_plain(field) for _, field in shape.fields]
+    if shape.is_tuple and all(c is None for c in converts):
+        return None  # a NamedTuple of plain fields is its own positional array
     if not names:
         return lambda v: ()
     if all(c is None for c in converts):
@@ -115,12 +120,11 @@ class MsgpackCodec:
     def encoder(self, tp: type) -> Encoder:
         """See :meth:`angelia_rpc.codec.base.Codec.encoder`."""
         convert = _to_plain(message_shape(tp))
-        assert convert is not None
         pack = self._packer.pack
 
         def encode(value: Any) -> bytes:
             try:
-                packed: bytes = pack(convert(value))
+                packed: bytes = pack(value if convert is None else convert(value))
                 return packed
             except Exception as exc:
                 self._packer.reset()

@@ -3,7 +3,8 @@
 Every codec compiles its encoder and decoder from a :class:`Shape`, so the
 three codecs agree on what a type is. Supported field types: ``int``,
 ``float``, ``bool``, ``str``, ``bytes``, ``Optional[T]`` (``T | None``),
-``list[T]``, ``dict[str, T]``, nested frozen dataclasses and ``IntEnum``.
+``list[T]``, ``dict[str, T]``, nested frozen dataclasses or ``NamedTuple``
+classes (records: their fields in declaration order) and ``IntEnum``.
 
 PURE.
 """
@@ -36,6 +37,7 @@ class Shape:
     item: Shape | None = None
     cls: type | None = None
     fields: tuple[tuple[str, Shape], ...] = ()
+    is_tuple: bool = False  # a record whose class is a NamedTuple (a tuple of its fields)
 
     @property
     def is_primitive(self) -> bool:
@@ -87,14 +89,25 @@ def _build(tp: Any, stack: tuple[type, ...]) -> Shape:
             (f.name, _build(hints[f.name], (*stack, tp))) for f in dataclasses.fields(tp) if f.init
         )
         return Shape("record", cls=tp, fields=fields)
+    if is_named_tuple(tp):
+        if tp in stack:
+            raise _misuse(f"recursive record {tp.__qualname__} is not supported")
+        hints = typing.get_type_hints(tp)
+        fields = tuple((name, _build(hints[name], (*stack, tp))) for name in tp._fields)
+        return Shape("record", cls=tp, fields=fields, is_tuple=True)
     raise _misuse(
         f"type {tp!r} cannot cross the wire: use int, float, bool, str, bytes, Optional, "
-        "list, dict[str, T], IntEnum or a dataclass of those"
+        "list, dict[str, T], IntEnum or a dataclass or NamedTuple of those"
     )
 
 
+def is_named_tuple(tp: Any) -> bool:
+    """Whether ``tp`` is a ``typing.NamedTuple`` class."""
+    return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
+
+
 def message_shape(tp: Any) -> Shape:
-    """The shape of a request or response type, which must be a dataclass."""
-    if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
-        raise _misuse(f"request and response types must be dataclasses, not {tp!r}")
+    """The shape of a request or response type: a dataclass or a NamedTuple."""
+    if not (isinstance(tp, type) and (dataclasses.is_dataclass(tp) or is_named_tuple(tp))):
+        raise _misuse(f"request and response types must be dataclasses or NamedTuples, not {tp!r}")
     return shape_of(tp)

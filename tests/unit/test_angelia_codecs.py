@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import fastavro
 import pytest
@@ -49,6 +50,28 @@ class Empty:
     pass
 
 
+class InnerTuple(NamedTuple):
+    id: int
+    data: bytes
+
+
+class EverythingTuple(NamedTuple):
+    """``Everything`` as a NamedTuple, with a NamedTuple and a dataclass nested."""
+
+    number: int
+    ratio: float
+    flag: bool
+    name: str
+    blob: bytes
+    maybe: int | None
+    inners: list[InnerTuple]
+    counts: dict[str, int]
+    color: Color
+    nested: Inner | None = None
+    tags: list[str] = []  # noqa: RUF012 - never mutated
+    by_name: dict[str, InnerTuple] = {}  # noqa: RUF012 - never mutated
+
+
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 inners = st.builds(Inner, INT64, st.binary(max_size=64))
 everything = st.builds(
@@ -77,6 +100,54 @@ def test_round_trip(codec_name: str, value: Everything) -> None:
     assert decoded == value
     assert type(decoded.color) is Color
     assert all(type(i) is Inner for i in decoded.inners)
+
+
+def _as_tuples(value: Everything) -> EverythingTuple:
+    return EverythingTuple(
+        value.number,
+        value.ratio,
+        value.flag,
+        value.name,
+        value.blob,
+        value.maybe,
+        [InnerTuple(i.id, i.data) for i in value.inners],
+        value.counts,
+        value.color,
+        value.nested,
+        value.tags,
+        {k: InnerTuple(i.id, i.data) for k, i in value.by_name.items()},
+    )
+
+
+@pytest.mark.parametrize("codec_name", CODEC_NAMES)
+@settings(max_examples=60, deadline=None)
+@given(value=everything)
+def test_named_tuples_round_trip(codec_name: str, value: Everything) -> None:
+    codec = codec_named(codec_name)
+    expected = _as_tuples(value)
+    decoded = codec.decoder(EverythingTuple)(codec.encoder(EverythingTuple)(expected))
+    assert decoded == expected
+    assert type(decoded) is EverythingTuple
+    assert type(decoded.color) is Color
+    assert all(type(i) is InnerTuple for i in decoded.inners)
+    assert decoded.nested is None or type(decoded.nested) is Inner
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=everything)
+def test_msgpack_named_tuples_and_dataclasses_share_the_wire(value: Everything) -> None:
+    codec = codec_named("msgpack")
+    as_tuple = codec.encoder(EverythingTuple)(_as_tuples(value))
+    assert as_tuple == codec.encoder(Everything)(value)
+    assert codec.decoder(Everything)(as_tuple) == value
+
+
+@pytest.mark.parametrize("codec_name", CODEC_NAMES)
+def test_a_wrong_value_in_a_named_tuple_is_refused_locally(codec_name: str) -> None:
+    encode = codec_named(codec_name).encoder(InnerTuple)
+    with pytest.raises(LocalUsageError) as caught:
+        encode(InnerTuple(object(), b""))  # type: ignore[arg-type]
+    assert caught.value.code is errors.BAD_REQUEST
 
 
 @pytest.mark.parametrize("codec_name", CODEC_NAMES)
