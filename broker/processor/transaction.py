@@ -35,6 +35,9 @@ from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore
 
 log = logging.getLogger("broker.transaction")
 
+LEASE_RELEASE_TIMEOUT_S = 1.0
+"""How long a stopping broker tries to hand the check-back lease back."""
+
 
 class LocalProducers(Protocol):
     """The producers connected to this broker (their Telemetry streams)."""
@@ -206,6 +209,11 @@ class TransactionProcessor:
                     log.exception("transaction check round failed unexpectedly")
                 await asyncio.sleep(self.policy.scan_period_ms / 1000)
         finally:
+            # Bounded: at shutdown the nameserver may be gone already, and an
+            # unreleased lease only delays the takeover until it expires.
             if self.holds_lease and self._coordination is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._coordination.release_lease(LEASE_NAME, self.owner))
+                    await asyncio.wait_for(
+                        self._coordination.release_lease(LEASE_NAME, self.owner),
+                        LEASE_RELEASE_TIMEOUT_S,
+                    )

@@ -6,6 +6,7 @@ schedule (delay, interval, max checks) are exact.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -338,6 +339,41 @@ async def test_check_lease_is_exclusive_and_taken_over_when_the_owner_dies(world
     world.clock.advance(1)
     assert await brokers[1].maybe_take_lease()
     assert coordination.lease_owner(LEASE_NAME) == "b2"
+
+
+async def test_a_stopping_broker_does_not_wait_for_a_gone_nameserver_to_release(
+    world: World,
+) -> None:
+    class GoneNameserver(MemoryCoordination):
+        """Grants the lease, then stops answering (stopped before the broker)."""
+
+        def __init__(self, clock: ManualClock) -> None:
+            super().__init__(clock)
+            self.granted = asyncio.Event()
+            self.release_asked = asyncio.Event()
+
+        async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+            taken = await super().try_lease(name, owner, ttl_ms)
+            self.granted.set()
+            return taken
+
+        async def release_lease(self, name: str, owner: str) -> None:
+            self.release_asked.set()
+            await asyncio.Event().wait()  # never answers
+
+    coordination = GoneNameserver(world.clock)
+    broker = TransactionProcessor(
+        world.store, world.clock, Producers(), owner="b1", policy=POLICY, coordination=coordination
+    )
+    task = asyncio.create_task(broker.run())
+    await asyncio.wait_for(coordination.granted.wait(), 10)
+    assert broker.holds_lease
+    task.cancel()
+    # Bounded by LEASE_RELEASE_TIMEOUT_S (1 s); the 10 s is only a deadline.
+    done, _ = await asyncio.wait([task], timeout=10)
+    assert task in done
+    assert task.cancelled()
+    assert coordination.release_asked.is_set()
 
 
 def test_plan_round_gives_up_on_orphans_out_of_checks() -> None:
