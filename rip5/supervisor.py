@@ -66,9 +66,18 @@ class _Child:
     gave_up: bool = False
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this process when its parent dies (Linux).
+
+    For ``preexec_fn``: it runs in the child between fork and exec, so no
+    child of a killed supervisor or bench outlives it.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+DIE_WITH_PARENT = die_with_parent if sys.platform == "linux" else None
+"""``preexec_fn`` for children that must not outlive their parent (None off Linux)."""
 
 
 class StartFailed(Exception):
@@ -192,7 +201,7 @@ class Supervisor:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 pass_fds=(write_fd,),
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=DIE_WITH_PARENT,
             )
         finally:
             os.close(write_fd)

@@ -42,6 +42,7 @@ from angelia_rpc import (
 from angelia_rpc.config import CODEC_NAMES, TRANSPORT_NAMES
 from angelia_rpc.transport.memory import MemoryNetwork
 from rip5.bench import harness
+from rip5.supervisor import DIE_WITH_PARENT
 
 METRICS = (
     harness.Metric("calls_per_s", "unary calls/s"),
@@ -206,6 +207,7 @@ async def measure_pair(
             transport,
             codec,
             stdout=asyncio.subprocess.PIPE,
+            preexec_fn=DIE_WITH_PARENT,  # a killed bench leaves no server running
         )
         assert server_process.stdout is not None
         address = (await server_process.stdout.readline()).decode().strip()

@@ -41,6 +41,7 @@ from protocol import nameserver_api as api
 from rip5.bench import harness
 from rip5.bench.storage_cluster import free_port
 from rip5.shell import READY_FD_ENV
+from rip5.supervisor import DIE_WITH_PARENT
 
 CLUSTER = "DefaultCluster"
 METRICS = (
@@ -87,7 +88,10 @@ class LocalNameservers:
             args += ["--peers", ",".join(f"{n}={a}" for n, a in sorted(self.addresses.items()))]
         try:
             process = await asyncio.create_subprocess_exec(
-                *args, env={**os.environ, READY_FD_ENV: str(write_fd)}, pass_fds=(write_fd,)
+                *args,
+                env={**os.environ, READY_FD_ENV: str(write_fd)},
+                pass_fds=(write_fd,),
+                preexec_fn=DIE_WITH_PARENT,  # a killed bench leaves no nameserver running
             )
         finally:
             os.close(write_fd)

@@ -27,6 +27,7 @@ from angelia_rpc.ports import free_port
 from protocol import routing
 from protocol.storage_api import NodeStatusRequest, NodeStatusResponse
 from rip5.shell import READY_FD_ENV
+from rip5.supervisor import DIE_WITH_PARENT
 from storage_node.service import FIRST_GROUP_ID
 
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class LocalStorageCluster:
                 *args,
                 env={**os.environ, READY_FD_ENV: str(write_fd)},
                 pass_fds=(write_fd,),
+                preexec_fn=DIE_WITH_PARENT,  # a killed bench leaves no node running
             )
         finally:
             os.close(write_fd)
