@@ -91,7 +91,7 @@ class MessageRecord(NamedTuple):
     @staticmethod
     def sorted_properties(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """The canonical form of a property mapping for the ``properties`` field."""
-        return tuple(sorted(properties.items())) if properties else ()
+        return tuple(sorted(properties.items()))
 
     def property(self, key: str) -> str | None:
         """The user property ``key``, or None when absent."""
@@ -141,6 +141,32 @@ _new_tuple = tuple.__new__
 _COUNT = struct.Struct(">qI")
 _CRC = struct.Struct(">I")
 _VERSION_BYTE = bytes([BATCH_VERSION])
+
+
+_RECORD_KINDS: tuple[type, ...] = tuple(
+    MessageType if name == "message_type" else kind
+    for name, kind in zip(_FIELDS, _TUPLE_KINDS, strict=True)
+)
+
+
+def is_canonical(record: MessageRecord) -> bool:
+    """Whether ``record`` is exactly what decoding its encoding gives back.
+
+    True when every field has its exact declared type (a bool is not an int,
+    a ``str`` subclass is not a ``str``), keys are strings and properties are
+    (key, value) string pairs: then ``decode_batch(encode_batch(records, t))``
+    equals ``RecordBatch(t, tuple(records))`` field for field, type for type
+    (an int msgpack cannot hold fails in ``encode_batch``). A writer that
+    encoded such records may use them instead of decoding its own bytes.
+    """
+    if type(record) is not MessageRecord or tuple(map(type, record)) != _RECORD_KINDS:
+        return False
+    if not all(type(key) is str for key in record.keys):
+        return False
+    return all(
+        type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str and type(pair[1]) is str
+        for pair in record.properties
+    )
 
 
 def _unpack_tuples(payload: bytes) -> object:
