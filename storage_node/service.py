@@ -560,7 +560,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    _to_wire_handle(d.handle),
+                    WireHandle(*d.handle),  # a ReceiptHandle is its 4 fields in order
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(
