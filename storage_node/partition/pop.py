@@ -210,7 +210,11 @@ class GroupQueue:
         grants: list[Grant] = []
         dead_letters: list[Expiry] = []
         until_ms = clock_ms + invisible_duration_ms
-        for offset in heapq.merge(expired, self._fresh(end_offset, scan_max)):
+        match_all = tag_filter.matches_all
+        fresh = self._fresh(end_offset, scan_max)
+        # Usually nothing has expired: the fresh offsets alone, without a merge per offset.
+        candidates = heapq.merge(expired, fresh) if expired else fresh
+        for offset in candidates:
             if len(grants) >= max_messages:
                 break
             previous = self.leases.get(offset)
@@ -220,7 +224,7 @@ class GroupQueue:
                 self._finish_quietly(offset)
                 continue
             entry = queue.at(offset)
-            if not tag_filter.matches(entry.tag):
+            if not match_all and not tag_filter.matches(entry.tag):
                 self._finish_quietly(offset)
                 continue
             group = entry.message_group
