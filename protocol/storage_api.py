@@ -25,10 +25,23 @@ from dataclasses import dataclass, field
 
 from protocol.records import MessageRecord, MessageType
 
+_set_attribute = object.__setattr__
+_NO_KEYS: list[str] = []
+_NO_PROPERTIES: dict[str, str] = {}
+_MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
+_new_tuple = tuple.__new__
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, init=False)
 class Message:
-    """One message record as it crosses the wire (see ``protocol.records.MessageRecord``)."""
+    """One message record as it crosses the wire (see ``protocol.records.MessageRecord``).
+
+    Immutable like every type here, but without ``__slots__`` and with its own
+    ``__init__`` (same signature as the generated one; ``keys`` and
+    ``properties`` default to a new list and dict): one is built per message
+    on every hop, and setting the whole ``__dict__`` at once costs a third of
+    a frozen dataclass's ``object.__setattr__`` per field.
+    """
 
     topic: str
     queue_id: int
@@ -45,44 +58,109 @@ class Message:
     dead_letter_topic: str = ""
     dead_letter_message_id: str = ""
 
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        message_id: str,
+        body: bytes,
+        tag: str = "",
+        keys: list[str] = _NO_KEYS,
+        message_group: str = "",
+        properties: dict[str, str] = _NO_PROPERTIES,
+        born_timestamp_ms: int = 0,
+        delivery_timestamp_ms: int = 0,
+        message_type: int = int(MessageType.NORMAL),
+        born_host: str = "",
+        dead_letter_topic: str = "",
+        dead_letter_message_id: str = "",
+    ) -> None:
+        """Every field as given (the defaults above; each message its own list and dict)."""
+        _set_attribute(
+            self,
+            "__dict__",
+            {
+                "topic": topic,
+                "queue_id": queue_id,
+                "message_id": message_id,
+                "body": body,
+                "tag": tag,
+                "keys": [] if keys is _NO_KEYS else keys,
+                "message_group": message_group,
+                "properties": {} if properties is _NO_PROPERTIES else properties,
+                "born_timestamp_ms": born_timestamp_ms,
+                "delivery_timestamp_ms": delivery_timestamp_ms,
+                "message_type": message_type,
+                "born_host": born_host,
+                "dead_letter_topic": dead_letter_topic,
+                "dead_letter_message_id": dead_letter_message_id,
+            },
+        )
+
 
 def to_record(message: Message) -> MessageRecord:
     """The stored form of a wire message; raises ValueError for an unknown message type."""
-    return MessageRecord(
-        topic=message.topic,
-        queue_id=message.queue_id,
-        message_id=message.message_id,
-        body=message.body,
-        tag=message.tag,
-        keys=tuple(message.keys),
-        message_group=message.message_group,
-        properties=MessageRecord.sorted_properties(message.properties),
-        born_timestamp_ms=message.born_timestamp_ms,
-        delivery_timestamp_ms=message.delivery_timestamp_ms,
-        message_type=MessageType(message.message_type),
-        born_host=message.born_host,
-        dead_letter_topic=message.dead_letter_topic,
-        dead_letter_message_id=message.dead_letter_message_id,
+    kind = message.message_type
+    message_type = _MESSAGE_TYPES.get(kind) if type(kind) is int else None
+    if message_type is None:
+        message_type = MessageType(kind)  # anything but an int: as MessageType decides
+    properties = message.properties
+    return _new_tuple(
+        MessageRecord,
+        (
+            message.topic,
+            message.queue_id,
+            message.message_id,
+            message.body,
+            message.tag,
+            tuple(message.keys),
+            message.message_group,
+            ()
+            if type(properties) is dict and not properties
+            else tuple(sorted(properties.items())),
+            message.born_timestamp_ms,
+            message.delivery_timestamp_ms,
+            message_type,
+            message.born_host,
+            message.dead_letter_topic,
+            message.dead_letter_message_id,
+        ),
     )
 
 
 def from_record(record: MessageRecord) -> Message:
     """The wire form of a stored record."""
+    (
+        topic,
+        queue_id,
+        message_id,
+        body,
+        tag,
+        keys,
+        group,
+        properties,
+        born,
+        due,
+        kind,
+        host,
+        dead_letter_topic,
+        dead_letter_message_id,
+    ) = record
     return Message(
-        topic=record.topic,
-        queue_id=record.queue_id,
-        message_id=record.message_id,
-        body=record.body,
-        tag=record.tag,
-        keys=list(record.keys),
-        message_group=record.message_group,
-        properties=dict(record.properties),
-        born_timestamp_ms=record.born_timestamp_ms,
-        delivery_timestamp_ms=record.delivery_timestamp_ms,
-        message_type=int(record.message_type),
-        born_host=record.born_host,
-        dead_letter_topic=record.dead_letter_topic,
-        dead_letter_message_id=record.dead_letter_message_id,
+        topic,
+        queue_id,
+        message_id,
+        body,
+        tag,
+        list(keys),
+        group,
+        dict(properties),
+        born,
+        due,
+        int(kind),
+        host,
+        dead_letter_topic,
+        dead_letter_message_id,
     )
 
 

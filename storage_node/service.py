@@ -51,7 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
-from protocol.records import MessageRecord, RecordCorrupted, decode_batch, decode_record_at
+from protocol.records import MessageRecord, is_canonical
 from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
@@ -119,6 +119,7 @@ from storage_node.partition.commands import (
 )
 from storage_node.partition.image import IMAGE_MAGIC, decode_image, encode_image
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
+from storage_node.partition.reads import append_record_at, append_records
 from storage_node.partition.results import (
     AckResult,
     AppendResult,
@@ -209,13 +210,32 @@ class GroupReplica:
         self._waiters: dict[QueueId, asyncio.Event] = {}
         self._set_floor: Callable[[int, int | None], None] | None = None
         self._floor_checked_index = 0
+        # Commands this node proposed, by the id of their entry bytes (held, so the id
+        # is not reused): applying that very bytes object applies the command instead
+        # of decoding it. Only commands equal to their own decoding are registered.
+        self._proposed: dict[int, tuple[bytes, Command]] = {}
+
+    def expect(self, data: bytes, command: Command) -> None:
+        """``data`` (about to be proposed) is ``command`` encoded, and decodes back to it
+        field for field: its apply here may skip the decoding. Undo with :meth:`forget`."""
+        self._proposed[id(data)] = (data, command)
+
+    def forget(self, data: bytes) -> None:
+        """Drop what :meth:`expect` registered for ``data`` (its proposal has ended)."""
+        found = self._proposed.get(id(data))
+        if found is not None and found[0] is data:
+            del self._proposed[id(data)]
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command; a rejected command's error is the result."""
         self.applied_term = entry.term
         self.applied_index = entry.index
+        proposed = self._proposed.pop(id(entry.data), None) if self._proposed else None
         try:
-            result: object = self.state.apply_entry(entry.data, entry.index)
+            if proposed is not None and proposed[0] is entry.data:
+                result: object = self.state.apply(proposed[1], entry.index)
+            else:
+                result = self.state.apply_entry(entry.data, entry.index)
         except OutOfOrderApply:
             raise
         except StorageError as exc:
@@ -356,8 +376,12 @@ class StorageNode:
 
     async def _propose(self, group_id: int, command: Command) -> Result:
         """Propose ``command``; its result once applied here, or its error raised."""
+        return await self._propose_encoded(group_id, encode(command))
+
+    async def _propose_encoded(self, group_id: int, data: bytes) -> Result:
+        """Propose the encoded command ``data``; as :meth:`_propose`."""
         try:
-            result = await self.driver.propose(group_id, encode(command))
+            result = await self.driver.propose(group_id, data)
         except RaftNotLeader as exc:
             raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         if isinstance(result, StorageError):
@@ -408,12 +432,12 @@ class StorageNode:
         for entry in entries:
             if named[entry.log_index] == 1:
                 data = bodies.read_entry(group_id, entry.log_index)
-                record = _append_record_at(data, entry.log_index, entry.position, group_id)
+                record = append_record_at(data, entry.log_index, entry.position, group_id)
                 records.append(view_record(record, entry, queue))
                 continue
             batch = batches.get(entry.log_index)
             if batch is None:
-                batch = batches[entry.log_index] = _append_records(
+                batch = batches[entry.log_index] = append_records(
                     bodies.read_entry(group_id, entry.log_index), entry.log_index
                 )
             if not 0 <= entry.position < len(batch):
@@ -428,7 +452,7 @@ class StorageNode:
     async def append(self, request: AppendRequest, context: CallContext) -> AppendResponse:
         """Store a batch of messages of one queue as one log entry."""
         group_id = self._group_of(request.topic, request.queue_id)
-        self._led_replica(group_id)
+        replica = self._led_replica(group_id)
         if not request.messages:
             raise BadCommand("an append needs at least one message")
         body_bytes = sum(len(message.body) for message in request.messages)
@@ -437,8 +461,9 @@ class StorageNode:
                 f"an append carries {body_bytes} body bytes, more than {APPEND_BODY_BYTES_MAX}"
             )
         records = []
+        queue = (request.topic, request.queue_id)
         for message in request.messages:
-            if (message.topic, message.queue_id) != (request.topic, request.queue_id):
+            if (message.topic, message.queue_id) != queue:
                 raise BadCommand(
                     f"message {message.message_id!r} is for {message.topic}:{message.queue_id}, "
                     f"not {request.topic}:{request.queue_id}"
@@ -448,7 +473,19 @@ class StorageNode:
             except ValueError as exc:
                 raise BadCommand(f"message {message.message_id!r}: {exc}") from exc
         now_ms = self.now_ms()
-        result = await self._propose(group_id, Append(now_ms, tuple(records)))
+        command = Append(now_ms, tuple(records))
+        data = encode(command)
+        # The leader applies the records it just encoded rather than decoding them
+        # again, when they are exactly what decoding gives (else it decodes, as
+        # every follower does, and a record of a wrong type fails alike everywhere).
+        expected = all(map(is_canonical, records))
+        if expected:
+            replica.expect(data, command)
+        try:
+            result = await self._propose_encoded(group_id, data)
+        finally:
+            if expected:
+                replica.forget(data)
         assert isinstance(result, AppendResult)
         self.appended_messages += len(records)
         return AppendResponse(
@@ -523,7 +560,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    _to_wire_handle(d.handle),
+                    WireHandle(*d.handle),  # a ReceiptHandle is its 4 fields in order
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(
@@ -748,24 +785,6 @@ def _ticked(
             del ticking[group_id]
     if not future.cancelled() and future.exception() is not None:
         _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
-
-
-def _append_records(data: bytes, log_index: int) -> tuple[MessageRecord, ...]:
-    if not data or data[0] != Op.APPEND:
-        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
-    try:
-        return decode_batch(data[1:]).records
-    except RecordCorrupted as exc:
-        raise CommandCorrupted(f"log entry {log_index}: {exc}") from exc
-
-
-def _append_record_at(data: bytes, log_index: int, position: int, group_id: int) -> MessageRecord:
-    if not data or data[0] != Op.APPEND:
-        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
-    try:
-        return decode_record_at(data[1:], position)
-    except RecordCorrupted as exc:
-        raise CommandCorrupted(f"log entry {log_index} of group {group_id}: {exc}") from exc
 
 
 def _to_wire_handle(handle: ReceiptHandle) -> WireHandle:

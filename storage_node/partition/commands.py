@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import operator
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import msgpack
 
@@ -65,14 +67,17 @@ class InitialPosition(enum.IntEnum):
     LATEST = 1  # the queue's end offset: only messages stored from now on
 
 
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
+class ReceiptHandle(NamedTuple):
     """The storage half of a receipt handle: which delivery of which message.
 
     ``generation`` is the log index of the command that granted the current
     lease (a receive, or a change of invisible duration). Each grant has a new
     generation, so a handle from an earlier grant is stale. The consumer group
     is named by the command that presents the handle.
+
+    Immutable; a named tuple (one per delivered and per acked message, built
+    in one step) whose wire form is itself: msgpack packs it as the array
+    ``[topic, queue_id, queue_offset, generation]``.
     """
 
     topic: str
@@ -282,10 +287,34 @@ COMMAND_TYPES: tuple[type[Any], ...] = tuple(_BY_OP.values())
 def encode(command: Command) -> bytes:
     """The log entry bytes of ``command``; equal commands give equal bytes."""
     if isinstance(command, Append):
-        return bytes([Op.APPEND]) + encode_batch(command.records, command.now_ms)
-    fields = [_to_wire(getattr(command, f.name)) for f in dataclasses.fields(command)]
-    payload: bytes = msgpack.packb(fields, use_bin_type=True)
-    return bytes([command.op]) + payload
+        return _APPEND_BYTE + encode_batch(command.records, command.now_ms)
+    # The fields as they are: msgpack packs tuples (the ReceiptHandle named tuple
+    # too) as arrays and an IntEnum as its int, which is the wire form.
+    payload: bytes = msgpack.packb(_values_of(command), use_bin_type=True)
+    return _OP_BYTES[command.op] + payload
+
+
+_APPEND_BYTE = bytes([Op.APPEND])
+_OP_BYTES = {op: bytes([op]) for op in Op}
+
+
+def _field_values(cls: type[Any]) -> Callable[[Any], tuple[object, ...]]:
+    """A function giving a command's field values in declaration order, as a tuple."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    if len(names) == 1:
+        (name,) = names
+        return lambda command: (getattr(command, name),)
+    return operator.attrgetter(*names)
+
+
+_FIELD_VALUES = {cls: _field_values(cls) for cls in COMMAND_TYPES}
+
+
+def _values_of(command: Command) -> tuple[object, ...]:
+    values = _FIELD_VALUES.get(type(command))
+    if values is None:  # a subclass of a command
+        values = _field_values(type(command))
+    return values(command)
 
 
 def decode(data: bytes) -> Command:
@@ -308,16 +337,6 @@ def decode(data: bytes) -> Command:
         raise CommandCorrupted(f"{op.name}: payload is not msgpack: {exc}") from exc
     command: Command = _from_wire(_BY_OP[op], raw)
     return command
-
-
-def _to_wire(value: object) -> object:
-    if isinstance(value, ReceiptHandle):
-        return [value.topic, value.queue_id, value.queue_offset, value.generation]
-    if isinstance(value, tuple):
-        return [_to_wire(item) for item in value]
-    if isinstance(value, enum.IntEnum):
-        return int(value)
-    return value
 
 
 Decoder = Callable[[object], Any]
@@ -362,21 +381,26 @@ def _decoder(kind: Any) -> Decoder:
             return tuple(read_item(item) for item in data)
 
         return read_tuple
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and (dataclasses.is_dataclass(kind) or issubclass(kind, tuple)):
         return _dataclass_decoder(kind)
     raise TypeError(f"no wire form for {kind!r}")  # pragma: no cover - a programming error
 
 
 def _dataclass_decoder(cls: type[Any]) -> Decoder:
+    """The decoder of a dataclass or a named tuple (ReceiptHandle) from its field array."""
     hints = typing.get_type_hints(cls)
-    fields = [
-        (
-            f.name,
-            _decoder(hints[f.name]),
-            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-    ]
+    if dataclasses.is_dataclass(cls):
+        declared = [
+            (
+                f.name,
+                f.default is not dataclasses.MISSING
+                or f.default_factory is not dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        ]
+    else:
+        declared = [(name, name in cls._field_defaults) for name in cls._fields]
+    fields = [(name, _decoder(hints[name]), has_default) for name, has_default in declared]
     required = sum(1 for _name, _read, has_default in fields if not has_default)
     name = cls.__name__
 
@@ -392,7 +416,22 @@ def _dataclass_decoder(cls: type[Any]) -> Decoder:
             *(read_field(value) for (_n, read_field, _d), value in zip(fields, data, strict=False))
         )
 
-    return read
+    kinds = tuple(hints[field] for field, _d in declared)
+    if not all(kind in (bool, int, str) for kind in kinds):
+        return read
+    # Every field a scalar: an array of exactly the field types (a bool is not an
+    # int) is the value as ``read`` would build it; anything else goes to ``read``,
+    # which names what is wrong.
+    make: Callable[[list[object]], Any] = (
+        functools.partial(tuple.__new__, cls) if issubclass(cls, tuple) else lambda v: cls(*v)
+    )
+
+    def read_scalars(data: object) -> Any:
+        if type(data) is list and tuple(map(type, data)) == kinds:
+            return make(data)
+        return read(data)
+
+    return read_scalars
 
 
 def _from_wire(kind: Any, data: object) -> Any:

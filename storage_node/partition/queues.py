@@ -19,7 +19,7 @@ import bisect
 import enum
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from protocol.records import MessageRecord
 from storage_node.partition.wire import as_int, as_list, as_str
@@ -36,13 +36,15 @@ QueueId = tuple[str, int]
 """(topic, queue id)."""
 
 
-@dataclass(frozen=True, slots=True)
-class QueueEntry:
+class QueueEntry(NamedTuple):
     """One offset of a queue: where its record is, and what filtering needs.
 
     ``tag`` and ``message_group`` are copied from the record so receive can
     filter and order without reading the log. ``dead_letter`` marks a copy in
     a dead-letter queue, whose record still names the original topic.
+
+    Immutable; a named tuple because one is built per appended message on
+    every replica (a frozen dataclass costs a ``object.__setattr__`` per field).
     """
 
     log_index: int
@@ -157,8 +159,7 @@ def view_record(record: MessageRecord, entry: QueueEntry, queue: QueueId) -> Mes
     """
     if not entry.dead_letter:
         return record
-    return replace(
-        record,
+    return record._replace(
         topic=queue[0],
         queue_id=queue[1],
         dead_letter_topic=record.dead_letter_topic or record.topic,
@@ -175,9 +176,11 @@ class Placement(enum.IntEnum):
     HALF = 2  # a transaction's half message, queued on commit
 
 
-@dataclass(frozen=True, slots=True)
-class RecordOutcome:
-    """What an append did with one record. ``queue_offset`` is -1 unless QUEUED."""
+class RecordOutcome(NamedTuple):
+    """What an append did with one record. ``queue_offset`` is -1 unless QUEUED.
+
+    Immutable; a named tuple for the same reason as :class:`QueueEntry`.
+    """
 
     topic: str
     queue_id: int

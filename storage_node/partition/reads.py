@@ -10,7 +10,7 @@ PURE.
 
 from __future__ import annotations
 
-from protocol.records import MessageRecord, RecordCorrupted, decode_batch
+from protocol.records import MessageRecord, RecordCorrupted, decode_batch, decode_record_at
 from storage_node.errors import CommandCorrupted
 from storage_node.partition.commands import Op
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
@@ -34,3 +34,25 @@ def record_at(log_entry: bytes, entry: QueueEntry, queue: QueueId) -> MessageRec
             f"not position {entry.position}"
         )
     return view_record(records[entry.position], entry, queue)
+
+
+def append_records(data: bytes, log_index: int) -> tuple[MessageRecord, ...]:
+    """Every record of the APPEND entry ``data`` at ``log_index``; ``CommandCorrupted``
+    if the bytes are not one."""
+    if not data or data[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
+    try:
+        return decode_batch(data[1:]).records
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {log_index}: {exc}") from exc
+
+
+def append_record_at(data: bytes, log_index: int, position: int, group_id: int) -> MessageRecord:
+    """The record at ``position`` of the APPEND entry ``data`` (of group ``group_id``),
+    the others skipped; ``CommandCorrupted`` if the bytes do not hold it."""
+    if not data or data[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
+    try:
+        return decode_record_at(data[1:], position)
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {log_index} of group {group_id}: {exc}") from exc

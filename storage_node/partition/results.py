@@ -9,6 +9,7 @@ PURE.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from protocol.errors import ErrorCode
 from storage_node.partition.commands import ReceiptHandle
@@ -22,13 +23,13 @@ class AppendResult:
     outcomes: tuple[RecordOutcome, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """A message handed to a consumer group by a receive.
 
     The body is in the log: read the APPEND entry at ``entry.log_index`` and
     take record ``entry.position`` (see ``queues.view_record``).
-    ``delivery_attempt`` is 1 on first delivery.
+    ``delivery_attempt`` is 1 on first delivery. Immutable; a named tuple,
+    built in one step (one per delivered message).
     """
 
     handle: ReceiptHandle
@@ -65,9 +66,9 @@ class ReceiveResult:
     end_offset: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class AckOutcome:
-    """One handle of an Ack: ``error`` is None when acknowledged."""
+class AckOutcome(NamedTuple):
+    """One handle of an Ack: ``error`` is None when acknowledged (a named tuple, as
+    :class:`Delivery`)."""
 
     handle: ReceiptHandle
     error: ErrorCode | None = None

@@ -213,30 +213,27 @@ class PartitionState:
     def _append(self, command: Append, log_index: int) -> AppendResult:
         for record in command.records:
             _check_record(record)
-        outcomes = [
-            self._append_one(record, log_index, position)
-            for position, record in enumerate(command.records)
-        ]
-        return AppendResult(tuple(outcomes))
+        append_one = self._append_one
+        return AppendResult(
+            tuple(
+                append_one(record, log_index, position)
+                for position, record in enumerate(command.records)
+            )
+        )
 
     def _append_one(self, record: MessageRecord, log_index: int, position: int) -> RecordOutcome:
-        known = self._dedup.lookup(record.topic, record.message_id)
+        topic = record.topic
+        message_id = record.message_id
+        known = self._dedup.lookup(topic, message_id)
         if known is not None:
-            return RecordOutcome(
-                known.topic,
-                known.queue_id,
-                known.message_id,
-                known.placement,
-                known.queue_offset,
-                duplicate=True,
-            )
+            return known._replace(duplicate=True)
         if record.message_type is MessageType.TRANSACTION:
-            half = self._halves.get(record.message_id)
+            half = self._halves.get(message_id)
             if half is None:
                 self._halves.add(
                     HalfMessage(
-                        record.message_id,
-                        record.topic,
+                        message_id,
+                        topic,
                         record.queue_id,
                         log_index,
                         position,
@@ -247,16 +244,12 @@ class PartitionState:
                     )
                 )
             outcome = RecordOutcome(
-                record.topic,
-                record.queue_id,
-                record.message_id,
-                Placement.HALF,
-                duplicate=half is not None,
+                topic, record.queue_id, message_id, Placement.HALF, duplicate=half is not None
             )
-        elif self._timers.is_held(record.topic, record.message_id):
+        elif self._timers.is_held(topic, message_id):
             # Sent again after the dedup window forgot it, while still held.
             outcome = RecordOutcome(
-                record.topic, record.queue_id, record.message_id, Placement.DELAYED, duplicate=True
+                topic, record.queue_id, message_id, Placement.DELAYED, duplicate=True
             )
         elif record.delivery_timestamp_ms > self.clock_ms:
             self._timers.hold(
@@ -264,24 +257,25 @@ class PartitionState:
                     record.delivery_timestamp_ms,
                     log_index,
                     position,
-                    record.topic,
+                    topic,
                     record.queue_id,
-                    record.message_id,
+                    message_id,
                     record.tag,
                     record.message_group,
                 )
             )
-            outcome = RecordOutcome(
-                record.topic, record.queue_id, record.message_id, Placement.DELAYED
-            )
+            outcome = RecordOutcome(topic, record.queue_id, message_id, Placement.DELAYED)
         else:
+            # The common case, kept to one tuple per object built.
+            queue_id = record.queue_id
+            clock_ms = self.clock_ms
             offset = self._enqueue(
-                (record.topic, record.queue_id),
-                QueueEntry(log_index, position, self.clock_ms, record.tag, record.message_group),
+                (topic, queue_id),
+                QueueEntry(log_index, position, clock_ms, record.tag, record.message_group),
             )
-            outcome = RecordOutcome(
-                record.topic, record.queue_id, record.message_id, Placement.QUEUED, offset
-            )
+            outcome = RecordOutcome(topic, queue_id, message_id, Placement.QUEUED, offset)
+            self._dedup.remember(outcome, clock_ms)
+            return outcome
         if not outcome.duplicate:
             self._dedup.remember(outcome, self.clock_ms)
         return outcome
@@ -638,6 +632,10 @@ def _stale(handle: ReceiptHandle) -> str:
 
 
 def _check_record(record: MessageRecord) -> None:
-    _require(record.topic != "", f"message {record.message_id!r} has no topic")
-    _require(record.message_id != "", f"a message to {record.topic!r} has no message id")
-    _require(record.queue_id >= 0, f"message {record.message_id!r} has queue id {record.queue_id}")
+    # The messages are formatted only on failure: this runs for every appended record.
+    if record.topic == "":
+        raise BadCommand(f"message {record.message_id!r} has no topic")
+    if record.message_id == "":
+        raise BadCommand(f"a message to {record.topic!r} has no message id")
+    if record.queue_id < 0:
+        raise BadCommand(f"message {record.message_id!r} has queue id {record.queue_id}")

@@ -31,7 +31,8 @@ from protocol.storage_api import (
 from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
-from storage_node.errors import BadCommand, StorageError
+from storage_node.errors import BadCommand, CommandCorrupted, StorageError
+from storage_node.partition import state as partition_state
 from storage_node.service import APPEND_BODY_BYTES_MAX, FIRST_GROUP_ID, GroupReplica, StorageNode
 from tests.waiting import async_wait_until
 
@@ -176,3 +177,29 @@ async def test_an_oversized_append_is_refused_and_nothing_is_stored(tmp_path: Pa
             await node.append(AppendRequest("t", 0, big), CONTEXT)
         fits = await node.append(AppendRequest("t", 0, big[:2]), CONTEXT)
         assert [o.queue_offset for o in fits.outcomes] == [0, 1]
+
+
+async def test_the_leader_applies_its_own_records_without_decoding_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[bytes] = []
+
+    def counting_decode(data: bytes) -> Any:
+        decoded.append(data)
+        return state_decode(data)
+
+    state_decode = partition_state.decode
+    monkeypatch.setattr(partition_state, "decode", counting_decode)
+    async with one_node(tmp_path) as node:
+        appended = await node.append(AppendRequest("t", 0, _messages(0, 3)), CONTEXT)
+        assert [o.queue_offset for o in appended.outcomes] == [0, 1, 2]
+        assert decoded == []  # the proposer's entry: its records, not a decoding
+        # A record that would not decode back as it is (a key that is not a string)
+        # is decoded on the leader too, and refused there as on any replica.
+        odd = [Message("t", 0, "odd", b"x", keys=[7])]  # type: ignore[list-item]
+        with pytest.raises(CommandCorrupted, match="not arrays of strings"):
+            await node.append(AppendRequest("t", 0, odd), CONTEXT)
+        assert len(decoded) == 1
+        assert not node.replicas[node._group_of("t", 0)]._proposed
+        read = await node.read(ReadRequest("t", 0, 0), CONTEXT)
+        assert [m.message.message_id for m in read.messages] == ["m0-0", "m0-1", "m0-2"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from protocol.records import MessageRecord
@@ -135,7 +133,7 @@ def test_a_queue_entry_resolves_only_against_its_append_entry() -> None:
     with pytest.raises(CommandCorrupted, match="not an APPEND"):
         record_at(h.log[2], entry, ("orders", 0))
     with pytest.raises(CommandCorrupted, match="position 5"):
-        record_at(h.log[1], replace(entry, position=5), ("orders", 0))
+        record_at(h.log[1], entry._replace(position=5), ("orders", 0))
     with pytest.raises(CommandCorrupted, match="CRC"):
         record_at(h.log[1][:-1] + b"\x00", entry, ("orders", 0))
 
