@@ -81,6 +81,30 @@ def test_entries_honours_max_bytes(tmp_path: Path) -> None:
     store.close()
 
 
+def test_the_node_wide_cache_budget_evicts_the_oldest_runs(tmp_path: Path) -> None:
+    """Past ``cache_bytes_total`` the oldest appended runs leave the cache, whatever
+    their group; evicted entries are read from disk, unchanged."""
+    store = open_store(tmp_path, cache_bytes_per_group=500, cache_bytes_total=2_500)
+    store.append(1, entries(1, 1, 11, tag=b"1"))  # run A; the group keeps 6..10
+    store.append(1, entries(1, 11, 21, tag=b"1"))  # run B; the group keeps 16..20
+    store.append(2, entries(1, 1, 11, tag=b"2"))  # run C: 3,000 B queued, A goes
+    # A's entries had left the group's own budget already: nothing to drop.
+    assert store._groups[1].cache_from == 16
+    # A run crossing into a new segment (the slow path) is queued too: B and C go,
+    # the newest run stays even above the budget.
+    store.append(3, entries(1, 1, 3, size=31_000, tag=b"3"))
+    assert (store._groups[1].cache_from, store._groups[2].cache_from) == (21, 11)
+    assert store._groups[1].cache_bytes == store._groups[2].cache_bytes == 0
+    store.append(2, entries(1, 11, 13, tag=b"2"))  # its group's budget had emptied run D
+    assert [store._groups[g].cache_from for g in (1, 2, 3)] == [21, 11, 3]
+    assert store._groups[2].cache_bytes == 200
+    store.commit()
+    assert all_entries(store, 1) == entries(1, 1, 21, tag=b"1")
+    assert all_entries(store, 2) == entries(1, 1, 13, tag=b"2")
+    assert all_entries(store, 3) == entries(1, 1, 3, size=31_000, tag=b"3")
+    store.close()
+
+
 def _write_history(path: Path) -> tuple[list[Entry], int]:
     """Two groups interleaved; return group 1's entries and where its last record starts."""
     store = open_store(path)
