@@ -114,6 +114,10 @@ class Driver:
         self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{node_id}")
         # Zero-filling a spare segment takes long: never let a sync wait behind it.
         self._spare_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-spare-{node_id}")
+        # Nor a spare behind a compaction's snapshot files (one per group: 1024
+        # files took long enough that the WAL ran out of spares and the loop
+        # zero-filled a 64 MiB segment itself, in LogStore._start_segment).
+        self._snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-snap-{node_id}")
         self._failed: BaseException | None = None
         # Held by each round (collect .. advance) and by remove_group.
         self._round_lock = asyncio.Lock()
@@ -200,6 +204,7 @@ class Driver:
         self._fail_waiting(NotLeader("the node is stopping"))
         self._sync_thread.shutdown(wait=True)
         self._spare_thread.shutdown(wait=True)
+        self._snapshot_thread.shutdown(wait=True)
         self.store.close()
 
     # ------------------------------------------------------------ proposals
@@ -453,7 +458,7 @@ class Driver:
             self._work.set()
 
         write = store.snapshot_files.write_durably
-        loop.run_in_executor(self._spare_thread, write, files).add_done_callback(done)
+        loop.run_in_executor(self._snapshot_thread, write, files).add_done_callback(done)
 
     async def _finish_compaction(self, loop: asyncio.AbstractEventLoop) -> None:
         """Record the durable snapshots and compact; sync, then recycle freed segments."""
