@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -378,4 +379,31 @@ def test_a_dropped_group_keeps_only_its_term_and_vote(tmp_path: Path) -> None:
     again.commit()
     assert all_entries(again, 1) == entries(4, 1, 3)
     assert again.group(2).entries(1, 3) == entries(1, 1, 3)
+    again.close()
+
+
+def test_a_flush_of_many_chunks_and_short_writes_keep_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More chunks than one pwritev takes (IOV_MAX), and writes the kernel cuts short."""
+    store = open_store(tmp_path, segment_bytes=1 << 20)
+    real_pwritev = os.pwritev
+    calls: list[int] = []
+
+    def short_pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+        calls.append(len(buffers))
+        # Write only part of the first chunk: the store must finish the rest.
+        return real_pwritev(fd, [bytes(buffers[0])[:7]], offset)
+
+    written = entries(1, 1, 1201, size=40)  # 2 chunks per entry: 3 pwritev calls
+    store.append(1, written)
+    monkeypatch.setattr(os, "pwritev", short_pwritev)
+    store.flush()
+    monkeypatch.undo()
+    assert calls == [1024, 1024, 352]
+    store.set_hard_state(1, HardState(term=1, vote=1, commit=1200))
+    store.commit()
+    store.close()
+    again = open_store(tmp_path, segment_bytes=1 << 20)
+    assert all_entries(again, 1) == written
     again.close()
