@@ -2,9 +2,9 @@
 
 One task runs rounds (see :mod:`raft.multiraft` for the round itself): take
 the Readys of all groups with work, encode their entries and hard states
-into the shared WAL with ONE write, make them durable with ONE fdatasync (in
-a worker thread, while the loop goes on receiving and queueing proposals),
-send one batch per peer node, apply committed entries, advance. A second
+into the shared WAL with one flush (pwritev), make them durable with ONE
+fdatasync (in a worker thread, while the loop goes on receiving and queueing
+proposals), send one batch per peer node, apply committed entries, advance. A second
 task ticks every ``tick_ms`` and sends each peer an (often empty) batch,
 which is the node-level liveness signal that lets idle groups quiesce.
 

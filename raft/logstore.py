@@ -6,7 +6,7 @@ docs/wal-format.md.
 Write path (one round of the driver)::
 
     store.append(g, entries); store.set_hard_state(g, hs); ...  # encode only
-    store.flush()   # ONE pwritev/pwrite of everything encoded since the last flush
+    store.flush()   # pwritev of everything encoded since the last flush (1024 buffers a call)
     store.sync()    # ONE fdatasync (safe to run in a worker thread)
     store.maybe_collect_garbage()
 
