@@ -196,6 +196,7 @@ async def serve(args: argparse.Namespace) -> None:
         args.data_dir,
         segment_bytes=args.segment_mb << 20,
         cache_bytes_per_group=args.cache_kb_per_group << 10,
+        cache_bytes_total=args.cache_mb << 20,
         spare_segments_max=args.spare_segments,
     )
     transport = AngeliaTransport(args.id, {n: a for n, a in peers.items() if n != args.id})
@@ -258,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--spare-segments", type=int, default=4, help="collected segments kept for reuse"
     )
     parser.add_argument("--cache-kb-per-group", type=int, default=512)
+    parser.add_argument(
+        "--cache-mb", type=int, default=64, help="recent entries cached in memory, all groups"
+    )
     parser.add_argument(
         "--sync-inline", action="store_true", help="fdatasync on the event loop, not a thread"
     )

@@ -6,7 +6,7 @@ docs/wal-format.md.
 Write path (one round of the driver)::
 
     store.append(g, entries); store.set_hard_state(g, hs); ...  # encode only
-    store.flush()   # ONE pwritev/pwrite of everything encoded since the last flush
+    store.flush()   # pwritev of everything encoded since the last flush (1024 buffers a call)
     store.sync()    # ONE fdatasync (safe to run in a worker thread)
     store.maybe_collect_garbage()
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,11 +81,21 @@ class LogStore:
         segment_bytes: int = 64 << 20,
         spare_segments_max: int = 2,
         cache_bytes_per_group: int = 4 << 20,
+        cache_bytes_total: int = 64 << 20,
     ) -> None:
         """Use :meth:`open`; this only sets fields."""
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.cache_bytes_per_group = cache_bytes_per_group
+        self.cache_bytes_total = cache_bytes_total
+        # The node-wide cache budget: every run of entries cached by append, oldest
+        # first, as (group, last index of the run, its bytes). Evicting a run drops
+        # the group's cached entries up to that index (a prefix of its cache, so
+        # "entries >= cache_from are cached" holds). ``_cached_bytes`` is the sum
+        # over the queue: it may count entries already gone (truncated,
+        # compacted), which only makes eviction come a little early.
+        self._cache_runs: deque[tuple[GroupIndex, int, int]] = deque()
+        self._cached_bytes = 0
         self._groups: dict[int, GroupIndex] = {}
         self._segments: dict[int, _Segment] = {}
         self._current: _Segment | None = None
@@ -111,6 +122,7 @@ class LogStore:
         segment_bytes: int = 64 << 20,
         spare_segments_max: int = 2,
         cache_bytes_per_group: int = 4 << 20,
+        cache_bytes_total: int = 64 << 20,
     ) -> LogStore:
         """Open (creating if needed) the WAL in ``directory`` and recover its state."""
         if segment_bytes < 4096:
@@ -120,6 +132,7 @@ class LogStore:
             segment_bytes=segment_bytes,
             spare_segments_max=spare_segments_max,
             cache_bytes_per_group=cache_bytes_per_group,
+            cache_bytes_total=cache_bytes_total,
         )
         store._wal_dir.mkdir(parents=True, exist_ok=True)
         store._snap_dir.mkdir(parents=True, exist_ok=True)
@@ -402,9 +415,12 @@ class LogStore:
             self._buffer_bytes += total
             if g.cache_from + len(g.cache) == start:
                 g.cache.extend(entries)
-                g.cache_bytes += total - fmt.RECORD_HEADER_BYTES * len(entries)
+                added = total - fmt.RECORD_HEADER_BYTES * len(entries)
+                g.cache_bytes += added
+                self._note_cached(g, entries[-1].index, added)
             self._trim_cache(g)
             return
+        added = 0
         for entry in entries:
             if entry.index != g.last + 1:
                 raise ValueError(f"group {group_id}: entries are not consecutive at {entry.index}")
@@ -415,7 +431,34 @@ class LogStore:
             if g.cache_from + len(g.cache) == entry.index:
                 g.cache.append(entry)
                 g.cache_bytes += len(entry.data)
+                added += len(entry.data)
+        if added:
+            self._note_cached(g, g.last, added)
         self._trim_cache(g)
+
+    def _note_cached(self, g: GroupIndex, last: int, added: int) -> None:
+        """Queue a run of entries just cached (up to ``last``); evict the oldest
+        runs while the node's cache holds more than ``cache_bytes_total``.
+
+        Why a node-wide budget: with the per-group one alone a node caches
+        ``groups x cache_bytes_per_group`` (512 MiB at 1024 groups x 512 KiB),
+        so every entry written stayed in memory for minutes; the core reads
+        back only recent entries (to send, to apply), and the heap grew by the
+        write rate (page faults, cyclic GC over millions of entries).
+        """
+        runs = self._cache_runs
+        runs.append((g, last, added))
+        self._cached_bytes += added
+        limit = self.cache_bytes_total
+        while self._cached_bytes > limit and len(runs) > 1:
+            old, old_last, old_bytes = runs.popleft()
+            self._cached_bytes -= old_bytes
+            drop = min(len(old.cache), old_last + 1 - old.cache_from)
+            if drop > 0:
+                cache = old.cache
+                old.cache_bytes -= sum([len(e.data) for e in cache[:drop]])
+                del cache[:drop]
+                old.cache_from += drop
 
     def _trim_cache(self, g: GroupIndex) -> None:
         budget = self.cache_bytes_per_group
@@ -562,7 +605,7 @@ class LogStore:
         self._collect_due = True
 
     def flush(self) -> None:
-        """Write everything encoded since the last flush with one system call."""
+        """Write everything encoded since the last flush (one system call per 1024 chunks)."""
         self._check()
         if not self._buffer:
             return
@@ -576,22 +619,28 @@ class LogStore:
         self._dirty_fds.add(segment.fd)
 
     def _write_buffer(self, segment: _Segment) -> None:
-        """ONE system call: pwritev of the chunks, or pwrite of their join past IOV_MAX."""
+        """pwritev of the chunks, IOV_MAX at a time: nothing is copied (a round of
+        a few hundred entries is one or two system calls).
+
+        Several calls are no weaker than one: nothing is durable before the
+        round's fdatasync, and recovery cuts a torn tail at the first bad record.
+        """
         chunks = self._buffer
         offset = self._write_offset
-        want = self._buffer_bytes
-        if len(chunks) <= _IOV_MAX:
-            written = os.pwritev(segment.fd, chunks, offset)
-            rest = b"" if written == want else b"".join(chunks)[written:]
-        else:
-            data = b"".join(chunks)
-            written = os.pwrite(segment.fd, data, offset)
-            rest = data[written:]
-        while rest:  # a short write (rare): finish it
-            n = os.pwrite(segment.fd, rest, offset + written)
-            rest = rest[n:]
-            written += n
-        self._write_offset = offset + want
+        fd = segment.fd
+        single = len(chunks) <= _IOV_MAX
+        for start in range(0, len(chunks), _IOV_MAX):
+            part = chunks if single else chunks[start : start + _IOV_MAX]
+            size = self._buffer_bytes if single else sum(map(len, part))
+            written = os.pwritev(fd, part, offset)
+            if written != size:  # a short write (rare): finish it
+                rest = b"".join(part)[written:]
+                while rest:
+                    n = os.pwrite(fd, rest, offset + written)
+                    rest = rest[n:]
+                    written += n
+            offset += size
+        self._write_offset = offset
         self._buffer = []
         self._buffer_bytes = 0
 

@@ -292,9 +292,13 @@ class MultiRaft:
                     self._wake(g)
                 else:
                     continue
-            g.node.tick()
+            node = g.node
+            node.tick()
             g.idle_ticks += 1
-            dirty.add(g.group_id)
+            if node.has_ready():
+                # Most ticks change nothing a Ready reports (a follower's
+                # election clock): such a group stays out of the next collect.
+                dirty.add(g.group_id)
             if g.idle_ticks >= quiesce_after:
                 self._maybe_quiesce_leader(g)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -78,6 +79,30 @@ def test_entries_honours_max_bytes(tmp_path: Path) -> None:
     assert [e.index for e in log.entries(18, 21, max_bytes=150)] == [18]
     assert [e.index for e in log.entries(5, 6, max_bytes=1)] == [5]
     assert log.entries(1, 21) == entries(1, 1, 21, size=100)
+    store.close()
+
+
+def test_the_node_wide_cache_budget_evicts_the_oldest_runs(tmp_path: Path) -> None:
+    """Past ``cache_bytes_total`` the oldest appended runs leave the cache, whatever
+    their group; evicted entries are read from disk, unchanged."""
+    store = open_store(tmp_path, cache_bytes_per_group=500, cache_bytes_total=2_500)
+    store.append(1, entries(1, 1, 11, tag=b"1"))  # run A; the group keeps 6..10
+    store.append(1, entries(1, 11, 21, tag=b"1"))  # run B; the group keeps 16..20
+    store.append(2, entries(1, 1, 11, tag=b"2"))  # run C: 3,000 B queued, A goes
+    # A's entries had left the group's own budget already: nothing to drop.
+    assert store._groups[1].cache_from == 16
+    # A run crossing into a new segment (the slow path) is queued too: B and C go,
+    # the newest run stays even above the budget.
+    store.append(3, entries(1, 1, 3, size=31_000, tag=b"3"))
+    assert (store._groups[1].cache_from, store._groups[2].cache_from) == (21, 11)
+    assert store._groups[1].cache_bytes == store._groups[2].cache_bytes == 0
+    store.append(2, entries(1, 11, 13, tag=b"2"))  # its group's budget had emptied run D
+    assert [store._groups[g].cache_from for g in (1, 2, 3)] == [21, 11, 3]
+    assert store._groups[2].cache_bytes == 200
+    store.commit()
+    assert all_entries(store, 1) == entries(1, 1, 21, tag=b"1")
+    assert all_entries(store, 2) == entries(1, 1, 13, tag=b"2")
+    assert all_entries(store, 3) == entries(1, 1, 3, size=31_000, tag=b"3")
     store.close()
 
 
@@ -354,4 +379,31 @@ def test_a_dropped_group_keeps_only_its_term_and_vote(tmp_path: Path) -> None:
     again.commit()
     assert all_entries(again, 1) == entries(4, 1, 3)
     assert again.group(2).entries(1, 3) == entries(1, 1, 3)
+    again.close()
+
+
+def test_a_flush_of_many_chunks_and_short_writes_keep_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More chunks than one pwritev takes (IOV_MAX), and writes the kernel cuts short."""
+    store = open_store(tmp_path, segment_bytes=1 << 20)
+    real_pwritev = os.pwritev
+    calls: list[int] = []
+
+    def short_pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+        calls.append(len(buffers))
+        # Write only part of the first chunk: the store must finish the rest.
+        return real_pwritev(fd, [bytes(buffers[0])[:7]], offset)
+
+    written = entries(1, 1, 1201, size=40)  # 2 chunks per entry: 3 pwritev calls
+    store.append(1, written)
+    monkeypatch.setattr(os, "pwritev", short_pwritev)
+    store.flush()
+    monkeypatch.undo()
+    assert calls == [1024, 1024, 352]
+    store.set_hard_state(1, HardState(term=1, vote=1, commit=1200))
+    store.commit()
+    store.close()
+    again = open_store(tmp_path, segment_bytes=1 << 20)
+    assert all_entries(again, 1) == written
     again.close()
