@@ -14,7 +14,7 @@ import pytest
 
 from angelia_rpc import AngeliaError, CallContext, Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import NameserverService, StorageService
-from broker.domain import GroupInfo, Message, MessageType, QueueRef
+from broker.domain import GroupInfo, Message, MessageType, PopResult, QueueRef
 from broker.errors import BrokerError, Reason
 from broker.services.nameserver import ClusterMetadata, NameserverLink
 from broker.services.storage import StorageStore
@@ -242,17 +242,21 @@ async def test_store_reports_an_unreachable_cluster_as_retriable(cluster: Cluste
     assert failed.value.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED)
 
 
-async def test_concurrent_acks_of_one_queue_share_one_storage_call(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await cluster.admin.create_topic(api.CreateTopicRequest("acks", CLUSTER, 1))
+async def _popped_with_counted_acks(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, topic: str, count: int
+) -> tuple[StorageStore, QueueRef, PopResult, list[int]]:
+    """``count`` messages appended to a new one-queue topic and popped for group "g";
+    the list collects the number of handles of every storage ack call from then on."""
+    await cluster.admin.create_topic(api.CreateTopicRequest(topic, CLUSTER, 1))
     store = StorageStore(_metadata(cluster), cluster.peers, seeds=[cluster.storage])
-    queue = QueueRef("acks", 0)
-    await store.append(queue, [Message("acks", f"m{i}".encode(), f"a{i}") for i in range(6)])
+    queue = QueueRef(topic, 0)
+    await store.append(
+        queue, [Message(topic, f"m{i}".encode(), f"{topic}{i}") for i in range(count)]
+    )
     popped = await store.pop(
         GroupInfo("g"), queue, batch_size=8, invisible_ms=30_000, tag_filter=TagFilter.parse("*")
     )
-    assert len(popped.messages) == 6
+    assert len(popped.messages) == count
     calls: list[int] = []
     real_call = store._ack_call
 
@@ -261,6 +265,13 @@ async def test_concurrent_acks_of_one_queue_share_one_storage_call(
         return await real_call(group, q, handles)
 
     monkeypatch.setattr(store, "_ack_call", counted)
+    return store, queue, popped, calls
+
+
+async def test_concurrent_acks_of_one_queue_share_one_storage_call(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, queue, popped, calls = await _popped_with_counted_acks(cluster, monkeypatch, "acks", 6)
     head = popped.messages[0]
     outcomes = await asyncio.gather(
         *(store.ack("g", queue, p.offset, p.generation) for p in popped.messages),
@@ -277,22 +288,9 @@ async def test_concurrent_acks_of_one_queue_share_one_storage_call(
 async def test_ack_all_finishes_a_receive_in_one_storage_call_with_outcomes_in_order(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await cluster.admin.create_topic(api.CreateTopicRequest("acks-all", CLUSTER, 1))
-    store = StorageStore(_metadata(cluster), cluster.peers, seeds=[cluster.storage])
-    queue = QueueRef("acks-all", 0)
-    await store.append(queue, [Message("acks-all", f"m{i}".encode(), f"b{i}") for i in range(5)])
-    popped = await store.pop(
-        GroupInfo("g"), queue, batch_size=8, invisible_ms=30_000, tag_filter=TagFilter.parse("*")
+    store, queue, popped, calls = await _popped_with_counted_acks(
+        cluster, monkeypatch, "acks-all", 5
     )
-    assert len(popped.messages) == 5
-    calls: list[int] = []
-    real_call = store._ack_call
-
-    async def counted(group: str, q: QueueRef, handles: list[st.ReceiptHandle]) -> st.AckResponse:
-        calls.append(len(handles))
-        return await real_call(group, q, handles)
-
-    monkeypatch.setattr(store, "_ack_call", counted)
     head = popped.messages[0]
     deliveries = [(queue, p.offset, p.generation) for p in popped.messages]
     deliveries.insert(2, (queue, head.offset, head.generation + 1000))  # never issued
