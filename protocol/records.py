@@ -136,7 +136,9 @@ _KINDS: tuple[type, ...] = (
 _DEFAULT_TAIL: tuple[object, ...] = ("", [], "", [], 0, 0, int(MessageType.NORMAL), "", "", "")
 # The fast path's view of a record: the same kinds, with arrays unpacked as tuples.
 _TUPLE_KINDS: tuple[type, ...] = tuple(tuple if kind is list else kind for kind in _KINDS)
-_MESSAGE_TYPES: dict[object, MessageType] = {int(kind): kind for kind in MessageType}
+MESSAGE_TYPES: Mapping[object, MessageType] = {int(kind): kind for kind in MessageType}
+"""The message type of a record's wire int (a lookup: several times cheaper than
+``MessageType(kind)`` and None instead of an error for an unknown one)."""
 _new_tuple = tuple.__new__
 _COUNT = struct.Struct(">qI")
 _CRC = struct.Struct(">I")
@@ -209,7 +211,7 @@ def _record_from_wire(data: object) -> MessageRecord:
         if type(pair[0]) is not str or type(pair[1]) is not str:
             raise RecordCorrupted("a record property pair holds a non-string")
         pairs.append((pair[0], pair[1]))
-    message_type = _MESSAGE_TYPES.get(kind)
+    message_type = MESSAGE_TYPES.get(kind)
     if message_type is None:
         raise RecordCorrupted(f"unknown message type {kind!r}")
     return MessageRecord(
@@ -287,22 +289,7 @@ def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None
     for item in items:
         if type(item) is not tuple or tuple(map(type, item)) != _TUPLE_KINDS:
             return None
-        (
-            topic,
-            queue_id,
-            message_id,
-            body,
-            tag,
-            keys,
-            group,
-            props,
-            born,
-            due,
-            kind,
-            host,
-            dlt,
-            dlm,
-        ) = item
+        keys, props, kind = item[5], item[7], item[10]
         if keys and not all(type(key) is str for key in keys):
             return None
         for pair in props:
@@ -310,30 +297,10 @@ def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None
                 return None
             if type(pair[0]) is not str or type(pair[1]) is not str:
                 return None
-        message_type = _MESSAGE_TYPES.get(kind)
+        message_type = MESSAGE_TYPES.get(kind)
         if message_type is None:
             return None
-        records.append(
-            _new_tuple(
-                MessageRecord,
-                (
-                    topic,
-                    queue_id,
-                    message_id,
-                    body,
-                    tag,
-                    keys,
-                    group,
-                    props,
-                    born,
-                    due,
-                    message_type,
-                    host,
-                    dlt,
-                    dlm,
-                ),
-            )
-        )
+        records.append(_new_tuple(MessageRecord, (*item[:10], message_type, *item[11:])))
     return tuple(records)
 
 

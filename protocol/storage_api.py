@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.records import MessageRecord, MessageType
+from protocol.records import MESSAGE_TYPES, MessageRecord, MessageType
 
 _set_attribute = object.__setattr__
 _NO_KEYS: list[str] = []
 _NO_PROPERTIES: dict[str, str] = {}
-_MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
 _new_tuple = tuple.__new__
 
 
@@ -101,7 +100,7 @@ class Message:
 def to_record(message: Message) -> MessageRecord:
     """The stored form of a wire message; raises ValueError for an unknown message type."""
     kind = message.message_type
-    message_type = _MESSAGE_TYPES.get(kind) if type(kind) is int else None
+    message_type = MESSAGE_TYPES.get(kind) if type(kind) is int else None
     if message_type is None:
         message_type = MessageType(kind)  # anything but an int: as MessageType decides
     properties = message.properties
@@ -129,38 +128,16 @@ def to_record(message: Message) -> MessageRecord:
 
 
 def from_record(record: MessageRecord) -> Message:
-    """The wire form of a stored record."""
-    (
-        topic,
-        queue_id,
-        message_id,
-        body,
-        tag,
-        keys,
-        group,
-        properties,
-        born,
-        due,
-        kind,
-        host,
-        dead_letter_topic,
-        dead_letter_message_id,
-    ) = record
+    """The wire form of a stored record (the two share their field order)."""
     return Message(
-        topic,
-        queue_id,
-        message_id,
-        body,
-        tag,
-        list(keys),
-        group,
-        dict(properties),
-        born,
-        due,
-        int(kind),
-        host,
-        dead_letter_topic,
-        dead_letter_message_id,
+        *record[:5],
+        list(record.keys),
+        record.message_group,
+        dict(record.properties),
+        record.born_timestamp_ms,
+        record.delivery_timestamp_ms,
+        int(record.message_type),
+        *record[11:],
     )
 
 

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from raft import wal_format as fmt
+from raft.entry_cache import EntryCache
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
+from raft.group_log import GroupLog
 from raft.snapshot_files import SnapshotFiles
 from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir
 from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
@@ -86,16 +87,7 @@ class LogStore:
         """Use :meth:`open`; this only sets fields."""
         self.directory = directory
         self.segment_bytes = segment_bytes
-        self.cache_bytes_per_group = cache_bytes_per_group
-        self.cache_bytes_total = cache_bytes_total
-        # The node-wide cache budget: every run of entries cached by append, oldest
-        # first, as (group, last index of the run, its bytes). Evicting a run drops
-        # the group's cached entries up to that index (a prefix of its cache, so
-        # "entries >= cache_from are cached" holds). ``_cached_bytes`` is the sum
-        # over the queue: it may count entries already gone (truncated,
-        # compacted), which only makes eviction come a little early.
-        self._cache_runs: deque[tuple[GroupIndex, int, int]] = deque()
-        self._cached_bytes = 0
+        self._cache = EntryCache(cache_bytes_per_group, cache_bytes_total)
         self._groups: dict[int, GroupIndex] = {}
         self._segments: dict[int, _Segment] = {}
         self._current: _Segment | None = None
@@ -413,14 +405,8 @@ class LogStore:
                 self._write_offset + self._buffer_bytes,
             )
             self._buffer_bytes += total
-            if g.cache_from + len(g.cache) == start:
-                g.cache.extend(entries)
-                added = total - fmt.RECORD_HEADER_BYTES * len(entries)
-                g.cache_bytes += added
-                self._note_cached(g, entries[-1].index, added)
-            self._trim_cache(g)
+            self._cache.add(g, entries)
             return
-        added = 0
         for entry in entries:
             if entry.index != g.last + 1:
                 raise ValueError(f"group {group_id}: entries are not consecutive at {entry.index}")
@@ -428,49 +414,7 @@ class LogStore:
                 RecordKind.ENTRY, group_id, entry.term, entry.index, entry.data, entry.type
             )
             g.locs.append((entry.term, seq, offset, len(entry.data), int(entry.type)))
-            if g.cache_from + len(g.cache) == entry.index:
-                g.cache.append(entry)
-                g.cache_bytes += len(entry.data)
-                added += len(entry.data)
-        if added:
-            self._note_cached(g, g.last, added)
-        self._trim_cache(g)
-
-    def _note_cached(self, g: GroupIndex, last: int, added: int) -> None:
-        """Queue a run of entries just cached (up to ``last``); evict the oldest
-        runs while the node's cache holds more than ``cache_bytes_total``.
-
-        Why a node-wide budget: with the per-group one alone a node caches
-        ``groups x cache_bytes_per_group`` (512 MiB at 1024 groups x 512 KiB),
-        so every entry written stayed in memory for minutes; the core reads
-        back only recent entries (to send, to apply), and the heap grew by the
-        write rate (page faults, cyclic GC over millions of entries).
-        """
-        runs = self._cache_runs
-        runs.append((g, last, added))
-        self._cached_bytes += added
-        limit = self.cache_bytes_total
-        while self._cached_bytes > limit and len(runs) > 1:
-            old, old_last, old_bytes = runs.popleft()
-            self._cached_bytes -= old_bytes
-            drop = min(len(old.cache), old_last + 1 - old.cache_from)
-            if drop > 0:
-                cache = old.cache
-                old.cache_bytes -= sum([len(e.data) for e in cache[:drop]])
-                del cache[:drop]
-                old.cache_from += drop
-
-    def _trim_cache(self, g: GroupIndex) -> None:
-        budget = self.cache_bytes_per_group
-        if g.cache_bytes <= budget + (budget >> 2):
-            return  # trim in steps of a quarter of the budget, not on every append
-        drop = 0
-        cache = g.cache
-        while g.cache_bytes > budget and drop < len(cache):
-            g.cache_bytes -= len(cache[drop].data)
-            drop += 1
-        del cache[:drop]
-        g.cache_from += drop
+        self._cache.add(g, entries)
 
     def set_hard_state(self, group_id: int, hard_state: HardState) -> None:
         """Encode the group's new hard state."""
@@ -577,7 +521,7 @@ class LogStore:
             raise ValueError(
                 f"group {group_id}: compact to {index} beyond the snapshot at {g.snapshot_index}"
             )
-        term = self._term(g, index)
+        term = self.term_of(g, index)
         self._encode(RecordKind.COMPACT, group_id, term, index, b"")
         g.compact_to(index, term)
         self._collect_due = True
@@ -628,10 +572,9 @@ class LogStore:
         chunks = self._buffer
         offset = self._write_offset
         fd = segment.fd
-        single = len(chunks) <= _IOV_MAX
         for start in range(0, len(chunks), _IOV_MAX):
-            part = chunks if single else chunks[start : start + _IOV_MAX]
-            size = self._buffer_bytes if single else sum(map(len, part))
+            part = chunks[start : start + _IOV_MAX]
+            size = sum(map(len, part))
             written = os.pwritev(fd, part, offset)
             if written != size:  # a short write (rare): finish it
                 rest = b"".join(part)[written:]
@@ -769,7 +712,8 @@ class LogStore:
         if hi > g.last + 1:
             raise LogUnavailable(f"group {g.group_id}: index {hi - 1} is beyond {g.last}")
 
-    def _term(self, g: GroupIndex, index: int) -> int:
+    def term_of(self, g: GroupIndex, index: int) -> int:
+        """Term of entry ``index`` of ``g`` (the snapshot's or compaction point's there)."""
         if index == g.compact_index:
             return g.compact_term
         if index == g.snapshot_index:
@@ -777,7 +721,8 @@ class LogStore:
         self._check_range(g, index, index + 1)
         return g.locs[index - g.first][0]
 
-    def _entries(self, g: GroupIndex, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+    def entries_of(self, g: GroupIndex, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+        """Entries [lo, hi) of ``g``, from its cache or disk (see :class:`GroupLog`)."""
         self._check_range(g, lo, hi)
         if lo >= hi:
             return []
@@ -827,7 +772,8 @@ class LogStore:
                 )
             run_start = run_end + 1
 
-    def _snapshot(self, g: GroupIndex) -> Snapshot:
+    def snapshot_of(self, g: GroupIndex) -> Snapshot:
+        """The newest snapshot of ``g`` (empty if none)."""
         if g.snapshot_index == 0:
             return Snapshot()
         return self.snapshot_files.read(g.group_id, g.snapshot_term, g.snapshot_index)
@@ -842,40 +788,3 @@ def _dropped(group_id: int, hard_state: HardState) -> GroupIndex:
 
 def _loc_segment(loc: tuple[int, int, int, int, int]) -> int:
     return loc[1]
-
-
-class GroupLog:
-    """One group's durable log, read by its raft core (implements ``LogReader``)."""
-
-    def __init__(self, store: LogStore, state: GroupIndex) -> None:
-        """Obtain it from :meth:`LogStore.group`."""
-        self._store = store
-        self._g = state
-        self.group_id = state.group_id
-
-    def initial_state(self) -> tuple[HardState, ConfState]:
-        """The persisted hard state and the newest membership (record or snapshot)."""
-        g = self._g
-        if g.conf_state is not None and g.conf_index >= g.snapshot_index:
-            return g.hard_state, g.conf_state
-        return g.hard_state, g.snapshot_conf_state
-
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
-        """Entries [lo, hi), at least one if any, at most ``max_bytes`` of data."""
-        return self._store._entries(self._g, lo, hi, max_bytes)
-
-    def term(self, index: int) -> int:
-        """Term of the entry at ``index`` (the snapshot's or compaction point's term there)."""
-        return self._store._term(self._g, index)
-
-    def first_index(self) -> int:
-        """Index of the first entry still available."""
-        return self._g.compact_index + 1
-
-    def last_index(self) -> int:
-        """Index of the last entry written (the compaction point if there is none)."""
-        return max(self._g.last, self._g.compact_index)
-
-    def snapshot(self) -> Snapshot:
-        """The most recent snapshot (empty if none)."""
-        return self._store._snapshot(self._g)

@@ -22,12 +22,7 @@ def record_at(log_entry: bytes, entry: QueueEntry, queue: QueueId) -> MessageRec
     Raises ``CommandCorrupted`` if the bytes are not an APPEND entry holding
     that position (the caller passed the wrong entry, or the log is damaged).
     """
-    if not log_entry or log_entry[0] != Op.APPEND:
-        raise CommandCorrupted(f"log entry {entry.log_index} is not an APPEND entry")
-    try:
-        records = decode_batch(log_entry[1:]).records
-    except RecordCorrupted as exc:
-        raise CommandCorrupted(f"log entry {entry.log_index}: {exc}") from exc
+    records = append_records(log_entry, entry.log_index)
     if not 0 <= entry.position < len(records):
         raise CommandCorrupted(
             f"log entry {entry.log_index} holds {len(records)} records, "
