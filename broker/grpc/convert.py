@@ -136,15 +136,16 @@ def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:
     return parse_filter(kind, expression.expression)
 
 
-def _stored_pb(
-    message: Message, store_timestamp_ms: int, queue_id: int, namespace: str
-) -> pb.Message:
-    """A stored message as the server hands it out: MD5 upper-case digest, identity body.
+def _fill_stored(
+    stored: pb.Message, message: Message, store_timestamp_ms: int, queue_id: int, namespace: str
+) -> None:
+    """Fill the empty ``stored`` with a stored message as the server hands it out:
+    MD5 upper-case digest, identity body.
 
     Filled in place field by field: about half the CPU of building the nested
     messages through constructors (this runs once per delivered message).
     """
-    stored = pb.Message(body=message.body)
+    stored.body = message.body
     stored.topic.name = message.topic
     if namespace:
         stored.topic.resource_namespace = namespace
@@ -168,7 +169,6 @@ def _stored_pb(
         system.message_group = message.message_group
     if message.delivery_timestamp_ms is not None:
         _set_timestamp(system.delivery_timestamp, message.delivery_timestamp_ms)
-    return stored
 
 
 def _set_timestamp(stamp: timestamp_pb2.Timestamp, epoch_ms: int) -> None:
@@ -176,11 +176,15 @@ def _set_timestamp(stamp: timestamp_pb2.Timestamp, epoch_ms: int) -> None:
     stamp.nanos = (epoch_ms % 1000) * 1_000_000
 
 
-def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Message:
-    """A message as the consumer receives it: with its handle, offset and attempt."""
+def fill_delivered(
+    delivered: pb.Message, delivery: Delivery, namespace: str, store_host: str
+) -> None:
+    """Fill the empty ``delivered`` with a message as the consumer receives it: with
+    its handle, offset and attempt (in place: a response's own message field, so
+    nothing is copied into the response afterwards)."""
     popped = delivery.popped
     message = popped.message
-    delivered = _stored_pb(message, popped.store_timestamp_ms, popped.queue.queue_id, namespace)
+    _fill_stored(delivered, message, popped.store_timestamp_ms, popped.queue.queue_id, namespace)
     system = delivered.system_properties
     system.store_host = store_host
     system.receipt_handle = delivery.receipt_handle
@@ -189,12 +193,13 @@ def delivered_pb(delivery: Delivery, namespace: str, store_host: str) -> pb.Mess
     if message.dead_letter_of is not None:
         system.dead_letter_queue.topic = message.dead_letter_of[0]
         system.dead_letter_queue.message_id = message.dead_letter_of[1]
-    return delivered
 
 
 def half_message_pb(half: HalfMessage, namespace: str = "") -> pb.Message:
     """A half message as a check-back carries it to the producer (no receipt handle)."""
-    return _stored_pb(half.message, half.store_timestamp_ms, half.queue.queue_id, namespace)
+    stored = pb.Message()
+    _fill_stored(stored, half.message, half.store_timestamp_ms, half.queue.queue_id, namespace)
+    return stored
 
 
 def endpoints_or(requested: pb.Endpoints, fallback: pb.Endpoints) -> pb.Endpoints:

@@ -229,9 +229,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             namespace = request.message_queue.topic.resource_namespace
             store_host = convert.endpoint_text(self._endpoint)
             for delivery in deliveries:
-                yield spb.ReceiveMessageResponse(
-                    message=convert.delivered_pb(delivery, namespace, store_host)
-                )
+                response = spb.ReceiveMessageResponse()
+                convert.fill_delivered(response.message, delivery, namespace, store_host)
+                yield response
         yield spb.ReceiveMessageResponse(
             delivery_timestamp=convert.to_timestamp(self._clock.now_ms())
         )

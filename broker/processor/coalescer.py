@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from broker.domain import AppendResult, Message, QueueRef
 from broker.services.base import MessageStore
+from broker.waiting import fail_waiting
 
 BATCH_BYTES_MAX = 4 << 20
 """The most body bytes one append may carry (the storage node's limit: one log entry)."""
@@ -88,9 +89,7 @@ class AppendCoalescer:
                 try:
                     results = await self._store.append(queue, messages)
                 except Exception as error:  # noqa: BLE001 - handed to every waiting sender
-                    for item in batch:
-                        if not item.done.done():
-                            item.done.set_exception(error)
+                    fail_waiting((item.done for item in batch), error)
                     continue
                 start = 0
                 for item in batch:

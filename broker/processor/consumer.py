@@ -14,6 +14,7 @@ from broker.domain import Delivery, GroupInfo, PoppedMessage, QueueRef, Receipt
 from broker.errors import BrokerError, Reason
 from broker.processor import receipt as receipts
 from broker.processor import validation
+from broker.processor.pop_coalescer import PopCoalescer
 from broker.services.base import Clock, MessageStore, MetadataService
 from protocol.filters import TagFilter
 
@@ -34,6 +35,7 @@ class ConsumerProcessor:
     ) -> None:
         self._metadata = metadata
         self._store = store
+        self._pops = PopCoalescer(store)
         self._clock = clock
         self._secret = receipt_secret
         self._default_invisible_ms = default_invisible_ms
@@ -100,7 +102,7 @@ class ConsumerProcessor:
                 wanted = batch_size - len(deliveries)
                 if wanted <= 0:
                     break
-                result = await self._store.pop(
+                result = await self._pops.pop(
                     group,
                     QueueRef(topic_name, queue_id),
                     batch_size=wanted,

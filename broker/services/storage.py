@@ -43,6 +43,7 @@ from broker.domain import (
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.nameserver import ClusterMetadata
+from broker.waiting import fail_waiting
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
@@ -100,7 +101,8 @@ class StorageStore:
         self._revisit_ms = revisit_ms
         self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
         self._acks: dict[
-            tuple[str, QueueRef], list[tuple[st.ReceiptHandle, asyncio.Future[BrokerError | None]]]
+            tuple[str, QueueRef],
+            list[tuple[list[st.ReceiptHandle], asyncio.Future[list[BrokerError | None]]]],
         ] = {}
         self._ack_flushers: dict[tuple[str, QueueRef], asyncio.Task[None]] = {}
         metadata.on_route_change(self._leaders.clear)
@@ -248,7 +250,7 @@ class StorageStore:
 
         Concurrent acks of one (group, queue) go to storage as one ack call.
         """
-        error = await self._enqueue_ack(group, queue, offset, generation)
+        (error,) = await self._enqueue_acks(group, queue, [(offset, generation)])
         if error is not None:
             raise error
 
@@ -257,18 +259,29 @@ class StorageStore:
     ) -> list[BrokerError | None]:
         """Finish many deliveries (see ``MessageStore.ack_all``); those of one queue go
         to storage in one ack call, with whatever other acks of it are pending."""
-        waiting = [self._enqueue_ack(group, *delivery) for delivery in deliveries]
-        return list(await asyncio.gather(*waiting))
+        by_queue: dict[QueueRef, list[int]] = {}
+        for index, (queue, _offset, _generation) in enumerate(deliveries):
+            by_queue.setdefault(queue, []).append(index)
+        outcomes: list[BrokerError | None] = [None] * len(deliveries)
+        waiting = [
+            self._enqueue_acks(group, queue, [deliveries[i][1:] for i in indexes])
+            for queue, indexes in by_queue.items()
+        ]
+        finished_by_queue = await asyncio.gather(*waiting)
+        for indexes, finished in zip(by_queue.values(), finished_by_queue, strict=True):
+            for index, outcome in zip(indexes, finished, strict=True):
+                outcomes[index] = outcome
+        return outcomes
 
-    def _enqueue_ack(
-        self, group: str, queue: QueueRef, offset: int, generation: int
-    ) -> asyncio.Future[BrokerError | None]:
-        """Queue one handle for the next ack call of (group, queue); its outcome comes later."""
+    def _enqueue_acks(
+        self, group: str, queue: QueueRef, deliveries: Sequence[tuple[int, int]]
+    ) -> asyncio.Future[list[BrokerError | None]]:
+        """Queue (offset, generation) handles for the next ack call of (group, queue);
+        their outcomes, in order, come later."""
         key = (group, queue)
-        done: asyncio.Future[BrokerError | None] = asyncio.get_running_loop().create_future()
-        self._acks.setdefault(key, []).append(
-            (convert.storage_handle(queue, offset, generation), done)
-        )
+        done: asyncio.Future[list[BrokerError | None]] = asyncio.get_running_loop().create_future()
+        handles = [convert.storage_handle(queue, *delivery) for delivery in deliveries]
+        self._acks.setdefault(key, []).append((handles, done))
         if key not in self._ack_flushers:
             self._ack_flushers[key] = asyncio.create_task(self._flush_acks(key))
         return done
@@ -287,17 +300,27 @@ class StorageStore:
         group, queue = key
         try:
             while pending := self._acks.pop(key, []):
-                handles = [handle for handle, _ in pending]
+                handles = [handle for batch, _ in pending for handle in batch]
                 try:
                     response = await self._ack_call(group, queue, handles)
                 except Exception as error:  # noqa: BLE001 - handed to every waiting acker
-                    for _, done in pending:
-                        if not done.done():
-                            done.set_exception(error)
+                    fail_waiting((done for _, done in pending), error)
                     continue
-                for (_, done), outcome in zip(pending, response.outcomes, strict=True):
+                outcomes = [convert.ack_error(outcome) for outcome in response.outcomes]
+                if len(outcomes) != len(handles):
+                    mismatch = BrokerError(
+                        codes.INTERNAL,
+                        f"ack on {queue.topic}:{queue.queue_id}: storage answered "
+                        f"{len(outcomes)} outcomes for {len(handles)} handles",
+                    )
+                    fail_waiting((done for _, done in pending), mismatch)
+                    continue
+                start = 0
+                for batch, done in pending:
+                    end = start + len(batch)
                     if not done.done():
-                        done.set_result(convert.ack_error(outcome))
+                        done.set_result(outcomes[start:end])
+                    start = end
         finally:
             del self._ack_flushers[key]
 

@@ -303,6 +303,51 @@ async def test_ack_all_finishes_a_receive_in_one_storage_call_with_outcomes_in_o
     assert await store.get_consumer_offset("g", queue) == 5
 
 
+async def test_ack_all_of_two_queues_keeps_the_outcomes_in_request_order(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, first, popped, calls = await _popped_with_counted_acks(
+        cluster, monkeypatch, "acks-one", 2
+    )
+    await cluster.admin.create_topic(api.CreateTopicRequest("acks-two", CLUSTER, 1))
+    second = QueueRef("acks-two", 0)
+    await store.append(second, [Message("acks-two", b"x", f"two{i}") for i in range(2)])
+    other = await store.pop(
+        GroupInfo("g"), second, batch_size=8, invisible_ms=30_000, tag_filter=TagFilter.parse("*")
+    )
+    a, b = popped.messages
+    c, d = other.messages
+    deliveries = [
+        (first, a.offset, a.generation),
+        (second, c.offset, c.generation + 1000),  # never issued
+        (first, b.offset, b.generation + 1000),  # never issued
+        (second, d.offset, d.generation),
+    ]
+    outcomes = await store.ack_all("g", deliveries)
+    assert [outcome is None for outcome in outcomes] == [True, False, False, True]
+    assert sorted(calls) == [2, 2]  # one storage call per queue
+
+
+async def test_ack_outcomes_not_matching_the_handles_fail_every_waiting_acker(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, queue, popped, _calls = await _popped_with_counted_acks(
+        cluster, monkeypatch, "acks-short", 3
+    )
+    real_call = store._ack_call
+
+    async def short(group: str, q: QueueRef, handles: list[st.ReceiptHandle]) -> st.AckResponse:
+        response = await real_call(group, q, handles)
+        return st.AckResponse(response.outcomes[:-1])  # a storage answer one outcome short
+
+    monkeypatch.setattr(store, "_ack_call", short)
+    deliveries = [(queue, p.offset, p.generation) for p in popped.messages]
+    with pytest.raises(BrokerError) as failed:
+        await asyncio.wait_for(store.ack_all("g", deliveries), 10)
+    assert failed.value.code is errors.INTERNAL
+    assert "2 outcomes for 3 handles" in failed.value.message
+
+
 class _Unplaced(ClusterMetadata):
     """Routes naming no replica at all, as before the nameserver placed the groups."""
 

@@ -134,7 +134,8 @@ def test_gzip_body_and_digests() -> None:
 def test_delivered_message_has_what_clients_need() -> None:
     message = Message("orders", b"payload", "01ABC", tag="t", born_timestamp_ms=5_000)
     popped = PoppedMessage(message, QueueRef("orders", 2), 9, 6_000, 3, 11, 70_000)
-    wire = convert.delivered_pb(Delivery(popped, "handle-1"), "ns", "127.0.0.1:8081")
+    wire = pb.Message()
+    convert.fill_delivered(wire, Delivery(popped, "handle-1"), "ns", "127.0.0.1:8081")
     system = wire.system_properties
     assert system.body_digest.type == pb.MD5
     assert system.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
