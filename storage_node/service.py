@@ -520,6 +520,19 @@ class StorageNode:
             state.end_offset(request.topic, request.queue_id),
         )
 
+    def _idle_receive_end(
+        self, group_id: int, replica: GroupReplica, request: ReceiveRequest, now_ms: int
+    ) -> int | None:
+        """The end offset for an empty answer without proposing (see
+        ``PartitionState.idle_receive_end``); None: propose. Never for a retried
+        attempt, nor on a new leader before its term's first entry applied here."""
+        node = cast(RawNode, self.driver.host.node(group_id))
+        if request.attempt_id or replica.applied_term != node.hard_state().term:
+            return None
+        return replica.state.idle_receive_end(
+            request.group, request.topic, request.queue_id, now_ms
+        )
+
     async def receive(self, request: ReceiveRequest, context: CallContext) -> ReceiveResponse:
         """Pop messages for a consumer group; long-poll up to ``poll_ms`` when none."""
         group_id = self._group_of(request.topic, request.queue_id)
@@ -530,22 +543,12 @@ class StorageNode:
         while True:
             replica = self._led_replica(group_id)
             grown = replica.grown(queue)
-            command = Receive(
-                now_ms=self.now_ms(),
-                group=request.group,
-                topic=request.topic,
-                queue_id=request.queue_id,
-                max_messages=request.max_messages,
-                invisible_duration_ms=request.invisible_duration_ms,
-                max_delivery_attempts=request.max_delivery_attempts,
-                filter_expression=request.filter_expression,
-                fifo=request.fifo,
-                initial_position=(
-                    InitialPosition.LATEST if request.start_at_latest else InitialPosition.EARLIEST
-                ),
-                attempt_id=request.attempt_id,
-            )
-            result = await self._propose(group_id, command)
+            now_ms = self.now_ms()
+            idle_end = self._idle_receive_end(group_id, replica, request, now_ms)
+            if idle_end is not None:  # nothing to hand out or change: no log entry
+                result: Result = ReceiveResult((), (), idle_end)
+            else:
+                result = await self._propose(group_id, _receive_command(request, now_ms))
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
             remaining_s = deadline - loop.time()
@@ -772,6 +775,24 @@ class StorageNode:
                 await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
             except (OSError, SegmentCorrupted) as exc:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
+
+
+def _receive_command(request: ReceiveRequest, now_ms: int) -> Receive:
+    return Receive(
+        now_ms=now_ms,
+        group=request.group,
+        topic=request.topic,
+        queue_id=request.queue_id,
+        max_messages=request.max_messages,
+        invisible_duration_ms=request.invisible_duration_ms,
+        max_delivery_attempts=request.max_delivery_attempts,
+        filter_expression=request.filter_expression,
+        fifo=request.fifo,
+        initial_position=(
+            InitialPosition.LATEST if request.start_at_latest else InitialPosition.EARLIEST
+        ),
+        attempt_id=request.attempt_id,
+    )
 
 
 def _ticked(

@@ -176,6 +176,13 @@ class GroupQueue:
                 yield offset
             offset += 1
 
+    def has_candidates(self, end_offset: int, clock_ms: int, scan_max: int) -> bool:
+        """Whether a receive at ``clock_ms`` would look at any message at all: an
+        expired lease or a fresh offset within ``scan_max`` of the cursor."""
+        if any(not lease.is_invisible(clock_ms) for lease in self.leases.values()):
+            return True
+        return next(self._fresh(end_offset, scan_max), None) is not None
+
     def receive(
         self,
         queue: QueueIndex,

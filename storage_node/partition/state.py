@@ -325,6 +325,29 @@ class PartitionState:
         deliveries = tuple(_delivery(command, grant, index) for grant in plan.grants)
         return ReceiveResult(deliveries, dead, index.end_offset)
 
+    def idle_receive_end(self, group: str, topic: str, queue_id: int, now_ms: int) -> int | None:
+        """The queue's end offset if a receive by ``group`` proposed at ``now_ms`` would
+        hand out nothing and change nothing; None if it might (it must go through the log).
+
+        Conservative: a group that never received (its cursor starts with its first
+        receive), a due timer, an expired lease or any fresh offset all answer None.
+        So a leader may answer such a receive empty without proposing it: idle
+        consumers polling an empty queue then cost no log entry on any replica.
+        """
+        index = self._queues.get((topic, queue_id))
+        clock_ms = max(self.clock_ms, now_ms)
+        due_ms = self._timers.next_due_ms()
+        if due_ms is not None and due_ms <= clock_ms:
+            return None
+        if index is None:
+            return 0
+        group_queue = self._groups.get((group, topic, queue_id))
+        if group_queue is None or group_queue.has_candidates(
+            index.end_offset, clock_ms, self.config.receive_scan_max
+        ):
+            return None
+        return index.end_offset
+
     def _move_to_dead_letter(
         self, group: str, queue: QueueId, queue_offset: int, attempts: int
     ) -> DeadLettered:

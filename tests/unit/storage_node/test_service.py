@@ -203,3 +203,29 @@ async def test_the_leader_applies_its_own_records_without_decoding_them(
         assert not node.replicas[node._group_of("t", 0)]._proposed
         read = await node.read(ReadRequest("t", 0, 0), CONTEXT)
         assert [m.message.message_id for m in read.messages] == ["m0-0", "m0-1", "m0-2"]
+
+
+async def test_a_receive_with_nothing_to_hand_out_adds_no_log_entry(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        replica = node.replicas[node._group_of("t", 0)]
+        await node.append(AppendRequest("t", 0, _messages(0, 2)), CONTEXT)
+        first = await node.receive(ReceiveRequest("g", "t", 0, 8, 30_000), CONTEXT)
+        assert len(first.messages) == 2
+        applied = replica.applied_index
+        idle = await node.receive(ReceiveRequest("g", "t", 0, 8, 30_000), CONTEXT)
+        assert (idle.messages, idle.end_offset) == ([], 2)
+        assert replica.applied_index == applied  # answered from the leader's state
+        # A long poll that finds nothing waits without proposing, then wakes on growth.
+        poll = asyncio.create_task(
+            node.receive(ReceiveRequest("g", "t", 0, 8, 30_000, poll_ms=20_000), CONTEXT)
+        )
+        await async_wait_until(lambda: replica._waiters, 10, "the poll to wait")
+        assert replica.applied_index == applied
+        await node.append(AppendRequest("t", 0, [Message("t", 0, "late", b"x")]), CONTEXT)
+        woken = await asyncio.wait_for(poll, 10)
+        assert [m.message.message.message_id for m in woken.messages] == ["late"]
+        # A retried attempt always goes through the log (it may repeat a grant).
+        applied = replica.applied_index
+        retried = ReceiveRequest("g", "t", 0, 8, 30_000, attempt_id="a1")
+        assert (await node.receive(retried, CONTEXT)).messages == []
+        assert replica.applied_index == applied + 1
