@@ -42,6 +42,7 @@ from broker.domain import (
 )
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
+from broker.services.growth import GrowthWatch
 from broker.services.nameserver import ClusterMetadata
 from broker.waiting import fail_waiting
 from protocol import errors as codes
@@ -99,6 +100,7 @@ class StorageStore:
         self._call_timeout_ms = call_timeout_ms
         self._deadline_ms = deadline_ms
         self._revisit_ms = revisit_ms
+        self._growth = GrowthWatch(self._end_offsets, check_ms=GROWTH_CHECK_MS)
         self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
         self._acks: dict[
             tuple[str, QueueRef],
@@ -400,39 +402,14 @@ class StorageStore:
         Growth is measured from ``known_end_offsets``, the end offsets each
         queue's receive saw when it applied, so a message appended (or a timed
         message released) between that receive and this wait is found at the
-        first look. A storage node that does not report them (-1) makes the
-        first look here the baseline (an append just before it is then found
-        by the pop after the revisit time at the latest).
+        next look. A storage node that does not report them (-1) makes the
+        next look the baseline (an append just before it is then found by the
+        pop after the revisit time at the latest). Every long poll of a topic
+        shares one look at its end offsets per ``GROWTH_CHECK_MS`` (see
+        ``growth.py``).
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(timeout_ms, self._revisit_ms) / 1000
-        queue_ids = sorted(known_end_offsets)
-        if all(known_end_offsets[q] >= 0 for q in queue_ids):
-            baseline = dict(known_end_offsets)
-            if await self._grew(topic, queue_ids, baseline):
-                return True
-        else:
-            try:
-                baseline = await self._end_offsets(topic, queue_ids)
-            except BrokerError:
-                await asyncio.sleep(max(0.0, deadline - loop.time()))
-                return False
-        while True:
-            remaining_s = deadline - loop.time()
-            if remaining_s <= 0:
-                return False
-            await asyncio.sleep(min(GROWTH_CHECK_MS / 1000, remaining_s))
-            if await self._grew(topic, queue_ids, baseline):
-                return True
-
-    async def _grew(
-        self, topic: str, queue_ids: Sequence[int], baseline: Mapping[int, int]
-    ) -> bool:
-        try:
-            now = await self._end_offsets(topic, queue_ids)
-        except BrokerError:
-            return False
-        return any(now[q] > baseline[q] for q in queue_ids)
+        timeout_s = min(timeout_ms, self._revisit_ms) / 1000
+        return await self._growth.wait(topic, known_end_offsets, timeout_s)
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
         """The group's committed offset on ``queue`` (0 if it never consumed)."""
