@@ -21,6 +21,11 @@ Then ``runs`` times, the official Python client (rocketmq-python-client) in
 its own process: one Producer sending one message at a time for
 ``official_seconds``: its msgs/s and p99.
 
+Last, for ``idle_seconds``: ``in_flight`` simple consumers long-polling
+(``IDLE_POLL_MS`` each, at most ``idle_seconds``) the empty topic ``bench-e2e-idle`` (``queues``
+queues): what idle consumers cost the servers (their CPU %); calls are the
+receives that came back empty, errors any that came back otherwise.
+
 Client and server CPU are recorded separately (server: every process of the
 dev cluster, from /proc). ``--yardstick MSGS_PER_S`` adds the publish
 median's ratio to that figure (measure the yardstick in the same sitting).
@@ -64,7 +69,10 @@ from rip5.admin import MESSAGE_TYPES
 from rip5.bench import harness
 
 TOPIC = "bench-e2e"
+IDLE_TOPIC = "bench-e2e-idle"
 GROUP = "bench-e2e-group"
+IDLE_POLL_MS = 5_000
+IDLE_CASE = "idle long polls"
 METRICS = (
     harness.Metric("msgs_per_s", "msgs/s"),
     harness.Metric("p50_ms", "p50 ms", ".1f"),
@@ -250,6 +258,54 @@ class Generator:
             error_names,
         )
 
+    async def idle(self, *, topic: str, in_flight: int, seconds: float) -> PhaseResult:
+        """Consumers long-polling the empty ``topic`` for ``seconds``: empty receives.
+
+        A receive that brings a message or fails counts as an error.
+        """
+        clock = time.perf_counter
+        end = clock() + seconds
+        latencies: list[float] = []
+        error_names: dict[str, int] = {}
+        poll_ms = int(min(IDLE_POLL_MS, seconds * 1000))
+        request = receive_request(
+            self.group,
+            topic,
+            self.endpoints,
+            batch_size=32,
+            invisible_ms=60_000,
+            long_polling_ms=poll_ms,
+        )
+
+        async def worker(index: int) -> None:
+            stub = self.stubs[index % len(self.stubs)]
+            while clock() < end:
+                sent = clock()
+                try:
+                    async for response in stub.ReceiveMessage(
+                        request, timeout=poll_ms / 1000 + 10, metadata=self.metadata
+                    ):
+                        if received_of(response) is not None:
+                            error_names["MESSAGE_IN_IDLE_TOPIC"] = (
+                                error_names.get("MESSAGE_IN_IDLE_TOPIC", 0) + 1
+                            )
+                except (CallFailed, grpc.aio.AioRpcError) as error:
+                    name = _failure_name(error)
+                    error_names[name] = error_names.get(name, 0) + 1
+                    await asyncio.sleep(0.01)
+                    continue
+                latencies.append((clock() - sent) * 1000)
+
+        await asyncio.gather(*(worker(i) for i in range(in_flight)))
+        return PhaseResult(
+            0.0,
+            harness.percentile(latencies, 0.5),
+            harness.percentile(latencies, 0.99),
+            len(latencies),
+            sum(error_names.values()),
+            error_names,
+        )
+
 
 def official_send(args: argparse.Namespace, endpoint: str) -> dict[str, float]:
     """One run of the official client's producer in its own process; its JSON line."""
@@ -314,6 +370,19 @@ async def _runs(
                 f"p99 {consume.p99_ms:.1f} ms ({stored:,} messages; "
                 f"errors {consume.error_names or 0})"
             )
+        if args.idle_seconds > 0:
+            report.stage("idle long polls")
+            meter.start()
+            idle = await generator.idle(
+                topic=args.idle_topic, in_flight=args.in_flight, seconds=args.idle_seconds
+            )
+            share = meter.stop()
+            report.record(IDLE_CASE, idle.values(), share)
+            report.say(
+                f"  idle: {args.in_flight} consumers long-polling {args.idle_topic}: servers "
+                f"{share.server_pct:.0f}% CPU ({idle.calls} empty receives; "
+                f"errors {idle.error_names or 0})"
+            )
     finally:
         await generator.close()
 
@@ -347,7 +416,10 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
             dev_cluster.ensure_resources(
                 cluster.nameserver,
-                [(args.topic, args.queues, MESSAGE_TYPES["normal"])],
+                [
+                    (args.topic, args.queues, MESSAGE_TYPES["normal"]),
+                    (args.idle_topic, args.queues, MESSAGE_TYPES["normal"]),
+                ],
                 [args.group],
             )
             report.say(f"  dev cluster: broker {cluster.endpoint}, nameserver {cluster.nameserver}")
@@ -376,6 +448,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--topic", default=TOPIC, help="the NORMAL topic (created in dev)")
     parser.add_argument("--group", default=GROUP, help="the consumer group (created in dev)")
     parser.add_argument(
+        "--idle-topic", default=IDLE_TOPIC, help="an empty NORMAL topic (created in dev)"
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10.0,
+        help="how long in-flight consumers long-poll the empty topic (0: skip)",
+    )
+    parser.add_argument(
         "--yardstick",
         type=float,
         default=0.0,
@@ -387,8 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("runs", "in_flight", "batch", "receive_batch", "message_bytes", "channels"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.seconds <= 0 or args.warmup < 0 or args.official_seconds < 0:
-        parser.error("--seconds must be positive; --warmup and --official-seconds not negative")
+    if args.seconds <= 0 or min(args.warmup, args.official_seconds, args.idle_seconds) < 0:
+        parser.error(
+            "--seconds must be positive; --warmup, --official-seconds and --idle-seconds "
+            "not negative"
+        )
     params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
     report = harness.BenchReport(
         "e2e",
@@ -410,7 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     official = 1 if args.official_seconds > 0 else 0
     try:
-        with report.progress(args.runs * (2 + official)):
+        idle = 1 if args.idle_seconds > 0 else 0
+        with report.progress(args.runs * (2 + official) + idle):
             _measure(args, report)
     except (dev_cluster.ClusterError, RuntimeError) as exc:
         print(f"rip5 bench e2e: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Pat
     args = [
         "--runs", "1", "--seconds", "2", "--warmup", "0.5", "--in-flight", "8", "--batch", "8",
         "--channels", "2", "--official-seconds", "2", "--yardstick", "20000",
+        "--idle-seconds", "2",
         "--json", str(out),
     ]  # fmt: skip
     result = subprocess.run(
@@ -35,3 +36,8 @@ def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Pat
         assert run["errors"] == 0, (name, run)
         assert run["server_cpu_pct"] > 0, (name, run)
     assert cases["publish"]["runs"][0]["p99_ms"] >= cases["publish"]["runs"][0]["p50_ms"]
+    (idle,) = cases["idle long polls"]["runs"]
+    assert idle["errors"] == 0, idle
+    assert idle["calls"] >= 8, idle  # every consumer's long poll came back empty at least once
+    assert idle["msgs_per_s"] == 0, idle
+    assert idle["server_cpu_pct"] > 0, idle
