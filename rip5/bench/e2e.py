@@ -112,6 +112,16 @@ def _failure_name(error: Exception) -> str:
     return type(error).__name__
 
 
+def _count(error_names: dict[str, int], name: str) -> None:
+    error_names[name] = error_names.get(name, 0) + 1
+
+
+async def _failed(error_names: dict[str, int], error: Exception) -> None:
+    """Count a failed call by its name and back off a little before the next."""
+    _count(error_names, _failure_name(error))
+    await asyncio.sleep(0.01)
+
+
 class Generator:
     """The load generator: ``channels`` grpc.aio channels to one broker."""
 
@@ -169,9 +179,7 @@ class Generator:
                     response = await stub.SendMessage(request, timeout=30, metadata=self.metadata)
                     check_send(response, batch)
                 except (CallFailed, grpc.aio.AioRpcError) as error:
-                    name = _failure_name(error)
-                    error_names[name] = error_names.get(name, 0) + 1
-                    await asyncio.sleep(0.01)
+                    await _failed(error_names, error)
                     continue
                 done = clock()
                 stored += batch
@@ -237,9 +245,7 @@ class Generator:
                     )
                     check_ack(ack)
                 except (CallFailed, grpc.aio.AioRpcError) as error:
-                    name = _failure_name(error)
-                    error_names[name] = error_names.get(name, 0) + 1
-                    await asyncio.sleep(0.01)
+                    await _failed(error_names, error)
                     continue
                 latencies.append((clock() - sent) * 1000)
                 consumed += len(received)
@@ -286,13 +292,9 @@ class Generator:
                         request, timeout=poll_ms / 1000 + 10, metadata=self.metadata
                     ):
                         if received_of(response) is not None:
-                            error_names["MESSAGE_IN_IDLE_TOPIC"] = (
-                                error_names.get("MESSAGE_IN_IDLE_TOPIC", 0) + 1
-                            )
+                            _count(error_names, "MESSAGE_IN_IDLE_TOPIC")
                 except (CallFailed, grpc.aio.AioRpcError) as error:
-                    name = _failure_name(error)
-                    error_names[name] = error_names.get(name, 0) + 1
-                    await asyncio.sleep(0.01)
+                    await _failed(error_names, error)
                     continue
                 latencies.append((clock() - sent) * 1000)
 
