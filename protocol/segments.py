@@ -53,6 +53,9 @@ SEGMENT_HEADER_BYTES = 32
 RECORD_HEADER_BYTES = 32
 INDEX_MAGIC = b"RIP5IDX1"
 INDEX_VERSION = 1
+WAL_FORMAT_VERSIONS = (1, 2)
+"""WAL formats this module reads: 2 only moved snapshots into pack files; the
+record framing and the ENTRY and HARD_STATE records read here are the same."""
 APPEND_OP = 1
 """The partition command code of an APPEND entry (storage_node.partition.commands.Op)."""
 
@@ -127,7 +130,7 @@ def segment_seq(segment: bytes | memoryview) -> int:
         raise SegmentCorrupted("not a rip5 WAL segment (bad magic)")
     if crc32c.crc32c(bytes(segment[: _SEGMENT_HEADER.size - 4])) != crc:
         raise SegmentCorrupted("segment header checksum mismatch")
-    if version != 1:
+    if version not in WAL_FORMAT_VERSIONS:
         raise SegmentCorrupted(f"unsupported WAL format version {version}")
     return int(seq)
 

@@ -31,6 +31,7 @@ from raft.host_types import GroupNode, StateMachine
 from raft.logstore import LogStore
 from raft.multiraft import CompactionStep, MultiRaft
 from raft.node import RawNode
+from raft.snapshot_packs import SnapshotPack
 from raft.transport import RaftTransport
 from raft.types import ConfChange, ConfChangeV2, ConfState, Entry
 
@@ -64,8 +65,8 @@ class DriverOptions:
     keep_entries: int = 1000
     # Compaction by retained WAL bytes (0: off). When the live segments hold
     # more than this, the groups pinning all but the newest
-    # ``wal_keep_segments`` segments are snapshotted (snapshot files written in
-    # a worker thread) and compacted up to their entries in those segments,
+    # ``wal_keep_segments`` segments are snapshotted (one snapshot pack written
+    # in a worker thread) and compacted up to their entries in those segments,
     # never past a group's truncate floor (Driver.set_truncate_floor), so
     # the segments are recycled as spares instead of new ones being zero-filled.
     wal_retain_bytes: int = 0
@@ -114,18 +115,19 @@ class Driver:
         self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{node_id}")
         # Zero-filling a spare segment takes long: never let a sync wait behind it.
         self._spare_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-spare-{node_id}")
-        # Nor a spare behind a compaction's snapshot files (one per group: 1024
-        # files took long enough that the WAL ran out of spares and the loop
-        # zero-filled a 64 MiB segment itself, in LogStore._start_segment).
+        # Nor a spare behind a compaction's snapshot pack (a large one may take
+        # long enough that the WAL ran out of spares and the loop zero-filled a
+        # 64 MiB segment itself, in LogStore._start_segment).
         self._snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-snap-{node_id}")
         self._failed: BaseException | None = None
         # Held by each round (collect .. advance) and by remove_group.
         self._round_lock = asyncio.Lock()
         self._waiting: set[asyncio.Future[object]] = set()
         self._preparing_spare = False
-        # Compaction by WAL bytes: at most one batch of snapshot files in flight.
+        # Compaction by WAL bytes: at most one snapshot pack in flight.
         self._compacting = False
-        self._compacted: list[CompactionStep] | None = None
+        # The steps of a compaction whose pack is durable, waiting to be recorded.
+        self._compacted: tuple[list[CompactionStep], SnapshotPack] | None = None
         self._planned_at_segments = 0
         self.compactions = 0
         self.rounds = 0
@@ -446,27 +448,30 @@ class Driver:
         if not steps:
             return
         self._compacting = True
-        files = [(s.group_id, s.snapshot) for s in steps if s.snapshot is not None]
+        snapshots = [(s.group_id, s.snapshot) for s in steps if s.snapshot is not None]
+        pack = store.begin_snapshot_pack()  # one file for every snapshot of this compaction
 
         def done(future: asyncio.Future[None]) -> None:
             exc = future.exception()
             if exc is not None:
                 _log.error("node %d: writing snapshots failed: %s", self.node_id, exc)
+                store.end_snapshot_pack(pack)
                 self._compacting = False  # planned again when the WAL grows by a segment
                 return
-            self._compacted = steps
+            self._compacted = (steps, pack)
             self._work.set()
 
-        write = store.snapshot_files.write_durably
-        loop.run_in_executor(self._snapshot_thread, write, files).add_done_callback(done)
+        write = pack.write_durably
+        loop.run_in_executor(self._snapshot_thread, write, snapshots).add_done_callback(done)
 
     async def _finish_compaction(self, loop: asyncio.AbstractEventLoop) -> None:
         """Record the durable snapshots and compact; sync, then recycle freed segments."""
-        steps = self._compacted
-        assert steps is not None
+        assert self._compacted is not None
+        steps, pack = self._compacted
         self._compacted = None
         self._compacting = False
         self.host.finish_compaction(steps, self.store)
+        self.store.end_snapshot_pack(pack)
         self.store.flush()
         await loop.run_in_executor(self._sync_thread, self.store.sync)
         self.store.maybe_collect_garbage()

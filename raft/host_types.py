@@ -106,6 +106,10 @@ class GroupNode(Protocol):
         """A point-in-time view."""
         ...
 
+    def quiesce_point(self) -> tuple[int, int] | None:
+        """(term, last index) if it leads with every entry committed, applied and matched."""
+        ...
+
     def is_leader(self) -> bool:
         """Whether this replica leads."""
         ...

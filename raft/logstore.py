@@ -42,13 +42,11 @@ from raft import wal_format as fmt
 from raft.entry_cache import EntryCache
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
 from raft.group_log import GroupLog
-from raft.snapshot_files import SnapshotFiles
-from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir
+from raft.snapshot_packs import SnapshotPack, SnapshotPacks
+from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir, pwrite_all
 from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
-from raft.wal_format import RecordKind
+from raft.wal_format import NO_SNAPSHOT, RecordKind, SnapshotLocation
 from raft.wal_index import GroupIndex
-
-_IOV_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +94,13 @@ class LogStore:
         self._buffer: list[bytes] = []  # encoded records not yet written, as chunks
         self._buffer_bytes = 0
         self._dirty_fds: set[int] = set()
-        self._snapshot_files_to_delete: list[Path] = []
         # Set whenever a segment may have stopped being needed (a group's
         # first entry moved, or a new segment became current); the collection
         # scans every group only then, not after every round's sync.
         self._collect_due = True
         self._failed: BaseException | None = None
         self._spares = SparePool(directory / "wal", segment_bytes, spare_segments_max)
-        self.snapshot_files = SnapshotFiles(directory / "snap")
+        self.snapshot_packs = SnapshotPacks(directory / "snap")
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -175,11 +172,7 @@ class LogStore:
             self._segments[seq] = _Segment(seq, path, fd)
             last_end, last_sealed = self._replay_segment(seq, data, is_last)
         self._validate_groups()
-        self.snapshot_files.remove_all_but(
-            self.snapshot_files.path(g.group_id, g.snapshot_term, g.snapshot_index)
-            for g in self._groups.values()
-            if g.snapshot_index > 0
-        )
+        self.snapshot_packs.recover(g.snapshot_location for g in self._groups.values())
         live = sorted(self._segments)
         if live:
             # Seal the recovered tail where valid data ends, then start afresh.
@@ -245,8 +238,9 @@ class LogStore:
             g.conf_index = header.index
             g.conf_state = fmt.decode_conf_state(bytes(payload))
         elif kind is RecordKind.SNAPSHOT:
-            conf = fmt.decode_conf_state(bytes(payload))
-            self._note_snapshot(g, header.term, header.index, conf, header.entry_type)
+            conf, location = fmt.decode_snapshot_marker(bytes(payload))
+            self.snapshot_packs.note_seen(location)
+            g.note_snapshot(header.term, header.index, conf, header.entry_type, location)
         elif kind is RecordKind.COMPACT:
             g.compact_to(header.index, header.term)
         elif kind is RecordKind.DROP:
@@ -255,16 +249,8 @@ class LogStore:
             )
         elif kind is RecordKind.CHECKPOINT:
             cp = fmt.decode_checkpoint(bytes(payload))
-            g.hard_state = cp.hard_state
-            g.conf_index = cp.conf_index
-            g.conf_state = cp.conf_state
-            g.snapshot_term = cp.snapshot_term
-            g.snapshot_index = cp.snapshot_index
-            g.snapshot_conf_state = cp.snapshot_conf_state
-            if cp.compact_index >= g.first - 1 or not g.locs:
-                g.compact_to(cp.compact_index, cp.compact_term)
-            else:
-                g.compact_index, g.compact_term = cp.compact_index, cp.compact_term
+            g.restore(cp)
+            self.snapshot_packs.note_seen(cp.snapshot_location)
 
     def _validate_groups(self) -> None:
         for g in self._groups.values():
@@ -455,58 +441,76 @@ class LogStore:
         self._check()
         if snapshot.metadata.index <= self._group_state(group_id).snapshot_index:
             return  # older than what we hold: nothing to do
-        self.snapshot_files.write_durably([(group_id, snapshot)])
-        self._record_snapshot(group_id, snapshot, flag)
+        # Into the round's pack: written durably before this record is (flush).
+        location = self.snapshot_packs.open_pack().add(group_id, snapshot)
+        self._record_snapshot(group_id, snapshot, flag, location)
+
+    def begin_snapshot_pack(self) -> SnapshotPack:
+        """A pack for a batch of local snapshots (a compaction's).
+
+        Write it with :meth:`SnapshotPack.write_durably` (any thread), record its
+        snapshots with :meth:`note_local_snapshot`, then :meth:`end_snapshot_pack`.
+        It also copies the live snapshots of sparse packs (see
+        :mod:`raft.snapshot_packs`), recorded by :meth:`end_snapshot_pack`.
+        """
+        sparse = self.snapshot_packs.sparse()
+        carry = [
+            (g.group_id, g.snapshot_term, g.snapshot_index, g.snapshot_location)
+            for g in (self._groups.values() if sparse else ())
+            if g.snapshot_location.pack in sparse
+        ]
+        return self.snapshot_packs.begin(carry)
+
+    def end_snapshot_pack(self, pack: SnapshotPack) -> None:
+        """Done recording ``pack`` (or its write failed). Records where the snapshots
+        it copied out of sparse packs lie now (unless a group moved on meanwhile);
+        from now on a pack lives only while a group's current snapshot lies in it."""
+        for group_id, term, index, old in pack.carry if pack.durable else ():
+            g = self._groups.get(group_id)
+            new = pack.locations.get((group_id, term, index))
+            if g is None or new is None or g.snapshot_location != old:
+                continue  # dropped, not copied (snapshotted anew), or moved on
+            conf = g.snapshot_conf_state
+            marker = fmt.encode_snapshot_marker(conf, new)
+            self._encode(RecordKind.SNAPSHOT, group_id, term, index, marker, fmt.SNAPSHOT_LOCAL)
+            self.snapshot_packs.move(old, new)
+            g.snapshot_location = new
+        self.snapshot_packs.end(pack)
 
     def note_local_snapshot(self, group_id: int, snapshot: Snapshot) -> bool:
-        """Record a local snapshot whose file :class:`SnapshotFiles` already made durable.
+        """Record a local snapshot that a durable pack of :meth:`begin_snapshot_pack` holds.
 
-        Returns False (and drops the file) when it is stale meanwhile: a newer
-        snapshot was recorded, or the log no longer holds its index.
+        Returns False when it is stale meanwhile: a newer snapshot was recorded,
+        or the log no longer holds its index. ValueError if no such pack holds it.
         """
         self._check()
         g = self._group_state(group_id)
         meta = snapshot.metadata
         if meta.index <= g.snapshot_index or not g.compact_index <= meta.index <= g.last:
-            if meta.index != g.snapshot_index:
-                self._snapshot_files_to_delete.append(
-                    self.snapshot_files.path(group_id, meta.term, meta.index)
-                )
             return False
-        self._record_snapshot(group_id, snapshot, fmt.SNAPSHOT_LOCAL)
+        location = self.snapshot_packs.location_of(group_id, meta.term, meta.index)
+        if location is None:
+            raise ValueError(f"group {group_id}: snapshot at {meta.index} is in no durable pack")
+        self._record_snapshot(group_id, snapshot, fmt.SNAPSHOT_LOCAL, location)
         return True
 
-    def _record_snapshot(self, group_id: int, snapshot: Snapshot, flag: int) -> None:
+    def _record_snapshot(
+        self, group_id: int, snapshot: Snapshot, flag: int, location: SnapshotLocation
+    ) -> None:
         meta = snapshot.metadata
         g = self._group_state(group_id)
-        old = (g.snapshot_term, g.snapshot_index)
         self._encode(
             RecordKind.SNAPSHOT,
             group_id,
             meta.term,
             meta.index,
-            fmt.encode_conf_state(meta.conf_state),
+            fmt.encode_snapshot_marker(meta.conf_state, location),
             flag,
         )
-        self._note_snapshot(g, meta.term, meta.index, meta.conf_state, flag)
-        if old[1] > 0:
-            self._snapshot_files_to_delete.append(self.snapshot_files.path(group_id, *old))
-
-    def _note_snapshot(
-        self, g: GroupIndex, term: int, index: int, conf: ConfState, flag: int
-    ) -> None:
-        g.snapshot_term = term
-        g.snapshot_index = index
-        g.snapshot_conf_state = conf
+        self.snapshot_packs.move(g.snapshot_location, location)
+        g.note_snapshot(meta.term, meta.index, meta.conf_state, flag, location)
         if flag == fmt.SNAPSHOT_INSTALL:
-            self._collect_due = True
-            g.locs = []
-            g.cache = []
-            g.cache_bytes = 0
-            g.first = index + 1
-            g.cache_from = index + 1
-            g.compact_index = index
-            g.compact_term = term
+            self._collect_due = True  # the log was replaced
 
     def compact(self, group_id: int, index: int) -> None:
         """Discard the group's entries <= ``index`` (at most its snapshot index).
@@ -532,7 +536,7 @@ class LogStore:
         Only the term and vote survive (a DROP record), so a replica created
         again later (the group moved back here) never votes twice in a term.
         Segments held only by the group's entries are collected after the
-        next sync; its snapshot file goes with them.
+        next sync; its snapshot's pack goes once no group's snapshot is in it.
         """
         self._check()
         g = self._groups.get(group_id)
@@ -541,10 +545,7 @@ class LogStore:
         hard_state = g.hard_state
         vote = fmt.encode_vote(hard_state.vote)
         self._encode(RecordKind.DROP, group_id, hard_state.term, 0, vote)
-        if g.snapshot_index > 0:
-            self._snapshot_files_to_delete.append(
-                self.snapshot_files.path(group_id, g.snapshot_term, g.snapshot_index)
-            )
+        self.snapshot_packs.move(g.snapshot_location, NO_SNAPSHOT)
         self._groups[group_id] = _dropped(group_id, hard_state)
         self._collect_due = True
 
@@ -563,26 +564,14 @@ class LogStore:
         self._dirty_fds.add(segment.fd)
 
     def _write_buffer(self, segment: _Segment) -> None:
-        """pwritev of the chunks, IOV_MAX at a time: nothing is copied (a round of
-        a few hundred entries is one or two system calls).
+        """Write the buffered records (pwritev, nothing copied); the open snapshot
+        pack first, durably, since records in the buffer may name it.
 
-        Several calls are no weaker than one: nothing is durable before the
-        round's fdatasync, and recovery cuts a torn tail at the first bad record.
+        Several pwritev calls are no weaker than one: nothing is durable before
+        the round's fdatasync, and recovery cuts a torn tail at the first bad record.
         """
-        chunks = self._buffer
-        offset = self._write_offset
-        fd = segment.fd
-        for start in range(0, len(chunks), _IOV_MAX):
-            part = chunks[start : start + _IOV_MAX]
-            size = sum(map(len, part))
-            written = os.pwritev(fd, part, offset)
-            if written != size:  # a short write (rare): finish it
-                rest = b"".join(part)[written:]
-                while rest:
-                    n = os.pwrite(fd, rest, offset + written)
-                    rest = rest[n:]
-                    written += n
-            offset += size
+        self.snapshot_packs.write_open_pack()  # before any record naming it is written
+        offset = pwrite_all(segment.fd, self._buffer, self._write_offset)
         self._write_offset = offset
         self._buffer = []
         self._buffer_bytes = 0
@@ -613,9 +602,7 @@ class LogStore:
         """
         if self._buffer or self._dirty_fds:
             return []
-        for path in self._snapshot_files_to_delete:
-            path.unlink(missing_ok=True)
-        self._snapshot_files_to_delete = []
+        self.snapshot_packs.delete_unreferenced()
         if not self._collect_due:
             return []
         self._collect_due = False
@@ -776,7 +763,9 @@ class LogStore:
         """The newest snapshot of ``g`` (empty if none)."""
         if g.snapshot_index == 0:
             return Snapshot()
-        return self.snapshot_files.read(g.group_id, g.snapshot_term, g.snapshot_index)
+        return self.snapshot_packs.read(
+            g.group_id, g.snapshot_term, g.snapshot_index, g.snapshot_location
+        )
 
 
 def _dropped(group_id: int, hard_state: HardState) -> GroupIndex:

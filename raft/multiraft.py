@@ -307,19 +307,13 @@ class MultiRaft:
         if not node.is_leader() or g.proposals or g.pending or g.applying is not None:
             g.idle_ticks = 0
             return
-        status = node.status()
-        last = status.last_index
-        in_step = status.commit == last and status.applied == last
-        if in_step:
-            in_step = all(
-                member == self.node_id or progress.match == last
-                for member, progress in status.progress.items()
-            )
-        if not in_step:
+        point = node.quiesce_point()  # cheap: no Status built (checked every idle tick)
+        if point is None:
             g.idle_ticks = 0
             return
+        term, last = point
         g.quiesced = True
-        notice = wire.QuiesceNotice(g.group_id, status.term, last, status.commit)
+        notice = wire.QuiesceNotice(g.group_id, term, last, last)  # commit == last
         for peer in g.peers:
             self._notices.setdefault(peer, []).append(notice)
 

@@ -296,6 +296,24 @@ class RawNode:
             progress=progress,
         )
 
+    def quiesce_point(self) -> tuple[int, int] | None:
+        """(term, last index) when this replica leads and its whole log is committed,
+        applied and matched by every peer it tracks; None otherwise.
+
+        What a host checks before quiescing an idle group: the same answer as
+        reading :meth:`status`, without building its progress map and conf state.
+        """
+        raft = self.raft
+        log = raft.log
+        last = log.last_index()
+        if raft.role != Role.LEADER or log.committed != last or log.applied != last:
+            return None
+        me = raft.id
+        for node_id, pr in raft.tracker.progress.items():
+            if node_id != me and pr.match != last:
+                return None
+        return raft.term, last
+
     def hard_state(self) -> HardState:
         """The current hard state (persisted or about to be)."""
         return self.raft.hard_state()

@@ -14,12 +14,31 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 SEGMENT_SUFFIX = ".wal"
 SPARE_PREFIX = "spare-"
 _ZERO_CHUNK = bytes(1 << 20)
+_IOV_MAX = 1024
 _names = itertools.count()
+
+
+def pwrite_all(fd: int, chunks: Sequence[bytes], offset: int) -> int:
+    """Write ``chunks`` back to back at ``offset`` with ``pwritev`` (IOV_MAX buffers a
+    call, nothing copied); finish a short write. Returns the offset after them."""
+    for start in range(0, len(chunks), _IOV_MAX):
+        part = chunks[start : start + _IOV_MAX]
+        size = sum(map(len, part))
+        written = os.pwritev(fd, part, offset)
+        if written != size:  # a short write (rare): finish it
+            rest = b"".join(part)[written:]
+            while rest:
+                n = os.pwrite(fd, rest, offset + written)
+                rest = rest[n:]
+                written += n
+        offset += size
+    return offset
 
 
 def fsync_dir(path: Path) -> None:

@@ -33,6 +33,7 @@ import enum
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c
 import msgpack
@@ -42,7 +43,8 @@ from raft.types import ConfState, Entry, HardState
 SEGMENT_MAGIC = b"RIP5WAL1"
 SEGMENT_HEADER = struct.Struct("<8sQII")  # magic, sequence, format version, crc
 SEGMENT_HEADER_BYTES = 32  # the header struct padded to 32 bytes
-FORMAT_VERSION = 1
+# 2: snapshots live in pack files; SNAPSHOT and CHECKPOINT name (pack, offset, length).
+FORMAT_VERSION = 2
 
 RECORD_HEADER = struct.Struct("<IIBBHIQQ")  # crc, payload_len, kind, type, 0, group, term, index
 RECORD_HEADER_BYTES = RECORD_HEADER.size  # 32
@@ -61,7 +63,7 @@ class RecordKind(enum.IntEnum):
 
     ENTRY = 1  # a log entry: term, index, entry_type, payload = data
     HARD_STATE = 2  # term, index = commit, payload = vote (u64)
-    SNAPSHOT = 3  # a snapshot at (term, index); payload = conf state; data in a file
+    SNAPSHOT = 3  # a snapshot at (term, index); payload = conf state + where in a pack it lies
     COMPACT = 4  # entries <= index are discarded; term = term at index
     CONF_STATE = 5  # the membership the host applied; index = where; payload = conf state
     SEAL = 6  # the last record of a segment; group 0, no payload
@@ -230,15 +232,61 @@ def encode_conf_state(conf_state: ConfState) -> bytes:
     return packed
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotLocation:
+    """Where a snapshot's entry lies: ``length`` bytes at ``offset`` of pack file ``pack``.
+
+    Pack ids start at 1; pack 0 means "no snapshot".
+    """
+
+    pack: int
+    offset: int
+    length: int
+
+
+NO_SNAPSHOT = SnapshotLocation(0, 0, 0)
+
+
+def encode_snapshot_marker(conf_state: ConfState, location: SnapshotLocation) -> bytes:
+    """The payload of a SNAPSHOT record: msgpack of the three conf state lists, then
+    the pack id, offset and length of the snapshot's entry."""
+    packed: bytes = msgpack.packb(
+        [
+            sorted(conf_state.voters),
+            sorted(conf_state.learners),
+            sorted(conf_state.voters_outgoing),
+            location.pack,
+            location.offset,
+            location.length,
+        ]
+    )
+    return packed
+
+
+def decode_snapshot_marker(payload: bytes) -> tuple[ConfState, SnapshotLocation]:
+    """Inverse of :func:`encode_snapshot_marker`."""
+    try:
+        voters, learners, outgoing, pack, offset, length = msgpack.unpackb(payload)
+        conf = _conf_state(voters, learners, outgoing)
+        return conf, SnapshotLocation(int(pack), int(offset), int(length))
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise FormatError(f"bad snapshot marker payload: {exc}") from None
+
+
+def _conf_state(voters: Any, learners: Any, outgoing: Any) -> ConfState:
+    """A ConfState from decoded msgpack lists (TypeError/ValueError if malformed)."""
+    return ConfState(
+        voters=frozenset(int(v) for v in voters),
+        learners=frozenset(int(v) for v in learners),
+        voters_outgoing=frozenset(int(v) for v in outgoing),
+    )
+
+
 def decode_conf_state(payload: bytes) -> ConfState:
     """Inverse of :func:`encode_conf_state`."""
     try:
         voters, learners, outgoing = msgpack.unpackb(payload)
-        return ConfState(
-            voters=frozenset(int(v) for v in voters),
-            learners=frozenset(int(v) for v in learners),
-            voters_outgoing=frozenset(int(v) for v in outgoing),
-        )
+        return _conf_state(voters, learners, outgoing)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise FormatError(f"bad conf state payload: {exc}") from None
 
@@ -259,6 +307,7 @@ class GroupCheckpoint:
     snapshot_conf_state: ConfState
     compact_index: int
     compact_term: int
+    snapshot_location: SnapshotLocation = NO_SNAPSHOT
 
 
 def encode_checkpoint(cp: GroupCheckpoint) -> bytes:
@@ -275,6 +324,9 @@ def encode_checkpoint(cp: GroupCheckpoint) -> bytes:
             encode_conf_state(cp.snapshot_conf_state),
             cp.compact_index,
             cp.compact_term,
+            cp.snapshot_location.pack,
+            cp.snapshot_location.offset,
+            cp.snapshot_location.length,
         ]
     )
     return packed
@@ -283,9 +335,10 @@ def encode_checkpoint(cp: GroupCheckpoint) -> bytes:
 def decode_checkpoint(payload: bytes) -> GroupCheckpoint:
     """Inverse of :func:`encode_checkpoint`."""
     try:
-        term, vote, commit, conf_index, conf, snap_term, snap_index, snap_conf, ci, ct = (
-            msgpack.unpackb(payload)
-        )
+        fields = msgpack.unpackb(payload)
+        term, vote, commit, conf_index, conf, snap_term, snap_index, snap_conf, ci, ct = fields[:10]
+        pack, offset, length = fields[10:]
+        location = SnapshotLocation(int(pack), int(offset), int(length))
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise FormatError(f"bad checkpoint payload: {exc}") from None
     return GroupCheckpoint(
@@ -297,42 +350,67 @@ def decode_checkpoint(payload: bytes) -> GroupCheckpoint:
         snapshot_conf_state=decode_conf_state(snap_conf),
         compact_index=ci,
         compact_term=ct,
+        snapshot_location=location,
     )
 
 
-# -- snapshot files --------------------------------------------------------------
-# A snapshot's data lives in its own file, written and synced before the SNAPSHOT
-# record that names it: header (magic, group, term, index, conf-state length,
-# data length, crc over everything after the crc field), conf state, data.
+# -- snapshot packs --------------------------------------------------------------
+# Snapshots live in pack files (``snap/<pack:016x>.pack``), each written once,
+# fsynced and renamed into place before any SNAPSHOT record names an entry in
+# it. A pack is a 32-byte header (magic, pack id, entry count, crc of the
+# preceding 20 bytes, zero padding) followed by entries back to back. An entry:
+# header (magic, group, term, index, conf-state length, data length, crc over
+# everything after the crc field), conf state, data. A SNAPSHOT or CHECKPOINT
+# record names an entry by (pack, offset, length).
+PACK_MAGIC = b"RIP5PAK1"
+PACK_HEADER = struct.Struct("<8sQII")  # magic, pack id, entries, crc
+PACK_HEADER_BYTES = 32
 SNAPSHOT_MAGIC = b"RIP5SNP1"
 SNAPSHOT_HEADER = struct.Struct("<8sIQQIQI")
 
 
-def encode_snapshot_file(
+def encode_pack_header(pack_id: int, entries: int) -> bytes:
+    """The 32-byte header that starts pack ``pack_id`` of ``entries`` snapshots."""
+    body = PACK_HEADER.pack(PACK_MAGIC, pack_id, entries, 0)[:-4]
+    return (body + crc32c.crc32c(body).to_bytes(4, "little")).ljust(PACK_HEADER_BYTES, b"\0")
+
+
+def decode_pack_header(blob: bytes) -> tuple[int, int]:
+    """(pack id, entries) of a pack header; ``FormatError`` if it is not one."""
+    if len(blob) < PACK_HEADER_BYTES:
+        raise FormatError("pack header is truncated")
+    magic, pack_id, count, crc = PACK_HEADER.unpack_from(blob)
+    if magic != PACK_MAGIC or crc32c.crc32c(blob[: PACK_HEADER.size - 4]) != crc:
+        raise FormatError("not a rip5 snapshot pack (bad magic or checksum)")
+    return int(pack_id), int(count)
+
+
+def encode_snapshot_entry(
     group_id: int, term: int, index: int, conf_state: ConfState, data: bytes
-) -> bytes:
-    """The full contents of a snapshot file."""
+) -> tuple[bytes, bytes]:
+    """One pack entry as (header + conf state, data): written with ``writev``, so the
+    data is never copied. The entry's length is the sum of both lengths."""
     conf = encode_conf_state(conf_state)
     head = SNAPSHOT_HEADER.pack(SNAPSHOT_MAGIC, group_id, term, index, len(conf), len(data), 0)
     crc = crc32c.crc32c(head[:-4])
     crc = crc32c.crc32c(conf, crc)
     crc = crc32c.crc32c(data, crc)
-    return head[:-4] + crc.to_bytes(4, "little") + conf + data
+    return head[:-4] + crc.to_bytes(4, "little") + conf, data
 
 
-def decode_snapshot_file(blob: bytes) -> tuple[int, int, int, ConfState, bytes]:
-    """(group_id, term, index, conf_state, data) of a snapshot file's contents."""
+def decode_snapshot_entry(blob: bytes) -> tuple[int, int, int, ConfState, bytes]:
+    """(group_id, term, index, conf_state, data) of one pack entry's bytes."""
     if len(blob) < SNAPSHOT_HEADER.size:
-        raise FormatError("snapshot file is truncated")
+        raise FormatError("snapshot entry is truncated")
     magic, group_id, term, index, conf_len, data_len, crc = SNAPSHOT_HEADER.unpack_from(blob)
     if magic != SNAPSHOT_MAGIC:
-        raise FormatError("not a rip5 snapshot file")
+        raise FormatError("not a rip5 snapshot entry")
     start = SNAPSHOT_HEADER.size
     if len(blob) != start + conf_len + data_len:
-        raise FormatError("snapshot file length does not match its header")
+        raise FormatError("snapshot entry length does not match its header")
     actual = crc32c.crc32c(blob[: start - 4])
     actual = crc32c.crc32c(blob[start:], actual)
     if actual != crc:
-        raise FormatError("snapshot file checksum mismatch")
+        raise FormatError("snapshot entry checksum mismatch")
     conf = decode_conf_state(blob[start : start + conf_len])
     return group_id, term, index, conf, blob[start + conf_len :]

@@ -29,6 +29,7 @@ class GroupIndex:
     snapshot_conf_state: ConfState = field(default_factory=ConfState)
     compact_index: int = 0
     compact_term: int = 0
+    snapshot_location: fmt.SnapshotLocation = fmt.NO_SNAPSHOT  # where the snapshot's bytes lie
     first: int = 1
     # (term, segment seq, record offset, payload length, entry type) per live entry
     locs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
@@ -68,6 +69,38 @@ class GroupIndex:
         self.compact_index = index
         self.compact_term = term
 
+    def note_snapshot(
+        self, term: int, index: int, conf: ConfState, flag: int, location: fmt.SnapshotLocation
+    ) -> None:
+        """The group's snapshot is now at (term, index) in ``location``; an installed
+        one (``flag`` SNAPSHOT_INSTALL) replaces the whole log."""
+        self.snapshot_term = term
+        self.snapshot_index = index
+        self.snapshot_conf_state = conf
+        self.snapshot_location = location
+        if flag == fmt.SNAPSHOT_INSTALL:
+            self.locs = []
+            self.cache = []
+            self.cache_bytes = 0
+            self.first = index + 1
+            self.cache_from = index + 1
+            self.compact_index = index
+            self.compact_term = term
+
+    def restore(self, cp: fmt.GroupCheckpoint) -> None:
+        """Replay a CHECKPOINT record: the group's metadata as of a segment's start."""
+        self.hard_state = cp.hard_state
+        self.conf_index = cp.conf_index
+        self.conf_state = cp.conf_state
+        self.snapshot_term = cp.snapshot_term
+        self.snapshot_index = cp.snapshot_index
+        self.snapshot_conf_state = cp.snapshot_conf_state
+        self.snapshot_location = cp.snapshot_location
+        if cp.compact_index >= self.first - 1 or not self.locs:
+            self.compact_to(cp.compact_index, cp.compact_term)
+        else:
+            self.compact_index, self.compact_term = cp.compact_index, cp.compact_term
+
     def checkpoint(self) -> fmt.GroupCheckpoint:
         return fmt.GroupCheckpoint(
             hard_state=self.hard_state,
@@ -78,4 +111,5 @@ class GroupIndex:
             snapshot_conf_state=self.snapshot_conf_state,
             compact_index=self.compact_index,
             compact_term=self.compact_term,
+            snapshot_location=self.snapshot_location,
         )

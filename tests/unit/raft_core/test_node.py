@@ -100,6 +100,26 @@ def test_status_and_accessors_describe_the_replica() -> None:
     assert node.hard_state() == net.replicas[1].log.initial_state()[0]
 
 
+def test_quiesce_point_only_when_the_leader_is_in_step_with_every_peer() -> None:
+    net = Network([1, 2, 3], learners=[4])
+    net.elect(1)
+    node = net.node(1)
+    status = node.status()
+    assert node.quiesce_point() == (status.term, status.last_index)
+    assert net.node(2).quiesce_point() is None  # not the leader
+    node.propose(b"x")
+    assert node.quiesce_point() is None  # appended, not committed
+    net.process_ready(1)
+    net.deliver(keep=lambda m: m.to != 4)  # the learner does not get it
+    net.stabilize(keep=lambda m: m.to != 4 and m.from_ != 4)
+    assert node.status().commit == node.status().last_index
+    assert node.quiesce_point() is None  # the learner lags
+    net.tick(1, 5)  # a heartbeat round: the learner catches up
+    net.stabilize()
+    status = node.status()
+    assert node.quiesce_point() == (status.term, status.last_index)
+
+
 def test_the_leader_steps_down_when_it_loses_its_quorum() -> None:
     net = Network([1, 2, 3], check_quorum=True, election_tick=5)
     net.elect(1)

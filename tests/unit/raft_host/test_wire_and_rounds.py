@@ -253,9 +253,11 @@ def test_compaction_by_wal_bytes_stops_at_applied_and_the_truncate_floor(tmp_pat
     snapshot = by_group[1].snapshot
     assert snapshot is not None
     assert snapshot.metadata.index >= targets[1]
-    store.snapshot_files.write_durably([(s.group_id, s.snapshot) for s in steps if s.snapshot])
+    pack = store.begin_snapshot_pack()
+    pack.write_durably([(s.group_id, s.snapshot) for s in steps if s.snapshot])
     before = store.retained_bytes()
     host.finish_compaction(steps, store)
+    store.end_snapshot_pack(pack)
     store.commit()
     assert store.group(1).first_index() == targets[1] + 1
     assert store.group(2).first_index() == 4
@@ -267,14 +269,16 @@ def test_compaction_by_wal_bytes_stops_at_applied_and_the_truncate_floor(tmp_pat
     host.set_truncate_floor(2, None)
     steps = host.plan_compaction(store.compaction_targets(keep_segments=2))
     assert [s.group_id for s in steps] == [2]
-    store.snapshot_files.write_durably([(s.group_id, s.snapshot) for s in steps if s.snapshot])
+    pack = store.begin_snapshot_pack()
+    pack.write_durably([(s.group_id, s.snapshot) for s in steps if s.snapshot])
     host.finish_compaction(steps, store)
+    store.end_snapshot_pack(pack)
     store.commit()
     assert store.retained_bytes() < before
     # Nothing more to snapshot for group 1: a second plan only compacts.
     again = {s.group_id: s for s in host.plan_compaction({1: targets[1]})}
     assert again[1].snapshot is None
-    # A stale snapshot (older than the one recorded) is refused and its file dropped.
+    # A stale snapshot (older than the one recorded) is refused.
     assert not store.note_local_snapshot(1, Snapshot(SnapshotMetadata(index=2, term=1)))
     store.close()
     reopened = LogStore.open(tmp_path, segment_bytes=4096)
