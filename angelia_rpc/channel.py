@@ -522,6 +522,25 @@ class ClientStream:
         else:
             await state.send_payload(frame)
 
+    def try_send_nowait(self, message: Any) -> bool:
+        """Send one message now if that needs no waiting; False (nothing sent) otherwise.
+
+        Nothing is sent unless the stream is open, has credit and its link is
+        writable: a caller that gets False sends it with :meth:`send`. A
+        message sent here is ordered after every message already sent.
+        """
+        state = self._state
+        if state is None or self._method.kind != BIDI:
+            return False
+        connection = state.connection
+        frame = message_frame(
+            state.call_id, self._encode(message), connection.codec_id, connection.send_bytes_max
+        )
+        if not state.may_send_now():
+            return False
+        connection.send_raw(frame)
+        return True
+
     def done_sending(self) -> None:
         """End this side (bidirectional calls)."""
         self._end_requested = True

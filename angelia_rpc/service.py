@@ -111,6 +111,11 @@ class BidiCall(Protocol[Req_contra, Resp_co]):
         """Send one message; waits while the peer's flow-control window is full."""
         ...
 
+    def try_send_nowait(self, message: Req_contra) -> bool:
+        """Send one message if that needs no waiting (the stream open, credit left, the
+        link writable); False, with nothing sent, otherwise."""
+        ...
+
     def done_sending(self) -> None:
         """End this side of the stream; the peer's iterator of requests ends."""
         ...

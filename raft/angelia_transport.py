@@ -5,7 +5,11 @@ Node A sends its batches to node B on a bidirectional Angelia call
 batches to A go on the stream B opened to A). One sender task per peer
 drains a bounded queue into the stream: ``send`` never blocks, and while a
 peer is unreachable the oldest queued batches are dropped (raft resends what
-matters). A failed stream is reopened after a backoff.
+matters). A failed stream is reopened after a backoff. While that task is
+idle (its queue empty, its stream open), ``send`` writes a batch that fits
+one frame straight into the stream when the stream can take it without
+waiting, instead of waking the task: order is kept, since the task holds no
+batch then.
 
 A batch larger than one frame allows (a snapshot carrying a group's message
 bodies) goes as consecutive parts of at most ``part_bytes`` on the stream;
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from angelia_rpc import AngeliaError, Bidi, CallContext, Peers, RpcConfig, Service
+from angelia_rpc.service import BidiCall
 from raft.transport import Receiver
 
 _log = logging.getLogger(__name__)
@@ -123,6 +128,9 @@ class AngeliaTransport:
         self._queues: dict[int, deque[bytes]] = {}
         self._ready: dict[int, asyncio.Event] = {}
         self._pumps: dict[int, asyncio.Task[None]] = {}
+        # The stream of each peer whose sender task is idle: its queue is empty and
+        # it holds no batch, so a batch written here directly keeps the order.
+        self._idle_calls: dict[int, BidiCall[RaftBatchFrame, RaftBatchAck]] = {}
         self.dropped_batches = 0
 
     def binding(self) -> Mapping[str, Any]:
@@ -139,6 +147,13 @@ class AngeliaTransport:
 
     def send(self, to_node: int, data: bytes) -> None:
         """Queue a batch for ``to_node``; the oldest is dropped if the queue is full."""
+        call = self._idle_calls.get(to_node)
+        if (
+            call is not None
+            and len(data) <= self.part_bytes
+            and call.try_send_nowait(RaftBatchFrame(self.node_id, data))
+        ):
+            return
         queue = self._queues.get(to_node)
         if queue is None:
             if to_node not in self.addresses:
@@ -148,6 +163,8 @@ class AngeliaTransport:
             self._pumps[to_node] = asyncio.create_task(
                 self._pump(to_node), name=f"raft-send-{self.node_id}-to-{to_node}"
             )
+        # Queued: the task is no longer idle; later batches queue behind this one.
+        self._idle_calls.pop(to_node, None)
         if len(queue) == queue.maxlen:
             self.dropped_batches += 1
         queue.append(data)
@@ -164,7 +181,11 @@ class AngeliaTransport:
                 while True:
                     while not queue:
                         ready.clear()
-                        await ready.wait()
+                        self._idle_calls[to_node] = call
+                        try:
+                            await ready.wait()
+                        finally:
+                            self._idle_calls.pop(to_node, None)
                     data = queue.popleft()
                     step = self.part_bytes
                     if len(data) <= step:

@@ -93,6 +93,7 @@ from raft.errors import NotLeader as RaftNotLeader
 from raft.logstore import LogStore
 from raft.node import RawNode
 from raft.types import Entry, Snapshot
+from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
     CommandCorrupted,
@@ -132,7 +133,7 @@ from storage_node.partition.results import (
     TransactionChecksResult,
 )
 from storage_node.partition.snapshot import restore
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionConfig, PartitionState, check_record
 from storage_node.store.base import MessageStore
 from storage_node.store.memory import MemoryMessageStore
 from storage_node.store.segment_files import index_segments
@@ -338,6 +339,7 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
 
     def adopt(self, group_id: int, replica: GroupReplica) -> None:
         """Serve ``replica`` (already added to the driver); it keeps its group's truncate floor."""
@@ -452,7 +454,7 @@ class StorageNode:
     async def append(self, request: AppendRequest, context: CallContext) -> AppendResponse:
         """Store a batch of messages of one queue as one log entry."""
         group_id = self._group_of(request.topic, request.queue_id)
-        replica = self._led_replica(group_id)
+        self._led_replica(group_id)
         if not request.messages:
             raise BadCommand("an append needs at least one message")
         body_bytes = sum(len(message.body) for message in request.messages)
@@ -472,26 +474,27 @@ class StorageNode:
                 records.append(to_record(message))
             except ValueError as exc:
                 raise BadCommand(f"message {message.message_id!r}: {exc}") from exc
-        now_ms = self.now_ms()
-        command = Append(now_ms, tuple(records))
-        data = encode(command)
-        # The leader applies the records it just encoded rather than decoding them
-        # again, when they are exactly what decoding gives (else it decodes, as
-        # every follower does, and a record of a wrong type fails alike everywhere).
-        expected = all(map(is_canonical, records))
-        if expected:
-            replica.expect(data, command)
-        try:
-            result = await self._propose_encoded(group_id, data)
-        finally:
-            if expected:
-                replica.forget(data)
-        assert isinstance(result, AppendResult)
+        if all(map(is_canonical, records)):
+            # Joined with the group's other appends of this round into one entry,
+            # applied by the leader without decoding (see append_batcher).
+            for record in records:
+                check_record(record)
+            try:
+                outcomes, now_ms = await self.batcher.add(group_id, records, body_bytes)
+            except RaftNotLeader as exc:
+                raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+        else:
+            # Alone, and decoded on apply by every replica: a record of a wrong type
+            # fails alike everywhere.
+            now_ms = self.now_ms()
+            result = await self._propose(group_id, Append(now_ms, tuple(records)))
+            assert isinstance(result, AppendResult)
+            outcomes = result.outcomes
         self.appended_messages += len(records)
         return AppendResponse(
             [
                 AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
-                for o in result.outcomes
+                for o in outcomes
             ],
             now_ms,
         )

@@ -212,7 +212,7 @@ class PartitionState:
 
     def _append(self, command: Append, log_index: int) -> AppendResult:
         for record in command.records:
-            _check_record(record)
+            check_record(record)
         append_one = self._append_one
         return AppendResult(
             tuple(
@@ -654,7 +654,9 @@ def _stale(handle: ReceiptHandle) -> str:
     )
 
 
-def _check_record(record: MessageRecord) -> None:
+def check_record(record: MessageRecord) -> None:
+    """Raise BadCommand if an Append may not store ``record`` (every Append checks
+    all its records first, and stores none if one fails)."""
     # The messages are formatted only on failure: this runs for every appended record.
     if record.topic == "":
         raise BadCommand(f"message {record.message_id!r} has no topic")

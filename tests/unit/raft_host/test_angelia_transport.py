@@ -56,3 +56,23 @@ async def test_a_batch_beyond_the_receivers_bound_is_dropped_and_the_stream_goes
         finally:
             await sender.close()
     assert [data for _, data in received] == [b"a" * 2500, b"c" * 2999]
+
+
+async def test_batches_sent_past_an_idle_sender_task_keep_their_order() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    received: list[tuple[int, bytes]] = []
+    async with receiving_node(address, received):
+        sender = AngeliaTransport(1, {2: address}, RpcConfig(), part_bytes=1000)
+        try:
+            sender.send(2, b"first")  # opens the stream through the sender task
+            await async_wait_until(lambda: len(received) == 1, timeout_s=30)
+            await async_wait_until(lambda: 2 in sender._idle_calls, timeout_s=30)
+            # The task is idle on an open stream: these go straight into it, except
+            # the one larger than a part, which the task sends (after "direct").
+            sender.send(2, b"direct")
+            sender.send(2, b"x" * 2500)
+            sender.send(2, b"last")
+            await async_wait_until(lambda: len(received) == 4, timeout_s=30)
+        finally:
+            await sender.close()
+    assert [data for _, data in received] == [b"first", b"direct", b"x" * 2500, b"last"]
