@@ -45,7 +45,7 @@ from storage_node.partition.results import AppendResult
 
 class Expecting(Protocol):
     """A group's replica that may apply a command it was told about without decoding
-    it (``storage_node.service.GroupReplica``)."""
+    it (``storage_node.replica.GroupReplica``)."""
 
     def expect(self, data: bytes, command: Append) -> None:
         """``data`` is ``command`` encoded (and decodes back to it exactly)."""

@@ -63,12 +63,12 @@ from storage_node.reconcile import (
     plan_reconcile,
 )
 from storage_node.registration import CALL_TIMEOUT_MS, Registration, join_cluster
+from storage_node.replica import GroupReplica
 from storage_node.service import (
     FIRST_GROUP_ID,
     KEEP_ENTRIES,
     SNAPSHOT_ENTRIES,
     WAL_RETAIN_BYTES,
-    GroupReplica,
     StorageNode,
 )
 from storage_node.store.base import MessageStore

@@ -46,7 +46,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
@@ -92,14 +92,12 @@ from raft.driver import Driver
 from raft.errors import NotLeader as RaftNotLeader
 from raft.logstore import LogStore
 from raft.node import RawNode
-from raft.types import Entry, Snapshot
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
     CommandCorrupted,
     GroupNotHosted,
     NotLeader,
-    OutOfOrderApply,
     StorageError,
 )
 from storage_node.partition.commands import (
@@ -112,13 +110,11 @@ from storage_node.partition.commands import (
     EndTransaction,
     InitialPosition,
     NoteTransactionChecks,
-    Op,
     ReceiptHandle,
     Receive,
     Tick,
     encode,
 )
-from storage_node.partition.image import IMAGE_MAGIC, decode_image, encode_image
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
 from storage_node.partition.reads import append_record_at, append_records
 from storage_node.partition.results import (
@@ -132,10 +128,8 @@ from storage_node.partition.results import (
     Result,
     TransactionChecksResult,
 )
-from storage_node.partition.snapshot import restore
-from storage_node.partition.state import PartitionConfig, PartitionState, check_record
-from storage_node.store.base import MessageStore
-from storage_node.store.memory import MemoryMessageStore
+from storage_node.partition.state import check_record
+from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
 from storage_node.store.segment_files import index_segments
 
 _log = logging.getLogger(__name__)
@@ -167,152 +161,8 @@ WAL_RETAIN_BYTES = 256 << 20
 """Past this many bytes in live WAL segments, the groups pinning the oldest segments are
 snapshotted and compacted (never past their truncate floors): raft's compaction by WAL bytes."""
 
-FLOOR_CHECK_ENTRIES = 4_096
-"""A replica recomputes its truncate floor at least every this many applied entries
-(besides at each snapshot and restore): the pass costs one look at every referenced entry."""
-
-FLOOR_REFRESH_MS = 1_000
-"""And at most this long after it applied anything (:meth:`StorageNode.run_floor_keeper`), so
-a quiet group's floor follows its acks and does not pin the WAL's oldest segments."""
-
 SEGMENT_INDEX_CHECK_MS = 1_000
 """How often sealed WAL segments without an index are looked for."""
-
-
-class GroupReplica:
-    """This node's replica of one group: the raft state machine the driver applies into.
-
-    ``applied_term`` is the term of the last command applied (the read barrier
-    compares it with the current term). ``bodies`` is where the replica reads
-    message bodies (APPEND entries) back: this node's WAL, plus the bodies a
-    group image brought.
-
-    Snapshots are group images (``partition.image``): the partition snapshot
-    plus the referenced bodies that the holder's log cannot have. The log is
-    compacted no further than the truncate floor this replica reports
-    (:meth:`report_floor_to`), so every other referenced body stays in the WAL.
-
-    The floor may lag the state (it is recomputed at each snapshot, each
-    restore, every ``FLOOR_CHECK_ENTRIES`` applied entries and within
-    ``FLOOR_REFRESH_MS`` of any apply), which is safe:
-    the oldest referenced index never decreases while entries are applied
-    (a message leaves a queue, half or timer only to be dropped or to be
-    named by another one), so a floor reported earlier is never above the
-    current one.
-    """
-
-    def __init__(self, group_id: int, bodies: MessageStore | None = None) -> None:
-        """An empty partition for ``group_id``; bodies in memory unless a store is given."""
-        self.group_id = group_id
-        self.state = PartitionState(PartitionConfig(group_id=group_id))
-        self.bodies: MessageStore = bodies if bodies is not None else MemoryMessageStore()
-        self.applied_term = 0
-        self.applied_index = 0
-        self._waiters: dict[QueueId, asyncio.Event] = {}
-        self._set_floor: Callable[[int, int | None], None] | None = None
-        self._floor_checked_index = 0
-        # Commands this node proposed, by the id of their entry bytes (held, so the id
-        # is not reused): applying that very bytes object applies the command instead
-        # of decoding it. Only commands equal to their own decoding are registered.
-        self._proposed: dict[int, tuple[bytes, Command]] = {}
-
-    def expect(self, data: bytes, command: Command) -> None:
-        """``data`` (about to be proposed) is ``command`` encoded, and decodes back to it
-        field for field: its apply here may skip the decoding. Undo with :meth:`forget`."""
-        self._proposed[id(data)] = (data, command)
-
-    def forget(self, data: bytes) -> None:
-        """Drop what :meth:`expect` registered for ``data`` (its proposal has ended)."""
-        found = self._proposed.get(id(data))
-        if found is not None and found[0] is data:
-            del self._proposed[id(data)]
-
-    def apply(self, entry: Entry) -> object:
-        """Apply one committed command; a rejected command's error is the result."""
-        self.applied_term = entry.term
-        self.applied_index = entry.index
-        proposed = self._proposed.pop(id(entry.data), None) if self._proposed else None
-        try:
-            if proposed is not None and proposed[0] is entry.data:
-                result: object = self.state.apply(proposed[1], entry.index)
-            else:
-                result = self.state.apply_entry(entry.data, entry.index)
-        except OutOfOrderApply:
-            raise
-        except StorageError as exc:
-            result = exc
-        else:
-            if entry.data and entry.data[0] == Op.APPEND:
-                self.bodies.keep_applied(self.group_id, entry.index, entry.data)
-        if entry.index - self._floor_checked_index >= FLOOR_CHECK_ENTRIES:
-            self._report_floor(self.state.min_log_index_referenced())
-        for queue in self.state.grown_queues:
-            waiter = self._waiters.pop(queue, None)
-            if waiter is not None:
-                waiter.set()
-        return result
-
-    def restore(self, snapshot: Snapshot) -> None:
-        """Take a snapshot's state (a group image, or a bare partition snapshot)."""
-        if snapshot.data[:4] == IMAGE_MAGIC:
-            self.state, bodies = decode_image(snapshot.data)
-            self.bodies.adopt(self.group_id, bodies)
-        else:
-            self.state = restore(snapshot.data)
-        self.applied_term = snapshot.metadata.term
-        self.applied_index = snapshot.metadata.index
-        self._report_floor(self.state.min_log_index_referenced())
-        for waiter in self._waiters.values():
-            waiter.set()
-        self._waiters.clear()
-
-    def snapshot_data(self) -> bytes:
-        """The group image as of the last applied entry, restorable on this node."""
-        referenced = self.state.referenced_log_indexes()
-        image = encode_image(self.state, self.bodies.bodies_to_carry(self.group_id, referenced))
-        # The driver compacts right after taking a snapshot: report the floor as of it.
-        self._report_floor(min(referenced, default=None))
-        return image
-
-    def report_floor_to(self, set_floor: Callable[[int, int | None], None]) -> None:
-        """Keep the group's truncate floor through ``set_floor`` (``Driver.set_truncate_floor``).
-
-        Reports the floor at once: until then the driver may compact freely.
-        """
-        self._set_floor = set_floor
-        self._report_floor(self.state.min_log_index_referenced())
-
-    def maybe_refresh_floor(self) -> None:
-        """Report the truncate floor again if entries were applied since it was computed."""
-        if self._set_floor is not None and self.applied_index != self._floor_checked_index:
-            self._report_floor(self.state.min_log_index_referenced())
-
-    def _floor_for(self, oldest_referenced: int | None) -> int:
-        """Entries up to this index may go: just below the oldest one still referenced."""
-        return self.state.applied_index if oldest_referenced is None else oldest_referenced - 1
-
-    def _report_floor(self, oldest_referenced: int | None) -> None:
-        self._floor_checked_index = self.applied_index
-        if self._set_floor is not None:
-            self._set_floor(self.group_id, self._floor_for(oldest_referenced))
-
-    def snapshot_for_peer(self, snapshot: Snapshot) -> bytes:
-        """``snapshot`` with every body its state references (the receiver has none)."""
-        try:
-            state, carried = decode_image(snapshot.data)
-            missing = state.referenced_log_indexes() - carried.keys()
-            carried.update(self.bodies.bodies_for_peer(self.group_id, missing))
-        except StorageError as exc:
-            _log.error("group %d: snapshot sent without its bodies: %s", self.group_id, exc)
-            return snapshot.data
-        return encode_image(state, carried)
-
-    def grown(self, queue: QueueId) -> asyncio.Event:
-        """An event set the next time ``queue`` gets new messages."""
-        waiter = self._waiters.get(queue)
-        if waiter is None:
-            waiter = self._waiters[queue] = asyncio.Event()
-        return waiter
 
 
 class StorageNode:

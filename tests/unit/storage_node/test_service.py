@@ -33,7 +33,8 @@ from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
 from storage_node.partition import state as partition_state
-from storage_node.service import APPEND_BODY_BYTES_MAX, FIRST_GROUP_ID, GroupReplica, StorageNode
+from storage_node.replica import GroupReplica
+from storage_node.service import APPEND_BODY_BYTES_MAX, FIRST_GROUP_ID, StorageNode
 from tests.waiting import async_wait_until
 
 GROUPS = 2

@@ -38,7 +38,8 @@ from raft.host_cluster import free_port
 from raft.logstore import LogStore
 from storage_node.errors import NotLeader
 from storage_node.partition.commands import Tick, encode
-from storage_node.service import FIRST_GROUP_ID, GroupReplica, StorageNode
+from storage_node.replica import GroupReplica
+from storage_node.service import FIRST_GROUP_ID, StorageNode
 from storage_node.store.segment_files import WalMessageStore
 from tests.waiting import async_wait_until
 
