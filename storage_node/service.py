@@ -90,6 +90,7 @@ from protocol.storage_api import (
 from protocol.storage_api import ReceiptHandle as WireHandle
 from raft.driver import Driver
 from raft.errors import NotLeader as RaftNotLeader
+from raft.errors import RaftError
 from raft.logstore import LogStore
 from raft.node import RawNode
 from storage_node.append_batcher import AppendBatcher
@@ -112,6 +113,7 @@ from storage_node.partition.commands import (
     NoteTransactionChecks,
     ReceiptHandle,
     Receive,
+    Release,
     Tick,
     encode,
 )
@@ -123,6 +125,7 @@ from storage_node.partition.results import (
     CancelTimerResult,
     ChangeInvisibleDurationResult,
     CommitOffsetResult,
+    Delivery,
     EndTransactionResult,
     ReceiveResult,
     Result,
@@ -140,6 +143,13 @@ FIRST_GROUP_ID = 1
 APPEND_BODY_BYTES_MAX = 4 << 20
 """The most body bytes one append may carry (RocketMQ's default message size limit):
 one append is one log entry, and raft batches must stay under the transport's frame limit."""
+
+RECEIVE_BYTES_MAX = 8 << 20
+"""About the most message bytes one receive answers with (half Angelia's default frame
+limit): messages granted past it are released at once. The first always goes."""
+
+RECORD_OVERHEAD_BYTES = 256
+"""What a record costs on the wire beside its body, properties and keys (an estimate)."""
 
 TIMER_CHECK_MS = 20
 """The longest the leader waits before looking for due timers of the groups it leads
@@ -413,6 +423,10 @@ class StorageNode:
                 break
         deliveries = result.deliveries
         records = self._records(group_id, queue, [d.entry for d in deliveries])
+        kept = _fitting(records, RECEIVE_BYTES_MAX)
+        if kept < len(deliveries):
+            await self._release(group_id, request.group, deliveries[kept:])
+            deliveries, records = deliveries[:kept], records[:kept]
         return ReceiveResponse(
             [
                 ReceivedMessage(
@@ -428,6 +442,16 @@ class StorageNode:
             dead_lettered,
             result.end_offset,
         )
+
+    async def _release(self, group_id: int, group: str, deliveries: Sequence[Delivery]) -> None:
+        """Hand granted deliveries back at once, uncounted (they did not fit the answer).
+
+        Best effort: if the release fails, they reappear when their invisible
+        duration ends, one attempt counted.
+        """
+        handles = tuple(d.handle for d in deliveries)
+        with contextlib.suppress(StorageError, RaftError, TimeoutError):
+            await self._propose(group_id, Release(self.now_ms(), group, handles))
 
     async def ack(self, request: AckRequest, context: CallContext) -> AckResponse:
         """Acknowledge deliveries; each handle has its own outcome."""
@@ -628,6 +652,21 @@ class StorageNode:
                 await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
             except (OSError, SegmentCorrupted) as exc:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
+
+
+def _fitting(records: Sequence[MessageRecord], bytes_max: int) -> int:
+    """How many of ``records``, from the first, fit in ``bytes_max`` (at least one)."""
+    total = 0
+    for count, record in enumerate(records):
+        total += (
+            len(record.body)
+            + sum(len(key) + len(value) for key, value in record.properties)
+            + sum(len(key) for key in record.keys)
+            + RECORD_OVERHEAD_BYTES
+        )
+        if total > bytes_max and count > 0:
+            return count
+    return len(records)
 
 
 def _receive_command(request: ReceiveRequest, now_ms: int) -> Receive:

@@ -58,6 +58,7 @@ class Op(enum.IntEnum):
     TICK = 9
     CANCEL_TIMER = 10
     TRIM_QUEUE = 11
+    RELEASE = 12
 
 
 class InitialPosition(enum.IntEnum):
@@ -137,6 +138,18 @@ class Ack:
     """Acknowledge deliveries to ``group``; each handle succeeds or fails on its own."""
 
     op: ClassVar[Op] = Op.ACK
+    now_ms: int
+    group: str
+    handles: tuple[ReceiptHandle, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Hand deliveries back undelivered: each becomes visible at once, and its attempt
+    is not counted (the leader granted it but could not send it, e.g. past the byte
+    budget of one answer). A handle no longer current is skipped."""
+
+    op: ClassVar[Op] = Op.RELEASE
     now_ms: int
     group: str
     handles: tuple[ReceiptHandle, ...]
@@ -260,6 +273,7 @@ Command = (
     | Tick
     | CancelTimer
     | TrimQueue
+    | Release
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -276,6 +290,7 @@ _BY_OP: dict[Op, type[Any]] = {
         Tick,
         CancelTimer,
         TrimQueue,
+        Release,
     )
 }
 

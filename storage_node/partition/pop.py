@@ -4,8 +4,10 @@ Each offset of the queue is, for the group, in exactly one of three states:
 
 - fresh: never handed out;
 - leased: handed out and not yet acked; the lease says until when the
-  message is invisible, which delivery attempt it is (1 on first delivery)
-  and its generation (the log index of the command that granted it);
+  message is invisible, which delivery attempt it is (1 on first delivery;
+  0 for a grant handed back undelivered by a Release, visible at once, so
+  the next grant counts the same attempt again) and its generation (the log
+  index of the command that granted it);
 - done: acked, dead-lettered, skipped by the filter, or below a committed
   offset.
 
@@ -164,8 +166,8 @@ class GroupQueue:
             self.cursor in self.leases or self.cursor in self.done_ahead
         ):
             raise AssertionError(f"cursor {self.cursor} not settled")
-        if any(lease.attempt < 1 for lease in self.leases.values()):
-            raise AssertionError("a lease with attempt < 1")
+        if any(lease.attempt < 0 for lease in self.leases.values()):
+            raise AssertionError("a lease with attempt < 0")
 
     def _fresh(self, end_offset: int, scan_max: int) -> Iterator[int]:
         """Fresh offsets from the cursor, looking at no more than ``scan_max`` offsets."""

@@ -82,6 +82,13 @@ class AckResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    """How many of the Release's handles were current and handed back."""
+
+    released: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeInvisibleDurationResult:
     """The new handle (the old one is now stale) and the new deadline."""
 
@@ -154,4 +161,5 @@ Result = (
     | TickResult
     | CancelTimerResult
     | TrimQueueResult
+    | ReleaseResult
 )

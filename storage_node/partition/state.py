@@ -57,6 +57,7 @@ from storage_node.partition.commands import (
     NoteTransactionChecks,
     ReceiptHandle,
     Receive,
+    Release,
     Tick,
     TrimQueue,
     decode,
@@ -83,6 +84,7 @@ from storage_node.partition.results import (
     Delivery,
     EndTransactionResult,
     ReceiveResult,
+    ReleaseResult,
     Result,
     TickResult,
     TransactionChecksResult,
@@ -182,6 +184,8 @@ class PartitionState:
             )
         if isinstance(command, TrimQueue):
             return self._trim_queue(command)
+        if isinstance(command, Release):
+            return self._release(command, log_index)
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
     def _advance_clock(self, now_ms: int) -> int:
@@ -387,6 +391,20 @@ class PartitionState:
             group_queue.finish(handle.queue_offset, self.end_offset(handle.topic, handle.queue_id))
             outcomes.append(AckOutcome(handle))
         return AckResult(tuple(outcomes))
+
+    def _release(self, command: Release, log_index: int) -> ReleaseResult:
+        released = 0
+        for handle in command.handles:
+            found = self._valid_lease(command.group, handle)
+            if found is None:
+                continue
+            group_queue, lease = found
+            # Expired now, one attempt back: the next grant counts this attempt again.
+            group_queue.leases[handle.queue_offset] = Lease(
+                log_index, self.clock_ms, lease.attempt - 1, lease.message_group
+            )
+            released += 1
+        return ReleaseResult(released)
 
     def _change_invisible_duration(
         self, command: ChangeInvisibleDuration, log_index: int

@@ -394,3 +394,22 @@ async def test_stale_hints_bouncing_between_two_nodes_end_at_the_deadline(
     finally:
         for server in servers:
             await server.stop()
+
+
+async def test_large_messages_are_received_in_answers_that_fit_a_frame(cluster: Cluster) -> None:
+    # 32 x 3 MiB would be one 96 MiB answer, past the 16 MiB frame limit: storage answers
+    # with what fits and hands the rest back for the next receive, uncounted.
+    await cluster.admin.create_topic(api.CreateTopicRequest("large", CLUSTER, 1))
+    store = StorageStore(_metadata(cluster), cluster.peers, seeds=[cluster.storage])
+    queue = QueueRef("large", 0)
+    for i in range(6):
+        await store.append(queue, [Message("large", bytes(3 << 20), f"large{i}")])
+    received: list[int] = []
+    while len(received) < 6:
+        popped = await store.pop(
+            GroupInfo("g"), queue, batch_size=32, invisible_ms=60_000, tag_filter=TagFilter()
+        )
+        assert 1 <= len(popped.messages) <= 2
+        assert all(p.delivery_attempt == 1 for p in popped.messages)
+        received += [p.offset for p in popped.messages]
+    assert received == list(range(6))

@@ -230,3 +230,30 @@ async def test_a_receive_with_nothing_to_hand_out_adds_no_log_entry(tmp_path: Pa
         retried = ReceiveRequest("g", "t", 0, 8, 30_000, attempt_id="a1")
         assert (await node.receive(retried, CONTEXT)).messages == []
         assert replica.applied_index == applied + 1
+
+
+async def test_a_receive_answers_within_its_byte_budget_and_releases_the_rest(
+    tmp_path: Path,
+) -> None:
+    big = 3 << 20  # three fit in no 8 MiB answer: two do
+    async with one_node(tmp_path) as node:
+        for i in range(5):
+            await node.append(
+                AppendRequest("t", 0, [Message("t", 0, f"big-{i}", bytes(big))]), CONTEXT
+            )
+        first = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000), CONTEXT)
+        assert [m.message.queue_offset for m in first.messages] == [0, 1]
+        # The rest were released at once, not left invisible for the minute asked.
+        second = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000), CONTEXT)
+        assert [m.message.queue_offset for m in second.messages] == [2, 3]
+        assert [m.delivery_attempt for m in second.messages] == [1, 1]  # released: not counted
+        third = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000), CONTEXT)
+        assert [m.message.queue_offset for m in third.messages] == [4]
+        assert [m.delivery_attempt for m in third.messages] == [1]  # released twice
+        # One message alone always goes, however large.
+        await node.append(
+            AppendRequest("t", 1, [Message("t", 1, "huge", bytes(APPEND_BODY_BYTES_MAX))]),
+            CONTEXT,
+        )
+        alone = await node.receive(ReceiveRequest("g", "t", 1, 32, 60_000), CONTEXT)
+        assert [m.message.message.message_id for m in alone.messages] == ["huge"]

@@ -45,6 +45,7 @@ def test_op_codes_are_append_only() -> None:
         ("TICK", 9),
         ("CANCEL_TIMER", 10),
         ("TRIM_QUEUE", 11),
+        ("RELEASE", 12),
     ]
 
 
