@@ -253,10 +253,15 @@ class StorageNode:
     async def _read_barrier(self, group_id: int) -> GroupReplica:
         """The led replica, once it has applied everything committed before its term."""
         replica = self._led_replica(group_id)
-        node = cast(RawNode, self.driver.host.node(group_id))
-        if replica.applied_term < node.hard_state().term:
+        if not self._term_applied(group_id, replica):
             await self._propose(group_id, Tick(self.now_ms()))
         return replica
+
+    def _term_applied(self, group_id: int, replica: GroupReplica) -> bool:
+        """Whether ``replica`` applied an entry of its node's current term (a new
+        leader's state covers everything committed before only from then on)."""
+        node = cast(RawNode, self.driver.host.node(group_id))
+        return replica.applied_term >= node.hard_state().term
 
     async def _readable_replica(self, group_id: int, from_follower: bool) -> GroupReplica:
         """The replica to read from: the leader after its barrier, or (read replicas)
@@ -389,8 +394,7 @@ class StorageNode:
         """The end offset for an empty answer without proposing (see
         ``PartitionState.idle_receive_end``); None: propose. Never for a retried
         attempt, nor on a new leader before its term's first entry applied here."""
-        node = cast(RawNode, self.driver.host.node(group_id))
-        if request.attempt_id or replica.applied_term != node.hard_state().term:
+        if request.attempt_id or not self._term_applied(group_id, replica):
             return None
         return replica.state.idle_receive_end(
             request.group, request.topic, request.queue_id, now_ms

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from broker.domain import AppendResult, Message, QueueRef
 from broker.services.base import MessageStore
-from broker.waiting import fail_waiting
+from broker.waiting import deal_out, fail_waiting
 
 BATCH_BYTES_MAX = 4 << 20
 """The most body bytes one append may carry (the storage node's limit: one log entry)."""
@@ -91,12 +91,7 @@ class AppendCoalescer:
                 except Exception as error:  # noqa: BLE001 - handed to every waiting sender
                     fail_waiting((item.done for item in batch), error)
                     continue
-                start = 0
-                for item in batch:
-                    end = start + len(item.messages)
-                    if not item.done.done():
-                        item.done.set_result(results[start:end])
-                    start = end
+                deal_out(((len(item.messages), item.done) for item in batch), results)
         finally:
             del self._flushers[queue]
             if not self._pending.get(queue):

@@ -44,7 +44,7 @@ from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.growth import GrowthWatch
 from broker.services.nameserver import ClusterMetadata
-from broker.waiting import fail_waiting
+from broker.waiting import deal_out, fail_waiting
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
@@ -317,12 +317,7 @@ class StorageStore:
                     )
                     fail_waiting((done for _, done in pending), mismatch)
                     continue
-                start = 0
-                for batch, done in pending:
-                    end = start + len(batch)
-                    if not done.done():
-                        done.set_result(outcomes[start:end])
-                    start = end
+                deal_out(((len(batch), done) for batch, done in pending), outcomes)
         finally:
             del self._ack_flushers[key]
 
