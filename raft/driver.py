@@ -469,7 +469,7 @@ class Driver:
         self._planned_at_segments = segments
         steps = self.host.plan_compaction(
             store.compaction_targets(max(1, self.options.wal_keep_segments)),
-            first_index=lambda group_id: store.group(group_id).first_index(),
+            unpins=store.compaction_unpins,
         )
         if not steps:
             return

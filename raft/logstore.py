@@ -671,6 +671,21 @@ class LogStore:
                 targets[g.group_id] = g.first + below - 1
         return targets
 
+    def compaction_unpins(self, group_id: int, index: int) -> bool:
+        """Whether compacting ``group_id`` up to ``index`` releases a segment it holds.
+
+        True when the group would keep no entry, or its first kept entry lies
+        in a later segment than its first entry does now; False when nothing
+        would be discarded or the group would still hold the same segments.
+        """
+        g = self._groups.get(group_id)
+        if g is None or not g.locs or index < g.first:
+            return False
+        kept = index + 1 - g.first
+        if kept >= len(g.locs):
+            return True
+        return _loc_segment(g.locs[kept]) > _loc_segment(g.locs[0])
+
     def locate(self, group_id: int, index: int) -> EntryLocation:
         """Where entry ``index`` of the group lies on disk (for indexing without copying)."""
         g = self._group_state(group_id)

@@ -664,17 +664,18 @@ class MultiRaft:
         self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
 
     def plan_compaction(
-        self, targets: Mapping[int, int], first_index: Callable[[int], int] | None = None
+        self, targets: Mapping[int, int], unpins: Callable[[int, int], bool] | None = None
     ) -> list[CompactionStep]:
         """Steps that compact each group toward ``targets`` (group -> index).
 
         A group is compacted no further than what it applied and its truncate
         floor; when its snapshot does not cover that far, the step carries a
         new snapshot of its state machine as of now (its applied index).
-        ``first_index`` (group -> the first index its log holds): a group whose
-        step would discard nothing gets none, so no snapshot is taken for it
-        (a state machine's snapshot may be costly, and a floor held at the
-        log's start makes it useless).
+        ``unpins(group, index)``: whether compacting the group up to ``index``
+        would release a WAL segment it holds now. A group held back (by its
+        floor) so far that it would release none gets no step, so no snapshot
+        is taken for it: a state machine's snapshot may be costly (it stalls
+        the round), and one that frees nothing is wasted.
         """
         steps: list[CompactionStep] = []
         for group_id, target in targets.items():
@@ -684,7 +685,7 @@ class MultiRaft:
             index = min(target, g.applied)
             if g.truncate_floor is not None:
                 index = min(index, g.truncate_floor)
-            if index <= 0 or (first_index is not None and index < first_index(group_id)):
+            if index <= 0 or (unpins is not None and not unpins(group_id, index)):
                 continue
             snapshot = None
             if g.snapshot_index < index:

@@ -264,8 +264,18 @@ def test_compaction_by_wal_bytes_stops_at_applied_and_the_truncate_floor(tmp_pat
     assert store.retained_bytes() == before  # group 2's floor still pins the oldest segment
     # Its floor at its log's start: a new plan would discard nothing, so no step.
     host.set_truncate_floor(2, 3)
-    planned = host.plan_compaction(targets, first_index=lambda g: store.group(g).first_index())
+    planned = host.plan_compaction(targets, unpins=store.compaction_unpins)
     assert 2 not in {s.group_id for s in planned}
+    # A floor a few entries on, still inside the oldest segment: the step would
+    # discard entries but release no segment, so none either (no snapshot taken).
+    first = store.group(2).first_index()
+    assert store.locate(2, first + 2).segment_seq == store.locate(2, first).segment_seq
+    host.set_truncate_floor(2, first + 1)
+    assert not store.compaction_unpins(2, first + 1)
+    planned = host.plan_compaction(targets, unpins=store.compaction_unpins)
+    assert 2 not in {s.group_id for s in planned}
+    assert store.compaction_unpins(2, targets[2])  # the whole way would release the segment
+    assert not store.compaction_unpins(2, first - 1)  # discards nothing
     host.set_truncate_floor(2, None)
     steps = host.plan_compaction(store.compaction_targets(keep_segments=2))
     assert [s.group_id for s in steps] == [2]
