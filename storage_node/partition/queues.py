@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import enum
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import NamedTuple
 
 from protocol.records import MessageRecord
@@ -221,6 +221,10 @@ class DedupWindow:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def remembered(self) -> Container[tuple[str, str]]:
+        """The (topic, message id) pairs remembered now: a live view, for membership tests."""
+        return self._entries.keys()
 
     def lookup(self, topic: str, message_id: str) -> RecordOutcome | None:
         """The original outcome of a record stored in the window, if any."""

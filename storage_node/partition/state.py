@@ -215,17 +215,51 @@ class PartitionState:
     # ------------------------------------------------------------------ append
 
     def _append(self, command: Append, log_index: int) -> AppendResult:
-        for record in command.records:
+        records = command.records
+        for record in records:
             check_record(record)
-        append_one = self._append_one
-        return AppendResult(
-            tuple(
-                append_one(record, log_index, position)
-                for position, record in enumerate(command.records)
-            )
-        )
+        # Records are handled in order: a later record of the batch sees what an
+        # earlier one did (a repeated message id is a duplicate of the first).
+        # The common case (a plain message, due now, id not remembered) is queued
+        # here inline, one tuple per object built: it is every message of a
+        # normal append, on every replica. Every other record: _append_special.
+        special = self._append_special
+        remembered = self._dedup.remembered()
+        remember = self._dedup.remember
+        held = self._timers.is_held
+        queues = self._queues
+        grown = self.grown_queues
+        clock_ms = self.clock_ms
+        transaction = MessageType.TRANSACTION
+        queued = Placement.QUEUED
+        outcomes: list[RecordOutcome] = []
+        for position, record in enumerate(records):
+            topic, queue_id, message_id = record[:3]
+            if (
+                (topic, message_id) in remembered
+                or record.message_type is transaction
+                or record.delivery_timestamp_ms > clock_ms
+                or held(topic, message_id)
+            ):
+                outcomes.append(special(record, log_index, position))
+            else:
+                queue = (topic, queue_id)
+                index = queues.get(queue)
+                if index is None:
+                    index = queues[queue] = QueueIndex()
+                grown.add(queue)
+                offset = index.append(
+                    QueueEntry(log_index, position, clock_ms, record.tag, record.message_group)
+                )
+                outcome = RecordOutcome(topic, queue_id, message_id, queued, offset)
+                remember(outcome, clock_ms)
+                outcomes.append(outcome)
+        return AppendResult(tuple(outcomes))
 
-    def _append_one(self, record: MessageRecord, log_index: int, position: int) -> RecordOutcome:
+    def _append_special(
+        self, record: MessageRecord, log_index: int, position: int
+    ) -> RecordOutcome:
+        """A record that is a duplicate, a transaction's half, or held for later."""
         topic = record.topic
         message_id = record.message_id
         known = self._dedup.lookup(topic, message_id)
@@ -255,7 +289,8 @@ class PartitionState:
             outcome = RecordOutcome(
                 topic, record.queue_id, message_id, Placement.DELAYED, duplicate=True
             )
-        elif record.delivery_timestamp_ms > self.clock_ms:
+        else:
+            assert record.delivery_timestamp_ms > self.clock_ms, "a plain record is queued inline"
             self._timers.hold(
                 HeldMessage(
                     record.delivery_timestamp_ms,
@@ -269,17 +304,6 @@ class PartitionState:
                 )
             )
             outcome = RecordOutcome(topic, record.queue_id, message_id, Placement.DELAYED)
-        else:
-            # The common case, kept to one tuple per object built.
-            queue_id = record.queue_id
-            clock_ms = self.clock_ms
-            offset = self._enqueue(
-                (topic, queue_id),
-                QueueEntry(log_index, position, clock_ms, record.tag, record.message_group),
-            )
-            outcome = RecordOutcome(topic, queue_id, message_id, Placement.QUEUED, offset)
-            self._dedup.remember(outcome, clock_ms)
-            return outcome
         if not outcome.duplicate:
             self._dedup.remember(outcome, self.clock_ms)
         return outcome
