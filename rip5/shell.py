@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import fcntl
 import gc
 import logging
@@ -125,10 +126,39 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+MALLOC_MMAP_THRESHOLD_BYTES = 32 << 20
+MALLOC_TRIM_THRESHOLD_BYTES = 64 << 20
+"""glibc malloc settings in role processes (its defaults: 128 KiB, adjusted upward, and 128 KiB).
+
+With the defaults a freed block of a few hundred KiB (a raft batch, a frame
+being received) went back to the kernel, and the next one was page-faulted in
+and zeroed again: ``perf`` showed 5.6% of a storage node in ``clear_page``, and
+receiving 300 KB frames in 64 KiB reads ran at 0.6 GB/s instead of 6 GB/s.
+Blocks under 32 MiB now come from the heap, and up to 64 MiB of free heap is
+kept for reuse."""
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_malloc() -> bool:
+    """Apply the glibc settings above; False (and nothing changed) without glibc's ``mallopt``."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES)
+    )
+
+
 def run_role(role: str, serve: ServeFn, config: object, common: CommonConfig) -> int:
     """Run one role process to completion; returns the process exit code."""
     logs.configure(role, common.log_level, common.log_format)
     tune_gc()
+    if not tune_malloc():
+        log.info("malloc settings left as they are (no glibc mallopt)")
     log.info("starting", extra=dict([*describe(common), *describe(config)]))
     try:
         with hold_data_dir(common.data_dir.resolve()) as data_dir:
