@@ -5,7 +5,7 @@ Modules: ``commands`` (what the log holds; ``encode``/``decode``), ``state``
 (what apply returns), ``snapshot`` (``take_snapshot``/``restore``), ``reads``
 (``record_at``: a queue entry's message from its log entry's bytes); inside:
 ``queues`` (queue index, dedup window), ``pop`` (leases, invisibility, FIFO),
-``transactions``, ``timers``.
+``transactions``, ``timers``, ``chunks`` (the snapshot encoding kept by chunk).
 
 What the host (the storage node's group driver) must do:
 

@@ -19,10 +19,12 @@ import bisect
 import enum
 from collections import OrderedDict
 from collections.abc import Container, Iterator
+from itertools import islice
 from typing import NamedTuple
 
 from protocol.records import MessageRecord
-from storage_node.partition.wire import as_int, as_list, as_str
+from storage_node.partition.chunks import PackedChunks, Piece
+from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack_items
 
 DLQ_TOPIC_PREFIX = "%DLQ%"
 
@@ -55,7 +57,8 @@ class QueueEntry(NamedTuple):
     dead_letter: bool = False
 
     def to_wire(self) -> list[object]:
-        """Snapshot form."""
+        """Snapshot form: the fields in order, so an entry packs as this list does
+        (``QueueIndex.packed`` packs entries themselves)."""
         return [
             self.log_index,
             self.position,
@@ -83,10 +86,13 @@ class QueueIndex:
     """One queue's entries, from ``first_offset`` (older ones trimmed) to ``end_offset``.
 
     Invariant: ``0 <= first_offset <= end_offset``; trimming only raises
-    ``first_offset``, appending only raises ``end_offset``.
+    ``first_offset``, appending only raises ``end_offset``; an entry is never
+    replaced. So the snapshot encoding of the entries is kept by chunk of
+    offsets (``chunks.PackedChunks``, built when a snapshot asks): a snapshot
+    packs only the entries appended since the last one, and a chunk a trim cut.
     """
 
-    __slots__ = ("_entries", "_min_log_index", "first_offset")
+    __slots__ = ("_entries", "_memo", "_min_log_index", "first_offset")
 
     def __init__(self, first_offset: int = 0, entries: list[QueueEntry] | None = None) -> None:
         self.first_offset = first_offset
@@ -95,6 +101,8 @@ class QueueIndex:
         # Log indexes do not grow along a queue (released timers and committed
         # transactions name older entries), so it is kept, not read off the front.
         self._min_log_index: int | None = None
+        # Per chunk: the entries' msgpack and the set of log indexes they name.
+        self._memo: PackedChunks[frozenset[int]] = PackedChunks(_union)
 
     @property
     def end_offset(self) -> int:
@@ -142,13 +150,42 @@ class QueueIndex:
         return self.first_offset + position
 
     def trim(self, before_offset: int) -> int:
-        """Drop entries below ``before_offset`` (clamped to the range); returns first_offset."""
+        """Drop entries below ``before_offset`` (clamped to the range); returns first_offset.
+
+        The memo's chunks below the new first offset, and the one it cuts into,
+        are dropped at the next :meth:`packed` or :meth:`log_index_sets`.
+        """
         before = min(max(before_offset, self.first_offset), self.end_offset)
         if before > self.first_offset:
             del self._entries[: before - self.first_offset]
             self._min_log_index = None
         self.first_offset = before
         return before
+
+    def packed(self) -> bytes:
+        """The msgpack of ``[entry.to_wire() for entry in self]``.
+
+        Packs only the entries no earlier call packed (and a chunk a trim cut).
+        """
+        parts = [piece.packed for piece in self._refreshed()]
+        return b"".join([array_header(len(self._entries)), *parts])
+
+    def log_index_sets(self) -> list[frozenset[int]]:
+        """Sets whose union is every log index the entries name (one per chunk)."""
+        return [piece.meta for piece in self._refreshed()]
+
+    def _refreshed(self) -> list[Piece[frozenset[int]]]:
+        """The memo's pieces, brought up to date: they cover every entry, in order."""
+        first = self.first_offset
+        memo = self._memo
+        for chunk, lo, hi in memo.missing(first, self.end_offset):
+            entries = self._entries[lo - first : hi - first]
+            memo.add(chunk, lo, hi, pack_items(entries), frozenset([e.log_index for e in entries]))
+        return memo.pieces()
+
+
+def _union(one: frozenset[int], other: frozenset[int]) -> frozenset[int]:
+    return one | other
 
 
 def view_record(record: MessageRecord, entry: QueueEntry, queue: QueueId) -> MessageRecord:
@@ -206,18 +243,37 @@ class RecordOutcome(NamedTuple):
         )
 
 
+DedupEntry = tuple[RecordOutcome, int]
+"""A remembered outcome and its store time."""
+
+
 class DedupWindow:
     """Outcomes of recent appends by (topic, message id), for idempotent retries.
 
     An entry lives while its store time is within ``window_ms`` of the state
     clock and among the newest ``entries_max``. Entries are kept in store
     order (the clock is monotonic), so eviction is from the front.
+
+    Invariant: store times never decrease from the front to the back (entries
+    are added at the back with the state clock; :meth:`update` keeps an
+    entry's place and store time).
+
+    The snapshot encoding is kept by chunk of sequence numbers (the entry at
+    the front has number ``_dropped``, the next ones count up), with each
+    chunk's first and last store time: :meth:`update` finds the chunk of the
+    entry it replaces by store time (the invariant above) and forgets it.
     """
 
     def __init__(self, window_ms: int, entries_max: int) -> None:
         self.window_ms = window_ms
         self.entries_max = entries_max
-        self._entries: OrderedDict[tuple[str, str], tuple[RecordOutcome, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], DedupEntry] = OrderedDict()
+        # How many entries ever left the front: the front entry's sequence number.
+        self._dropped = 0
+        self._memo: PackedChunks[tuple[int, int]] = PackedChunks(_span)
+        # (first store time, last store time, chunk) of each piece of the memo,
+        # ascending, as of the last packed() (pieces only go in between).
+        self._spans: list[tuple[int, int, int]] = []
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -232,10 +288,15 @@ class DedupWindow:
         return None if found is None else found[0]
 
     def remember(self, outcome: RecordOutcome, stored_ms: int) -> None:
-        """Record the outcome of a first append (evicting the oldest when full)."""
+        """Record the outcome of a first append (evicting the oldest when full).
+
+        The message id is not remembered already (the caller looked it up), and
+        ``stored_ms`` is the state clock.
+        """
         self._entries[(outcome.topic, outcome.message_id)] = (outcome, stored_ms)
         while len(self._entries) > self.entries_max:
             self._entries.popitem(last=False)
+            self._dropped += 1
 
     def update(self, outcome: RecordOutcome) -> None:
         """Replace a remembered outcome (a timer fired, a half message committed)."""
@@ -243,6 +304,20 @@ class DedupWindow:
         found = self._entries.get(key)
         if found is not None:
             self._entries[key] = (outcome, found[1])
+            self._forget_stored_at(found[1])
+
+    def _forget_stored_at(self, stored_ms: int) -> None:
+        """Forget the memo's pieces whose store times span ``stored_ms``.
+
+        By the store order invariant, they include the piece of any entry
+        stored then. Spans ascend at both ends, so they are the ones just
+        before the first span that starts later.
+        """
+        spans = self._spans
+        later = bisect.bisect_left(spans, (stored_ms + 1,))
+        while later > 0 and spans[later - 1][1] >= stored_ms:
+            later -= 1
+            self._memo.forget(spans[later][2])
 
     def maybe_evict(self, clock_ms: int) -> int:
         """Drop entries stored before ``clock_ms - window_ms``; returns how many."""
@@ -254,19 +329,78 @@ class DedupWindow:
                 break
             self._entries.popitem(last=False)
             evicted += 1
+        self._dropped += evicted
         return evicted
 
     def to_wire(self) -> list[object]:
         """Snapshot form, in store order."""
-        return [[outcome.to_wire(), stored] for outcome, stored in self._entries.values()]
+        return [_dedup_wire(entry) for entry in self._entries.values()]
+
+    def packed(self) -> bytes:
+        """The msgpack of :meth:`to_wire`.
+
+        Packs only the entries no earlier call packed, those of a chunk an
+        update touched, and those of the chunk eviction cut into.
+        """
+        memo = self._memo
+        first = self._dropped
+        wanted = memo.missing(first, first + len(self._entries))
+        for (chunk, lo, hi), entries in zip(wanted, self._entries_at(wanted), strict=True):
+            wire = [_dedup_wire(entry) for entry in entries]
+            memo.add(chunk, lo, hi, pack_items(wire), (entries[0][1], entries[-1][1]))
+        pieces = memo.pieces()
+        self._spans = [(*piece.meta, piece.lo // memo.size) for piece in pieces]
+        return b"".join([array_header(len(self._entries)), *(piece.packed for piece in pieces)])
+
+    def _entries_at(self, ranges: list[tuple[int, int, int]]) -> list[list[DedupEntry]]:
+        """The entries at each ``(chunk, lo, hi)`` of ``ranges`` (ascending sequence numbers).
+
+        Reads each from the nearer end of the window, walking only up to the
+        ranges farthest in: what changes is mostly at the ends (the newest
+        entries, the chunk eviction cut).
+        """
+        first = self._dropped
+        count = len(self._entries)
+        middle = first + count // 2
+        front = [item for item in ranges if item[1] < middle]
+        back = ranges[len(front) :]
+        found: list[list[DedupEntry]] = []
+        if front:
+            head = list(islice(self._entries.values(), front[-1][2] - first))
+            found += [head[lo - first : hi - first] for _chunk, lo, hi in front]
+        if back:
+            start = back[0][1]
+            tail = list(islice(reversed(self._entries.values()), first + count - start))
+            tail.reverse()
+            found += [tail[lo - start : hi - start] for _chunk, lo, hi in back]
+        return found
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if store times decrease along the window (tests)."""
+        stored = [stored for _outcome, stored in self._entries.values()]
+        if stored != sorted(stored):
+            raise AssertionError("dedup window entries out of store order")
 
     def load_wire(self, data: list[object]) -> None:
         """Restore from :meth:`to_wire` (replacing any entries)."""
         self._entries.clear()
+        self._dropped = 0
+        self._memo = PackedChunks(_span)
+        self._spans = []
         for item in data:
             wire, stored = as_list(item, "dedup entry", 2)
             outcome = RecordOutcome.from_wire(as_list(wire, "record outcome"))
             self._entries[(outcome.topic, outcome.message_id)] = (outcome, as_int(stored))
 
-    def __iter__(self) -> Iterator[tuple[RecordOutcome, int]]:
+    def __iter__(self) -> Iterator[DedupEntry]:
         return iter(self._entries.values())
+
+
+def _dedup_wire(entry: DedupEntry) -> list[object]:
+    outcome, stored = entry
+    return [outcome.to_wire(), stored]
+
+
+def _span(one: tuple[int, int], other: tuple[int, int]) -> tuple[int, int]:
+    """The store times of two adjacent runs of entries, as one run's."""
+    return one[0], other[1]

@@ -14,6 +14,11 @@ Layout: magic b"R5PS", version (1 byte), crc32c (4 bytes, over the rest),
 then a msgpack array (see ``_to_wire``). The transient ``grown_queues`` is
 not kept.
 
+Cost: the queue entries and the dedup window, which hold nearly all of it,
+keep their encoding by chunk (``chunks.PackedChunks``), so a snapshot packs
+only what changed in them since the last one; the payload is assembled from
+those pieces and is byte for byte ``msgpack.packb(_to_wire(state))``.
+
 PURE.
 """
 
@@ -28,7 +33,7 @@ from storage_node.errors import SnapshotCorrupted
 from storage_node.partition.pop import GroupQueue
 from storage_node.partition.queues import QueueEntry, QueueIndex
 from storage_node.partition.state import PartitionConfig, PartitionState
-from storage_node.partition.wire import as_int, as_list, as_str
+from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
 
 SNAPSHOT_MAGIC = b"R5PS"
 SNAPSHOT_VERSION = 1
@@ -36,7 +41,7 @@ SNAPSHOT_VERSION = 1
 
 def take_snapshot(state: PartitionState) -> bytes:
     """The bytes of ``state`` as of its ``applied_index``."""
-    payload: bytes = msgpack.packb(_to_wire(state), use_bin_type=True)
+    payload = _payload(state)
     return (
         SNAPSHOT_MAGIC
         + bytes([SNAPSHOT_VERSION])
@@ -65,27 +70,59 @@ def restore(data: bytes) -> PartitionState:
 
 
 def _to_wire(state: PartitionState) -> list[object]:
-    config = state.config
+    """The layout: the snapshot payload is this list's msgpack (see :func:`_payload`)."""
     return [
-        [
-            config.group_id,
-            config.dedup_window_ms,
-            config.dedup_entries_max,
-            config.receive_scan_max,
-        ],
+        _config_wire(state.config),
         state.applied_index,
         state.clock_ms,
         [
             [topic, queue_id, index.first_offset, [entry.to_wire() for entry in index]]
             for (topic, queue_id), index in sorted(state._queues.items())
         ],
-        [
-            [group, topic, queue_id, group_queue.to_wire()]
-            for (group, topic, queue_id), group_queue in sorted(state._groups.items())
-        ],
+        _groups_wire(state),
         state._dedup.to_wire(),
         state._halves.to_wire(),
         state._timers.to_wire(),
+    ]
+
+
+def _payload(state: PartitionState) -> bytes:
+    """``pack(_to_wire(state))``, item for item, with the queue entries and the
+    dedup window packed by their memos (``QueueIndex.packed``, ``DedupWindow.packed``)."""
+    queues = sorted(state._queues.items())
+    parts = [
+        array_header(8),
+        pack_items([_config_wire(state.config), state.applied_index, state.clock_ms]),
+        array_header(len(queues)),
+    ]
+    for (topic, queue_id), index in queues:
+        parts += (
+            array_header(4),
+            pack_items([topic, queue_id, index.first_offset]),
+            index.packed(),
+        )
+    parts += (
+        pack(_groups_wire(state)),
+        state._dedup.packed(),
+        pack(state._halves.to_wire()),
+        pack(state._timers.to_wire()),
+    )
+    return b"".join(parts)
+
+
+def _config_wire(config: PartitionConfig) -> list[object]:
+    return [
+        config.group_id,
+        config.dedup_window_ms,
+        config.dedup_entries_max,
+        config.receive_scan_max,
+    ]
+
+
+def _groups_wire(state: PartitionState) -> list[object]:
+    return [
+        [group, topic, queue_id, group_queue.to_wire()]
+        for (group, topic, queue_id), group_queue in sorted(state._groups.items())
     ]
 
 

@@ -599,8 +599,12 @@ class PartitionState:
 
         These APPEND entries must stay readable (in the log, or carried by a
         group image); every other entry may go once a snapshot covers it.
+        The queues keep theirs per chunk of entries (with their snapshot
+        encoding): a call looks at the entries queued since the last one.
         """
-        referenced = {entry.log_index for index in self._queues.values() for entry in index}
+        referenced: set[int] = set()
+        for index in self._queues.values():
+            referenced.update(*index.log_index_sets())
         referenced.update(half.log_index for half in self._halves)
         referenced.update(held.log_index for held in self._timers.unordered())
         return referenced
@@ -669,6 +673,7 @@ class PartitionState:
         for held in self._timers:
             if held.due_ms <= self.clock_ms:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
+        self._dedup.check_invariants()
 
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""

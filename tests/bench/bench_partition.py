@@ -2,7 +2,9 @@
 
 Run: ``.venv/bin/python -m tests.bench.bench_partition [--messages N] [--runs R] [--cpu]``.
 Prints the median of R runs for: applying APPEND entries (decode included),
-receive + ack cycles, and snapshot take / restore of the resulting state.
+receive + ack cycles, snapshot take / restore of the resulting state, and
+a snapshot taken again at once and after 1% more messages (with the time
+of ``referenced_log_indexes``, which each group snapshot also asks).
 ``--cpu`` times this process's CPU (``time.process_time``) instead of the
 wall clock: steadier on a machine shared with other work.
 Not a test: pytest does not collect it.
@@ -93,12 +95,66 @@ def main() -> None:
     state = run_appends(entries)
     run_receive_ack(state, n // 2)
     image = take_snapshot(state)
-    t_take = median_s(args.runs, lambda: take_snapshot(state), clock)
+    # The first snapshot of a state (a restored one: nothing remembered yet).
+    t_take = median_cold_s(args.runs, image, take_snapshot, clock)
     t_restore = median_s(args.runs, lambda: restore(image), clock)
     print(
         f"snapshot: {len(image):,} bytes; take {t_take * 1000:.1f} ms; "
         f"restore {t_restore * 1000:.1f} ms ({n:,} messages, {n // 2:,} acked)"
     )
+    print_again("snapshot", state, n, args.runs, clock)
+    # Appends only: the dedup window is full too (the receives above jump the clock past it).
+    state = run_appends(entries)
+    image = take_snapshot(state)
+    t_take = median_cold_s(args.runs, image, take_snapshot, clock)
+    print(
+        f"appended: {len(image):,} bytes; take {t_take * 1000:.1f} ms "
+        f"({n:,} messages, {state.dedup_size():,} in the dedup window)"
+    )
+    print_again("appended", state, n, args.runs, clock)
+
+
+def median_cold_s(
+    runs: int, image: bytes, body: Callable[[PartitionState], object], clock: Callable[[], float]
+) -> float:
+    """``body`` timed on states restored from ``image`` (restoring is not timed)."""
+    states = [restore(image) for _ in range(runs)]
+    return median_s(runs, lambda: body(states.pop()), clock)
+
+
+def print_again(
+    label: str, state: PartitionState, n: int, runs: int, clock: Callable[[], float]
+) -> None:
+    """Snapshot (and referenced log indexes) again at once, and after 1% more messages."""
+    take_snapshot(state)
+    t_again = median_s(runs, lambda: take_snapshot(state), clock)
+    t_refs = median_s(runs, state.referenced_log_indexes, clock)
+    more = n // 100
+    grown: list[float] = []
+    grown_refs: list[float] = []
+    for _ in range(runs):
+        first = state.applied_index + 1
+        now = state.clock_ms
+        for offset, start in enumerate(range(0, more, BATCH)):
+            records = tuple(
+                MessageRecord("bench", (start // BATCH) % 4, f"more{first}-{i}", BODY, tag="t")
+                for i in range(start, min(start + BATCH, more))
+            )
+            state.apply_entry(c.encode(c.Append(now, records)), first + offset)
+        grown_refs.append(time_s(state.referenced_log_indexes, clock))
+        grown.append(time_s(lambda: take_snapshot(state), clock))
+    # After more messages, in GroupReplica.snapshot_data's order: refs, then take.
+    print(
+        f"{label}: again {t_again * 1000:.1f} ms (refs {t_refs * 1000:.1f} ms); "
+        f"after +{more:,} messages refs {statistics.median(grown_refs) * 1000:.1f} ms "
+        f"then take {statistics.median(grown) * 1000:.1f} ms"
+    )
+
+
+def time_s(body: Callable[[], object], clock: Callable[[], float]) -> float:
+    started = clock()
+    body()
+    return clock() - started
 
 
 if __name__ == "__main__":
