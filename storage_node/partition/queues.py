@@ -18,9 +18,11 @@ from __future__ import annotations
 import bisect
 import enum
 from collections import OrderedDict
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
+from functools import partial
 from itertools import islice
-from typing import NamedTuple
+from operator import itemgetter
+from typing import NamedTuple, cast
 
 from protocol.records import MessageRecord
 from storage_node.partition.chunks import PackedChunks, Piece
@@ -82,6 +84,12 @@ class QueueEntry(NamedTuple):
         )
 
 
+QueueRow = tuple[int, int, int, str, str, bool]
+"""A :class:`QueueEntry`'s fields as a plain tuple (a QueueEntry is one too)."""
+
+_as_entry: Callable[[QueueRow], QueueEntry] = partial(tuple.__new__, QueueEntry)
+
+
 class QueueIndex:
     """One queue's entries, from ``first_offset`` (older ones trimmed) to ``end_offset``.
 
@@ -90,13 +98,20 @@ class QueueIndex:
     replaced. So the snapshot encoding of the entries is kept by chunk of
     offsets (``chunks.PackedChunks``, built when a snapshot asks): a snapshot
     packs only the entries appended since the last one, and a chunk a trim cut.
+
+    Entries are held as plain tuples (:data:`QueueRow`) and handed out as
+    QueueEntry: the cyclic garbage collector stops tracking a plain tuple of
+    numbers and strings the first time it sees one, never a named tuple's. A
+    queue holds an entry per message for as long as the message is kept, so
+    held as QueueEntry they made every full collection walk every message of
+    the node (181 ms per million messages, a pause of the whole node).
     """
 
     __slots__ = ("_entries", "_memo", "_min_log_index", "first_offset")
 
-    def __init__(self, first_offset: int = 0, entries: list[QueueEntry] | None = None) -> None:
+    def __init__(self, first_offset: int = 0, entries: Iterable[QueueRow] = ()) -> None:
         self.first_offset = first_offset
-        self._entries: list[QueueEntry] = entries if entries is not None else []
+        self._entries: list[QueueRow] = [cast(QueueRow, tuple(entry)) for entry in entries]
         # The least log index of the entries; None: not known (computed on demand).
         # Log indexes do not grow along a queue (released timers and committed
         # transactions name older entries), so it is kept, not read off the front.
@@ -110,33 +125,35 @@ class QueueIndex:
         return self.first_offset + len(self._entries)
 
     def __iter__(self) -> Iterator[QueueEntry]:
-        return iter(self._entries)
+        return map(_as_entry, self._entries)
 
     def at(self, queue_offset: int) -> QueueEntry:
         """The entry at ``queue_offset``; the caller checks the range."""
-        return self._entries[queue_offset - self.first_offset]
+        return _as_entry(self._entries[queue_offset - self.first_offset])
 
     def holds(self, queue_offset: int) -> bool:
         """Whether ``queue_offset`` is in [first_offset, end_offset)."""
         return self.first_offset <= queue_offset < self.end_offset
 
-    def append(self, entry: QueueEntry) -> int:
-        """Add an entry at the end; returns its offset."""
-        self._entries.append(entry)
-        if self._min_log_index is not None and entry.log_index < self._min_log_index:
-            self._min_log_index = entry.log_index
+    def append(self, entry: QueueRow) -> int:
+        """Add an entry (a QueueEntry, or its fields as a plain tuple) at the end; returns
+        its offset."""
+        row = entry if type(entry) is tuple else cast(QueueRow, tuple(entry))
+        self._entries.append(row)
+        if self._min_log_index is not None and row[0] < self._min_log_index:
+            self._min_log_index = row[0]
         return self.end_offset - 1
 
     def min_log_index(self) -> int | None:
         """The least log index an entry names (None: empty); a pass only after a trim."""
         if self._min_log_index is None and self._entries:
-            self._min_log_index = min(entry.log_index for entry in self._entries)
+            self._min_log_index = min(row[0] for row in self._entries)
         return self._min_log_index
 
     def read(self, queue_offset: int, count_max: int) -> tuple[QueueEntry, ...]:
         """Up to ``count_max`` entries from ``queue_offset`` (within the range)."""
         start = queue_offset - self.first_offset
-        return tuple(self._entries[start : start + max(count_max, 0)])
+        return tuple(map(_as_entry, self._entries[start : start + max(count_max, 0)]))
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (``end_offset`` if none).
@@ -144,9 +161,7 @@ class QueueIndex:
         Store timestamps never decrease along a queue (they are the state
         clock when an entry is queued, and that clock is monotonic).
         """
-        position = bisect.bisect_left(
-            self._entries, timestamp_ms, key=lambda entry: entry.store_timestamp_ms
-        )
+        position = bisect.bisect_left(self._entries, timestamp_ms, key=itemgetter(2))
         return self.first_offset + position
 
     def trim(self, before_offset: int) -> int:
@@ -180,7 +195,7 @@ class QueueIndex:
         memo = self._memo
         for chunk, lo, hi in memo.missing(first, self.end_offset):
             entries = self._entries[lo - first : hi - first]
-            memo.add(chunk, lo, hi, pack_items(entries), frozenset([e.log_index for e in entries]))
+            memo.add(chunk, lo, hi, pack_items(entries), frozenset([row[0] for row in entries]))
         return memo.pieces()
 
 
@@ -246,6 +261,11 @@ class RecordOutcome(NamedTuple):
 DedupEntry = tuple[RecordOutcome, int]
 """A remembered outcome and its store time."""
 
+_Remembered = tuple[int, int, int, int]
+"""What the window holds per (topic, message id): (queue id, placement as an int,
+queue offset, store time). Plain numbers in a plain tuple, for the reason given at
+:class:`QueueIndex`: the window holds up to ``entries_max`` of them per group."""
+
 
 class DedupWindow:
     """Outcomes of recent appends by (topic, message id), for idempotent retries.
@@ -256,7 +276,8 @@ class DedupWindow:
 
     Invariant: store times never decrease from the front to the back (entries
     are added at the back with the state clock; :meth:`update` keeps an
-    entry's place and store time).
+    entry's place and store time). Outcomes are kept as :data:`_Remembered`
+    and rebuilt when asked for (only a retried append asks).
 
     The snapshot encoding is kept by chunk of sequence numbers (the entry at
     the front has number ``_dropped``, the next ones count up), with each
@@ -267,7 +288,7 @@ class DedupWindow:
     def __init__(self, window_ms: int, entries_max: int) -> None:
         self.window_ms = window_ms
         self.entries_max = entries_max
-        self._entries: OrderedDict[tuple[str, str], DedupEntry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], _Remembered] = OrderedDict()
         # How many entries ever left the front: the front entry's sequence number.
         self._dropped = 0
         self._memo: PackedChunks[tuple[int, int]] = PackedChunks(_span)
@@ -285,7 +306,7 @@ class DedupWindow:
     def lookup(self, topic: str, message_id: str) -> RecordOutcome | None:
         """The original outcome of a record stored in the window, if any."""
         found = self._entries.get((topic, message_id))
-        return None if found is None else found[0]
+        return None if found is None else _outcome((topic, message_id), found)
 
     def remember(self, outcome: RecordOutcome, stored_ms: int) -> None:
         """Record the outcome of a first append (evicting the oldest when full).
@@ -293,7 +314,8 @@ class DedupWindow:
         The message id is not remembered already (the caller looked it up), and
         ``stored_ms`` is the state clock.
         """
-        self._entries[(outcome.topic, outcome.message_id)] = (outcome, stored_ms)
+        topic, queue_id, message_id, placement, offset = outcome[:5]
+        self._entries[(topic, message_id)] = (queue_id, int(placement), offset, stored_ms)
         while len(self._entries) > self.entries_max:
             self._entries.popitem(last=False)
             self._dropped += 1
@@ -303,8 +325,14 @@ class DedupWindow:
         key = (outcome.topic, outcome.message_id)
         found = self._entries.get(key)
         if found is not None:
-            self._entries[key] = (outcome, found[1])
-            self._forget_stored_at(found[1])
+            stored = found[3]
+            self._entries[key] = (
+                outcome.queue_id,
+                int(outcome.placement),
+                outcome.queue_offset,
+                stored,
+            )
+            self._forget_stored_at(stored)
 
     def _forget_stored_at(self, stored_ms: int) -> None:
         """Forget the memo's pieces whose store times span ``stored_ms``.
@@ -325,7 +353,7 @@ class DedupWindow:
         evicted = 0
         while self._entries:
             key = next(iter(self._entries))
-            if self._entries[key][1] >= horizon:
+            if self._entries[key][3] >= horizon:
                 break
             self._entries.popitem(last=False)
             evicted += 1
@@ -334,7 +362,7 @@ class DedupWindow:
 
     def to_wire(self) -> list[object]:
         """Snapshot form, in store order."""
-        return [_dedup_wire(entry) for entry in self._entries.values()]
+        return [_dedup_wire(item) for item in self._entries.items()]
 
     def packed(self) -> bytes:
         """The msgpack of :meth:`to_wire`.
@@ -345,15 +373,15 @@ class DedupWindow:
         memo = self._memo
         first = self._dropped
         wanted = memo.missing(first, first + len(self._entries))
-        for (chunk, lo, hi), entries in zip(wanted, self._entries_at(wanted), strict=True):
-            wire = [_dedup_wire(entry) for entry in entries]
-            memo.add(chunk, lo, hi, pack_items(wire), (entries[0][1], entries[-1][1]))
+        for (chunk, lo, hi), items in zip(wanted, self._items_at(wanted), strict=True):
+            wire = [_dedup_wire(item) for item in items]
+            memo.add(chunk, lo, hi, pack_items(wire), (items[0][1][3], items[-1][1][3]))
         pieces = memo.pieces()
         self._spans = [(*piece.meta, piece.lo // memo.size) for piece in pieces]
         return b"".join([array_header(len(self._entries)), *(piece.packed for piece in pieces)])
 
-    def _entries_at(self, ranges: list[tuple[int, int, int]]) -> list[list[DedupEntry]]:
-        """The entries at each ``(chunk, lo, hi)`` of ``ranges`` (ascending sequence numbers).
+    def _items_at(self, ranges: list[tuple[int, int, int]]) -> list[list[_Item]]:
+        """The items at each ``(chunk, lo, hi)`` of ``ranges`` (ascending sequence numbers).
 
         Reads each from the nearer end of the window, walking only up to the
         ranges farthest in: what changes is mostly at the ends (the newest
@@ -364,20 +392,20 @@ class DedupWindow:
         middle = first + count // 2
         front = [item for item in ranges if item[1] < middle]
         back = ranges[len(front) :]
-        found: list[list[DedupEntry]] = []
+        found: list[list[_Item]] = []
         if front:
-            head = list(islice(self._entries.values(), front[-1][2] - first))
+            head = list(islice(self._entries.items(), front[-1][2] - first))
             found += [head[lo - first : hi - first] for _chunk, lo, hi in front]
         if back:
             start = back[0][1]
-            tail = list(islice(reversed(self._entries.values()), first + count - start))
+            tail = list(islice(reversed(self._entries.items()), first + count - start))
             tail.reverse()
             found += [tail[lo - start : hi - start] for _chunk, lo, hi in back]
         return found
 
     def check_invariants(self) -> None:
         """Raise AssertionError if store times decrease along the window (tests)."""
-        stored = [stored for _outcome, stored in self._entries.values()]
+        stored = [remembered[3] for remembered in self._entries.values()]
         if stored != sorted(stored):
             raise AssertionError("dedup window entries out of store order")
 
@@ -390,15 +418,31 @@ class DedupWindow:
         for item in data:
             wire, stored = as_list(item, "dedup entry", 2)
             outcome = RecordOutcome.from_wire(as_list(wire, "record outcome"))
-            self._entries[(outcome.topic, outcome.message_id)] = (outcome, as_int(stored))
+            key = (outcome.topic, outcome.message_id)
+            self._entries[key] = (
+                outcome.queue_id,
+                int(outcome.placement),
+                outcome.queue_offset,
+                as_int(stored),
+            )
 
     def __iter__(self) -> Iterator[DedupEntry]:
-        return iter(self._entries.values())
+        return ((_outcome(key, found), found[3]) for key, found in self._entries.items())
 
 
-def _dedup_wire(entry: DedupEntry) -> list[object]:
-    outcome, stored = entry
-    return [outcome.to_wire(), stored]
+_Item = tuple[tuple[str, str], _Remembered]
+"""One (key, value) of the window's map."""
+
+
+def _outcome(key: tuple[str, str], found: _Remembered) -> RecordOutcome:
+    """The outcome remembered as ``found`` under ``key``."""
+    return RecordOutcome(key[0], found[0], key[1], Placement(found[1]), found[2])
+
+
+def _dedup_wire(item: _Item) -> list[object]:
+    """Snapshot form of one item: ``[RecordOutcome.to_wire(), store time]``."""
+    (topic, message_id), (queue_id, placement, offset, stored) = item
+    return [[topic, queue_id, message_id, placement, offset], stored]
 
 
 def _span(one: tuple[int, int], other: tuple[int, int]) -> tuple[int, int]:

@@ -249,7 +249,7 @@ class PartitionState:
                     index = queues[queue] = QueueIndex()
                 grown.add(queue)
                 offset = index.append(
-                    QueueEntry(log_index, position, clock_ms, record.tag, record.message_group)
+                    (log_index, position, clock_ms, record.tag, record.message_group, False)
                 )
                 outcome = RecordOutcome(topic, queue_id, message_id, queued, offset)
                 remember(outcome, clock_ms)
