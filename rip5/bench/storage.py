@@ -24,7 +24,7 @@ import asyncio
 import datetime
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import methodcaller
 from pathlib import Path
@@ -52,6 +52,16 @@ class PhaseResult:
     p50_ms: float
     p99_ms: float
     calls: int
+
+
+def _split(leaders: Mapping[int, int], nodes: Iterable[int]) -> str:
+    """How many groups each node led when the run started, e.g. ``6/5/5``.
+
+    The runs of one command spread mostly with this: a node leading most
+    groups does most of the leaders' work (elections place leaders at random).
+    """
+    led = list(leaders.values())
+    return "/".join(str(led.count(node)) for node in sorted(nodes))
 
 
 async def _append_phase(
@@ -158,7 +168,7 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
             cluster = LocalStorageCluster(Path(root), nodes=3, groups=args.groups)
             await cluster.start()
             try:
-                await cluster.wait_all_led(timeout_s=120)
+                leaders = await cluster.wait_all_led(timeout_s=120)
                 meter = harness.CpuMeter(harness.pids_of(cluster.processes))
                 appended: dict[int, int] = {}
                 report.stage(f"run {run + 1}: append")
@@ -177,7 +187,7 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
             f"  run {run + 1}: append {append.messages_per_s:,.0f} msgs/s "
             f"p50 {append.p50_ms:.1f} ms p99 {append.p99_ms:.1f} ms ({append.calls} calls); "
             f"receive+ack {consume.messages_per_s:,.0f} msgs/s p99 {consume.p99_ms:.1f} ms "
-            f"({consume.calls} pairs)",
+            f"({consume.calls} pairs); groups led per node {_split(leaders, cluster.processes)}",
             flush=True,
         )
     print(
