@@ -168,7 +168,7 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
             cluster = LocalStorageCluster(Path(root), nodes=3, groups=args.groups)
             await cluster.start()
             try:
-                leaders = await cluster.wait_all_led(timeout_s=120)
+                split = _split(await cluster.wait_all_led(timeout_s=120), cluster.processes)
                 meter = harness.CpuMeter(harness.pids_of(cluster.processes))
                 appended: dict[int, int] = {}
                 report.stage(f"run {run + 1}: append")
@@ -187,7 +187,7 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
             f"  run {run + 1}: append {append.messages_per_s:,.0f} msgs/s "
             f"p50 {append.p50_ms:.1f} ms p99 {append.p99_ms:.1f} ms ({append.calls} calls); "
             f"receive+ack {consume.messages_per_s:,.0f} msgs/s p99 {consume.p99_ms:.1f} ms "
-            f"({consume.calls} pairs); groups led per node {_split(leaders, cluster.processes)}",
+            f"({consume.calls} pairs); groups led per node {split}",
             flush=True,
         )
     print(
