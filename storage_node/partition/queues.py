@@ -258,9 +258,6 @@ class RecordOutcome(NamedTuple):
         )
 
 
-DedupEntry = tuple[RecordOutcome, int]
-"""A remembered outcome and its store time."""
-
 _Remembered = tuple[int, int, int, int]
 """What the window holds per (topic, message id): (queue id, placement as an int,
 queue offset, store time). Plain numbers in a plain tuple, for the reason given at
@@ -314,8 +311,7 @@ class DedupWindow:
         The message id is not remembered already (the caller looked it up), and
         ``stored_ms`` is the state clock.
         """
-        topic, queue_id, message_id, placement, offset = outcome[:5]
-        self._entries[(topic, message_id)] = (queue_id, int(placement), offset, stored_ms)
+        self._entries[(outcome.topic, outcome.message_id)] = _remembered(outcome, stored_ms)
         while len(self._entries) > self.entries_max:
             self._entries.popitem(last=False)
             self._dropped += 1
@@ -325,14 +321,8 @@ class DedupWindow:
         key = (outcome.topic, outcome.message_id)
         found = self._entries.get(key)
         if found is not None:
-            stored = found[3]
-            self._entries[key] = (
-                outcome.queue_id,
-                int(outcome.placement),
-                outcome.queue_offset,
-                stored,
-            )
-            self._forget_stored_at(stored)
+            self._entries[key] = _remembered(outcome, found[3])
+            self._forget_stored_at(found[3])
 
     def _forget_stored_at(self, stored_ms: int) -> None:
         """Forget the memo's pieces whose store times span ``stored_ms``.
@@ -418,20 +408,18 @@ class DedupWindow:
         for item in data:
             wire, stored = as_list(item, "dedup entry", 2)
             outcome = RecordOutcome.from_wire(as_list(wire, "record outcome"))
-            key = (outcome.topic, outcome.message_id)
-            self._entries[key] = (
-                outcome.queue_id,
-                int(outcome.placement),
-                outcome.queue_offset,
-                as_int(stored),
+            self._entries[(outcome.topic, outcome.message_id)] = _remembered(
+                outcome, as_int(stored)
             )
-
-    def __iter__(self) -> Iterator[DedupEntry]:
-        return ((_outcome(key, found), found[3]) for key, found in self._entries.items())
 
 
 _Item = tuple[tuple[str, str], _Remembered]
 """One (key, value) of the window's map."""
+
+
+def _remembered(outcome: RecordOutcome, stored_ms: int) -> _Remembered:
+    """What the window keeps of ``outcome`` stored at ``stored_ms`` (its key aside)."""
+    return (outcome.queue_id, int(outcome.placement), outcome.queue_offset, stored_ms)
 
 
 def _outcome(key: tuple[str, str], found: _Remembered) -> RecordOutcome:

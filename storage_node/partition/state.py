@@ -69,6 +69,7 @@ from storage_node.partition.queues import (
     QueueEntry,
     QueueId,
     QueueIndex,
+    QueueRow,
     RecordOutcome,
     dead_letter_topic,
 )
@@ -205,7 +206,7 @@ class PartitionState:
         self._dedup.maybe_evict(self.clock_ms)
         return len(due)
 
-    def _enqueue(self, queue: QueueId, entry: QueueEntry) -> int:
+    def _enqueue(self, queue: QueueId, entry: QueueRow) -> int:
         index = self._queues.get(queue)
         if index is None:
             index = self._queues[queue] = QueueIndex()
@@ -227,8 +228,7 @@ class PartitionState:
         remembered = self._dedup.remembered()
         remember = self._dedup.remember
         held = self._timers.is_held
-        queues = self._queues
-        grown = self.grown_queues
+        enqueue = self._enqueue
         clock_ms = self.clock_ms
         transaction = MessageType.TRANSACTION
         queued = Placement.QUEUED
@@ -243,13 +243,9 @@ class PartitionState:
             ):
                 outcomes.append(special(record, log_index, position))
             else:
-                queue = (topic, queue_id)
-                index = queues.get(queue)
-                if index is None:
-                    index = queues[queue] = QueueIndex()
-                grown.add(queue)
-                offset = index.append(
-                    (log_index, position, clock_ms, record.tag, record.message_group, False)
+                offset = enqueue(
+                    (topic, queue_id),
+                    (log_index, position, clock_ms, record.tag, record.message_group, False),
                 )
                 outcome = RecordOutcome(topic, queue_id, message_id, queued, offset)
                 remember(outcome, clock_ms)
