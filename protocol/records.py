@@ -143,6 +143,9 @@ _new_tuple = tuple.__new__
 _COUNT = struct.Struct(">qI")
 _CRC = struct.Struct(">I")
 _VERSION_BYTE = bytes([BATCH_VERSION])
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_ARRAY_HEADER = msgpack.Packer(use_bin_type=True)
 
 
 _RECORD_KINDS: tuple[type, ...] = tuple(
@@ -248,6 +251,71 @@ def encode_batch(records: Sequence[MessageRecord], store_timestamp_ms: int) -> b
     """
     payload: bytes = msgpack.packb(records, use_bin_type=True)
     rest = _COUNT.pack(store_timestamp_ms, len(records)) + payload
+    return BATCH_MAGIC + _VERSION_BYTE + _CRC.pack(crc32c.crc32c(rest)) + rest
+
+
+def pack_records(records: Sequence[MessageRecord]) -> bytes:
+    """The msgpack array of ``records``: the payload of a batch, and how an append
+    request carries its messages (``protocol.storage_api.AppendRequest.records``)."""
+    packed: bytes = msgpack.packb(records, use_bin_type=True)
+    return packed
+
+
+class PackedRecords(NamedTuple):
+    """What :func:`unpack_records` read: the records, and the bytes of their arrays
+    back to back (``items``) when those may go into a batch as they are, else None."""
+
+    records: tuple[MessageRecord, ...]
+    items: bytes | None
+
+
+def unpack_records(payload: bytes) -> PackedRecords:
+    """The records of a record array (:func:`pack_records`); raises :class:`RecordCorrupted`.
+
+    ``items`` is given when every record is a current-version array whose fields
+    all have their exact wire types: a batch whose payload is an array header
+    followed by such items decodes (:func:`decode_batch`) to exactly these
+    records. Any other valid array (an older record version, say) gives its
+    records and no items: its writer re-encodes them.
+    """
+    count = start = -1
+    try:
+        count, start = _array_start(payload)
+        items = _unpack_tuples(payload)
+    except Exception:  # noqa: BLE001 - the exact path below names the error
+        items = None
+    if type(items) is tuple and len(items) == count:
+        records = _records_fast(items)
+        if records is not None:
+            return PackedRecords(records, payload[start:])
+    try:
+        exact = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise RecordCorrupted(f"the records are not msgpack: {exc}") from exc
+    if not isinstance(exact, list):
+        raise RecordCorrupted(f"the records are not an array but a {type(exact).__name__}")
+    return PackedRecords(tuple(_record_from_wire(item) for item in exact), None)
+
+
+def _array_start(payload: bytes) -> tuple[int, int]:
+    """(item count, offset of the first item) of a msgpack array; ValueError if the
+    payload does not start with an array header."""
+    first = payload[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F, 1
+    if first == 0xDC:
+        return _U16.unpack_from(payload, 1)[0], 3
+    if first == 0xDD:
+        return _U32.unpack_from(payload, 1)[0], 5
+    raise ValueError("not an array")
+
+
+def encode_packed_batch(items: Sequence[bytes], count: int, store_timestamp_ms: int) -> bytes:
+    """The batch of ``count`` records whose arrays are ``items`` joined (each part the
+    ``items`` of an :func:`unpack_records`): what :func:`encode_batch` gives for
+    the records, up to how msgpack chose to write each value."""
+    header: bytes = _ARRAY_HEADER.pack_array_header(count)
+    rest = b"".join((_COUNT.pack(store_timestamp_ms, count), header, *items))
     return BATCH_MAGIC + _VERSION_BYTE + _CRC.pack(crc32c.crc32c(rest)) + rest
 
 

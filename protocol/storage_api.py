@@ -169,6 +169,12 @@ class ReceiptHandle:
 class AppendRequest:
     """Store ``messages``, all of queue ``(topic, queue_id)``, as one log entry.
 
+    ``records`` is the other way to carry them, and the cheaper one: the
+    messages as ``protocol.records.MessageRecord`` arrays packed by
+    ``protocol.records.pack_records``. The leader validates them and puts
+    these very bytes in the log entry, where ``messages`` are converted and
+    encoded again. A request carries one or the other, not both.
+
     Idempotent by message id: a message id already stored in the queue's topic
     (within the dedup window) is not stored again and reports its first
     outcome with ``duplicate`` set.
@@ -176,7 +182,8 @@ class AppendRequest:
 
     topic: str
     queue_id: int
-    messages: list[Message]
+    messages: list[Message] = field(default_factory=list)
+    records: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

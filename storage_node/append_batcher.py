@@ -16,6 +16,10 @@ Contracts:
   joined command record by record exactly as it would apply each append on
   its own, in arrival order (the dedup window sees a message id repeated
   across two joined appends as it would across two entries).
+- When every append of a batch brought its records packed (an append request's
+  ``records`` bytes, accepted by ``protocol.records.unpack_records`` as
+  current-version arrays), the entry is those bytes joined under one batch
+  header: they decode to the joined records, so nothing is encoded again.
 - A batch carries at most ``body_bytes_max`` body bytes; an append that
   would exceed it opens the group's next batch.
 - A failure of the proposal (not the leader, dropped, storage failed) fails
@@ -38,7 +42,7 @@ from typing import Protocol
 from protocol.records import MessageRecord
 from raft.driver import Driver
 from storage_node.errors import BadCommand, StorageError
-from storage_node.partition.commands import Append, encode
+from storage_node.partition.commands import Append, encode, encode_packed
 from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.results import AppendResult
 
@@ -64,6 +68,9 @@ Joined = tuple[tuple[RecordOutcome, ...], int]
 class _Batch:
     records: list[MessageRecord] = field(default_factory=list)
     body_bytes: int = 0
+    # The packed arrays of every append's records, while each append brought them
+    # (``protocol.records.unpack_records``); None once one did not.
+    items: list[bytes] | None = field(default_factory=list)
     # (first record, record count, the caller's future)
     callers: list[tuple[int, int, asyncio.Future[Joined]]] = field(default_factory=list)
 
@@ -90,14 +97,26 @@ class AppendBatcher:
         driver.before_each_round(self._propose_all)
 
     def add(
-        self, group_id: int, records: list[MessageRecord], body_bytes: int
+        self,
+        group_id: int,
+        records: list[MessageRecord],
+        body_bytes: int,
+        items: bytes | None = None,
     ) -> asyncio.Future[Joined]:
         """Hold ``records`` (one append) for the group's next entry; the future ends with
-        their outcomes and store time, or with the proposal's error."""
+        their outcomes and store time, or with the proposal's error.
+
+        ``items``: the records' arrays packed back to back, exactly as
+        ``protocol.records.unpack_records`` gave them with ``records``. When every
+        append of a batch brings them, the entry is these bytes joined, not an
+        encoding of the records.
+        """
         future: asyncio.Future[Joined] = asyncio.get_running_loop().create_future()
         self.appends += 1
         if self._driver.stopped:  # no round will come: fail now, as a proposal would
-            self._propose(group_id, _Batch(records, body_bytes, [(0, len(records), future)]))
+            alone = _Batch(records, body_bytes, None if items is None else [items])
+            alone.callers.append((0, len(records), future))
+            self._propose(group_id, alone)
             return future
         batches = self._open.get(group_id)
         if batches is None:
@@ -110,6 +129,11 @@ class AppendBatcher:
         batch.callers.append((len(batch.records), len(records), future))
         batch.records += records
         batch.body_bytes += body_bytes
+        if batch.items is not None:
+            if items is None:
+                batch.items = None
+            else:
+                batch.items.append(items)
         return future
 
     def _propose_all(self) -> None:
@@ -125,7 +149,8 @@ class AppendBatcher:
         now_ms = self._now_ms()
         command = Append(now_ms, tuple(batch.records))
         try:
-            data = encode(command)
+            items = batch.items
+            data = encode(command) if items is None else encode_packed(command, items)
         except (OverflowError, TypeError, ValueError) as exc:
             # A value the encoding cannot hold (an int beyond 64 bits passes
             # is_canonical): the appends go alone, so only the bad one fails.
@@ -133,8 +158,9 @@ class AppendBatcher:
                 batch.callers[0][2].set_exception(BadCommand(f"an append cannot be stored: {exc}"))
                 return
             for first, count, future in batch.callers:
-                alone = batch.records[first : first + count]
-                self._propose(group_id, _Batch(alone, 0, [(0, count, future)]))
+                alone = _Batch(batch.records[first : first + count], 0, None)
+                alone.callers.append((0, count, future))
+                self._propose(group_id, alone)
             return
         replica = self._replicas.get(group_id)
         if replica is not None:

@@ -51,7 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
-from protocol.records import MessageRecord, is_canonical
+from protocol.records import MessageRecord, RecordCorrupted, is_canonical, unpack_records
 from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
@@ -320,32 +320,19 @@ class StorageNode:
         """Store a batch of messages of one queue as one log entry."""
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
-        if not request.messages:
-            raise BadCommand("an append needs at least one message")
-        body_bytes = sum(len(message.body) for message in request.messages)
+        records, items = _append_records(request)
+        body_bytes = sum(len(record.body) for record in records)
         if body_bytes > APPEND_BODY_BYTES_MAX:
             raise BadCommand(
                 f"an append carries {body_bytes} body bytes, more than {APPEND_BODY_BYTES_MAX}"
             )
-        records = []
-        queue = (request.topic, request.queue_id)
-        for message in request.messages:
-            if (message.topic, message.queue_id) != queue:
-                raise BadCommand(
-                    f"message {message.message_id!r} is for {message.topic}:{message.queue_id}, "
-                    f"not {request.topic}:{request.queue_id}"
-                )
-            try:
-                records.append(to_record(message))
-            except ValueError as exc:
-                raise BadCommand(f"message {message.message_id!r}: {exc}") from exc
-        if all(map(is_canonical, records)):
+        if items is not None or all(map(is_canonical, records)):
             # Joined with the group's other appends of this round into one entry,
             # applied by the leader without decoding (see append_batcher).
             for record in records:
                 check_record(record)
             try:
-                outcomes, now_ms = await self.batcher.add(group_id, records, body_bytes)
+                outcomes, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
             except RaftNotLeader as exc:
                 raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         else:
@@ -710,3 +697,35 @@ def _to_wire_handle(handle: ReceiptHandle) -> WireHandle:
 
 def _from_wire_handle(handle: WireHandle) -> ReceiptHandle:
     return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)
+
+
+def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes | None]:
+    """The records of an append, every one of its queue, and their packed arrays when
+    the request's ``records`` bytes may go into the log entry as they are."""
+    items: bytes | None = None
+    if request.records:
+        if request.messages:
+            raise BadCommand("an append carries messages or records, not both")
+        try:
+            packed = unpack_records(request.records)
+        except RecordCorrupted as exc:
+            raise BadCommand(f"the append's records: {exc}") from exc
+        records = list(packed.records)
+        items = packed.items
+    else:
+        records = []
+        for message in request.messages:
+            try:
+                records.append(to_record(message))
+            except ValueError as exc:
+                raise BadCommand(f"message {message.message_id!r}: {exc}") from exc
+    if not records:
+        raise BadCommand("an append needs at least one message")
+    queue = (request.topic, request.queue_id)
+    for record in records:
+        if record[:2] != queue:
+            raise BadCommand(
+                f"message {record.message_id!r} is for {record.topic}:{record.queue_id}, "
+                f"not {request.topic}:{request.queue_id}"
+            )
+    return records, items

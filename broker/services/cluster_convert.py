@@ -14,7 +14,7 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from angelia_rpc.errors import AngeliaError
 from broker.domain import (
@@ -32,6 +32,8 @@ from broker.errors import BrokerError, Reason
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
+from protocol.records import MessageRecord
+from protocol.records import MessageType as RecordType
 
 # RocketMQ PermName bits, as the nameserver keeps them.
 _PERM_WRITE = 2
@@ -120,6 +122,33 @@ def message_to_wire(message: Message, queue: QueueRef) -> st.Message:
         dead_topic,
         dead_id,
     )
+
+
+def message_to_record(message: Message, queue: QueueRef) -> MessageRecord:
+    """The stored form of a message sent to ``queue``: what an append's ``records``
+    carry (``protocol.records.pack_records``), built in one step per sent message."""
+    dead_topic, dead_id = message.dead_letter_of or ("", "")
+    properties = message.user_properties
+    return MessageRecord(
+        queue.topic,
+        queue.queue_id,
+        message.message_id,
+        message.body,
+        message.tag or "",
+        tuple(message.keys),
+        message.message_group or "",
+        MessageRecord.sorted_properties(properties) if properties else (),
+        message.born_timestamp_ms,
+        message.delivery_timestamp_ms or 0,
+        RECORD_TYPES[message.message_type],
+        message.born_host,
+        dead_topic,
+        dead_id,
+    )
+
+
+RECORD_TYPES: Mapping[MessageType, RecordType] = {kind: RecordType(kind) for kind in MessageType}
+"""The stored message type of each message type (the two enums share their values)."""
 
 
 def message_from_wire(message: st.Message) -> Message:

@@ -49,6 +49,7 @@ from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import TagFilter
+from protocol.records import pack_records
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")
@@ -199,9 +200,8 @@ class StorageStore:
 
     async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
         """Append a batch to one queue as one storage append (one raft entry)."""
-        request = st.AppendRequest(
-            queue.topic, queue.queue_id, [convert.message_to_wire(m, queue) for m in messages]
-        )
+        records = pack_records([convert.message_to_record(m, queue) for m in messages])
+        request = st.AppendRequest(queue.topic, queue.queue_id, records=records)
         response = await self._call(
             queue,
             f"append to {queue.topic}:{queue.queue_id}",

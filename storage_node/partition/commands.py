@@ -33,14 +33,20 @@ import enum
 import functools
 import operator
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, NamedTuple
 
 import msgpack
 
-from protocol.records import MessageRecord, RecordCorrupted, decode_batch, encode_batch
+from protocol.records import (
+    MessageRecord,
+    RecordCorrupted,
+    decode_batch,
+    encode_batch,
+    encode_packed_batch,
+)
 from storage_node.errors import CommandCorrupted
 
 
@@ -307,6 +313,13 @@ def encode(command: Command) -> bytes:
     # too) as arrays and an IntEnum as its int, which is the wire form.
     payload: bytes = msgpack.packb(_values_of(command), use_bin_type=True)
     return _OP_BYTES[command.op] + payload
+
+
+def encode_packed(command: Append, items: Sequence[bytes]) -> bytes:
+    """The log entry of ``command`` whose records' arrays are already packed: ``items``
+    joined (each the ``items`` of a ``protocol.records.unpack_records`` of some of
+    the records, in order). Decodes to ``command`` as :func:`encode` would."""
+    return _APPEND_BYTE + encode_packed_batch(items, len(command.records), command.now_ms)
 
 
 _APPEND_BYTE = bytes([Op.APPEND])

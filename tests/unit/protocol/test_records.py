@@ -19,6 +19,9 @@ from protocol.records import (
     decode_batch,
     decode_record_at,
     encode_batch,
+    encode_packed_batch,
+    pack_records,
+    unpack_records,
 )
 
 text = st.text(max_size=12)
@@ -133,3 +136,49 @@ def test_a_flipped_bit_fails_the_crc() -> None:
     data[-2] ^= 0x10
     with pytest.raises(RecordCorrupted, match="CRC"):
         decode_batch(bytes(data))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.lists(records, max_size=4), min_size=1, max_size=4))
+def test_packed_records_join_into_the_batch_of_all_of_them(
+    parts: list[list[MessageRecord]],
+) -> None:
+    # Each part is one append request's records; the batch joins their packed arrays.
+    unpacked = [unpack_records(pack_records(part)) for part in parts]
+    assert [u.records for u in unpacked] == [tuple(part) for part in parts]
+    items = [u.items for u in unpacked]
+    assert all(isinstance(i, bytes) for i in items)
+    joined = [record for part in parts for record in part]
+    data = encode_packed_batch([i for i in items if i is not None], len(joined), 77)
+    assert decode_batch(data) == decode_batch(encode_batch(joined, 77))
+    assert data == encode_batch(joined, 77)  # msgpack writes each value one way
+
+
+def test_packed_records_of_an_older_writer_are_read_but_not_joined_as_they_are() -> None:
+    unpacked = unpack_records(msgpack.packb([["t", 3, "m", b"body"]]))
+    assert unpacked.records == (MessageRecord("t", 3, "m", b"body"),)
+    assert unpacked.items is None  # the writer re-encodes them as current records
+
+
+def test_many_packed_records_keep_their_count() -> None:
+    many = [MessageRecord("t", 0, f"m{i}", b"") for i in range(70_000)]  # a 32-bit array header
+    unpacked = unpack_records(pack_records(many))
+    assert len(unpacked.records) == 70_000
+    assert unpacked.items is not None
+    data = encode_packed_batch([unpacked.items], 70_000, 1)
+    assert decode_batch(data).records == tuple(many)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"\xc1", "not msgpack"),
+        (msgpack.packb({"t": 1}), "not an array"),
+        (msgpack.packb([["t", 0, "m"]]), "at least 4"),
+        (msgpack.packb([["t", 0, "m", "str body"]]), "body"),
+        (msgpack.packb([["t", 0, "m", b""]]) + b"\x00", "not msgpack"),
+    ],
+)
+def test_bad_packed_records_are_refused(payload: bytes, message: str) -> None:
+    with pytest.raises(RecordCorrupted, match=message):
+        unpack_records(payload)

@@ -8,12 +8,17 @@ proposes it, so the counts below are exact.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
+import msgpack
 import pytest
 
-from protocol.storage_api import AppendRequest, AppendResponse, Message
+from protocol.records import MessageRecord, pack_records
+from protocol.storage_api import AppendRequest, AppendResponse, Message, ReadRequest, to_record
+from storage_node import append_batcher
 from storage_node.errors import BadCommand
+from storage_node.partition.commands import encode
 from storage_node.service import StorageNode
 from tests.unit.storage_node.test_service import CONTEXT, one_node
 
@@ -27,6 +32,12 @@ def _append(queue_id: int, ids: list[str]) -> AppendRequest:
     return AppendRequest(
         "t", queue_id, [Message("t", queue_id, i, b"body " + i.encode()) for i in ids]
     )
+
+
+def _packed(queue_id: int, ids: list[str]) -> AppendRequest:
+    """The same append as :func:`_append`, its messages packed as records."""
+    records = [to_record(m) for m in _append(queue_id, ids).messages]
+    return AppendRequest("t", queue_id, records=pack_records(records))
 
 
 async def test_appends_of_one_group_share_an_entry_and_each_gets_its_own_outcomes(
@@ -113,3 +124,79 @@ async def test_an_append_the_encoding_refuses_fails_alone(tmp_path: Path) -> Non
         assert isinstance(bad, BadCommand)
         assert isinstance(good, AppendResponse)
         assert [o.queue_offset for o in good.outcomes] == [0]
+
+
+async def test_packed_appends_join_with_message_appends_and_read_back_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[object] = []  # the batches encoded from their records
+    monkeypatch.setattr(
+        append_batcher, "encode", lambda command: encoded.append(command) or encode(command)
+    )
+    async with one_node(tmp_path) as node:
+        q1, q2 = _queues_of_one_group(node, 2)
+        # All packed: the entry is their bytes joined. Then packed and message
+        # appends in one batch: the entry is encoded from the records.
+        for appends in (
+            [(_packed, q1, ["p1", "p2"]), (_packed, q2, ["p3"])],
+            [(_packed, q1, ["p4"]), (_append, q2, ["m1", "m2"]), (_packed, q1, ["p5"])],
+        ):
+            batches = node.batcher.batches
+            encoded.clear()
+            responses = await asyncio.gather(
+                *(node.append(build(queue, ids), CONTEXT) for build, queue, ids in appends)
+            )
+            assert node.batcher.batches - batches == 1
+            all_packed = all(build is _packed for build, _queue, _ids in appends)
+            assert len(encoded) == (0 if all_packed else 1)  # all packed: their bytes joined
+            assert [[o.message_id for o in r.outcomes] for r in responses] == [
+                ids for _build, _queue, ids in appends
+            ]
+        for queue, ids in ((q1, ["p1", "p2", "p4", "p5"]), (q2, ["p3", "m1", "m2"])):
+            read = await node.read(ReadRequest("t", queue, 0), CONTEXT)
+            assert [m.message for m in read.messages] == _append(queue, ids).messages
+            assert [m.queue_offset for m in read.messages] == list(range(len(ids)))
+
+
+async def test_packed_records_of_an_older_writer_are_stored_as_current_records(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        (q1,) = _queues_of_one_group(node, 1)
+        old = msgpack.packb([["t", q1, "old", b"body"]])
+        (response,) = await asyncio.gather(
+            node.append(AppendRequest("t", q1, records=old), CONTEXT)
+        )
+        assert [o.queue_offset for o in response.outcomes] == [0]
+        read = await node.read(ReadRequest("t", q1, 0), CONTEXT)
+        assert [m.message for m in read.messages] == [Message("t", q1, "old", b"body")]
+
+
+@pytest.mark.parametrize(
+    ("request_of", "message"),
+    [
+        (lambda q: AppendRequest("t", q, records=b"\xc1"), "records: the records are not"),
+        (lambda q: AppendRequest("t", q, records=pack_records([])), "at least one message"),
+        (
+            lambda q: AppendRequest(
+                "t", q, records=pack_records([MessageRecord("t", q + 1, "m", b"")])
+            ),
+            "not t:",
+        ),
+        (
+            lambda q: AppendRequest(
+                "t", q, [Message("t", q, "a", b"")], pack_records([MessageRecord("t", q, "b", b"")])
+            ),
+            "not both",
+        ),
+    ],
+)
+async def test_bad_packed_appends_are_refused_and_store_nothing(
+    tmp_path: Path, request_of: Callable[[int], AppendRequest], message: str
+) -> None:
+    async with one_node(tmp_path) as node:
+        (q1,) = _queues_of_one_group(node, 1)
+        with pytest.raises(BadCommand, match=message):
+            await node.append(request_of(q1), CONTEXT)
+        read = await node.read(ReadRequest("t", q1, 0), CONTEXT)
+        assert read.messages == []
