@@ -7,14 +7,20 @@ process (uvloop) then runs two phases per run:
 
 1. append: ``in_flight`` workers each keep one append call open to the leader
    of a queue's group (queues taken round robin), ``batch`` messages of
-   ``message_bytes`` per call; messages/s over ``seconds`` (after
+   ``message_bytes`` per call, packed as records (``AppendRequest.records``,
+   as the broker sends them); messages/s over ``seconds`` (after
    ``warmup``), and p50/p99 latency of an append call;
 2. receive + ack: ``in_flight`` workers receive up to ``batch`` messages of a
    queue for one consumer group and ack them in one call, until every
    message appended in phase 1 is consumed; messages/s (receive+ack of a
    message counts once) and p99 of a receive+ack pair.
 
-Each run starts a fresh cluster. Medians and [min-max] over the runs.
+Each run starts a fresh cluster. With ``--leaders balanced`` (the default)
+it has a nameserver, as a deployed cluster does, and the phases start once
+its leader balance has each node leading about G/3 groups: a node leading
+most groups does most of the leaders' work, so runs whose elections fell
+unevenly measure that node (``--leaders elected`` keeps them as they fell).
+The nameserver's CPU counts as server CPU. Medians and [min-max] over the runs.
 """
 
 from __future__ import annotations
@@ -24,15 +30,17 @@ import asyncio
 import datetime
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import methodcaller
 from pathlib import Path
 
 import uvloop
 
-from protocol.storage_api import AckRequest, AppendRequest, Message, ReceiveRequest
+from protocol.records import MessageRecord, pack_records
+from protocol.storage_api import AckRequest, AppendRequest, ReceiveRequest
 from rip5.bench import harness
+from rip5.bench.nameserver import LocalNameservers
 from rip5.bench.storage_cluster import LocalStorageCluster
 
 TOPIC = "bench"
@@ -64,6 +72,13 @@ def _split(leaders: Mapping[int, int], nodes: Iterable[int]) -> str:
     return "/".join(str(led.count(node)) for node in sorted(nodes))
 
 
+def _server_pids(
+    cluster: LocalStorageCluster, nameservers: LocalNameservers
+) -> Callable[[], list[int]]:
+    """The storage nodes' and the nameserver's pids (the nameserver's CPU counts too)."""
+    return lambda: [p.pid for p in (*cluster.processes.values(), *nameservers.processes.values())]
+
+
 async def _append_phase(
     cluster: LocalStorageCluster, args: argparse.Namespace, appended: dict[int, int]
 ) -> PhaseResult:
@@ -82,12 +97,12 @@ async def _append_phase(
         while loop.time() < end:
             queue_id = next_queue % args.queues
             next_queue += 1
-            messages = [
-                Message(TOPIC, queue_id, f"w{worker_id}-{serial + i}", body)
+            records = [
+                MessageRecord(TOPIC, queue_id, f"w{worker_id}-{serial + i}", body)
                 for i in range(args.batch)
             ]
             serial += args.batch
-            request = AppendRequest(TOPIC, queue_id, messages)
+            request = AppendRequest(TOPIC, queue_id, records=pack_records(records))
             sent = loop.time()
             await cluster.call(methodcaller("append", request), group=groups[queue_id])
             done = loop.time()
@@ -158,18 +173,30 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
         f"# rip5 bench storage  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
         f"cores={os.cpu_count()}  nodes=3  fsync=on  message={args.message_bytes} B  "
         f"batch={args.batch}  in_flight={args.in_flight}  groups={args.groups}  "
-        f"queues={args.queues}  runs={args.runs} x {args.seconds} s",
+        f"queues={args.queues}  leaders={args.leaders}  runs={args.runs} x {args.seconds} s",
         flush=True,
     )
     appends: list[PhaseResult] = []
     consumes: list[PhaseResult] = []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="rip5-bench-storage-", dir=args.dir) as root:
-            cluster = LocalStorageCluster(Path(root), nodes=3, groups=args.groups)
+            nameservers = LocalNameservers(Path(root), 1, groups=args.groups)
+            if args.leaders == "balanced":
+                await nameservers.start()
+            cluster = LocalStorageCluster(
+                Path(root),
+                nodes=3,
+                groups=args.groups,
+                nameserver=nameservers.leader if args.leaders == "balanced" else "",
+            )
             await cluster.start()
             try:
-                split = _split(await cluster.wait_all_led(timeout_s=120), cluster.processes)
-                meter = harness.CpuMeter(harness.pids_of(cluster.processes))
+                if args.leaders == "balanced":
+                    leaders = await cluster.wait_balanced(timeout_s=120)
+                else:
+                    leaders = await cluster.wait_all_led(timeout_s=120)
+                split = _split(leaders, cluster.processes)
+                meter = harness.CpuMeter(_server_pids(cluster, nameservers))
                 appended: dict[int, int] = {}
                 report.stage(f"run {run + 1}: append")
                 meter.start()
@@ -181,6 +208,7 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
                 report.record("receive+ack", _values(consume), meter.stop())
             finally:
                 await cluster.stop()
+                await nameservers.stop()
         appends.append(append)
         consumes.append(consume)
         print(
@@ -221,6 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="append warm-up seconds")
     parser.add_argument("--runs", type=int, default=3, help="fresh clusters, one after another")
     parser.add_argument("--dir", default=None, help="where the clusters' data folders go")
+    parser.add_argument(
+        "--leaders",
+        choices=("balanced", "elected"),
+        default="balanced",
+        help="balanced: a nameserver balances leadership (each node leads about G/3 groups) "
+        "before measuring, as in a cluster with a nameserver; elected: as the elections "
+        "fell, no nameserver",
+    )
     harness.add_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("groups", "queues", "message_bytes", "batch", "in_flight", "runs"):

@@ -185,6 +185,20 @@ class LocalStorageCluster:
                 raise TimeoutError(f"only {len(leaders)} of {self.groups} groups have a leader")
             await asyncio.sleep(0.05)
 
+    async def wait_balanced(self, timeout_s: float = 60) -> dict[int, int]:
+        """Wait until every group has an agreed leader and each node leads about G/N of
+        them (the nameserver's leader balance); return group -> leader node."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            leaders = await self.leaders()
+            led = [list(leaders.values()).count(node) for node in self.processes]
+            if len(leaders) == self.groups and max(led) - min(led) <= 1:
+                return leaders
+            if loop.time() > deadline:
+                raise TimeoutError(f"leaders not balanced within {timeout_s} s: {leaders}")
+            await asyncio.sleep(0.05)
+
     def group_of(self, topic: str, queue_id: int) -> int:
         """The group serving a queue in this cluster."""
         return routing.group_id(topic, queue_id, FIRST_GROUP_ID, self.groups)

@@ -31,3 +31,7 @@ def test_bench_storage_measures_append_and_receive_ack(tmp_path: Path) -> None:
     assert len(consume) == 1, result.stdout
     assert float(append[0].split()[2].replace(",", "")) > 0
     assert float(consume[0].split()[2].replace(",", "")) > 0
+    # The nameserver balanced leadership before the phases: 4 groups over 3 nodes.
+    (run,) = [ln for ln in lines if ln.strip().startswith("run 1:")]
+    led = [int(n) for n in run.rsplit("groups led per node ", 1)[1].split("/")]
+    assert sorted(led) == [1, 1, 2], run
