@@ -14,6 +14,14 @@ class BrokerConfig:
             "kind": "address",
         },
     )
+    grpc_server: str = field(
+        default="h2",
+        metadata={
+            "help": "what serves the gRPC endpoint: h2 (sends a streamed call's responses "
+            "together) or grpcio (grpc.aio)",
+            "choices": ("h2", "grpcio"),
+        },
+    )
     nameserver: str = field(
         default="127.0.0.1:9876",
         metadata={"help": "comma-separated host:port of the nameservers", "kind": "addresses"},

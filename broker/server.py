@@ -97,7 +97,7 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen)
+        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server)
         port = await endpoint.start()
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"

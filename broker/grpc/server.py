@@ -1,4 +1,4 @@
-"""Assembling the gRPC v2 endpoint from ports: processors, service, grpc.aio server.
+"""Assembling the gRPC v2 endpoint from ports: processors, service, gRPC server.
 
 The endpoint also runs the broker's background work: the transaction
 check-back loop (which acts only while this broker holds the check lease).
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from broker.grpc import convert
+from broker.grpc.http2 import Http2GrpcServer
 from broker.grpc.service import MessagingService
 from broker.grpc.telemetry import TelemetrySessions
 from broker.processor import validation
@@ -79,18 +80,40 @@ def build_service(
     )
 
 
-class GrpcEndpoint:
-    """A grpc.aio server serving one MessagingService on ``listen`` (host:port, port 0 = any)."""
+SERVERS = ("h2", "grpcio")
+"""The gRPC servers an endpoint can run: ``broker.grpc.http2`` (the default: it writes
+a streamed call's responses together) or grpc.aio."""
 
-    def __init__(self, service: MessagingService, listen: str) -> None:
+
+class GrpcEndpoint:
+    """One MessagingService served on ``listen`` (host:port, port 0 = any) by ``server``
+    (one of :data:`SERVERS`)."""
+
+    def __init__(self, service: MessagingService, listen: str, server: str = "h2") -> None:
+        if server not in SERVERS:
+            raise ValueError(f"unknown gRPC server {server!r}: one of {', '.join(SERVERS)}")
         self.service = service
         self.listen = listen
+        self.kind = server
         self.port: int | None = None
-        self._server: grpc.aio.Server | None = None
+        self._server: grpc.aio.Server | Http2GrpcServer | None = None
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port."""
+        if self.kind == "h2":
+            h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
+            service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, h2_server)
+            host, _, port = self.listen.rpartition(":")
+            self.port = await h2_server.start(host.strip("[]") or "127.0.0.1", int(port))
+            self._server = h2_server
+        else:
+            self.port = await self._start_grpcio()
+        if self.service.transactions is not None:
+            self._background.append(asyncio.create_task(self.service.transactions.run()))
+        return self.port
+
+    async def _start_grpcio(self) -> int:
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", INBOUND_BYTES_MAX),
@@ -99,14 +122,12 @@ class GrpcEndpoint:
             ]
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
-        self.port = server.add_insecure_port(self.listen)
-        if self.port == 0:
+        port = server.add_insecure_port(self.listen)
+        if port == 0:
             raise OSError(f"cannot listen on {self.listen}")
         await server.start()
         self._server = server
-        if self.service.transactions is not None:
-            self._background.append(asyncio.create_task(self.service.transactions.run()))
-        return self.port
+        return port
 
     async def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving and the background work (check-back); calls in flight get

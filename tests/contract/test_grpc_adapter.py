@@ -1,4 +1,4 @@
-"""The gRPC v2 adapter over a real grpc.aio server on 127.0.0.1, with our own stubs.
+"""The gRPC v2 adapter over each gRPC server (h2 and grpc.aio) on 127.0.0.1, with our own stubs.
 
 What the official-client tests cannot see directly: stream order, the
 Telemetry stream staying open for server pushes, per-entry statuses, and the
@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from broker.domain import GroupInfo, MessageType, QueueInfo, TopicInfo
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol.rocketmq.v2 import definition_pb2 as pb
@@ -33,8 +33,8 @@ class Broker:
     port: int
 
 
-@pytest.fixture
-async def broker() -> AsyncIterator[Broker]:
+@pytest.fixture(params=SERVERS)
+async def broker(request: pytest.FixtureRequest) -> AsyncIterator[Broker]:
     clock = SystemClock()
     metadata = MemoryMetadata(
         [TopicInfo("orders", (QueueInfo(0), QueueInfo(1)), frozenset({MessageType.NORMAL}))],
@@ -45,7 +45,7 @@ async def broker() -> AsyncIterator[Broker]:
         receipt_secret=b"s",
         endpoint="broker.example:8081",
     )
-    endpoint = GrpcEndpoint(service, "127.0.0.1:0")
+    endpoint = GrpcEndpoint(service, "127.0.0.1:0", request.param)
     port = await endpoint.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield Broker(endpoint, service_pb2_grpc.MessagingServiceStub(channel), port)

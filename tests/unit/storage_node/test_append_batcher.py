@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -130,9 +131,12 @@ async def test_packed_appends_join_with_message_appends_and_read_back_alike(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoded: list[object] = []  # the batches encoded from their records
-    monkeypatch.setattr(
-        append_batcher, "encode", lambda command: encoded.append(command) or encode(command)
-    )
+
+    def encode_counted(command: Any) -> bytes:
+        encoded.append(command)
+        return encode(command)
+
+    monkeypatch.setattr(append_batcher, "encode", encode_counted)
     async with one_node(tmp_path) as node:
         q1, q2 = _queues_of_one_group(node, 2)
         # All packed: the entry is their bytes joined. Then packed and message

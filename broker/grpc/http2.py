@@ -1,0 +1,530 @@
+"""A gRPC server on HTTP/2 (h2) that sends what a call yields together.
+
+Why not grpc.aio: the v2 protocol streams one ReceiveMessageResponse per
+message, and grpc-python writes each response of a stream on its own (one C
+core operation, one completion through its poller thread, one event loop
+wake-up and one ``sendmsg`` each): ~47 us of server CPU per streamed message
+on these machines (docs/benchmarks.md, "gRPC itself"). Here a handler's
+responses go into the call's outgoing bytes, and the bytes of every call
+are handed to the socket once per event loop iteration: a ReceiveMessage
+of 32 messages is a few DATA frames in one write.
+
+What it serves: the standard gRPC wire protocol over cleartext HTTP/2
+(prior knowledge, as the official clients connect), for the handlers that
+grpc's generated ``add_*Servicer_to_server`` registers (it calls
+:meth:`Http2GrpcServer.add_generic_rpc_handlers` and
+:meth:`Http2GrpcServer.add_registered_method_handlers`): unary and streaming
+requests and responses, handlers written for grpc.aio (coroutines and async
+generators taking ``(request, context)``). The context offers what the
+broker uses, ``invocation_metadata()`` and ``time_remaining()``.
+
+Contracts:
+
+- Statuses: an unknown method gets UNIMPLEMENTED, a compressed message
+  (no encoding is negotiated) UNIMPLEMENTED, a message over
+  ``inbound_bytes_max`` RESOURCE_EXHAUSTED, a unary call without exactly one
+  request message INTERNAL, an exception escaping a handler UNKNOWN with
+  its text, a call past its ``grpc-timeout`` DEADLINE_EXCEEDED (the handler
+  is cancelled). The connection keeps serving its other calls.
+- A stream the client resets cancels its handler; nothing more is sent on it.
+- Ordering: a call's responses leave in the order the handler produced
+  them; its trailers leave after its last DATA frame. Flow control is the
+  peer's: bytes beyond its windows wait for its WINDOW_UPDATE.
+- Inbound flow control: received bytes are acknowledged as they arrive
+  (windows of ``WINDOW_BYTES``), so one large request does not stall the
+  connection's other calls.
+
+SHELL: sockets, the event loop and the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import struct
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, cast
+
+import grpc
+from h2 import events as h2_events
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.exceptions import H2Error
+from h2.settings import SettingCodes, Settings
+
+log = logging.getLogger("broker.grpc.http2")
+
+WINDOW_BYTES = 16 * 1024 * 1024
+"""Inbound flow-control window of the connection and of each stream."""
+
+MAX_CONCURRENT_STREAMS = 4096
+
+_PREFIX = struct.Struct(">BI")  # a gRPC message: compressed flag, length
+_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+_RESERVED = frozenset(
+    {"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"}
+)
+_TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_END = object()  # the end of a request stream
+
+
+class CallContext:
+    """The handler's view of its call (the subset of grpc.aio's ServicerContext it uses)."""
+
+    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], deadline: float | None):
+        self._metadata = metadata
+        self._deadline = deadline
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        """The request's custom headers as (key, value); ``-bin`` values as bytes."""
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the call's deadline, None without one."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+
+class Http2GrpcServer:
+    """Serves registered gRPC methods on one listening socket."""
+
+    def __init__(self, *, inbound_bytes_max: int) -> None:
+        """Nothing listens until :meth:`start`."""
+        self.inbound_bytes_max = inbound_bytes_max
+        self._methods: dict[str, grpc.RpcMethodHandler] = {}
+        self._generic: list[grpc.GenericRpcHandler] = []
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+
+    # grpc's generated add_*Servicer_to_server calls these two.
+    def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
+        """Methods looked up by path on each call (``grpc.method_handlers_generic_handler``)."""
+        self._generic.extend(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Methods of ``service`` by name."""
+        for name, handler in handlers.items():
+            self._methods[f"/{service}/{name}"] = handler
+
+    def method(self, path: str) -> grpc.RpcMethodHandler | None:
+        """The handler of ``/service/method``, or None."""
+        found = self._methods.get(path)
+        if found is not None:
+            return found
+        details = _CallDetails(path)
+        for generic in self._generic:
+            found = generic.service(details)
+            if found is not None:
+                self._methods[path] = found
+                return found
+        return None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0: any free port); returns the bound port."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        bound: int = self._server.sockets[0].getsockname()[1]
+        return bound
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop listening, send GOAWAY, give calls in flight ``grace_s``, then close."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.go_away()
+        draining = [c.drained.wait() for c in self._connections]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*draining), grace_s)
+        for connection in list(self._connections):
+            connection.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+
+class _CallDetails:
+    """What a generic handler is asked with (grpc.HandlerCallDetails)."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata: tuple[Any, ...] = ()
+
+
+class _Call:
+    """One stream: its request bytes in, its response bytes out."""
+
+    __slots__ = (
+        "context",
+        "handler",
+        "headers_sent",
+        "inbound",
+        "messages",
+        "outbound",
+        "requests",
+        "stream_id",
+        "task",
+        "timer",
+        "trailers",
+    )
+
+    def __init__(self, stream_id: int, handler: grpc.RpcMethodHandler, context: CallContext):
+        self.stream_id = stream_id
+        self.handler = handler
+        self.context = context
+        self.inbound = bytearray()
+        self.requests: asyncio.Queue[object] | None = None  # streaming requests
+        self.messages: list[bytes] = []  # unary request: the messages received
+        self.outbound: list[bytes] = []
+        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.headers_sent = False
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: the h2 state machine and its calls."""
+
+    def __init__(self, server: Http2GrpcServer) -> None:
+        self._server = server
+        self._h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+        self._calls: dict[int, _Call] = {}
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._flush_scheduled = False
+        self._closed = False
+        self.drained = asyncio.Event()  # set while no call is open
+        self.drained.set()
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._server._connections.add(self)
+        h2 = self._h2
+        h2.local_settings = Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+                SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
+            },
+        )
+        h2.initiate_connection()
+        h2.increment_flow_control_window(WINDOW_BYTES - 65_535)
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._server._connections.discard(self)
+        for call in list(self._calls.values()):
+            self._cancel(call)
+        self._calls.clear()
+        self.drained.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self._h2.receive_data(data)
+        except H2Error as exc:
+            log.info("closing an HTTP/2 connection after a protocol error: %s", exc)
+            self._flush()
+            self.close()
+            return
+        for event in events:
+            self._on_event(event)
+        self._pump()
+        self._flush()
+
+    # -- events -------------------------------------------------------------------
+
+    def _on_event(self, event: h2_events.Event) -> None:
+        if isinstance(event, h2_events.DataReceived):
+            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            call = self._calls.get(event.stream_id)
+            if call is not None and event.data:
+                self._on_data(call, event.data)
+        elif isinstance(event, h2_events.RequestReceived):
+            self._on_request(event.stream_id, event.headers or [])
+        elif isinstance(event, h2_events.StreamEnded):
+            call = self._calls.get(event.stream_id)
+            if call is not None:
+                self._on_half_close(call)
+        elif isinstance(event, h2_events.StreamReset):
+            call = self._calls.pop(event.stream_id, None)
+            if call is not None:
+                self._cancel(call)
+            if not self._calls:
+                self.drained.set()
+        elif isinstance(event, h2_events.ConnectionTerminated):
+            self.close()
+        # WindowUpdated and RemoteSettingsChanged: the pump after the events sends more.
+
+    def _on_request(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        path = ""
+        deadline: float | None = None
+        metadata: list[tuple[str, str | bytes]] = []
+        encoding = ""
+        for raw_name, raw_value in headers:
+            name = raw_name.decode("ascii", "replace")
+            if name == ":path":
+                path = raw_value.decode("ascii", "replace")
+            elif name == "grpc-timeout":
+                deadline = _deadline(raw_value.decode("ascii", "replace"))
+            elif name == "grpc-encoding":
+                encoding = raw_value.decode("ascii", "replace")
+            elif name.startswith(":") or name in _RESERVED:
+                continue
+            elif name.endswith("-bin"):
+                metadata.append((name, _unbase64(raw_value)))
+            else:
+                metadata.append((name, raw_value.decode("latin-1")))
+        handler = self._server.method(path)
+        if handler is None:
+            self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path}")
+            return
+        call = _Call(stream_id, handler, CallContext(tuple(metadata), deadline))
+        self._calls[stream_id] = call
+        self.drained.clear()
+        if encoding not in ("", "identity"):
+            self._finish(call, grpc.StatusCode.UNIMPLEMENTED, f"grpc-encoding {encoding!r}")
+            return
+        if deadline is not None:
+            call.timer = self._loop.call_at(
+                self._loop.time() + max(0.0, deadline - time.monotonic()), self._expire, call
+            )
+        if handler.request_streaming:
+            call.requests = asyncio.Queue()
+            call.task = self._loop.create_task(self._run(call, self._request_stream(call)))
+
+    def _on_data(self, call: _Call, data: bytes) -> None:
+        buffer = call.inbound
+        buffer += data
+        limit = self._server.inbound_bytes_max
+        while len(buffer) >= _PREFIX.size:
+            compressed, length = _PREFIX.unpack_from(buffer)
+            if length > limit:
+                self._finish(
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"a request message of {length} bytes is over the limit of {limit}",
+                )
+                return
+            if len(buffer) < _PREFIX.size + length:
+                return
+            if compressed:
+                self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "compressed messages")
+                return
+            message = bytes(buffer[_PREFIX.size : _PREFIX.size + length])
+            del buffer[: _PREFIX.size + length]
+            if call.requests is not None:
+                call.requests.put_nowait(message)
+            else:
+                call.messages.append(message)
+
+    def _on_half_close(self, call: _Call) -> None:
+        if call.trailers is not None:  # already answered (an error while receiving)
+            return
+        if call.inbound:
+            self._finish(call, grpc.StatusCode.INTERNAL, "the request ends inside a message")
+        elif call.requests is not None:
+            call.requests.put_nowait(_END)
+        elif call.task is None:
+            if len(call.messages) != 1:
+                self._finish(
+                    call,
+                    grpc.StatusCode.INTERNAL,
+                    f"a unary call needs one request message, got {len(call.messages)}",
+                )
+                return
+            call.task = self._loop.create_task(self._run(call, call.messages.pop()))
+
+    # -- running a handler ------------------------------------------------------------
+
+    async def _request_stream(self, call: _Call) -> AsyncIterator[Any]:
+        """The requests of a streaming call, decoded, until the client half-closes."""
+        assert call.requests is not None
+        decode = call.handler.request_deserializer
+        while True:
+            message = await call.requests.get()
+            if message is _END:
+                return
+            assert isinstance(message, bytes)
+            yield decode(message) if decode is not None else message
+
+    async def _run(self, call: _Call, request: object) -> None:
+        handler = call.handler
+        encode = handler.response_serializer or _identity
+        try:
+            if not handler.request_streaming:
+                assert isinstance(request, bytes)
+                decode = handler.request_deserializer
+                request = decode(request) if decode is not None else request
+            if handler.response_streaming:
+                behaviour = handler.unary_stream or handler.stream_stream
+                responses = behaviour(request, call.context)
+                async for response in responses:
+                    self._send_message(call, encode(response))
+            else:
+                behaviour = handler.unary_unary or handler.stream_unary
+                response = await behaviour(request, call.context)
+                self._send_message(call, encode(response))
+        except asyncio.CancelledError:
+            if call.stream_id in self._calls and not self._closed:
+                self._finish(call, grpc.StatusCode.CANCELLED, "the call was cancelled")
+            raise
+        except Exception as exc:  # every handler failure is the call's status
+            log.exception("a gRPC handler failed")
+            self._finish(call, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+            return
+        self._finish(call, grpc.StatusCode.OK, "")
+
+    def _expire(self, call: _Call) -> None:
+        call.timer = None
+        if self._calls.get(call.stream_id) is call:
+            if call.task is not None:
+                call.task.cancel()
+                call.task = None
+            self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+
+    def _cancel(self, call: _Call) -> None:
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        if call.task is not None and not call.task.done():
+            call.task.cancel()
+
+    # -- sending --------------------------------------------------------------------
+
+    def _send_message(self, call: _Call, message: bytes) -> None:
+        """Queue one response message; it leaves with this loop iteration's flush."""
+        if call.trailers is not None or self._calls.get(call.stream_id) is not call:
+            return
+        call.outbound.append(_PREFIX.pack(0, len(message)))
+        call.outbound.append(message)
+        self._schedule()
+
+    def _finish(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
+        """End the call with ``code`` once its queued messages are sent."""
+        if call.trailers is not None:
+            return
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        if code is not grpc.StatusCode.OK and call.task is not None:
+            task, call.task = call.task, None
+            if task is not asyncio.current_task() and not task.done():
+                task.cancel()
+        trailers = [(b"grpc-status", str(code.value[0]).encode())]
+        if message:
+            trailers.append((b"grpc-message", _percent_encoded(message)))
+        call.trailers = trailers
+        self._schedule()
+
+    def _trailers_only(self, stream_id: int, code: grpc.StatusCode, message: str) -> None:
+        headers = [
+            *_HEADERS,
+            (b"grpc-status", str(code.value[0]).encode()),
+            (b"grpc-message", _percent_encoded(message)),
+        ]
+        with contextlib.suppress(H2Error):
+            self._h2.send_headers(stream_id, headers, end_stream=True)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._pump_and_flush)
+
+    def _pump_and_flush(self) -> None:
+        self._flush_scheduled = False
+        self._pump()
+        self._flush()
+
+    def _pump(self) -> None:
+        """Hand every call's queued bytes to h2 as far as the windows allow."""
+        if self._closed:
+            return
+        h2 = self._h2
+        for call in list(self._calls.values()):
+            try:
+                if not call.headers_sent and (call.outbound or call.trailers is not None):
+                    h2.send_headers(call.stream_id, _HEADERS)
+                    call.headers_sent = True
+                if call.outbound:
+                    self._send_data(call)
+                if call.trailers is not None and not call.outbound:
+                    h2.send_headers(call.stream_id, call.trailers, end_stream=True)
+                    del self._calls[call.stream_id]
+            except H2Error:  # the stream went away under us (reset, connection closing)
+                self._calls.pop(call.stream_id, None)
+                self._cancel(call)
+        if not self._calls:
+            self.drained.set()
+
+    def _send_data(self, call: _Call) -> None:
+        h2 = self._h2
+        data = b"".join(call.outbound)
+        call.outbound.clear()
+        view = memoryview(data)
+        frame_max = h2.max_outbound_frame_size
+        while view:
+            window = h2.local_flow_control_window(call.stream_id)
+            if window <= 0:
+                call.outbound.append(bytes(view))  # the rest waits for a WINDOW_UPDATE
+                return
+            size = min(window, frame_max, len(view))
+            h2.send_data(call.stream_id, view[:size].tobytes())
+            view = view[size:]
+
+    def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    # -- closing ----------------------------------------------------------------------
+
+    def go_away(self) -> None:
+        """Tell the client no new calls are taken here (calls in flight continue)."""
+        with contextlib.suppress(H2Error):
+            self._h2.close_connection()
+        self._flush()
+
+    def close(self) -> None:
+        """Drop the connection and cancel its calls."""
+        if self._transport is not None:
+            self._transport.close()
+        for call in list(self._calls.values()):
+            self._cancel(call)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _deadline(timeout: str) -> float | None:
+    """The monotonic deadline of a ``grpc-timeout`` value (digits then a unit), or None."""
+    unit = _TIMEOUT_UNITS_S.get(timeout[-1:])
+    if unit is None or not timeout[:-1].isdigit():
+        return None
+    return time.monotonic() + int(timeout[:-1]) * unit
+
+
+def _unbase64(value: bytes) -> bytes:
+    padded = value + b"=" * (-len(value) % 4)
+    try:
+        return base64.b64decode(padded)
+    except ValueError:
+        return value
+
+
+def _percent_encoded(message: str) -> bytes:
+    """``grpc-message`` form: UTF-8, percent-encoding what is outside printable ASCII and %."""
+    return urllib.parse.quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
+
+
+__all__ = ["CallContext", "Http2GrpcServer"]
