@@ -54,7 +54,7 @@ from h2 import events as h2_events
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.exceptions import H2Error
-from h2.settings import SettingCodes, Settings
+from h2.settings import SettingCodes
 
 log = logging.getLogger("broker.grpc.http2")
 
@@ -62,6 +62,10 @@ WINDOW_BYTES = 16 * 1024 * 1024
 """Inbound flow-control window of the connection and of each stream."""
 
 MAX_CONCURRENT_STREAMS = 4096
+
+FRAME_BYTES_MAX = 1024 * 1024
+"""Largest frame the client may send (HTTP/2's default is 16 KiB): a batch of sends
+arrives in one frame, parsed once."""
 
 _PREFIX = struct.Struct(">BI")  # a gRPC message: compressed flag, length
 _HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
@@ -208,14 +212,20 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._server._connections.add(self)
         h2 = self._h2
-        h2.local_settings = Settings(
-            client=False,
-            initial_values={
+        h2.initiate_connection()
+        # Applied by h2 when the client acknowledges them; the client, which reads them
+        # before anything it sends later, never exceeds what is in force.
+        h2.update_settings(
+            {
                 SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
                 SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
-            },
+                SettingCodes.MAX_FRAME_SIZE: FRAME_BYTES_MAX,
+            }
         )
-        h2.initiate_connection()
+        # h2 checks frame sizes against the limit in force when a chunk of bytes arrives:
+        # a client frame sent right after the acknowledgement, in the same chunk, would
+        # fail. Accepting the larger frames already is lenient, never wrong.
+        h2.max_inbound_frame_size = FRAME_BYTES_MAX
         h2.increment_flow_control_window(WINDOW_BYTES - 65_535)
         self._flush()
 

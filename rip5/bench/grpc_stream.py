@@ -10,7 +10,9 @@ A server process answers, with pre-built bytes and nothing else:
 - ``send``: a unary call whose request carries ``messages`` x 1 KiB (the
   shape of a batched SendMessage) and whose response is small.
 
-One client process (grpc.aio, uvloop) keeps ``in_flight`` calls open. The
+The server is grpc.aio, or with ``--server h2`` the broker's own HTTP/2 server
+(``broker.grpc.http2``, which sends a call's responses together). One client
+process (grpc.aio, uvloop) keeps ``in_flight`` calls open. The
 figures are the server's and the client's CPU per message (from /proc), so
 they bound what any gRPC v2 broker written on grpcio can reach on a machine:
 at C microseconds of server CPU per message, one core serves at most
@@ -30,6 +32,9 @@ from collections.abc import AsyncIterator
 import grpc
 import uvloop
 
+from broker.grpc.http2 import Http2GrpcServer
+from broker.grpc.server import INBOUND_BYTES_MAX
+
 RESPONSE_BYTES = 1_200  # a ReceiveMessageResponse with a 1 KiB body and its properties
 MESSAGE_BYTES = 1_100  # one message of a SendMessageRequest
 
@@ -44,7 +49,9 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve(port: int, messages: int, ready: multiprocessing.synchronize.Event) -> None:
+def _serve(
+    port: int, messages: int, ready: multiprocessing.synchronize.Event, kind: str = "grpcio"
+) -> None:
     response = b"r" * RESPONSE_BYTES
 
     async def receive(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
@@ -63,6 +70,12 @@ def _serve(port: int, messages: int, ready: multiprocessing.synchronize.Event) -
                 "Send": grpc.unary_unary_rpc_method_handler(send, _identity, _identity),
             },
         )
+        if kind == "h2":
+            h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
+            h2_server.add_generic_rpc_handlers((handlers,))
+            await h2_server.start("127.0.0.1", port)
+            ready.set()
+            await asyncio.Event().wait()
         server.add_generic_rpc_handlers((handlers,))
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
@@ -102,6 +115,12 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--messages", type=int, default=32, help="messages per call")
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    parser.add_argument(
+        "--server",
+        choices=("grpcio", "h2"),
+        default="grpcio",
+        help="grpcio: grpc.aio; h2: the broker's own server (broker.grpc.http2)",
+    )
     args = parser.parse_args()
     port = args.port
     if port == 0:
@@ -109,12 +128,15 @@ def main() -> None:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
     ready = multiprocessing.Event()
-    server = multiprocessing.Process(target=_serve, args=(port, args.messages, ready))
+    server = multiprocessing.Process(target=_serve, args=(port, args.messages, ready, args.server))
     server.start()
     try:
         if not ready.wait(30):
             raise SystemExit("the grpc server did not start")
-        print(f"# grpc-python cost per message, {os.cpu_count()} cores, grpcio {grpc.__version__}")
+        print(
+            f"# gRPC cost per message, {os.cpu_count()} cores, server {args.server}, "
+            f"client grpc.aio (grpcio {grpc.__version__})"
+        )
         for shape in ("send", "receive"):
             assert server.pid is not None
             server_before, client_before = _cpu_s(server.pid), time.process_time()
