@@ -104,6 +104,7 @@ class Http2GrpcServer:
         self._generic: list[grpc.GenericRpcHandler] = []
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self.stopping = False
 
     # grpc's generated add_*Servicer_to_server calls these two.
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
@@ -138,15 +139,16 @@ class Http2GrpcServer:
         return bound
 
     async def stop(self, grace_s: float) -> None:
-        """Stop listening, send GOAWAY, give calls in flight ``grace_s``, then close."""
+        """Stop listening and taking calls (a new call gets UNAVAILABLE), give the calls
+        in flight ``grace_s`` to finish, then send GOAWAY and close every connection."""
+        self.stopping = True
         if self._server is not None:
             self._server.close()
-        for connection in list(self._connections):
-            connection.go_away()
         draining = [c.drained.wait() for c in self._connections]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*draining), grace_s)
         for connection in list(self._connections):
+            connection.go_away()
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
@@ -293,6 +295,9 @@ class _Connection(asyncio.Protocol):
                 metadata.append((name, _unbase64(raw_value)))
             else:
                 metadata.append((name, raw_value.decode("latin-1")))
+        if self._server.stopping:
+            self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+            return
         handler = self._server.method(path)
         if handler is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path}")
@@ -499,7 +504,7 @@ class _Connection(asyncio.Protocol):
     # -- closing ----------------------------------------------------------------------
 
     def go_away(self) -> None:
-        """Tell the client no new calls are taken here (calls in flight continue)."""
+        """Tell the client the connection ends (h2 then sends nothing more on it)."""
         with contextlib.suppress(H2Error):
             self._h2.close_connection()
         self._flush()

@@ -27,6 +27,7 @@ class Handlers:
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
         self.started = asyncio.Event()
+        self.port = 0  # where the server listens
 
     async def echo(self, request: bytes, context: Any) -> bytes:
         metadata = dict(context.invocation_metadata())
@@ -96,7 +97,7 @@ async def served() -> AsyncIterator[tuple[Handlers, grpc.aio.Channel]]:
     server.add_registered_method_handlers(
         "t.R", {"Chunks": grpc.unary_stream_rpc_method_handler(handlers.chunks)}
     )
-    port = await server.start("127.0.0.1", 0)
+    port = handlers.port = await server.start("127.0.0.1", 0)
     options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
     try:
@@ -193,3 +194,56 @@ async def test_a_stream_the_client_cancels_cancels_its_handler(served: Any) -> N
     call.cancel()
     await asyncio.wait_for(handlers.cancelled.wait(), 10)
     assert await channel.unary_unary("/t.S/Size")(b"ab", timeout=10) == b"2"
+
+
+async def test_many_calls_at_once_on_one_connection_all_complete(served: Any) -> None:
+    _handlers, channel = served
+    size = channel.unary_unary("/t.S/Size")
+    count = channel.unary_stream("/t.S/Count")
+
+    async def streamed(n: int) -> list[bytes]:
+        return [r async for r in count(b"%d" % n)]
+
+    sizes = await asyncio.gather(*(size(b"x" * n, timeout=30) for n in range(300)))
+    assert sizes == [b"%d" % n for n in range(300)]
+    streams = await asyncio.gather(*(streamed(n % 40) for n in range(200)))
+    assert [len(s) for s in streams] == [n % 40 for n in range(200)]
+
+
+async def test_bytes_that_are_not_http2_close_that_connection_only(served: Any) -> None:
+    handlers, channel = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", handlers.port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(64))
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 10) is not None  # the server hangs up
+    writer.close()
+    assert await channel.unary_unary("/t.S/Size")(b"abcd", timeout=10) == b"4"
+
+
+async def test_stopping_refuses_new_calls_and_lets_calls_in_flight_finish() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: bytes, context: Any) -> bytes:
+        started.set()
+        await release.wait()
+        return b"done"
+
+    server = Http2GrpcServer(inbound_bytes_max=LIMIT)
+    server.add_registered_method_handlers(
+        "t.S", {"Slow": grpc.unary_unary_rpc_method_handler(slow)}
+    )
+    port = await server.start("127.0.0.1", 0)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = asyncio.ensure_future(channel.unary_unary("/t.S/Slow")(b"", timeout=30))
+        await asyncio.wait_for(started.wait(), 10)
+        stopping = asyncio.ensure_future(server.stop(30))
+        await asyncio.sleep(0)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # no new call while stopping
+            await channel.unary_unary("/t.S/Slow")(b"", timeout=30)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "stopping" in (refused.value.details() or "")
+        release.set()
+        assert await call == b"done"
+        await asyncio.wait_for(stopping, 30)
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
