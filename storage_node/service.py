@@ -51,7 +51,13 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
-from protocol.records import MessageRecord, RecordCorrupted, is_canonical, unpack_records
+from protocol.records import (
+    MessageRecord,
+    RecordCorrupted,
+    is_canonical,
+    pack_records,
+    unpack_records,
+)
 from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
@@ -74,6 +80,7 @@ from protocol.storage_api import (
     NoteTransactionChecksRequest,
     NoteTransactionChecksResponse,
     OffsetResponse,
+    PackedDelivery,
     QueueInfoRequest,
     QueueInfoResponse,
     ReadRequest,
@@ -418,6 +425,23 @@ class StorageNode:
         if kept < len(deliveries):
             await self._release(group_id, request.group, deliveries[kept:])
             deliveries, records = deliveries[:kept], records[:kept]
+        if request.packed:
+            return ReceiveResponse(
+                [],
+                dead_lettered,
+                result.end_offset,
+                pack_records(records),
+                [
+                    # A storage handle is its 4 fields in order.
+                    PackedDelivery(
+                        *d.handle,
+                        d.delivery_attempt,
+                        d.invisible_until_ms,
+                        d.entry.store_timestamp_ms,
+                    )
+                    for d in deliveries
+                ],
+            )
         return ReceiveResponse(
             [
                 ReceivedMessage(

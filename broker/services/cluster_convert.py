@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from angelia_rpc.errors import AngeliaError
 from broker.domain import (
+    NO_PROPERTIES,
     GroupInfo,
     Message,
     MessageType,
@@ -186,6 +187,44 @@ def popped_from_wire(received: st.ReceivedMessage) -> PoppedMessage:
         generation=handle.generation,
         invisible_until_ms=received.invisible_until_ms,
     )
+
+
+def popped_from_packed(delivery: st.PackedDelivery, record: MessageRecord) -> PoppedMessage:
+    """One delivery of a packed storage receive, and its message's record."""
+    return PoppedMessage(
+        message=message_from_record(record),
+        queue=QueueRef(delivery.topic, delivery.queue_id),
+        offset=delivery.queue_offset,
+        store_timestamp_ms=delivery.store_timestamp_ms,
+        delivery_attempt=delivery.delivery_attempt,
+        generation=delivery.generation,
+        invisible_until_ms=delivery.invisible_until_ms,
+    )
+
+
+def message_from_record(record: MessageRecord) -> Message:
+    """A stored record as the broker sees it (as :func:`message_from_wire` for a message)."""
+    return Message(
+        record.topic,
+        record.body,
+        record.message_id,
+        MESSAGE_TYPES[record.message_type],
+        record.tag or None,
+        record.keys,
+        dict(record.properties) if record.properties else NO_PROPERTIES,
+        record.message_group or None,
+        record.born_timestamp_ms,
+        record.born_host,
+        record.delivery_timestamp_ms or None,
+        record.queue_id,
+        (record.dead_letter_topic, record.dead_letter_message_id)
+        if record.dead_letter_topic
+        else None,
+    )
+
+
+MESSAGE_TYPES: Mapping[RecordType, MessageType] = {RecordType(kind): kind for kind in MessageType}
+"""The message type of each stored message type."""
 
 
 def storage_handle(queue: QueueRef, offset: int, generation: int) -> st.ReceiptHandle:

@@ -49,7 +49,7 @@ from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import TagFilter
-from protocol.records import pack_records
+from protocol.records import RecordCorrupted, pack_records, unpack_records
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")
@@ -232,6 +232,7 @@ class StorageStore:
             max_delivery_attempts=group.retry.max_delivery_attempts,
             filter_expression=tag_filter.expression(),
             fifo=group.fifo,
+            packed=True,
         )
         try:
             response = await self._call(
@@ -243,9 +244,21 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        return PopResult(
-            tuple(convert.popped_from_wire(m) for m in response.messages), response.end_offset
-        )
+        if response.deliveries:
+            try:
+                records = unpack_records(response.records).records
+            except RecordCorrupted as exc:
+                raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
+            if len(records) != len(response.deliveries):
+                raise BrokerError(
+                    codes.DECODE_FAILED,
+                    f"receive answer: {len(records)} records for "
+                    f"{len(response.deliveries)} deliveries",
+                )
+            popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
+        else:  # a storage node that answers unpacked
+            popped = tuple(convert.popped_from_wire(m) for m in response.messages)
+        return PopResult(popped, response.end_offset)
 
     async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
         """Finish a delivery; INVALID_RECEIPT_HANDLE when the handle is stale.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from protocol import errors
+from protocol.records import unpack_records
 from protocol.storage_api import (
     AckRequest,
     AppendRequest,
@@ -26,8 +28,12 @@ from protocol.storage_api import (
     Message,
     QueueInfoRequest,
     ReadRequest,
+    ReceivedMessage,
     ReceiveRequest,
+    StoredMessage,
+    from_record,
 )
+from protocol.storage_api import ReceiptHandle as WireHandle
 from raft.angelia_transport import AngeliaTransport
 from raft.driver import Driver, DriverOptions
 from raft.logstore import LogStore
@@ -257,3 +263,46 @@ async def test_a_receive_answers_within_its_byte_budget_and_releases_the_rest(
         )
         alone = await node.receive(ReceiveRequest("g", "t", 1, 32, 60_000), CONTEXT)
         assert [m.message.message.message_id for m in alone.messages] == ["huge"]
+
+
+async def test_a_packed_receive_answers_what_an_unpacked_one_does(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        extra = {
+            "tag": "tag-a",
+            "keys": ["k1", "k2"],
+            "properties": {"b": "2", "a": "1"},
+            "born_timestamp_ms": 17,
+        }
+        for queue_id in (0, 1):
+            await node.append(
+                AppendRequest("t", queue_id, _messages(queue_id, 3, **extra)), CONTEXT
+            )
+        plain = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000), CONTEXT)
+        packed = await node.receive(ReceiveRequest("g", "t", 1, 32, 60_000, packed=True), CONTEXT)
+        assert packed.messages == []
+        assert len(packed.deliveries) == 3
+        assert (packed.end_offset, packed.dead_lettered) == (plain.end_offset, plain.dead_lettered)
+        records = unpack_records(packed.records).records
+        # Queue 1's answer, rebuilt as messages, is queue 0's with the queue and ids changed.
+        rebuilt = [
+            ReceivedMessage(
+                WireHandle(d.topic, d.queue_id, d.queue_offset, d.generation),
+                d.delivery_attempt,
+                d.invisible_until_ms,
+                StoredMessage(d.queue_offset, d.store_timestamp_ms, from_record(record)),
+            )
+            for d, record in zip(packed.deliveries, records, strict=True)
+        ]
+        for got, want in zip(rebuilt, plain.messages, strict=True):
+            assert got.message.message == dataclasses.replace(
+                want.message.message,
+                queue_id=1,
+                message_id=want.message.message.message_id.replace("m0", "m1"),
+            )
+            assert (got.delivery_attempt, got.message.queue_offset) == (
+                want.delivery_attempt,
+                want.message.queue_offset,
+            )
+            assert got.handle.queue_id == 1
+            assert got.handle.generation > 0
+            assert got.invisible_until_ms == pytest.approx(want.invisible_until_ms, abs=60_000)
