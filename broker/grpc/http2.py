@@ -131,8 +131,9 @@ class Http2GrpcServer:
                 return found
         return None
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0: any free port); returns the bound port."""
+    async def start(self, host: str | None, port: int) -> int:
+        """Listen on ``host:port`` (host None: every interface; port 0: any free port);
+        returns the bound port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), host, port)
         bound: int = self._server.sockets[0].getsockname()[1]
@@ -201,6 +202,9 @@ class _Connection(asyncio.Protocol):
         self._server = server
         self._h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
         self._calls: dict[int, _Call] = {}
+        # The calls with bytes or trailers not yet handed to h2 (each pump looks at these
+        # only, not at every open call: thousands of long polls may wait on a connection).
+        self._sending: dict[int, _Call] = {}
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._flush_scheduled = False
@@ -237,6 +241,7 @@ class _Connection(asyncio.Protocol):
         for call in list(self._calls.values()):
             self._cancel(call)
         self._calls.clear()
+        self._sending.clear()
         self.drained.set()
 
     def data_received(self, data: bytes) -> None:
@@ -268,6 +273,7 @@ class _Connection(asyncio.Protocol):
                 self._on_half_close(call)
         elif isinstance(event, h2_events.StreamReset):
             call = self._calls.pop(event.stream_id, None)
+            self._sending.pop(event.stream_id, None)
             if call is not None:
                 self._cancel(call)
             if not self._calls:
@@ -421,6 +427,7 @@ class _Connection(asyncio.Protocol):
             return
         call.outbound.append(_PREFIX.pack(0, len(message)))
         call.outbound.append(message)
+        self._sending[call.stream_id] = call
         self._schedule()
 
     def _finish(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
@@ -438,6 +445,8 @@ class _Connection(asyncio.Protocol):
         if message:
             trailers.append((b"grpc-message", _percent_encoded(message)))
         call.trailers = trailers
+        if self._calls.get(call.stream_id) is call:
+            self._sending[call.stream_id] = call
         self._schedule()
 
     def _trailers_only(self, stream_id: int, code: grpc.StatusCode, message: str) -> None:
@@ -465,17 +474,21 @@ class _Connection(asyncio.Protocol):
         if self._closed:
             return
         h2 = self._h2
-        for call in list(self._calls.values()):
+        for call in list(self._sending.values()):
             try:
-                if not call.headers_sent and (call.outbound or call.trailers is not None):
+                if not call.headers_sent:
                     h2.send_headers(call.stream_id, _HEADERS)
                     call.headers_sent = True
                 if call.outbound:
                     self._send_data(call)
-                if call.trailers is not None and not call.outbound:
+                if call.outbound:
+                    continue  # blocked by flow control: stays for the next pump
+                del self._sending[call.stream_id]
+                if call.trailers is not None:
                     h2.send_headers(call.stream_id, call.trailers, end_stream=True)
-                    del self._calls[call.stream_id]
+                    self._calls.pop(call.stream_id, None)
             except H2Error:  # the stream went away under us (reset, connection closing)
+                self._sending.pop(call.stream_id, None)
                 self._calls.pop(call.stream_id, None)
                 self._cancel(call)
         if not self._calls:

@@ -105,7 +105,7 @@ class GrpcEndpoint:
             h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, h2_server)
             host, _, port = self.listen.rpartition(":")
-            self.port = await h2_server.start(host.strip("[]") or "127.0.0.1", int(port))
+            self.port = await h2_server.start(host.strip("[]") or None, int(port))
             self._server = h2_server
         else:
             self.port = await self._start_grpcio()
