@@ -23,6 +23,7 @@ import h2.settings
 
 from angelia_rpc.config import TlsConfig
 from angelia_rpc.errors import RemoteProtocolError
+from angelia_rpc.transport import h2_frames  # noqa: F401 - patches a costly repr
 from angelia_rpc.transport.base import LinkHandler, split_address
 from angelia_rpc.transport.tls import client_context, server_context
 from protocol import errors

@@ -56,6 +56,8 @@ from h2.connection import H2Connection
 from h2.exceptions import H2Error
 from h2.settings import SettingCodes
 
+from angelia_rpc.transport import h2_frames  # noqa: F401 - patches a costly repr
+
 log = logging.getLogger("broker.grpc.http2")
 
 WINDOW_BYTES = 16 * 1024 * 1024
