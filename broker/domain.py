@@ -207,12 +207,15 @@ class PopResult:
 
     ``end_offset``: the queue's next append offset when the pop ran (for long
     polling). ``next_visible_ms``: when the earliest still-invisible message
-    of this group becomes visible again, if any.
+    of this group becomes visible again, if any. ``leased``: how many messages
+    of the queue the group holds leases on (-1: unknown); 0 means only the
+    queue growing can bring the group messages of this queue.
     """
 
     messages: tuple[PoppedMessage, ...]
     end_offset: int
     next_visible_ms: int | None = None
+    leased: int = -1
 
 
 class Receipt(NamedTuple):

@@ -286,6 +286,10 @@ class ReceiveResponse:
     """A packed answer (the request's ``packed``): the messages' records, packed by
     ``protocol.records.pack_records``, one per item of ``deliveries``."""
     deliveries: list[PackedDelivery] = field(default_factory=list)
+    leased: int = -1
+    """How many messages of the queue the group holds leases on after this receive
+    (-1: not reported). 0: only an append (or a released timer or committed
+    transaction, which grow the queue) can bring the group new messages here."""
 
 
 class PackedDelivery(NamedTuple):

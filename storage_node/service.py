@@ -425,6 +425,9 @@ class StorageNode:
         if kept < len(deliveries):
             await self._release(group_id, request.group, deliveries[kept:])
             deliveries, records = deliveries[:kept], records[:kept]
+        # A hint for the caller's long poll, read from this replica whether or not it
+        # still leads (the answer itself is already decided).
+        leased = replica.state.leased_count(request.group, request.topic, request.queue_id)
         if request.packed:
             return ReceiveResponse(
                 [],
@@ -441,6 +444,7 @@ class StorageNode:
                     )
                     for d in deliveries
                 ],
+                leased,
             )
         return ReceiveResponse(
             [
@@ -456,6 +460,7 @@ class StorageNode:
             ],
             dead_lettered,
             result.end_offset,
+            leased=leased,
         )
 
     async def _release(self, group_id: int, group: str, deliveries: Sequence[Delivery]) -> None:

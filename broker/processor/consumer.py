@@ -98,6 +98,7 @@ class ConsumerProcessor:
             deliveries: list[Delivery] = []
             known_end_offsets: dict[int, int] = {}
             next_visible_ms: int | None = None
+            quiet = True  # no queue popped reports a lease of the group
             for queue_id in order:
                 wanted = batch_size - len(deliveries)
                 if wanted <= 0:
@@ -110,6 +111,7 @@ class ConsumerProcessor:
                     tag_filter=tag_filter,
                 )
                 known_end_offsets[queue_id] = result.end_offset
+                quiet = quiet and result.leased == 0
                 if result.next_visible_ms is not None and (
                     next_visible_ms is None or result.next_visible_ms < next_visible_ms
                 ):
@@ -129,7 +131,7 @@ class ConsumerProcessor:
             wait_ms = int(wait_s * 1000) + 1
             if next_visible_ms is not None:
                 wait_ms = min(wait_ms, max(1, next_visible_ms - self._clock.now_ms()))
-            await self._store.wait_for_append(topic_name, known_end_offsets, wait_ms)
+            await self._store.wait_for_append(topic_name, known_end_offsets, wait_ms, quiet=quiet)
 
     def _receipt(self, group_name: str, topic_name: str, handle: str) -> Receipt:
         receipt = receipts.decode(handle, self._secret, self._clock.now_ms())

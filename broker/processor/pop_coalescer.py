@@ -114,7 +114,7 @@ class PopCoalescer:
                     share = result.messages[start : start + item.batch_size]
                     start += len(share)
                     item.done.set_result(
-                        PopResult(share, result.end_offset, result.next_visible_ms)
+                        PopResult(share, result.end_offset, result.next_visible_ms, result.leased)
                     )
         finally:
             del self._poppers[key]

@@ -153,9 +153,19 @@ class MessageStore(Protocol):
         ...
 
     async def wait_for_append(
-        self, topic: str, known_end_offsets: Mapping[int, int], timeout_ms: int
+        self,
+        topic: str,
+        known_end_offsets: Mapping[int, int],
+        timeout_ms: int,
+        *,
+        quiet: bool = False,
     ) -> bool:
-        """Wait until a queue of ``topic`` grows past ``known_end_offsets``; False on timeout."""
+        """Wait until a queue of ``topic`` grows past ``known_end_offsets``; False on timeout.
+
+        ``quiet``: the caller's group holds no lease on these queues (every pop
+        reported ``leased`` 0), so only growth can bring it messages; a store that
+        otherwise looks again periodically (for leases ending) may wait the whole time.
+        """
         ...
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:

@@ -409,9 +409,15 @@ class MemoryStore:
         )
 
     async def wait_for_append(
-        self, topic: str, known_end_offsets: Mapping[int, int], timeout_ms: int
+        self,
+        topic: str,
+        known_end_offsets: Mapping[int, int],
+        timeout_ms: int,
+        *,
+        quiet: bool = False,
     ) -> bool:
-        """Wait until a queue of ``topic`` grows past ``known_end_offsets``."""
+        """Wait until a queue of ``topic`` grows past ``known_end_offsets`` (``quiet`` changes
+        nothing here: this store wakes its waiters itself)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:

@@ -258,7 +258,7 @@ class StorageStore:
             popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
         else:  # a storage node that answers unpacked
             popped = tuple(convert.popped_from_wire(m) for m in response.messages)
-        return PopResult(popped, response.end_offset)
+        return PopResult(popped, response.end_offset, leased=response.leased)
 
     async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:
         """Finish a delivery; INVALID_RECEIPT_HANDLE when the handle is stale.
@@ -403,7 +403,12 @@ class StorageStore:
         return dict(zip(queue_ids, ends, strict=True))
 
     async def wait_for_append(
-        self, topic: str, known_end_offsets: Mapping[int, int], timeout_ms: int
+        self,
+        topic: str,
+        known_end_offsets: Mapping[int, int],
+        timeout_ms: int,
+        *,
+        quiet: bool = False,
     ) -> bool:
         """Wait until a queue of ``topic`` grows; False after ``timeout_ms`` or the revisit time.
 
@@ -415,8 +420,15 @@ class StorageStore:
         pop after the revisit time at the latest). Every long poll of a topic
         shares one look at its end offsets per ``GROWTH_CHECK_MS`` (see
         ``growth.py``).
+
+        The revisit time (a pop again, for leases ending unannounced) is skipped
+        when the caller is ``quiet`` (its group holds no lease on these queues)
+        and every end offset is known: then only growth can bring messages.
         """
-        timeout_s = min(timeout_ms, self._revisit_ms) / 1000
+        if quiet and all(end >= 0 for end in known_end_offsets.values()):
+            timeout_s = timeout_ms / 1000
+        else:
+            timeout_s = min(timeout_ms, self._revisit_ms) / 1000
         return await self._growth.wait(topic, known_end_offsets, timeout_s)
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:

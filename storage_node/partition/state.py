@@ -372,6 +372,14 @@ class PartitionState:
             return None
         return index.end_offset
 
+    def leased_count(self, group: str, topic: str, queue_id: int) -> int:
+        """How many messages of the queue ``group`` holds leases on (delivered and not
+        finished, invisible or expired): the only way the group can get messages of
+        the queue again without the queue growing is through these (a lease ending, a
+        FIFO message group they block being released, a change of invisibility)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return 0 if group_queue is None else len(group_queue.leases)
+
     def _move_to_dead_letter(
         self, group: str, queue: QueueId, queue_offset: int, attempts: int
     ) -> DeadLettered:

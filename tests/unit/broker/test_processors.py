@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from broker.domain import (
     Message,
     MessageType,
     Permission,
+    PopResult,
     QueueInfo,
     QueueRef,
     RetryPolicy,
@@ -262,3 +265,41 @@ async def test_route_and_assignment(world: World) -> None:
     with pytest.raises(BrokerError) as caught:
         await world.route.route("bad topic")
     assert caught.value.reason is Reason.ILLEGAL_TOPIC
+
+
+class LeaseReportingStore(MemoryStore):
+    """Reports ``leased`` for every pop, as storage does; records how long polls wait."""
+
+    def __init__(self, clock: ManualClock, metadata: MemoryMetadata, leased: dict[int, int]):
+        super().__init__(clock, metadata)
+        self.leased = leased  # queue id -> the group's leases there
+        self.waits: list[bool] = []  # the quiet flag of each wait
+
+    async def pop(self, group: GroupInfo, queue: QueueRef, **options: Any) -> PopResult:
+        result = await super().pop(group, queue, **options)
+        return dataclasses.replace(result, leased=self.leased[queue.queue_id])
+
+    async def wait_for_append(
+        self,
+        topic: str,
+        known_end_offsets: Mapping[int, int],
+        timeout_ms: int,
+        *,
+        quiet: bool = False,
+    ) -> bool:
+        self.waits.append(quiet)
+        return await super().wait_for_append(topic, known_end_offsets, timeout_ms, quiet=quiet)
+
+
+@pytest.mark.parametrize(("leased", "quiet"), [({0: 0, 1: 0}, True), ({0: 0, 1: 3}, False)])
+async def test_a_long_poll_is_quiet_only_when_no_queue_holds_a_lease_of_the_group(
+    world: World, leased: dict[int, int], quiet: bool
+) -> None:
+    store = LeaseReportingStore(world.clock, world.metadata, leased)
+    consumer = ConsumerProcessor(world.metadata, store, world.clock, SECRET)
+    got = await consumer.receive(
+        "g", "orders", TagFilter(), batch_size=32, invisible_ms=10_000, poll_ms=20
+    )
+    assert got == []
+    assert store.waits
+    assert set(store.waits) == {quiet}

@@ -306,3 +306,17 @@ async def test_a_packed_receive_answers_what_an_unpacked_one_does(tmp_path: Path
             assert got.handle.queue_id == 1
             assert got.handle.generation > 0
             assert got.invisible_until_ms == pytest.approx(want.invisible_until_ms, abs=60_000)
+
+
+async def test_a_receive_reports_the_leases_the_group_holds_on_the_queue(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        await node.append(AppendRequest("t", 0, _messages(0, 3)), CONTEXT)
+        other = await node.receive(ReceiveRequest("other", "t", 1, 32, 60_000), CONTEXT)
+        assert other.leased == 0  # nothing of queue 1 handed out
+        first = await node.receive(ReceiveRequest("g", "t", 0, 2, 60_000), CONTEXT)
+        assert first.leased == 2
+        await node.ack(AckRequest("g", "t", 0, [first.messages[0].handle]), CONTEXT)
+        rest = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000, packed=True), CONTEXT)
+        assert (len(rest.deliveries), rest.leased) == (1, 2)
+        idle = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000), CONTEXT)
+        assert (idle.messages, idle.leased) == ([], 2)  # answered without a log entry
