@@ -104,25 +104,8 @@ def group_from_info(group: ns.ConsumerGroupInfo) -> GroupInfo:
 
 
 def message_to_wire(message: Message, queue: QueueRef) -> st.Message:
-    """The storage record of a message sent to ``queue`` (once per sent message:
-    built positionally, empty collections not copied)."""
-    dead_topic, dead_id = message.dead_letter_of or ("", "")
-    return st.Message(
-        queue.topic,
-        queue.queue_id,
-        message.message_id,
-        message.body,
-        message.tag or "",
-        list(message.keys) if message.keys else [],
-        message.message_group or "",
-        dict(message.user_properties) if message.user_properties else {},
-        message.born_timestamp_ms,
-        message.delivery_timestamp_ms or 0,
-        int(message.message_type),
-        message.born_host,
-        dead_topic,
-        dead_id,
-    )
+    """The storage API form of a message sent to ``queue`` (its record, as a wire message)."""
+    return st.from_record(message_to_record(message, queue))
 
 
 def message_to_record(message: Message, queue: QueueRef) -> MessageRecord:
@@ -153,40 +136,8 @@ RECORD_TYPES: Mapping[MessageType, RecordType] = {kind: RecordType(kind) for kin
 
 
 def message_from_wire(message: st.Message) -> Message:
-    """A stored message as the broker sees it."""
-    return Message(
-        topic=message.topic,
-        body=message.body,
-        message_id=message.message_id,
-        message_type=MessageType(message.message_type),
-        tag=message.tag or None,
-        keys=tuple(message.keys),
-        user_properties=dict(message.properties),
-        message_group=message.message_group or None,
-        born_timestamp_ms=message.born_timestamp_ms,
-        born_host=message.born_host,
-        delivery_timestamp_ms=message.delivery_timestamp_ms or None,
-        queue_id=message.queue_id,
-        dead_letter_of=(
-            (message.dead_letter_topic, message.dead_letter_message_id)
-            if message.dead_letter_topic
-            else None
-        ),
-    )
-
-
-def popped_from_wire(received: st.ReceivedMessage) -> PoppedMessage:
-    """One delivery of a storage receive; the generation is the storage handle's."""
-    handle = received.handle
-    return PoppedMessage(
-        message=message_from_wire(received.message.message),
-        queue=QueueRef(handle.topic, handle.queue_id),
-        offset=handle.queue_offset,
-        store_timestamp_ms=received.message.store_timestamp_ms,
-        delivery_attempt=received.delivery_attempt,
-        generation=handle.generation,
-        invisible_until_ms=received.invisible_until_ms,
-    )
+    """A stored message as the broker sees it; ValueError for an unknown message type."""
+    return message_from_record(st.to_record(message))
 
 
 def popped_from_packed(delivery: st.PackedDelivery, record: MessageRecord) -> PoppedMessage:
@@ -203,7 +154,7 @@ def popped_from_packed(delivery: st.PackedDelivery, record: MessageRecord) -> Po
 
 
 def message_from_record(record: MessageRecord) -> Message:
-    """A stored record as the broker sees it (as :func:`message_from_wire` for a message)."""
+    """A stored record as the broker sees it."""
     return Message(
         record.topic,
         record.body,

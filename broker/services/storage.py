@@ -244,20 +244,16 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        if response.deliveries:
-            try:
-                records = unpack_records(response.records).records
-            except RecordCorrupted as exc:
-                raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
-            if len(records) != len(response.deliveries):
-                raise BrokerError(
-                    codes.DECODE_FAILED,
-                    f"receive answer: {len(records)} records for "
-                    f"{len(response.deliveries)} deliveries",
-                )
-            popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
-        else:  # a storage node that answers unpacked
-            popped = tuple(convert.popped_from_wire(m) for m in response.messages)
+        try:
+            records = unpack_records(response.records).records
+        except RecordCorrupted as exc:
+            raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
+        if len(records) != len(response.deliveries):
+            raise BrokerError(
+                codes.DECODE_FAILED,
+                f"receive answer: {len(records)} records for {len(response.deliveries)} deliveries",
+            )
+        popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
         return PopResult(popped, response.end_offset, leased=response.leased)
 
     async def ack(self, group: str, queue: QueueRef, offset: int, generation: int) -> None:

@@ -62,7 +62,6 @@ def _serve(
         return b"ok"
 
     async def main() -> None:
-        server = grpc.aio.server()
         handlers = grpc.method_handlers_generic_handler(
             "bench.Stream",
             {
@@ -76,6 +75,7 @@ def _serve(
             await h2_server.start("127.0.0.1", port)
             ready.set()
             await asyncio.Event().wait()
+        server = grpc.aio.server()  # only here: it starts grpc's own threads
         server.add_generic_rpc_handlers((handlers,))
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()

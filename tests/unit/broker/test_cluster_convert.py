@@ -1,10 +1,11 @@
-"""The broker reads a packed storage receive as it reads an unpacked one."""
+"""The broker reads a packed storage receive as the messages it stands for."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.domain import PoppedMessage, QueueRef
 from broker.services import cluster_convert as convert
 from protocol import storage_api as api
 from protocol.records import MessageRecord, pack_records, unpack_records
@@ -29,13 +30,14 @@ def test_a_packed_delivery_is_the_delivery_of_its_message(
     unpacked = unpack_records(pack_records(batch)).records
     packed = [convert.popped_from_packed(d, r) for d, r in zip(deliveries, unpacked, strict=True)]
     plain = [
-        convert.popped_from_wire(
-            api.ReceivedMessage(
-                api.ReceiptHandle(d.topic, d.queue_id, d.queue_offset, d.generation),
-                d.delivery_attempt,
-                d.invisible_until_ms,
-                api.StoredMessage(d.queue_offset, d.store_timestamp_ms, api.from_record(r)),
-            )
+        PoppedMessage(
+            message=convert.message_from_wire(api.from_record(r)),
+            queue=QueueRef(d.topic, d.queue_id),
+            offset=d.queue_offset,
+            store_timestamp_ms=d.store_timestamp_ms,
+            delivery_attempt=d.delivery_attempt,
+            generation=d.generation,
+            invisible_until_ms=d.invisible_until_ms,
         )
         for d, r in zip(deliveries, batch, strict=True)
     ]
