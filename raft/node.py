@@ -296,6 +296,11 @@ class RawNode:
             progress=progress,
         )
 
+    def conf_state(self) -> ConfState:
+        """This replica's current membership, as :meth:`status` reports it, without the
+        rest of the status (hosts poll it for every group)."""
+        return self.raft.tracker.config.to_conf_state()
+
     def quiesce_point(self) -> tuple[int, int] | None:
         """(term, last index) when this replica leads and its whole log is committed,
         applied and matched by every peer it tracks; None otherwise.

@@ -134,6 +134,20 @@ PROMOTE_LAG_ENTRIES_MAX = 64
 entries below the leader's commit index (under load it never matches exactly)."""
 
 
+def membership_settled(
+    voters: Collection[int], learners: Collection[int], joint: bool, assigned: Collection[int]
+) -> bool:
+    """Whether a group's membership is exactly its assignment: ``assigned`` (not empty)
+    are its voters, it has no learners and is not joint.
+
+    Then :func:`plan_membership_step` has no step, whatever the logs' progress:
+    a leader checks this first, from the configuration alone, and builds a
+    :class:`LeaderView` only for the groups it says False for.
+    """
+    wanted = frozenset(assigned)
+    return bool(wanted) and not joint and not learners and frozenset(voters) == wanted
+
+
 def plan_membership_step(
     view: LeaderView, assigned: Collection[int], lag_entries_max: int = PROMOTE_LAG_ENTRIES_MAX
 ) -> MembershipStep | None:

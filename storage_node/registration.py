@@ -183,7 +183,7 @@ class Registration:
         for group_id in node.replicas:
             raft = cast(RawNode, host.node(group_id))
             if raft.is_leader():
-                conf = raft.status().conf_state
+                conf = raft.conf_state()
                 memberships.append(
                     api.GroupMembershipInfo(group_id, sorted(conf.voters), sorted(conf.learners))
                 )

@@ -59,6 +59,7 @@ from storage_node.reconcile import (
     MembershipStep,
     ReconcilePlan,
     StepKind,
+    membership_settled,
     plan_membership_step,
     plan_reconcile,
 )
@@ -171,7 +172,7 @@ class LocalGroups:
         """Group -> voters of each hosted replica."""
         host = self.node.driver.host
         return {
-            g: frozenset(cast(RawNode, host.node(g)).status().conf_state.voters)
+            g: frozenset(cast(RawNode, host.node(g)).conf_state().voters)
             for g in self.node.replicas
         }
 
@@ -218,7 +219,7 @@ class LocalGroups:
         replica applied it, no longer names this node. An assignment alone is not
         enough (a nameserver that lost its state or placed the cluster afresh
         would otherwise have every node delete its data)."""
-        conf = cast(RawNode, self.node.driver.host.node(group_id)).status().conf_state
+        conf = cast(RawNode, self.node.driver.host.node(group_id)).conf_state()
         me = self.node.driver.node_id
         members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
         return me not in members
@@ -252,6 +253,12 @@ class LocalGroups:
             if group_id in self._changing or not self._leads(group_id):
                 continue
             raft = cast(RawNode, host.node(group_id))
+            assigned = self.assigned.get(group_id)
+            conf = raft.conf_state()
+            if assigned is not None and membership_settled(
+                conf.voters, conf.learners, bool(conf.voters_outgoing), assigned
+            ):
+                continue  # the common case, decided without building the whole status
             status = raft.status()
             conf = status.conf_state
             view = LeaderView(
@@ -262,7 +269,6 @@ class LocalGroups:
                 {n: p.match for n, p in status.progress.items()},
                 status.commit,
             )
-            assigned = self.assigned.get(group_id)
             if assigned is None:
                 # Moved away while leading: hand leadership to the most caught-up voter.
                 others = [n for n in view.voters if n != view.node_id]

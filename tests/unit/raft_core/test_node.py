@@ -93,6 +93,7 @@ def test_status_and_accessors_describe_the_replica() -> None:
     status = node.status()
     assert (status.id, status.role, status.lead, status.commit) == (1, Role.LEADER, 1, 1)
     assert status.conf_state == ConfState(frozenset({1, 2, 3}), frozenset({4}))
+    assert node.conf_state() == status.conf_state == net.node(2).conf_state()
     assert status.progress[4].is_learner
     assert status.progress[2].state == "replicate"
     assert net.node(2).status().progress == {}

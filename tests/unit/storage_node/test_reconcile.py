@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from storage_node.reconcile import (
     LeaderView,
     MembershipStep,
     ReconcilePlan,
     StepKind,
+    membership_settled,
     plan_membership_step,
     plan_reconcile,
 )
@@ -116,3 +120,36 @@ def test_stray_learners_go_and_joint_configurations_wait() -> None:
     )
     assert plan_membership_step(_view({1, 2, 3}, joint=True), (1, 2, 4)) is None
     assert plan_membership_step(_view({1, 2, 3}), ()) is None
+
+
+def test_a_membership_is_settled_only_when_it_is_exactly_the_assignment() -> None:
+    assert membership_settled({1, 2, 3}, set(), False, (3, 2, 1))
+    assert not membership_settled({1, 2, 3}, set(), False, (1, 2, 4))
+    assert not membership_settled({1, 2, 3}, {4}, False, (1, 2, 3))
+    assert not membership_settled({1, 2, 3}, set(), True, (1, 2, 3))
+    assert not membership_settled({1, 2, 3, 4}, set(), False, (1, 2, 3))
+    assert not membership_settled(set(), set(), False, ())
+
+
+_NODES = st.frozensets(st.integers(1, 5), max_size=5)
+
+
+@given(
+    voters=_NODES,
+    learners=_NODES,
+    joint=st.booleans(),
+    assigned=_NODES,
+    match=st.dictionaries(st.integers(1, 5), st.integers(0, 200)),
+    commit=st.integers(0, 200),
+)
+def test_a_settled_membership_has_no_step_whatever_the_logs(
+    voters: frozenset[int],
+    learners: frozenset[int],
+    joint: bool,
+    assigned: frozenset[int],
+    match: dict[int, int],
+    commit: int,
+) -> None:
+    view = LeaderView(1, voters, learners, joint, match, commit)
+    if membership_settled(voters, learners, joint, assigned):
+        assert plan_membership_step(view, assigned) is None
