@@ -310,6 +310,45 @@ def _array_start(payload: bytes) -> tuple[int, int]:
     raise ValueError("not an array")
 
 
+def pack_items(items: Sequence[bytes]) -> bytes:
+    """The record array whose items are ``items`` (each one record array, as
+    :func:`item_bounds` or :func:`pack_record` give them): what
+    :func:`pack_records` gives for their records, without encoding them again."""
+    header: bytes = _ARRAY_HEADER.pack_array_header(len(items))
+    return header + b"".join(items)
+
+
+def pack_record(record: MessageRecord) -> bytes:
+    """One record's array: an item for :func:`pack_items`."""
+    packed: bytes = msgpack.packb(record, use_bin_type=True)
+    return packed
+
+
+def item_bounds(data: bytes) -> list[int]:
+    """Where each record array of a batch starts and ends, without decoding them.
+
+    ``data[bounds[i]:bounds[i + 1]]`` is the msgpack array of record ``i``
+    (``count + 1`` offsets into ``data``). The batch's checksum is verified
+    as by :func:`decode_batch`; the items themselves are only delimited, not
+    checked: whoever decodes one checks it. Raises :class:`RecordCorrupted`.
+    """
+    _store_timestamp_ms, count = _check_batch(data)
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(memoryview(data)[_HEADER.size :])
+    try:
+        if unpacker.read_array_header() != count:
+            raise RecordCorrupted(f"batch header says {count} records, payload disagrees")
+        bounds = [_HEADER.size + unpacker.tell()]
+        for _ in range(count):
+            unpacker.skip()
+            bounds.append(_HEADER.size + unpacker.tell())
+    except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise RecordCorrupted(f"batch payload is not msgpack: {exc}") from exc
+    if bounds[-1] != len(data):
+        raise RecordCorrupted("batch payload has bytes after its records")
+    return bounds
+
+
 def encode_packed_batch(items: Sequence[bytes], count: int, store_timestamp_ms: int) -> bytes:
     """The batch of ``count`` records whose arrays are ``items`` joined (each part the
     ``items`` of an :func:`unpack_records`): what :func:`encode_batch` gives for

@@ -55,7 +55,8 @@ from protocol.records import (
     MessageRecord,
     RecordCorrupted,
     is_canonical,
-    pack_records,
+    pack_items,
+    pack_record,
     unpack_records,
 )
 from protocol.segments import SegmentCorrupted
@@ -125,7 +126,7 @@ from storage_node.partition.commands import (
     encode,
 )
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
-from storage_node.partition.reads import append_record_at, append_records
+from storage_node.partition.reads import append_item_bounds, append_record_at, append_records
 from storage_node.partition.results import (
     AckResult,
     AppendResult,
@@ -322,6 +323,36 @@ class StorageNode:
             records.append(view_record(batch[entry.position], entry, queue))
         return records
 
+    def _record_items(
+        self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
+    ) -> list[bytes]:
+        """The record arrays of ``entries`` as a reader of ``queue`` sees them, cut out
+        of their log entries' bytes (each entry read and delimited once), not
+        decoded and encoded again: a dead-letter copy alone is decoded, to be
+        presented in its dead-letter queue (``view_record``)."""
+        bodies = self.replicas[group_id].bodies
+        read: dict[int, tuple[bytes, list[int]]] = {}
+        items = []
+        for entry in entries:
+            if entry.dead_letter:
+                items.append(pack_record(self._records(group_id, queue, [entry])[0]))
+                continue
+            known = read.get(entry.log_index)
+            if known is None:
+                data = bodies.read_entry(group_id, entry.log_index)
+                known = read[entry.log_index] = (
+                    data,
+                    append_item_bounds(data, entry.log_index),
+                )
+            data, bounds = known
+            if not 0 <= entry.position < len(bounds) - 1:
+                raise CommandCorrupted(
+                    f"log entry {entry.log_index} of group {group_id} holds {len(bounds) - 1} "
+                    f"records, not position {entry.position}"
+                )
+            items.append(data[bounds[entry.position] : bounds[entry.position + 1]])
+        return items
+
     # ------------------------------------------------------------- methods
     async def append(self, request: AppendRequest, context: CallContext) -> AppendResponse:
         """Store a batch of messages of one queue as one log entry."""
@@ -420,11 +451,18 @@ class StorageNode:
             if loop.time() >= deadline and not grown.is_set():
                 break
         deliveries = result.deliveries
-        records = self._records(group_id, queue, [d.entry for d in deliveries])
-        kept = _fitting(records, RECEIVE_BYTES_MAX)
+        entries = [d.entry for d in deliveries]
+        if request.packed:
+            items = self._record_items(group_id, queue, entries)
+            kept = _fitting_items(items, RECEIVE_BYTES_MAX)
+            records = []
+        else:
+            items = []
+            records = self._records(group_id, queue, entries)
+            kept = _fitting(records, RECEIVE_BYTES_MAX)
         if kept < len(deliveries):
             await self._release(group_id, request.group, deliveries[kept:])
-            deliveries, records = deliveries[:kept], records[:kept]
+            deliveries, records, items = deliveries[:kept], records[:kept], items[:kept]
         # A hint for the caller's long poll, read from this replica whether or not it
         # still leads (the answer itself is already decided).
         leased = replica.state.leased_count(request.group, request.topic, request.queue_id)
@@ -433,7 +471,7 @@ class StorageNode:
                 [],
                 dead_lettered,
                 result.end_offset,
-                pack_records(records),
+                pack_items(items),
                 [
                     # A storage handle is its 4 fields in order.
                     PackedDelivery(
@@ -672,6 +710,17 @@ class StorageNode:
                 await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
             except (OSError, SegmentCorrupted) as exc:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
+
+
+def _fitting_items(items: Sequence[bytes], bytes_max: int) -> int:
+    """How many of the record arrays ``items``, from the first, fit in ``bytes_max``
+    (at least one)."""
+    total = 0
+    for count, item in enumerate(items):
+        total += len(item)
+        if total > bytes_max and count > 0:
+            return count
+    return len(items)
 
 
 def _fitting(records: Sequence[MessageRecord], bytes_max: int) -> int:

@@ -10,7 +10,13 @@ PURE.
 
 from __future__ import annotations
 
-from protocol.records import MessageRecord, RecordCorrupted, decode_batch, decode_record_at
+from protocol.records import (
+    MessageRecord,
+    RecordCorrupted,
+    decode_batch,
+    decode_record_at,
+    item_bounds,
+)
 from storage_node.errors import CommandCorrupted
 from storage_node.partition.commands import Op
 from storage_node.partition.queues import QueueEntry, QueueId, view_record
@@ -51,3 +57,15 @@ def append_record_at(data: bytes, log_index: int, position: int, group_id: int) 
         return decode_record_at(data[1:], position)
     except RecordCorrupted as exc:
         raise CommandCorrupted(f"log entry {log_index} of group {group_id}: {exc}") from exc
+
+
+def append_item_bounds(data: bytes, log_index: int) -> list[int]:
+    """Where each record array of the APPEND entry ``data`` starts and ends, as offsets
+    into ``data`` (``protocol.records.item_bounds``); ``CommandCorrupted`` if the
+    bytes are not an APPEND entry."""
+    if not data or data[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
+    try:
+        return [1 + bound for bound in item_bounds(data[1:])]
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {log_index}: {exc}") from exc

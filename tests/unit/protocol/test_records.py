@@ -20,6 +20,9 @@ from protocol.records import (
     decode_record_at,
     encode_batch,
     encode_packed_batch,
+    item_bounds,
+    pack_items,
+    pack_record,
     pack_records,
     unpack_records,
 )
@@ -182,3 +185,46 @@ def test_many_packed_records_keep_their_count() -> None:
 def test_bad_packed_records_are_refused(payload: bytes, message: str) -> None:
     with pytest.raises(RecordCorrupted, match=message):
         unpack_records(payload)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(st.lists(records, max_size=6), st.data())
+def test_records_cut_out_of_a_batch_pack_as_if_encoded_again(
+    batch: list[MessageRecord], data: st.DataObject
+) -> None:
+    encoded = encode_batch(batch, 9)
+    bounds = item_bounds(encoded)
+    assert len(bounds) == len(batch) + 1
+    items = [encoded[bounds[i] : bounds[i + 1]] for i in range(len(batch))]
+    assert items == [pack_record(record) for record in batch]
+    picked = data.draw(st.lists(st.integers(0, max(len(batch) - 1, 0)), max_size=len(batch)))
+    chosen = [items[i] for i in picked] if batch else []
+    assert pack_items(chosen) == pack_records([batch[i] for i in picked] if batch else [])
+
+
+def test_an_older_writers_records_are_cut_out_as_written() -> None:
+    old = msgpack.packb(["t", 3, "m", b"body"])
+    encoded = _framed(msgpack.packb([["t", 3, "m", b"body"], ["t", 3, "n", b"x"]]), 2)
+    bounds = item_bounds(encoded)
+    assert encoded[bounds[0] : bounds[1]] == old
+    assert unpack_records(pack_items([old])).records == (MessageRecord("t", 3, "m", b"body"),)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"R5", "header bytes"),
+        (_framed(msgpack.packb([]), 1), "header says 1"),
+        (_framed(msgpack.packb({"a": 1}), 1), "not msgpack"),
+        (_framed(b"\x92\xc1\xc1", 2), "not msgpack"),
+        (_framed(b"\x92\x01", 2), "not msgpack"),
+        (_framed(msgpack.packb([1]) + b"\x01", 1), "bytes after its records"),
+    ],
+)
+def test_records_are_not_cut_out_of_a_bad_batch(data: bytes, message: str) -> None:
+    with pytest.raises(RecordCorrupted, match=message):
+        item_bounds(data)
+    flipped = bytearray(encode_batch([MessageRecord("t", 0, "m", b"hello")], 7))
+    flipped[-2] ^= 0x10
+    with pytest.raises(RecordCorrupted, match="CRC"):
+        item_bounds(bytes(flipped))

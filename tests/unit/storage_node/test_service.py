@@ -40,7 +40,12 @@ from raft.logstore import LogStore
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
 from storage_node.partition import state as partition_state
 from storage_node.replica import GroupReplica
-from storage_node.service import APPEND_BODY_BYTES_MAX, FIRST_GROUP_ID, StorageNode
+from storage_node.service import (
+    APPEND_BODY_BYTES_MAX,
+    FIRST_GROUP_ID,
+    RECEIVE_BYTES_MAX,
+    StorageNode,
+)
 from tests.waiting import async_wait_until
 
 GROUPS = 2
@@ -265,6 +270,22 @@ async def test_a_receive_answers_within_its_byte_budget_and_releases_the_rest(
         assert [m.message.message.message_id for m in alone.messages] == ["huge"]
 
 
+async def test_a_packed_receive_keeps_the_byte_budget_too(tmp_path: Path) -> None:
+    big = 3 << 20
+    async with one_node(tmp_path) as node:
+        for i in range(3):
+            await node.append(
+                AppendRequest("t", 0, [Message("t", 0, f"big-{i}", bytes(big))]), CONTEXT
+            )
+        ask = ReceiveRequest("g", "t", 0, 32, 60_000, packed=True)
+        first = await node.receive(ask, CONTEXT)
+        assert [d.queue_offset for d in first.deliveries] == [0, 1]
+        assert len(first.records) < RECEIVE_BYTES_MAX
+        assert [r.message_id for r in unpack_records(first.records).records] == ["big-0", "big-1"]
+        second = await node.receive(ask, CONTEXT)
+        assert [(d.queue_offset, d.delivery_attempt) for d in second.deliveries] == [(2, 1)]
+
+
 async def test_a_packed_receive_answers_what_an_unpacked_one_does(tmp_path: Path) -> None:
     async with one_node(tmp_path) as node:
         extra = {
@@ -306,6 +327,35 @@ async def test_a_packed_receive_answers_what_an_unpacked_one_does(tmp_path: Path
             assert got.handle.queue_id == 1
             assert got.handle.generation > 0
             assert got.invisible_until_ms == pytest.approx(want.invisible_until_ms, abs=60_000)
+
+
+async def test_a_packed_receive_cuts_records_out_of_the_log_and_presents_dead_letters(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        group_id = node._group_of("t", 0)
+        await node.append(AppendRequest("t", 0, _messages(0, 4, tag="x")), CONTEXT)
+        await node.append(AppendRequest("t", 0, [Message("t", 0, "m0-4", b"last")]), CONTEXT)
+        # Attempt 1 with no invisible time: the next receive dead-letters all five.
+        once = ReceiveRequest("g", "t", 0, 32, 0, max_delivery_attempts=1)
+        assert len((await node.receive(once, CONTEXT)).messages) == 5
+        moved = await node.receive(once, CONTEXT)
+        assert (moved.messages, moved.dead_lettered) == ([], 5)
+        dlq = "%DLQ%g"
+        plain = await node.receive(ReceiveRequest("r", dlq, group_id, 3, 60_000), CONTEXT)
+        packed = await node.receive(
+            ReceiveRequest("r2", dlq, group_id, 3, 60_000, packed=True), CONTEXT
+        )
+        records = unpack_records(packed.records).records
+        assert [from_record(r) for r in records] == [m.message.message for m in plain.messages]
+        assert {r.topic for r in records} == {dlq}
+        assert {r.dead_letter_topic for r in records} == {"t"}
+        # The source queue's records, cut from two log entries, decode as stored.
+        source = await node.receive(ReceiveRequest("h", "t", 0, 32, 60_000, packed=True), CONTEXT)
+        got = unpack_records(source.records).records
+        assert [r.message_id for r in got] == [f"m0-{i}" for i in range(5)]
+        assert [r.tag for r in got] == ["x"] * 4 + [""]
+        assert got[4].body == b"last"
 
 
 async def test_a_receive_reports_the_leases_the_group_holds_on_the_queue(tmp_path: Path) -> None:
