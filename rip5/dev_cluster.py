@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,24 +48,6 @@ class ClusterError(Exception):
         """``message`` names the cause."""
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def consecutive_free_ports(count: int, attempts: int = 50) -> int:
-    """A base port whose next ``count`` ports (it included) were free a moment ago."""
-    for _ in range(attempts):
-        base = free_port()
-        if base + count <= 65535 and all(_is_free(base + i) for i in range(1, count)):
-            return base
-    raise ClusterError(f"found no {count} consecutive free ports on 127.0.0.1")
 
 
 def descendant_pids(root_pid: int) -> list[int]:
@@ -109,9 +90,12 @@ def dev_cluster(
     log_path: Path, storage_nodes: int = 3, extra_args: tuple[str, ...] = ()
 ) -> Iterator[DevCluster]:
     """Start ``rip5 dev`` on free ports; yield once its broker serves; stop it after."""
-    nameserver_port = free_port()
-    broker_port = free_port()
-    storage_port = consecutive_free_ports(storage_nodes)
+    try:
+        nameserver_port = free_port()
+        broker_port = free_port()
+        storage_port = free_port(span=storage_nodes)
+    except OSError as exc:
+        raise ClusterError(f"no free ports for the dev cluster: {exc}") from exc
     data_dir = Path(tempfile.mkdtemp(prefix="rip5-dev-cluster-"))
     args = [
         sys.executable, "-m", "rip5", "dev",
