@@ -387,6 +387,11 @@ class QueueInfoRequest:
     timestamp_ms: int = -1
     from_follower: bool = False
     """Read replica, as in :class:`ReadRequest`."""
+    end_above: int = -1
+    wait_ms: int = 0
+    """With ``end_above`` >= 0 and ``wait_ms`` > 0, a long poll on growth: the answer
+    comes once the end offset is above ``end_above``, or after ``wait_ms`` (capped
+    by the node) with the offsets as they are then."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,8 @@ APPEND_BODY_BYTES_MAX = 4 << 20
 one append is one log entry, and raft batches must stay under the transport's frame limit."""
 
 RECEIVE_BYTES_MAX = 8 << 20
+QUEUE_INFO_WAIT_MS_MAX = 30_000
+"""The longest a queue-info call waits for growth (``QueueInfoRequest.wait_ms``)."""
 """About the most message bytes one receive answers with (half Angelia's default frame
 limit): messages granted past it are released at once. The first always goes."""
 
@@ -575,9 +577,12 @@ class StorageNode:
     async def queue_info(
         self, request: QueueInfoRequest, context: CallContext
     ) -> QueueInfoResponse:
-        """A queue's first and end offsets, and the offset of a store time if asked."""
+        """A queue's first and end offsets, and the offset of a store time if asked;
+        with ``end_above`` and ``wait_ms``, once the queue grows past ``end_above``."""
         group_id = self._group_of(request.topic, request.queue_id)
         replica = await self._readable_replica(group_id, request.from_follower)
+        if request.end_above >= 0 and request.wait_ms > 0:
+            replica = await self._await_end_above(group_id, request)
         state = replica.state
         timestamp_offset = -1
         if request.timestamp_ms >= 0:
@@ -590,6 +595,21 @@ class StorageNode:
             group_id,
             timestamp_offset,
         )
+
+    async def _await_end_above(self, group_id: int, request: QueueInfoRequest) -> GroupReplica:
+        """The replica to answer ``request`` from, once its queue's end offset is above
+        ``end_above`` or the wait (at most ``QUEUE_INFO_WAIT_MS_MAX``) is over; the
+        replica is checked again after each wake-up (leadership may have moved)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(request.wait_ms, QUEUE_INFO_WAIT_MS_MAX) / 1000
+        queue = (request.topic, request.queue_id)
+        while True:
+            replica = await self._readable_replica(group_id, request.from_follower)
+            remaining_s = deadline - loop.time()
+            if replica.state.end_offset(*queue) > request.end_above or remaining_s <= 0:
+                return replica
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(replica.grown(queue).wait(), remaining_s)
 
     async def status(self, request: NodeStatusRequest, context: CallContext) -> NodeStatusResponse:
         """Which node leads each group, as this node knows it."""

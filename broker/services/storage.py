@@ -62,8 +62,12 @@ invisible time (which storage does not announce) are noticed within this."""
 _PLACEMENTS = {int(placement): placement for placement in Placement}
 HINTS_IN_A_ROW_MAX = 3
 """Leader hints followed without pausing (stale hints could otherwise bounce a call)."""
-GROWTH_CHECK_MS = 50
-"""How often a long poll looks at the queues' end offsets."""
+GROWTH_WAIT_MS = 2_000
+"""How long one storage call of a growth watch waits for its queue to grow."""
+GROWTH_WAIT_MARGIN_MS = 500
+"""Kept between that wait and the call's timeout (the answer's way back)."""
+GROWTH_RETRY_MS = 50
+"""A growth watch's pause after a failed call (or an early answer without growth)."""
 
 _ROUTE_AGAIN = frozenset(
     {
@@ -101,7 +105,7 @@ class StorageStore:
         self._call_timeout_ms = call_timeout_ms
         self._deadline_ms = deadline_ms
         self._revisit_ms = revisit_ms
-        self._growth = GrowthWatch(self._end_offsets, check_ms=GROWTH_CHECK_MS)
+        self._growth = GrowthWatch(self._end_above, retry_ms=GROWTH_RETRY_MS)
         self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
         self._acks: dict[
             tuple[str, QueueRef],
@@ -383,20 +387,24 @@ class StorageStore:
         await self.ack(group.name, queue, offset, generation)
         return result
 
-    async def _end_offsets(self, topic: str, queue_ids: Sequence[int]) -> dict[int, int]:
-        async def end(queue_id: int) -> int:
-            queue = QueueRef(topic, queue_id)
-            info = await self._call(
-                queue,
-                f"queue info of {topic}:{queue_id}",
-                lambda stub, timeout_ms: stub.queue_info(
-                    st.QueueInfoRequest(topic, queue_id), timeout_ms=timeout_ms
-                ),
-            )
-            return info.end_offset
+    async def _end_above(self, topic: str, queue_id: int, above: int) -> int:
+        """The end offset of ``topic:queue_id`` once above ``above`` (a storage long poll
+        of up to ``GROWTH_WAIT_MS``), or as it is when that wait ends; at once for -1."""
+        queue = QueueRef(topic, queue_id)
 
-        ends = await asyncio.gather(*(end(q) for q in queue_ids))
-        return dict(zip(queue_ids, ends, strict=True))
+        def ask(stub: StorageService, timeout_ms: int) -> Awaitable[st.QueueInfoResponse]:
+            # The storage answers by itself well before the call's own timeout.
+            wait_ms = max(0, min(GROWTH_WAIT_MS, timeout_ms - GROWTH_WAIT_MARGIN_MS))
+            request = st.QueueInfoRequest(topic, queue_id, end_above=above, wait_ms=wait_ms)
+            return stub.queue_info(request, timeout_ms=timeout_ms)
+
+        info = await self._call(
+            queue,
+            f"queue info of {topic}:{queue_id}",
+            ask,
+            deadline_ms=GROWTH_WAIT_MS + self._deadline_ms,
+        )
+        return info.end_offset
 
     async def wait_for_append(
         self,
@@ -413,9 +421,8 @@ class StorageStore:
         message released) between that receive and this wait is found at the
         next look. A storage node that does not report them (-1) makes the
         next look the baseline (an append just before it is then found by the
-        pop after the revisit time at the latest). Every long poll of a topic
-        shares one look at its end offsets per ``GROWTH_CHECK_MS`` (see
-        ``growth.py``).
+        pop after the revisit time at the latest). Every long poll of a queue
+        shares one storage long poll on its growth at a time (see ``growth.py``).
 
         The revisit time (a pop again, for leases ending unannounced) is skipped
         when the caller is ``quiet`` (its group holds no lease on these queues)

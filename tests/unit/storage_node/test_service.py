@@ -370,3 +370,25 @@ async def test_a_receive_reports_the_leases_the_group_holds_on_the_queue(tmp_pat
         assert (len(rest.deliveries), rest.leased) == (1, 2)
         idle = await node.receive(ReceiveRequest("g", "t", 0, 32, 60_000), CONTEXT)
         assert (idle.messages, idle.leased) == ([], 2)  # answered without a log entry
+
+
+async def test_queue_info_long_polls_on_growth_when_asked(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        await node.append(AppendRequest("t", 0, _messages(0, 2)), CONTEXT)
+        # Above the end already, or no wait asked: at once.
+        now = await node.queue_info(QueueInfoRequest("t", 0, end_above=1, wait_ms=60_000), CONTEXT)
+        assert now.end_offset == 2
+        plain = await node.queue_info(QueueInfoRequest("t", 0, end_above=5), CONTEXT)
+        assert plain.end_offset == 2
+        # At the end: the answer waits for the next append.
+        waiting = asyncio.create_task(
+            node.queue_info(QueueInfoRequest("t", 0, end_above=2, wait_ms=60_000), CONTEXT)
+        )
+        replica = node.replicas[node._group_of("t", 0)]
+        await async_wait_until(lambda: replica._waiters, 10, "the call to wait")
+        assert not waiting.done()
+        await node.append(AppendRequest("t", 0, [Message("t", 0, "late", b"x")]), CONTEXT)
+        assert (await asyncio.wait_for(waiting, 10)).end_offset == 3
+        # No growth: the offsets as they are when the wait ends.
+        ended = await node.queue_info(QueueInfoRequest("t", 0, end_above=3, wait_ms=50), CONTEXT)
+        assert (ended.first_offset, ended.end_offset) == (0, 3)
