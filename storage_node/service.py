@@ -46,7 +46,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
@@ -153,10 +153,11 @@ APPEND_BODY_BYTES_MAX = 4 << 20
 one append is one log entry, and raft batches must stay under the transport's frame limit."""
 
 RECEIVE_BYTES_MAX = 8 << 20
-QUEUE_INFO_WAIT_MS_MAX = 30_000
-"""The longest a queue-info call waits for growth (``QueueInfoRequest.wait_ms``)."""
 """About the most message bytes one receive answers with (half Angelia's default frame
 limit): messages granted past it are released at once. The first always goes."""
+
+QUEUE_INFO_WAIT_MS_MAX = 30_000
+"""The longest a queue-info call waits for growth (``QueueInfoRequest.wait_ms``)."""
 
 RECORD_OVERHEAD_BYTES = 256
 """What a record costs on the wire beside its body, properties and keys (an estimate)."""
@@ -456,12 +457,12 @@ class StorageNode:
         entries = [d.entry for d in deliveries]
         if request.packed:
             items = self._record_items(group_id, queue, entries)
-            kept = _fitting_items(items, RECEIVE_BYTES_MAX)
+            kept = _fitting(map(len, items), RECEIVE_BYTES_MAX)
             records = []
         else:
             items = []
             records = self._records(group_id, queue, entries)
-            kept = _fitting(records, RECEIVE_BYTES_MAX)
+            kept = _fitting(map(_record_bytes, records), RECEIVE_BYTES_MAX)
         if kept < len(deliveries):
             await self._release(group_id, request.group, deliveries[kept:])
             deliveries, records, items = deliveries[:kept], records[:kept], items[:kept]
@@ -580,9 +581,10 @@ class StorageNode:
         """A queue's first and end offsets, and the offset of a store time if asked;
         with ``end_above`` and ``wait_ms``, once the queue grows past ``end_above``."""
         group_id = self._group_of(request.topic, request.queue_id)
-        replica = await self._readable_replica(group_id, request.from_follower)
         if request.end_above >= 0 and request.wait_ms > 0:
             replica = await self._await_end_above(group_id, request)
+        else:
+            replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         timestamp_offset = -1
         if request.timestamp_ms >= 0:
@@ -732,30 +734,27 @@ class StorageNode:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
 
 
-def _fitting_items(items: Sequence[bytes], bytes_max: int) -> int:
-    """How many of the record arrays ``items``, from the first, fit in ``bytes_max``
-    (at least one)."""
+def _fitting(sizes: Iterable[int], bytes_max: int) -> int:
+    """How many of the messages of ``sizes`` (bytes each), from the first, fit in
+    ``bytes_max`` (at least one)."""
     total = 0
-    for count, item in enumerate(items):
-        total += len(item)
+    count = 0
+    for size in sizes:
+        total += size
         if total > bytes_max and count > 0:
             return count
-    return len(items)
+        count += 1
+    return count
 
 
-def _fitting(records: Sequence[MessageRecord], bytes_max: int) -> int:
-    """How many of ``records``, from the first, fit in ``bytes_max`` (at least one)."""
-    total = 0
-    for count, record in enumerate(records):
-        total += (
-            len(record.body)
-            + sum(len(key) + len(value) for key, value in record.properties)
-            + sum(len(key) for key in record.keys)
-            + RECORD_OVERHEAD_BYTES
-        )
-        if total > bytes_max and count > 0:
-            return count
-    return len(records)
+def _record_bytes(record: MessageRecord) -> int:
+    """What ``record`` costs in an answer (an estimate: body, properties, keys, overhead)."""
+    return (
+        len(record.body)
+        + sum(len(key) + len(value) for key, value in record.properties)
+        + sum(len(key) for key in record.keys)
+        + RECORD_OVERHEAD_BYTES
+    )
 
 
 def _receive_command(request: ReceiveRequest, now_ms: int) -> Receive:

@@ -79,6 +79,7 @@ class GrowthWatch:
                 # Its call waits for more growth than this waiter needs: ask again.
                 watch.cancel()
                 watch = None
+                self._asking.pop(key, None)
             if watch is None:
                 self._watches[key] = asyncio.create_task(self._watch(topic, queue_id))
         try:
@@ -92,10 +93,15 @@ class GrowthWatch:
             if not waiters:
                 self._waiters.pop(topic, None)
             for queue_id in waiter.baseline:
-                # A queue nobody waits on any more: its call in flight is dropped.
-                watch = self._watches.get((topic, queue_id))
+                # A queue nobody waits on any more: its call in flight is dropped, and
+                # the watch forgotten now (a waiter arriving before the task ends
+                # starts a new one).
+                key = (topic, queue_id)
+                watch = self._watches.get(key)
                 if watch is not None and not self._interested(topic, queue_id):
                     watch.cancel()
+                    del self._watches[key]
+                    self._asking.pop(key, None)
 
     def watching(self, topic: str) -> int:
         """Long polls of ``topic`` waiting now."""

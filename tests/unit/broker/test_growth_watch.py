@@ -133,3 +133,21 @@ async def test_topics_are_watched_apart() -> None:
     assert not b.done()
     b.cancel()
     await async_wait_until(lambda: watch.watching("b") == 0, what="the cancelled poll to leave")
+
+
+async def test_the_last_waiter_leaving_drops_the_watch_at_once() -> None:
+    queues = Queues(q0=1)
+    watch = GrowthWatch(queues.end_above, retry_ms=1)
+    first = asyncio.create_task(watch.wait("t", {0: 1}, 30))
+    await async_wait_until(lambda: queues.in_flight == 1, what="the first call")
+    old = watch._watches["t", 0]
+    first.cancel()
+    await asyncio.wait([first])
+    # Forgotten as the waiter left, not when its task ends: a waiter coming in
+    # between starts a watch of its own instead of joining a cancelled one.
+    assert ("t", 0) not in watch._watches
+    second = asyncio.create_task(watch.wait("t", {0: 1}, 30))
+    await async_wait_until(lambda: len(queues.calls) == 2, what="the second waiter's call")
+    assert watch._watches["t", 0] is not old
+    queues.grow(0, 2)
+    assert await second is True
