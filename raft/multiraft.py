@@ -541,9 +541,13 @@ class MultiRaft:
         or sent as the commit index) only in a later round, after this sync.
         Everything a follower or candidate sends waits for the sync.
 
-        NOT yet safe: with early sends the simulation broke election safety
-        (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125, a leader crashed between
-        its early appends and its fsync); the driver keeps it off by default.
+        Kept off by default: with early sends the simulation broke election
+        safety once (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125). The chain has
+        no early send in it: a follower removed by a joint change kept the
+        leave-joint entry but lost, to a torn write, the hard state saying the
+        joint entry committed, so it campaigned in its old configuration
+        (configurations take effect on apply, as in etcd/raft) while the new
+        one elected another leader in the same term.
         """
         per_node: dict[int, list[list[tuple[int, Message]]]] = {}
         sizes: dict[int, int] = {}

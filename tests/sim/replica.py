@@ -50,8 +50,10 @@ ClientPayload = tuple[str, int, int, int]
 
 # A leader's early appends (MultiRaft.outgoing's "early" part), off by
 # default: with them on, seed 6125 breaks election safety (two leaders of
-# term 3 in group 3) after a leader crashed between its early appends and
-# its fsync. RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125 replays it.
+# term 3 in group 3): node 1, removed by a joint change, keeps the leave-joint
+# entry but loses the hard state with the joint entry's commit to a torn
+# write, and campaigns in its old configuration (see MultiRaft.outgoing).
+# RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125 replays it.
 EARLY_SEND = os.environ.get("RIP5_SIM_EARLY_SEND") == "1"
 
 
