@@ -41,12 +41,11 @@ SHELL.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
@@ -56,7 +55,6 @@ from protocol.records import (
     RecordCorrupted,
     is_canonical,
     pack_items,
-    pack_record,
     unpack_records,
 )
 from protocol.segments import SegmentCorrupted
@@ -104,7 +102,6 @@ from raft.node import RawNode
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
-    CommandCorrupted,
     GroupNotHosted,
     NotLeader,
     StorageError,
@@ -125,8 +122,14 @@ from storage_node.partition.commands import (
     Tick,
     encode,
 )
-from storage_node.partition.queues import QueueEntry, QueueId, view_record
-from storage_node.partition.reads import append_item_bounds, append_record_at, append_records
+from storage_node.partition.queues import QueueEntry, QueueId
+from storage_node.partition.reads import (
+    EntryReader,
+    fitting,
+    record_bytes,
+    record_items_of,
+    records_of,
+)
 from storage_node.partition.results import (
     AckResult,
     AppendResult,
@@ -158,9 +161,6 @@ limit): messages granted past it are released at once. The first always goes."""
 
 QUEUE_INFO_WAIT_MS_MAX = 30_000
 """The longest a queue-info call waits for growth (``QueueInfoRequest.wait_ms``)."""
-
-RECORD_OVERHEAD_BYTES = 256
-"""What a record costs on the wire beside its body, properties and keys (an estimate)."""
 
 TIMER_CHECK_MS = 20
 """The longest the leader waits before looking for due timers of the groups it leads
@@ -297,64 +297,13 @@ class StorageNode:
     def _records(
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
     ) -> list[MessageRecord]:
-        """The records of ``entries``; each log entry is read and decoded once.
+        """The records of ``entries`` read from this node's log of the group
+        (``reads.records_of``)."""
+        return records_of(self._entry_reader(group_id), group_id, queue, entries)
 
-        An entry that only one of them names gives just that record (a
-        released timer names one record of a batch appended long before:
-        decoding the whole batch for it multiplied the read cost by its size).
-        """
+    def _entry_reader(self, group_id: int) -> EntryReader:
         bodies = self.replicas[group_id].bodies
-        named = collections.Counter(entry.log_index for entry in entries)
-        batches: dict[int, tuple[MessageRecord, ...]] = {}
-        records = []
-        for entry in entries:
-            if named[entry.log_index] == 1:
-                data = bodies.read_entry(group_id, entry.log_index)
-                record = append_record_at(data, entry.log_index, entry.position, group_id)
-                records.append(view_record(record, entry, queue))
-                continue
-            batch = batches.get(entry.log_index)
-            if batch is None:
-                batch = batches[entry.log_index] = append_records(
-                    bodies.read_entry(group_id, entry.log_index), entry.log_index
-                )
-            if not 0 <= entry.position < len(batch):
-                raise CommandCorrupted(
-                    f"log entry {entry.log_index} of group {group_id} holds {len(batch)} "
-                    f"records, not position {entry.position}"
-                )
-            records.append(view_record(batch[entry.position], entry, queue))
-        return records
-
-    def _record_items(
-        self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
-    ) -> list[bytes]:
-        """The record arrays of ``entries`` as a reader of ``queue`` sees them, cut out
-        of their log entries' bytes (each entry read and delimited once), not
-        decoded and encoded again: a dead-letter copy alone is decoded, to be
-        presented in its dead-letter queue (``view_record``)."""
-        bodies = self.replicas[group_id].bodies
-        read: dict[int, tuple[bytes, list[int]]] = {}
-        items = []
-        for entry in entries:
-            if entry.dead_letter:
-                items.append(pack_record(self._records(group_id, queue, [entry])[0]))
-                continue
-            known = read.get(entry.log_index)
-            if known is None:
-                data = bodies.read_entry(group_id, entry.log_index)
-                known = read[entry.log_index] = (
-                    data,
-                    append_item_bounds(data, entry.log_index),
-                )
-            data, bounds = known
-            if not 0 <= entry.position < len(bounds) - 1:
-                raise CommandCorrupted(
-                    f"log entry {entry.log_index} of group {group_id} holds {len(bounds) - 1} "
-                    f"records, not position {entry.position}"
-                )
-            items.append(data[bounds[entry.position] : bounds[entry.position + 1]])
-        return items
+        return lambda log_index: bodies.read_entry(group_id, log_index)
 
     # ------------------------------------------------------------- methods
     async def append(self, request: AppendRequest, context: CallContext) -> AppendResponse:
@@ -456,13 +405,13 @@ class StorageNode:
         deliveries = result.deliveries
         entries = [d.entry for d in deliveries]
         if request.packed:
-            items = self._record_items(group_id, queue, entries)
-            kept = _fitting(map(len, items), RECEIVE_BYTES_MAX)
+            items = record_items_of(self._entry_reader(group_id), group_id, queue, entries)
+            kept = fitting(map(len, items), RECEIVE_BYTES_MAX)
             records = []
         else:
             items = []
             records = self._records(group_id, queue, entries)
-            kept = _fitting(map(_record_bytes, records), RECEIVE_BYTES_MAX)
+            kept = fitting(map(record_bytes, records), RECEIVE_BYTES_MAX)
         if kept < len(deliveries):
             await self._release(group_id, request.group, deliveries[kept:])
             deliveries, records, items = deliveries[:kept], records[:kept], items[:kept]
@@ -732,29 +681,6 @@ class StorageNode:
                 await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
             except (OSError, SegmentCorrupted) as exc:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
-
-
-def _fitting(sizes: Iterable[int], bytes_max: int) -> int:
-    """How many of the messages of ``sizes`` (bytes each), from the first, fit in
-    ``bytes_max`` (at least one)."""
-    total = 0
-    count = 0
-    for size in sizes:
-        total += size
-        if total > bytes_max and count > 0:
-            return count
-        count += 1
-    return count
-
-
-def _record_bytes(record: MessageRecord) -> int:
-    """What ``record`` costs in an answer (an estimate: body, properties, keys, overhead)."""
-    return (
-        len(record.body)
-        + sum(len(key) + len(value) for key, value in record.properties)
-        + sum(len(key) for key in record.keys)
-        + RECORD_OVERHEAD_BYTES
-    )
 
 
 def _receive_command(request: ReceiveRequest, now_ms: int) -> Receive:
