@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from typing import cast
 
 from angelia_rpc.config import TlsConfig
 from angelia_rpc.transport.base import LinkHandler, split_address
@@ -77,8 +78,12 @@ class _TcpListener:
         self.server = server
         self.address = address
         self.links = links
+        self.closed = False
 
     async def close(self) -> None:
+        """Stop accepting and drop every connection, also one accepted but not yet
+        made (its ``connection_made`` still to come): that one is aborted on arrival."""
+        self.closed = True
         self.server.close()
         for link in list(self.links):
             if link.transport is not None:
@@ -113,20 +118,30 @@ class TcpTransport:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         links: set[_TcpLink] = set()
+        listener: _TcpListener | None = None
 
         def make() -> _TcpLink:
             link = _TcpLink(new_handler())
             links.add(link)
-            original = link.connection_lost
+            made, lost = link.connection_made, link.connection_lost
 
-            def lost(exc: Exception | None) -> None:
+            def made_unless_closed(transport: asyncio.BaseTransport) -> None:
+                if listener is not None and listener.closed:
+                    cast(asyncio.Transport, transport).abort()  # accepted as it closed
+                    return
+                made(transport)
+
+            def lost_and_forgotten(exc: Exception | None) -> None:
                 links.discard(link)
-                original(exc)
+                if link.transport is not None:
+                    lost(exc)
 
-            link.connection_lost = lost  # type: ignore[method-assign]
+            link.connection_made = made_unless_closed  # type: ignore[method-assign]
+            link.connection_lost = lost_and_forgotten  # type: ignore[method-assign]
             return link
 
         ssl = server_context(self.tls) if self.tls else None
         server = await loop.create_server(make, host, port, ssl=ssl, reuse_address=True)
         bound = server.sockets[0].getsockname()
-        return _TcpListener(server, f"{bound[0]}:{bound[1]}", links)
+        listener = _TcpListener(server, f"{bound[0]}:{bound[1]}", links)
+        return listener
