@@ -174,7 +174,7 @@ def is_canonical(record: MessageRecord) -> bool:
     )
 
 
-def _unpack_tuples(payload: bytes) -> object:
+def _unpack_tuples(payload: bytes | memoryview) -> object:
     return msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=False)
 
 
@@ -411,6 +411,52 @@ def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None
     return tuple(records)
 
 
+RecordColumns = tuple[tuple[object, ...], ...]
+"""A batch's records field by field: column ``i`` holds field ``i`` of every record, in
+record order (``_FIELDS`` order, arrays as tuples, the message type as its wire int)."""
+
+_COLUMN_KINDS: tuple[frozenset[type], ...] = tuple(frozenset([kind]) for kind in _TUPLE_KINDS)
+_TUPLE_ONLY = frozenset([tuple])
+_STR_ONLY = frozenset([str])
+_CURRENT_WIDTH = frozenset([len(_FIELDS)])
+
+
+def decode_columns(data: bytes | memoryview) -> tuple[int, RecordColumns] | None:
+    """A batch's store time and its records as columns (:data:`RecordColumns`), if
+    :func:`decode_batch` takes its fast path for every record; else None (decode it).
+
+    The checksum is verified as by :func:`decode_batch` (RecordCorrupted). The
+    values are exactly the fields of the records :func:`decode_batch` gives,
+    but for the message type, left as its wire int. The checks run column by
+    column, so a batch costs a few passes in C rather than a loop per record.
+    """
+    store_timestamp_ms, count = _check_batch(data)
+    try:
+        items = _unpack_tuples(data[_HEADER.size :])
+    except Exception:  # noqa: BLE001 - decode_batch names the error
+        return None
+    if type(items) is not tuple or len(items) != count or not count:
+        return None
+    if not _TUPLE_ONLY.issuperset(map(type, items)) or set(map(len, items)) != _CURRENT_WIDTH:
+        return None
+    columns = tuple(zip(*items, strict=True))
+    for column, kinds in zip(columns, _COLUMN_KINDS, strict=True):
+        if not kinds.issuperset(map(type, column)):
+            return None
+    for keys in filter(None, columns[5]):
+        if not _STR_ONLY.issuperset(map(type, keys)):
+            return None
+    for props in filter(None, columns[7]):
+        for pair in props:
+            if type(pair) is not tuple or len(pair) != 2:
+                return None
+            if type(pair[0]) is not str or type(pair[1]) is not str:
+                return None
+    if not MESSAGE_TYPES.keys() >= set(columns[10]):
+        return None
+    return store_timestamp_ms, columns
+
+
 def decode_record_at(data: bytes, position: int) -> MessageRecord:
     """The record at ``position`` of a batch, without decoding the others.
 
@@ -447,7 +493,7 @@ def _item_at(data: bytes, count: int, position: int, *, use_list: bool) -> objec
     return unpacker.unpack()
 
 
-def _check_batch(data: bytes) -> tuple[int, int]:
+def _check_batch(data: bytes | memoryview) -> tuple[int, int]:
     """A batch's store time and record count, after its header and checksum are checked."""
     if len(data) < _HEADER.size:
         raise RecordCorrupted(f"a batch needs {_HEADER.size} header bytes, got {len(data)}")

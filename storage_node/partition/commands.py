@@ -42,8 +42,10 @@ import msgpack
 
 from protocol.records import (
     MessageRecord,
+    RecordColumns,
     RecordCorrupted,
     decode_batch,
+    decode_columns,
     encode_batch,
     encode_packed_batch,
 )
@@ -365,6 +367,18 @@ def decode(data: bytes) -> Command:
         raise CommandCorrupted(f"{op.name}: payload is not msgpack: {exc}") from exc
     command: Command = _from_wire(_BY_OP[op], raw)
     return command
+
+
+def append_columns(data: bytes) -> tuple[int, RecordColumns] | None:
+    """For an APPEND entry whose records decode on the fast path
+    (``protocol.records.decode_columns``): its ``now_ms`` and its records as
+    columns. None for any other entry, or a corrupt one (:func:`decode` it)."""
+    if not data or data[0] != Op.APPEND:
+        return None
+    try:
+        return decode_columns(memoryview(data)[1:])
+    except RecordCorrupted:
+        return None
 
 
 Decoder = Callable[[object], Any]

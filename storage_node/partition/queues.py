@@ -18,9 +18,9 @@ from __future__ import annotations
 import bisect
 import enum
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from functools import partial
-from itertools import islice
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import NamedTuple, cast
 
@@ -143,6 +143,33 @@ class QueueIndex:
         if self._min_log_index is not None and row[0] < self._min_log_index:
             self._min_log_index = row[0]
         return self.end_offset - 1
+
+    def append_run(
+        self,
+        log_index: int,
+        positions: range,
+        store_timestamp_ms: int,
+        tags: Sequence[str],
+        message_groups: Sequence[str],
+    ) -> int:
+        """Add the entries of records ``positions`` of the entry at ``log_index`` (their
+        tags and message groups in order), as :meth:`append` one by one would;
+        returns the first one's offset."""
+        first = self.end_offset
+        self._entries.extend(
+            zip(
+                repeat(log_index),
+                positions,
+                repeat(store_timestamp_ms),
+                tags,
+                message_groups,
+                repeat(False),
+                strict=False,  # the repeats are endless: positions, tags, groups are equal
+            )
+        )
+        if self._min_log_index is not None and log_index < self._min_log_index:
+            self._min_log_index = log_index
+        return first
 
     def min_log_index(self) -> int | None:
         """The least log index an entry names (None: empty); a pass only after a trim."""
@@ -312,6 +339,38 @@ class DedupWindow:
         ``stored_ms`` is the state clock.
         """
         self._entries[(outcome.topic, outcome.message_id)] = _remembered(outcome, stored_ms)
+        while len(self._entries) > self.entries_max:
+            self._entries.popitem(last=False)
+            self._dropped += 1
+
+    def knows_any(self, keys: Iterable[tuple[str, str]]) -> bool:
+        """Whether any of the (topic, message id) ``keys`` is remembered now."""
+        return not self._entries.keys().isdisjoint(keys)
+
+    def remember_queued(
+        self,
+        topic: str,
+        queue_id: int,
+        message_ids: Sequence[str],
+        first_offset: int,
+        stored_ms: int,
+    ) -> None:
+        """:meth:`remember` the outcomes of ``message_ids`` queued in order at consecutive
+        offsets from ``first_offset``, as one call per id would (none is remembered)."""
+        queued = int(Placement.QUEUED)
+        self._entries.update(
+            zip(
+                zip(repeat(topic), message_ids, strict=False),
+                zip(
+                    repeat(queue_id),
+                    repeat(queued),
+                    range(first_offset, first_offset + len(message_ids)),
+                    repeat(stored_ms),
+                    strict=False,
+                ),
+                strict=False,  # the second runs as long as message_ids
+            )
+        )
         while len(self._entries) > self.entries_max:
             self._entries.popitem(last=False)
             self._dropped += 1

@@ -31,12 +31,15 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise, repeat
+from typing import cast
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType
+from protocol.records import MessageRecord, MessageType, RecordColumns
 from storage_node.errors import (
     BadCommand,
     InvalidReceiptHandle,
@@ -60,6 +63,7 @@ from storage_node.partition.commands import (
     Release,
     Tick,
     TrimQueue,
+    append_columns,
     decode,
 )
 from storage_node.partition.pop import Grant, GroupQueue, Lease
@@ -95,6 +99,9 @@ from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
 
 _EMPTY = QueueIndex()
+# The message types an append queues at once when due (a transaction's half waits).
+_PLAIN_KINDS = frozenset(int(kind) for kind in MessageType if kind is not MessageType.TRANSACTION)
+_new_outcome: Callable[[tuple[object, ...]], RecordOutcome] = partial(tuple.__new__, RecordOutcome)
 
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
@@ -141,6 +148,14 @@ class PartitionState:
         self._begin(log_index)
         if not data:
             return None
+        plain = append_columns(data)
+        if plain is not None:
+            now_ms, columns = plain
+            self._advance_clock(now_ms)
+            result = self._append_plain(columns, log_index)
+            if result is not None:
+                return result
+        # (Applying the clock again is a no-op: it only moves forward.)
         return self._apply(decode(data), log_index)
 
     def apply(self, command: Command, log_index: int) -> Result:
@@ -217,6 +232,10 @@ class PartitionState:
 
     def _append(self, command: Append, log_index: int) -> AppendResult:
         records = command.records
+        if records:
+            plain = self._append_plain(tuple(zip(*records, strict=True)), log_index)
+            if plain is not None:
+                return plain
         for record in records:
             check_record(record)
         # Records are handled in order: a later record of the batch sees what an
@@ -250,6 +269,65 @@ class PartitionState:
                 outcome = RecordOutcome(topic, queue_id, message_id, queued, offset)
                 remember(outcome, clock_ms)
                 outcomes.append(outcome)
+        return AppendResult(tuple(outcomes))
+
+    def _append_plain(self, columns: RecordColumns, log_index: int) -> AppendResult | None:
+        """``_append`` of records given as columns, in whole runs of one queue, when every
+        record is plain (valid, not a transaction's, due now, its id neither
+        remembered nor held nor repeated in the batch); None (nothing done) otherwise.
+
+        The effects and the result are exactly those of ``_append`` record by
+        record: the entries, offsets and dedup entries come in record order.
+        """
+        topics = cast(tuple[str, ...], columns[0])
+        queue_ids = cast(tuple[int, ...], columns[1])
+        message_ids = cast(tuple[str, ...], columns[2])
+        tags = cast(tuple[str, ...], columns[4])
+        message_groups = cast(tuple[str, ...], columns[6])
+        due = cast(tuple[int, ...], columns[9])
+        if "" in topics or "" in message_ids or min(queue_ids) < 0:
+            return None  # check_record names what is wrong
+        if max(due) > self.clock_ms or not _PLAIN_KINDS.issuperset(columns[10]):
+            return None
+        keys = list(zip(topics, message_ids, strict=True))
+        if len(set(keys)) != len(keys) or self._dedup.knows_any(keys):
+            return None
+        if self._timers.holds_any(keys):
+            return None
+        queues = list(zip(topics, queue_ids, strict=True))
+        starts = [0, *(i for i in range(1, len(queues)) if queues[i] != queues[i - 1])]
+        starts.append(len(queues))
+        clock_ms = self.clock_ms
+        outcomes: list[RecordOutcome] = []
+        for start, end in pairwise(starts):
+            topic, queue_id = queue = queues[start]
+            index = self._queues.get(queue)
+            if index is None:
+                index = self._queues[queue] = QueueIndex()
+            self.grown_queues.add(queue)
+            ids = message_ids[start:end]
+            first = index.append_run(
+                log_index,
+                range(start, end),
+                clock_ms,
+                tags[start:end],
+                message_groups[start:end],
+            )
+            outcomes.extend(
+                map(
+                    _new_outcome,
+                    zip(
+                        repeat(topic),
+                        repeat(queue_id),
+                        ids,
+                        repeat(Placement.QUEUED),
+                        range(first, first + len(ids)),
+                        repeat(False),
+                        strict=False,
+                    ),
+                )
+            )
+            self._dedup.remember_queued(topic, queue_id, ids, first, clock_ms)
         return AppendResult(tuple(outcomes))
 
     def _append_special(

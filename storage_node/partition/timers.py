@@ -97,6 +97,10 @@ class TimerIndex:
         """Whether a message with this id waits here."""
         return (topic, message_id) in self._by_message
 
+    def holds_any(self, keys: Iterable[tuple[str, str]]) -> bool:
+        """Whether a message with any of these (topic, message id) ``keys`` waits here."""
+        return bool(self._by_message) and not self._by_message.keys().isdisjoint(keys)
+
     def cancel(self, topic: str, message_id: str) -> HeldMessage | None:
         """Forget a held message; returns it, or None if none is held."""
         key = self._by_message.pop((topic, message_id), None)
