@@ -429,7 +429,11 @@ class Raft:
             or (m.type == MT.PRE_VOTE and m.term > self.term)
         )
         response = vote_response_type(m.type)
-        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+        if (
+            can_vote
+            and self._counts_as_voter(m.from_)
+            and self.log.is_up_to_date(m.index, m.log_term)
+        ):
             # A pre-vote is answered in the asker's term so that it counts it.
             self.send(Message(response, to=m.from_, from_=self.id, term=m.term))
             if m.type == MT.VOTE:
@@ -437,6 +441,18 @@ class Raft:
                 self.vote = m.from_
         else:
             self.send(Message(response, to=m.from_, from_=self.id, term=self.term, reject=True))
+
+    def _counts_as_voter(self, node_id: int) -> bool:
+        """Whether a vote for ``node_id`` may count: it votes in our configuration
+        (either half), or we know no configuration yet.
+
+        A configuration takes effect when applied, so a member removed by a
+        change it never applied (it crashed before learning the change
+        committed) may still campaign in its old configuration. Refusing it
+        here keeps any member that applied the removal from electing it.
+        """
+        config = self.tracker.config
+        return not (config.voters or config.voters_outgoing) or config.is_voter(node_id)
 
     def append_entries(self, entries: list[Entry]) -> None:
         """Append stamped entries to the leader's log and count them as its own ack.

@@ -18,6 +18,7 @@ from raft import leader
 from raft.core import Raft
 from raft.log import RaftLog
 from raft.types import Message
+from tests.sim import replica as sim_replica
 from tests.sim.cluster import RunResult, run_seed
 from tests.sim.disk import SimDisk
 
@@ -111,6 +112,20 @@ def test_runs_exercise_faults_and_clients() -> None:
     keys = ("reads_ok", "appends_ok", "snapshots_sent", "torn_recoveries", "mid_ready_crashes")
     for key in (*keys, "conf_changes", "joint_changes"):
         assert totals[key] > 0, totals
+
+
+@pytest.mark.sim
+def test_a_removed_member_that_missed_its_removal_is_not_elected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 6125 with early appends: node 1, removed from group 3 by a joint change,
+    lost to a torn write the commit of the joint entry, campaigned in its old
+    configuration and won with node 2's vote while nodes 3 and 4 elected node 3
+    in the same term. Voters now refuse a candidate outside their configuration."""
+    monkeypatch.setattr(sim_replica, "EARLY_SEND", True)
+    result = run_seed(6125)
+    if result.failure is not None:
+        pytest.fail(report(result, TRACE_LINES), pytrace=False)
 
 
 @pytest.mark.sim

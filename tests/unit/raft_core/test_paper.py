@@ -279,6 +279,36 @@ def test_a_leader_that_removes_itself_steps_down() -> None:
     assert net.node(1).role == Role.FOLLOWER
 
 
+def test_votes_go_only_to_members_of_the_voters_configuration() -> None:
+    """A configuration takes effect when applied. A member removed by a change it
+    never applied (it crashed before learning that the change committed) still
+    campaigns in its old configuration; a voter that applied the removal must not
+    help elect it, or it and the new configuration's leader could share a term."""
+    r = new_raft(1, MemoryLog(voters(1, 2, 4)), pre_vote=False, check_quorum=False)
+    r.step(Message(MT.VOTE, to=1, from_=3, term=2))  # 3 was removed: not a voter here
+    r.step(Message(MT.PRE_VOTE, to=1, from_=3, term=3))
+    r.step(Message(MT.VOTE, to=1, from_=4, term=2))  # 4 was added: a voter here
+    assert [(m.type, m.to, m.reject) for m in r.msgs] == [
+        (MT.VOTE_RESP, 3, True),
+        (MT.PRE_VOTE_RESP, 3, True),
+        (MT.VOTE_RESP, 4, False),
+    ]
+    assert r.vote == 4
+    # A member of either half of a joint configuration is a member.
+    joint = new_raft(
+        1,
+        MemoryLog(ConfState(frozenset({1, 2, 4}), voters_outgoing=frozenset({1, 2, 3}))),
+        pre_vote=False,
+        check_quorum=False,
+    )
+    joint.step(Message(MT.VOTE, to=1, from_=3, term=2))
+    assert [(m.to, m.reject) for m in joint.msgs] == [(3, False)]
+    # A replica that knows no configuration yet (a new one) refuses no one for it.
+    blank = new_raft(5, MemoryLog(ConfState(frozenset())), pre_vote=False, check_quorum=False)
+    blank.step(Message(MT.VOTE, to=5, from_=3, term=2))
+    assert [(m.to, m.reject) for m in blank.msgs] == [(3, False)]
+
+
 def test_removing_a_lagging_voter_can_commit_at_once() -> None:
     net = Network([1, 2])
     net.elect(1)
