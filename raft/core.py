@@ -77,6 +77,9 @@ class Raft:
         self.heartbeat_elapsed = 0
         self.randomized_election_timeout = config.election_tick
         self.lead_transferee = NONE
+        # Voters that a configuration this replica applied took out (removed or
+        # demoted), unless a later one took them back; see _counts_as_voter.
+        self.removed_voters: set[int] = set()
         self.pending_conf_index = 0
         self.uncommitted_bytes = 0
         self.read_only = ReadOnly()
@@ -443,16 +446,20 @@ class Raft:
             self.send(Message(response, to=m.from_, from_=self.id, term=self.term, reject=True))
 
     def _counts_as_voter(self, node_id: int) -> bool:
-        """Whether a vote for ``node_id`` may count: it votes in our configuration
-        (either half), or we know no configuration yet.
+        """Whether a vote for ``node_id`` may count: no configuration this replica
+        applied took it out of the voters.
 
-        A configuration takes effect when applied, so a member removed by a
-        change it never applied (it crashed before learning the change
-        committed) may still campaign in its old configuration. Refusing it
-        here keeps any member that applied the removal from electing it.
+        A configuration takes effect when applied, so a voter removed by a
+        change it never applied (it crashed before learning that the change
+        committed) may still campaign in its old configuration. A replica that
+        applied the removal must not help elect it. A candidate merely unknown
+        here (added by a change this replica has not applied yet) keeps its vote:
+        refusing it could leave a group that lost its leader mid-change without
+        anyone able to win. Kept in memory only: after a restart, removals
+        before the restored snapshot are forgotten and their voters get votes
+        again, as before this rule.
         """
-        config = self.tracker.config
-        return not (config.voters or config.voters_outgoing) or config.is_voter(node_id)
+        return node_id not in self.removed_voters
 
     def append_entries(self, entries: list[Entry]) -> None:
         """Append stamped entries to the leader's log and count them as its own ack.
@@ -519,6 +526,10 @@ class Raft:
     def switch_to_config(self, config: MembershipConfig) -> ConfState:
         """Adopt ``config``: add and drop progress, and act on our own change of role."""
         tracker = self.tracker
+        before = tracker.config
+        voters = config.voters | config.voters_outgoing
+        self.removed_voters |= (before.voters | before.voters_outgoing) - voters
+        self.removed_voters -= voters
         tracker.config = config
         members = config.members()
         next_index = self.log.last_index() + 1
