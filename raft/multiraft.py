@@ -541,13 +541,14 @@ class MultiRaft:
         or sent as the commit index) only in a later round, after this sync.
         Everything a follower or candidate sends waits for the sync.
 
-        Kept off by default: with early sends the simulation broke election
-        safety once (RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125). The chain has
-        no early send in it: a follower removed by a joint change kept the
-        leave-joint entry but lost, to a torn write, the hard state saying the
-        joint entry committed, so it campaigned in its old configuration
-        (configurations take effect on apply, as in etcd/raft) while the new
-        one elected another leader in the same term.
+        With early sends the simulation once broke election safety (seed 6125):
+        a follower removed by a joint change kept the leave-joint entry but
+        lost, to a torn write, the hard state saying the joint entry
+        committed, so it campaigned in its old configuration (configurations
+        take effect on apply, as in etcd/raft) while the new one elected
+        another leader in the same term. No early send is in that chain; the
+        core now refuses votes to a voter its applied configuration took out
+        (``Raft._counts_as_voter``), and the seed passes.
         """
         per_node: dict[int, list[list[tuple[int, Message]]]] = {}
         sizes: dict[int, int] = {}

@@ -48,12 +48,11 @@ from tests.sim.disk import SimDisk
 ClientPayload = tuple[str, int, int, int]
 
 
-# A leader's early appends (MultiRaft.outgoing's "early" part), off by
-# default: with them on, seed 6125 breaks election safety (two leaders of
-# term 3 in group 3): node 1, removed by a joint change, keeps the leave-joint
-# entry but loses the hard state with the joint entry's commit to a torn
-# write, and campaigns in its old configuration (see MultiRaft.outgoing).
-# RIP5_SIM_EARLY_SEND=1 RIP5_SIM_SEED=6125 replays it.
+# A leader's early appends (MultiRaft.outgoing's "early" part), on with
+# RIP5_SIM_EARLY_SEND=1 (tests/sim/test_raft_sim.py also runs seed 6125 with
+# them: node 1, removed by a joint change, kept the leave-joint entry but lost
+# the hard state with the joint entry's commit to a torn write and campaigned
+# in its old configuration; voters now refuse it, see Raft._counts_as_voter).
 EARLY_SEND = os.environ.get("RIP5_SIM_EARLY_SEND") == "1"
 
 
