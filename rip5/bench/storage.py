@@ -11,9 +11,10 @@ process (uvloop) then runs two phases per run:
    as the broker sends them); messages/s over ``seconds`` (after
    ``warmup``), and p50/p99 latency of an append call;
 2. receive + ack: ``in_flight`` workers receive up to ``batch`` messages of a
-   queue for one consumer group and ack them in one call, until every
-   message appended in phase 1 is consumed; messages/s (receive+ack of a
-   message counts once) and p99 of a receive+ack pair.
+   queue for one consumer group (packed answers, decoded, as the broker
+   asks for them) and ack them in one call, until every message appended in
+   phase 1 is consumed; messages/s (receive+ack of a message counts once)
+   and p99 of a receive+ack pair.
 
 Each run starts a fresh cluster. With ``--leaders balanced`` (the default)
 it has a nameserver, as a deployed cluster does, and the phases start once
@@ -37,8 +38,8 @@ from pathlib import Path
 
 import uvloop
 
-from protocol.records import MessageRecord, pack_records
-from protocol.storage_api import AckRequest, AppendRequest, ReceiveRequest
+from protocol.records import MessageRecord, pack_records, unpack_records
+from protocol.storage_api import AckRequest, AppendRequest, ReceiptHandle, ReceiveRequest
 from rip5.bench import harness
 from rip5.bench.nameserver import LocalNameservers
 from rip5.bench.storage_cluster import LocalStorageCluster
@@ -134,17 +135,26 @@ async def _consume_phase(
         nonlocal consumed
         while pending:
             queue_id = pending.pop(0)
-            request = ReceiveRequest("bench-group", TOPIC, queue_id, args.batch, 60_000)
+            request = ReceiveRequest(
+                "bench-group", TOPIC, queue_id, args.batch, 60_000, packed=True
+            )
             sent = loop.time()
             received = await cluster.call(methodcaller("receive", request), group=groups[queue_id])
-            if received.messages:
+            deliveries = received.deliveries
+            if deliveries:
+                # As the broker does: the records decoded, one per delivery.
+                if len(unpack_records(received.records).records) != len(deliveries):
+                    raise RuntimeError("a packed receive answer lacks records")
                 ack = AckRequest(
-                    "bench-group", TOPIC, queue_id, [m.handle for m in received.messages]
+                    "bench-group",
+                    TOPIC,
+                    queue_id,
+                    [ReceiptHandle(*delivery[:4]) for delivery in deliveries],
                 )
                 await cluster.call(methodcaller("ack", ack), group=groups[queue_id])
                 latencies.append((loop.time() - sent) * 1000)
-                consumed += len(received.messages)
-                remaining[queue_id] -= len(received.messages)
+                consumed += len(deliveries)
+                remaining[queue_id] -= len(deliveries)
             if remaining[queue_id] > 0:
                 pending.append(queue_id)
 
