@@ -12,6 +12,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 
 from broker.grpc import http2
@@ -247,3 +250,43 @@ async def test_stopping_refuses_new_calls_and_lets_calls_in_flight_finish() -> N
         await asyncio.wait_for(stopping, 30)
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_a_header_block_h2_would_refuse_gets_a_status_and_the_connection_serves_on(
+    served: Any,
+) -> None:
+    """The server reads request headers itself (h2's checks are off): a block that
+    breaks HTTP/2's header rules gets a gRPC status, not a torn connection."""
+    handlers, _channel = served
+    client = h2.connection.H2Connection(
+        h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False
+        )
+    )
+    client.initiate_connection()
+    reader, writer = await asyncio.open_connection("127.0.0.1", handlers.port)
+    base = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"x")]
+    odd = [*base, (b"X-Upper", b"1"), (b"connection", b"keep-alive")]  # no :path
+    client.send_headers(1, odd, end_stream=True)
+    message = b"abc"
+    good = [*base, (b":path", b"/t.S/Size"), (b"content-type", b"application/grpc")]
+    client.send_headers(3, good)
+    client.send_data(3, b"\0" + len(message).to_bytes(4, "big") + message, end_stream=True)
+    writer.write(client.data_to_send())
+    statuses: dict[int, bytes] = {}
+    answers: dict[int, bytes] = {}
+    while len(statuses) < 2:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        assert data, "the server closed the connection"
+        for event in client.receive_data(data):
+            if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                status = dict(event.headers).get(b"grpc-status")
+                if status is not None:
+                    statuses[event.stream_id] = status
+            elif isinstance(event, h2.events.DataReceived):
+                answers[event.stream_id] = answers.get(event.stream_id, b"") + event.data
+                client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        writer.write(client.data_to_send())
+    writer.close()
+    assert statuses == {1: str(grpc.StatusCode.UNIMPLEMENTED.value[0]).encode(), 3: b"0"}
+    assert answers[3][5:] == b"3"
