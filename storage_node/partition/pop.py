@@ -56,6 +56,10 @@ class Lease(NamedTuple):
         return clock_ms < self.invisible_until_ms
 
 
+_EXPIRY_SLACK = 64
+"""Stale expiry items allowed beyond one per lease before the heap is rebuilt."""
+
+
 class Grant(NamedTuple):
     """A message handed out by a receive: its offset and its new lease (a named tuple)."""
 
@@ -86,6 +90,13 @@ class GroupQueue:
         self.cursor = cursor
         self.leases: dict[int, Lease] = {}
         self.done_ahead: set[int] = set()
+        # A heap of (invisible until, offset, generation), one item per lease ever set
+        # (set_lease): every current lease has its item, and an item whose lease was
+        # replaced or finished is stale, dropped when it reaches the top or at a
+        # rebuild. A receive finds the expired leases here instead of looking at
+        # every lease (with many messages in flight, most of a receive's work).
+        # Derived, not snapshotted.
+        self._expiry: list[tuple[int, int, int]] = []
         # The latest receive that named an attempt id: (attempt id, generation, offsets).
         self.last_attempt: tuple[str, int, tuple[int, ...]] = ("", 0, ())
 
@@ -108,6 +119,50 @@ class GroupQueue:
             elif self.cursor not in self.leases:
                 return
             self.cursor += 1
+
+    def set_lease(self, queue_offset: int, lease: Lease) -> None:
+        """Make ``lease`` the offset's lease (every lease is set through here)."""
+        self.leases[queue_offset] = lease
+        expiry = self._expiry
+        heapq.heappush(expiry, (lease.invisible_until_ms, queue_offset, lease.generation))
+        if len(expiry) > 2 * len(self.leases) + _EXPIRY_SLACK:
+            self._rebuild_expiry()
+
+    def _rebuild_expiry(self) -> None:
+        """The expiry heap of the current leases only."""
+        self._expiry = [
+            (lease.invisible_until_ms, offset, lease.generation)
+            for offset, lease in self.leases.items()
+        ]
+        heapq.heapify(self._expiry)
+
+    def _is_current(self, item: tuple[int, int, int]) -> bool:
+        lease = self.leases.get(item[1])
+        return (
+            lease is not None
+            and lease.generation == item[2]
+            and lease.invisible_until_ms == item[0]
+        )
+
+    def _expired(self, clock_ms: int) -> list[int]:
+        """The leased offsets visible again at ``clock_ms`` (their leases' ends have
+        passed), ascending: what looking at every lease would find."""
+        expiry = self._expiry
+        found: set[tuple[int, int, int]] = set()
+        while expiry and expiry[0][0] <= clock_ms:
+            item = heapq.heappop(expiry)
+            if self._is_current(item):
+                found.add(item)
+        for item in found:  # still leased: they stay until granted again or finished
+            heapq.heappush(expiry, item)
+        return sorted(item[1] for item in found)
+
+    def _any_expired(self, clock_ms: int) -> bool:
+        """Whether a lease ended by ``clock_ms`` (stale items at the top are dropped)."""
+        expiry = self._expiry
+        while expiry and not self._is_current(expiry[0]):
+            heapq.heappop(expiry)
+        return bool(expiry) and expiry[0][0] <= clock_ms
 
     def valid_lease(self, queue_offset: int, generation: int, clock_ms: int) -> Lease | None:
         """The lease a handle names, if it is current and unexpired at ``clock_ms``."""
@@ -136,6 +191,7 @@ class GroupQueue:
         """Every offset below ``offset`` is done, every other fresh; leases are dropped."""
         self.cursor = offset
         self.leases.clear()
+        self._expiry = []
         self.done_ahead.clear()
         self.last_attempt = ("", 0, ())
 
@@ -168,6 +224,10 @@ class GroupQueue:
             raise AssertionError(f"cursor {self.cursor} not settled")
         if any(lease.attempt < 0 for lease in self.leases.values()):
             raise AssertionError("a lease with attempt < 0")
+        leased = self.leases.items()
+        items = {(lease.invisible_until_ms, o, lease.generation) for o, lease in leased}
+        if not items <= set(self._expiry):
+            raise AssertionError("a lease missing from the expiry heap (set outside set_lease)")
 
     def _fresh(self, end_offset: int, scan_max: int) -> Iterator[int]:
         """Fresh offsets from the cursor, looking at no more than ``scan_max`` offsets."""
@@ -181,7 +241,7 @@ class GroupQueue:
     def has_candidates(self, end_offset: int, clock_ms: int, scan_max: int) -> bool:
         """Whether a receive at ``clock_ms`` would look at any message at all: an
         expired lease or a fresh offset within ``scan_max`` of the cursor."""
-        if any(not lease.is_invisible(clock_ms) for lease in self.leases.values()):
+        if self._any_expired(clock_ms):
             return True
         return next(self._fresh(end_offset, scan_max), None) is not None
 
@@ -208,7 +268,7 @@ class GroupQueue:
         this receive) is skipped and stays as it is.
         """
         end_offset = queue.end_offset
-        expired = sorted(o for o, lease in self.leases.items() if not lease.is_invisible(clock_ms))
+        expired = self._expired(clock_ms)
         blocked: set[str] = set()
         if fifo:
             blocked = {
@@ -240,7 +300,7 @@ class GroupQueue:
             if fifo and group and group in blocked:
                 continue
             lease = Lease(generation, until_ms, attempt, group)
-            self.leases[offset] = lease
+            self.set_lease(offset, lease)
             grants.append(Grant(offset, lease))
             if fifo and group:
                 blocked.add(group)
@@ -278,6 +338,7 @@ class GroupQueue:
                 as_int(attempt, "attempt"),
                 as_str(group, "message group"),
             )
+        state._rebuild_expiry()
         state.done_ahead = {as_int(o, "done offset") for o in as_list(done_ahead, "done")}
         attempt_id, generation, offsets = as_list(last, "last attempt", 3)
         state.last_attempt = (

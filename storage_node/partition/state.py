@@ -506,8 +506,9 @@ class PartitionState:
                 continue
             group_queue, lease = found
             # Expired now, one attempt back: the next grant counts this attempt again.
-            group_queue.leases[handle.queue_offset] = Lease(
-                log_index, self.clock_ms, lease.attempt - 1, lease.message_group
+            group_queue.set_lease(
+                handle.queue_offset,
+                Lease(log_index, self.clock_ms, lease.attempt - 1, lease.message_group),
             )
             released += 1
         return ReleaseResult(released)
@@ -526,7 +527,7 @@ class PartitionState:
             lease.attempt,
             lease.message_group,
         )
-        group_queue.leases[command.handle.queue_offset] = renewed
+        group_queue.set_lease(command.handle.queue_offset, renewed)
         handle = ReceiptHandle(
             command.handle.topic, command.handle.queue_id, command.handle.queue_offset, log_index
         )

@@ -21,8 +21,8 @@ from .harness import record
 
 def test_a_healthy_group_queue_passes() -> None:
     group_queue = GroupQueue(2)
-    group_queue.leases[0] = Lease(1, 10, 1)
-    group_queue.leases[1] = Lease(2, 10, 0)  # handed back undelivered (a Release)
+    group_queue.set_lease(0, Lease(1, 10, 1))
+    group_queue.set_lease(1, Lease(2, 10, 0))  # handed back undelivered (a Release)
     group_queue.done_ahead = {3}
     group_queue.check_invariants(0, 5)
 
@@ -36,6 +36,7 @@ def test_a_healthy_group_queue_passes() -> None:
         (2, {7: 1}, set(), "leases"),
         (2, {2: 1}, set(), "not settled"),
         (3, {1: -1}, set(), "attempt < 0"),
+        (2, {3: 1}, set(), "expiry heap"),  # set behind set_lease's back
     ],
 )
 def test_a_broken_group_queue_is_reported(
