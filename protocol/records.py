@@ -384,6 +384,19 @@ def _records_exact(data: bytes, count: int) -> tuple[MessageRecord, ...]:
     return tuple(_record_from_wire(item) for item in items)
 
 
+def _arrays_ok(keys: object, props: object) -> bool:
+    """Whether a record's keys (a tuple) are strings and its properties (a tuple) are
+    pairs of strings, as the fast paths unpack them (arrays as tuples)."""
+    if keys and not _STR_ONLY.issuperset(map(type, keys)):  # type: ignore[call-overload]
+        return False
+    for pair in props:  # type: ignore[attr-defined]
+        if type(pair) is not tuple or len(pair) != 2:
+            return False
+        if type(pair[0]) is not str or type(pair[1]) is not str:
+            return False
+    return True
+
+
 def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None:
     """The records of a payload unpacked with arrays as tuples, if every record is a
     current-version array whose fields all have their exact wire types; else None.
@@ -396,15 +409,9 @@ def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None
     for item in items:
         if type(item) is not tuple or tuple(map(type, item)) != _TUPLE_KINDS:
             return None
-        keys, props, kind = item[5], item[7], item[10]
-        if keys and not all(type(key) is str for key in keys):
+        if not _arrays_ok(item[5], item[7]):
             return None
-        for pair in props:
-            if type(pair) is not tuple or len(pair) != 2:
-                return None
-            if type(pair[0]) is not str or type(pair[1]) is not str:
-                return None
-        message_type = MESSAGE_TYPES.get(kind)
+        message_type = MESSAGE_TYPES.get(item[10])
         if message_type is None:
             return None
         records.append(_new_tuple(MessageRecord, (*item[:10], message_type, *item[11:])))
@@ -443,15 +450,9 @@ def decode_columns(data: bytes | memoryview) -> tuple[int, RecordColumns] | None
     for column, kinds in zip(columns, _COLUMN_KINDS, strict=True):
         if not kinds.issuperset(map(type, column)):
             return None
-    for keys in filter(None, columns[5]):
-        if not _STR_ONLY.issuperset(map(type, keys)):
+    for keys, props in zip(columns[5], columns[7], strict=True):
+        if (keys or props) and not _arrays_ok(keys, props):
             return None
-    for props in filter(None, columns[7]):
-        for pair in props:
-            if type(pair) is not tuple or len(pair) != 2:
-                return None
-            if type(pair[0]) is not str or type(pair[1]) is not str:
-                return None
     if not MESSAGE_TYPES.keys() >= set(columns[10]):
         return None
     return store_timestamp_ms, columns

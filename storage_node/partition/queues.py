@@ -339,6 +339,10 @@ class DedupWindow:
         ``stored_ms`` is the state clock.
         """
         self._entries[(outcome.topic, outcome.message_id)] = _remembered(outcome, stored_ms)
+        self._evict_over_max()
+
+    def _evict_over_max(self) -> None:
+        """Drop the oldest entries beyond ``entries_max``."""
         while len(self._entries) > self.entries_max:
             self._entries.popitem(last=False)
             self._dropped += 1
@@ -371,9 +375,7 @@ class DedupWindow:
                 strict=False,  # the second runs as long as message_ids
             )
         )
-        while len(self._entries) > self.entries_max:
-            self._entries.popitem(last=False)
-            self._dropped += 1
+        self._evict_over_max()
 
     def update(self, outcome: RecordOutcome) -> None:
         """Replace a remembered outcome (a timer fired, a half message committed)."""
