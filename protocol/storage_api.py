@@ -204,10 +204,32 @@ class AppendOutcome:
 
 @dataclass(frozen=True, slots=True)
 class AppendResponse:
-    """One outcome per message, in request order; ``store_timestamp_ms`` of the batch."""
+    """One outcome per message, in request order; ``store_timestamp_ms`` of the batch.
 
-    outcomes: list[AppendOutcome]
+    Two forms; read them through :attr:`outcomes`, which is the same for both:
+
+    - listed: one :class:`AppendOutcome` per message in ``listed``;
+    - queued (the common case, and the cheap one to build, send and read):
+      every message was queued for the first time, in request order, at
+      consecutive offsets from ``queued_from``. ``listed`` is then empty and
+      ``queued_ids`` holds the messages' ids.
+    """
+
+    listed: list[AppendOutcome]
     store_timestamp_ms: int
+    queued_ids: list[str] = field(default_factory=list)
+    queued_from: int = -1
+
+    @property
+    def outcomes(self) -> list[AppendOutcome]:
+        """One outcome per message, in request order, whichever the form."""
+        if not self.queued_ids:
+            return self.listed
+        first = self.queued_from
+        return [
+            AppendOutcome(message_id, 0, offset, False)
+            for offset, message_id in enumerate(self.queued_ids, first)
+        ]
 
 
 # ------------------------------------------------------------------------ read

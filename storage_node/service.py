@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import operator
 import time
 from collections.abc import Mapping, Sequence
 from typing import cast
@@ -122,7 +123,7 @@ from storage_node.partition.commands import (
     Tick,
     encode,
 )
-from storage_node.partition.queues import QueueEntry, QueueId
+from storage_node.partition.queues import Placement, QueueEntry, QueueId, RecordOutcome
 from storage_node.partition.reads import (
     EntryReader,
     fitting,
@@ -333,13 +334,7 @@ class StorageNode:
             assert isinstance(result, AppendResult)
             outcomes = result.outcomes
         self.appended_messages += len(records)
-        return AppendResponse(
-            [
-                AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
-                for o in outcomes
-            ],
-            now_ms,
-        )
+        return _append_response(outcomes, now_ms)
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
         """Messages of a queue by offset, bounded by count and body bytes."""
@@ -720,6 +715,33 @@ def _to_wire_handle(handle: ReceiptHandle) -> WireHandle:
 
 def _from_wire_handle(handle: WireHandle) -> ReceiptHandle:
     return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)
+
+
+def _append_response(outcomes: Sequence[RecordOutcome], now_ms: int) -> AppendResponse:
+    """The answer to an append: in the queued form when every record was queued for
+    the first time at consecutive offsets (see ``AppendResponse``), else listed."""
+    first = outcomes[0].queue_offset if outcomes else -1
+    if (
+        first >= 0
+        and not any(map(_duplicate, outcomes))
+        and set(map(_placement, outcomes)) == _QUEUED_ONLY
+        and list(map(_queue_offset, outcomes)) == list(range(first, first + len(outcomes)))
+    ):
+        return AppendResponse([], now_ms, list(map(_message_id, outcomes)), first)
+    return AppendResponse(
+        [
+            AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
+            for o in outcomes
+        ],
+        now_ms,
+    )
+
+
+_duplicate = operator.itemgetter(RecordOutcome._fields.index("duplicate"))
+_placement = operator.itemgetter(RecordOutcome._fields.index("placement"))
+_queue_offset = operator.itemgetter(RecordOutcome._fields.index("queue_offset"))
+_message_id = operator.itemgetter(RecordOutcome._fields.index("message_id"))
+_QUEUED_ONLY = {Placement.QUEUED}
 
 
 def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes | None]:

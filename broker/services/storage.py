@@ -212,10 +212,25 @@ class StorageStore:
             lambda stub, timeout_ms: stub.append(request, timeout_ms=timeout_ms),
         )
         stored_ms = response.store_timestamp_ms
-        return [
-            AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
-            for outcome in response.outcomes
-        ]
+        if response.queued_ids:  # the common form: queued, in order, at consecutive offsets
+            first = response.queued_from
+            queued = Placement.QUEUED
+            results = [
+                AppendResult(queue, offset, stored_ms, queued)
+                for offset in range(first, first + len(response.queued_ids))
+            ]
+        else:
+            results = [
+                AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
+                for outcome in response.listed
+            ]
+        if len(results) != len(messages):
+            raise BrokerError(
+                codes.INTERNAL,
+                f"append to {queue.topic}:{queue.queue_id}: storage answered "
+                f"{len(results)} outcomes for {len(messages)} messages",
+            )
+        return results
 
     async def pop(
         self,

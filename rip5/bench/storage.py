@@ -105,8 +105,11 @@ async def _append_phase(
             serial += args.batch
             request = AppendRequest(TOPIC, queue_id, records=pack_records(records))
             sent = loop.time()
-            await cluster.call(methodcaller("append", request), group=groups[queue_id])
+            response = await cluster.call(methodcaller("append", request), group=groups[queue_id])
             done = loop.time()
+            answered = len(response.queued_ids or response.listed)
+            if answered != args.batch:
+                raise RuntimeError(f"an append of {args.batch} got {answered} outcomes")
             appended[queue_id] = appended.get(queue_id, 0) + args.batch
             if sent >= measure_from and done <= end:
                 latencies.append((done - sent) * 1000)

@@ -392,3 +392,34 @@ async def test_queue_info_long_polls_on_growth_when_asked(tmp_path: Path) -> Non
         # No growth: the offsets as they are when the wait ends.
         ended = await node.queue_info(QueueInfoRequest("t", 0, end_above=3, wait_ms=50), CONTEXT)
         assert (ended.first_offset, ended.end_offset) == (0, 3)
+
+
+async def test_an_append_answers_in_the_queued_form_only_when_all_were_queued_anew(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        first = await node.append(AppendRequest("t", 0, _messages(0, 3)), CONTEXT)
+        assert (first.listed, first.queued_ids, first.queued_from) == (
+            [],
+            ["m0-0", "m0-1", "m0-2"],
+            0,
+        )
+        more = _messages(0, 5)[3:]
+        second = await node.append(AppendRequest("t", 0, more), CONTEXT)
+        assert (second.queued_ids, second.queued_from) == (["m0-3", "m0-4"], 3)
+        # A resent id is a duplicate: the answer lists every outcome.
+        mixed = [*_messages(0, 6)[5:], *_messages(0, 2)[1:2]]
+        third = await node.append(AppendRequest("t", 0, mixed), CONTEXT)
+        assert third.queued_ids == []
+        assert [(o.message_id, o.placement, o.queue_offset, o.duplicate) for o in third.listed] == [
+            ("m0-5", 0, 5, False),
+            ("m0-1", 0, 1, True),
+        ]
+        assert third.outcomes == third.listed
+        # A delayed message is not queued: listed too.
+        due_ms = int(time.time() * 1000) + 60_000
+        delayed = await node.append(
+            AppendRequest("t", 0, [Message("t", 0, "later", b"x", delivery_timestamp_ms=due_ms)]),
+            CONTEXT,
+        )
+        assert [(o.placement, o.queue_offset) for o in delayed.outcomes] == [(1, -1)]
