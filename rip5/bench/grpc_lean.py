@@ -1,0 +1,422 @@
+"""A lean gRPC client for the load generators: unary and server-streaming calls over h2c.
+
+Why it exists: a load generator shares the machine with the servers it
+measures, and grpc.aio spends more CPU per message than the broker does
+(``rip5 bench e2e``'s receive+ack phase: the grpc.aio client took half of
+the 2 cores, most of it in its streaming reads). This client reads HTTP/2
+frames with ``struct``, splits gRPC messages out of DATA frames itself, and
+keeps HPACK to the header blocks, one each way per call.
+
+Scope, a load generator's: cleartext HTTP/2 (h2c, prior knowledge), identity
+encoding only, no retries, no keepalive pings of its own. It follows the
+protocol where a server relies on it: the connection preface and SETTINGS
+(acknowledged), flow control of what it sends (connection and stream
+windows, WINDOW_UPDATE), PING answers, RST_STREAM and GOAWAY, CONTINUATION
+frames and padding. What it receives it allows generously: a stream window
+of 2^31-1 bytes and a connection window topped up as data is read.
+
+A call ends with its messages once the trailers say ``grpc-status: 0``;
+any other status, a reset stream, a lost connection or the deadline raise
+:class:`loadtest.client.CallFailed` named after the gRPC status code.
+
+SHELL: asyncio sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import grpc
+import hpack
+
+from loadtest.client import CallFailed
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_FRAME = struct.Struct(">I B I")  # (length << 8 | type), flags, stream id: see _frame
+_GRPC_PREFIX = struct.Struct(">BI")
+_SETTING = struct.Struct(">HI")
+_U32 = struct.Struct(">I")
+
+DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    0, 1, 3, 4, 5, 6, 7, 8, 9,
+)  # fmt: skip
+END_STREAM = ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY = 0x20
+
+SETTINGS_ENABLE_PUSH = 0x2
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+SETTINGS_MAX_FRAME_SIZE = 0x5
+CANCEL = 0x8
+
+WINDOW_MAX = 2**31 - 1
+DEFAULT_WINDOW = 65_535
+DEFAULT_FRAME_BYTES = 16_384
+TOP_UP_BYTES = 16 << 20
+"""Received bytes after which the connection window is opened again by as much."""
+
+_STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    return _FRAME.pack(len(payload) << 8 | kind, flags, stream_id) + payload
+
+
+def _failed(code: int, message: str = "") -> CallFailed:
+    return CallFailed(_STATUS_NAMES.get(code, f"STATUS_{code}"), message)
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One call: what it still has to send, and what it received."""
+
+    send_window: int
+    pending: memoryview = field(default_factory=lambda: memoryview(b""))
+    inbound: bytearray = field(default_factory=bytearray)
+    messages: asyncio.Queue[bytes | BaseException | None] = field(default_factory=asyncio.Queue)
+    header_block: bytearray | None = None  # a header block waiting for its CONTINUATION
+    block_ends_stream: bool = False
+    headers_seen: bool = False
+
+
+class _Connection(asyncio.Protocol):
+    """The client end of one HTTP/2 connection (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, _Stream] = {}
+        self.next_stream_id = 1
+        self.lost: CallFailed | None = None
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._decoder = hpack.Decoder()
+        self._encoder = hpack.Encoder()
+        self._send_window = DEFAULT_WINDOW
+        self._peer_initial_window = DEFAULT_WINDOW
+        self._peer_frame_bytes = DEFAULT_FRAME_BYTES
+        self._received_unacked = 0
+        self._blocked: list[int] = []  # streams with data waiting for window, in order
+        self._header_blocks: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+    # -- connection -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        settings = _SETTING.pack(SETTINGS_ENABLE_PUSH, 0) + _SETTING.pack(
+            SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_MAX
+        )
+        self._send(
+            PREFACE
+            + _frame(SETTINGS, 0, 0, settings)
+            + _frame(WINDOW_UPDATE, 0, 0, _U32.pack(WINDOW_MAX - DEFAULT_WINDOW))
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(CallFailed("UNAVAILABLE", f"connection lost: {exc}"))
+
+    def _fail_all(self, error: CallFailed, above: int = 0) -> None:
+        if above == 0:
+            self.lost = error
+        for stream_id in [s for s in self.streams if s > above]:
+            stream = self.streams.pop(stream_id)
+            stream.messages.put_nowait(error)
+
+    def _send(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    # -- calls ------------------------------------------------------------------
+    def start(self, headers: tuple[tuple[str, str], ...], message: bytes) -> int:
+        """Open a stream: send ``headers`` and one request message, then half-close."""
+        if self.lost is not None:
+            raise self.lost
+        stream_id = self.next_stream_id
+        self.next_stream_id += 2
+        block = self._header_blocks.get(headers)
+        if block is None:
+            # Never indexed: the block leaves the peer's table alone, so the same
+            # headers always encode to these same bytes.
+            block = self._encoder.encode(
+                [hpack.NeverIndexedHeaderTuple(name, value) for name, value in headers]
+            )
+            self._header_blocks[headers] = block
+        stream = _Stream(self._peer_initial_window)
+        self.streams[stream_id] = stream
+        self._send(_frame(HEADERS, END_HEADERS, stream_id, block))
+        stream.pending = memoryview(_GRPC_PREFIX.pack(0, len(message)) + message)
+        self._send_pending(stream_id, stream)
+        return stream_id
+
+    def cancel(self, stream_id: int) -> None:
+        """Reset a stream the caller gave up on."""
+        if self.streams.pop(stream_id, None) is not None:
+            self._send(_frame(RST_STREAM, 0, stream_id, _U32.pack(CANCEL)))
+
+    def _send_pending(self, stream_id: int, stream: _Stream) -> None:
+        """Send what the windows allow of the stream's request; END_STREAM with the last."""
+        data = stream.pending
+        while data:
+            size = min(len(data), self._send_window, stream.send_window, self._peer_frame_bytes)
+            if size <= 0:
+                if stream_id not in self._blocked:
+                    self._blocked.append(stream_id)
+                break
+            chunk, data = data[:size], data[size:]
+            self._send_window -= size
+            stream.send_window -= size
+            self._send(_frame(DATA, 0 if data else END_STREAM, stream_id, bytes(chunk)))
+        stream.pending = data
+
+    def _unblock(self) -> None:
+        blocked, self._blocked = self._blocked, []
+        for stream_id in blocked:
+            stream = self.streams.get(stream_id)
+            if stream is not None and stream.pending:
+                self._send_pending(stream_id, stream)
+
+    # -- receiving --------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        size = len(buffer)
+        while size - start >= 9:
+            head, flags, stream_id = _FRAME.unpack_from(buffer, start)
+            length = head >> 8
+            if size - start < 9 + length:
+                break
+            payload = bytes(buffer[start + 9 : start + 9 + length])
+            start += 9 + length
+            self._on_frame(head & 0xFF, flags, stream_id & 0x7FFFFFFF, payload)
+        del buffer[:start]
+
+    def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if kind == DATA:
+            self._on_data(flags, stream_id, payload)
+        elif kind in (HEADERS, CONTINUATION):
+            self._on_headers(kind, flags, stream_id, payload)
+        elif kind == WINDOW_UPDATE:
+            (increment,) = _U32.unpack_from(payload)
+            increment &= 0x7FFFFFFF
+            if stream_id == 0:
+                self._send_window += increment
+            elif (stream := self.streams.get(stream_id)) is not None:
+                stream.send_window += increment
+            if self._blocked:
+                self._unblock()
+        elif kind == SETTINGS:
+            if not flags & ACK:
+                self._on_settings(payload)
+                self._send(_frame(SETTINGS, ACK, 0))
+        elif kind == PING:
+            if not flags & ACK:
+                self._send(_frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            stream = self.streams.pop(stream_id, None)
+            if stream is not None:
+                (code,) = _U32.unpack_from(payload)
+                stream.messages.put_nowait(CallFailed("CANCELLED", f"stream reset ({code})"))
+        elif kind == GOAWAY:
+            (last,) = _U32.unpack_from(payload)
+            error = CallFailed("UNAVAILABLE", "the server is going away")
+            self.lost = error
+            self._fail_all(error, above=last & 0x7FFFFFFF)
+        # PUSH_PROMISE is refused by our SETTINGS; PRIORITY and unknown types are ignored.
+
+    def _on_settings(self, payload: bytes) -> None:
+        for offset in range(0, len(payload) - len(payload) % 6, 6):
+            key, value = _SETTING.unpack_from(payload, offset)
+            if key == SETTINGS_INITIAL_WINDOW_SIZE:
+                delta = value - self._peer_initial_window
+                self._peer_initial_window = value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif key == SETTINGS_MAX_FRAME_SIZE:
+                self._peer_frame_bytes = value
+        if self._blocked:
+            self._unblock()
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        self._received_unacked += len(payload)  # padding included, as flow control counts
+        if self._received_unacked >= TOP_UP_BYTES:
+            self._send(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._received_unacked)))
+            self._received_unacked = 0
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        if flags & PADDED:
+            payload = payload[1 : len(payload) - payload[0]]
+        inbound = stream.inbound
+        inbound += payload
+        while len(inbound) >= 5:
+            compressed, length = _GRPC_PREFIX.unpack_from(inbound)
+            if len(inbound) < 5 + length:
+                break
+            if compressed:
+                self._end(stream_id, CallFailed("UNIMPLEMENTED", "a compressed response"), True)
+                return
+            stream.messages.put_nowait(bytes(inbound[5 : 5 + length]))
+            del inbound[: 5 + length]
+        if flags & END_STREAM:
+            self._end(stream_id, CallFailed("INTERNAL", "the response ended without trailers"))
+
+    def _on_headers(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        stream = self.streams.get(stream_id)
+        if kind == HEADERS:
+            if flags & PADDED:
+                payload = payload[1 : len(payload) - payload[0]]
+            if flags & PRIORITY:
+                payload = payload[5:]
+            block = bytearray(payload)
+            ends_stream = bool(flags & END_STREAM)
+        elif stream is None or stream.header_block is None:
+            block = bytearray(payload)  # keep the decoder's table in step
+            ends_stream = False
+        else:
+            block = stream.header_block + payload
+            ends_stream = stream.block_ends_stream
+        if not flags & END_HEADERS:
+            if stream is not None:
+                stream.header_block = block
+                stream.block_ends_stream = ends_stream
+            return
+        # Every block is decoded, to keep the decoder's table in step; names and values
+        # come as str (the decoder's raw=False).
+        headers = cast(dict[str, str], dict(self._decoder.decode(bytes(block))))
+        if stream is None:
+            return
+        stream.header_block = None
+        if not stream.headers_seen and not ends_stream:
+            stream.headers_seen = True
+            status = headers.get(":status", "200")
+            if status != "200":
+                self._end(stream_id, CallFailed("UNAVAILABLE", f"HTTP status {status}"), True)
+            return
+        code = int(headers.get("grpc-status", "2"))
+        if code == 0:
+            self._end(stream_id, None)
+        else:
+            message = urllib.parse.unquote(headers.get("grpc-message", ""))
+            self._end(stream_id, _failed(code, message))
+
+    def _end(self, stream_id: int, error: CallFailed | None, reset: bool = False) -> None:
+        """End a call with ``error`` (None: done); ``reset`` a stream the server left open."""
+        stream = self.streams.pop(stream_id, None)
+        if stream is None:
+            return
+        stream.messages.put_nowait(error)
+        if reset:
+            self._send(_frame(RST_STREAM, 0, stream_id, _U32.pack(CANCEL)))
+
+
+class LeanChannel:
+    """One HTTP/2 connection to a gRPC server, opened on the first call."""
+
+    def __init__(self, endpoint: str) -> None:
+        """``endpoint``: ``host:port`` of a cleartext gRPC server."""
+        host, _, port = endpoint.rpartition(":")
+        self._host = host
+        self._port = int(port)
+        self._authority = endpoint
+        self._connection: _Connection | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    async def _connected(self) -> _Connection:
+        if self._connection is not None and self._connection.lost is None:
+            return self._connection
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._connection is None or self._connection.lost is not None:
+                loop = asyncio.get_running_loop()
+                try:
+                    _, protocol = await loop.create_connection(_Connection, self._host, self._port)
+                except OSError as exc:
+                    raise CallFailed("UNAVAILABLE", f"cannot connect: {exc}") from exc
+                self._connection = protocol
+            return self._connection
+
+    def _headers(
+        self, path: str, timeout_s: float, metadata: Sequence[tuple[str, str]]
+    ) -> tuple[tuple[str, str], ...]:
+        return (
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", self._authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("grpc-timeout", f"{max(1, int(timeout_s * 1000))}m"),
+            *metadata,
+        )
+
+    async def stream(
+        self,
+        path: str,
+        request: bytes,
+        *,
+        timeout_s: float,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> AsyncIterator[bytes]:
+        """The response messages of one call (unary or server streaming), as they come."""
+        connection = await self._connected()
+        stream_id = connection.start(self._headers(path, timeout_s, metadata), request)
+        messages = connection.streams[stream_id].messages
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        finished = False
+        try:
+            while True:
+                async with asyncio.timeout_at(deadline):
+                    item = await messages.get()
+                if item is None:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield item
+        except TimeoutError:
+            raise CallFailed("DEADLINE_EXCEEDED", f"no answer within {timeout_s} s") from None
+        finally:
+            if not finished:
+                connection.cancel(stream_id)
+
+    async def unary(
+        self,
+        path: str,
+        request: bytes,
+        *,
+        timeout_s: float,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> bytes:
+        """The one response message of a unary call."""
+        answers = [
+            m async for m in self.stream(path, request, timeout_s=timeout_s, metadata=metadata)
+        ]
+        if len(answers) != 1:
+            raise CallFailed("INTERNAL", f"a unary call answered {len(answers)} messages")
+        return answers[0]
+
+    async def close(self) -> None:
+        """Close the connection (open calls fail as UNAVAILABLE)."""
+        connection, self._connection = self._connection, None
+        if connection is not None and connection.transport is not None:
+            connection.transport.close()
+
+
+__all__ = ["LeanChannel"]

@@ -1,0 +1,143 @@
+"""The load generators' lean gRPC client against two real servers: ours (h2) and grpc's own.
+
+grpc's server (C core) opens flow-control windows of 64 KiB and grows them as
+it goes; ours opens 16 MiB. Calls large enough to pass both make the client
+wait for WINDOW_UPDATE when it sends and top up its own window when it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from broker.grpc.http2 import Http2GrpcServer
+from loadtest.client import CallFailed
+from rip5.bench.grpc_lean import LeanChannel
+
+LIMIT = 64 * 1024 * 1024
+BIG = 20 * 1024 * 1024  # beyond the first window of either server
+
+
+class Handlers:
+    """Methods of bytes in, bytes out, and what the server saw."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    async def echo(self, request: bytes, context: Any) -> bytes:
+        metadata = dict(context.invocation_metadata())
+        return request + b"|" + str(metadata.get("x-mq-client-id")).encode()
+
+    async def size(self, request: bytes, context: Any) -> bytes:
+        return b"%d" % len(request)
+
+    async def chunks(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        size, count = (int(v) for v in request.split(b"x"))
+        for i in range(count):
+            yield bytes([i % 256]) * size
+
+    async def fail(self, request: bytes, context: Any) -> bytes:
+        raise ValueError("not like this: 100% sure")
+
+    async def hang(self, request: bytes, context: Any) -> bytes:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return b""
+
+
+def _handler(handlers: Handlers) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(
+        "t.S",
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(handlers.echo),
+            "Size": grpc.unary_unary_rpc_method_handler(handlers.size),
+            "Chunks": grpc.unary_stream_rpc_method_handler(handlers.chunks),
+            "Fail": grpc.unary_unary_rpc_method_handler(handlers.fail),
+            "Hang": grpc.unary_unary_rpc_method_handler(handlers.hang),
+        },
+    )
+
+
+@pytest.fixture(params=["h2", "grpcio"])
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Handlers, LeanChannel]]:
+    handlers = Handlers()
+    if request.param == "h2":
+        ours = Http2GrpcServer(inbound_bytes_max=LIMIT)
+        ours.add_generic_rpc_handlers((_handler(handlers),))
+        port = await ours.start("127.0.0.1", 0)
+    else:
+        options = [("grpc.max_receive_message_length", LIMIT)]
+        theirs = grpc.aio.server(options=options)
+        theirs.add_generic_rpc_handlers((_handler(handlers),))
+        port = theirs.add_insecure_port("127.0.0.1:0")
+        await theirs.start()
+    channel = LeanChannel(f"127.0.0.1:{port}")
+    try:
+        yield handlers, channel
+    finally:
+        await channel.close()
+        if request.param == "h2":
+            await ours.stop(1.0)
+        else:
+            await theirs.stop(1.0)
+
+
+async def test_a_unary_call_carries_its_metadata(served: Any) -> None:
+    _handlers, channel = served
+    metadata = (("x-mq-client-id", "client-1"),)
+    for _ in range(3):  # the same header block each time
+        answer = await channel.unary("/t.S/Echo", b"hi", timeout_s=10, metadata=metadata)
+        assert answer == b"hi|client-1"
+
+
+async def test_a_request_beyond_the_servers_window_arrives_whole(served: Any) -> None:
+    _handlers, channel = served
+    sizes = await asyncio.gather(
+        *(channel.unary("/t.S/Size", bytes(BIG), timeout_s=60) for _ in range(2))
+    )
+    assert sizes == [b"%d" % BIG] * 2
+
+
+async def test_a_stream_arrives_whole_and_in_order(served: Any) -> None:
+    _handlers, channel = served
+    size, count = 64 * 1024, 400  # 25 MiB: past the connection window's first top-up
+    got = [m async for m in channel.stream("/t.S/Chunks", b"%dx%d" % (size, count), timeout_s=60)]
+    assert [len(m) for m in got] == [size] * count
+    assert [m[0] for m in got] == [i % 256 for i in range(count)]
+
+
+async def test_a_failed_call_raises_its_status_and_message(served: Any) -> None:
+    _handlers, channel = served
+    with pytest.raises(CallFailed) as failed:
+        await channel.unary("/t.S/Fail", b"", timeout_s=10)
+    assert failed.value.name == "UNKNOWN"
+    assert "not like this: 100% sure" in failed.value.detail  # percent-decoded
+    with pytest.raises(CallFailed) as unknown:
+        await channel.unary("/t.S/Nothing", b"", timeout_s=10)
+    assert unknown.value.name == "UNIMPLEMENTED"
+    assert await channel.unary("/t.S/Echo", b"after", timeout_s=10) == b"after|None"
+
+
+async def test_a_call_past_its_deadline_fails_and_is_cancelled(served: Any) -> None:
+    handlers, channel = served
+    with pytest.raises(CallFailed) as failed:
+        await channel.unary("/t.S/Hang", b"", timeout_s=0.3)
+    assert failed.value.name == "DEADLINE_EXCEEDED"
+    await asyncio.wait_for(handlers.cancelled.wait(), 10)
+    assert await channel.unary("/t.S/Echo", b"still", timeout_s=10) == b"still|None"
+
+
+async def test_no_server_is_unavailable() -> None:
+    from angelia_rpc.ports import free_port
+
+    channel = LeanChannel(f"127.0.0.1:{free_port()}")
+    with pytest.raises(CallFailed) as failed:
+        await channel.unary("/t.S/Echo", b"", timeout_s=5)
+    assert failed.value.name == "UNAVAILABLE"
