@@ -92,7 +92,7 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Handlers
 async def test_a_unary_call_carries_its_metadata(served: Any) -> None:
     _handlers, channel = served
     metadata = (("x-mq-client-id", "client-1"),)
-    for _ in range(3):  # the same header block each time
+    for _ in range(3):  # the first call indexes its headers, the later ones refer to them
         answer = await channel.unary("/t.S/Echo", b"hi", timeout_s=10, metadata=metadata)
         assert answer == b"hi|client-1"
 
