@@ -81,8 +81,6 @@ class _Stream:
     pending: memoryview = field(default_factory=lambda: memoryview(b""))
     inbound: bytearray = field(default_factory=bytearray)
     messages: asyncio.Queue[bytes | BaseException | None] = field(default_factory=asyncio.Queue)
-    header_block: bytearray | None = None  # a header block waiting for its CONTINUATION
-    block_ends_stream: bool = False
     headers_seen: bool = False
 
 
@@ -104,6 +102,8 @@ class _Connection(asyncio.Protocol):
         self._peer_frame_bytes = DEFAULT_FRAME_BYTES
         self._received_unacked = 0
         self._blocked: list[int] = []  # streams with data waiting for window, in order
+        self._block = bytearray()  # the header block being received
+        self._block_ends_stream = False
 
     # -- connection -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -271,32 +271,27 @@ class _Connection(asyncio.Protocol):
             self._end(stream_id, CallFailed("INTERNAL", "the response ended without trailers"))
 
     def _on_headers(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        stream = self.streams.get(stream_id)
+        """A HEADERS or CONTINUATION frame; a header block is whole at END_HEADERS
+        (its CONTINUATION frames follow it at once, on the same stream)."""
         if kind == HEADERS:
             if flags & PADDED:
                 payload = payload[1 : len(payload) - payload[0]]
             if flags & PRIORITY:
                 payload = payload[5:]
-            block = bytearray(payload)
-            ends_stream = bool(flags & END_STREAM)
-        elif stream is None or stream.header_block is None:
-            block = bytearray(payload)  # keep the decoder's table in step
-            ends_stream = False
+            self._block = bytearray(payload)
+            self._block_ends_stream = bool(flags & END_STREAM)
         else:
-            block = stream.header_block + payload
-            ends_stream = stream.block_ends_stream
+            self._block += payload
         if not flags & END_HEADERS:
-            if stream is not None:
-                stream.header_block = block
-                stream.block_ends_stream = ends_stream
             return
-        # Every block is decoded, to keep the decoder's table in step; names and values
-        # come as str (the decoder's raw=False).
+        block, self._block = self._block, bytearray()
+        # Every block is decoded, streams gone or not, to keep the decoder's table in
+        # step; names and values come as str (the decoder's raw=False).
         headers = cast(dict[str, str], dict(self._decoder.decode(bytes(block))))
+        stream = self.streams.get(stream_id)
         if stream is None:
             return
-        stream.header_block = None
-        if not stream.headers_seen and not ends_stream:
+        if not stream.headers_seen and not self._block_ends_stream:
             stream.headers_seen = True
             status = headers.get(":status", "200")
             if status != "200":
