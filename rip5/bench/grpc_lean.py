@@ -1,9 +1,9 @@
 """A lean gRPC client for the load generators: unary and server-streaming calls over h2c.
 
 Why it exists: a load generator shares the machine with the servers it
-measures, and grpc.aio spends more CPU per message than the broker does
-(``rip5 bench e2e``'s receive+ack phase: the grpc.aio client took half of
-the 2 cores, most of it in its streaming reads). This client reads HTTP/2
+measures, and grpc.aio is costly there: in ``rip5 bench e2e``'s receive+ack
+phase the grpc.aio client took half of the 2 cores, nearly as much as the
+broker, most of it in its streaming reads. This client reads HTTP/2
 frames with ``struct``, splits gRPC messages out of DATA frames itself, and
 keeps HPACK to the header blocks, one each way per call (its own indexed, as
 grpc's client indexes them).
