@@ -16,7 +16,7 @@ process (uvloop) then runs two phases per run:
    phase 1 is consumed; messages/s (receive+ack of a message counts once)
    and p99 of a receive+ack pair.
 
-The default ``batch`` (64) is the size of a broker's storage appends, not a
+The default ``batch`` (64) is about the size of a broker's storage appends, not a
 client's sends: the broker coalesces concurrent sends to a queue into one
 append (``broker.processor.coalescer``), and under ``rip5 bench e2e``'s load
 (64 sends of 32 in flight, the same 2,048 messages in flight as 32 appends
