@@ -200,13 +200,12 @@ class Generator:
         self.group = group
         self.endpoints = endpoints_of(endpoint)
         self.metadata = ((CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}"),)
+        self._channels: list[Any]  # each with an async close()
         self.stubs: list[Any]
         if client == "lean":
-            self._lean = [LeanChannel(endpoint) for _ in range(channels)]
-            self._channels = []
-            self.stubs = [LeanStub(c) for c in self._lean]
+            self._channels = [LeanChannel(endpoint) for _ in range(channels)]
+            self.stubs = [LeanStub(c) for c in self._channels]
         else:
-            self._lean = []
             self._channels = [
                 grpc.aio.insecure_channel(
                     endpoint,
@@ -224,8 +223,6 @@ class Generator:
         """Close every channel."""
         for channel in self._channels:
             await channel.close()
-        for lean in self._lean:
-            await lean.close()
 
     async def publish(
         self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float

@@ -122,8 +122,8 @@ class _Connection(asyncio.Protocol):
         self._fail_all(CallFailed("UNAVAILABLE", f"connection lost: {exc}"))
 
     def _fail_all(self, error: CallFailed, above: int = 0) -> None:
-        if above == 0:
-            self.lost = error
+        """No new calls on this connection; the open ones above stream ``above`` fail."""
+        self.lost = error
         for stream_id in [s for s in self.streams if s > above]:
             stream = self.streams.pop(stream_id)
             stream.messages.put_nowait(error)
@@ -229,7 +229,6 @@ class _Connection(asyncio.Protocol):
         elif kind == GOAWAY:
             (last,) = _U32.unpack_from(payload)
             error = CallFailed("UNAVAILABLE", "the server is going away")
-            self.lost = error
             self._fail_all(error, above=last & 0x7FFFFFFF)
         # PUSH_PROMISE is refused by our SETTINGS; PRIORITY and unknown types are ignored.
 
@@ -368,23 +367,19 @@ class LeanChannel:
         stream_id = connection.start(self._headers(path, timeout_s, metadata), request)
         messages = connection.streams[stream_id].messages
         deadline = asyncio.get_running_loop().time() + timeout_s
-        finished = False
         try:
             while True:
                 async with asyncio.timeout_at(deadline):
                     item = await messages.get()
                 if item is None:
-                    finished = True
                     return
                 if isinstance(item, BaseException):
-                    finished = True
                     raise item
                 yield item
         except TimeoutError:
             raise CallFailed("DEADLINE_EXCEEDED", f"no answer within {timeout_s} s") from None
         finally:
-            if not finished:
-                connection.cancel(stream_id)
+            connection.cancel(stream_id)  # a no-op for a call that ended
 
     async def unary(
         self,

@@ -121,7 +121,8 @@ def test_a_removed_member_that_missed_its_removal_is_not_elected(
     """Seed 6125 with early appends: node 1, removed from group 3 by a joint change,
     lost to a torn write the commit of the joint entry, campaigned in its old
     configuration and won with node 2's vote while nodes 3 and 4 elected node 3
-    in the same term. Voters now refuse a candidate outside their configuration."""
+    in the same term. Voters now refuse a voter their applied configuration took
+    out (Raft._counts_as_voter)."""
     monkeypatch.setattr(sim_replica, "EARLY_SEND", True)
     result = run_seed(6125)
     if result.failure is not None:
