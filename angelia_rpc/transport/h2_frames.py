@@ -4,10 +4,10 @@ h2 logs every frame it receives at trace level and builds the message
 eagerly, logger or not: ``repr(frame)``. For a DATA frame that calls
 hyperframe's ``_raw_data_repr``, which hexlifies the whole payload to keep
 its first 20 hex digits. On the broker's HTTP/2 server that was ~4% of its
-CPU while publishing (py-spy), growing with frame size. Importing this
-module replaces the function with one that gives the same text from the
-first 10 bytes. Both users of h2 (``angelia_rpc.transport.http2`` and
-``broker.grpc.http2``) import it.
+CPU while publishing (py-spy), growing with frame size, when that server
+still ran on h2. Importing this module replaces the function with one that
+gives the same text from the first 10 bytes. ``angelia_rpc.transport.http2``
+imports it.
 
 SHELL: patches a third-party module when imported (idempotent).
 """

@@ -1,4 +1,4 @@
-"""A gRPC server on HTTP/2 (h2) that sends what a call yields together.
+"""A gRPC server on HTTP/2 that sends what a call yields together.
 
 Why not grpc.aio: the v2 protocol streams one ReceiveMessageResponse per
 message, and grpc-python writes each response of a stream on its own (one C
@@ -8,6 +8,13 @@ on these machines (docs/benchmarks.md, "gRPC itself"). Here a handler's
 responses go into the call's outgoing bytes, and the bytes of every call
 are handed to the socket once per event loop iteration: a ReceiveMessage
 of 32 messages is a few DATA frames in one write.
+
+Why not the h2 library: its state machine and events were two thirds of
+this server's CPU per call (a 33 KiB unary call cost ~260-400 us of server
+CPU with it, ~100 us without; docs/benchmarks.md). The frames are read and
+written here with ``protocol.http2``; HPACK decoding stays with the
+``hpack`` library, and what is sent never touches HPACK's dynamic table
+(literals without indexing), so no encoder state is kept.
 
 What it serves: the standard gRPC wire protocol over cleartext HTTP/2
 (prior knowledge, as the official clients connect), for the handlers that
@@ -30,9 +37,16 @@ Contracts:
 - Ordering: a call's responses leave in the order the handler produced
   them; its trailers leave after its last DATA frame. Flow control is the
   peer's: bytes beyond its windows wait for its WINDOW_UPDATE.
-- Inbound flow control: received bytes are acknowledged as they arrive
-  (windows of ``WINDOW_BYTES``), so one large request does not stall the
-  connection's other calls.
+- Inbound flow control: received bytes are consumed as they arrive and
+  given back (WINDOW_UPDATE) once half of a window of ``WINDOW_BYTES`` is
+  used, so one large request does not stall the connection's other calls.
+- HTTP/2 itself (RFC 9113): the client's SETTINGS are applied and
+  acknowledged, PINGs answered, padding, priority fields and CONTINUATION
+  frames read, unknown frame types ignored. A call answered before its
+  request ended is reset with NO_ERROR after its trailers. A stream over
+  ``MAX_CONCURRENT_STREAMS`` is refused (REFUSED_STREAM). A framing,
+  HPACK or flow-control error closes that connection after a GOAWAY naming
+  the error; the server serves on.
 
 SHELL: sockets, the event loop and the clock.
 """
@@ -50,13 +64,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, cast
 
 import grpc
-from h2 import events as h2_events
-from h2.config import H2Configuration
-from h2.connection import H2Connection
-from h2.exceptions import H2Error
-from h2.settings import SettingCodes
+import hpack
 
-from angelia_rpc.transport import h2_frames  # noqa: F401 - patches a costly repr
+from protocol import http2
 
 log = logging.getLogger("broker.grpc.http2")
 
@@ -69,8 +79,20 @@ FRAME_BYTES_MAX = 1024 * 1024
 """Largest frame the client may send (HTTP/2's default is 16 KiB): a batch of sends
 arrives in one frame, parsed once."""
 
+HEADER_BLOCK_BYTES_MAX = 1024 * 1024
+"""Largest request header block (CONTINUATION frames joined) a connection takes."""
+
 _PREFIX = struct.Struct(">BI")  # a gRPC message: compressed flag, length
-_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+_SETTINGS = http2.settings_payload(
+    (
+        (http2.SETTINGS_MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
+        (http2.SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_BYTES),
+        (http2.SETTINGS_MAX_FRAME_SIZE, FRAME_BYTES_MAX),
+    )
+)
+# ":status: 200" is entry 8 of HPACK's static table, "content-type" entry 31.
+_RESPONSE_HEADERS = b"\x88" + http2.literal_indexed_name(31, b"application/grpc")
+_STATUS_OK = http2.literal(b"grpc-status", b"0")
 _RESERVED = frozenset(
     {"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"}
 )
@@ -171,60 +193,77 @@ class _Call:
 
     __slots__ = (
         "context",
+        "half_closed",
         "handler",
         "headers_sent",
         "inbound",
         "messages",
         "outbound",
         "requests",
+        "send_window",
         "stream_id",
         "task",
         "timer",
         "trailers",
+        "unacked",
     )
 
-    def __init__(self, stream_id: int, handler: grpc.RpcMethodHandler, context: CallContext):
+    def __init__(
+        self,
+        stream_id: int,
+        handler: grpc.RpcMethodHandler,
+        context: CallContext,
+        send_window: int,
+    ):
         self.stream_id = stream_id
+        self.send_window = send_window  # what the client lets us send on this stream
+        self.unacked = 0  # received bytes not yet given back to the stream's window
+        self.half_closed = False  # the client sent END_STREAM
         self.handler = handler
         self.context = context
         self.inbound = bytearray()
         self.requests: asyncio.Queue[object] | None = None  # streaming requests
         self.messages: list[bytes] = []  # unary request: the messages received
         self.outbound: list[bytes] = []
-        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.trailers: bytes | None = None  # the encoded trailer block, once decided
         self.headers_sent = False
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: the h2 state machine and its calls."""
+    """One client connection: its frames, its flow-control windows and its calls."""
 
     def __init__(self, server: Http2GrpcServer) -> None:
         self._server = server
-        self._h2 = H2Connection(
-            H2Configuration(
-                client_side=False,
-                header_encoding=None,
-                # Checking a request's headers is an eighth of h2's work per call.
-                # They are read by _on_request alone: a block h2 would refuse
-                # (uppercase names, connection headers, a repeated or missing
-                # pseudo-header) gets UNIMPLEMENTED for a wrong or missing :path,
-                # and any other name is plain metadata, which the service checks
-                # (a missing client id is refused with its status). What we send
-                # is still normalised (a grpc-message may end in a space).
-                validate_inbound_headers=False,
-                normalize_inbound_headers=False,
-            )
-        )
+        # Request headers are read by _on_request alone: a block with uppercase names,
+        # connection headers or a repeated pseudo-header gets UNIMPLEMENTED for a wrong
+        # or missing :path, and any other name is plain metadata, which the service
+        # checks (a missing client id is refused with its status).
+        self._decoder = hpack.Decoder()
         self._calls: dict[int, _Call] = {}
-        # The calls with bytes or trailers not yet handed to h2 (each pump looks at these
+        # The calls with bytes or trailers not yet framed (each pump looks at these
         # only, not at every open call: thousands of long polls may wait on a connection).
         self._sending: dict[int, _Call] = {}
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._flush_scheduled = False
         self._closed = False
+        self._going_away = False
+        self._out: list[bytes] = []
+        self._inbound = bytearray()
+        self._preface_seen = False
+        self._last_stream_id = 0
+        self._block = bytearray()  # a header block being received, CONTINUATION frames apart
+        self._block_stream = 0
+        self._block_flags = 0
+        # Flow control. Ours: received bytes not yet given back by a WINDOW_UPDATE.
+        self._unacked = 0
+        # The client's: what we may still send on the connection, a new stream's
+        # window, and the largest frame it takes.
+        self._send_window = http2.DEFAULT_WINDOW
+        self._stream_window = http2.DEFAULT_WINDOW
+        self._frame_bytes = http2.DEFAULT_FRAME_BYTES
         self.drained = asyncio.Event()  # set while no call is open
         self.drained.set()
 
@@ -233,22 +272,12 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._server._connections.add(self)
-        h2 = self._h2
-        h2.initiate_connection()
-        # Applied by h2 when the client acknowledges them; the client, which reads them
-        # before anything it sends later, never exceeds what is in force.
-        h2.update_settings(
-            {
-                SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-                SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
-                SettingCodes.MAX_FRAME_SIZE: FRAME_BYTES_MAX,
-            }
+        # Lenient from the start: frames up to FRAME_BYTES_MAX and our windows are
+        # accepted before the client acknowledges the settings that announce them.
+        self._write(
+            http2.frame(http2.SETTINGS, 0, 0, _SETTINGS)
+            + http2.frame(http2.WINDOW_UPDATE, 0, 0, http2.U32.pack(WINDOW_BYTES - 65_535))
         )
-        # h2 checks frame sizes against the limit in force when a chunk of bytes arrives:
-        # a client frame sent right after the acknowledgement, in the same chunk, would
-        # fail. Accepting the larger frames already is lenient, never wrong.
-        h2.max_inbound_frame_size = FRAME_BYTES_MAX
-        h2.increment_flow_control_window(WINDOW_BYTES - 65_535)
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -261,42 +290,162 @@ class _Connection(asyncio.Protocol):
         self.drained.set()
 
     def data_received(self, data: bytes) -> None:
+        inbound = self._inbound
+        inbound += data
         try:
-            events = self._h2.receive_data(data)
-        except H2Error as exc:
-            log.info("closing an HTTP/2 connection after a protocol error: %s", exc)
-            self._flush()
-            self.close()
+            if not self._preface_seen:
+                if len(inbound) < len(http2.PREFACE):
+                    if not http2.PREFACE.startswith(bytes(inbound)):
+                        raise http2.FrameError(http2.PROTOCOL_ERROR, "not an HTTP/2 preface")
+                    return
+                if not inbound.startswith(http2.PREFACE):
+                    raise http2.FrameError(http2.PROTOCOL_ERROR, "not an HTTP/2 preface")
+                del inbound[: len(http2.PREFACE)]
+                self._preface_seen = True
+            for kind, flags, stream_id, payload in http2.split_frames(inbound, FRAME_BYTES_MAX):
+                self._on_frame(kind, flags, stream_id, payload)
+        except http2.FrameError as exc:
+            self._fail_connection(exc.code, str(exc))
             return
-        for event in events:
-            self._on_event(event)
+        except hpack.HPACKError as exc:
+            self._fail_connection(http2.COMPRESSION_ERROR, f"a header block: {exc}")
+            return
         self._pump()
         self._flush()
 
-    # -- events -------------------------------------------------------------------
+    def _fail_connection(self, code: int, reason: str) -> None:
+        log.info("closing an HTTP/2 connection after a protocol error: %s", reason)
+        self._go_away(code, reason)
+        self._flush()
+        self.close()
 
-    def _on_event(self, event: h2_events.Event) -> None:
-        if isinstance(event, h2_events.DataReceived):
-            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            call = self._calls.get(event.stream_id)
-            if call is not None and event.data:
-                self._on_data(call, event.data)
-        elif isinstance(event, h2_events.RequestReceived):
-            self._on_request(event.stream_id, event.headers or [])
-        elif isinstance(event, h2_events.StreamEnded):
-            call = self._calls.get(event.stream_id)
-            if call is not None:
-                self._on_half_close(call)
-        elif isinstance(event, h2_events.StreamReset):
-            call = self._calls.pop(event.stream_id, None)
-            self._sending.pop(event.stream_id, None)
+    # -- frames ---------------------------------------------------------------------
+
+    def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if self._block_stream and kind != http2.CONTINUATION:
+            raise http2.FrameError(http2.PROTOCOL_ERROR, "a header block broken off")
+        if kind == http2.DATA:
+            self._on_data_frame(flags, stream_id, payload)
+        elif kind == http2.HEADERS:
+            if stream_id == 0:
+                raise http2.FrameError(http2.PROTOCOL_ERROR, "HEADERS on stream 0")
+            self._block = bytearray(http2.header_fragment(flags, payload))
+            self._block_stream = stream_id
+            self._block_flags = flags
+            if flags & http2.END_HEADERS:
+                self._on_header_block()
+        elif kind == http2.CONTINUATION:
+            if stream_id == 0 or stream_id != self._block_stream:
+                raise http2.FrameError(http2.PROTOCOL_ERROR, "a CONTINUATION out of place")
+            self._block += payload
+            if len(self._block) > HEADER_BLOCK_BYTES_MAX:
+                raise http2.FrameError(http2.PROTOCOL_ERROR, "a header block over 1 MiB")
+            if flags & http2.END_HEADERS:
+                self._on_header_block()
+        elif kind == http2.WINDOW_UPDATE:
+            self._on_window_update(stream_id, payload)
+        elif kind == http2.SETTINGS:
+            if stream_id != 0:
+                raise http2.FrameError(http2.PROTOCOL_ERROR, "SETTINGS on a stream")
+            if not flags & http2.ACK:
+                self._on_settings(payload)
+                self._write(http2.frame(http2.SETTINGS, http2.ACK, 0))
+        elif kind == http2.PING:
+            if len(payload) != 8:
+                raise http2.FrameError(http2.FRAME_SIZE_ERROR, "a PING payload is 8 bytes")
+            if not flags & http2.ACK:
+                self._write(http2.frame(http2.PING, http2.ACK, 0, payload))
+        elif kind == http2.RST_STREAM:
+            call = self._calls.pop(stream_id, None)
+            self._sending.pop(stream_id, None)
             if call is not None:
                 self._cancel(call)
             if not self._calls:
                 self.drained.set()
-        elif isinstance(event, h2_events.ConnectionTerminated):
+        elif kind == http2.GOAWAY:
             self.close()
-        # WindowUpdated and RemoteSettingsChanged: the pump after the events sends more.
+        elif kind == http2.PUSH_PROMISE:
+            raise http2.FrameError(http2.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+        # PRIORITY and unknown frame types are ignored, as RFC 9113 allows.
+
+    def _on_data_frame(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise http2.FrameError(http2.PROTOCOL_ERROR, "DATA on stream 0")
+        # Flow control counts the whole payload, padding included. Everything received
+        # is consumed at once, so both windows are given back in one update when half
+        # the connection's is used: one large request never stalls the other calls.
+        self._unacked += len(payload)
+        if self._unacked >= WINDOW_BYTES // 2:
+            self._write(http2.frame(http2.WINDOW_UPDATE, 0, 0, http2.U32.pack(self._unacked)))
+            self._unacked = 0
+        call = self._calls.get(stream_id)
+        if call is None:
+            return  # a stream already answered or reset: dropped
+        call.unacked += len(payload)
+        if call.unacked >= WINDOW_BYTES // 2 and not flags & http2.END_STREAM:
+            update = http2.U32.pack(call.unacked)
+            self._write(http2.frame(http2.WINDOW_UPDATE, 0, stream_id, update))
+            call.unacked = 0
+        data = http2.unpadded(flags, payload)
+        if data:
+            self._on_data(call, data)
+        if flags & http2.END_STREAM and self._calls.get(stream_id) is call:
+            self._on_half_close(call)
+
+    def _on_header_block(self) -> None:
+        stream_id, flags = self._block_stream, self._block_flags
+        block, self._block, self._block_stream = bytes(self._block), bytearray(), 0
+        # Every block is decoded, whatever becomes of its stream, to keep the
+        # decoder's table in step with the client's encoder.
+        headers = self._decoder.decode(block, raw=True)
+        call = self._calls.get(stream_id)
+        if call is not None:  # trailers from the client end its requests
+            if flags & http2.END_STREAM:
+                self._on_half_close(call)
+            return
+        if stream_id <= self._last_stream_id or not stream_id & 1:
+            if stream_id & 1:
+                return  # a stream already answered or reset
+            raise http2.FrameError(http2.PROTOCOL_ERROR, f"a client opened stream {stream_id}")
+        self._last_stream_id = stream_id
+        if self._going_away:
+            return
+        if len(self._calls) >= MAX_CONCURRENT_STREAMS:
+            self._write(
+                http2.frame(http2.RST_STREAM, 0, stream_id, http2.U32.pack(http2.REFUSED_STREAM))
+            )
+            return
+        self._on_request(stream_id, cast(list[tuple[bytes, bytes]], headers))
+        call = self._calls.get(stream_id)
+        if call is not None and flags & http2.END_STREAM:
+            self._on_half_close(call)
+
+    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise http2.FrameError(http2.FRAME_SIZE_ERROR, "a WINDOW_UPDATE payload is 4 bytes")
+        increment = http2.U32.unpack(payload)[0] & 0x7FFFFFFF
+        if stream_id == 0:
+            self._send_window += increment
+            if self._send_window > http2.WINDOW_MAX:
+                raise http2.FrameError(http2.FLOW_CONTROL_ERROR, "connection window overflow")
+        elif (call := self._calls.get(stream_id)) is not None:
+            call.send_window += increment
+        # The pump after this chunk's frames sends what waited for the window.
+
+    def _on_settings(self, payload: bytes) -> None:
+        for key, value in http2.parse_settings(payload):
+            if key == http2.SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > http2.WINDOW_MAX:
+                    raise http2.FrameError(http2.FLOW_CONTROL_ERROR, "initial window too large")
+                delta = value - self._stream_window
+                self._stream_window = value
+                for call in self._calls.values():
+                    call.send_window += delta
+            elif key == http2.SETTINGS_MAX_FRAME_SIZE:
+                if not http2.DEFAULT_FRAME_BYTES <= value <= 2**24 - 1:
+                    raise http2.FrameError(http2.PROTOCOL_ERROR, f"max frame size {value}")
+                self._frame_bytes = value
+        # SETTINGS_HEADER_TABLE_SIZE needs nothing: what we send never uses the table.
 
     def _on_request(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         path = ""
@@ -324,7 +473,9 @@ class _Connection(asyncio.Protocol):
         if handler is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path}")
             return
-        call = _Call(stream_id, handler, CallContext(tuple(metadata), deadline))
+        call = _Call(
+            stream_id, handler, CallContext(tuple(metadata), deadline), self._stream_window
+        )
         self._calls[stream_id] = call
         self.drained.clear()
         if encoding not in ("", "identity"):
@@ -364,6 +515,7 @@ class _Connection(asyncio.Protocol):
                 call.messages.append(message)
 
     def _on_half_close(self, call: _Call) -> None:
+        call.half_closed = True
         if call.trailers is not None:  # already answered (an error while receiving)
             return
         if call.inbound:
@@ -457,22 +609,14 @@ class _Connection(asyncio.Protocol):
             task, call.task = call.task, None
             if task is not asyncio.current_task() and not task.done():
                 task.cancel()
-        trailers = [(b"grpc-status", str(code.value[0]).encode())]
-        if message:
-            trailers.append((b"grpc-message", _percent_encoded(message)))
-        call.trailers = trailers
+        call.trailers = _status_block(code, message)
         if self._calls.get(call.stream_id) is call:
             self._sending[call.stream_id] = call
         self._schedule()
 
     def _trailers_only(self, stream_id: int, code: grpc.StatusCode, message: str) -> None:
-        headers = [
-            *_HEADERS,
-            (b"grpc-status", str(code.value[0]).encode()),
-            (b"grpc-message", _percent_encoded(message)),
-        ]
-        with contextlib.suppress(H2Error):
-            self._h2.send_headers(stream_id, headers, end_stream=True)
+        block = _RESPONSE_HEADERS + _status_block(code, message)
+        self._write(http2.header_frames(stream_id, block, True, self._frame_bytes))
         self._schedule()
 
     def _schedule(self) -> None:
@@ -486,56 +630,66 @@ class _Connection(asyncio.Protocol):
         self._flush()
 
     def _pump(self) -> None:
-        """Hand every call's queued bytes to h2 as far as the windows allow."""
+        """Frame every call's queued bytes as far as the windows allow."""
         if self._closed:
             return
-        h2 = self._h2
         for call in list(self._sending.values()):
-            try:
-                if not call.headers_sent:
-                    h2.send_headers(call.stream_id, _HEADERS)
-                    call.headers_sent = True
-                if call.outbound:
-                    self._send_data(call)
-                if call.outbound:
-                    continue  # blocked by flow control: stays for the next pump
-                del self._sending[call.stream_id]
-                if call.trailers is not None:
-                    h2.send_headers(call.stream_id, call.trailers, end_stream=True)
-                    self._calls.pop(call.stream_id, None)
-            except H2Error:  # the stream went away under us (reset, connection closing)
-                self._sending.pop(call.stream_id, None)
-                self._calls.pop(call.stream_id, None)
-                self._cancel(call)
+            stream_id = call.stream_id
+            if not call.headers_sent:
+                self._write(
+                    http2.frame(http2.HEADERS, http2.END_HEADERS, stream_id, _RESPONSE_HEADERS)
+                )
+                call.headers_sent = True
+            if call.outbound:
+                self._send_data(call)
+            if call.outbound:
+                continue  # blocked by flow control: stays for the next pump
+            del self._sending[stream_id]
+            if call.trailers is not None:
+                self._write(http2.header_frames(stream_id, call.trailers, True, self._frame_bytes))
+                if not call.half_closed:  # the client may stop sending: nothing is read
+                    self._write(
+                        http2.frame(http2.RST_STREAM, 0, stream_id, http2.U32.pack(http2.NO_ERROR))
+                    )
+                self._calls.pop(stream_id, None)
         if not self._calls:
             self.drained.set()
 
     def _send_data(self, call: _Call) -> None:
-        h2 = self._h2
-        data = b"".join(call.outbound)
+        data = b"".join(call.outbound) if len(call.outbound) > 1 else call.outbound[0]
         call.outbound.clear()
         view = memoryview(data)
-        frame_max = h2.max_outbound_frame_size
+        stream_id = call.stream_id
         while view:
-            window = h2.local_flow_control_window(call.stream_id)
-            if window <= 0:
+            size = min(self._send_window, call.send_window, self._frame_bytes, len(view))
+            if size <= 0:
                 call.outbound.append(bytes(view))  # the rest waits for a WINDOW_UPDATE
                 return
-            size = min(window, frame_max, len(view))
-            h2.send_data(call.stream_id, view[:size].tobytes())
+            self._send_window -= size
+            call.send_window -= size
+            self._write(http2.frame(http2.DATA, 0, stream_id, view[:size].tobytes()))
             view = view[size:]
 
+    def _write(self, data: bytes) -> None:
+        """Queue frames for this loop turn's single write."""
+        self._out.append(data)
+
     def _flush(self) -> None:
-        data = self._h2.data_to_send()
-        if data and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
+        out, self._out = self._out, []
+        if out and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(b"".join(out) if len(out) > 1 else out[0])
 
     # -- closing ----------------------------------------------------------------------
 
+    def _go_away(self, code: int, reason: str = "") -> None:
+        if not self._going_away:
+            self._going_away = True
+            payload = http2.U32.pack(self._last_stream_id) + http2.U32.pack(code)
+            self._write(http2.frame(http2.GOAWAY, 0, 0, payload + reason.encode()[:256]))
+
     def go_away(self) -> None:
-        """Tell the client the connection ends (h2 then sends nothing more on it)."""
-        with contextlib.suppress(H2Error):
-            self._h2.close_connection()
+        """Tell the client the connection ends; calls it opens after this are not served."""
+        self._go_away(http2.NO_ERROR)
         self._flush()
 
     def close(self) -> None:
@@ -544,6 +698,18 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
         for call in list(self._calls.values()):
             self._cancel(call)
+
+
+def _status_block(code: grpc.StatusCode, message: str) -> bytes:
+    """The encoded ``grpc-status`` (and ``grpc-message``) header fields."""
+    if code is grpc.StatusCode.OK:
+        return _STATUS_OK
+    block = http2.literal(b"grpc-status", str(code.value[0]).encode())
+    # A field value must not begin or end with whitespace (RFC 9113 8.2.1).
+    text = _percent_encoded(message).strip(b" \t")
+    if text:
+        block += http2.literal(b"grpc-message", text)
+    return block
 
 
 def _identity(value: Any) -> Any:

@@ -36,37 +36,44 @@ import grpc
 import hpack
 
 from loadtest.client import CallFailed
+from protocol.http2 import (
+    ACK,
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_BYTES,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PING,
+    PREFACE,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_FRAME_SIZE,
+    U32,
+    WINDOW_MAX,
+    WINDOW_UPDATE,
+    FrameError,
+    header_fragment,
+    parse_settings,
+    settings_payload,
+    split_frames,
+    unpadded,
+)
+from protocol.http2 import frame as _frame
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_FRAME = struct.Struct(">I B I")  # (length << 8 | type), flags, stream id: see _frame
 _GRPC_PREFIX = struct.Struct(">BI")
-_SETTING = struct.Struct(">HI")
-_U32 = struct.Struct(">I")
 
-DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    0, 1, 3, 4, 5, 6, 7, 8, 9,
-)  # fmt: skip
-END_STREAM = ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY = 0x20
-
-SETTINGS_ENABLE_PUSH = 0x2
-SETTINGS_INITIAL_WINDOW_SIZE = 0x4
-SETTINGS_MAX_FRAME_SIZE = 0x5
-CANCEL = 0x8
-
-WINDOW_MAX = 2**31 - 1
-DEFAULT_WINDOW = 65_535
-DEFAULT_FRAME_BYTES = 16_384
+FRAME_BYTES_ANY = 1 << 24
+"""Frames are taken up to HTTP/2's largest size, whatever SETTINGS said."""
 TOP_UP_BYTES = 16 << 20
 """Received bytes after which the connection window is opened again by as much."""
 
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return _FRAME.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 
 
 def _failed(code: int, message: str = "") -> CallFailed:
@@ -109,13 +116,13 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        settings = _SETTING.pack(SETTINGS_ENABLE_PUSH, 0) + _SETTING.pack(
-            SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_MAX
+        settings = settings_payload(
+            ((SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_MAX))
         )
         self._send(
             PREFACE
             + _frame(SETTINGS, 0, 0, settings)
-            + _frame(WINDOW_UPDATE, 0, 0, _U32.pack(WINDOW_MAX - DEFAULT_WINDOW))
+            + _frame(WINDOW_UPDATE, 0, 0, U32.pack(WINDOW_MAX - DEFAULT_WINDOW))
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -160,7 +167,7 @@ class _Connection(asyncio.Protocol):
     def cancel(self, stream_id: int) -> None:
         """Reset a stream the caller gave up on."""
         if self.streams.pop(stream_id, None) is not None:
-            self._send(_frame(RST_STREAM, 0, stream_id, _U32.pack(CANCEL)))
+            self._send(_frame(RST_STREAM, 0, stream_id, U32.pack(CANCEL)))
 
     def _send_pending(self, stream_id: int, stream: _Stream) -> None:
         """Send what the windows allow of the stream's request; END_STREAM with the last."""
@@ -188,17 +195,13 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
         buffer += data
-        start = 0
-        size = len(buffer)
-        while size - start >= 9:
-            head, flags, stream_id = _FRAME.unpack_from(buffer, start)
-            length = head >> 8
-            if size - start < 9 + length:
-                break
-            payload = bytes(buffer[start + 9 : start + 9 + length])
-            start += 9 + length
-            self._on_frame(head & 0xFF, flags, stream_id & 0x7FFFFFFF, payload)
-        del buffer[:start]
+        try:
+            for kind, flags, stream_id, payload in split_frames(buffer, FRAME_BYTES_ANY):
+                self._on_frame(kind, flags, stream_id, payload)
+        except FrameError as exc:
+            self._fail_all(CallFailed("INTERNAL", f"HTTP/2 framing: {exc}"))
+            if self.transport is not None:
+                self.transport.close()
 
     def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if kind == DATA:
@@ -206,7 +209,7 @@ class _Connection(asyncio.Protocol):
         elif kind in (HEADERS, CONTINUATION):
             self._on_headers(kind, flags, stream_id, payload)
         elif kind == WINDOW_UPDATE:
-            (increment,) = _U32.unpack_from(payload)
+            (increment,) = U32.unpack_from(payload)
             increment &= 0x7FFFFFFF
             if stream_id == 0:
                 self._send_window += increment
@@ -224,17 +227,16 @@ class _Connection(asyncio.Protocol):
         elif kind == RST_STREAM:
             stream = self.streams.pop(stream_id, None)
             if stream is not None:
-                (code,) = _U32.unpack_from(payload)
+                (code,) = U32.unpack_from(payload)
                 stream.messages.put_nowait(CallFailed("CANCELLED", f"stream reset ({code})"))
         elif kind == GOAWAY:
-            (last,) = _U32.unpack_from(payload)
+            (last,) = U32.unpack_from(payload)
             error = CallFailed("UNAVAILABLE", "the server is going away")
             self._fail_all(error, above=last & 0x7FFFFFFF)
         # PUSH_PROMISE is refused by our SETTINGS; PRIORITY and unknown types are ignored.
 
     def _on_settings(self, payload: bytes) -> None:
-        for offset in range(0, len(payload) - len(payload) % 6, 6):
-            key, value = _SETTING.unpack_from(payload, offset)
+        for key, value in parse_settings(payload):
             if key == SETTINGS_INITIAL_WINDOW_SIZE:
                 delta = value - self._peer_initial_window
                 self._peer_initial_window = value
@@ -248,13 +250,12 @@ class _Connection(asyncio.Protocol):
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         self._received_unacked += len(payload)  # padding included, as flow control counts
         if self._received_unacked >= TOP_UP_BYTES:
-            self._send(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._received_unacked)))
+            self._send(_frame(WINDOW_UPDATE, 0, 0, U32.pack(self._received_unacked)))
             self._received_unacked = 0
         stream = self.streams.get(stream_id)
         if stream is None:
             return
-        if flags & PADDED:
-            payload = payload[1 : len(payload) - payload[0]]
+        payload = unpadded(flags, payload)
         inbound = stream.inbound
         inbound += payload
         while len(inbound) >= 5:
@@ -273,11 +274,7 @@ class _Connection(asyncio.Protocol):
         """A HEADERS or CONTINUATION frame; a header block is whole at END_HEADERS
         (its CONTINUATION frames follow it at once, on the same stream)."""
         if kind == HEADERS:
-            if flags & PADDED:
-                payload = payload[1 : len(payload) - payload[0]]
-            if flags & PRIORITY:
-                payload = payload[5:]
-            self._block = bytearray(payload)
+            self._block = bytearray(header_fragment(flags, payload))
             self._block_ends_stream = bool(flags & END_STREAM)
         else:
             self._block += payload
@@ -310,7 +307,7 @@ class _Connection(asyncio.Protocol):
             return
         stream.messages.put_nowait(error)
         if reset:
-            self._send(_frame(RST_STREAM, 0, stream_id, _U32.pack(CANCEL)))
+            self._send(_frame(RST_STREAM, 0, stream_id, U32.pack(CANCEL)))
 
 
 class LeanChannel:

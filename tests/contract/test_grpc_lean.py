@@ -1,4 +1,4 @@
-"""The load generators' lean gRPC client against two real servers: ours (h2) and grpc's own.
+"""The load generators' lean gRPC client against two real servers: the broker's and grpc's own.
 
 grpc's server (C core) opens flow-control windows of 64 KiB and grows them as
 it goes; ours opens 16 MiB. Calls large enough to pass both make the client
@@ -19,6 +19,7 @@ import pytest
 
 from broker.grpc.http2 import Http2GrpcServer
 from loadtest.client import CallFailed
+from protocol import http2
 from rip5.bench import grpc_lean
 from rip5.bench.grpc_lean import LeanChannel
 
@@ -161,15 +162,11 @@ class _Transport(asyncio.Transport):
         return False
 
 
-def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, stream id, payload) of the frames in ``data`` (after the preface)."""
-    found = []
-    while data:
-        length = int.from_bytes(data[:3], "big")
-        kind, flags = data[3], data[4]
-        stream_id = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
-        found.append((kind, flags, stream_id, data[9 : 9 + length]))
-        data = data[9 + length :]
+def _frames(data: bytes) -> list[http2.Frame]:
+    """The frames in ``data`` (after the preface), all of them whole."""
+    buffer = bytearray(data)
+    found = http2.split_frames(buffer, 1 << 24)
+    assert not buffer
     return found
 
 
@@ -179,24 +176,24 @@ async def test_frames_the_servers_here_never_send_are_read_too() -> None:
     transport = _Transport()
     connection.connection_made(transport)
     # The server allows 10 bytes per stream: the 20-byte request waits for its window.
-    settings = grpc_lean._SETTING.pack(grpc_lean.SETTINGS_INITIAL_WINDOW_SIZE, 10)
-    connection.data_received(grpc_lean._frame(grpc_lean.SETTINGS, 0, 0, settings))
+    settings = http2.settings_payload([(http2.SETTINGS_INITIAL_WINDOW_SIZE, 10)])
+    connection.data_received(http2.frame(http2.SETTINGS, 0, 0, settings))
     stream_id = connection.start((("x-k", "v"),), bytes(15))
     messages = connection.streams[stream_id].messages
     await asyncio.sleep(0)  # the client's writes go out at the end of the turn
-    sent = _frames(bytes(transport.written)[len(grpc_lean.PREFACE) :])
-    data = [payload for kind, _f, sid, payload in sent if kind == grpc_lean.DATA]
+    sent = _frames(bytes(transport.written)[len(http2.PREFACE) :])
+    data = [payload for kind, _f, sid, payload in sent if kind == http2.DATA]
     assert [len(d) for d in data] == [10]  # 5-byte prefix + 5 of the 15 bytes
     transport.written.clear()
-    update = grpc_lean._U32.pack(100)
+    update = http2.U32.pack(100)
     connection.data_received(
-        grpc_lean._frame(grpc_lean.WINDOW_UPDATE, 0, stream_id, update)
-        + grpc_lean._frame(grpc_lean.PING, 0, 0, b"12345678")
+        http2.frame(http2.WINDOW_UPDATE, 0, stream_id, update)
+        + http2.frame(http2.PING, 0, 0, b"12345678")
     )
     await asyncio.sleep(0)
     sent = _frames(bytes(transport.written))
-    assert (grpc_lean.DATA, grpc_lean.END_STREAM, stream_id) in [f[:3] for f in sent]
-    assert (grpc_lean.PING, grpc_lean.ACK, 0, b"12345678") in sent
+    assert (http2.DATA, http2.END_STREAM, stream_id) in [f[:3] for f in sent]
+    assert (http2.PING, http2.ACK, 0, b"12345678") in sent
     # The answer: headers split over a CONTINUATION, a padded DATA frame, trailers.
     encoder = hpack.Encoder()
     head = encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
@@ -205,12 +202,10 @@ async def test_frames_the_servers_here_never_send_are_read_too() -> None:
     body = grpc_lean._GRPC_PREFIX.pack(0, len(message)) + message
     padded = bytes([3]) + body + b"\0\0\0"
     connection.data_received(
-        grpc_lean._frame(grpc_lean.HEADERS, 0, stream_id, head[:3])
-        + grpc_lean._frame(grpc_lean.CONTINUATION, grpc_lean.END_HEADERS, stream_id, head[3:])
-        + grpc_lean._frame(grpc_lean.DATA, grpc_lean.PADDED, stream_id, padded)
-        + grpc_lean._frame(
-            grpc_lean.HEADERS, grpc_lean.END_HEADERS | grpc_lean.END_STREAM, stream_id, trailers
-        )
+        http2.frame(http2.HEADERS, 0, stream_id, head[:3])
+        + http2.frame(http2.CONTINUATION, http2.END_HEADERS, stream_id, head[3:])
+        + http2.frame(http2.DATA, http2.PADDED, stream_id, padded)
+        + http2.frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, stream_id, trailers)
     )
     assert stream_id not in connection.streams
     assert [messages.get_nowait() for _ in range(2)] == [b"answer", None]
