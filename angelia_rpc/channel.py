@@ -14,7 +14,7 @@ import itertools
 import random
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from angelia_rpc.codec import codec_named
 from angelia_rpc.codec.base import Codec, Decoder, Encoder
@@ -45,7 +45,7 @@ from angelia_rpc.framing import (
     hello,
     violation,
 )
-from angelia_rpc.service import Method
+from angelia_rpc.service import Method, Service
 from angelia_rpc.transport import transport_for
 from angelia_rpc.transport.base import Transport
 from protocol import errors
@@ -572,6 +572,9 @@ class ClientStream:
             self.cancel()
 
 
+S = TypeVar("S", bound=Service)
+
+
 class Peers:
     """One :class:`Channel` per peer address, shared by every caller (connection reuse)."""
 
@@ -581,6 +584,16 @@ class Peers:
         self.config = config or RpcConfig()
         self.transport = transport or transport_for(self.config)
         self._channels: dict[str, Channel] = {}
+        self._stubs: dict[tuple[type[Service], str], Service] = {}
+
+    def stub(self, service: type[S], address: str) -> S:
+        """The client stub of ``service`` on the channel to ``address``, made once: a
+        stub compiles its methods' codecs on first use, so callers keep no stubs."""
+        key = (service, address)
+        stub = self._stubs.get(key)
+        if stub is None:
+            stub = self._stubs[key] = service(self.channel(address))
+        return cast(S, stub)  # keyed by its own type
 
     def channel(self, address: str) -> Channel:
         """The channel to ``address`` (made on first use)."""
@@ -594,5 +607,6 @@ class Peers:
     async def close(self) -> None:
         """Close every channel."""
         channels, self._channels = self._channels, {}
+        self._stubs.clear()
         for channel in channels.values():
             await channel.close()

@@ -69,7 +69,7 @@ class NameserverClient:
 
     def stub(self, address: str) -> NameserverService:
         """The typed client of one replica."""
-        return NameserverService(self.peers.channel(address))
+        return self.peers.stub(NameserverService, address)
 
     async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
         """Run ``method`` on the leader: follow NOT_LEADER hints, skip unreachable replicas."""

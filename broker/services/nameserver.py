@@ -68,7 +68,7 @@ class NameserverLink:
 
     def stub(self) -> NameserverService:
         """The typed client of the replica believed to lead."""
-        return NameserverService(self._peers.channel(self._current))
+        return self._peers.stub(NameserverService, self._current)
 
     def moved(self, error: AngeliaError) -> None:
         """Aim the next call elsewhere after ``error`` from the current replica."""

@@ -95,7 +95,7 @@ class AngeliaPeers:
             half.check_count,
         )
         try:
-            response = await BrokerService(self._peers.channel(broker)).deliver_orphan_check(
+            response = await self._peers.stub(BrokerService, broker).deliver_orphan_check(
                 request, timeout_ms=self._timeout_ms
             )
         except AngeliaError as error:

@@ -171,7 +171,7 @@ class StorageStore:
         while True:
             address = self._leaders.get(info.group_id) or candidates[turn % len(candidates)]
             remaining_ms = int((deadline - loop.time()) * 1000)
-            stub = StorageService(self._peers.channel(address))
+            stub = self._peers.stub(StorageService, address)
             try:
                 result = await method(stub, max(1, min(self._call_timeout_ms, remaining_ms)))
             except AngeliaError as error:
@@ -501,7 +501,7 @@ class StorageStore:
             if address in tried:
                 continue
             tried.add(address)
-            stub = StorageService(self._peers.channel(address))
+            stub = self._peers.stub(StorageService, address)
             try:
                 result = await method(stub, self._call_timeout_ms)
             except AngeliaError as error:

@@ -336,6 +336,23 @@ async def test_peers_reuse_one_connection_per_address(rig: Rig) -> None:
         await peers.close()
 
 
+async def test_peers_keep_one_stub_per_service_and_address(rig: Rig) -> None:
+    server = await rig.serve()
+    other = await rig.serve("other" if rig.network else "")
+    peers = Peers(rig.config, transport=rig.transport())
+    try:
+        stub = peers.stub(Conformance, server.address)
+        assert peers.stub(Conformance, server.address) is stub
+        assert peers.stub(Narrow, server.address) is not stub
+        elsewhere = peers.stub(Conformance, other.address)
+        assert elsewhere is not stub
+        assert (await stub.echo(Req(1))).n == (await elsewhere.echo(Req(1))).n
+        assert len(server.connections) == len(other.connections) == 1
+    finally:
+        await peers.close()
+    assert peers.stub(Conformance, server.address) is not stub  # closing forgets them
+
+
 async def test_sending_after_the_server_ended_a_bidi_call_fails(rig: Rig) -> None:
     conformance, _ = await stub(rig)
     call = conformance.double()

@@ -104,9 +104,12 @@ async def test_a_unary_call_carries_its_metadata(served: Any) -> None:
 
 async def test_a_request_beyond_the_servers_window_arrives_whole(served: Any) -> None:
     _handlers, channel = served
-    sizes = await asyncio.gather(
-        *(channel.unary("/t.S/Size", bytes(BIG), timeout_s=60) for _ in range(2))
-    )
+    try:
+        sizes = await asyncio.gather(
+            *(channel.unary("/t.S/Size", bytes(BIG), timeout_s=60) for _ in range(2))
+        )
+    except CallFailed as failed:  # str() is the name only: show what the server said
+        pytest.fail(f"{failed.name}: {failed.detail}")
     assert sizes == [b"%d" % BIG] * 2
 
 
