@@ -9,9 +9,10 @@ responses go into the call's outgoing bytes, and the bytes of every call
 are handed to the socket once per event loop iteration: a ReceiveMessage
 of 32 messages is a few DATA frames in one write.
 
-Why not the h2 library: its state machine and events were two thirds of
-this server's CPU per call (a 33 KiB unary call cost ~260-400 us of server
-CPU with it, ~100 us without; docs/benchmarks.md). The frames are read and
+Why not the h2 library: its state machine and events were more than half
+of this server's CPU per call (a SendMessage-shaped call of 32 x 1 KiB cost
+~280-390 us of server CPU with it, ~120-140 us without; docs/benchmarks.md,
+"The broker's own HTTP/2 server"). The frames are read and
 written here with ``protocol.http2``; HPACK decoding stays with the
 ``hpack`` library, and what is sent never touches HPACK's dynamic table
 (literals without indexing), so no encoder state is kept.
