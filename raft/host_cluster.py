@@ -56,7 +56,7 @@ class LocalCluster:
 
     def stub(self, node_id: int) -> RaftHostService:
         """The client stub of one node."""
-        return RaftHostService(self._peers.channel(self.addresses[node_id]))
+        return self._peers.stub(RaftHostService, self.addresses[node_id])
 
     async def start(self) -> None:
         """Start every node and wait until each serves."""

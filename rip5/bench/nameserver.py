@@ -108,7 +108,7 @@ class LocalNameservers:
 
     def stub(self, address: str | None = None) -> NameserverService:
         """The client of one replica (the leader by default)."""
-        return NameserverService(self._peers.channel(address or self.leader))
+        return self._peers.stub(NameserverService, address or self.leader)
 
     async def wait_leader(self, timeout_s: float) -> str:
         """Wait until a replica serves a linearizable read of the cluster; it is the leader."""

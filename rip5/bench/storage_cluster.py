@@ -60,9 +60,6 @@ class LocalStorageCluster:
         self.processes: dict[int, asyncio.subprocess.Process] = {}
         self._peers = Peers(RpcConfig(call_timeout_ms=5000))
         self._served_by: dict[int, str] = {}
-        # address -> (its channel, the stub bound to it): binding a stub compiles the
-        # codec of every method it calls, which the bench client paid on every call.
-        self._stubs: dict[str, tuple[object, StorageService]] = {}
 
     @property
     def peers_flag(self) -> str:
@@ -71,17 +68,11 @@ class LocalStorageCluster:
 
     def stub(self, node_id: int) -> StorageService:
         """The client stub of one node."""
-        return StorageService(self._peers.channel(self.addresses[node_id]))
+        return self.stub_at(self.addresses[node_id])
 
     def stub_at(self, address: str) -> StorageService:
-        """The client stub of the node at ``address`` (kept while its channel is)."""
-        channel = self._peers.channel(address)
-        cached = self._stubs.get(address)
-        if cached is not None and cached[0] is channel:
-            return cached[1]
-        stub = StorageService(channel)
-        self._stubs[address] = (channel, stub)
-        return stub
+        """The client stub of the node at ``address`` (one per address, as peers keep it)."""
+        return self._peers.stub(StorageService, address)
 
     async def start(self) -> None:
         """Start every node and wait until each serves."""
