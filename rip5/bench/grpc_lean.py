@@ -114,8 +114,8 @@ class _Connection(asyncio.Protocol):
 
     # -- connection -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports have asyncio.Transport's methods without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
         settings = settings_payload(
             ((SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_MAX))
         )

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import hpack
 import pytest
+import uvloop
 
 from broker.grpc.http2 import Http2GrpcServer
 from loadtest.client import CallFailed
@@ -149,6 +150,25 @@ async def test_no_server_is_unavailable() -> None:
     with pytest.raises(CallFailed) as failed:
         await channel.unary("/t.S/Echo", b"", timeout_s=5)
     assert failed.value.name == "UNAVAILABLE"
+
+
+def test_calls_run_on_uvloop_too() -> None:
+    """The servers' event loop: its transports are not asyncio.Transport subclasses."""
+
+    async def scenario() -> tuple[bytes, bytes]:
+        ours = Http2GrpcServer(inbound_bytes_max=LIMIT)
+        ours.add_generic_rpc_handlers((_handler(Handlers()),))
+        port = await ours.start("127.0.0.1", 0)
+        channel = LeanChannel(f"127.0.0.1:{port}")
+        try:
+            echoed = await channel.unary("/t.S/Echo", b"on uvloop", timeout_s=10)
+            chunks = [m async for m in channel.stream("/t.S/Chunks", b"3x2", timeout_s=10)]
+            return echoed, b"".join(chunks)
+        finally:
+            await channel.close()
+            await ours.stop(1.0)
+
+    assert uvloop.run(scenario()) == (b"on uvloop|None", b"\x00\x00\x00\x01\x01\x01")
 
 
 class _Transport(asyncio.Transport):
