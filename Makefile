@@ -15,7 +15,7 @@ PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           nameserver/commands.py nameserver/state.py nameserver/placement.py nameserver/api_convert.py nameserver/balancer.py nameserver/moves.py \
           broker/domain.py broker/errors.py broker/processor/receipt.py \
           broker/processor/filter.py broker/processor/validation.py \
-          broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py \
+          broker/processor/polling.py broker/processor/selector.py broker/grpc/convert.py broker/grpc/wire.py \
           broker/processor/checkback.py broker/processor/transaction_id.py \
           broker/services/cluster_convert.py \
           loadtest/scenarios.py loadtest/report.py

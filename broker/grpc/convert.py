@@ -59,25 +59,24 @@ def _corrupted(what: str) -> BrokerError:
     return BrokerError.of(Reason.MESSAGE_CORRUPTED, what)
 
 
-def _check_digest(digest: pb.Digest, body: bytes) -> None:
-    if not digest.checksum:
-        return
-    if digest.type == pb.MD5:
-        actual = hashlib.md5(body).hexdigest()
-    elif digest.type == pb.SHA1:
-        actual = hashlib.sha1(body).hexdigest()
-    elif digest.type == pb.CRC32:
+def _check_digest(kind: int, checksum: str, body: bytes) -> None:
+    if kind == _CRC32:
         crc = zlib.crc32(body)
         # Python clients write 8 hex digits, Node clients decimal: accept both.
-        if digest.checksum.upper() in (f"{crc:08X}", str(crc)):
+        if checksum == f"{crc:08X}" or checksum.upper() in (f"{crc:08X}", str(crc)):
             return
         raise _corrupted("message body does not match its CRC32 digest")
+    if kind == pb.MD5:
+        actual = hashlib.md5(body).hexdigest()
+    elif kind == pb.SHA1:
+        actual = hashlib.sha1(body).hexdigest()
     else:
         return
-    if digest.checksum.lower() != actual:
+    if checksum.lower() != actual:
         raise _corrupted("message body does not match its digest")
 
 
+_CRC32 = pb.CRC32
 _MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
 _IDENTITY_ENCODINGS = (pb.IDENTITY, pb.ENCODING_UNSPECIFIED)
 
@@ -92,19 +91,22 @@ def message_from_pb(message: pb.Message) -> Message:
     message_type = _MESSAGE_TYPES.get(system.message_type)
     if message_type is None:
         raise _corrupted(f"unknown message type {system.message_type}")
-    body = message.body
+    body = wire_body = message.body  # each read of a bytes field copies it
     encoding = system.body_encoding
-    if encoding == pb.GZIP:
+    if encoding not in _IDENTITY_ENCODINGS:
+        if encoding != pb.GZIP:
+            raise _corrupted(f"unknown body encoding {encoding}")
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error):
             raise _corrupted("message body is not valid gzip") from None
-    elif encoding not in _IDENTITY_ENCODINGS:
-        raise _corrupted(f"unknown body encoding {encoding}")
-    if system.HasField("body_digest"):
-        _check_digest(system.body_digest, message.body)
+    digest = system.body_digest  # unset: an empty default, whose empty checksum is skipped
+    checksum = digest.checksum
+    if checksum:
+        _check_digest(digest.type, checksum, wire_body)
     keys = system.keys
     properties = message.user_properties
+    born = system.born_timestamp
     return Message(
         message.topic.name,
         body,
@@ -114,7 +116,7 @@ def message_from_pb(message: pb.Message) -> Message:
         tuple(keys) if keys else (),
         dict(properties) if properties else {},
         system.message_group if system.HasField("message_group") else None,
-        timestamp_ms(system.born_timestamp),
+        born.seconds * 1000 + born.nanos // 1_000_000,
         system.born_host,
         (
             timestamp_ms(system.delivery_timestamp)

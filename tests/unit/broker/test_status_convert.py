@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
+import zlib
 
 import pytest
 
@@ -129,6 +130,28 @@ def test_gzip_body_and_digests() -> None:
     with pytest.raises(BrokerError) as caught:
         convert.message_from_pb(bad)
     assert caught.value.reason is Reason.MESSAGE_CORRUPTED
+
+
+def test_crc32_digests_in_the_forms_clients_write() -> None:
+    crc = zlib.crc32(b"payload")
+    for checksum in (f"{crc:08X}", f"{crc:08x}", str(crc)):  # Python, any case, Node
+        wire = _wire_message(body_digest=pb.Digest(type=pb.CRC32, checksum=checksum))
+        assert convert.message_from_pb(wire).body == b"payload"
+    bad = _wire_message(body_digest=pb.Digest(type=pb.CRC32, checksum=f"{crc ^ 1:08X}"))
+    with pytest.raises(BrokerError) as caught:
+        convert.message_from_pb(bad)
+    assert caught.value.reason is Reason.MESSAGE_CORRUPTED
+    assert "CRC32" in caught.value.message
+
+
+def test_a_gzip_body_is_checked_as_sent() -> None:
+    packed = gzip.compress(b"payload")
+    wire = _wire_message(
+        body_encoding=pb.GZIP,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(packed):08X}"),
+    )
+    wire.body = packed
+    assert convert.message_from_pb(wire).body == b"payload"
 
 
 def test_delivered_message_has_what_clients_need() -> None:

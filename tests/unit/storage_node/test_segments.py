@@ -11,7 +11,11 @@ from protocol.records import MessageRecord, encode_batch
 from raft.logstore import LogStore
 from raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMetadata
 from storage_node.partition.commands import Op
-from storage_node.store.segment_files import index_path, index_sealed_segments
+from storage_node.store.segment_files import (
+    index_path,
+    index_sealed_segments,
+    index_segments,
+)
 
 
 def append_entry(group: int, index: int) -> bytes:
@@ -98,6 +102,24 @@ def test_damage_is_detected_with_its_cause(tmp_path: Path) -> None:
         segments.verify(other, index)
     with pytest.raises(segments.SegmentCorrupted, match="bad magic"):
         segments.segment_seq(b"x" * 64)
+
+
+def test_a_damaged_or_emptied_sealed_file_fails_the_indexer_with_its_cause(
+    tmp_path: Path,
+) -> None:
+    store = write_log(tmp_path)
+    seqs = store.segment_seqs()
+    store.close()
+    first, second = segment_files(tmp_path)[:2]
+    data = bytearray(first.read_bytes())
+    data[200] ^= 0x40
+    first.write_bytes(bytes(data))
+    with pytest.raises(segments.SegmentCorrupted, match="no intact record"):
+        index_segments(tmp_path / "wal", seqs)
+    first.unlink()  # the indexer reads the file through a map: an empty one must not trip it
+    second.write_bytes(b"")
+    with pytest.raises(segments.SegmentCorrupted, match="truncated"):
+        index_segments(tmp_path / "wal", seqs[1:])
 
 
 def test_an_unsealed_segment_is_not_indexed(tmp_path: Path) -> None:

@@ -1,0 +1,88 @@
+"""Protobuf wire bytes for the repeated entries of the hot answers, written directly.
+
+Why: every protobuf message the Python upb runtime makes on its own, including
+the stub behind each unset submessage a field is set through, is an arena,
+and the runtime calls ``malloc_trim(0)`` after every 10,000 arena block frees.
+Building a SendMessage answer entry by entry made two arenas per message: at
+40,000 messages a second the broker trimmed its heap 16 times a second and
+faulted ~70 MB/s of pages back in. Entries written here as bytes and parsed
+into their answer in one ``FromString`` make one arena per answer.
+
+Only what these entries need is written: varints, strings and nested
+messages, in field-number order, with proto3's default values left out as
+protobuf itself leaves them out. The contract tests parse the bytes with the
+generated classes and compare them with entries built field by field.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from protocol.rocketmq.v2 import definition_pb2 as pb
+
+_VARINT = 0
+_LENGTH_DELIMITED = 2
+
+
+def _varint(value: int) -> bytes:
+    """``value`` as a protobuf varint; negative values as their 64-bit two's complement."""
+    if value < 0:
+        value += 1 << 64
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _key(number: int, wire_type: int) -> bytes:
+    return _varint(number << 3 | wire_type)
+
+
+def _text(number: int, value: str) -> bytes:
+    """A string field; empty (proto3's default) is left out."""
+    if not value:
+        return b""
+    data = value.encode()
+    return _key(number, _LENGTH_DELIMITED) + _varint(len(data)) + data
+
+
+def _number(number: int, value: int) -> bytes:
+    """A varint field; zero (proto3's default) is left out."""
+    if not value:
+        return b""
+    return _key(number, _VARINT) + _varint(value)
+
+
+def status(code: int, message: str) -> bytes:
+    """The bytes of a ``Status``."""
+    return _number(1, code) + _text(2, message)
+
+
+STATUS_OK = status(pb.OK, "OK")
+"""The success status (its message is the code name, as the proxy writes it)."""
+
+
+def message_field(number: int, data: bytes) -> bytes:
+    """Message field ``number`` (one element, for a repeated one) holding ``data``."""
+    return _key(number, _LENGTH_DELIMITED) + _varint(len(data)) + data
+
+
+def send_result(
+    status_bytes: bytes, message_id: str, offset: int, transaction_id: str = ""
+) -> bytes:
+    """A ``SendResultEntry``: status 1, message_id 2, transaction_id 3, offset 4."""
+    return (
+        message_field(1, status_bytes)
+        + _text(2, message_id)
+        + _text(3, transaction_id)
+        + _number(4, offset)
+    )
+
+
+def ack_result(status_bytes: bytes, message_id: str, receipt_handle: str) -> bytes:
+    """An ``AckMessageResultEntry``: message_id 1, receipt_handle 2, status 3."""
+    return _text(1, message_id) + _text(2, receipt_handle) + message_field(3, status_bytes)
