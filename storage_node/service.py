@@ -145,7 +145,7 @@ from storage_node.partition.results import (
 )
 from storage_node.partition.state import check_record
 from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
-from storage_node.store.segment_files import index_segments
+from storage_node.store.segment_files import tend_sealed_segments
 
 _log = logging.getLogger(__name__)
 
@@ -185,6 +185,12 @@ snapshotted and compacted (never past their truncate floors): raft's compaction 
 
 SEGMENT_INDEX_CHECK_MS = 1_000
 """How often sealed WAL segments without an index are looked for."""
+
+WAL_CACHED_BYTES = 256 << 20
+"""Sealed WAL segments older than the newest this many bytes of them leave the page cache
+(``uncache_segments``: their pages go to the next spare segment instead of fresh ones).
+Measured in ``rip5 bench e2e`` publish on 2 cores: 41,307 / 43,464 msgs/s keeping every
+page, 50,259 / 46,202 with this window (docs/benchmarks.md, E2E run N)."""
 
 
 class StorageNode:
@@ -667,13 +673,23 @@ class StorageNode:
                 replica.maybe_refresh_floor()
 
     async def run_segment_indexer(self) -> None:
-        """Forever: give every sealed WAL segment its index (in a worker thread)."""
+        """Forever: give every sealed WAL segment its index, and let the page cache go of
+        those older than ``WAL_CACHED_BYTES`` (in a worker thread)."""
         loop = asyncio.get_running_loop()
+        cached_segments = WAL_CACHED_BYTES // self.store.segment_bytes
+        uncached: set[int] = set()
         while True:
             await asyncio.sleep(SEGMENT_INDEX_CHECK_MS / 1000)
             try:
                 live = self.store.segment_seqs()  # on the loop: the driver changes them
-                await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
+                await loop.run_in_executor(
+                    None,
+                    tend_sealed_segments,
+                    self.store.directory / "wal",
+                    live,
+                    cached_segments,
+                    uncached,
+                )
             except (OSError, SegmentCorrupted) as exc:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,13 @@ from protocol.records import MessageRecord, encode_batch
 from raft.logstore import LogStore
 from raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMetadata
 from storage_node.partition.commands import Op
+from storage_node.store import segment_files as segment_store
 from storage_node.store.segment_files import (
     index_path,
     index_sealed_segments,
     index_segments,
+    tend_sealed_segments,
+    uncache_segments,
 )
 
 
@@ -151,3 +155,46 @@ def test_indexes_of_collected_segments_are_removed(tmp_path: Path) -> None:
 
 def test_the_offline_reader_names_the_partition_append_code() -> None:
     assert segments.APPEND_OP == Op.APPEND
+
+
+def test_sealed_segments_older_than_the_window_leave_the_page_cache_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = write_log(tmp_path)
+    live = store.segment_seqs()
+    store.close()
+    assert len(live) >= 5
+    advised: list[tuple[str, int]] = []
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        assert (offset, length) == (0, 0)  # the whole file
+        advised.append((os.readlink(f"/proc/self/fd/{fd}"), advice))
+
+    monkeypatch.setattr(segment_store, "_fadvise", record)
+    uncached: set[int] = set()
+    wal = tmp_path / "wal"
+    # The current segment and the newest two sealed ones stay cached.
+    assert uncache_segments(wal, live, 2, uncached) == live[:-3]
+    assert advised == [(str(wal / f"{seq:016x}.wal"), os.POSIX_FADV_DONTNEED) for seq in live[:-3]]
+    assert uncache_segments(wal, live, 2, uncached) == []  # each once
+    assert uncache_segments(wal, live, 1, uncached) == [live[-3]]  # the window moved
+    # A collected segment is skipped, and forgotten once it leaves the live list.
+    (wal / f"{live[-2]:016x}.wal").unlink()
+    assert uncache_segments(wal, live, 0, uncached) == []
+    assert uncache_segments(wal, live[1:], 0, uncached) == []
+    assert live[0] not in uncached
+
+
+def test_tending_indexes_first_and_leaves_the_segments_readable(tmp_path: Path) -> None:
+    store = write_log(tmp_path)
+    live = store.segment_seqs()
+    store.close()
+    before = {path.name: path.read_bytes() for path in segment_files(tmp_path)}
+    uncached: set[int] = set()
+    tend_sealed_segments(tmp_path / "wal", live, 0, uncached)  # the real advice
+    assert uncached == set(live[:-1])
+    for path in segment_files(tmp_path)[:-1]:
+        data = path.read_bytes()
+        assert data == before[path.name]
+        index = segments.decode_index(index_path(path).read_bytes())
+        segments.verify(data, index)
