@@ -42,12 +42,15 @@ def _key(number: int, wire_type: int) -> bytes:
     return _varint(number << 3 | wire_type)
 
 
+def message_field(number: int, data: bytes) -> bytes:
+    """Length-delimited field ``number`` holding ``data``: a message (one element, for a
+    repeated one) or a string's UTF-8."""
+    return _key(number, _LENGTH_DELIMITED) + _varint(len(data)) + data
+
+
 def _text(number: int, value: str) -> bytes:
     """A string field; empty (proto3's default) is left out."""
-    if not value:
-        return b""
-    data = value.encode()
-    return _key(number, _LENGTH_DELIMITED) + _varint(len(data)) + data
+    return message_field(number, value.encode()) if value else b""
 
 
 def _number(number: int, value: int) -> bytes:
@@ -64,11 +67,6 @@ def status(code: int, message: str) -> bytes:
 
 STATUS_OK = status(pb.OK, "OK")
 """The success status (its message is the code name, as the proxy writes it)."""
-
-
-def message_field(number: int, data: bytes) -> bytes:
-    """Message field ``number`` (one element, for a repeated one) holding ``data``."""
-    return _key(number, _LENGTH_DELIMITED) + _varint(len(data)) + data
 
 
 def send_result(
