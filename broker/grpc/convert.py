@@ -60,10 +60,11 @@ def _corrupted(what: str) -> BrokerError:
 
 
 def _check_digest(kind: int, checksum: str, body: bytes) -> None:
-    if kind == _CRC32:
+    if kind == pb.CRC32:
         crc = zlib.crc32(body)
+        expected = f"{crc:08X}"
         # Python clients write 8 hex digits, Node clients decimal: accept both.
-        if checksum == f"{crc:08X}" or checksum.upper() in (f"{crc:08X}", str(crc)):
+        if checksum == expected or checksum.upper() in (expected, str(crc)):
             return
         raise _corrupted("message body does not match its CRC32 digest")
     if kind == pb.MD5:
@@ -76,7 +77,6 @@ def _check_digest(kind: int, checksum: str, body: bytes) -> None:
         raise _corrupted("message body does not match its digest")
 
 
-_CRC32 = pb.CRC32
 _MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
 _IDENTITY_ENCODINGS = (pb.IDENTITY, pb.ENCODING_UNSPECIFIED)
 
@@ -106,7 +106,6 @@ def message_from_pb(message: pb.Message) -> Message:
         _check_digest(digest.type, checksum, wire_body)
     keys = system.keys
     properties = message.user_properties
-    born = system.born_timestamp
     return Message(
         message.topic.name,
         body,
@@ -116,7 +115,7 @@ def message_from_pb(message: pb.Message) -> Message:
         tuple(keys) if keys else (),
         dict(properties) if properties else {},
         system.message_group if system.HasField("message_group") else None,
-        born.seconds * 1000 + born.nanos // 1_000_000,
+        timestamp_ms(system.born_timestamp),
         system.born_host,
         (
             timestamp_ms(system.delivery_timestamp)
