@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
+from collections.abc import Callable
+from functools import partial
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -85,7 +87,7 @@ def message_from_pb(message: pb.Message) -> Message:
     """A sent message; the client's message id is kept as the message's identity.
 
     Runs once per sent message: empty repeated and map fields are not copied,
-    and the domain message is built positionally.
+    and the domain message is built from its fields in one step.
     """
     system = message.system_properties
     message_type = _MESSAGE_TYPES.get(system.message_type)
@@ -106,24 +108,32 @@ def message_from_pb(message: pb.Message) -> Message:
         _check_digest(digest.type, checksum, wire_body)
     keys = system.keys
     properties = message.user_properties
-    return Message(
-        message.topic.name,
-        body,
-        system.message_id,
-        message_type,
-        system.tag or None,  # an empty tag is no tag, as in the proxy
-        tuple(keys) if keys else (),
-        dict(properties) if properties else {},
-        system.message_group if system.HasField("message_group") else None,
-        timestamp_ms(system.born_timestamp),
-        system.born_host,
+    return _new_message(
         (
-            timestamp_ms(system.delivery_timestamp)
-            if system.HasField("delivery_timestamp")
-            else None
-        ),
-        system.queue_id if system.queue_id > 0 else None,
+            message.topic.name,
+            body,
+            system.message_id,
+            message_type,
+            system.tag or None,  # an empty tag is no tag, as in the proxy
+            tuple(keys) if keys else (),
+            dict(properties) if properties else {},
+            system.message_group if system.HasField("message_group") else None,
+            timestamp_ms(system.born_timestamp),
+            system.born_host,
+            (
+                timestamp_ms(system.delivery_timestamp)
+                if system.HasField("delivery_timestamp")
+                else None
+            ),
+            system.queue_id if system.queue_id > 0 else None,
+            None,  # dead_letter_of: a sent message is nobody's dead letter
+        )
     )
+
+
+_new_message: Callable[[tuple[object, ...]], Message] = partial(tuple.__new__, Message)
+"""A :class:`Message` from all its fields in order, without the named tuple's
+keyword handling (one per sent message)."""
 
 
 def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:

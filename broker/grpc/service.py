@@ -34,6 +34,8 @@ from protocol.rocketmq.v2 import service_pb2_grpc
 log = logging.getLogger("broker.grpc")
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+_STATUS_OK_FIELD = wire.message_field(1, wire.STATUS_OK)
+"""A success answer's ``status`` field (1), as bytes."""
 
 
 def client_id_of(context: Any) -> str:
@@ -156,20 +158,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ]
             return spb.SendMessageResponse(status=status, entries=entries)
         # Written as bytes and parsed once: one protobuf arena per answer (see wire.py).
-        parts = [wire.message_field(1, wire.STATUS_OK)]
-        for message, result in zip(messages, results, strict=True):
-            entry = wire.send_result(
-                wire.STATUS_OK,
-                message.message_id,
-                result.offset,
+        answered = wire.send_results(
+            wire.STATUS_OK,
+            (
                 (
-                    transaction_ids.encode(result.queue, message.message_id)
-                    if result.placement is Placement.HALF
-                    else ""
-                ),
-            )
-            parts.append(wire.message_field(2, entry))
-        return spb.SendMessageResponse.FromString(b"".join(parts))
+                    message.message_id,
+                    result.offset,
+                    (
+                        transaction_ids.encode(result.queue, message.message_id)
+                        if result.placement is Placement.HALF
+                        else ""
+                    ),
+                )
+                for message, result in zip(messages, results, strict=True)
+            ),
+        )
+        return spb.SendMessageResponse.FromString(_STATUS_OK_FIELD + answered)
 
     async def EndTransaction(
         self, request: spb.EndTransactionRequest, context: Any

@@ -18,6 +18,8 @@ PURE.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
 _VARINT = 0
@@ -38,6 +40,14 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SHORT_VARINTS = tuple(_varint(n) for n in range(1 << 14))
+"""The varints of 0..16383 (one or two bytes): every length an answer entry has."""
+
+
+def _length(n: int) -> bytes:
+    return _SHORT_VARINTS[n] if n < 16384 else _varint(n)
+
+
 def _key(number: int, wire_type: int) -> bytes:
     return _varint(number << 3 | wire_type)
 
@@ -45,7 +55,7 @@ def _key(number: int, wire_type: int) -> bytes:
 def message_field(number: int, data: bytes) -> bytes:
     """Length-delimited field ``number`` holding ``data``: a message (one element, for a
     repeated one) or a string's UTF-8."""
-    return _key(number, _LENGTH_DELIMITED) + _varint(len(data)) + data
+    return _key(number, _LENGTH_DELIMITED) + _length(len(data)) + data
 
 
 def _text(number: int, value: str) -> bytes:
@@ -69,16 +79,25 @@ STATUS_OK = status(pb.OK, "OK")
 """The success status (its message is the code name, as the proxy writes it)."""
 
 
-def send_result(
-    status_bytes: bytes, message_id: str, offset: int, transaction_id: str = ""
-) -> bytes:
-    """A ``SendResultEntry``: status 1, message_id 2, transaction_id 3, offset 4."""
-    return (
-        message_field(1, status_bytes)
-        + _text(2, message_id)
-        + _text(3, transaction_id)
-        + _number(4, offset)
-    )
+def send_results(status_bytes: bytes, results: Iterable[tuple[str, int, str]]) -> bytes:
+    """The repeated ``entries`` field (2) of a ``SendMessageResponse``: one
+    ``SendResultEntry`` (status 1, message_id 2, transaction_id 3, offset 4) per
+    (message id, offset, transaction id) of ``results``, each with ``status_bytes``.
+
+    Runs once per sent message: the status part is written once, the fields
+    inline.
+    """
+    status_part = message_field(1, status_bytes)
+    parts = []
+    for message_id, offset, transaction_id in results:
+        text = message_id.encode()
+        entry = status_part + b"\x12" + _length(len(text)) + text if text else status_part
+        if transaction_id:
+            entry += _text(3, transaction_id)
+        if offset:
+            entry += b"\x20" + _varint(offset)
+        parts.append(b"\x12" + _length(len(entry)) + entry)
+    return b"".join(parts)
 
 
 def ack_result(status_bytes: bytes, message_id: str, receipt_handle: str) -> bytes:

@@ -16,12 +16,15 @@ caller that gives up (cancellation) never strands the others.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.domain import AppendResult, Message, QueueRef
 from broker.services.base import MessageStore
 from broker.waiting import deal_out, fail_waiting
+
+_body = operator.attrgetter("body")
 
 BATCH_BYTES_MAX = 4 << 20
 """The most body bytes one append may carry (the storage node's limit: one log entry)."""
@@ -68,7 +71,7 @@ class AppendCoalescer:
         size = 0
         while pending:
             head = pending[0]
-            head_size = sum(len(message.body) for message in head.messages)
+            head_size = sum(map(len, map(_body, head.messages)))
             if batch and (
                 count + len(head.messages) > self._batch_messages_max
                 or size + head_size > self._batch_bytes_max

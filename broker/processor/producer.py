@@ -65,6 +65,9 @@ class ProducerProcessor:
         # queue: the batch stays one append (messages with a message group or
         # a queue of their own still go where those name).
         turn = next(self._turns[topic_name])
+        if not any(map(_names_its_queue, messages)):  # the common batch: one append
+            queue = QueueRef(topic_name, writable[turn % len(writable)])
+            return await self._coalescer.append(queue, messages)
         by_queue: dict[int, list[int]] = defaultdict(list)
         for index, message in enumerate(messages):
             by_queue[select_queue(message, writable, turn)].append(index)
@@ -81,3 +84,9 @@ class ProducerProcessor:
             for index, result in zip(indexes, queue_results, strict=True):
                 results[index] = result
         return [result for result in results if result is not None]
+
+
+def _names_its_queue(message: Message) -> bool:
+    """Whether ``message`` may go elsewhere than the request's round-robin turn: its
+    message group or its own queue id decide (``select_queue``)."""
+    return message.message_group is not None or message.queue_id is not None

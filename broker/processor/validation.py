@@ -8,6 +8,7 @@ PURE.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -60,8 +61,12 @@ RESERVED_PROPERTY_KEYS = frozenset(
 )  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)  # every sent message is checked; a name passes or not
 def check_topic(name: str) -> None:
-    """Topic names: ``[%|a-zA-Z0-9_-]``, at most 127 characters, not a system topic."""
+    """Topic names: ``[%|a-zA-Z0-9_-]``, at most 127 characters, not a system topic.
+
+    Only names that pass are remembered (a raise is not cached).
+    """
     if not name or not name.strip():
         raise BrokerError.of(Reason.ILLEGAL_TOPIC, "topic name is blank")
     if len(name) > TOPIC_LENGTH_MAX:

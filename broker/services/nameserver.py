@@ -113,6 +113,8 @@ class ClusterMetadata:
         self.auto_create = auto_create
         self.default_queue_count = default_queue_count
         self._routes: dict[str, ns.RouteResponse] = {}
+        # The topic of each route last converted, by topic name (see _topic_of).
+        self._topics: dict[str, tuple[ns.RouteResponse, TopicInfo]] = {}
         self._groups: dict[str, GroupInfo] = {}
         self._route_listeners: list[Callable[[], None]] = []
         self.watching = False  # the cache is trusted only while the watch runs
@@ -131,7 +133,7 @@ class ClusterMetadata:
     async def get_topic_for_send(self, name: str, message_type: MessageType) -> TopicInfo:
         """The topic a send goes to; auto-create makes a missing one for ``message_type``."""
         try:
-            return convert.topic_from_route(await self.route(name))
+            return self._topic_of(name, await self.route(name))
         except BrokerError as error:
             if error.reason is not Reason.TOPIC_NOT_FOUND or not self.auto_create:
                 raise
@@ -205,6 +207,15 @@ class ClusterMetadata:
         self._routes[topic] = route
         return route
 
+    def _topic_of(self, name: str, route: ns.RouteResponse) -> TopicInfo:
+        """The topic of ``route``, converted once per route read: every send asks."""
+        cached = self._topics.get(name)
+        if cached is not None and cached[0] is route:
+            return cached[1]
+        topic = convert.topic_from_route(route)
+        self._topics[name] = (route, topic)
+        return topic
+
     def forget_route(self, topic: str | None = None) -> None:
         """Drop the cached route of ``topic`` (None: every route), e.g. after NOT_LEADER."""
         if topic is None:
@@ -255,6 +266,7 @@ class ClusterMetadata:
     def _apply(self, change: ns.ChangeInfo) -> None:
         if change.kind == ns.KIND_TOPIC:
             self._routes.pop(change.key, None)
+            self._topics.pop(change.key, None)
         elif change.kind == ns.KIND_CONSUMER_GROUP:
             self._groups.pop(change.key, None)
         else:  # a raft group's leader or a storage node changed: routes may be stale
@@ -264,6 +276,7 @@ class ClusterMetadata:
 
     def _clear(self) -> None:
         self._routes.clear()
+        self._topics.clear()
         self._groups.clear()
         for listener in self._route_listeners:
             listener()

@@ -27,6 +27,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from itertools import repeat
 from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
@@ -60,6 +61,10 @@ REVISIT_MS = 1_000
 """The longest a long poll waits without popping again: redeliveries after an
 invisible time (which storage does not announce) are noticed within this."""
 _PLACEMENTS = {int(placement): placement for placement in Placement}
+_new_result: Callable[[tuple[object, ...]], AppendResult] = functools.partial(
+    tuple.__new__, AppendResult
+)
+"""An :class:`AppendResult` from its fields in order (one per stored message)."""
 HINTS_IN_A_ROW_MAX = 3
 """Leader hints followed without pausing (stale hints could otherwise bounce a call)."""
 GROWTH_WAIT_MS = 2_000
@@ -215,10 +220,17 @@ class StorageStore:
         if response.queued_ids:  # the common form: queued, in order, at consecutive offsets
             first = response.queued_from
             queued = Placement.QUEUED
-            results = [
-                AppendResult(queue, offset, stored_ms, queued)
-                for offset in range(first, first + len(response.queued_ids))
-            ]
+            results = list(
+                map(
+                    _new_result,
+                    zip(
+                        repeat(queue),
+                        range(first, first + len(response.queued_ids)),
+                        repeat(stored_ms),
+                        repeat(queued),
+                    ),
+                )
+            )
         else:
             results = [
                 AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])

@@ -112,6 +112,10 @@ async def test_metadata_follows_the_watch_and_skips_an_unreachable_nameserver(
         topic = await metadata.get_topic("orders")
         assert [q.queue_id for q in topic.queues] == [0, 1]
         assert topic.message_types == {MessageType.FIFO}
+        for_send = await metadata.get_topic_for_send("orders", MessageType.FIFO)
+        assert for_send == topic
+        # Converted once per route read: every send asks for it.
+        assert await metadata.get_topic_for_send("orders", MessageType.FIFO) is for_send
         await cluster.admin.update_topic(api.UpdateTopicRequest("orders", queue_count=3))
 
         async def grown() -> bool:
@@ -121,6 +125,7 @@ async def test_metadata_follows_the_watch_and_skips_an_unreachable_nameserver(
         while not await grown():  # the watch drops the cached route
             assert asyncio.get_running_loop().time() < deadline, "the cache never refreshed"
             await asyncio.sleep(0.02)
+        assert (await metadata.get_topic_for_send("orders", MessageType.FIFO)).queue_count == 3
         with pytest.raises(BrokerError) as missing:
             await metadata.get_topic("nope")
         assert missing.value.reason is Reason.TOPIC_NOT_FOUND

@@ -28,6 +28,7 @@ def _reason(call: object, *args: object) -> Reason | None:
 )
 def test_bad_topic_names(name: str) -> None:
     assert _reason(validation.check_topic, name) is Reason.ILLEGAL_TOPIC
+    assert _reason(validation.check_topic, name) is Reason.ILLEGAL_TOPIC  # not remembered
 
 
 @pytest.mark.parametrize("name", ["orders", "a" * 127, "%DLQ%group", "a|b", "A-b_9"])

@@ -36,7 +36,7 @@ def test_send_results_parse_to_the_entries_built_field_by_field(
     entries: list[tuple[int, str, str, int, str]], code: int
 ) -> None:
     data = wire.message_field(1, wire.status(code, "top")) + b"".join(
-        wire.message_field(2, wire.send_result(wire.status(c, m), mid, offset, txid))
+        wire.send_results(wire.status(c, m), [(mid, offset, txid)])
         for c, m, mid, offset, txid in entries
     )
     expected = spb.SendMessageResponse(status=pb.Status(code=code, message="top"))  # type: ignore[arg-type]
@@ -49,6 +49,16 @@ def test_send_results_parse_to_the_entries_built_field_by_field(
         )
     assert spb.SendMessageResponse.FromString(data) == expected
     assert data == expected.SerializeToString()  # field order and defaults as protobuf's own
+
+
+@given(entries=st.lists(st.tuples(texts, int64s, texts), max_size=40), code=codes, message=texts)
+def test_send_results_of_one_status_are_the_entries_one_by_one(
+    entries: list[tuple[str, int, str]], code: int, message: str
+) -> None:
+    status = wire.status(code, message)
+    assert wire.send_results(status, entries) == b"".join(
+        wire.send_results(status, [entry]) for entry in entries
+    )
 
 
 @given(entries=st.lists(st.tuples(codes, texts, texts, texts), max_size=40))
