@@ -43,7 +43,6 @@ from protocol.records import MessageRecord
 from raft.driver import Driver
 from storage_node.errors import BadCommand, StorageError
 from storage_node.partition.commands import Append, encode, encode_packed
-from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.results import AppendResult
 
 
@@ -60,8 +59,8 @@ class Expecting(Protocol):
         ...
 
 
-Joined = tuple[tuple[RecordOutcome, ...], int]
-"""What one append gets back: its records' outcomes, and the store time."""
+Joined = tuple[AppendResult, int]
+"""What one append gets back: the result of its own records, and the store time."""
 
 
 @dataclass(slots=True)
@@ -179,10 +178,9 @@ class AppendBatcher:
                     error = result
                 else:
                     assert isinstance(result, AppendResult)
-                    outcomes = result.outcomes
                     for first, count, future in callers:
                         if not future.done():
-                            future.set_result((outcomes[first : first + count], now_ms))
+                            future.set_result((result.part(first, count), now_ms))
                     return
             for _first, _count, future in callers:
                 if not future.done():

@@ -329,18 +329,18 @@ class StorageNode:
             for record in records:
                 check_record(record)
             try:
-                outcomes, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
+                result, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
             except RaftNotLeader as exc:
                 raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         else:
             # Alone, and decoded on apply by every replica: a record of a wrong type
             # fails alike everywhere.
             now_ms = self.now_ms()
-            result = await self._propose(group_id, Append(now_ms, tuple(records)))
-            assert isinstance(result, AppendResult)
-            outcomes = result.outcomes
+            appended = await self._propose(group_id, Append(now_ms, tuple(records)))
+            assert isinstance(appended, AppendResult)
+            result = appended
         self.appended_messages += len(records)
-        return _append_response(outcomes, now_ms)
+        return _append_response(result, now_ms)
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
         """Messages of a queue by offset, bounded by count and body bytes."""
@@ -733,9 +733,13 @@ def _from_wire_handle(handle: WireHandle) -> ReceiptHandle:
     return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)
 
 
-def _append_response(outcomes: Sequence[RecordOutcome], now_ms: int) -> AppendResponse:
+def _append_response(result: AppendResult, now_ms: int) -> AppendResponse:
     """The answer to an append: in the queued form when every record was queued for
     the first time at consecutive offsets (see ``AppendResponse``), else listed."""
+    run = result.queued_run()
+    if run is not None:
+        return AppendResponse([], now_ms, list(run.message_ids), run.first_offset)
+    outcomes = result.outcomes
     first = outcomes[0].queue_offset if outcomes else -1
     if (
         first >= 0

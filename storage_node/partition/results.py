@@ -8,19 +8,106 @@ PURE.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from itertools import count, repeat
 from typing import NamedTuple
 
 from protocol.errors import ErrorCode
 from storage_node.partition.commands import ReceiptHandle
-from storage_node.partition.queues import QueueEntry, RecordOutcome
+from storage_node.partition.queues import Placement, QueueEntry, RecordOutcome
 
 
-@dataclass(frozen=True, slots=True)
+class QueuedRun(NamedTuple):
+    """Consecutive records of one Append, all of one queue, each queued for the first
+    time (not a duplicate), in order, at consecutive offsets from ``first_offset``."""
+
+    topic: str
+    queue_id: int
+    message_ids: tuple[str, ...]
+    first_offset: int
+
+
 class AppendResult:
-    """One outcome per record of the Append, in order."""
+    """One outcome per record of the Append, in order.
 
-    outcomes: tuple[RecordOutcome, ...]
+    Built from the outcomes, or from :class:`QueuedRun` s when every record was
+    queued for the first time: then the outcomes are made only if asked for
+    (a follower never asks, and a leader answering in the queued form need
+    not). Results are equal when their outcomes are, however they were built.
+    """
+
+    __slots__ = ("_outcomes", "_runs")
+
+    def __init__(self, outcomes: tuple[RecordOutcome, ...]) -> None:
+        self._outcomes: tuple[RecordOutcome, ...] | None = outcomes
+        self._runs: tuple[QueuedRun, ...] = ()
+
+    @classmethod
+    def of_runs(cls, runs: tuple[QueuedRun, ...]) -> AppendResult:
+        """The result of an Append whose records are ``runs``, back to back."""
+        result = cls(())
+        result._outcomes = None
+        result._runs = runs
+        return result
+
+    @property
+    def outcomes(self) -> tuple[RecordOutcome, ...]:
+        """One outcome per record, in order."""
+        if self._outcomes is None:
+            self._outcomes = tuple(
+                _new_outcome(outcome)
+                for run in self._runs
+                for outcome in zip(
+                    repeat(run.topic),
+                    repeat(run.queue_id),
+                    run.message_ids,
+                    repeat(Placement.QUEUED),
+                    count(run.first_offset),
+                    repeat(False),
+                )
+            )
+        return self._outcomes
+
+    def queued_run(self) -> QueuedRun | None:
+        """The result as one :class:`QueuedRun`, if it was built as exactly one."""
+        return self._runs[0] if len(self._runs) == 1 else None
+
+    def part(self, first: int, size: int) -> AppendResult:
+        """The result of the ``size`` records from position ``first`` alone (one of
+        several appends joined into one Append)."""
+        if self._outcomes is not None:
+            return AppendResult(self._outcomes[first : first + size])
+        runs = []
+        start = 0  # the position of the run's first record
+        end = first + size
+        for run in self._runs:
+            run_end = start + len(run.message_ids)
+            low, high = max(first, start), min(end, run_end)
+            if low < high:
+                runs.append(
+                    run._replace(
+                        message_ids=run.message_ids[low - start : high - start],
+                        first_offset=run.first_offset + low - start,
+                    )
+                )
+            start = run_end
+        return AppendResult.of_runs(tuple(runs))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AppendResult):
+            return NotImplemented
+        return self.outcomes == other.outcomes
+
+    def __hash__(self) -> int:
+        return hash(self.outcomes)
+
+    def __repr__(self) -> str:
+        return f"AppendResult(outcomes={self.outcomes!r})"
+
+
+_new_outcome: Callable[[tuple[object, ...]], RecordOutcome] = partial(tuple.__new__, RecordOutcome)
 
 
 class Delivery(NamedTuple):

@@ -31,10 +31,9 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from itertools import pairwise, repeat
+from itertools import pairwise
 from typing import cast
 
 from protocol import errors
@@ -88,6 +87,7 @@ from storage_node.partition.results import (
     DeadLetterResult,
     Delivery,
     EndTransactionResult,
+    QueuedRun,
     ReceiveResult,
     ReleaseResult,
     Result,
@@ -101,7 +101,6 @@ from storage_node.partition.transactions import HalfMessage, HalfMessages
 _EMPTY = QueueIndex()
 # The message types an append queues at once when due (a transaction's half waits).
 _PLAIN_KINDS = frozenset(int(kind) for kind in MessageType if kind is not MessageType.TRANSACTION)
-_new_outcome: Callable[[tuple[object, ...]], RecordOutcome] = partial(tuple.__new__, RecordOutcome)
 
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
@@ -298,7 +297,7 @@ class PartitionState:
         starts = [0, *(i for i in range(1, len(queues)) if queues[i] != queues[i - 1])]
         starts.append(len(queues))
         clock_ms = self.clock_ms
-        outcomes: list[RecordOutcome] = []
+        runs: list[QueuedRun] = []
         for start, end in pairwise(starts):
             topic, queue_id = queue = queues[start]
             index = self._queues.get(queue)
@@ -313,22 +312,9 @@ class PartitionState:
                 tags[start:end],
                 message_groups[start:end],
             )
-            outcomes.extend(
-                map(
-                    _new_outcome,
-                    zip(
-                        repeat(topic),
-                        repeat(queue_id),
-                        ids,
-                        repeat(Placement.QUEUED),
-                        range(first, first + len(ids)),
-                        repeat(False),
-                        strict=False,
-                    ),
-                )
-            )
+            runs.append(QueuedRun(topic, queue_id, ids, first))
             self._dedup.remember_queued(topic, queue_id, ids, first, clock_ms)
-        return AppendResult(tuple(outcomes))
+        return AppendResult.of_runs(tuple(runs))
 
     def _append_special(
         self, record: MessageRecord, log_index: int, position: int
