@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 import crc32c
 import msgpack
@@ -403,19 +404,19 @@ def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None
 
     Accepts exactly what :func:`_record_from_wire` accepts with 14 fields and
     builds equal records (keys and property pairs arrive as the tuples the
-    record holds); None sends the batch to that exact path.
+    record holds); None sends the batch to that exact path. Checked column by
+    column (:func:`_columns_fast`).
     """
-    records = []
-    for item in items:
-        if type(item) is not tuple or tuple(map(type, item)) != _TUPLE_KINDS:
-            return None
-        if not _arrays_ok(item[5], item[7]):
-            return None
-        message_type = MESSAGE_TYPES.get(item[10])
-        if message_type is None:
-            return None
-        records.append(_new_tuple(MessageRecord, (*item[:10], message_type, *item[11:])))
-    return tuple(records)
+    if not items:
+        return ()
+    columns = _columns_fast(items)
+    if columns is None:
+        return None
+    kinds = map(MESSAGE_TYPES.__getitem__, columns[10])
+    return tuple(map(_new_record, zip(*columns[:10], kinds, *columns[11:], strict=True)))
+
+
+_new_record: Callable[[tuple[object, ...]], MessageRecord] = partial(_new_tuple, MessageRecord)
 
 
 RecordColumns = tuple[tuple[object, ...], ...]
@@ -444,6 +445,14 @@ def decode_columns(data: bytes | memoryview) -> tuple[int, RecordColumns] | None
         return None
     if type(items) is not tuple or len(items) != count or not count:
         return None
+    columns = _columns_fast(items)
+    return None if columns is None else (store_timestamp_ms, columns)
+
+
+def _columns_fast(items: tuple[Any, ...]) -> RecordColumns | None:
+    """The columns of records unpacked with arrays as tuples (at least one), if every
+    record is a current-version array whose fields all have their exact wire
+    types and a known message type; else None."""
     if not _TUPLE_ONLY.issuperset(map(type, items)) or set(map(len, items)) != _CURRENT_WIDTH:
         return None
     columns = tuple(zip(*items, strict=True))
@@ -455,7 +464,7 @@ def decode_columns(data: bytes | memoryview) -> tuple[int, RecordColumns] | None
             return None
     if not MESSAGE_TYPES.keys() >= set(columns[10]):
         return None
-    return store_timestamp_ms, columns
+    return columns
 
 
 def decode_record_at(data: bytes, position: int) -> MessageRecord:

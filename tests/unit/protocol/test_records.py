@@ -149,6 +149,8 @@ def test_packed_records_join_into_the_batch_of_all_of_them(
     # Each part is one append request's records; the batch joins their packed arrays.
     unpacked = [unpack_records(pack_records(part)) for part in parts]
     assert [u.records for u in unpacked] == [tuple(part) for part in parts]
+    # The message type is the enum member, not just an int equal to it.
+    assert all(type(r.message_type) is MessageType for u in unpacked for r in u.records)
     items = [u.items for u in unpacked]
     assert all(isinstance(i, bytes) for i in items)
     joined = [record for part in parts for record in part]
