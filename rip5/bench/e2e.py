@@ -74,6 +74,7 @@ from rip5.bench import harness
 from rip5.bench.grpc_lean import LeanChannel
 
 TOPIC = "bench-e2e"
+QUEUES = 16
 IDLE_TOPIC = "bench-e2e-idle"
 GROUP = "bench-e2e-group"
 IDLE_POLL_MS = 5_000
@@ -519,7 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="lean",
         help="the load generator's gRPC client: lean (rip5.bench.grpc_lean) or grpc.aio",
     )
-    parser.add_argument("--queues", type=int, default=16, help="queues of the bench topic")
+    parser.add_argument(
+        "--queues",
+        type=int,
+        default=None,
+        help=f"queues of the bench topic, in the bench's own cluster [default: {QUEUES}]",
+    )
     parser.add_argument(
         "--official-seconds",
         type=float,
@@ -547,7 +553,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     harness.add_arguments(parser)
     args = parser.parse_args(argv)
-    for name in ("runs", "in_flight", "batch", "receive_batch", "message_bytes", "channels"):
+    if args.endpoint and args.queues is not None:
+        parser.error(
+            "--queues sets up the bench's own cluster; with --endpoint the topics are used as "
+            "that cluster has them (rip5 dev auto-creates a topic with 8 queues: create "
+            f"{args.topic!r} with `rip5 admin topic create` first to choose)"
+        )
+    if args.queues is None:
+        args.queues = QUEUES
+    for name in (
+        "runs",
+        "in_flight",
+        "batch",
+        "receive_batch",
+        "message_bytes",
+        "channels",
+        "queues",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.seconds <= 0 or min(args.warmup, args.official_seconds, args.idle_seconds) < 0:
@@ -565,7 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         show_progress=not args.no_progress,
     )
     where = (
-        f"broker {args.endpoint} (its CPU is not measured: server CPU reads 0)"
+        f"broker {args.endpoint} (its CPU is not measured: server CPU reads 0; topics "
+        "as that cluster has them)"
         if args.endpoint
         else "dev cluster: 1 nameserver, 3 storage nodes (every group on all three, fsync on), "
         "1 broker"

@@ -41,3 +41,27 @@ def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Pat
     assert idle["calls"] >= 8, idle  # every consumer's long poll came back empty at least once
     assert idle["msgs_per_s"] == 0, idle
     assert idle["server_cpu_pct"] > 0, idle
+
+
+def test_queues_are_refused_against_a_running_broker() -> None:
+    # The bench creates its topics only in its own cluster: against --endpoint a
+    # --queues would be silently ignored (rip5 dev auto-creates topics with 8).
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rip5",
+            "bench",
+            "e2e",
+            "--endpoint",
+            "127.0.0.1:1",
+            "--queues",
+            "16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--queues sets up the bench's own cluster" in result.stderr
