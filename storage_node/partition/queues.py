@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from functools import partial
 from itertools import islice, repeat
@@ -312,7 +312,11 @@ class DedupWindow:
     def __init__(self, window_ms: int, entries_max: int) -> None:
         self.window_ms = window_ms
         self.entries_max = entries_max
-        self._entries: OrderedDict[tuple[str, str], _Remembered] = OrderedDict()
+        # A dict keeps insertion order, and the keys in that order are kept again in a
+        # deque: the front is reached at once however many entries left it before
+        # (a dict's first key is found by scanning past its removed ones).
+        self._entries: dict[tuple[str, str], _Remembered] = {}
+        self._order: deque[tuple[str, str]] = deque()
         # How many entries ever left the front: the front entry's sequence number.
         self._dropped = 0
         self._memo: PackedChunks[tuple[int, int]] = PackedChunks(_span)
@@ -338,14 +342,21 @@ class DedupWindow:
         The message id is not remembered already (the caller looked it up), and
         ``stored_ms`` is the state clock.
         """
-        self._entries[(outcome.topic, outcome.message_id)] = _remembered(outcome, stored_ms)
+        key = (outcome.topic, outcome.message_id)
+        if key not in self._entries:  # (kept in place if it were, as a map keeps it)
+            self._order.append(key)
+        self._entries[key] = _remembered(outcome, stored_ms)
         self._evict_over_max()
 
     def _evict_over_max(self) -> None:
         """Drop the oldest entries beyond ``entries_max``."""
-        while len(self._entries) > self.entries_max:
-            self._entries.popitem(last=False)
-            self._dropped += 1
+        excess = len(self._entries) - self.entries_max
+        if excess > 0:
+            entries = self._entries
+            oldest = self._order.popleft
+            for _ in range(excess):
+                del entries[oldest()]
+            self._dropped += excess
 
     def knows_any(self, keys: Iterable[tuple[str, str]]) -> bool:
         """Whether any of the (topic, message id) ``keys`` is remembered now."""
@@ -362,9 +373,10 @@ class DedupWindow:
         """:meth:`remember` the outcomes of ``message_ids`` queued in order at consecutive
         offsets from ``first_offset``, as one call per id would (none is remembered)."""
         queued = int(Placement.QUEUED)
+        keys = list(zip(repeat(topic), message_ids, strict=False))
         self._entries.update(
             zip(
-                zip(repeat(topic), message_ids, strict=False),
+                keys,
                 zip(
                     repeat(queue_id),
                     repeat(queued),
@@ -375,6 +387,7 @@ class DedupWindow:
                 strict=False,  # the second runs as long as message_ids
             )
         )
+        self._order.extend(keys)
         self._evict_over_max()
 
     def update(self, outcome: RecordOutcome) -> None:
@@ -401,12 +414,11 @@ class DedupWindow:
     def maybe_evict(self, clock_ms: int) -> int:
         """Drop entries stored before ``clock_ms - window_ms``; returns how many."""
         horizon = clock_ms - self.window_ms
+        entries = self._entries
+        order = self._order
         evicted = 0
-        while self._entries:
-            key = next(iter(self._entries))
-            if self._entries[key][3] >= horizon:
-                break
-            self._entries.popitem(last=False)
+        while order and entries[order[0]][3] < horizon:
+            del entries[order.popleft()]
             evicted += 1
         self._dropped += evicted
         return evicted
@@ -455,23 +467,28 @@ class DedupWindow:
         return found
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if store times decrease along the window (tests)."""
+        """Raise AssertionError if store times decrease along the window, or the keys'
+        order is not the map's (tests)."""
         stored = [remembered[3] for remembered in self._entries.values()]
         if stored != sorted(stored):
             raise AssertionError("dedup window entries out of store order")
+        if list(self._order) != list(self._entries):
+            raise AssertionError("dedup window keys out of the map's order")
 
     def load_wire(self, data: list[object]) -> None:
         """Restore from :meth:`to_wire` (replacing any entries)."""
         self._entries.clear()
+        self._order.clear()
         self._dropped = 0
         self._memo = PackedChunks(_span)
         self._spans = []
         for item in data:
             wire, stored = as_list(item, "dedup entry", 2)
             outcome = RecordOutcome.from_wire(as_list(wire, "record outcome"))
-            self._entries[(outcome.topic, outcome.message_id)] = _remembered(
-                outcome, as_int(stored)
-            )
+            key = (outcome.topic, outcome.message_id)
+            if key not in self._entries:
+                self._order.append(key)
+            self._entries[key] = _remembered(outcome, as_int(stored))
 
 
 _Item = tuple[tuple[str, str], _Remembered]
