@@ -374,6 +374,7 @@ class DedupWindow:
         offsets from ``first_offset``, as one call per id would (none is remembered)."""
         queued = int(Placement.QUEUED)
         keys = list(zip(repeat(topic), message_ids, strict=False))
+        before = len(self._entries)
         self._entries.update(
             zip(
                 keys,
@@ -387,7 +388,10 @@ class DedupWindow:
                 strict=False,  # the second runs as long as message_ids
             )
         )
-        self._order.extend(keys)
+        if len(self._entries) - before == len(keys):
+            self._order.extend(keys)
+        else:  # an id was remembered already (callers exclude it): the map's order holds
+            self._order = deque(self._entries)
         self._evict_over_max()
 
     def update(self, outcome: RecordOutcome) -> None:
