@@ -40,12 +40,12 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_SHORT_VARINTS = tuple(_varint(n) for n in range(1 << 14))
-"""The varints of 0..16383 (one or two bytes): every length an answer entry has."""
+_ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
+"""The varints of 0..127: the length of nearly every field an answer entry has."""
 
 
 def _length(n: int) -> bytes:
-    return _SHORT_VARINTS[n] if n < 16384 else _varint(n)
+    return _ONE_BYTE_VARINTS[n] if n < 0x80 else _varint(n)
 
 
 def _key(number: int, wire_type: int) -> bytes:

@@ -20,13 +20,7 @@ def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Pat
         "--idle-seconds", "2",
         "--json", str(out),
     ]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "rip5", "bench", "e2e", *args],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    result = _bench_e2e(args, timeout_s=280)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "publish median / yardstick 20,000 msgs/s = " in result.stdout
     cases = json.loads(out.read_text())["cases"]
@@ -46,22 +40,16 @@ def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Pat
 def test_queues_are_refused_against_a_running_broker() -> None:
     # The bench creates its topics only in its own cluster: against --endpoint a
     # --queues would be silently ignored (rip5 dev auto-creates topics with 8).
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rip5",
-            "bench",
-            "e2e",
-            "--endpoint",
-            "127.0.0.1:1",
-            "--queues",
-            "16",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = _bench_e2e(["--endpoint", "127.0.0.1:1", "--queues", "16"], timeout_s=60)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "--queues sets up the bench's own cluster" in result.stderr
+
+
+def _bench_e2e(args: list[str], *, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rip5", "bench", "e2e", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
