@@ -318,16 +318,18 @@ class StorageNode:
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
         records, items = _append_records(request)
-        body_bytes = sum(len(record.body) for record in records)
+        body_bytes = sum(map(len, map(_BODY, records)))
         if body_bytes > APPEND_BODY_BYTES_MAX:
             raise BadCommand(
                 f"an append carries {body_bytes} body bytes, more than {APPEND_BODY_BYTES_MAX}"
             )
         if items is not None or all(map(is_canonical, records)):
             # Joined with the group's other appends of this round into one entry,
-            # applied by the leader without decoding (see append_batcher).
-            for record in records:
-                check_record(record)
+            # applied by the leader without decoding (see append_batcher). Every
+            # record is of the request's queue (_append_records): only ids vary.
+            if not request.topic or request.queue_id < 0 or "" in map(_MESSAGE_ID, records):
+                for record in records:
+                    check_record(record)  # names the record at fault
             try:
                 result, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
             except RaftNotLeader as exc:
@@ -762,6 +764,9 @@ _placement = operator.itemgetter(RecordOutcome._fields.index("placement"))
 _queue_offset = operator.itemgetter(RecordOutcome._fields.index("queue_offset"))
 _message_id = operator.itemgetter(RecordOutcome._fields.index("message_id"))
 _QUEUED_ONLY = {Placement.QUEUED}
+_BODY = operator.itemgetter(3)
+_MESSAGE_ID = operator.itemgetter(2)
+_QUEUE_OF = operator.itemgetter(0, 1)
 
 
 def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes | None]:
@@ -787,10 +792,10 @@ def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes 
     if not records:
         raise BadCommand("an append needs at least one message")
     queue = (request.topic, request.queue_id)
-    for record in records:
-        if record[:2] != queue:
-            raise BadCommand(
-                f"message {record.message_id!r} is for {record.topic}:{record.queue_id}, "
-                f"not {request.topic}:{request.queue_id}"
-            )
+    if any(map(queue.__ne__, map(_QUEUE_OF, records))):
+        stray = next(record for record in records if record[:2] != queue)
+        raise BadCommand(
+            f"message {stray.message_id!r} is for {stray.topic}:{stray.queue_id}, "
+            f"not {request.topic}:{request.queue_id}"
+        )
     return records, items

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import pairwise, repeat
 from typing import cast
 
 from protocol import errors
@@ -65,9 +65,9 @@ from storage_node.partition.commands import (
     append_columns,
     decode,
 )
+from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.pop import Grant, GroupQueue, Lease
 from storage_node.partition.queues import (
-    DedupWindow,
     Placement,
     QueueEntry,
     QueueId,
@@ -288,14 +288,26 @@ class PartitionState:
             return None  # check_record names what is wrong
         if max(due) > self.clock_ms or not _PLAIN_KINDS.issuperset(columns[10]):
             return None
-        keys = list(zip(topics, message_ids, strict=True))
-        if len(set(keys)) != len(keys) or self._dedup.knows_any(keys):
-            return None
-        if self._timers.holds_any(keys):
-            return None
+        topic = topics[0]
+        if topics.count(topic) == len(topics):  # one topic (a broker's append): ids alone
+            if len(set(message_ids)) != len(message_ids):
+                return None
+            if self._dedup.knows_any_of(topic, message_ids):
+                return None
+            if self._timers.holds_any(zip(repeat(topic), message_ids)):
+                return None
+        else:
+            keys = list(zip(topics, message_ids, strict=True))
+            if len(set(keys)) != len(keys) or self._dedup.knows_any(keys):
+                return None
+            if self._timers.holds_any(keys):
+                return None
         queues = list(zip(topics, queue_ids, strict=True))
-        starts = [0, *(i for i in range(1, len(queues)) if queues[i] != queues[i - 1])]
-        starts.append(len(queues))
+        if queues.count(queues[0]) == len(queues):  # one queue: one run
+            starts = [0, len(queues)]
+        else:
+            starts = [0, *(i for i in range(1, len(queues)) if queues[i] != queues[i - 1])]
+            starts.append(len(queues))
         clock_ms = self.clock_ms
         runs: list[QueuedRun] = []
         for start, end in pairwise(starts):
