@@ -131,6 +131,7 @@ class Driver:
         # Called at the start of every round, before its proposals are collected.
         self._round_hooks: list[Callable[[], None]] = []
         self._preparing_spare = False
+        self._before_spare_fill: Callable[[list[int]], object] | None = None
         # Compaction by WAL bytes: at most one snapshot pack in flight.
         self._compacting = False
         # The steps of a compaction whose pack is durable, waiting to be recorded.
@@ -505,17 +506,36 @@ class Driver:
         self.store.maybe_collect_garbage()
         self.compactions += 1
 
+    def before_spare_fill(self, hook: Callable[[list[int]], object]) -> None:
+        """Run ``hook`` in the spare thread right before each spare segment is zero-filled,
+        with the live segments (oldest first) as the loop saw them when it asked for it.
+
+        For the page cache (``storage_node.store.segment_files.uncache_segments``):
+        pages let go of there are the ones the fill takes next, while the host still
+        backs them. An OSError of the hook is logged and the fill goes on.
+        """
+        self._before_spare_fill = hook
+
     def _maybe_prepare_spare(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._preparing_spare or self.store.has_spare():
+        store = self.store
+        if self._preparing_spare or store.has_spare():
             return
         self._preparing_spare = True
+        hook = self._before_spare_fill
+        live = store.segment_seqs() if hook is not None else []
+
+        def prepare() -> bool:
+            if hook is not None and not store.has_spare():
+                try:
+                    hook(live)
+                except OSError as exc:
+                    _log.warning("node %d: before filling a spare segment: %s", self.node_id, exc)
+            return store.maybe_prepare_spare()
 
         def done(_future: asyncio.Future[bool]) -> None:
             self._preparing_spare = False
 
-        loop.run_in_executor(self._spare_thread, self.store.maybe_prepare_spare).add_done_callback(
-            done
-        )
+        loop.run_in_executor(self._spare_thread, prepare).add_done_callback(done)
 
     def _fail_waiting(self, error: RaftError) -> None:
         for future in self._waiting:

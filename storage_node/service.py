@@ -145,7 +145,7 @@ from storage_node.partition.results import (
 )
 from storage_node.partition.state import check_record
 from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
-from storage_node.store.segment_files import tend_sealed_segments
+from storage_node.store.segment_files import index_segments, uncache_segments
 
 _log = logging.getLogger(__name__)
 
@@ -188,7 +188,8 @@ SEGMENT_INDEX_CHECK_MS = 1_000
 
 WAL_CACHED_BYTES = 256 << 20
 """Sealed WAL segments older than the newest this many bytes of them leave the page cache
-(``uncache_segments``: their pages go to the next spare segment instead of fresh ones).
+right before each spare segment is zero-filled (``uncache_segments``, run by the driver's
+spare thread: the fill takes their pages while the host still backs them, not fresh ones).
 Measured in ``rip5 bench e2e`` publish on 2 cores: 41,307 / 43,464 msgs/s keeping every
 page, 50,259 / 46,202 with this window (docs/benchmarks.md, E2E run N)."""
 
@@ -218,6 +219,12 @@ class StorageNode:
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
+        wal_dir = store.directory / "wal"
+        cached_segments = WAL_CACHED_BYTES // store.segment_bytes
+        uncached: set[int] = set()  # the spare thread's own
+        driver.before_spare_fill(
+            lambda live: uncache_segments(wal_dir, live, cached_segments, uncached)
+        )
 
     def adopt(self, group_id: int, replica: GroupReplica) -> None:
         """Serve ``replica`` (already added to the driver); it keeps its group's truncate floor."""
@@ -675,23 +682,13 @@ class StorageNode:
                 replica.maybe_refresh_floor()
 
     async def run_segment_indexer(self) -> None:
-        """Forever: give every sealed WAL segment its index, and let the page cache go of
-        those older than ``WAL_CACHED_BYTES`` (in a worker thread)."""
+        """Forever: give every sealed WAL segment its index (in a worker thread)."""
         loop = asyncio.get_running_loop()
-        cached_segments = WAL_CACHED_BYTES // self.store.segment_bytes
-        uncached: set[int] = set()
         while True:
             await asyncio.sleep(SEGMENT_INDEX_CHECK_MS / 1000)
             try:
                 live = self.store.segment_seqs()  # on the loop: the driver changes them
-                await loop.run_in_executor(
-                    None,
-                    tend_sealed_segments,
-                    self.store.directory / "wal",
-                    live,
-                    cached_segments,
-                    uncached,
-                )
+                await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
             except (OSError, SegmentCorrupted) as exc:
                 _log.error("indexing sealed WAL segments failed: %s", exc)
 

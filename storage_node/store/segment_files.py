@@ -16,7 +16,7 @@ referenced body not adopted stays in a live segment.
 segment that lacks one (``protocol.segments`` layout; written to a temp
 file, fsynced, renamed) and removes indexes of collected segments.
 :func:`uncache_segments` lets the page cache go of sealed segments older
-than a window.
+than a window, right before a spare segment is zero-filled.
 
 SHELL (file I/O).
 """
@@ -126,9 +126,14 @@ def uncache_segments(
     the kernel takes fresh for the log costs ~2 ms per MiB to touch, against a
     tenth of that for one freed a moment ago. A log that is only appended to
     takes every page fresh; one that lets go of its old segments gets their
-    pages back for the next spare segment. Reads of bodies older than the
-    window come from the disk (the entry cache keeps the newest entries).
-    Advisory only: the segments are sealed and synced, and nothing else changes.
+    pages back for the next spare segment, if the spare takes them at once
+    (freed pages are handed back to the host within seconds): the storage
+    node runs this right before each spare segment's zero-fill
+    (``raft.driver.Driver.before_spare_fill``), in the thread that fills it.
+    Segments that old were indexed long before (the indexer runs every
+    second). Reads of bodies older than the window come from the disk (the
+    entry cache keeps the newest entries). Advisory only: the segments are
+    sealed and synced, and nothing else changes.
     """
     sealed = live_seqs[:-1]
     dropped: list[int] = []
@@ -149,14 +154,6 @@ def uncache_segments(
         dropped.append(seq)
     uncached.intersection_update(live_seqs)
     return dropped
-
-
-def tend_sealed_segments(
-    wal_dir: Path, live_seqs: list[int], cached_segments: int, uncached: set[int]
-) -> None:
-    """:func:`index_segments`, then :func:`uncache_segments` (the index is read first)."""
-    index_segments(wal_dir, live_seqs)
-    uncache_segments(wal_dir, live_seqs, cached_segments, uncached)
 
 
 def _index_of(path: Path) -> segments.SegmentIndex:

@@ -6,6 +6,7 @@ Real WALs on disk, drivers in one process over a MemoryNetwork.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,45 @@ async def test_a_truncate_floor_holds_compaction_back(tmp_path: Path) -> None:
         )
         assert driver.store.group(1).first_index() <= 11
         assert driver.store.group(2).first_index() > 11
+    for node_id in NODES:
+        await c.stop_node(node_id)
+
+
+async def test_the_hook_before_a_spare_fill_runs_in_the_spare_thread(tmp_path: Path) -> None:
+    c = SmallSegments(tmp_path, groups=1, options=OPTIONS)
+    calls: dict[int, list[tuple[str, list[int], bool]]] = {n: [] for n in NODES}
+    for node_id in NODES:
+        driver = await c.start_node(node_id)
+        store = driver.store
+
+        def hook(
+            live: list[int],
+            calls: list[tuple[str, list[int], bool]] = calls[node_id],
+            store: LogStore = store,
+        ) -> None:
+            # What the fill will see: no spare ready yet, the live segments as given.
+            calls.append((threading.current_thread().name, live, store.has_spare()))
+            if len(calls) % 2:
+                raise OSError("advice refused")  # logged; the fill goes on
+
+        driver.before_spare_fill(hook)
+    await c.wait_leaders()
+    body = b"s" * 1000
+    for i in range(200):  # ~200 KiB per node: a new spare every 64 KiB
+        await c.propose(1, b"%d-" % i + body)
+    for node_id in NODES:
+        driver = c.drivers[node_id]
+        await async_wait_until(
+            lambda n=node_id: len(calls[n]) >= 2,  # type: ignore[misc]
+            what=f"node {node_id} filled two spares",
+        )
+        await async_wait_until(driver.store.has_spare, what=f"node {node_id} has a spare")
+        for thread, live, had_spare in calls[node_id]:
+            assert thread.startswith(f"wal-spare-{node_id}")
+            assert live  # the live segments, oldest first
+            assert live == sorted(live)
+            assert not had_spare
+        assert len(driver.store.segment_seqs()) >= 3
     for node_id in NODES:
         await c.stop_node(node_id)
 
