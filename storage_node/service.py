@@ -325,7 +325,7 @@ class StorageNode:
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
         records, items = _append_records(request)
-        body_bytes = sum(map(len, map(_BODY, records)))
+        body_bytes = sum(map(len, map(_record_body, records)))
         if body_bytes > APPEND_BODY_BYTES_MAX:
             raise BadCommand(
                 f"an append carries {body_bytes} body bytes, more than {APPEND_BODY_BYTES_MAX}"
@@ -334,7 +334,7 @@ class StorageNode:
             # Joined with the group's other appends of this round into one entry,
             # applied by the leader without decoding (see append_batcher). Every
             # record is of the request's queue (_append_records): only ids vary.
-            if not request.topic or request.queue_id < 0 or "" in map(_MESSAGE_ID, records):
+            if not request.topic or request.queue_id < 0 or "" in map(_record_id, records):
                 for record in records:
                     check_record(record)  # names the record at fault
             try:
@@ -761,9 +761,11 @@ _placement = operator.itemgetter(RecordOutcome._fields.index("placement"))
 _queue_offset = operator.itemgetter(RecordOutcome._fields.index("queue_offset"))
 _message_id = operator.itemgetter(RecordOutcome._fields.index("message_id"))
 _QUEUED_ONLY = {Placement.QUEUED}
-_BODY = operator.itemgetter(3)
-_MESSAGE_ID = operator.itemgetter(2)
-_QUEUE_OF = operator.itemgetter(0, 1)
+_record_body = operator.itemgetter(MessageRecord._fields.index("body"))
+_record_id = operator.itemgetter(MessageRecord._fields.index("message_id"))
+_record_queue = operator.itemgetter(
+    MessageRecord._fields.index("topic"), MessageRecord._fields.index("queue_id")
+)
 
 
 def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes | None]:
@@ -789,7 +791,7 @@ def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes 
     if not records:
         raise BadCommand("an append needs at least one message")
     queue = (request.topic, request.queue_id)
-    if any(map(queue.__ne__, map(_QUEUE_OF, records))):
+    if any(map(queue.__ne__, map(_record_queue, records))):
         stray = next(record for record in records if record[:2] != queue)
         raise BadCommand(
             f"message {stray.message_id!r} is for {stray.topic}:{stray.queue_id}, "
