@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, repeat
 
 from storage_node.partition.chunks import PackedChunks
@@ -93,11 +93,6 @@ class DedupWindow:
     def __iter__(self) -> Iterator[tuple[str, str]]:
         """The remembered (topic, message id) pairs, in store order."""
         return (key for key, _remembered in self._items())
-
-    def remembered(self) -> Container[tuple[str, str]]:
-        """The (topic, message id) pairs remembered now: a live view, for membership
-        tests (iterated, in store order)."""
-        return self
 
     def lookup(self, topic: str, message_id: str) -> RecordOutcome | None:
         """The original outcome of a record stored in the window, if any."""

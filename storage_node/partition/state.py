@@ -243,7 +243,7 @@ class PartitionState:
         # here inline, one tuple per object built: it is every message of a
         # normal append, on every replica. Every other record: _append_special.
         special = self._append_special
-        remembered = self._dedup.remembered()
+        remembered = self._dedup
         remember = self._dedup.remember
         held = self._timers.is_held
         enqueue = self._enqueue
@@ -289,7 +289,9 @@ class PartitionState:
         if max(due) > self.clock_ms or not _PLAIN_KINDS.issuperset(columns[10]):
             return None
         topic = topics[0]
-        if topics.count(topic) == len(topics):  # one topic (a broker's append): ids alone
+        count = len(topics)
+        one_topic = topics.count(topic) == count
+        if one_topic:  # a broker's append: its ids alone
             if len(set(message_ids)) != len(message_ids):
                 return None
             if self._dedup.knows_any_of(topic, message_ids):
@@ -302,16 +304,16 @@ class PartitionState:
                 return None
             if self._timers.holds_any(keys):
                 return None
-        queues = list(zip(topics, queue_ids, strict=True))
-        if queues.count(queues[0]) == len(queues):  # one queue: one run
-            starts = [0, len(queues)]
+        if one_topic and queue_ids.count(queue_ids[0]) == count:  # one queue: one run
+            starts = [0, count]
         else:
-            starts = [0, *(i for i in range(1, len(queues)) if queues[i] != queues[i - 1])]
-            starts.append(len(queues))
+            queues = list(zip(topics, queue_ids, strict=True))
+            starts = [0, *(i for i in range(1, count) if queues[i] != queues[i - 1])]
+            starts.append(count)
         clock_ms = self.clock_ms
         runs: list[QueuedRun] = []
         for start, end in pairwise(starts):
-            topic, queue_id = queue = queues[start]
+            topic, queue_id = queue = topics[start], queue_ids[start]
             index = self._queues.get(queue)
             if index is None:
                 index = self._queues[queue] = QueueIndex()

@@ -32,7 +32,7 @@ def test_the_newest_entries_max_stay_in_store_order(
         while len(expected) > entries_max:
             del expected[next(iter(expected))]
         window.check_invariants()
-        assert [key[1] for key in window.remembered()] == list(expected)  # type: ignore[attr-defined]
+        assert [key[1] for key in window] == list(expected)
     for message_id, queue_offset in expected.items():
         assert window.lookup("t", message_id) == RecordOutcome(
             "t", 0, message_id, Placement.QUEUED, queue_offset
@@ -45,10 +45,10 @@ def test_an_id_remembered_again_keeps_its_place_and_the_order_holds() -> None:
     window.remember_queued("t", 0, ["a", "b"], 0, 1)
     window.remember_queued("t", 0, ["b", "c"], 2, 2)
     window.check_invariants()
-    assert [key[1] for key in window.remembered()] == ["a", "b", "c"]  # type: ignore[attr-defined]
+    assert [key[1] for key in window] == ["a", "b", "c"]
     window.remember_queued("t", 0, ["d"], 4, 3)  # evicts the oldest
     window.check_invariants()
-    assert [key[1] for key in window.remembered()] == ["b", "c", "d"]  # type: ignore[attr-defined]
+    assert [key[1] for key in window] == ["b", "c", "d"]
 
 
 def test_entries_older_than_the_window_leave_from_the_front() -> None:
@@ -57,7 +57,7 @@ def test_entries_older_than_the_window_leave_from_the_front() -> None:
     window.remember(RecordOutcome("t", 1, "c", Placement.DELAYED), 1_050)
     assert window.maybe_evict(1_120) == 2
     window.check_invariants()
-    assert [key[1] for key in window.remembered()] == ["c"]  # type: ignore[attr-defined]
+    assert [key[1] for key in window] == ["c"]
     assert window.lookup("t", "a") is None
 
 
@@ -147,7 +147,7 @@ def test_the_window_agrees_with_a_map_in_store_order(
         _evict(model, entries_max, clock_ms - 40 if kind == "tick" else -1)
         window.check_invariants()
         assert len(window) == len(model)
-        assert list(window.remembered()) == list(model)  # type: ignore[call-overload]
+        assert list(window) == list(model)
         assert window.to_wire() == [
             [[topic, queue_id, message_id, placement, offset], stored]
             for (topic, message_id), (queue_id, placement, offset, stored) in model.items()
