@@ -424,6 +424,12 @@ RecordColumns = tuple[tuple[object, ...], ...]
 record order (``_FIELDS`` order, arrays as tuples, the message type as its wire int)."""
 
 _COLUMN_KINDS: tuple[frozenset[type], ...] = tuple(frozenset([kind]) for kind in _TUPLE_KINDS)
+# Columns usually of one value across a batch (not ids, bodies or times), whose type an
+# equality with a value of that type proves (str and arrays: not ints, as True == 1).
+_UNIFORM_COLUMNS: tuple[bool, ...] = tuple(
+    kind in (str, tuple) and name != "message_id"
+    for name, kind in zip(_FIELDS, _TUPLE_KINDS, strict=True)
+)
 _TUPLE_ONLY = frozenset([tuple])
 _STR_ONLY = frozenset([str])
 _CURRENT_WIDTH = frozenset([len(_FIELDS)])
@@ -456,7 +462,13 @@ def _columns_fast(items: tuple[Any, ...]) -> RecordColumns | None:
     if not _TUPLE_ONLY.issuperset(map(type, items)) or set(map(len, items)) != _CURRENT_WIDTH:
         return None
     columns = tuple(zip(*items, strict=True))
-    for column, kinds in zip(columns, _COLUMN_KINDS, strict=True):
+    count = len(items)
+    for column, kinds, uniform in zip(columns, _COLUMN_KINDS, _UNIFORM_COLUMNS, strict=True):
+        # Only a str equals a str, only a tuple a tuple of strings or pairs: a column
+        # all equal to a first value of its type is of its type (mostly one pass of
+        # identity checks: an empty tag, group or tuple is one object).
+        if uniform and type(column[0]) in kinds and column.count(column[0]) == count:
+            continue
         if not kinds.issuperset(map(type, column)):
             return None
     for keys, props in zip(columns[5], columns[7], strict=True):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from functools import partial
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from isal.isal_zlib import crc32
 
 from broker.domain import (
     Delivery,
@@ -63,7 +64,7 @@ def _corrupted(what: str) -> BrokerError:
 
 def _check_digest(kind: int, checksum: str, body: bytes) -> None:
     if kind == pb.CRC32:
-        crc = zlib.crc32(body)
+        crc = crc32(body)  # zlib's, at several times the speed (one per sent message)
         expected = f"{crc:08X}"
         # Python clients write 8 hex digits, Node clients decimal: accept both.
         if checksum == expected or checksum.upper() in (expected, str(crc)):
@@ -108,6 +109,7 @@ def message_from_pb(message: pb.Message) -> Message:
         _check_digest(digest.type, checksum, wire_body)
     keys = system.keys
     properties = message.user_properties
+    born = system.born_timestamp
     return _new_message(
         (
             message.topic.name,
@@ -118,7 +120,7 @@ def message_from_pb(message: pb.Message) -> Message:
             tuple(keys) if keys else (),
             dict(properties) if properties else {},
             system.message_group if system.HasField("message_group") else None,
-            timestamp_ms(system.born_timestamp),
+            born.seconds * 1000 + born.nanos // 1_000_000,  # timestamp_ms, inline
             system.born_host,
             (
                 timestamp_ms(system.delivery_timestamp)

@@ -20,42 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from protocol.protowire import LENGTH_DELIMITED, VARINT, field_key, varint
 from protocol.rocketmq.v2 import definition_pb2 as pb
-
-_VARINT = 0
-_LENGTH_DELIMITED = 2
-
-
-def _varint(value: int) -> bytes:
-    """``value`` as a protobuf varint; negative values as their 64-bit two's complement."""
-    if value < 0:
-        value += 1 << 64
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
 
 _ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
 """The varints of 0..127: the length of nearly every field an answer entry has."""
 
 
 def _length(n: int) -> bytes:
-    return _ONE_BYTE_VARINTS[n] if n < 0x80 else _varint(n)
-
-
-def _key(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
+    return _ONE_BYTE_VARINTS[n] if n < 0x80 else varint(n)
 
 
 def message_field(number: int, data: bytes) -> bytes:
     """Length-delimited field ``number`` holding ``data``: a message (one element, for a
     repeated one) or a string's UTF-8."""
-    return _key(number, _LENGTH_DELIMITED) + _length(len(data)) + data
+    return field_key(number, LENGTH_DELIMITED) + _length(len(data)) + data
 
 
 def _text(number: int, value: str) -> bytes:
@@ -67,7 +46,7 @@ def _number(number: int, value: int) -> bytes:
     """A varint field; zero (proto3's default) is left out."""
     if not value:
         return b""
-    return _key(number, _VARINT) + _varint(value)
+    return field_key(number, VARINT) + varint(value)
 
 
 def status(code: int, message: str) -> bytes:
@@ -95,7 +74,7 @@ def send_results(status_bytes: bytes, results: Iterable[tuple[str, int, str]]) -
         if transaction_id:
             entry += _text(3, transaction_id)
         if offset:
-            entry += b"\x20" + _varint(offset)
+            entry += b"\x20" + varint(offset)
         parts.append(b"\x12" + _length(len(entry)) + entry)
     return b"".join(parts)
 

@@ -156,6 +156,20 @@ def test_columns_give_way_to_what_the_fast_decoding_does_not_take() -> None:
     assert decode_columns(_batch_of([*plain[:7], [["p"]], *plain[8:]])) is None
 
 
+def test_a_column_of_one_value_is_taken_only_if_the_value_has_the_field_type() -> None:
+    first = list(MessageRecord("orders", 0, "m1", b"x"))
+    second = [*first[:2], "m2", *first[3:]]
+    assert decode_columns(_batch_of(first, second)) is not None
+    other = msgpack.ExtType(1, b"")
+    # The tag (4) and the keys (5): of another type in every record or in one.
+    for field, values in ((4, (b"", b"")), (4, ("", b"")), (4, ("", other)), (5, ((), other))):
+        arrays = [
+            [*array[:field], value, *array[field + 1 :]]
+            for array, value in zip((first, second), values, strict=True)
+        ]
+        assert decode_columns(_batch_of(*arrays)) is None
+
+
 def test_a_held_message_sent_again_after_the_dedup_window_stays_held_once() -> None:
     """The one plain-looking record the run path must leave alone: its id is no longer
     remembered, but its first send still waits for its delivery time."""
