@@ -5,9 +5,9 @@ every raft group with fsync on, 1 broker) on free ports, or a running broker
 with ``--endpoint``. Topic ``bench-e2e`` (``queues`` queues) and group
 ``bench-e2e-group`` are created through the nameserver.
 
-The load generator is one client process (asyncio) speaking RocketMQ gRPC
-v2 over ``channels`` connections, with the lean client of
-``rip5.bench.grpc_lean`` (``--client lean``, the default) or grpc.aio
+The load generator is one client process speaking RocketMQ gRPC v2 over
+``channels`` connections, with the lean client of ``rip5.bench.grpc_lean``
+on uvloop (``--client lean``, the default) or grpc.aio on asyncio
 (``--client grpcio``). The lean client leaves more of the machine to the
 servers: grpc.aio took half of the 2 cores in the receive+ack phase. Per run:
 
