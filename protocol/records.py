@@ -464,9 +464,11 @@ def _columns_fast(items: tuple[Any, ...]) -> RecordColumns | None:
     columns = tuple(zip(*items, strict=True))
     count = len(items)
     for column, kinds, uniform in zip(columns, _COLUMN_KINDS, _UNIFORM_COLUMNS, strict=True):
-        # Only a str equals a str, only a tuple a tuple of strings or pairs: a column
-        # all equal to a first value of its type is of its type (mostly one pass of
-        # identity checks: an empty tag, group or tuple is one object).
+        # A str equals only a str; a tuple of strings or pairs (checked below) only such
+        # a tuple, or a tuple subclass (msgpack's ExtType, whose int code no string or
+        # pair equals). So a column all equal to a first value of its type is of its
+        # type: mostly one pass of identity checks (an empty tag, group or tuple is one
+        # object).
         if uniform and type(column[0]) in kinds and column.count(column[0]) == count:
             continue
         if not kinds.issuperset(map(type, column)):
