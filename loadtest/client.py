@@ -134,23 +134,24 @@ class SendRequests:
 
     def __init__(self, messages: Sequence[pb.Message]) -> None:
         """Requests of ``messages`` (their ids and born times are replaced in each)."""
-        self._rests: list[tuple[bytes, bytes]] = []  # (message, system properties), both without
+        # Each message, and its system properties, serialized without the id and born time.
+        self._message_rests: list[bytes] = []
+        self._system_rests: list[bytes] = []
         for message in messages:
             rest = pb.Message()
             rest.CopyFrom(message)
             system = rest.system_properties
             system.ClearField("message_id")
             system.ClearField("born_timestamp")
-            system_rest = system.SerializeToString()
+            self._system_rests.append(system.SerializeToString())
             rest.ClearField("system_properties")
-            self._rests.append((rest.SerializeToString(), system_rest))
-        self._system_rests = [system_rest for _message_rest, system_rest in self._rests]
+            self._message_rests.append(rest.SerializeToString())
         # Per length of the born time field: each message's bytes before its id.
         self._heads: dict[int, list[bytes]] = {}
 
     def _heads_for(self, born_bytes: int) -> list[bytes]:
         heads = []
-        for message_rest, system_rest in self._rests:
+        for message_rest, system_rest in zip(self._message_rests, self._system_rests, strict=True):
             system_bytes = len(_ID_HEAD) + _ID_BYTES + born_bytes + len(system_rest)
             system_head = _SYSTEM_KEY + varint(system_bytes) + _ID_HEAD
             message_bytes = len(message_rest) + len(system_head) + system_bytes - len(_ID_HEAD)

@@ -144,8 +144,10 @@ class LeanStub:
     async def _unary(
         self, method: str, request: Any, timeout_s: float, metadata: Metadata
     ) -> bytes:
+        """One unary call of ``request``, a message or its serialized bytes."""
+        data = request if isinstance(request, bytes) else request.SerializeToString()
         return await self._channel.unary(
-            _SERVICE + method, request.SerializeToString(), timeout_s=timeout_s, metadata=metadata
+            _SERVICE + method, data, timeout_s=timeout_s, metadata=metadata
         )
 
     async def SendMessage(
@@ -156,11 +158,8 @@ class LeanStub:
         metadata: Metadata,
     ) -> spb.SendMessageResponse:
         """One SendMessage call (of a request, or of its serialized bytes)."""
-        data = request if isinstance(request, bytes) else request.SerializeToString()
         return spb.SendMessageResponse.FromString(
-            await self._channel.unary(
-                _SERVICE + "SendMessage", data, timeout_s=timeout, metadata=metadata
-            )
+            await self._unary("SendMessage", request, timeout, metadata)
         )
 
     async def ReceiveMessage(
