@@ -5,6 +5,11 @@ WELCOME); a lost connection fails its open calls with UNAVAILABLE and the
 next call reconnects, retrying with a doubling backoff within its own
 deadline. Calls in flight on one connection are bounded by
 ``in_flight_max``; a call beyond it waits for a slot within its deadline.
+
+A stub made with ``wait_for_ready=False`` (as gRPC's default) does not wait
+for an unreachable peer: while the channel has no connection its calls get
+the outcome of one connect attempt, and UNAVAILABLE at once while the channel
+backs off after a failed one. Callers that can try another replica use it.
 """
 
 from __future__ import annotations
@@ -297,22 +302,24 @@ class Channel:
         self._backoff_s = self.config.reconnect_backoff_min_ms / 1000
         self._next_attempt = 0.0
         self._last_error = ""
+        # Resolved when the connect attempt under way (or the next one) ends, either way.
+        self._attempt_ended: asyncio.Future[None] | None = None
         self._random = random.Random()
         self._closed = False
 
     # -- connection management --------------------------------------------------------
-    async def connection(self, deadline: float) -> ClientConnection:
-        """The open connection, connecting (and retrying with backoff) until ``deadline``."""
+    async def connection(self, deadline: float, *, wait_for_ready: bool = True) -> ClientConnection:
+        """The open connection, connecting (and retrying with backoff) until ``deadline``;
+        without ``wait_for_ready``, UNAVAILABLE as soon as one connect attempt fails."""
         connection = self._connection
         if connection is not None and not connection.closed:
             return connection
         if self._closed:
             raise LocalUsageError(errors.BAD_REQUEST, f"channel to {self.address} is closed")
+        if not wait_for_ready:
+            return await self._connect_once(deadline)
         while True:
-            task = self._connecting
-            if task is None or task.done():
-                task = self._connecting = asyncio.ensure_future(self._connect_until(deadline))
-                task.add_done_callback(_retrieve)
+            task = self._connecting_task(deadline)
             try:
                 async with asyncio.timeout_at(deadline):
                     return await asyncio.shield(task)
@@ -328,7 +335,58 @@ class Channel:
                     continue  # another caller's shorter deadline ended that attempt
                 raise
 
+    def _connecting_task(self, deadline: float) -> asyncio.Task[ClientConnection]:
+        """The connect task under way, or a new one retrying until ``deadline``."""
+        task = self._connecting
+        if task is None or task.done():
+            task = self._connecting = asyncio.ensure_future(self._connect_until(deadline))
+            task.add_done_callback(_retrieve)
+        return task
+
+    async def _connect_once(self, deadline: float) -> ClientConnection:
+        """The connection if the next connect attempt (shared with other callers) makes
+        it; UNAVAILABLE if that attempt fails, and at once while backing off after one."""
+        loop = asyncio.get_running_loop()
+        if self._last_error and loop.time() < self._next_attempt:
+            raise unavailable(
+                f"{self.address} is unreachable ({self.config.transport}): {self._last_error}"
+            )
+        ended = self._attempt_ended
+        if ended is None or ended.done():
+            ended = self._attempt_ended = loop.create_future()
+        task = self._connecting_task(deadline)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.wait((task, ended), return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            raise unavailable(
+                f"cannot connect to {self.address} ({self.config.transport}) within the "
+                f"deadline: {self._last_error or 'the connection attempt is still running'}"
+            ) from None
+        connection = self._connection
+        if connection is not None and not connection.closed:
+            return connection
+        if task.done() and not task.cancelled():
+            refusal = task.exception()
+            if isinstance(refusal, AngeliaError) and refusal.code is not errors.UNAVAILABLE:
+                raise refusal
+        raise unavailable(
+            f"{self.address} is unreachable ({self.config.transport}): "
+            f"{self._last_error or 'the connection attempt failed'}"
+        )
+
+    def _attempt_over(self) -> None:
+        ended = self._attempt_ended
+        if ended is not None and not ended.done():
+            ended.set_result(None)
+
     async def _connect_until(self, deadline: float) -> ClientConnection:
+        try:
+            return await self._connect_attempts(deadline)
+        finally:
+            self._attempt_over()  # no attempt follows: fail-fast callers stop waiting
+
+    async def _connect_attempts(self, deadline: float) -> ClientConnection:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
@@ -365,6 +423,7 @@ class Channel:
                 self._backoff_s = min(
                     self._backoff_s * 2, self.config.reconnect_backoff_max_ms / 1000
                 )
+                self._attempt_over()
                 continue
             self._backoff_s = self.config.reconnect_backoff_min_ms / 1000
             self._next_attempt = 0.0
@@ -388,13 +447,15 @@ class Channel:
         decode: Decoder,
         request: Any,
         deadline: float,
+        wait_for_ready: bool,
     ) -> Any:
-        connection = await self.connection(deadline)
+        connection = await self.connection(deadline, wait_for_ready=wait_for_ready)
         return await connection.call_unary(wire_name, name, encode, decode, request, deadline)
 
     # -- stubs ------------------------------------------------------------------------
-    def bind(self, method: Method[Any, Any]) -> Callable[..., Any]:
-        """The client callable for ``method`` (see :mod:`angelia_rpc.service`)."""
+    def bind(self, method: Method[Any, Any], *, wait_for_ready: bool = True) -> Callable[..., Any]:
+        """The client callable for ``method`` (see :mod:`angelia_rpc.service`); see the
+        module docstring for ``wait_for_ready``."""
         wire_name = method.full_name.encode()
         encode = self.codec.encoder(method.request)
         decode = self.codec.decoder(method.response)
@@ -409,7 +470,7 @@ class Channel:
                 connection = self._connection
                 if connection is None or connection.closed:
                     return self._connect_and_call(
-                        wire_name, name, encode, decode, request, deadline
+                        wire_name, name, encode, decode, request, deadline, wait_for_ready
                     )
                 return connection.call_unary(wire_name, name, encode, decode, request, deadline)
 
@@ -417,12 +478,16 @@ class Channel:
         if method.kind == SERVER_STREAM:
 
             def server_stream(request: Any, *, timeout_ms: int | None = None) -> ClientStream:
-                return ClientStream(self, method, wire_name, encode, decode, request, timeout_ms)
+                return ClientStream(
+                    self, method, wire_name, encode, decode, request, timeout_ms, wait_for_ready
+                )
 
             return server_stream
 
         def bidi(*, timeout_ms: int | None = None) -> ClientStream:
-            return ClientStream(self, method, wire_name, encode, decode, None, timeout_ms)
+            return ClientStream(
+                self, method, wire_name, encode, decode, None, timeout_ms, wait_for_ready
+            )
 
         return bidi
 
@@ -439,8 +504,10 @@ class ClientStream:
         decode: Decoder,
         request: Any,
         timeout_ms: int | None,
+        wait_for_ready: bool = True,
     ) -> None:
         self._channel = channel
+        self._wait_for_ready = wait_for_ready
         self._method = method
         self._wire_name = wire_name
         self._encode = encode
@@ -470,7 +537,7 @@ class ClientStream:
             else self._timeout_ms / 1000
         )
         deadline = loop.time() + timeout_s
-        connection = await self._channel.connection(deadline)
+        connection = await self._channel.connection(deadline, wait_for_ready=self._wait_for_ready)
         payload = b"" if self._method.kind == BIDI else self._encode(self._request)
         state = connection.open_stream(
             self._wire_name, self._method.kind, payload, self._timeout_ms or 0
@@ -575,6 +642,16 @@ class ClientStream:
 S = TypeVar("S", bound=Service)
 
 
+class _FailFast:
+    """A channel's binder whose calls do not wait for an unreachable peer."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+
+    def bind(self, method: Method[Any, Any]) -> Callable[..., Any]:
+        return self._channel.bind(method, wait_for_ready=False)
+
+
 class Peers:
     """One :class:`Channel` per peer address, shared by every caller (connection reuse)."""
 
@@ -584,15 +661,18 @@ class Peers:
         self.config = config or RpcConfig()
         self.transport = transport or transport_for(self.config)
         self._channels: dict[str, Channel] = {}
-        self._stubs: dict[tuple[type[Service], str], Service] = {}
+        self._stubs: dict[tuple[type[Service], str, bool], Service] = {}
 
-    def stub(self, service: type[S], address: str) -> S:
+    def stub(self, service: type[S], address: str, *, wait_for_ready: bool = True) -> S:
         """The client stub of ``service`` on the channel to ``address``, made once: a
-        stub compiles its methods' codecs on first use, so callers keep no stubs."""
-        key = (service, address)
+        stub compiles its methods' codecs on first use, so callers keep no stubs.
+        ``wait_for_ready=False``: calls fail fast while the peer is unreachable
+        (see the module docstring)."""
+        key = (service, address, wait_for_ready)
         stub = self._stubs.get(key)
         if stub is None:
-            stub = self._stubs[key] = service(self.channel(address))
+            channel = self.channel(address)
+            stub = self._stubs[key] = service(channel if wait_for_ready else _FailFast(channel))
         return cast(S, stub)  # keyed by its own type
 
     def channel(self, address: str) -> Channel:

@@ -37,6 +37,17 @@ def _options(frame_bytes_max: int) -> list[tuple[str, Any]]:
     ]
 
 
+async def _ready_or_refused(channel: grpc.aio.Channel, address: str) -> None:
+    """Wait for ``channel`` to be ready; ConnectionRefusedError at its first failure to
+    connect (one attempt, as the other transports make: the channel retries itself)."""
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            raise ConnectionRefusedError(f"grpc channel to {address} failed to connect")
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
 class _TunnelLink:
     """Queues writes for a writer task; reads are delivered by a reader loop."""
 
@@ -156,7 +167,7 @@ class GrpcTransport:
             channel = grpc.aio.insecure_channel(address, options=options)
         try:
             async with asyncio.timeout(timeout_s):
-                await channel.channel_ready()
+                await _ready_or_refused(channel, address)
         except BaseException:
             await channel.close(grace=None)
             raise

@@ -63,12 +63,16 @@ class NameserverLink:
         self.addresses = list(addresses)
         self._peers = peers
         self._current = self.addresses[0]
+        # With another replica to try, a dead one is passed over at once, not waited for.
+        self._wait_for_ready = len(self.addresses) == 1
         self._call_timeout_ms = call_timeout_ms
         self._deadline_ms = deadline_ms
 
     def stub(self) -> NameserverService:
         """The typed client of the replica believed to lead."""
-        return self._peers.stub(NameserverService, self._current)
+        return self._peers.stub(
+            NameserverService, self._current, wait_for_ready=self._wait_for_ready
+        )
 
     def moved(self, error: AngeliaError) -> None:
         """Aim the next call elsewhere after ``error`` from the current replica."""

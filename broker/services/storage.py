@@ -7,8 +7,10 @@ route's leader, else to the group's other replicas and the configured seed
 storage nodes in turn. A NOT_LEADER answer names the leader when the replica
 knows it and the call goes there at once; without a hint, or when a node is
 unreachable, the route is read again and the call retried with backoff,
-all within the call's deadline. Other failures keep their shared code, so
-``broker/grpc/status.py`` answers the documented v2 status.
+all within the call's deadline. An unreachable node answers at once (stubs
+do not wait for ready), so a dead leader costs a retry, not a call timeout.
+Other failures keep their shared code, so ``broker/grpc/status.py`` answers
+the documented v2 status.
 
 Retrying is safe: appends are idempotent by message id; a receive that
 timed out leaves its grants to expire and be delivered again (at least
@@ -176,7 +178,7 @@ class StorageStore:
         while True:
             address = self._leaders.get(info.group_id) or candidates[turn % len(candidates)]
             remaining_ms = int((deadline - loop.time()) * 1000)
-            stub = self._peers.stub(StorageService, address)
+            stub = self._peers.stub(StorageService, address, wait_for_ready=False)
             try:
                 result = await method(stub, max(1, min(self._call_timeout_ms, remaining_ms)))
             except AngeliaError as error:
@@ -513,7 +515,7 @@ class StorageStore:
             if address in tried:
                 continue
             tried.add(address)
-            stub = self._peers.stub(StorageService, address)
+            stub = self._peers.stub(StorageService, address, wait_for_ready=False)
             try:
                 result = await method(stub, self._call_timeout_ms)
             except AngeliaError as error:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from angelia_rpc import AngeliaError, Channel, RpcConfig
+from angelia_rpc import AngeliaError, Channel, Peers, RpcConfig
 from angelia_rpc.transport.faults import FaultProxy
 from protocol import errors
 from tests.contract.angelia_rig import Conformance, Req, Resp
@@ -109,4 +109,33 @@ async def test_a_killed_server_process_is_reconnected_after_restart() -> None:
         assert await conformance.echo(Req(3), timeout_ms=10_000) == Resp(3)
     finally:
         await channel.close()
+        await stop_server(process)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "grpc", "http2"])
+async def test_a_stub_not_waiting_for_ready_fails_at_once_while_the_peer_is_down(
+    transport: str,
+) -> None:
+    process, address = await start_server(transport)
+    peers = Peers(RpcConfig(transport=transport, reconnect_backoff_min_ms=5))
+    waits = peers.stub(Conformance, address)
+    fails_fast = peers.stub(Conformance, address, wait_for_ready=False)
+    try:
+        assert await fails_fast.echo(Req(1)) == Resp(1)
+        await stop_server(process)
+        # The deadlines are far beyond the test's bounds: only failing fast meets them.
+        for _ in range(3):  # the first connect attempt, then while backing off
+            with pytest.raises(AngeliaError) as down:
+                await asyncio.wait_for(fails_fast.echo(Req(2), timeout_ms=600_000), 30)
+            assert down.value.code is errors.UNAVAILABLE
+            assert address in down.value.message
+        with pytest.raises(AngeliaError) as stream_down:
+            await asyncio.wait_for(anext(aiter(fails_fast.forever(Req(0), timeout_ms=600_000))), 30)
+        assert stream_down.value.code is errors.UNAVAILABLE
+        waiting = asyncio.ensure_future(waits.echo(Req(3), timeout_ms=600_000))
+        process, _ = await start_server(transport, address)
+        assert await asyncio.wait_for(waiting, 30) == Resp(3)  # it waited for the restart
+        assert await fails_fast.echo(Req(4)) == Resp(4)
+    finally:
+        await peers.close()
         await stop_server(process)

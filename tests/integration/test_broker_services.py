@@ -247,6 +247,23 @@ async def test_store_reports_an_unreachable_cluster_as_retriable(cluster: Cluste
     assert failed.value.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED)
 
 
+async def test_store_passes_over_a_dead_leader_at_once(cluster: Cluster) -> None:
+    # A route naming a node that is down (as right after it was killed): the store's
+    # stubs do not wait for it, so the append reaches the seed long before one call's
+    # timeout, which a waiting stub would spend on the dead node.
+    await cluster.admin.create_topic(api.CreateTopicRequest("failover", CLUSTER, 1))
+    metadata = _StaleRoutes(cluster, "127.0.0.1:1")
+    store = StorageStore(
+        metadata, cluster.peers, seeds=[cluster.storage], call_timeout_ms=600_000,
+        deadline_ms=1_200_000,
+    )  # fmt: skip
+    queue = QueueRef("failover", 0)
+    appended = await asyncio.wait_for(
+        store.append(queue, [Message("failover", b"x", "id-1")]), timeout=60
+    )
+    assert [r.offset for r in appended] == [0]
+
+
 async def _popped_with_counted_acks(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch, topic: str, count: int
 ) -> tuple[StorageStore, QueueRef, PopResult, list[int]]:
