@@ -324,10 +324,7 @@ class Channel:
                 async with asyncio.timeout_at(deadline):
                     return await asyncio.shield(task)
             except TimeoutError:
-                raise unavailable(
-                    f"cannot connect to {self.address} ({self.config.transport}) within the "
-                    f"deadline: {self._last_error or 'the connection attempt is still running'}"
-                ) from None
+                raise self._late("the connection attempt is still running") from None
             except AngeliaError as exc:
                 if task is self._connecting:
                     self._connecting = None
@@ -348,9 +345,7 @@ class Channel:
         it; UNAVAILABLE if that attempt fails, and at once while backing off after one."""
         loop = asyncio.get_running_loop()
         if self._last_error and loop.time() < self._next_attempt:
-            raise unavailable(
-                f"{self.address} is unreachable ({self.config.transport}): {self._last_error}"
-            )
+            raise self._unreachable("backing off")
         ended = self._attempt_ended
         if ended is None or ended.done():
             ended = self._attempt_ended = loop.create_future()
@@ -359,10 +354,7 @@ class Channel:
             async with asyncio.timeout_at(deadline):
                 await asyncio.wait((task, ended), return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
-            raise unavailable(
-                f"cannot connect to {self.address} ({self.config.transport}) within the "
-                f"deadline: {self._last_error or 'the connection attempt is still running'}"
-            ) from None
+            raise self._late("the connection attempt is still running") from None
         connection = self._connection
         if connection is not None and not connection.closed:
             return connection
@@ -370,9 +362,20 @@ class Channel:
             refusal = task.exception()
             if isinstance(refusal, AngeliaError) and refusal.code is not errors.UNAVAILABLE:
                 raise refusal
-        raise unavailable(
+        raise self._unreachable("the connection attempt failed")
+
+    def _late(self, otherwise: str) -> AngeliaError:
+        """UNAVAILABLE: not connected by the deadline (last connect error, or ``otherwise``)."""
+        return unavailable(
+            f"cannot connect to {self.address} ({self.config.transport}) within the "
+            f"deadline: {self._last_error or otherwise}"
+        )
+
+    def _unreachable(self, otherwise: str) -> AngeliaError:
+        """UNAVAILABLE: a connect attempt failed (its error, else ``otherwise``)."""
+        return unavailable(
             f"{self.address} is unreachable ({self.config.transport}): "
-            f"{self._last_error or 'the connection attempt failed'}"
+            f"{self._last_error or otherwise}"
         )
 
     def _attempt_over(self) -> None:
@@ -391,10 +394,7 @@ class Channel:
         while True:
             now = loop.time()
             if now >= deadline:
-                raise unavailable(
-                    f"cannot connect to {self.address} ({self.config.transport}) within the "
-                    f"deadline: {self._last_error or 'no attempt finished in time'}"
-                )
+                raise self._late("no attempt finished in time")
             if now < self._next_attempt:
                 await asyncio.sleep(min(self._next_attempt, deadline) - now)
                 continue

@@ -63,15 +63,14 @@ class NameserverLink:
         self.addresses = list(addresses)
         self._peers = peers
         self._current = self.addresses[0]
-        # With another replica to try, a dead one is passed over at once, not waited for.
-        self._wait_for_ready = len(self.addresses) == 1
         self._call_timeout_ms = call_timeout_ms
         self._deadline_ms = deadline_ms
 
     def stub(self) -> NameserverService:
-        """The typed client of the replica believed to lead."""
+        """The typed client of the replica believed to lead. With another replica to
+        try, a dead one is passed over at once (the stub does not wait for it)."""
         return self._peers.stub(
-            NameserverService, self._current, wait_for_ready=self._wait_for_ready
+            NameserverService, self._current, wait_for_ready=len(self.addresses) == 1
         )
 
     def moved(self, error: AngeliaError) -> None:

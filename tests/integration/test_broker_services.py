@@ -254,9 +254,12 @@ async def test_store_passes_over_a_dead_leader_at_once(cluster: Cluster) -> None
     await cluster.admin.create_topic(api.CreateTopicRequest("failover", CLUSTER, 1))
     metadata = _StaleRoutes(cluster, "127.0.0.1:1")
     store = StorageStore(
-        metadata, cluster.peers, seeds=[cluster.storage], call_timeout_ms=600_000,
+        metadata,
+        cluster.peers,
+        seeds=[cluster.storage],
+        call_timeout_ms=600_000,
         deadline_ms=1_200_000,
-    )  # fmt: skip
+    )
     queue = QueueRef("failover", 0)
     appended = await asyncio.wait_for(
         store.append(queue, [Message("failover", b"x", "id-1")]), timeout=60
