@@ -32,10 +32,12 @@ class ConsumerProcessor:
         receipt_secret: bytes,
         *,
         default_invisible_ms: int = DEFAULT_INVISIBLE_MS,
+        pops: PopCoalescer | None = None,
     ) -> None:
+        """``pops``: how pops reach ``store`` (a ``PopCoalescer`` of it by default)."""
         self._metadata = metadata
         self._store = store
-        self._pops = PopCoalescer(store)
+        self._pops = PopCoalescer(store) if pops is None else pops
         self._clock = clock
         self._secret = receipt_secret
         self._default_invisible_ms = default_invisible_ms
@@ -73,6 +75,8 @@ class ConsumerProcessor:
         """Up to ``batch_size`` messages, waiting at most ``poll_ms`` for the first.
 
         ``invisible_ms`` None: the server picks (auto-renew receives).
+        Queues are tried in turn from a rotating start, those whose pop in
+        flight this receive can join first (see ``pop_coalescer``).
         Deliveries past the group's max attempts go to its dead-letter topic
         instead of the consumer.
         """
@@ -94,7 +98,14 @@ class ConsumerProcessor:
         while True:
             self._turn += 1
             start = self._turn % len(readable)
-            order = readable[start:] + readable[:start]
+            order = self._pops.joining_first(
+                group,
+                topic_name,
+                readable[start:] + readable[:start],
+                batch_size=batch_size,
+                invisible_ms=invisible_ms,
+                tag_filter=tag_filter,
+            )
             deliveries: list[Delivery] = []
             known_end_offsets: dict[int, int] = {}
             next_visible_ms: int | None = None

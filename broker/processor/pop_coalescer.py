@@ -14,6 +14,14 @@ A caller that takes fewer than it asked for (or none) sees a short pop, as
 from an emptier queue, and goes on to its next queue. FIFO groups are never
 coalesced: a message group's messages must reach one consumer in order.
 
+Queue choice: a receive tries first the queues it can join, those with a pop
+of its terms in flight whose next pop still has room for its batch
+(``joining_first``). The store pays per pop, not per message: with many
+consumers spread over many queues, each pop would otherwise carry about one
+consumer's batch. Joining gathers them into fewer, fuller pops, and the
+number of queues being popped at once follows the demand (a queue whose next
+pop is full turns the next receive to another queue).
+
 Cancellation: a caller that gave up takes nothing, and its share goes to the
 callers after it in the same pop; what nobody is left to take stays
 invisible until the invisible duration ends (then it is redelivered),
@@ -23,6 +31,7 @@ exactly as when a client goes away in the middle of an uncoalesced pop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.domain import GroupInfo, PopResult, QueueRef
@@ -75,6 +84,35 @@ class PopCoalescer:
         if key not in self._poppers:
             self._poppers[key] = asyncio.create_task(self._run(key, tag_filter))
         return await done
+
+    def joining_first(
+        self,
+        group: GroupInfo,
+        topic: str,
+        queue_ids: Sequence[int],
+        *,
+        batch_size: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+    ) -> list[int]:
+        """``queue_ids`` reordered, stably, so that the queues a pop of ``batch_size``
+        with these terms would join (see the module docstring) come first."""
+        if group.fifo or not self._poppers:
+            return list(queue_ids)
+        expression = tag_filter.expression()
+        joining: list[int] = []
+        rest: list[int] = []
+        for queue_id in queue_ids:
+            key = (group, QueueRef(topic, queue_id), invisible_ms, expression)
+            (joining if self._has_room(key, batch_size) else rest).append(queue_id)
+        return joining + rest
+
+    def _has_room(self, key: _Key, batch_size: int) -> bool:
+        """A pop of ``key`` is in flight and its next one can take ``batch_size`` more."""
+        if key not in self._poppers:
+            return False
+        wanted = sum(item.batch_size for item in self._waiting.get(key, ()) if not item.done.done())
+        return wanted + batch_size <= self._messages_max
 
     def waiting(self, queue: QueueRef) -> int:
         """Pops of ``queue`` waiting for the next store pop (not counting one in flight)."""

@@ -18,7 +18,9 @@ servers: grpc.aio took half of the 2 cores in the receive+ack phase. Per run:
 2. receive + ack: ``in_flight`` simple consumers (ReceiveMessage of up to
    ``receive_batch``, long polling, then one AckMessage for what came) until
    every message published in the run is consumed: msgs/s (a message's
-   receive+ack counts once) and p99 of a receive+ack pair.
+   receive+ack counts once) over the time until the last of them is acked,
+   and p99 of a receive+ack pair. Consumers then still in a long poll (the
+   broker holds an empty receive for 5 s at least) finish uncounted.
 
 Then ``runs`` times, the official Python client (rocketmq-python-client) in
 its own process: one Producer sending one message at a time for
@@ -285,14 +287,23 @@ class Generator:
         in_flight: int,
         receive_batch: int,
         timeout_s: float,
-    ) -> PhaseResult:
-        """Receive and ack until ``expected`` messages are consumed (or ``timeout_s``)."""
+        meter: harness.CpuMeter,
+    ) -> tuple[PhaseResult, harness.CpuShare]:
+        """Receive and ack until ``expected`` messages are consumed (or ``timeout_s``).
+
+        The rate and the CPU shares (``meter``) are over the time until the
+        ack that completed ``expected``; consumers still in a long poll then go
+        on until it ends, uncounted.
+        """
+        meter.start()
+        cpu: list[harness.CpuShare] = []
         clock = time.perf_counter
         started = clock()
         deadline = started + timeout_s
         latencies: list[float] = []
         consumed = 0
         calls = 0
+        completed: tuple[float, int] | None = None  # when and how many, at ``expected``
         error_names: dict[str, int] = {}
         request = receive_request(
             self.group,
@@ -304,7 +315,7 @@ class Generator:
         )
 
         async def worker(index: int) -> None:
-            nonlocal consumed, calls
+            nonlocal consumed, calls, completed
             stub = self.stubs[index % len(self.stubs)]
             while consumed < expected and clock() < deadline:
                 sent = clock()
@@ -327,22 +338,29 @@ class Generator:
                 except (CallFailed, grpc.aio.AioRpcError) as error:
                     await _failed(error_names, error)
                     continue
-                latencies.append((clock() - sent) * 1000)
+                acked = clock()
+                latencies.append((acked - sent) * 1000)
                 consumed += len(received)
                 calls += 1
+                if completed is None and consumed >= expected:
+                    completed = (acked, consumed)
+                    cpu.append(meter.stop())
 
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        elapsed = clock() - started
+        ended, counted = (clock(), consumed) if completed is None else completed
+        share = cpu[0] if cpu else meter.stop()
+        elapsed = ended - started
         if consumed < expected:
             error_names["NOT_ALL_CONSUMED"] = expected - consumed
-        return PhaseResult(
-            consumed / elapsed if elapsed > 0 else 0.0,
+        result = PhaseResult(
+            counted / elapsed if elapsed > 0 else 0.0,
             harness.percentile(latencies, 0.5),
             harness.percentile(latencies, 0.99),
             calls,
             sum(error_names.values()),
             error_names,
         )
+        return result, share
 
     async def idle(self, *, topic: str, in_flight: int, seconds: float) -> PhaseResult:
         """Consumers long-polling the empty ``topic`` for ``seconds``: empty receives.
@@ -439,14 +457,14 @@ async def _runs(
                 f"({publish.calls} calls of {args.batch}; errors {publish.error_names or 0})"
             )
             report.stage(f"run {run + 1}: receive+ack")
-            meter.start()
-            consume = await generator.consume(
+            consume, consume_cpu = await generator.consume(
                 expected=stored + (probes if run == 0 else 0),
                 in_flight=args.in_flight,
                 receive_batch=args.receive_batch,
                 timeout_s=max(60.0, args.seconds * 10),
+                meter=meter,
             )
-            report.record("receive+ack", consume.values(), meter.stop())
+            report.record("receive+ack", consume.values(), consume_cpu)
             report.say(
                 f"  run {run + 1}: receive+ack {consume.msgs_per_s:,.0f} msgs/s "
                 f"p99 {consume.p99_ms:.1f} ms ({stored:,} messages; "

@@ -6,11 +6,21 @@ import asyncio
 
 import pytest
 
-from broker.domain import GroupInfo, Message, PopResult, QueueRef
+from broker.domain import (
+    Delivery,
+    GroupInfo,
+    Message,
+    MessageType,
+    PopResult,
+    QueueInfo,
+    QueueRef,
+    TopicInfo,
+)
 from broker.errors import BrokerError
+from broker.processor.consumer import ConsumerProcessor
 from broker.processor.pop_coalescer import PopCoalescer
 from broker.services.clock import ManualClock
-from broker.services.memory import MemoryStore
+from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
 from protocol.filters import TagFilter
 from tests.waiting import async_wait_until
@@ -22,12 +32,13 @@ ALL = TagFilter.parse("*")
 
 class HeldStore(MemoryStore):
     """Holds each pop until let through (``gate.release()`` lets one go); records the
-    batch size of every pop."""
+    batch size of every pop, and its queue id."""
 
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: ManualClock, metadata: MemoryMetadata | None = None) -> None:
+        super().__init__(clock, metadata)
         self.gate = asyncio.Semaphore(0)
         self.pops: list[int] = []
+        self.popped_queues: list[int] = []
         self.failure: BrokerError | None = None
 
     async def pop(
@@ -40,6 +51,7 @@ class HeldStore(MemoryStore):
         tag_filter: TagFilter,
     ) -> PopResult:
         self.pops.append(batch_size)
+        self.popped_queues.append(queue.queue_id)
         await self.gate.acquire()
         if self.failure is not None:
             raise self.failure
@@ -171,3 +183,79 @@ async def test_a_pop_cancelled_in_flight_leaves_its_share_to_the_next(store: Hel
     assert _offsets(await after) == [1, 2, 3, 4]  # the cancelled pop's first share
     with pytest.raises(asyncio.CancelledError):
         await gone
+
+
+def _joining_first(
+    coalescer: PopCoalescer,
+    batch_size: int,
+    *,
+    group: GroupInfo = GROUP,
+    invisible_ms: int = 10_000,
+    tag_filter: TagFilter = ALL,
+) -> list[int]:
+    return coalescer.joining_first(
+        group,
+        QUEUE.topic,
+        [2, 0, 1],
+        batch_size=batch_size,
+        invisible_ms=invisible_ms,
+        tag_filter=tag_filter,
+    )
+
+
+async def test_queues_a_pop_could_join_come_first_while_the_next_pop_has_room(
+    store: HeldStore,
+) -> None:
+    coalescer = PopCoalescer(store, messages_max=6)
+    assert _joining_first(coalescer, 2) == [2, 0, 1]  # nothing in flight: order kept
+    first = _pop(coalescer, 2)  # queue 0
+    await async_wait_until(lambda: store.pops == [2], what="the first pop")
+    assert _joining_first(coalescer, 2) == [0, 2, 1]
+    assert _joining_first(coalescer, 6) == [0, 2, 1]  # the next pop holds 6
+    assert _joining_first(coalescer, 7) == [2, 0, 1]
+    waiting = _pop(coalescer, 5)
+    await async_wait_until(lambda: coalescer.waiting(QUEUE) == 1, what="a pop to wait")
+    assert _joining_first(coalescer, 1) == [0, 2, 1]
+    assert _joining_first(coalescer, 2) == [2, 0, 1]  # 5 + 2 > 6: no room left
+    # Other terms, another group or a FIFO group would not share the pop.
+    assert _joining_first(coalescer, 1, invisible_ms=20_000) == [2, 0, 1]
+    assert _joining_first(coalescer, 1, tag_filter=TagFilter.parse("a||b")) == [2, 0, 1]
+    assert _joining_first(coalescer, 1, group=GroupInfo("other")) == [2, 0, 1]
+    assert _joining_first(coalescer, 1, group=GroupInfo("g", fifo=True)) == [2, 0, 1]
+    _open(store)
+    await asyncio.gather(first, waiting)
+    assert _joining_first(coalescer, 1) == [2, 0, 1]  # nothing in flight again
+
+
+async def test_concurrent_receives_join_one_queue_instead_of_spreading() -> None:
+    clock = ManualClock()
+    metadata = MemoryMetadata(
+        [TopicInfo("orders", (QueueInfo(0), QueueInfo(1)), frozenset({MessageType.NORMAL}))],
+        [GROUP],
+    )
+    store = HeldStore(clock, metadata)
+    for queue_id in (0, 1):
+        await store.append(
+            QueueRef("orders", queue_id),
+            [Message("orders", b"x", f"id-{queue_id}-{i}") for i in range(10)],
+        )
+    pops = PopCoalescer(store)
+    consumer = ConsumerProcessor(metadata, store, clock, b"secret", pops=pops)
+
+    def receive(batch_size: int) -> asyncio.Task[list[Delivery]]:
+        return asyncio.create_task(
+            consumer.receive(
+                "g", "orders", ALL, batch_size=batch_size, invisible_ms=10_000, poll_ms=0
+            )
+        )
+
+    first = receive(2)  # its turn starts at queue 1
+    await async_wait_until(lambda: store.popped_queues == [1], what="the first pop")
+    second = receive(3)  # its turn would start at queue 0: it joins queue 1 instead
+    await async_wait_until(
+        lambda: pops.waiting(QueueRef("orders", 1)) == 1, what="the second receive to join"
+    )
+    _open(store)
+    got = await asyncio.gather(first, second)
+    assert store.popped_queues == [1, 1]
+    assert [[d.popped.offset for d in deliveries] for deliveries in got] == [[0, 1], [2, 3, 4]]
