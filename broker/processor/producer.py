@@ -3,6 +3,16 @@
 Every message type goes the same way: the store holds a DELAY message until
 its delivery time and a TRANSACTION message as a half message until it is
 ended (see the ``MessageStore`` contract), so a send of either is one append.
+
+Queue choice for a request whose messages name no queue (no message group,
+no queue id): the topic has a current queue. A request joins the append
+forming there (waiting behind one in flight) while that holds fewer than
+``JOIN_MESSAGES_MAX`` messages with it; otherwise the current queue moves
+on by one and the request goes there. Under light load no append is
+forming, so requests take the queues in turn and go at once; under load
+appends gather ~``JOIN_MESSAGES_MAX`` messages (the store pays per append,
+not per message) and the queues still take them in turn, so none is
+favoured.
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ from broker.processor.selector import select_queue
 from broker.services.base import Clock, MessageStore, MetadataService
 from protocol import errors as codes
 
+JOIN_MESSAGES_MAX = 256
+"""A request joins the current queue's forming append while it stays within this."""
+
 
 class ProducerProcessor:
     """Protocol-agnostic send path."""
@@ -32,12 +45,15 @@ class ProducerProcessor:
         *,
         coalescer: AppendCoalescer | None = None,
         delivery_ahead_ms_max: int = validation.DELIVERY_AHEAD_MS_MAX,
+        join_messages_max: int = JOIN_MESSAGES_MAX,
     ) -> None:
         self._metadata = metadata
         self._delivery_ahead_ms_max = delivery_ahead_ms_max
         self._clock = clock
         self._coalescer = coalescer or AppendCoalescer(store)
         self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
+        self._current: dict[str, int] = {}  # topic -> index into its writable queues
+        self._join_messages_max = join_messages_max
 
     async def send(self, messages: Sequence[Message]) -> list[AppendResult]:
         """Store ``messages`` (one topic); results in request order.
@@ -61,13 +77,13 @@ class ProducerProcessor:
             raise BrokerError.of(
                 Reason.NO_WRITABLE_QUEUE, f"topic {topic_name!r} has no writable queue"
             )
-        # One round-robin turn per request, as RocketMQ sends a batch to one
-        # queue: the batch stays one append (messages with a message group or
-        # a queue of their own still go where those name).
-        turn = next(self._turns[topic_name])
+        # A request goes to one queue, as RocketMQ sends a batch to one queue:
+        # the batch stays one append (messages with a message group or a queue
+        # of their own still go where those name).
         if not any(map(_names_its_queue, messages)):  # the common batch: one append
-            queue = QueueRef(topic_name, writable[turn % len(writable)])
+            queue = self._current_queue(topic_name, writable, len(messages))
             return await self._coalescer.append(queue, messages)
+        turn = next(self._turns[topic_name])
         by_queue: dict[int, list[int]] = defaultdict(list)
         for index, message in enumerate(messages):
             by_queue[select_queue(message, writable, turn)].append(index)
@@ -84,6 +100,18 @@ class ProducerProcessor:
             for index, result in zip(indexes, queue_results, strict=True):
                 results[index] = result
         return [result for result in results if result is not None]
+
+    def _current_queue(self, topic: str, writable: Sequence[int], count: int) -> QueueRef:
+        """Where a request of ``count`` messages naming no queue goes (module docstring)."""
+        index = self._current.get(topic, -1)
+        if index >= 0:
+            queue = QueueRef(topic, writable[index % len(writable)])
+            forming = self._coalescer.pending_messages(queue)
+            if forming and forming + count <= self._join_messages_max:
+                return queue
+        index = (index + 1) % len(writable)
+        self._current[topic] = index
+        return QueueRef(topic, writable[index])
 
 
 def _names_its_queue(message: Message) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -137,9 +137,11 @@ class SlowStore(MemoryStore):
         super().__init__(clock)
         self.release = asyncio.Event()
         self.batches: list[int] = []
+        self.queues: list[int] = []  # the queue id of each append
 
     async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
         self.batches.append(len(messages))
+        self.queues.append(queue.queue_id)
         await self.release.wait()
         return await super().append(queue, messages)
 
@@ -157,6 +159,36 @@ async def test_concurrent_sends_to_one_queue_coalesce(world: World) -> None:
     results = await asyncio.gather(first, *rest)
     assert store.batches == [1, 5]  # the five waiting sends went in one append call
     assert [r[0].offset for r in results] == [0, 1, 2, 3, 4, 5]
+
+
+async def test_under_load_sends_join_the_current_queues_forming_append_until_it_is_full(
+    world: World,
+) -> None:
+    store = SlowStore(world.clock)
+    coalescer = AppendCoalescer(store)
+    producer = ProducerProcessor(
+        world.metadata, store, world.clock, coalescer=coalescer, join_messages_max=2
+    )
+    queue_0, queue_1 = QueueRef("orders", 0), QueueRef("orders", 1)
+    sends: list[asyncio.Task[list[AppendResult]]] = []
+
+    async def send(n: int, arrived: Callable[[], bool], what: str) -> None:
+        sends.append(asyncio.create_task(producer.send([_msg(n=n)])))
+        await async_wait_until(arrived, what=what)
+
+    # Idle queues: each request goes at once, to the next queue in turn.
+    await send(0, lambda: store.queues == [0], "an append to queue 0")
+    await send(1, lambda: store.queues == [0, 1], "an append to queue 1")
+    # Both busy: the next in turn starts an append behind queue 0's, the next joins it ...
+    await send(2, lambda: coalescer.pending_messages(queue_0) == 1, "a forming append")
+    await send(3, lambda: coalescer.pending_messages(queue_0) == 2, "a joining send")
+    # ... until it is full: then the turn moves on.
+    await send(4, lambda: coalescer.pending_messages(queue_1) == 1, "the turn to move on")
+    store.release.set()
+    results = await asyncio.gather(*sends)
+    assert store.queues == [0, 1, 0, 1]
+    assert store.batches == [1, 1, 2, 1]
+    assert [r.queue for (r,) in results] == [queue_0, queue_1, queue_0, queue_0, queue_1]
 
 
 async def test_append_failure_reaches_every_coalesced_sender(world: World) -> None:
