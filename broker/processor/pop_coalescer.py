@@ -97,7 +97,7 @@ class PopCoalescer:
     ) -> list[int]:
         """``queue_ids`` reordered, stably, so that the queues a pop of ``batch_size``
         with these terms would join (see the module docstring) come first."""
-        if group.fifo or not self._poppers:
+        if not self._poppers:  # nothing in flight (FIFO pops never are)
             return list(queue_ids)
         expression = tag_filter.expression()
         joining: list[int] = []

@@ -115,6 +115,6 @@ class ProducerProcessor:
 
 
 def _names_its_queue(message: Message) -> bool:
-    """Whether ``message`` may go elsewhere than the request's round-robin turn: its
+    """Whether ``message`` may go elsewhere than the topic's current queue: its
     message group or its own queue id decide (``select_queue``)."""
     return message.message_group is not None or message.queue_id is not None

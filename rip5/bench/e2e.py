@@ -296,14 +296,14 @@ class Generator:
         on until it ends, uncounted.
         """
         meter.start()
-        cpu: list[harness.CpuShare] = []
         clock = time.perf_counter
         started = clock()
         deadline = started + timeout_s
         latencies: list[float] = []
         consumed = 0
         calls = 0
-        completed: tuple[float, int] | None = None  # when and how many, at ``expected``
+        # When, how many and the CPU shares, at the ack that completed ``expected``.
+        completed: tuple[float, int, harness.CpuShare] | None = None
         error_names: dict[str, int] = {}
         request = receive_request(
             self.group,
@@ -343,12 +343,12 @@ class Generator:
                 consumed += len(received)
                 calls += 1
                 if completed is None and consumed >= expected:
-                    completed = (acked, consumed)
-                    cpu.append(meter.stop())
+                    completed = (acked, consumed, meter.stop())
 
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        ended, counted = (clock(), consumed) if completed is None else completed
-        share = cpu[0] if cpu else meter.stop()
+        ended, counted, share = (
+            (clock(), consumed, meter.stop()) if completed is None else completed
+        )
         elapsed = ended - started
         if consumed < expected:
             error_names["NOT_ALL_CONSUMED"] = expected - consumed
