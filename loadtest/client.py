@@ -245,14 +245,11 @@ def received_of(response: spb.ReceiveMessageResponse) -> Received | None:
 
 def ack_request(group: str, topic: str, messages: Sequence[Received]) -> spb.AckMessageRequest:
     """One ack for ``messages``."""
-    return spb.AckMessageRequest(
-        group=pb.Resource(name=group),
-        topic=pb.Resource(name=topic),
-        entries=[
-            spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle)
-            for m in messages
-        ],
-    )
+    request = spb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic))
+    add = request.entries.add  # built inside the request, not as messages of their own
+    for m in messages:
+        add(message_id=m.message_id, receipt_handle=m.receipt_handle)
+    return request
 
 
 def check_send(response: spb.SendMessageResponse, sent: int) -> None:

@@ -363,11 +363,17 @@ class LeanChannel:
         connection = await self._connected()
         stream_id = connection.start(self._headers(path, timeout_s, metadata), request)
         messages = connection.streams[stream_id].messages
-        deadline = asyncio.get_running_loop().time() + timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         try:
             while True:
-                async with asyncio.timeout_at(deadline):
-                    item = await messages.get()
+                # The deadline is armed only to wait: a response's messages mostly come
+                # in one read, and all but the first are taken as they lie.
+                if messages.empty():
+                    async with asyncio.timeout_at(deadline):
+                        item = await messages.get()
+                else:
+                    item = messages.get_nowait()
                 if item is None:
                     return
                 if isinstance(item, BaseException):
