@@ -44,16 +44,14 @@ class ConsumerProcessor:
         self._turn = 0
 
     def _handle(self, group: str, popped: PoppedMessage) -> str:
-        return receipts.encode(
-            Receipt(
-                group=group,
-                queue=popped.queue,
-                offset=popped.offset,
-                generation=popped.generation,
-                delivery_attempt=popped.delivery_attempt,
-                invisible_until_ms=popped.invisible_until_ms,
-                message_id=popped.message.message_id,
-            ),
+        return receipts.encode_fields(
+            group,
+            popped.queue,
+            popped.offset,
+            popped.generation,
+            popped.delivery_attempt,
+            popped.invisible_until_ms,
+            popped.message.message_id,
             self._secret,
         )
 

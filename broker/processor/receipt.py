@@ -29,6 +29,7 @@ import functools
 import hashlib
 import hmac
 import struct
+from collections.abc import Callable
 
 from broker.domain import QueueRef, Receipt
 from broker.errors import BrokerError, Reason
@@ -60,11 +61,17 @@ def _mac(secret: bytes, payload: bytes) -> bytes:
     return signer.digest()
 
 
+_U16 = struct.Struct(">H")
+_PADDING = ("", "===", "==", "=")  # by the unpadded length modulo 4
+_new_receipt: Callable[[tuple[object, ...]], Receipt] = functools.partial(tuple.__new__, Receipt)
+"""A :class:`Receipt` from its fields in order (one per handle decoded: no keywords)."""
+
+
 def _text(value: str) -> bytes:
     raw = value.encode()
     if len(raw) > _TEXT_MAX:
         raise ValueError("receipt field too long")
-    return struct.pack(">H", len(raw)) + raw
+    return _U16.pack(len(raw)) + raw
 
 
 @functools.lru_cache(maxsize=4096)
@@ -75,17 +82,34 @@ def _group_and_topic(group: str, topic: str) -> bytes:
 
 def encode(receipt: Receipt, secret: bytes) -> str:
     """The handle string for ``receipt``."""
+    return encode_fields(
+        receipt.group,
+        receipt.queue,
+        receipt.offset,
+        receipt.generation,
+        receipt.delivery_attempt,
+        receipt.invisible_until_ms,
+        receipt.message_id,
+        secret,
+    )
+
+
+def encode_fields(
+    group: str,
+    queue: QueueRef,
+    offset: int,
+    generation: int,
+    delivery_attempt: int,
+    invisible_until_ms: int,
+    message_id: str,
+    secret: bytes,
+) -> str:
+    """The handle string for the receipt of these fields (as :func:`encode`, without
+    building the receipt: one per delivered message)."""
     payload = (
-        _HEADER.pack(
-            VERSION,
-            receipt.invisible_until_ms,
-            receipt.offset,
-            receipt.generation,
-            receipt.queue.queue_id,
-            receipt.delivery_attempt,
-        )
-        + _group_and_topic(receipt.group, receipt.queue.topic)
-        + _text(receipt.message_id)
+        _HEADER.pack(VERSION, invisible_until_ms, offset, generation, queue[1], delivery_attempt)
+        + _group_and_topic(group, queue[0])
+        + _text(message_id)
     )
     raw = binascii.b2a_base64(payload + _mac(secret, payload), newline=False)
     return raw.translate(_TO_URLSAFE).rstrip(b"=").decode()
@@ -99,34 +123,30 @@ def decode(handle: str, secret: bytes, now_ms: int) -> Receipt:
     """The receipt a handle proves; raises INVALID_RECEIPT_HANDLE if forged or expired."""
     try:
         # As base64.urlsafe_b64decode: characters outside the alphabet are dropped.
-        padded = (handle + "=" * (-len(handle) % 4)).encode("ascii")
+        padded = (handle + _PADDING[len(handle) & 3]).encode("ascii")
         raw = binascii.a2b_base64(padded.translate(_FROM_URLSAFE))
     except (binascii.Error, ValueError):
         raise _invalid("malformed") from None
     if len(raw) < _HEADER.size + _MAC_BYTES:
         raise _invalid("malformed")
-    payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
-    if not hmac.compare_digest(mac, _mac(secret, payload)):
+    payload = raw[:-_MAC_BYTES]
+    if not hmac.compare_digest(raw[-_MAC_BYTES:], _mac(secret, payload)):
         raise _invalid("not issued by this cluster")
     version, expiry_ms, offset, generation, queue_id, attempt = _HEADER.unpack_from(payload)
     if version != VERSION:
         raise _invalid(f"of unknown version {version}")
-    texts: list[str] = []
-    position = _HEADER.size
-    for _ in range(3):
-        (length,) = struct.unpack_from(">H", payload, position)
-        position += 2
-        texts.append(payload[position : position + length].decode())
-        position += length
-    group, topic, message_id = texts
     if expiry_ms <= now_ms:
         raise _invalid("expired")
-    return Receipt(
-        group=group,
-        queue=QueueRef(topic, queue_id),
-        offset=offset,
-        generation=generation,
-        delivery_attempt=attempt,
-        invisible_until_ms=expiry_ms,
-        message_id=message_id,
+    # Three length-prefixed texts: group, topic, message id (the MAC vouches for them).
+    start = _HEADER.size + 2
+    end = start + _U16.unpack_from(payload, start - 2)[0]
+    group = payload[start:end].decode()
+    start = end + 2
+    end = start + _U16.unpack_from(payload, end)[0]
+    topic = payload[start:end].decode()
+    start = end + 2
+    end = start + _U16.unpack_from(payload, end)[0]
+    message_id = payload[start:end].decode()
+    return _new_receipt(
+        (group, QueueRef(topic, queue_id), offset, generation, attempt, expiry_ms, message_id)
     )
