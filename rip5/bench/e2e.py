@@ -59,7 +59,6 @@ import uvloop
 from loadtest.client import (
     CLIENT_ID_HEADER,
     CallFailed,
-    Received,
     SendRequests,
     ack_request,
     build_message,
@@ -181,6 +180,23 @@ class LeanStub:
         ):
             yield parse(answer)
 
+    async def receive_all(
+        self,
+        request: spb.ReceiveMessageRequest,
+        *,
+        timeout: float,  # noqa: ASYNC109 - as the stub's calls
+        metadata: Metadata,
+    ) -> list[spb.ReceiveMessageResponse]:
+        """One ReceiveMessage call: all its responses, once it ended."""
+        parse = spb.ReceiveMessageResponse.FromString
+        answers = await self._channel.call(
+            _SERVICE + "ReceiveMessage",
+            request.SerializeToString(),
+            timeout_s=timeout,
+            metadata=metadata,
+        )
+        return [parse(answer) for answer in answers]
+
     async def AckMessage(
         self,
         request: spb.AckMessageRequest,
@@ -192,6 +208,18 @@ class LeanStub:
         return spb.AckMessageResponse.FromString(
             await self._unary("AckMessage", request, timeout, metadata)
         )
+
+
+async def _receive_all(
+    stub: Any, request: spb.ReceiveMessageRequest, metadata: Metadata
+) -> list[spb.ReceiveMessageResponse]:
+    """A receive's responses, once the call ended: in one piece from the lean client,
+    gathered from grpc's stream otherwise."""
+    if isinstance(stub, LeanStub):
+        return await stub.receive_all(request, timeout=10, metadata=metadata)
+    return [
+        response async for response in stub.ReceiveMessage(request, timeout=10, metadata=metadata)
+    ]
 
 
 class Generator:
@@ -320,13 +348,11 @@ class Generator:
             while consumed < expected and clock() < deadline:
                 sent = clock()
                 try:
-                    received: list[Received] = []
-                    async for response in stub.ReceiveMessage(
-                        request, timeout=10, metadata=self.metadata
-                    ):
-                        message = received_of(response)
-                        if message is not None:
-                            received.append(message)
+                    received = [
+                        message
+                        for response in await _receive_all(stub, request, self.metadata)
+                        if (message := received_of(response)) is not None
+                    ]
                     if not received:
                         continue
                     ack = await stub.AckMessage(

@@ -351,6 +351,14 @@ class LeanChannel:
             *metadata,
         )
 
+    async def _start(
+        self, path: str, request: bytes, timeout_s: float, metadata: Sequence[tuple[str, str]]
+    ) -> tuple[_Connection, int, asyncio.Queue[bytes | BaseException | None]]:
+        """Open a call: its connection, stream id and the queue its answers come to."""
+        connection = await self._connected()
+        stream_id = connection.start(self._headers(path, timeout_s, metadata), request)
+        return connection, stream_id, connection.streams[stream_id].messages
+
     async def stream(
         self,
         path: str,
@@ -360,9 +368,7 @@ class LeanChannel:
         metadata: Sequence[tuple[str, str]] = (),
     ) -> AsyncIterator[bytes]:
         """The response messages of one call (unary or server streaming), as they come."""
-        connection = await self._connected()
-        stream_id = connection.start(self._headers(path, timeout_s, metadata), request)
-        messages = connection.streams[stream_id].messages
+        connection, stream_id, messages = await self._start(path, request, timeout_s, metadata)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         try:
@@ -384,6 +390,32 @@ class LeanChannel:
         finally:
             connection.cancel(stream_id)  # a no-op for a call that ended
 
+    async def call(
+        self,
+        path: str,
+        request: bytes,
+        *,
+        timeout_s: float,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> list[bytes]:
+        """Every response message of one call, once it ended well (as :meth:`stream`,
+        without a step of an async generator per message)."""
+        connection, stream_id, messages = await self._start(path, request, timeout_s, metadata)
+        answers: list[bytes] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    item = messages.get_nowait() if not messages.empty() else await messages.get()
+                    if item is None:
+                        return answers
+                    if isinstance(item, BaseException):
+                        raise item
+                    answers.append(item)
+        except TimeoutError:
+            raise CallFailed("DEADLINE_EXCEEDED", f"no answer within {timeout_s} s") from None
+        finally:
+            connection.cancel(stream_id)  # a no-op for a call that ended
+
     async def unary(
         self,
         path: str,
@@ -393,9 +425,7 @@ class LeanChannel:
         metadata: Sequence[tuple[str, str]] = (),
     ) -> bytes:
         """The one response message of a unary call."""
-        answers = [
-            m async for m in self.stream(path, request, timeout_s=timeout_s, metadata=metadata)
-        ]
+        answers = await self.call(path, request, timeout_s=timeout_s, metadata=metadata)
         if len(answers) != 1:
             raise CallFailed("INTERNAL", f"a unary call answered {len(answers)} messages")
         return answers[0]

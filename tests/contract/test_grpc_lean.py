@@ -122,6 +122,12 @@ async def test_a_stream_arrives_whole_and_in_order(served: Any) -> None:
     assert [m[0] for m in got] == [i % 256 for i in range(count)]
 
 
+async def test_a_whole_stream_comes_from_one_call(served: Any) -> None:
+    _handlers, channel = served
+    got = await channel.call("/t.S/Chunks", b"%dx%d" % (1024, 300), timeout_s=60)
+    assert [(len(m), m[0]) for m in got] == [(1024, i % 256) for i in range(300)]
+
+
 async def test_a_failed_call_raises_its_status_and_message(served: Any) -> None:
     _handlers, channel = served
     with pytest.raises(CallFailed) as failed:
@@ -141,6 +147,15 @@ async def test_a_call_past_its_deadline_fails_and_is_cancelled(served: Any) -> N
     assert failed.value.name == "DEADLINE_EXCEEDED"
     await asyncio.wait_for(handlers.cancelled.wait(), 10)
     assert await channel.unary("/t.S/Echo", b"still", timeout_s=10) == b"still|None"
+
+
+async def test_a_stream_past_its_deadline_fails_and_is_cancelled(served: Any) -> None:
+    handlers, channel = served
+    with pytest.raises(CallFailed) as failed:
+        async for _message in channel.stream("/t.S/Hang", b"", timeout_s=0.3):
+            pytest.fail("the hanging call answered")
+    assert failed.value.name == "DEADLINE_EXCEEDED"
+    await asyncio.wait_for(handlers.cancelled.wait(), 10)
 
 
 async def test_no_server_is_unavailable() -> None:
