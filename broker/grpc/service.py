@@ -247,18 +247,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """Finish deliveries; one entry per handle; MULTIPLE_RESULTS when they differ."""
         try:
             client_id_of(context)
-            outcomes = await self._consumer.ack(
-                request.group.name,
-                request.topic.name,
-                [entry.receipt_handle for entry in request.entries],
-            )
+            handles = [entry.receipt_handle for entry in request.entries]
+            outcomes = await self._consumer.ack(request.group.name, request.topic.name, handles)
         except Exception as error:  # noqa: BLE001
             return spb.AckMessageResponse(status=status_of(error))
         # Written as bytes and parsed once, as SendMessage's answer.
         parts: list[bytes] = []
         codes: set[int] = set()
         first = wire.STATUS_OK
-        for entry, outcome in zip(request.entries, outcomes, strict=True):
+        for entry, handle, outcome in zip(request.entries, handles, outcomes, strict=True):
             if outcome is None:
                 codes.add(pb.OK)
                 status = wire.STATUS_OK
@@ -268,11 +265,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 status = failed.SerializeToString()
             if not parts:
                 first = status
-            parts.append(
-                wire.message_field(
-                    2, wire.ack_result(status, entry.message_id, entry.receipt_handle)
-                )
-            )
+            parts.append(wire.message_field(2, wire.ack_result(status, entry.message_id, handle)))
         if len(codes) > 1:
             first = wire.status(pb.MULTIPLE_RESULTS, "entries have different results")
         return spb.AckMessageResponse.FromString(wire.message_field(1, first) + b"".join(parts))

@@ -23,18 +23,11 @@ from collections.abc import Iterable
 from protocol.protowire import LENGTH_DELIMITED, VARINT, field_key, varint
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
-_ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
-"""The varints of 0..127: the length of nearly every field an answer entry has."""
-
-
-def _length(n: int) -> bytes:
-    return _ONE_BYTE_VARINTS[n] if n < 0x80 else varint(n)
-
 
 def message_field(number: int, data: bytes) -> bytes:
     """Length-delimited field ``number`` holding ``data``: a message (one element, for a
     repeated one) or a string's UTF-8."""
-    return field_key(number, LENGTH_DELIMITED) + _length(len(data)) + data
+    return field_key(number, LENGTH_DELIMITED) + varint(len(data)) + data
 
 
 def _text(number: int, value: str) -> bytes:
@@ -70,12 +63,12 @@ def send_results(status_bytes: bytes, results: Iterable[tuple[str, int, str]]) -
     parts = []
     for message_id, offset, transaction_id in results:
         text = message_id.encode()
-        entry = status_part + b"\x12" + _length(len(text)) + text if text else status_part
+        entry = status_part + b"\x12" + varint(len(text)) + text if text else status_part
         if transaction_id:
             entry += _text(3, transaction_id)
         if offset:
             entry += b"\x20" + varint(offset)
-        parts.append(b"\x12" + _length(len(entry)) + entry)
+        parts.append(b"\x12" + varint(len(entry)) + entry)
     return b"".join(parts)
 
 
