@@ -168,13 +168,18 @@ def _fill_stored(
     if message.keys:
         system.keys.extend(message.keys)
     system.message_id = message.message_id
-    system.body_digest.type = pb.MD5
-    system.body_digest.checksum = hashlib.md5(message.body).hexdigest().upper()
+    digest = system.body_digest
+    digest.type = pb.MD5
+    digest.checksum = hashlib.md5(message.body).hexdigest().upper()
     system.body_encoding = pb.IDENTITY
-    system.message_type = int(message.message_type)  # type: ignore[assignment]
-    _set_timestamp(system.born_timestamp, message.born_timestamp_ms)
+    system.message_type = message.message_type  # type: ignore[assignment]
+    born = system.born_timestamp
+    born.seconds, born_ms = divmod(message.born_timestamp_ms, 1000)
+    born.nanos = born_ms * 1_000_000
     system.born_host = message.born_host
-    _set_timestamp(system.store_timestamp, store_timestamp_ms)
+    stored_at = system.store_timestamp
+    stored_at.seconds, stored_ms = divmod(store_timestamp_ms, 1000)
+    stored_at.nanos = stored_ms * 1_000_000
     system.queue_id = queue_id
     if message.tag is not None:
         system.tag = message.tag

@@ -155,8 +155,10 @@ def test_a_gzip_body_is_checked_as_sent() -> None:
 
 
 def test_delivered_message_has_what_clients_need() -> None:
-    message = Message("orders", b"payload", "01ABC", tag="t", born_timestamp_ms=5_000)
-    popped = PoppedMessage(message, QueueRef("orders", 2), 9, 6_000, 3, 11, 70_000)
+    message = Message(
+        "orders", b"payload", "01ABC", tag="t", born_timestamp_ms=5_123, born_host="h1"
+    )
+    popped = PoppedMessage(message, QueueRef("orders", 2), 9, 6_007, 3, 11, 70_000)
     wire = pb.Message()
     convert.fill_delivered(wire, Delivery(popped, "handle-1"), "ns", "127.0.0.1:8081")
     system = wire.system_properties
@@ -170,6 +172,11 @@ def test_delivered_message_has_what_clients_need() -> None:
     assert system.tag == "t"
     assert not system.HasField("message_group")
     assert wire.topic.resource_namespace == "ns"
+    assert system.message_type == pb.NORMAL
+    assert (system.born_timestamp.seconds, system.born_timestamp.nanos) == (5, 123_000_000)
+    assert system.born_host == "h1"
+    assert system.HasField("store_timestamp")
+    assert system.store_timestamp.ToMilliseconds() == 6_007
 
 
 def test_route_echoes_the_endpoint_and_types() -> None:
