@@ -11,8 +11,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
-from collections.abc import Callable
-from functools import partial
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from isal.isal_zlib import crc32
@@ -25,6 +23,7 @@ from broker.domain import (
     MessageType,
     QueueInfo,
     TopicInfo,
+    new_message,
 )
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter
@@ -110,7 +109,7 @@ def message_from_pb(message: pb.Message) -> Message:
     keys = system.keys
     properties = message.user_properties
     born = system.born_timestamp
-    return _new_message(
+    return new_message(
         (
             message.topic.name,
             body,
@@ -131,11 +130,6 @@ def message_from_pb(message: pb.Message) -> Message:
             None,  # dead_letter_of: a sent message is nobody's dead letter
         )
     )
-
-
-_new_message: Callable[[tuple[object, ...]], Message] = partial(tuple.__new__, Message)
-"""A :class:`Message` from all its fields in order, without the named tuple's
-keyword handling (one per sent message)."""
 
 
 def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:

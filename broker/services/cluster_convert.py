@@ -14,7 +14,8 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from angelia_rpc.errors import AngeliaError
 from broker.domain import (
@@ -28,6 +29,7 @@ from broker.domain import (
     QueueRef,
     RetryPolicy,
     TopicInfo,
+    new_message,
 )
 from broker.errors import BrokerError, Reason
 from protocol import errors as codes
@@ -142,35 +144,43 @@ def message_from_wire(message: st.Message) -> Message:
 
 def popped_from_packed(delivery: st.PackedDelivery, record: MessageRecord) -> PoppedMessage:
     """One delivery of a packed storage receive, and its message's record."""
-    return PoppedMessage(
-        message=message_from_record(record),
-        queue=QueueRef(delivery.topic, delivery.queue_id),
-        offset=delivery.queue_offset,
-        store_timestamp_ms=delivery.store_timestamp_ms,
-        delivery_attempt=delivery.delivery_attempt,
-        generation=delivery.generation,
-        invisible_until_ms=delivery.invisible_until_ms,
+    return _new_popped(
+        (
+            message_from_record(record),
+            QueueRef(delivery.topic, delivery.queue_id),
+            delivery.queue_offset,
+            delivery.store_timestamp_ms,
+            delivery.delivery_attempt,
+            delivery.generation,
+            delivery.invisible_until_ms,
+        )
     )
+
+
+_new_popped: Callable[[tuple[object, ...]], PoppedMessage] = partial(tuple.__new__, PoppedMessage)
+"""A :class:`PoppedMessage` from all its fields in order (one per delivered message)."""
 
 
 def message_from_record(record: MessageRecord) -> Message:
     """A stored record as the broker sees it."""
-    return Message(
-        record.topic,
-        record.body,
-        record.message_id,
-        MESSAGE_TYPES[record.message_type],
-        record.tag or None,
-        record.keys,
-        dict(record.properties) if record.properties else NO_PROPERTIES,
-        record.message_group or None,
-        record.born_timestamp_ms,
-        record.born_host,
-        record.delivery_timestamp_ms or None,
-        record.queue_id,
-        (record.dead_letter_topic, record.dead_letter_message_id)
-        if record.dead_letter_topic
-        else None,
+    return new_message(
+        (
+            record.topic,
+            record.body,
+            record.message_id,
+            MESSAGE_TYPES[record.message_type],
+            record.tag or None,
+            record.keys,
+            dict(record.properties) if record.properties else NO_PROPERTIES,
+            record.message_group or None,
+            record.born_timestamp_ms,
+            record.born_host,
+            record.delivery_timestamp_ms or None,
+            record.queue_id,
+            (record.dead_letter_topic, record.dead_letter_message_id)
+            if record.dead_letter_topic
+            else None,
+        )
     )
 
 
