@@ -151,12 +151,12 @@ class StoredMessage:
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
+class ReceiptHandle(NamedTuple):
     """Which delivery of which message (the storage half of a client receipt handle).
 
     ``generation`` is the log index of the command that granted the lease; a
-    later grant makes older handles stale.
+    later grant makes older handles stale. A named tuple: one per acked message
+    on each side of an ack call, packed as it is (the same array a dataclass was).
     """
 
     topic: str
@@ -338,9 +338,9 @@ class AckRequest:
     handles: list[ReceiptHandle]
 
 
-@dataclass(frozen=True, slots=True)
-class AckOutcome:
-    """``error_code`` is 0 on success, else a ``protocol.errors`` number."""
+class AckOutcome(NamedTuple):
+    """``error_code`` is 0 on success, else a ``protocol.errors`` number. A named
+    tuple, as :class:`ReceiptHandle` (one per acked message)."""
 
     queue_offset: int
     error_code: int = 0

@@ -46,7 +46,7 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
@@ -477,13 +477,13 @@ class StorageNode:
         """Acknowledge deliveries; each handle has its own outcome."""
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
+        topic, queue_id = request.topic, request.queue_id
         for handle in request.handles:
-            if (handle.topic, handle.queue_id) != (request.topic, request.queue_id):
+            if handle.topic != topic or handle.queue_id != queue_id:
                 raise BadCommand(
-                    f"handle of {handle.topic}:{handle.queue_id} in an ack of "
-                    f"{request.topic}:{request.queue_id}"
+                    f"handle of {handle.topic}:{handle.queue_id} in an ack of {topic}:{queue_id}"
                 )
-        handles = tuple(_from_wire_handle(h) for h in request.handles)
+        handles = tuple(map(_from_wire_handle, request.handles))
         result = await self._propose(group_id, Ack(self.now_ms(), request.group, handles))
         assert isinstance(result, AckResult)
         return AckResponse(
@@ -724,12 +724,9 @@ def _ticked(
         _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
 
 
-def _to_wire_handle(handle: ReceiptHandle) -> WireHandle:
-    return WireHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)
-
-
-def _from_wire_handle(handle: WireHandle) -> ReceiptHandle:
-    return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, handle.generation)
+# Both handles are named tuples of the same four fields in the same order.
+_to_wire_handle: Callable[[ReceiptHandle], WireHandle] = WireHandle._make
+_from_wire_handle: Callable[[WireHandle], ReceiptHandle] = ReceiptHandle._make
 
 
 def _append_response(result: AppendResult, now_ms: int) -> AppendResponse:
