@@ -70,7 +70,7 @@ from loadtest.client import (
 )
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
-from rip5 import dev_cluster
+from rip5 import dev_cluster, shell
 from rip5.admin import MESSAGE_TYPES
 from rip5.bench import harness
 from rip5.bench.grpc_lean import LeanChannel
@@ -518,8 +518,9 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         report.stage("waiting for the broker to store a message")
         probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
         runs = _runs(args, report, endpoint, server_pids, probes)
-        # The lean client on uvloop, as the servers run: less of the machine goes to
-        # the generator's event loop. grpc.aio keeps the loop it was made for.
+        # The lean client on uvloop and with the servers' collector settings: less of
+        # the machine goes to the generator. grpc.aio keeps the loop it was made for.
+        shell.tune_gc()
         if args.client == "lean":
             uvloop.run(runs)
         else:
