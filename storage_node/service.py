@@ -449,7 +449,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    WireHandle(*d.handle),  # a ReceiptHandle is its 4 fields in order
+                    _to_wire_handle(d.handle),
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(

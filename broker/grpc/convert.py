@@ -167,13 +167,9 @@ def _fill_stored(
     digest.checksum = hashlib.md5(message.body).hexdigest().upper()
     system.body_encoding = pb.IDENTITY
     system.message_type = message.message_type  # type: ignore[assignment]
-    born = system.born_timestamp
-    born.seconds, born_ms = divmod(message.born_timestamp_ms, 1000)
-    born.nanos = born_ms * 1_000_000
+    _set_timestamp(system.born_timestamp, message.born_timestamp_ms)
     system.born_host = message.born_host
-    stored_at = system.store_timestamp
-    stored_at.seconds, stored_ms = divmod(store_timestamp_ms, 1000)
-    stored_at.nanos = stored_ms * 1_000_000
+    _set_timestamp(system.store_timestamp, store_timestamp_ms)
     system.queue_id = queue_id
     if message.tag is not None:
         system.tag = message.tag
@@ -184,8 +180,8 @@ def _fill_stored(
 
 
 def _set_timestamp(stamp: timestamp_pb2.Timestamp, epoch_ms: int) -> None:
-    stamp.seconds = epoch_ms // 1000
-    stamp.nanos = (epoch_ms % 1000) * 1_000_000
+    stamp.seconds, ms = divmod(epoch_ms, 1000)
+    stamp.nanos = ms * 1_000_000
 
 
 def fill_delivered(

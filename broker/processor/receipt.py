@@ -107,8 +107,10 @@ def encode_fields(
     """The handle string for the receipt of these fields (as :func:`encode`, without
     building the receipt: one per delivered message)."""
     payload = (
-        _HEADER.pack(VERSION, invisible_until_ms, offset, generation, queue[1], delivery_attempt)
-        + _group_and_topic(group, queue[0])
+        _HEADER.pack(
+            VERSION, invisible_until_ms, offset, generation, queue.queue_id, delivery_attempt
+        )
+        + _group_and_topic(group, queue.topic)
         + _text(message_id)
     )
     raw = binascii.b2a_base64(payload + _mac(secret, payload), newline=False)
@@ -138,15 +140,13 @@ def decode(handle: str, secret: bytes, now_ms: int) -> Receipt:
     if expiry_ms <= now_ms:
         raise _invalid("expired")
     # Three length-prefixed texts: group, topic, message id (the MAC vouches for them).
-    start = _HEADER.size + 2
-    end = start + _U16.unpack_from(payload, start - 2)[0]
-    group = payload[start:end].decode()
-    start = end + 2
-    end = start + _U16.unpack_from(payload, end)[0]
-    topic = payload[start:end].decode()
-    start = end + 2
-    end = start + _U16.unpack_from(payload, end)[0]
-    message_id = payload[start:end].decode()
+    texts: list[str] = []
+    end = _HEADER.size
+    for _ in range(3):
+        start = end + 2
+        end = start + _U16.unpack_from(payload, end)[0]
+        texts.append(payload[start:end].decode())
+    group, topic, message_id = texts
     return _new_receipt(
         (group, QueueRef(topic, queue_id), offset, generation, attempt, expiry_ms, message_id)
     )

@@ -405,7 +405,7 @@ class LeanChannel:
         try:
             async with asyncio.timeout(timeout_s):
                 while True:
-                    item = messages.get_nowait() if not messages.empty() else await messages.get()
+                    item = await messages.get()  # no suspension while messages lie queued
                     if item is None:
                         return answers
                     if isinstance(item, BaseException):
