@@ -26,6 +26,7 @@ import functools
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from raft.errors import ProposalDropped
 from raft.types import (
@@ -43,6 +44,8 @@ from tests.sim.history import History, Operation, OpKind, Outcome
 from tests.sim.linearizability import check_queue, check_register
 from tests.sim.network import LinkFaults, SimNetwork
 from tests.sim.replica import NodeOptions, SimNode
+
+CommandT = TypeVar("CommandT")
 
 CLIENT_ID_BASE = 1000
 REGISTER_CHECK_OPS_MAX = 1_000  # the register search is exponential in the worst case
@@ -140,6 +143,22 @@ class RunResult:
     stats: dict[str, int]
     recent_trace: list[str]
 
+    def report(self, replay_test: str, trace_lines: int = 0) -> str:
+        """A failed run's report: seed, violation, the command that reruns exactly this
+        seed (``replay_test``: the pytest selection of a replay test), run shape and
+        stats, and with ``trace_lines`` the last events."""
+        seed = self.options.seed
+        lines = [
+            f"seed {seed} failed: {self.failure}",
+            f"replay: RIP5_SIM_SEED={seed} .venv/bin/python -m pytest {replay_test}",
+            f"run shape: {self.options}",
+            f"stats: {self.stats}",
+        ]
+        if trace_lines:
+            lines.append(f"last {trace_lines} events (sim ms, event, ...):")
+            lines += self.recent_trace[-trace_lines:]
+        return "\n".join(lines)
+
 
 class SimClient:
     """A client with at most one operation in flight, retrying against its leader guess."""
@@ -207,6 +226,70 @@ class SimClient:
             else:
                 self.guess[op.group] = cluster.rng.randint(1, cluster.options.nodes)
         self.op = None
+        self.schedule_next()
+
+
+class CommandClient(SimClient, Generic[CommandT]):
+    """A client of a state machine workload: one command in flight, sent to its guess of
+    the group's leader. Every command ends exactly once in ``_settled``: with the node's
+    answer, or with None when the outcome is unknown (an error answer, or no answer
+    within the client timeout); the next one follows after a think time."""
+
+    def __init__(self, cluster: SimCluster, client_id: int, groups: list[int], probe: bool) -> None:
+        super().__init__(cluster, client_id, groups, probe)
+        self.current: tuple[int, int, CommandT] | None = None  # op id, group, command
+        self.next_op = 0
+
+    def idle(self) -> bool:
+        """True when this client may send its next command now."""
+        cluster = self.cluster
+        return not (
+            self.done or self.current is not None or (cluster.clients_stopped and not self.probe)
+        )
+
+    def send(self, group: int, command: CommandT) -> None:
+        """Send ``command`` to the group's guessed leader; it expires after the client timeout."""
+        cluster = self.cluster
+        self.next_op += 1
+        op_id = self.next_op
+        self.current = (op_id, group, command)
+        cluster.trace("invoke", self.id, op_id, group, type(command).__name__)
+        cluster.net.send(self.id, self.guess[group], (op_id, group, command), may_duplicate=False)
+        cluster.loop.call_later(cluster.options.client_timeout_ms, lambda: self._expire(op_id))
+
+    def _settled(self, current: tuple[int, int, CommandT], result: object) -> None:
+        """Bookkeeping once a command ends (``result`` None: outcome unknown); called
+        after ``current`` is cleared."""
+        raise NotImplementedError
+
+    def _end(self, current: tuple[int, int, CommandT], result: object) -> None:
+        self.current = None
+        self._settled(current, result)
+
+    def _expire(self, op_id: int) -> None:
+        current = self.current
+        if current is None or current[0] != op_id:
+            return
+        self._end(current, None)
+        self.guess[current[1]] = self.cluster.rng.randint(1, self.cluster.options.nodes)
+        self.schedule_next()
+
+    def on_response(self, response: tuple[str, int, int, int]) -> None:
+        """A node answered (perhaps late or twice: stale answers are ignored)."""
+        kind, op_id, a, _b = response
+        current = self.current
+        if current is None or current[0] != op_id:
+            return
+        self.cluster.trace("response", self.id, op_id, kind)
+        if kind == "ok":
+            self._end(current, a)
+        else:
+            self._end(current, None)
+            group = current[1]
+            if kind == "redirect" and a:
+                self.guess[group] = a
+            else:
+                self.guess[group] = self.cluster.rng.randint(1, self.cluster.options.nodes)
         self.schedule_next()
 
 

@@ -43,7 +43,14 @@ from nameserver.records import StorageLoad
 from nameserver.state import Applied, MetadataState
 from raft.errors import ProposalDropped
 from raft.types import Entry, Ready, Role
-from tests.sim.cluster import CLIENT_ID_BASE, RunOptions, RunResult, SimClient, SimCluster
+from tests.sim.cluster import (
+    CLIENT_ID_BASE,
+    CommandClient,
+    RunOptions,
+    RunResult,
+    SimClient,
+    SimCluster,
+)
 from tests.sim.replica import Replica, SimNode
 
 CLUSTER = "sim"
@@ -246,33 +253,25 @@ class NameserverSimNode(SimNode):
 # ------------------------------------------------------------------------ clients
 
 
-class MetadataClient(SimClient):
+class MetadataClient(CommandClient[c.Command]):
     """Sends metadata commands; one in flight; a command with an unknown outcome is resent."""
 
     def __init__(self, cluster: SimCluster, client_id: int, groups: list[int], probe: bool) -> None:
         super().__init__(cluster, client_id, groups, probe)
         self.meta_cluster: NameserverSimCluster = cluster  # type: ignore[assignment]
-        self.current: tuple[int, int, c.Command] | None = None  # op id, group, command
         self.unsure: tuple[int, c.Command] | None = None  # group, command
-        self.next_op = 0
         self.created: set[int] = set()  # groups where this client's CreateCluster was applied
 
     def _invoke(self) -> None:
-        cluster = self.meta_cluster
-        if self.done or self.current is not None or (cluster.clients_stopped and not self.probe):
+        if not self.idle():
             return
-        rng = cluster.rng
+        rng = self.cluster.rng
         if self.unsure is not None and rng.random() < 0.5:
             group, command = self.unsure  # resend: raft may apply it twice, both are checked
         else:
             group = rng.choice(self.groups)
             command = self._choose(rng, group)
-        self.next_op += 1
-        op_id = self.next_op
-        self.current = (op_id, group, command)
-        cluster.trace("invoke", self.id, op_id, group, type(command).__name__)
-        cluster.net.send(self.id, self.guess[group], (op_id, group, command), may_duplicate=False)
-        cluster.loop.call_later(cluster.options.client_timeout_ms, lambda: self._expire(op_id))
+        self.send(group, command)
 
     def _choose(self, rng: random.Random, group: int) -> c.Command:
         if group not in self.created or self.probe:
@@ -312,21 +311,14 @@ class MetadataClient(SimClient):
             return c.RenewLease(lease, owner, 0, rng.choice((30, 100, 300)))
         return c.ReleaseLease(lease, owner)
 
-    def _expire(self, op_id: int) -> None:
-        current = self.current
-        if current is None or current[0] != op_id:
-            return
-        self._settled(current, None)
-        self.guess[current[1]] = self.cluster.rng.randint(1, self.cluster.options.nodes)
-        self.schedule_next()
-
-    def _settled(self, current: tuple[int, int, c.Command], index: int | None) -> None:
-        """Bookkeeping once an operation ends (``index`` None: outcome unknown)."""
+    def _settled(self, current: tuple[int, int, c.Command], result: object) -> None:
+        """Bookkeeping once a command ends; ``result`` is its log index (None: unknown)."""
         _op_id, group, command = current
-        self.current = None
-        if index is None:
+        if result is None:
             self.unsure = (group, command)
             return
+        assert isinstance(result, int), result
+        index = result
         if self.unsure is not None and self.unsure[1] is command:
             self.unsure = None
         if isinstance(command, c.CreateCluster):
@@ -334,24 +326,6 @@ class MetadataClient(SimClient):
         self.meta_cluster.acknowledged.append((group, index, _unstamped(command)))
         if self.probe:
             self.done = True
-
-    def on_response(self, response: tuple[str, int, int, int]) -> None:
-        """A node answered (perhaps late or twice: stale answers are ignored)."""
-        kind, op_id, a, _b = response
-        current = self.current
-        if current is None or current[0] != op_id:
-            return
-        self.cluster.trace("response", self.id, op_id, kind)
-        if kind == "ok":
-            self._settled(current, a)
-        else:
-            self._settled(current, None)
-            group = current[1]
-            if kind == "redirect" and a:
-                self.guess[group] = a
-            else:
-                self.guess[group] = self.cluster.rng.randint(1, self.cluster.options.nodes)
-        self.schedule_next()
 
 
 # ------------------------------------------------------------------------ the cluster

@@ -66,7 +66,14 @@ from storage_node.partition.results import (
 )
 from storage_node.partition.snapshot import restore, take_snapshot
 from storage_node.partition.state import PartitionConfig, PartitionState
-from tests.sim.cluster import CLIENT_ID_BASE, RunOptions, RunResult, SimClient, SimCluster
+from tests.sim.cluster import (
+    CLIENT_ID_BASE,
+    CommandClient,
+    RunOptions,
+    RunResult,
+    SimClient,
+    SimCluster,
+)
 from tests.sim.replica import Replica, SimNode
 
 MAX_ATTEMPTS = 3
@@ -383,7 +390,7 @@ class _Held:
     group: int
 
 
-class PartitionClient(SimClient):
+class PartitionClient(CommandClient[Command]):
     """Appends, receives, acks and changes invisibility; one operation in flight."""
 
     def __init__(self, cluster: SimCluster, client_id: int, groups: list[int], probe: bool) -> None:
@@ -391,23 +398,14 @@ class PartitionClient(SimClient):
         self.partition_cluster: PartitionSimCluster = cluster  # type: ignore[assignment]
         self.held: list[_Held] = []
         self.unsure_appends: list[tuple[int, Append]] = []
-        self.current: tuple[int, int, Command] | None = None  # op id, group, command
-        self.next_op = 0
 
     def _invoke(self) -> None:
-        cluster = self.partition_cluster
-        if self.done or self.current is not None or (cluster.clients_stopped and not self.probe):
+        if not self.idle():
             return
-        rng = cluster.rng
+        rng = self.cluster.rng
         group = rng.choice(self.groups)
         command = self._choose(rng, group)
-        group = self._group_of(command, group)
-        self.next_op += 1
-        op_id = self.next_op
-        self.current = (op_id, group, command)
-        cluster.trace("invoke", self.id, op_id, group, type(command).__name__)
-        cluster.net.send(self.id, self.guess[group], (op_id, group, command), may_duplicate=False)
-        cluster.loop.call_later(cluster.options.client_timeout_ms, lambda: self._expire(op_id))
+        self.send(self._group_of(command, group), command)
 
     def _group_of(self, command: Command, group: int) -> int:
         if isinstance(command, Append) and self.unsure_appends:
@@ -466,18 +464,9 @@ class PartitionClient(SimClient):
             fifo=fifo,
         )
 
-    def _expire(self, op_id: int) -> None:
-        current = self.current
-        if current is None or current[0] != op_id:
-            return
-        self._settled(current, None)
-        self.guess[current[1]] = self.cluster.rng.randint(1, self.cluster.options.nodes)
-        self.schedule_next()
-
     def _settled(self, current: tuple[int, int, Command], result: object) -> None:
         """Bookkeeping once an operation ends (``result`` None: outcome unknown)."""
         _op_id, group, command = current
-        self.current = None
         cluster = self.partition_cluster
         if isinstance(command, Append):
             self.unsure_appends = [u for u in self.unsure_appends if u[1] is not command]
@@ -499,24 +488,6 @@ class PartitionClient(SimClient):
             self.held = [h for h in self.held if h.handle != command.handle]
             if isinstance(result, ChangeInvisibleDurationResult):
                 self.held.append(_Held(command.group, result.handle, group))
-
-    def on_response(self, response: tuple[str, int, int, int]) -> None:
-        """A node answered (perhaps late or twice: stale answers are ignored)."""
-        kind, op_id, a, _b = response
-        current = self.current
-        if current is None or current[0] != op_id:
-            return
-        self.cluster.trace("response", self.id, op_id, kind)
-        if kind == "ok":
-            self._settled(current, a)
-        else:
-            self._settled(current, None)
-            group = current[1]
-            if kind == "redirect" and a:
-                self.guess[group] = a
-            else:
-                self.guess[group] = self.cluster.rng.randint(1, self.cluster.options.nodes)
-        self.schedule_next()
 
 
 # ------------------------------------------------------------------------ the cluster

@@ -10,28 +10,12 @@ import os
 
 import pytest
 
-from tests.sim.cluster import RunResult
 from tests.sim.partition import run_partition_seed
 
 SEEDS = int(os.environ.get("RIP5_PARTITION_SEEDS", "60"))
 REPLAY_SEED = int(os.environ.get("RIP5_SIM_SEED", "0"))
 TRACE_LINES = int(os.environ.get("RIP5_SIM_TRACE", "40"))
-
-
-def report(result: RunResult, trace_lines: int = 0) -> str:
-    """Seed, violation, replay command and (optionally) the last events."""
-    seed = result.options.seed
-    lines = [
-        f"seed {seed} failed: {result.failure}",
-        f"replay: RIP5_SIM_SEED={seed} .venv/bin/python -m pytest "
-        "tests/sim/test_partition_sim.py -k replay",
-        f"run shape: {result.options}",
-        f"stats: {result.stats}",
-    ]
-    if trace_lines:
-        lines.append(f"last {trace_lines} events (sim ms, event, ...):")
-        lines += result.recent_trace[-trace_lines:]
-    return "\n".join(lines)
+REPLAY_TEST = "tests/sim/test_partition_sim.py::test_partition_replay"
 
 
 @pytest.mark.sim
@@ -40,7 +24,7 @@ def test_partition_seed(seed: int) -> None:
     """Every pop/ack/FIFO/DLQ invariant holds and no acknowledged append is lost."""
     result = run_partition_seed(seed)
     if result.failure is not None:
-        pytest.fail(report(result), pytrace=False)
+        pytest.fail(result.report(REPLAY_TEST), pytrace=False)
 
 
 @pytest.mark.sim
@@ -48,7 +32,7 @@ def test_partition_replay() -> None:
     """Rerun one seed (RIP5_SIM_SEED) and show its trace if it fails."""
     result = run_partition_seed(REPLAY_SEED)
     if result.failure is not None:
-        pytest.fail(report(result, TRACE_LINES), pytrace=False)
+        pytest.fail(result.report(REPLAY_TEST, TRACE_LINES), pytrace=False)
 
 
 @pytest.mark.sim

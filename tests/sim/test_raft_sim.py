@@ -7,6 +7,7 @@ it exactly; the replay prints the run's shape and its last events.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -19,31 +20,14 @@ from raft.core import Raft
 from raft.log import RaftLog
 from raft.types import Message
 from tests.sim import replica as sim_replica
-from tests.sim.cluster import RunResult, run_seed
+from tests.sim.cluster import run_seed
 from tests.sim.disk import SimDisk
 
 SEEDS = int(os.environ.get("RIP5_SIM_SEEDS", "200"))
 REPLAY_SEED = int(os.environ.get("RIP5_SIM_SEED", "0"))
 TRACE_LINES = int(os.environ.get("RIP5_SIM_TRACE", "40"))
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def replay_command(seed: int) -> str:
-    """The one-line command that reruns ``seed`` with its trace."""
-    return f"RIP5_SIM_SEED={seed} .venv/bin/python -m pytest tests/sim -k replay"
-
-
-def report(result: RunResult, trace_lines: int = 0) -> str:
-    """A failure report: seed, violation, replay command, optionally the last events."""
-    lines = [
-        f"seed {result.options.seed} failed: {result.failure}",
-        f"replay: {replay_command(result.options.seed)}",
-        f"run shape: {result.options}",
-    ]
-    if trace_lines:
-        lines.append(f"last {trace_lines} events (sim ms, event, ...):")
-        lines += result.recent_trace[-trace_lines:]
-    return "\n".join(lines)
+REPLAY_TEST = "tests/sim/test_raft_sim.py::test_replay"
 
 
 @pytest.mark.sim
@@ -52,7 +36,7 @@ def test_seed(seed: int) -> None:
     """No invariant breaks, the history is linearizable, and the cluster recovers."""
     result = run_seed(seed)
     if result.failure is not None:
-        pytest.fail(report(result), pytrace=False)
+        pytest.fail(result.report(REPLAY_TEST), pytrace=False)
     assert result.steps > 0
 
 
@@ -61,7 +45,25 @@ def test_replay() -> None:
     """Rerun one seed (RIP5_SIM_SEED, default 0) and show its trace if it fails."""
     result = run_seed(REPLAY_SEED)
     if result.failure is not None:
-        pytest.fail(report(result, TRACE_LINES), pytrace=False)
+        pytest.fail(result.report(REPLAY_TEST, TRACE_LINES), pytrace=False)
+
+
+@pytest.mark.sim
+def test_a_failure_report_names_the_seed_and_how_to_replay_it() -> None:
+    """The report of a failed run: seed, cause, a replay command that selects exactly
+    one existing test, the run's shape, and the last events when asked."""
+    result = dataclasses.replace(run_seed(2), failure="invented violation")
+    lines = result.report(REPLAY_TEST, trace_lines=3).splitlines()
+    assert lines[0] == "seed 2 failed: invented violation"
+    assert lines[1] == f"replay: RIP5_SIM_SEED=2 .venv/bin/python -m pytest {REPLAY_TEST}"
+    assert lines[2].startswith("run shape: RunOptions(seed=2")
+    assert lines[4] == "last 3 events (sim ms, event, ...):"
+    assert lines[5:] == result.recent_trace[-3:]
+    assert len(lines[5:]) == 3
+    path, _, test_name = REPLAY_TEST.partition("::")
+    assert Path(REPO_ROOT, path).resolve() == Path(__file__).resolve()
+    assert callable(globals()[test_name])
+    assert "events (sim ms" not in result.report(REPLAY_TEST)
 
 
 @pytest.mark.sim
@@ -101,7 +103,7 @@ def test_replay_in_another_process_is_identical() -> None:
 def test_runs_exercise_faults_and_clients() -> None:
     """The seeds really crash nodes, elect leaders and complete client operations."""
     results = [run_seed(seed) for seed in range(20)]
-    failed = [report(r) for r in results if r.failure is not None]
+    failed = [r.report(REPLAY_TEST) for r in results if r.failure is not None]
     if failed:
         pytest.fail("\n".join(failed), pytrace=False)
     assert sum(r.crashes for r in results) >= 20
@@ -126,7 +128,7 @@ def test_a_removed_member_that_missed_its_removal_is_not_elected(
     monkeypatch.setattr(sim_replica, "EARLY_SEND", True)
     result = run_seed(6125)
     if result.failure is not None:
-        pytest.fail(report(result, TRACE_LINES), pytrace=False)
+        pytest.fail(result.report(REPLAY_TEST, TRACE_LINES), pytrace=False)
 
 
 @pytest.mark.sim
