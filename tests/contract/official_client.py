@@ -76,6 +76,56 @@ def _code(error: BaseException) -> int | str:
     return f"{type(error).__name__}: {error}"
 
 
+def tag_filter_then_ack(port: int, out: dict[str, Any]) -> None:
+    """Group ``tagged`` on topic ``normal`` with filter "a": only "a" messages reach it,
+    and once acked nothing is left (``out["tagged"]``, ``out["tagged_after_ack"]``)."""
+    tagged = SimpleConsumer(_config(port), "tagged", {"normal": FilterExpression("a")}, 5)
+    tagged.startup()
+    try:
+        got = _receive_until(tagged, 2, 15)
+        out["tagged"] = [_view(m) for m in got]
+        for message in got:
+            tagged.ack(message)
+        out["tagged_after_ack"] = [_view(m) for m in tagged.receive(32, 15)]
+    finally:
+        tagged.shutdown()
+
+
+def redelivery_after_change(port: int, out: dict[str, Any], count: int) -> None:
+    """Group ``plain`` receives the ``count`` messages of topic ``normal``, cuts the
+    invisibility of ``out["normal_ids"][0]`` to 1 s and acks the rest; that one comes
+    back with attempt 2, its old handle is refused, and after its ack nothing is left."""
+    plain = SimpleConsumer(_config(port), "plain", {"normal": FilterExpression()}, 5)
+    plain.startup()
+    try:
+        first = _receive_until(plain, count, 15)
+        out["plain_first"] = [_view(m) for m in first]
+        target = next(m for m in first if m.message_id == out["normal_ids"][0])
+        old_handle = target.receipt_handle
+        plain.change_invisible_duration(target, 1)
+        out["handle_changed"] = target.receipt_handle != old_handle
+        for message in first:
+            if message is not target:
+                plain.ack(message)
+        again = _receive_until(plain, 1, 15)
+        out["redelivered"] = [_view(m) for m in again]
+        stale = Message()
+        stale.topic = "normal"
+        stale.message_id = target.message_id
+        stale.receipt_handle = old_handle
+        stale.endpoints = target.endpoints
+        try:
+            plain.ack(stale)
+            out["stale_ack"] = "accepted"
+        except Exception as error:  # noqa: BLE001 - the observation
+            out["stale_ack"] = _code(error)
+        for message in again:
+            plain.ack(message)
+        out["after_all_acked"] = [_view(m) for m in plain.receive(32, 15)]
+    finally:
+        plain.shutdown()
+
+
 def produce_and_simple_consume(port: int) -> dict[str, Any]:
     """NORMAL and FIFO sends; SimpleConsumer receive, tag filter, ack, redelivery."""
     out: dict[str, Any] = {}
@@ -92,17 +142,7 @@ def produce_and_simple_consume(port: int) -> dict[str, Any]:
         ]
         out["fifo_ids"] = [receipt.message_id for receipt in sent_fifo]
 
-        # A tag filter: only "a" messages reach this group; acks finish them.
-        tagged = SimpleConsumer(_config(port), "tagged", {"normal": FilterExpression("a")}, 5)
-        tagged.startup()
-        try:
-            got = _receive_until(tagged, 2, 15)
-            out["tagged"] = [_view(m) for m in got]
-            for message in got:
-                tagged.ack(message)
-            out["tagged_after_ack"] = [_view(m) for m in tagged.receive(32, 15)]
-        finally:
-            tagged.shutdown()
+        tag_filter_then_ack(port, out)
 
         # FIFO: the group's messages come in order, one batch at a time.
         fifo = SimpleConsumer(_config(port), "fifo-group", {"fifo": FilterExpression()}, 5)
@@ -115,54 +155,24 @@ def produce_and_simple_consume(port: int) -> dict[str, Any]:
         finally:
             fifo.shutdown()
 
-        # Redelivery: change invisibility to 1 s, receive again with attempt 2.
-        plain = SimpleConsumer(_config(port), "plain", {"normal": FilterExpression()}, 5)
-        plain.startup()
-        try:
-            first = _receive_until(plain, 4, 15)
-            out["plain_first"] = [_view(m) for m in first]
-            target = next(m for m in first if m.message_id == out["normal_ids"][0])
-            old_handle = target.receipt_handle
-            plain.change_invisible_duration(target, 1)
-            out["handle_changed"] = target.receipt_handle != old_handle
-            for message in first:
-                if message is not target:
-                    plain.ack(message)
-            again = _receive_until(plain, 1, 15)
-            out["redelivered"] = [_view(m) for m in again]
-            try:
-                stale = Message()
-                stale.topic = "normal"
-                stale.message_id = target.message_id
-                stale.receipt_handle = old_handle
-                stale.endpoints = target.endpoints
-                plain.ack(stale)
-                out["stale_ack"] = "accepted"
-            except Exception as error:  # noqa: BLE001 - the observation
-                out["stale_ack"] = _code(error)
-            for message in again:
-                plain.ack(message)
-            out["after_all_acked"] = [_view(m) for m in plain.receive(32, 15)]
-        finally:
-            plain.shutdown()
+        redelivery_after_change(port, out, 4)
     finally:
         producer.shutdown()
     return out
 
 
 class _Listener(MessageListener):
-    """Fails the first delivery of messages tagged ``retry``; records every call."""
+    """Records every call in order; fails the messages ``fails`` picks."""
 
-    def __init__(self) -> None:
+    def __init__(self, fails: Callable[[Message], bool]) -> None:
         self.calls: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.fails = fails
 
     def consume(self, message: Message) -> ConsumeResult:
         with self.lock:
             self.calls.append(_view(message))
-        if message.tag == "retry" and message.delivery_attempt == 1:
-            return ConsumeResult.FAILURE
-        return ConsumeResult.SUCCESS
+        return ConsumeResult.FAILURE if self.fails(message) else ConsumeResult.SUCCESS
 
 
 def push_consume(port: int, topic: str = "mixed", last_group: str | None = "g") -> dict[str, Any]:
@@ -171,7 +181,8 @@ def push_consume(port: int, topic: str = "mixed", last_group: str | None = "g") 
     The third message carries ``last_group`` as its message group (None: none).
     """
     out: dict[str, Any] = {}
-    listener = _Listener()
+    # The first delivery of the message tagged "retry" fails.
+    listener = _Listener(lambda m: m.tag == "retry" and m.delivery_attempt == 1)
     consumer = PushConsumer(_config(port), "pusher", listener, {topic: FilterExpression()})
     consumer.startup()
     producer = Producer(_config(port), (topic,))
@@ -204,23 +215,10 @@ def push_consume(port: int, topic: str = "mixed", last_group: str | None = "g") 
     return out
 
 
-class _PoisonListener(MessageListener):
-    """Always fails messages tagged ``poison``; records every call in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def consume(self, message: Message) -> ConsumeResult:
-        with self.lock:
-            self.calls.append(_view(message))
-        return ConsumeResult.FAILURE if message.tag == "poison" else ConsumeResult.SUCCESS
-
-
 def push_fifo_dead_letter(port: int) -> dict[str, Any]:
     """FIFO PushConsumer: per-group order, local retries, then ForwardMessageToDeadLetterQueue."""
     out: dict[str, Any] = {}
-    listener = _PoisonListener()
+    listener = _Listener(lambda m: m.tag == "poison")  # every delivery of it fails
     consumer = PushConsumer(_config(port), "fifo-group", listener, {"fifo": FilterExpression()})
     consumer.startup()
     producer = Producer(_config(port), ("fifo",))

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq import FilterExpression, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from tests.contract.official_client import (
@@ -29,6 +29,8 @@ from tests.contract.official_client import (
     garbage_handles_then_round_trip,
     push_consume,
     push_fifo_dead_letter,
+    redelivery_after_change,
+    tag_filter_then_ack,
 )
 
 RAW_METADATA = (("x-mq-client-id", "e2e-raw-client"),)
@@ -83,16 +85,7 @@ def produce_and_simple_consume(port: int) -> dict[str, Any]:
             out["batch_ids"] = ids
 
         # Tag filter "a": only messages 0 and 2 reach this group; acks finish them.
-        tagged = SimpleConsumer(_config(port), "tagged", {"normal": FilterExpression("a")}, 5)
-        tagged.startup()
-        try:
-            got = _receive_until(tagged, 2, 15)
-            out["tagged"] = [_view(m) for m in got]
-            for message in got:
-                tagged.ack(message)
-            out["tagged_after_ack"] = [_view(m) for m in tagged.receive(32, 15)]
-        finally:
-            tagged.shutdown()
+        tag_filter_then_ack(port, out)
 
         # FIFO: receive, ack, receive: each message group's messages come in send order.
         fifo = SimpleConsumer(_config(port), "fifo-simple", {"fifo": FilterExpression()}, 5)
@@ -108,36 +101,9 @@ def produce_and_simple_consume(port: int) -> dict[str, Any]:
         finally:
             fifo.shutdown()
 
-        # Redelivery: invisibility cut to 1 s, then received again with attempt 2.
-        plain = SimpleConsumer(_config(port), "plain", {"normal": FilterExpression()}, 5)
-        plain.startup()
-        try:
-            first = _receive_until(plain, 7, 15)
-            out["plain_first"] = [_view(m) for m in first]
-            target = next(m for m in first if m.message_id == out["normal_ids"][0])
-            old_handle = target.receipt_handle
-            plain.change_invisible_duration(target, 1)
-            out["handle_changed"] = target.receipt_handle != old_handle
-            for message in first:
-                if message is not target:
-                    plain.ack(message)
-            again = _receive_until(plain, 1, 15)
-            out["redelivered"] = [_view(m) for m in again]
-            stale = Message()
-            stale.topic = "normal"
-            stale.message_id = target.message_id
-            stale.receipt_handle = old_handle
-            stale.endpoints = target.endpoints
-            try:
-                plain.ack(stale)
-                out["stale_ack"] = "accepted"
-            except Exception as error:  # noqa: BLE001 - the observation
-                out["stale_ack"] = _code(error)
-            for message in again:
-                plain.ack(message)
-            out["after_all_acked"] = [_view(m) for m in plain.receive(32, 15)]
-        finally:
-            plain.shutdown()
+        # Redelivery: invisibility cut to 1 s, then received again with attempt 2;
+        # the 4 NORMAL and 3 batch messages.
+        redelivery_after_change(port, out, 7)
     finally:
         producer.shutdown()
     return out
