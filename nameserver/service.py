@@ -33,8 +33,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from angelia_rpc import CallContext
 from nameserver import commands as c
@@ -65,6 +65,8 @@ from raft.driver import Driver
 from raft.errors import NotLeader as RaftNotLeader
 from raft.errors import RaftError
 from raft.types import Entry, Snapshot
+
+_InCluster = TypeVar("_InCluster", r.Topic, r.ConsumerGroup)
 
 GROUP_ID = 1
 """The nameserver's raft group id (the raft WAL reserves 0)."""
@@ -259,14 +261,8 @@ class NameserverImpl:
     ) -> api.TopicListResponse:
         """Topics, of one cluster or all (linearizable)."""
         state = await self.linearizable()
-        if request.cluster:
-            state.cluster(request.cluster)
-        topics = [
-            topic_info(t)
-            for t in state.topics()
-            if not request.cluster or t.cluster == request.cluster
-        ]
-        return api.TopicListResponse(topics, state.revision)
+        topics = _of_cluster(state, request.cluster, state.topics())
+        return api.TopicListResponse(list(map(topic_info, topics)), state.revision)
 
     # -- consumer groups -------------------------------------------------------------
 
@@ -314,14 +310,8 @@ class NameserverImpl:
     ) -> api.ConsumerGroupListResponse:
         """Consumer groups, of one cluster or all (linearizable)."""
         state = await self.linearizable()
-        if request.cluster:
-            state.cluster(request.cluster)
-        groups = [
-            consumer_group_info(g)
-            for g in state.consumer_groups()
-            if not request.cluster or g.cluster == request.cluster
-        ]
-        return api.ConsumerGroupListResponse(groups, state.revision)
+        groups = _of_cluster(state, request.cluster, state.consumer_groups())
+        return api.ConsumerGroupListResponse(list(map(consumer_group_info, groups)), state.revision)
 
     # -- routes and status -------------------------------------------------------------
 
@@ -448,6 +438,16 @@ class NameserverImpl:
                 yield watch_batch_info(batch)
             revision = batch.revision
             await changed.wait()
+
+
+def _of_cluster(
+    state: MetadataState, cluster: str, items: Iterable[_InCluster]
+) -> list[_InCluster]:
+    """``items`` of ``cluster`` (all of them when it is empty); an unknown cluster is an error."""
+    if not cluster:
+        return list(items)
+    state.cluster(cluster)  # raises when the cluster is unknown
+    return [item for item in items if item.cluster == cluster]
 
 
 def _enum(kind: type[Any], number: int, what: str) -> Any:

@@ -225,36 +225,14 @@ class Driver:
         lead the group, ``ProposalDropped`` if it was not appended or was
         overwritten, ``StorageFailed`` if the WAL failed.
         """
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        if self._failed is not None:
-            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
-            return future
-        try:
-            self.host.propose(group_id, data, future)
-        except RaftError as exc:
-            future.set_exception(exc)
-            return future
-        self._waiting.add(future)
-        self._work.set()
-        return future
+        return self._submit(lambda future: self.host.propose(group_id, data, future))
 
     def propose_many_nowait(self, group_id: int, payloads: list[bytes]) -> asyncio.Future[object]:
         """Queue entries proposed together; the future's result is the list of their results.
 
         Cheaper than one future per entry; fails as a whole like :meth:`propose_nowait`.
         """
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        if self._failed is not None:
-            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
-            return future
-        try:
-            self.host.propose_many(group_id, payloads, future)
-        except RaftError as exc:
-            future.set_exception(exc)
-            return future
-        self._waiting.add(future)
-        self._work.set()
-        return future
+        return self._submit(lambda future: self.host.propose_many(group_id, payloads, future))
 
     def propose_conf_change_nowait(
         self, group_id: int, change: ConfChange | ConfChangeV2
@@ -267,12 +245,19 @@ class Driver:
         Failures as :meth:`propose_nowait`, plus ``InvalidConfChange``, and
         ``ProposalDropped`` while another change is in progress.
         """
+        return self._submit(lambda future: self.host.propose_conf_change(group_id, change, future))
+
+    def _submit(
+        self, hand_over: Callable[[asyncio.Future[object]], None]
+    ) -> asyncio.Future[object]:
+        """A new future handed to the host by ``hand_over``; it fails at once when the
+        driver stopped or the host refuses, else the next round takes it up."""
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         if self._failed is not None:
             future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
             return future
         try:
-            self.host.propose_conf_change(group_id, change, future)
+            hand_over(future)
         except RaftError as exc:
             future.set_exception(exc)
             return future

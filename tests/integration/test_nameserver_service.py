@@ -129,3 +129,31 @@ async def test_bad_requests_name_their_cause(nameserver: NameserverService) -> N
     # The process goes on serving.
     created = await nameserver.create_topic(api.CreateTopicRequest("T", CLUSTER, 1))
     assert created.topic.queue_count == 1
+
+
+async def test_topics_and_groups_list_by_cluster(nameserver: NameserverService) -> None:
+    await nameserver.create_cluster(api.CreateClusterRequest("Other", 2, 1))
+    await nameserver.create_topic(api.CreateTopicRequest("T-default", CLUSTER, 1))
+    await nameserver.create_topic(api.CreateTopicRequest("T-other", "Other", 1))
+    await nameserver.create_consumer_group(api.CreateConsumerGroupRequest("G-default", CLUSTER))
+    await nameserver.create_consumer_group(api.CreateConsumerGroupRequest("G-other", "Other"))
+
+    def names(infos: list[api.TopicInfo] | list[api.ConsumerGroupInfo]) -> list[str]:
+        return sorted(info.name for info in infos)
+
+    every = await nameserver.list_topics(api.ListRequest())
+    assert {"T-default", "T-other"} <= set(names(every.topics))
+    other = await nameserver.list_topics(api.ListRequest("Other"))
+    assert names(other.topics) == ["T-other"]
+    assert other.revision >= every.revision
+    groups = await nameserver.list_consumer_groups(api.ListRequest(CLUSTER))
+    assert "G-default" in names(groups.groups)
+    assert "G-other" not in names(groups.groups)
+    assert names((await nameserver.list_consumer_groups(api.ListRequest("Other"))).groups) == [
+        "G-other"
+    ]
+    for listing in (nameserver.list_topics, nameserver.list_consumer_groups):
+        with pytest.raises(AngeliaError) as unknown:
+            await listing(api.ListRequest("Nowhere"))
+        assert unknown.value.code is errors.NOT_FOUND
+        assert "'Nowhere'" in unknown.value.message
