@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rip5.shell import READY_FD_ENV
@@ -78,6 +78,23 @@ def die_with_parent() -> None:
 
 DIE_WITH_PARENT = die_with_parent if sys.platform == "linux" else None
 """``preexec_fn`` for children that must not outlive their parent (None off Linux)."""
+
+
+async def terminate_all(processes: Iterable[asyncio.subprocess.Process], timeout_s: float) -> None:
+    """SIGTERM every process still running, then wait for each; one still alive
+    ``timeout_s`` after its turn to be waited on is SIGKILLed."""
+    processes = list(processes)
+    for process in processes:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
 
 class StartFailed(Exception):

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import random
-import signal
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ from protocol import nameserver_api as api
 from rip5.bench import harness
 from rip5.bench.storage_cluster import free_port
 from rip5.shell import READY_FD_ENV
-from rip5.supervisor import DIE_WITH_PARENT
+from rip5.supervisor import DIE_WITH_PARENT, terminate_all
 
 CLUSTER = "DefaultCluster"
 METRICS = (
@@ -134,15 +133,7 @@ class LocalNameservers:
 
     async def stop(self) -> None:
         """SIGTERM every node, wait; close the client channels."""
-        for process in self.processes.values():
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate_all(self.processes.values(), 30)
         self.processes.clear()
         await self._peers.close()
 

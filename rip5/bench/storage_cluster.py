@@ -27,7 +27,7 @@ from angelia_rpc.ports import free_port
 from protocol import routing
 from protocol.storage_api import NodeStatusRequest, NodeStatusResponse
 from rip5.shell import READY_FD_ENV
-from rip5.supervisor import DIE_WITH_PARENT
+from rip5.supervisor import DIE_WITH_PARENT, terminate_all
 from storage_node.service import FIRST_GROUP_ID
 
 T = TypeVar("T")
@@ -127,15 +127,7 @@ class LocalStorageCluster:
 
     async def stop(self) -> None:
         """SIGTERM every node and wait; close the client channels."""
-        for process in self.processes.values():
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate_all(self.processes.values(), 30)
         self.processes.clear()
         await self._peers.close()
 

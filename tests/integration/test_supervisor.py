@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rip5.supervisor import ChildSpec, RestartPolicy, Supervisor
+from rip5.supervisor import ChildSpec, RestartPolicy, Supervisor, terminate_all
 from tests.waiting import async_wait_until, pid_alive, wait_until
 
 pytestmark = pytest.mark.integration
@@ -180,3 +180,27 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     proc.wait(timeout=20)
     wait_until(lambda: not any(pid_alive(p) for p in pids.values()), what="orphans to exit")
     proc.stdout.close()
+
+
+async def test_terminate_all_stops_the_willing_and_kills_the_stubborn() -> None:
+    code = (
+        "import signal, sys, time\n"
+        "if sys.argv[1] == 'stubborn':\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, mode, stdout=asyncio.subprocess.PIPE
+        )
+        for mode in ("willing", "stubborn")
+    ]
+    for process in processes:  # both run, the stubborn one already ignores SIGTERM
+        assert process.stdout is not None
+        assert await asyncio.wait_for(process.stdout.readline(), 30) == b"up\n"
+    await terminate_all(processes, 0.3)
+    willing, stubborn = processes
+    assert willing.returncode == -signal.SIGTERM
+    assert stubborn.returncode == -signal.SIGKILL
+    await terminate_all(processes, 0.3)  # already stopped: nothing to do, no error
