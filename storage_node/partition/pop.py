@@ -307,6 +307,16 @@ class GroupQueue:
         self.settle(end_offset)
         return ReceivePlan(tuple(grants), tuple(dead_letters))
 
+    def finish_current(self, queue_offset: int, generation: int, clock_ms: int) -> bool:
+        """Finish the offset if ``generation`` names its current, unexpired lease (an
+        ack), without settling: the caller calls :meth:`settle` once it is done.
+        False (and nothing changed) if the lease is gone, superseded or expired."""
+        lease = self.leases.get(queue_offset)
+        if lease is None or lease.generation != generation or not lease.is_invisible(clock_ms):
+            return False
+        self._finish_quietly(queue_offset)
+        return True
+
     def _finish_quietly(self, queue_offset: int) -> None:
         """:meth:`finish` without settling (the caller settles once at the end)."""
         self.leases.pop(queue_offset, None)

@@ -487,15 +487,31 @@ class PartitionState:
         return None if lease is None else (group_queue, lease)
 
     def _ack(self, command: Ack) -> AckResult:
+        # The handles of one queue usually come together: each run of them looks its
+        # group queue up once and settles it once at its end (acks append nothing, so
+        # the queue's end offset holds for the whole command). Settling once per run
+        # instead of after each handle ends in the same state: settle moves the cursor
+        # over leased and done offsets alike, and an ack only turns leased into done.
         outcomes = []
+        clock_ms = self.clock_ms
+        queue: tuple[str, int] | None = None
+        group_queue: GroupQueue | None = None
+        end_offset = 0
         for handle in command.handles:
-            found = self._valid_lease(command.group, handle)
-            if found is None:
+            if (handle.topic, handle.queue_id) != queue:
+                if group_queue is not None:
+                    group_queue.settle(end_offset)
+                queue = (handle.topic, handle.queue_id)
+                group_queue = self._groups.get((command.group, *queue))
+                end_offset = self.end_offset(*queue)
+            if group_queue is not None and group_queue.finish_current(
+                handle.queue_offset, handle.generation, clock_ms
+            ):
+                outcomes.append(AckOutcome(handle))
+            else:
                 outcomes.append(AckOutcome(handle, errors.INVALID_RECEIPT_HANDLE))
-                continue
-            group_queue, _lease = found
-            group_queue.finish(handle.queue_offset, self.end_offset(handle.topic, handle.queue_id))
-            outcomes.append(AckOutcome(handle))
+        if group_queue is not None:
+            group_queue.settle(end_offset)
         return AckResult(tuple(outcomes))
 
     def _release(self, command: Release, log_index: int) -> ReleaseResult:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol import errors
 from storage_node.errors import BadCommand, InvalidReceiptHandle
@@ -284,3 +286,53 @@ def test_backlog_counts_what_a_group_has_left_and_has_in_flight() -> None:
     h.apply(CommitOffset(h.now_ms, "other", "orders", 0, 3))
     assert h.state.backlog("g", "orders", 0) == (3, 0)  # "a" expired: visible again
     assert h.state.backlog("other", "orders", 0) == (1, 0)
+
+
+QUEUES = (("orders", 0), ("orders", 1), ("audit", 0))
+
+
+def _three_queues_received() -> tuple[Harness, list[ReceiptHandle]]:
+    """Five messages in each of three queues; group g holds three of each, plus
+    handles that name no current lease (forged offset, old generation, other queue)."""
+    h = Harness(PartitionConfig(group_id=7))
+    for topic, queue_id in QUEUES:
+        h.append(
+            *(record(f"{topic}{queue_id}-{i}", topic=topic, queue_id=queue_id) for i in range(5))
+        )
+    held = [
+        d.handle
+        for topic, queue_id in QUEUES
+        for d in h.receive(topic=topic, queue_id=queue_id, max_messages=3).deliveries
+    ]
+    first = held[0]
+    stale = [
+        ReceiptHandle(first.topic, first.queue_id, 4, first.generation),  # never delivered
+        first._replace(generation=first.generation - 1),  # not the current grant
+        ReceiptHandle("nowhere", 0, 0, first.generation),  # a queue the group never read
+    ]
+    return h, held + stale
+
+
+@given(st.data())
+def test_one_ack_of_many_queues_equals_acking_each_handle_alone(data: st.DataObject) -> None:
+    """However handles of several queues are ordered, mixed and repeated in one Ack,
+    each gets the outcome, and the group ends in the state, of acking them one by one."""
+    together, pool = _three_queues_received()
+    alone, _ = _three_queues_received()
+    handles = data.draw(st.lists(st.sampled_from(pool), max_size=16))
+    outcomes = together.ack(*handles).outcomes
+    assert list(outcomes) == [alone.ack(handle).outcomes[0] for handle in handles]
+    for topic, queue_id in QUEUES:
+        for h in (together, alone):
+            h.advance(3_600_000)  # every lease still held has expired: redelivered now
+        assert together.state.consumer_offset("g", topic, queue_id) == alone.state.consumer_offset(
+            "g", topic, queue_id
+        )
+        again = [
+            [
+                (d.handle.queue_offset, d.delivery_attempt)
+                for d in h.receive(topic=topic, queue_id=queue_id, max_messages=32).deliveries
+            ]
+            for h in (together, alone)
+        ]
+        assert again[0] == again[1]
