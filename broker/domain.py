@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
+
+_Tuple = TypeVar("_Tuple", bound=tuple[object, ...])
 
 
 class MessageType(enum.IntEnum):
@@ -145,9 +147,13 @@ class Message(NamedTuple):
     dead_letter_of: tuple[str, str] | None = None  # (original topic, message id) in a DLQ
 
 
-new_message: Callable[[tuple[object, ...]], Message] = partial(tuple.__new__, Message)
-"""A :class:`Message` from all its fields in order, without the named tuple's keyword
-handling (the hot paths build one per sent and per delivered message)."""
+def positional(kind: type[_Tuple]) -> Callable[[tuple[object, ...]], _Tuple]:
+    """The named tuple ``kind`` from a tuple of all its fields in order, without the
+    named tuple's keyword handling (for hot paths that build one per message)."""
+    return partial(tuple.__new__, kind)
+
+
+new_message = positional(Message)  # one per sent and per delivered message
 
 
 class Placement(enum.IntEnum):

@@ -121,6 +121,7 @@ from storage_node.partition.commands import (
     Receive,
     Release,
     Tick,
+    check_record,
     encode,
 )
 from storage_node.partition.queues import Placement, QueueEntry, QueueId, RecordOutcome
@@ -143,7 +144,6 @@ from storage_node.partition.results import (
     Result,
     TransactionChecksResult,
 )
-from storage_node.partition.state import check_record
 from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
 from storage_node.store.segment_files import index_segments, uncache_segments
 

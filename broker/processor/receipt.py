@@ -29,9 +29,8 @@ import functools
 import hashlib
 import hmac
 import struct
-from collections.abc import Callable
 
-from broker.domain import QueueRef, Receipt
+from broker.domain import QueueRef, Receipt, positional
 from broker.errors import BrokerError, Reason
 
 VERSION = 2
@@ -63,8 +62,7 @@ def _mac(secret: bytes, payload: bytes) -> bytes:
 
 _U16 = struct.Struct(">H")
 _PADDING = ("", "===", "==", "=")  # by the unpadded length modulo 4
-_new_receipt: Callable[[tuple[object, ...]], Receipt] = functools.partial(tuple.__new__, Receipt)
-"""A :class:`Receipt` from its fields in order (one per handle decoded: no keywords)."""
+_new_receipt = positional(Receipt)  # one per handle decoded
 
 
 def _text(value: str) -> bytes:

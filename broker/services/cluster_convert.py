@@ -14,8 +14,7 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 
 from angelia_rpc.errors import AngeliaError
 from broker.domain import (
@@ -30,6 +29,7 @@ from broker.domain import (
     RetryPolicy,
     TopicInfo,
     new_message,
+    positional,
 )
 from broker.errors import BrokerError, Reason
 from protocol import errors as codes
@@ -157,8 +157,7 @@ def popped_from_packed(delivery: st.PackedDelivery, record: MessageRecord) -> Po
     )
 
 
-_new_popped: Callable[[tuple[object, ...]], PoppedMessage] = partial(tuple.__new__, PoppedMessage)
-"""A :class:`PoppedMessage` from all its fields in order (one per delivered message)."""
+_new_popped = positional(PoppedMessage)  # one per delivered message
 
 
 def message_from_record(record: MessageRecord) -> Message:

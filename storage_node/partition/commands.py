@@ -49,7 +49,7 @@ from protocol.records import (
     encode_batch,
     encode_packed_batch,
 )
-from storage_node.errors import CommandCorrupted
+from storage_node.errors import BadCommand, CommandCorrupted
 
 
 class Op(enum.IntEnum):
@@ -106,6 +106,18 @@ class Append:
     op: ClassVar[Op] = Op.APPEND
     now_ms: int
     records: tuple[MessageRecord, ...]
+
+
+def check_record(record: MessageRecord) -> None:
+    """Raise BadCommand if an Append may not store ``record`` (every Append checks
+    all its records first, and stores none if one fails)."""
+    # The messages are formatted only on failure: this runs for every appended record.
+    if record.topic == "":
+        raise BadCommand(f"message {record.message_id!r} has no topic")
+    if record.message_id == "":
+        raise BadCommand(f"a message to {record.topic!r} has no message id")
+    if record.queue_id < 0:
+        raise BadCommand(f"message {record.message_id!r} has queue id {record.queue_id}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise, repeat
+from itertools import groupby, pairwise, repeat
+from operator import itemgetter
 from typing import cast
 
 from protocol import errors
@@ -63,6 +64,7 @@ from storage_node.partition.commands import (
     Tick,
     TrimQueue,
     append_columns,
+    check_record,
     decode,
 )
 from storage_node.partition.dedup import DedupWindow
@@ -99,6 +101,7 @@ from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
 
 _EMPTY = QueueIndex()
+_queue_of = itemgetter(0, 1)  # a ReceiptHandle's (topic, queue_id)
 # The message types an append queues at once when due (a transaction's half waits).
 _PLAIN_KINDS = frozenset(int(kind) for kind in MessageType if kind is not MessageType.TRANSACTION)
 
@@ -488,30 +491,22 @@ class PartitionState:
 
     def _ack(self, command: Ack) -> AckResult:
         # The handles of one queue usually come together: each run of them looks its
-        # group queue up once and settles it once at its end (acks append nothing, so
-        # the queue's end offset holds for the whole command). Settling once per run
-        # instead of after each handle ends in the same state: settle moves the cursor
-        # over leased and done offsets alike, and an ack only turns leased into done.
+        # group queue up once and settles it once at its end. That ends in the same
+        # state as settling after each handle: settle moves the cursor over leased
+        # and done offsets alike, and an ack only turns leased into done.
         outcomes = []
         clock_ms = self.clock_ms
-        queue: tuple[str, int] | None = None
-        group_queue: GroupQueue | None = None
-        end_offset = 0
-        for handle in command.handles:
-            if (handle.topic, handle.queue_id) != queue:
-                if group_queue is not None:
-                    group_queue.settle(end_offset)
-                queue = (handle.topic, handle.queue_id)
-                group_queue = self._groups.get((command.group, *queue))
-                end_offset = self.end_offset(*queue)
-            if group_queue is not None and group_queue.finish_current(
-                handle.queue_offset, handle.generation, clock_ms
-            ):
-                outcomes.append(AckOutcome(handle))
-            else:
-                outcomes.append(AckOutcome(handle, errors.INVALID_RECEIPT_HANDLE))
-        if group_queue is not None:
-            group_queue.settle(end_offset)
+        for queue, run in groupby(command.handles, _queue_of):
+            group_queue = self._groups.get((command.group, *queue))
+            for handle in run:
+                if group_queue is not None and group_queue.finish_current(
+                    handle.queue_offset, handle.generation, clock_ms
+                ):
+                    outcomes.append(AckOutcome(handle))
+                else:
+                    outcomes.append(AckOutcome(handle, errors.INVALID_RECEIPT_HANDLE))
+            if group_queue is not None:
+                group_queue.settle(self.end_offset(*queue))
         return AckResult(tuple(outcomes))
 
     def _release(self, command: Release, log_index: int) -> ReleaseResult:
@@ -798,15 +793,3 @@ def _stale(handle: ReceiptHandle) -> str:
         f"receipt handle for {handle.topic}:{handle.queue_id}@{handle.queue_offset} "
         f"generation {handle.generation} is unknown, superseded or expired"
     )
-
-
-def check_record(record: MessageRecord) -> None:
-    """Raise BadCommand if an Append may not store ``record`` (every Append checks
-    all its records first, and stores none if one fails)."""
-    # The messages are formatted only on failure: this runs for every appended record.
-    if record.topic == "":
-        raise BadCommand(f"message {record.message_id!r} has no topic")
-    if record.message_id == "":
-        raise BadCommand(f"a message to {record.topic!r} has no message id")
-    if record.queue_id < 0:
-        raise BadCommand(f"message {record.message_id!r} has queue id {record.queue_id}")

@@ -21,6 +21,7 @@ checked for linearizability and lost acknowledged writes at the end.
 
 from __future__ import annotations
 
+import abc
 import collections
 import functools
 import hashlib
@@ -229,7 +230,7 @@ class SimClient:
         self.schedule_next()
 
 
-class CommandClient(SimClient, Generic[CommandT]):
+class CommandClient(SimClient, Generic[CommandT], abc.ABC):
     """A client of a state machine workload: one command in flight, sent to its guess of
     the group's leader. Every command ends exactly once in ``_settled``: with the node's
     answer, or with None when the outcome is unknown (an error answer, or no answer
@@ -257,10 +258,10 @@ class CommandClient(SimClient, Generic[CommandT]):
         cluster.net.send(self.id, self.guess[group], (op_id, group, command), may_duplicate=False)
         cluster.loop.call_later(cluster.options.client_timeout_ms, lambda: self._expire(op_id))
 
+    @abc.abstractmethod
     def _settled(self, current: tuple[int, int, CommandT], result: object) -> None:
         """Bookkeeping once a command ends (``result`` None: outcome unknown); called
         after ``current`` is cleared."""
-        raise NotImplementedError
 
     def _end(self, current: tuple[int, int, CommandT], result: object) -> None:
         self.current = None
