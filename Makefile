@@ -9,7 +9,7 @@ EXTRAS ?= dev,spark,loadtest,tiered
 PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           raft/config.py raft/confchange.py raft/core.py raft/follower.py raft/leader.py raft/log.py raft/memory_log.py raft/node.py raft/progress.py raft/quorum.py raft/read_only.py raft/tracker.py \
           raft/wal_format.py raft/wire.py raft/multiraft.py raft/host_types.py raft/wal_index.py raft/entry_cache.py \
-          angelia_rpc/errors.py angelia_rpc/framing.py angelia_rpc/codec angelia_rpc/service.py angelia_rpc/cluster_services.py angelia_rpc/config.py \
+          angelia_rpc/errors.py angelia_rpc/framing.py angelia_rpc/codec angelia_rpc/service.py angelia_rpc/cluster_services.py angelia_rpc/config.py angelia_rpc/failover.py \
           storage_node/errors.py storage_node/partition storage_node/reporting.py storage_node/reconcile.py storage_node/store/base.py storage_node/store/memory.py \
           nameserver/errors.py nameserver/names.py nameserver/codec.py nameserver/records.py \
           nameserver/commands.py nameserver/state.py nameserver/placement.py nameserver/api_convert.py nameserver/balancer.py nameserver/moves.py \
