@@ -47,12 +47,12 @@ from angelia_rpc import AngeliaError, RpcConfig, Server
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
+from raft.core.node import RawNode
 from raft.errors import RaftError
-from raft.logstore import LogStore
-from raft.node import RawNode
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
+from raft.wal.logstore import LogStore
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.reconcile import (
     LeaderView,

@@ -2,7 +2,7 @@
 
 :class:`StorageService` declares the methods (types in
 ``protocol.storage_api``); :class:`StorageNode` implements them over one
-:class:`raft.driver.Driver` whose groups each apply into a
+:class:`raft.host.driver.Driver` whose groups each apply into a
 :class:`GroupReplica` (a ``PartitionState`` plus what the host needs around
 it).
 
@@ -95,11 +95,11 @@ from protocol.storage_api import (
     to_record,
 )
 from protocol.storage_api import ReceiptHandle as WireHandle
-from raft.driver import Driver
+from raft.core.node import RawNode
 from raft.errors import NotLeader as RaftNotLeader
 from raft.errors import RaftError
-from raft.logstore import LogStore
-from raft.node import RawNode
+from raft.host.driver import Driver
+from raft.wal.logstore import LogStore
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from raft import wire
-from raft.config import Config
+from raft.core.config import Config
+from raft.core.node import RawNode
 from raft.errors import NotLeader
-from raft.logstore import LogStore
-from raft.multiraft import MultiRaft, Outcome
-from raft.node import RawNode
+from raft.host import wire
+from raft.host.multiraft import MultiRaft, Outcome
 from raft.types import (
     ConfState,
     Entry,
@@ -25,6 +24,7 @@ from raft.types import (
     SnapshotMetadata,
     SoftState,
 )
+from raft.wal.logstore import LogStore
 
 
 def test_batch_roundtrip_keeps_every_field() -> None:
@@ -146,7 +146,7 @@ def test_rounds_driven_synchronously(tmp_path: Path) -> None:
 
 def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
     """A follower catching up gets several batches, none above the byte budget."""
-    from raft.multiraft import Round, _Group
+    from raft.host.multiraft import Round, _Group
 
     host = MultiRaft(1)
     data = b"x" * 1000
@@ -172,7 +172,7 @@ def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
 
 
 def test_only_a_settled_leaders_appends_and_heartbeats_go_before_the_fsync() -> None:
-    from raft.multiraft import Round, _Group, needs_a_follower, split_early
+    from raft.host.multiraft import Round, _Group, needs_a_follower, split_early
 
     app = Message(MessageType.APP, to=2, from_=1, term=1)
     beat = Message(MessageType.HEARTBEAT, to=3, from_=1, term=1)

@@ -34,9 +34,9 @@ from protocol.storage_api import (
     from_record,
 )
 from protocol.storage_api import ReceiptHandle as WireHandle
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
-from raft.logstore import LogStore
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
+from raft.wal.logstore import LogStore
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
 from storage_node.partition import state as partition_state
 from storage_node.replica import GroupReplica

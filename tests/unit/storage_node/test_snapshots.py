@@ -24,6 +24,7 @@ import pytest
 
 from angelia_rpc import RpcConfig, Server
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.ports import free_port
 from protocol.storage_api import (
     AckRequest,
     AppendRequest,
@@ -32,10 +33,9 @@ from protocol.storage_api import (
     ReadRequest,
     ReceiveRequest,
 )
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
-from raft.host_cluster import free_port
-from raft.logstore import LogStore
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
+from raft.wal.logstore import LogStore
 from storage_node.errors import NotLeader
 from storage_node.partition.commands import Tick, encode
 from storage_node.replica import GroupReplica

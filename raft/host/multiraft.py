@@ -1,6 +1,6 @@
 """The round logic of a node hosting many raft groups, with no I/O of its own.
 
-A round, driven by :mod:`raft.driver` (asyncio) or synchronously by a test
+A round, driven by :mod:`raft.host.driver` (asyncio) or synchronously by a test
 or the simulation::
 
     rnd = host.collect()            # proposals in, Readys of every group with work out
@@ -34,9 +34,9 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from raft import wire
 from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge, RaftError
-from raft.host_types import (
+from raft.host import wire
+from raft.host.collaborators import (
     ConfChangeApplier,
     GroupNode,
     LogWriter,
@@ -766,7 +766,7 @@ class MultiRaft:
 def _complete_snapshot(machine: StateMachine, message: Message) -> Message:
     """``message`` with its snapshot completed by the machine's ``snapshot_for_peer`` hook.
 
-    The hook is optional (:class:`raft.host_types.RetainingStateMachine`);
+    The hook is optional (:class:`raft.host.collaborators.RetainingStateMachine`);
     without it the snapshot is sent as taken.
     """
     export: Callable[[Snapshot], bytes] | None = getattr(machine, "snapshot_for_peer", None)

@@ -1,6 +1,6 @@
 """The node's shared write-ahead log: one sequence of segment files for all groups.
 
-SHELL (file I/O). The byte layout is in :mod:`raft.wal_format` and
+SHELL (file I/O). The byte layout is in :mod:`raft.wal.format` and
 docs/wal-format.md.
 
 Write path (one round of the driver)::
@@ -38,15 +38,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from raft import wal_format as fmt
-from raft.entry_cache import EntryCache
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
-from raft.group_log import GroupLog
-from raft.snapshot_packs import SnapshotPack, SnapshotPacks
-from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir, pwrite_all
 from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
-from raft.wal_format import NO_SNAPSHOT, RecordKind, SnapshotLocation
-from raft.wal_index import GroupIndex
+from raft.wal import format as fmt
+from raft.wal.entry_cache import EntryCache
+from raft.wal.format import NO_SNAPSHOT, RecordKind, SnapshotLocation
+from raft.wal.group_index import GroupIndex
+from raft.wal.group_log import GroupLog
+from raft.wal.snapshot_packs import SnapshotPack, SnapshotPacks
+from raft.wal.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir, pwrite_all
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +451,7 @@ class LogStore:
         Write it with :meth:`SnapshotPack.write_durably` (any thread), record its
         snapshots with :meth:`note_local_snapshot`, then :meth:`end_snapshot_pack`.
         It also copies the live snapshots of sparse packs (see
-        :mod:`raft.snapshot_packs`), recorded by :meth:`end_snapshot_pack`.
+        :mod:`raft.wal.snapshot_packs`), recorded by :meth:`end_snapshot_pack`.
         """
         sparse = self.snapshot_packs.sparse()
         carry = [

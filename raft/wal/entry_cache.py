@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from raft.types import Entry
-from raft.wal_index import GroupIndex
+from raft.wal.group_index import GroupIndex
 
 
 class EntryCache:

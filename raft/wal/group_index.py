@@ -1,6 +1,6 @@
 """One group's in-memory index of the shared WAL (data only; no I/O).
 
-Kept by :class:`raft.logstore.LogStore` per group: where each live entry's
+Kept by :class:`raft.wal.logstore.LogStore` per group: where each live entry's
 record lies (segment, offset), the recent entries cached for the core's
 reads, and the group's durable metadata (hard state, membership, snapshot
 and compaction points). Invariant: entry i is at ``locs[i - first]``.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raft import wal_format as fmt
 from raft.types import ConfState, Entry, HardState
+from raft.wal import format as fmt
 
 
 @dataclass(slots=True)
