@@ -9,6 +9,7 @@ EXTRAS ?= dev,spark,loadtest,tiered
 PURE   ?= protocol rip5/config.py raft/types.py raft/errors.py \
           raft/core/config.py raft/core/confchange.py raft/core/replica.py raft/core/follower.py raft/core/leader.py raft/core/log.py raft/core/memory_log.py raft/core/node.py raft/core/progress.py raft/core/quorum.py raft/core/read_only.py raft/core/tracker.py \
           raft/wal/format.py raft/host/wire.py raft/host/multiraft.py raft/host/collaborators.py raft/wal/group_index.py raft/wal/entry_cache.py \
+          raft/host/group_state.py raft/host/outgoing.py raft/host/compaction.py raft/wal/retention.py storage_node/api_convert.py nameserver/queries.py nameserver/validation.py \
           angelia_rpc/errors.py angelia_rpc/framing.py angelia_rpc/codec angelia_rpc/service.py angelia_rpc/cluster_services.py angelia_rpc/config.py \
           storage_node/errors.py storage_node/partition storage_node/reporting.py storage_node/reconcile.py storage_node/store/base.py storage_node/store/memory.py \
           nameserver/errors.py nameserver/names.py nameserver/codec.py nameserver/records.py \

@@ -29,7 +29,8 @@ from raft.core.node import RawNode
 from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
 from raft.host import wire
 from raft.host.collaborators import GroupNode, StateMachine
-from raft.host.multiraft import CompactionStep, MultiRaft
+from raft.host.compaction import CompactionStep
+from raft.host.multiraft import MultiRaft
 from raft.host.sync_thread import SyncThread
 from raft.host.transport import RaftTransport
 from raft.types import ConfChange, ConfChangeV2, ConfState, Entry

@@ -113,3 +113,17 @@ class GroupIndex:
             compact_term=self.compact_term,
             snapshot_location=self.snapshot_location,
         )
+
+
+def new_group_index(group_id: int) -> GroupIndex:
+    """An empty index for a group new to the WAL (ValueError: the id does not fit a record)."""
+    if not 0 < group_id <= fmt.GROUP_ID_MAX:
+        raise ValueError(f"group id must be in 1..{fmt.GROUP_ID_MAX}, got {group_id}")
+    return GroupIndex(group_id)
+
+
+def dropped_group_index(group_id: int, hard_state: HardState) -> GroupIndex:
+    """What is left of a dropped group: its term and vote (commit 0, no log)."""
+    g = GroupIndex(group_id)
+    g.hard_state = HardState(term=hard_state.term, vote=hard_state.vote, commit=0)
+    return g

@@ -28,7 +28,7 @@ from raft.core.config import Config
 from raft.core.memory_log import MemoryLog
 from raft.core.node import RawNode
 from raft.errors import ProposalDropped
-from raft.host.multiraft import needs_a_follower, split_early
+from raft.host.outgoing import needs_a_follower, split_early
 from raft.types import (
     ConfState,
     Entry,
