@@ -3,5 +3,6 @@
 :class:`raft.core.node.RawNode` is the API; the rest are its parts: the
 replica's state and term rules (replica), the role step functions (leader,
 follower), the log, progress, quorum, membership changes and read index.
-Nothing here does I/O or reads a clock: PURE.
+
+PURE (the whole package): no I/O, no clock, no randomness of its own.
 """

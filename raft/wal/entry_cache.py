@@ -14,6 +14,8 @@ disk). Two budgets bound it:
   rate (page faults, cyclic GC over millions of entries).
 
 Eviction only ever drops a prefix of a group's cache, so the invariant holds.
+
+PURE.
 """
 
 from __future__ import annotations
