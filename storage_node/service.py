@@ -4,7 +4,8 @@
 ``protocol.storage_api``); :class:`StorageNode` implements them over one
 :class:`raft.host.driver.Driver` whose groups each apply into a
 :class:`GroupReplica` (a ``PartitionState`` plus what the host needs around
-it).
+it). Requests and responses are converted in :mod:`storage_node.api_convert`;
+the node's background loops are in :mod:`storage_node.housekeeping`.
 
 The host's duties of ``storage_node.partition`` and how they are met here:
 
