@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rip5.dev import DevLayout
 from tests.e2e.test_official_client_cluster import ROOT, run_client_in
 from tests.waiting import wait_until
 
@@ -82,7 +83,9 @@ def test_a_healthy_dev_start_logs_no_warning(tmp_path: Path) -> None:
                  "--nameserver", nameserver],
                 cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
-            return "raft groups: 64 of 64 placed, 64 with a known leader" in status.stdout
+            groups = DevLayout(tmp_path).storage_groups  # what rip5 dev creates by default
+            led = f"raft groups: {groups} of {groups} placed, {groups} with a known leader"
+            return led in status.stdout
 
         wait_until(every_group_led, timeout_s=60, what="every raft group led")
         wait_until(
