@@ -14,10 +14,12 @@ error positions that a hand-written parser would have to get right again;
 lark's LALR parser builds the tree from a grammar that reads like RocketMQ's
 JavaCC grammar, reports the line, column and expected tokens of a syntax
 error, and runs only at subscribe time (evaluation never touches it). lark is
-pure Python with no dependencies and does no I/O, so ``protocol`` stays a
-pure package. Its *basic* lexer is used on purpose: like JavaCC's token
-manager it reads the longest token without looking at the parser state, so
-``a = 5 andx = 3`` is refused (lark's contextual lexer would read ``and x``).
+pure Python with no dependencies and does no I/O here (no grammar files, no
+cache), so ``protocol`` stays a pure package; the ``random`` it imports serves
+its Earley parser's forest tools, which this LALR parser never calls. Its
+*basic* lexer is used on purpose: like JavaCC's token manager it reads the
+longest token without looking at the parser state, so ``a = 5 andx = 3`` is
+refused (lark's contextual lexer would read ``and x``).
 
 The language (RocketMQ's ``filter`` module, itself ActiveMQ's JMS selector
 without LIKE, arithmetic, hex/octal literals and XPath):
