@@ -61,9 +61,9 @@ from nameserver.moves import (
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
-from raft.driver import Driver
 from raft.errors import NotLeader as RaftNotLeader
 from raft.errors import RaftError
+from raft.host.driver import Driver
 from raft.types import Entry, Snapshot
 
 _InCluster = TypeVar("_InCluster", r.Topic, r.ConsumerGroup)

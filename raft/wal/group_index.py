@@ -1,6 +1,6 @@
 """One group's in-memory index of the shared WAL (data only; no I/O).
 
-Kept by :class:`raft.logstore.LogStore` per group: where each live entry's
+Kept by :class:`raft.wal.logstore.LogStore` per group: where each live entry's
 record lies (segment, offset), the recent entries cached for the core's
 reads, and the group's durable metadata (hard state, membership, snapshot
 and compaction points). Invariant: entry i is at ``locs[i - first]``.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raft import wal_format as fmt
 from raft.types import ConfState, Entry, HardState
+from raft.wal import format as fmt
 
 
 @dataclass(slots=True)
@@ -113,3 +113,17 @@ class GroupIndex:
             compact_term=self.compact_term,
             snapshot_location=self.snapshot_location,
         )
+
+
+def new_group_index(group_id: int) -> GroupIndex:
+    """An empty index for a group new to the WAL (ValueError: the id does not fit a record)."""
+    if not 0 < group_id <= fmt.GROUP_ID_MAX:
+        raise ValueError(f"group id must be in 1..{fmt.GROUP_ID_MAX}, got {group_id}")
+    return GroupIndex(group_id)
+
+
+def dropped_group_index(group_id: int, hard_state: HardState) -> GroupIndex:
+    """What is left of a dropped group: its term and vote (commit 0, no log)."""
+    g = GroupIndex(group_id)
+    g.hard_state = HardState(term=hard_state.term, vote=hard_state.vote, commit=0)
+    return g

@@ -3,8 +3,8 @@
 ``<snap-dir>/<pack:016x>.pack`` holds the snapshots of one batch: every
 group snapshotted by one compaction, or every snapshot saved (installed from
 a leader, or taken locally) in one driver round. The layout is in
-:mod:`raft.wal_format`; a WAL record names a snapshot by
-:class:`raft.wal_format.SnapshotLocation` (pack, offset, length).
+:mod:`raft.wal.format`; a WAL record names a snapshot by
+:class:`raft.wal.format.SnapshotLocation` (pack, offset, length).
 
 Contracts:
 
@@ -41,11 +41,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from raft import wal_format as fmt
 from raft.errors import StorageFailed
-from raft.spares import fsync_dir, pwrite_all
 from raft.types import Snapshot, SnapshotMetadata
-from raft.wal_format import SnapshotLocation
+from raft.wal import format as fmt
+from raft.wal.format import SnapshotLocation
+from raft.wal.spares import fsync_dir, pwrite_all
 
 PACK_SUFFIX = ".pack"
 _SPARSE = 4  # a pack with live entries * _SPARSE <= its entries is repacked

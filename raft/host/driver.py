@@ -1,6 +1,6 @@
 """The asyncio shell that drives every raft group of one node.
 
-One task runs rounds (see :mod:`raft.multiraft` for the round itself): take
+One task runs rounds (see :mod:`raft.host.multiraft` for the round itself): take
 the Readys of all groups with work, encode their entries and hard states
 into the shared WAL with one flush (pwritev), make them durable with ONE
 fdatasync (in a worker thread, while the loop goes on receiving and queueing
@@ -23,18 +23,20 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from raft import wal_format, wire
-from raft.confchange import decode_entry
-from raft.config import Config
+from raft.core.confchange import decode_entry
+from raft.core.config import Config
+from raft.core.node import RawNode
 from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
-from raft.host_types import GroupNode, StateMachine
-from raft.logstore import LogStore
-from raft.multiraft import CompactionStep, MultiRaft
-from raft.node import RawNode
-from raft.snapshot_packs import SnapshotPack
-from raft.sync_thread import SyncThread
-from raft.transport import RaftTransport
+from raft.host import wire
+from raft.host.collaborators import GroupNode, StateMachine
+from raft.host.compaction import CompactionStep
+from raft.host.multiraft import MultiRaft
+from raft.host.sync_thread import SyncThread
+from raft.host.transport import RaftTransport
 from raft.types import ConfChange, ConfChangeV2, ConfState, Entry
+from raft.wal import format as wal_format
+from raft.wal.logstore import LogStore
+from raft.wal.snapshot_packs import SnapshotPack
 
 _log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Each function takes the replica's ``Raft`` state; ``Raft.step`` calls
 ``step_leader`` after the term rules. Replication follows the Progress
-states of raft.progress; commit follows §5.3/§5.4.2 (only entries of the
+states of raft.core.progress; commit follows §5.3/§5.4.2 (only entries of the
 leader's term are committed by counting).
 
 PURE.
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raft import confchange
+from raft.core import confchange
+from raft.core.progress import Progress, ProgressState
+from raft.core.quorum import VoteResult
 from raft.errors import InvalidConfChange, ProposalDropped
-from raft.progress import Progress, ProgressState
-from raft.quorum import VoteResult
 from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType
 
 if TYPE_CHECKING:
-    from raft.core import Raft
+    from raft.core.replica import Raft
 
 MT = MessageType
 

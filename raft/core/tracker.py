@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raft.progress import Inflights, Progress
-from raft.quorum import VoteResult, joint_committed, joint_vote
+from raft.core.progress import Inflights, Progress
+from raft.core.quorum import VoteResult, joint_committed, joint_vote
 from raft.types import ConfState
 
 

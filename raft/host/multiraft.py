@@ -1,6 +1,6 @@
 """The round logic of a node hosting many raft groups, with no I/O of its own.
 
-A round, driven by :mod:`raft.driver` (asyncio) or synchronously by a test
+A round, driven by :mod:`raft.host.driver` (asyncio) or synchronously by a test
 or the simulation::
 
     rnd = host.collect()            # proposals in, Readys of every group with work out
@@ -30,26 +30,38 @@ passed in.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 
-from raft import wire
 from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge, RaftError
-from raft.host_types import (
+from raft.host import wire
+from raft.host.collaborators import (
     ConfChangeApplier,
     GroupNode,
     LogWriter,
     SnapshotRecorder,
     StateMachine,
 )
+from raft.host.compaction import (
+    CompactionStep,
+    finish_compaction,
+    plan_compaction,
+    snapshot_by_entries,
+)
+from raft.host.group_state import (
+    HostedGroup,
+    Outcome,
+    PendingProposal,
+    QueuedProposal,
+    Round,
+    outcome_of,
+)
+from raft.host.outgoing import encode_outgoing, needs_a_follower
 from raft.types import (
     ConfChange,
     ConfChangeV2,
     ConfState,
     Entry,
     EntryType,
-    Message,
     MessageType,
     Ready,
     Snapshot,
@@ -58,127 +70,6 @@ from raft.types import (
 
 _PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
 _CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
-_EARLY = frozenset({MessageType.APP, MessageType.HEARTBEAT})
-
-
-def needs_a_follower(conf: ConfState) -> bool:
-    """Whether every configuration has two voters or more (joint: both halves)."""
-    return len(conf.voters) >= 2 and (not conf.voters_outgoing or len(conf.voters_outgoing) >= 2)
-
-
-def split_early(rd: Ready, early_send: bool) -> tuple[Sequence[Message], Sequence[Message]]:
-    """A Ready's messages as (may go before its fsync, must wait for it).
-
-    Early are the appends and heartbeats of a leader that led at its previous
-    Ready already (so its term and vote are durable), when ``early_send``:
-    every configuration of the group has two voters or more
-    (:func:`needs_a_follower`). See :meth:`MultiRaft.outgoing` for why.
-    """
-    if not early_send or rd.soft_state is not None:
-        return (), rd.messages
-    early = [m for m in rd.messages if m.type in _EARLY]
-    if not early:
-        return (), rd.messages
-    return early, [m for m in rd.messages if m.type not in _EARLY]
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionStep:
-    """Compact ``group_id`` up to ``index``, after recording ``snapshot`` if there is one.
-
-    The snapshot's file must be made durable between
-    :meth:`MultiRaft.plan_compaction` and :meth:`MultiRaft.finish_compaction`.
-    """
-
-    group_id: int
-    index: int
-    snapshot: Snapshot | None
-
-
-@dataclass(slots=True)
-class _Proposal:
-    """Payloads proposed together; one token. ``single``: the result is not a list."""
-
-    payloads: list[bytes]
-    token: object
-    single: bool
-    conf_change: ConfChange | ConfChangeV2 | None = None
-
-
-@dataclass(slots=True)
-class _Pending:
-    """An appended proposal awaiting apply: entries [first, last] of ``term``."""
-
-    first: int
-    last: int
-    term: int
-    token: object
-    single: bool
-    results: list[object] = field(default_factory=list)
-    overwritten: bool = False
-    conf_change: bool = False
-    refused: bool = False  # a conf change the leader replaced with an empty entry
-
-
-@dataclass(slots=True)
-class _Group:
-    group_id: int
-    node: GroupNode
-    state_machine: StateMachine
-    peers: tuple[int, ...]
-    quiesced: bool = False
-    idle_ticks: int = 0
-    # Every configuration has two voters or more, so no entry commits on this
-    # replica's own write alone (see outgoing's early part).
-    early_send: bool = False
-    proposals: list[_Proposal] = field(default_factory=list)
-    conf_changes: list[_Proposal] = field(default_factory=list)
-    pending: dict[int, _Pending] = field(default_factory=dict)  # by first index
-    applying: _Pending | None = None  # the pending batch the apply position is inside
-    applied: int = 0
-    applied_term: int = 0
-    snapshot_index: int = 0
-    # Entries <= truncate_floor may be compacted (None: no limit): the
-    # state machine host's retention (e.g. messages still served from the WAL).
-    truncate_floor: int | None = None
-    # Linearizable reads: asked (context -> token), then confirmed (index, token)
-    # and released once ``applied`` reaches the index.
-    reads_asked: dict[bytes, object] = field(default_factory=dict)
-    reads_confirmed: list[tuple[int, object]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Round:
-    """One round's work: the Readys taken, and what must be sent with them."""
-
-    groups: list[_Group]
-    readies: list[Ready]
-    must_sync: bool
-    rejected: list[tuple[object, RaftError]]
-    notices: dict[int, list[wire.QuiesceNotice]]
-
-    def is_empty(self) -> bool:
-        """Nothing to write, send, apply or report."""
-        return not self.readies and not self.rejected and not self.notices
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A proposal's end: ``error`` is None when it committed and applied with ``result``."""
-
-    token: object
-    result: object = None
-    error: RaftError | None = None
-
-
-def _outcome(p: _Pending) -> Outcome:
-    if p.overwritten:
-        return Outcome(p.token, error=ProposalDropped("overwritten by a new leader"))
-    if p.refused:
-        return Outcome(
-            p.token, error=ProposalDropped("another membership change is still in progress")
-        )
-    return Outcome(p.token, p.results[0] if p.single else p.results)
 
 
 class MultiRaft:
@@ -203,7 +94,7 @@ class MultiRaft:
         self.quiesce_after_ticks = quiesce_after_ticks
         self.liveness_timeout_ms = liveness_timeout_ms
         self._conf_change_applier = conf_change_applier
-        self._groups: dict[int, _Group] = {}
+        self._groups: dict[int, HostedGroup] = {}
         self._dirty: set[int] = set()
         self._notices: dict[int, list[wire.QuiesceNotice]] = {}
         self._last_heard_ms: dict[int, int] = {}
@@ -218,7 +109,7 @@ class MultiRaft:
         if group_id in self._groups:
             raise ValueError(f"group {group_id} is hosted already")
         others = tuple(sorted(p for p in peers if p != self.node_id))
-        g = self._groups[group_id] = _Group(group_id, node, state_machine, others)
+        g = self._groups[group_id] = HostedGroup(group_id, node, state_machine, others)
         g.early_send = needs_a_follower(node.status().conf_state)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(others))
         self._dirty.add(group_id)
@@ -266,13 +157,13 @@ class MultiRaft:
         """The leader this replica knows, or 0."""
         return self._group(group_id).node.lead
 
-    def _group(self, group_id: int) -> _Group:
+    def _group(self, group_id: int) -> HostedGroup:
         group = self._groups.get(group_id)
         if group is None:
             raise NotLeader(f"group {group_id} is not hosted on node {self.node_id}")
         return group
 
-    def _wake(self, g: _Group) -> None:
+    def _wake(self, g: HostedGroup) -> None:
         g.quiesced = False
         g.idle_ticks = 0
 
@@ -302,7 +193,7 @@ class MultiRaft:
             if g.idle_ticks >= quiesce_after:
                 self._maybe_quiesce_leader(g)
 
-    def _maybe_quiesce_leader(self, g: _Group) -> None:
+    def _maybe_quiesce_leader(self, g: HostedGroup) -> None:
         node = g.node
         if not node.is_leader() or g.proposals or g.pending or g.applying is not None:
             g.idle_ticks = 0
@@ -355,7 +246,7 @@ class MultiRaft:
         g = self._group(group_id)
         self._check_size(group_id, (data,))
         self._wake(g)
-        g.proposals.append(_Proposal([data], token, True))
+        g.proposals.append(QueuedProposal([data], token, True))
         self._dirty.add(group_id)
 
     def propose_many(self, group_id: int, payloads: list[bytes], token: object) -> None:
@@ -366,7 +257,7 @@ class MultiRaft:
         g = self._group(group_id)
         self._check_size(group_id, payloads)
         self._wake(g)
-        g.proposals.append(_Proposal(list(payloads), token, False))
+        g.proposals.append(QueuedProposal(list(payloads), token, False))
         self._dirty.add(group_id)
 
     def _check_size(self, group_id: int, payloads: Sequence[bytes]) -> None:
@@ -391,7 +282,7 @@ class MultiRaft:
         """
         g = self._group(group_id)
         self._wake(g)
-        g.conf_changes.append(_Proposal([], token, True, change))
+        g.conf_changes.append(QueuedProposal([], token, True, change))
         self._dirty.add(group_id)
 
     def set_truncate_floor(self, group_id: int, index: int | None) -> None:
@@ -428,7 +319,7 @@ class MultiRaft:
     # -------------------------------------------------------------- round
     def collect(self) -> Round:
         """Propose what is queued and take the Ready of every group with work."""
-        groups: list[_Group] = []
+        groups: list[HostedGroup] = []
         readies: list[Ready] = []
         rejected: list[tuple[object, RaftError]] = []
         must_sync = False
@@ -473,7 +364,9 @@ class MultiRaft:
         self._notices = {}
         return Round(groups, readies, must_sync, rejected, notices)
 
-    def _propose_conf_changes(self, g: _Group, rejected: list[tuple[object, RaftError]]) -> None:
+    def _propose_conf_changes(
+        self, g: HostedGroup, rejected: list[tuple[object, RaftError]]
+    ) -> None:
         changes, g.conf_changes = g.conf_changes, []
         node = g.node
         for p in changes:
@@ -491,10 +384,12 @@ class MultiRaft:
                 continue
             status = node.status()
             index = status.last_index
-            g.pending[index] = _Pending(index, index, status.term, p.token, True, conf_change=True)
+            g.pending[index] = PendingProposal(
+                index, index, status.term, p.token, True, conf_change=True
+            )
 
     def _track(
-        self, g: _Group, rd: Ready, proposals: list[_Proposal], payloads: list[bytes]
+        self, g: HostedGroup, rd: Ready, proposals: list[QueuedProposal], payloads: list[bytes]
     ) -> None:
         """Remember where each proposal's entries were appended, to resolve it on apply."""
         n = len(payloads)
@@ -506,7 +401,7 @@ class MultiRaft:
             first, term = status.last_index - n + 1, status.term
         for p in proposals:
             last = first + len(p.payloads) - 1
-            g.pending[first] = _Pending(first, last, term, p.token, p.single)
+            g.pending[first] = PendingProposal(first, last, term, p.token, p.single)
             first = last + 1
 
     def persist(self, rnd: Round, writer: LogWriter) -> None:
@@ -525,65 +420,10 @@ class MultiRaft:
     ) -> Iterator[tuple[int, bytes]]:
         """Encoded batches per destination node: its messages and notices.
 
-        Usually one batch per node per round; a node's messages are split into
-        several batches when their entries exceed ``batch_bytes_max`` (a
-        catching-up follower), so no batch outgrows the transport's frame limit.
-
-        ``part``: "all"; or "early", the messages that may go before the
-        round's fdatasync, then "late", the rest (and the notices). Early are
-        the appends and heartbeats of a leader that was leader at its previous
-        Ready already (its term and vote are durable) in a group where every
-        configuration has two voters or more (Raft thesis 10.2.1: the leader
-        writes its log in parallel with replicating it). Safe because the core
-        counts the leader's own write when it appends, yet an entry of this
-        round cannot commit before a follower acknowledges it, which it cannot
-        do before receiving it, and whatever commits becomes visible (applied,
-        or sent as the commit index) only in a later round, after this sync.
-        Everything a follower or candidate sends waits for the sync.
-
-        With early sends the simulation once broke election safety (seed 6125):
-        a follower removed by a joint change kept the leave-joint entry but
-        lost, to a torn write, the hard state saying the joint entry
-        committed, so it campaigned in its old configuration (configurations
-        take effect on apply, as in etcd/raft) while the new one elected
-        another leader in the same term. No early send is in that chain; the
-        core now refuses votes to a voter its applied configuration took out
-        (``Raft._counts_as_voter``), and the seed passes.
+        ``part``: "all", or "early" then "late" around the round's fdatasync
+        (see :func:`raft.host.outgoing.encode_outgoing`).
         """
-        per_node: dict[int, list[list[tuple[int, Message]]]] = {}
-        sizes: dict[int, int] = {}
-        for g, rd in zip(rnd.groups, rnd.readies, strict=True):
-            chosen: Sequence[Message] = rd.messages
-            if part == "early":
-                chosen = split_early(rd, g.early_send)[0]
-            elif part == "late":
-                chosen = split_early(rd, g.early_send)[1]
-            for chosen_message in chosen:
-                message = chosen_message
-                to = message.to
-                if to == self.node_id:
-                    continue
-                size = 64 + sum(len(e.data) + 16 for e in message.entries)
-                if message.snapshot is not None:
-                    message = _complete_snapshot(g.state_machine, message)
-                    assert message.snapshot is not None
-                    size += len(message.snapshot.data)
-                batches = per_node.get(to)
-                if batches is None:
-                    batches = per_node[to] = [[]]
-                    sizes[to] = 0
-                elif sizes[to] + size > batch_bytes_max and batches[-1]:
-                    batches.append([])
-                    sizes[to] = 0
-                batches[-1].append((g.group_id, message))
-                sizes[to] += size
-        notices_to = rnd.notices.keys() if part != "early" else set()
-        for to in sorted(per_node.keys() | notices_to):
-            batches = per_node.get(to) or [[]]
-            for index, messages in enumerate(batches):
-                last = index == len(batches) - 1
-                notices = rnd.notices.get(to, ()) if last and part != "early" else ()
-                yield to, wire.encode_batch(self.node_id, to, messages, notices)
+        return encode_outgoing(self.node_id, rnd, batch_bytes_max, part)
 
     def apply(self, rnd: Round, writer: LogWriter) -> list[Outcome]:
         """Apply snapshots and committed entries; return the proposals that ended."""
@@ -628,7 +468,7 @@ class MultiRaft:
                 waiting.results.append(result)
                 if entry.index == waiting.last:
                     g.applying = None
-                    outcomes.append(_outcome(waiting))
+                    outcomes.append(outcome_of(waiting))
             for read in rd.read_states:
                 token = g.reads_asked.pop(read.request_ctx, None)
                 if token is not None:
@@ -643,7 +483,7 @@ class MultiRaft:
                 g.reads_confirmed = waiting_reads
         return outcomes
 
-    def _apply_conf_change(self, g: _Group, entry: Entry, writer: LogWriter) -> None:
+    def _apply_conf_change(self, g: HostedGroup, entry: Entry, writer: LogWriter) -> None:
         """Apply a membership change, record it, and snapshot right at it.
 
         The snapshot is a host duty (sim seed 138): a leader whose log is
@@ -660,7 +500,7 @@ class MultiRaft:
         writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
         g.snapshot_index = entry.index
 
-    def _note_members(self, g: _Group, conf: ConfState) -> None:
+    def _note_members(self, g: HostedGroup, conf: ConfState) -> None:
         """The group's peers are the members of ``conf`` (a change applied, or a
         snapshot installed: a new member learns its peers from its first snapshot)."""
         members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
@@ -671,71 +511,20 @@ class MultiRaft:
     def plan_compaction(
         self, targets: Mapping[int, int], unpins: Callable[[int, int], bool] | None = None
     ) -> list[CompactionStep]:
-        """Steps that compact each group toward ``targets`` (group -> index).
-
-        A group is compacted no further than what it applied and its truncate
-        floor; when its snapshot does not cover that far, the step carries a
-        new snapshot of its state machine as of now (its applied index).
-        ``unpins(group, index)``: whether compacting the group up to ``index``
-        would release a WAL segment it holds now. A group held back (by its
-        floor) so far that it would release none gets no step, so no snapshot
-        is taken for it: a state machine's snapshot may be costly (it stalls
-        the round), and one that frees nothing is wasted.
-        """
-        steps: list[CompactionStep] = []
-        for group_id, target in targets.items():
-            g = self._groups.get(group_id)
-            if g is None:
-                continue
-            index = min(target, g.applied)
-            if g.truncate_floor is not None:
-                index = min(index, g.truncate_floor)
-            if index <= 0 or (unpins is not None and not unpins(group_id, index)):
-                continue
-            snapshot = None
-            if g.snapshot_index < index:
-                conf_state = g.node.status().conf_state
-                metadata = SnapshotMetadata(
-                    index=g.applied, term=g.applied_term, conf_state=conf_state
-                )
-                snapshot = Snapshot(metadata, g.state_machine.snapshot_data())
-            steps.append(CompactionStep(group_id, index, snapshot))
-        return steps
+        """Steps that compact each group toward ``targets`` (group -> index): see
+        :func:`raft.host.compaction.plan_compaction`."""
+        return plan_compaction(self._groups, targets, unpins)
 
     def finish_compaction(self, steps: Sequence[CompactionStep], writer: SnapshotRecorder) -> None:
         """Record the steps' snapshots (their files are durable) and compact."""
-        for step in steps:
-            g = self._groups.get(step.group_id)
-            if g is None:
-                continue
-            if step.snapshot is not None:
-                if not writer.note_local_snapshot(step.group_id, step.snapshot):
-                    continue  # overtaken (e.g. by a snapshot from the leader)
-                g.snapshot_index = max(g.snapshot_index, step.snapshot.metadata.index)
-            writer.compact(step.group_id, step.index)
+        finish_compaction(self._groups, steps, writer)
 
     def maybe_snapshot(
         self, rnd: Round, writer: LogWriter, every_entries: int, keep_entries: int
     ) -> None:
-        """Snapshot the groups of ``rnd`` that applied ``every_entries`` since their last one.
-
-        The log is then compacted up to ``keep_entries`` below the snapshot, so
-        slightly lagging followers still catch up from entries.
-        """
-        for g in rnd.groups:
-            if g.applied - g.snapshot_index < every_entries:
-                continue
-            conf_state = g.node.status().conf_state
-            metadata = SnapshotMetadata(index=g.applied, term=g.applied_term, conf_state=conf_state)
-            writer.save_local_snapshot(
-                g.group_id, Snapshot(metadata, g.state_machine.snapshot_data())
-            )
-            g.snapshot_index = g.applied
-            index = g.applied - keep_entries
-            if g.truncate_floor is not None:
-                index = min(index, g.truncate_floor)
-            if index > 0:
-                writer.compact(g.group_id, index)
+        """Snapshot the groups of ``rnd`` that applied ``every_entries`` since their
+        last one, then compact (see :func:`raft.host.compaction.snapshot_by_entries`)."""
+        snapshot_by_entries(rnd.groups, writer, every_entries, keep_entries)
 
     def set_applied(self, group_id: int, index: int) -> None:
         """Where a restarted group's state machine stands (its snapshot index)."""
@@ -761,18 +550,3 @@ class MultiRaft:
         outcomes = self.apply(rnd, writer)
         self.advance(rnd)
         return sent, outcomes
-
-
-def _complete_snapshot(machine: StateMachine, message: Message) -> Message:
-    """``message`` with its snapshot completed by the machine's ``snapshot_for_peer`` hook.
-
-    The hook is optional (:class:`raft.host_types.RetainingStateMachine`);
-    without it the snapshot is sent as taken.
-    """
-    export: Callable[[Snapshot], bytes] | None = getattr(machine, "snapshot_for_peer", None)
-    snapshot = message.snapshot
-    if export is None or snapshot is None:
-        return message
-    return dataclasses.replace(
-        message, snapshot=dataclasses.replace(snapshot, data=export(snapshot))
-    )

@@ -1,7 +1,7 @@
-"""What the multi-group round (raft.multiraft) needs of its collaborators.
+"""What the multi-group round (raft.host.multiraft) needs of its collaborators.
 
-The replica (raft.node.RawNode), the state machine, and the log writer
-(raft.logstore.LogStore, or a simulated disk), as structural protocols.
+The replica (raft.core.node.RawNode), the state machine, and the log writer
+(raft.wal.logstore.LogStore, or a simulated disk), as structural protocols.
 
 PURE.
 """
@@ -68,7 +68,7 @@ class StatusLike(Protocol):
 
 
 class GroupNode(Protocol):
-    """The part of raft.node.RawNode the host uses."""
+    """The part of raft.core.node.RawNode the host uses."""
 
     def tick(self) -> None:
         """One logical tick."""
@@ -158,7 +158,7 @@ class RetainingStateMachine(StateMachine, Protocol):
 
 
 class LogWriter(Protocol):
-    """What a round writes (raft.logstore.LogStore, or a simulated disk)."""
+    """What a round writes (raft.wal.logstore.LogStore, or a simulated disk)."""
 
     def append(self, group_id: int, entries: Sequence[Entry]) -> None:
         """Encode entries (replacing any suffix from their first index)."""
@@ -194,7 +194,7 @@ ConfChangeApplier = Callable[[GroupNode, Entry], ConfState]
 
 
 class SnapshotRecorder(Protocol):
-    """What finishing a compaction writes (raft.logstore.LogStore)."""
+    """What finishing a compaction writes (raft.wal.logstore.LogStore)."""
 
     def note_local_snapshot(self, group_id: int, snapshot: Snapshot) -> bool:
         """Record a snapshot whose file is durable; False if it became stale."""

@@ -1,6 +1,6 @@
 """One group's durable log as its raft core reads it (``raft.types.LogReader``).
 
-A view over the node's :class:`raft.logstore.LogStore`: it holds the group's
+A view over the node's :class:`raft.wal.logstore.LogStore`: it holds the group's
 index and asks the store for entries, terms and the snapshot.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raft.types import ConfState, Entry, HardState, Snapshot
-from raft.wal_index import GroupIndex
+from raft.wal.group_index import GroupIndex
 
 if TYPE_CHECKING:
-    from raft.logstore import LogStore
+    from raft.wal.logstore import LogStore
 
 
 class GroupLog:

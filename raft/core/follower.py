@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raft.core.quorum import VoteResult
+from raft.core.tracker import MembershipConfig
 from raft.errors import ProposalDropped
-from raft.quorum import VoteResult
-from raft.tracker import MembershipConfig
 from raft.types import NONE, Message, MessageType, ReadState, Role, Snapshot
 
 if TYPE_CHECKING:
-    from raft.core import Raft
+    from raft.core.replica import Raft
 
 MT = MessageType
 

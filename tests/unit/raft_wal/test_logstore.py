@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raft import wal_format as fmt
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
-from raft.logstore import LogStore
 from raft.types import (
     ConfState,
     Entry,
@@ -20,6 +18,8 @@ from raft.types import (
     Snapshot,
     SnapshotMetadata,
 )
+from raft.wal import format as fmt
+from raft.wal.logstore import LogStore
 
 SEGMENT_BYTES = 64 << 10
 

@@ -24,6 +24,11 @@ _IOV_MAX = 1024
 _names = itertools.count()
 
 
+def segment_path(wal_dir: Path, seq: int) -> Path:
+    """Where live segment ``seq`` lies in ``wal_dir``."""
+    return wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
+
+
 def pwrite_all(fd: int, chunks: Sequence[bytes], offset: int) -> int:
     """Write ``chunks`` back to back at ``offset`` with ``pwritev`` (IOV_MAX buffers a
     call, nothing copied); finish a short write. Returns the offset after them."""

@@ -21,14 +21,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from raft import confchange, follower, leader
-from raft.config import Config
+from raft.core import confchange, follower, leader
+from raft.core.config import Config
+from raft.core.log import RaftLog, payload_bytes
+from raft.core.progress import Progress, ProgressState
+from raft.core.quorum import VoteResult
+from raft.core.read_only import ReadOnly
+from raft.core.tracker import MembershipConfig, ProgressTracker
 from raft.errors import LogCompacted, ProposalDropped, RaftError
-from raft.log import RaftLog, payload_bytes
-from raft.progress import Progress, ProgressState
-from raft.quorum import VoteResult
-from raft.read_only import ReadOnly
-from raft.tracker import MembershipConfig, ProgressTracker
 from raft.types import (
     NONE,
     ConfChange,
@@ -56,7 +56,7 @@ def vote_response_type(vote_type: MessageType) -> MessageType:
 
 
 class Raft:
-    """One replica's consensus state. Driven by RawNode; see raft.node for the API."""
+    """One replica's consensus state. Driven by RawNode; see raft.core.node for the API."""
 
     def __init__(self, config: Config, storage: LogReader, rand_int: Callable[[int], int]) -> None:
         config.validate()

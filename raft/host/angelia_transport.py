@@ -31,14 +31,14 @@ from typing import Any
 
 from angelia_rpc import AngeliaError, Bidi, CallContext, Peers, RpcConfig, Service
 from angelia_rpc.service import BidiCall
-from raft.transport import Receiver
+from raft.host.transport import Receiver
 
 _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class RaftBatchFrame:
-    """One raft batch (raft.wire bytes) from ``from_node``."""
+    """One raft batch (raft.host.wire bytes) from ``from_node``."""
 
     from_node: int
     data: bytes
@@ -97,7 +97,7 @@ class _RaftPeerImpl:
 
 
 class AngeliaTransport:
-    """A :class:`raft.transport.RaftTransport` over Angelia streams."""
+    """A :class:`raft.host.transport.RaftTransport` over Angelia streams."""
 
     def __init__(
         self,

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import struct
 
+from raft.core.tracker import MembershipConfig
 from raft.errors import InvalidConfChange
-from raft.tracker import MembershipConfig
 from raft.types import (
     ConfChange,
     ConfChangeTransition,

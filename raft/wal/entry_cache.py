@@ -14,6 +14,8 @@ disk). Two budgets bound it:
   rate (page faults, cyclic GC over millions of entries).
 
 Eviction only ever drops a prefix of a group's cache, so the invariant holds.
+
+PURE.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from raft.types import Entry
-from raft.wal_index import GroupIndex
+from raft.wal.group_index import GroupIndex
 
 
 class EntryCache:

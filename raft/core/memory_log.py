@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from raft.core.log import limit_size
 from raft.errors import LogCompacted, LogUnavailable, RaftError
-from raft.log import limit_size
 from raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMetadata
 
 

@@ -2,7 +2,8 @@
 
 Run one per node::
 
-    python -m raft.host_process --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \\
+    python -m rip5.bench.raft_host --id 1 \\
+        --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \\
         --groups 64 --data-dir ./data/n1
 
 Every group is replicated on every node in ``--peers``. Each group's state
@@ -36,11 +37,11 @@ import msgpack
 import uvloop
 
 from angelia_rpc import CallContext, RpcConfig, Server, Service, Unary
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
 from raft.errors import RaftError
-from raft.logstore import LogStore
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
 from raft.types import Entry, Snapshot
+from raft.wal.logstore import LogStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +236,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and serve."""
-    parser = argparse.ArgumentParser(prog="python -m raft.host_process", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rip5.bench.raft_host", description=__doc__)
     parser.add_argument("--id", type=int, required=True, help="this node's id")
     parser.add_argument("--peers", required=True, help="ID=HOST:PORT of every node, this one too")
     parser.add_argument("--groups", type=int, default=64, help="raft groups, each on every node")
@@ -281,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         uvloop.run(serve(args))
     except ValueError as exc:
-        print(f"raft.host_process: {exc}", file=sys.stderr)
+        print(f"rip5.bench.raft_host: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,12 +1,12 @@
 """How a node's driver exchanges raft batches with other nodes.
 
-A transport moves opaque byte batches (encoded by :mod:`raft.wire`) between
+A transport moves opaque byte batches (encoded by :mod:`raft.host.wire`) between
 node ids. Delivery is best effort and in order per node pair: a batch may be
 lost (raft retransmits), never duplicated or reordered. ``send`` never
 blocks; a transport queues or drops.
 
 Implementations: :class:`MemoryTransport` (one process, for tests and the
-simulation) and the Angelia-backed transport in raft/angelia_transport.py.
+simulation) and the Angelia-backed transport in raft/host/angelia_transport.py.
 
 SHELL.
 """

@@ -1,7 +1,7 @@
 """Start, kill and restart raft host processes on 127.0.0.1, and talk to them.
 
 Used by the multi-process integration test and by ``rip5 bench raft``. Every
-node is a real process (``python -m raft.host_process``) with its own data
+node is a real process (``python -m rip5.bench.raft_host``) with its own data
 folder; clients reach them over Angelia (tcp, msgpack).
 
 SHELL.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.ports import free_port
-from raft.host_process import (
+from rip5.bench.raft_host import (
     ProposeRequest,
     RaftHostService,
     ReadRequest,
@@ -30,7 +30,7 @@ from raft.host_process import (
 
 @dataclass
 class HostSpec:
-    """How to start the nodes (options passed through to host_process)."""
+    """How to start the nodes (options passed through to rip5.bench.raft_host)."""
 
     groups: int = 64
     nodes: int = 3
@@ -69,7 +69,7 @@ class LocalCluster:
         args = [
             sys.executable,
             "-m",
-            "raft.host_process",
+            "rip5.bench.raft_host",
             "--id",
             str(node_id),
             "--peers",

@@ -9,11 +9,11 @@ import crc32c
 import pytest
 
 from protocol import segments
-from raft import logstore as logstore_module
-from raft import wal_format as fmt
 from raft.errors import StorageFailed
-from raft.logstore import LogStore
 from raft.types import ConfState, Entry, Snapshot, SnapshotMetadata
+from raft.wal import format as fmt
+from raft.wal import logstore as logstore_module
+from raft.wal.logstore import LogStore
 
 CONF = ConfState(voters=frozenset({1, 2, 3}))
 
@@ -200,7 +200,7 @@ def test_a_failed_pack_write_leaves_nothing(
     def full(fd: int) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("raft.snapshot_packs.os.fsync", full)
+    monkeypatch.setattr("raft.wal.snapshot_packs.os.fsync", full)
     with pytest.raises(OSError, match="disk full"):
         pack.write_durably([(1, snap(5, b"x"))])
     monkeypatch.undo()

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raft import leader
-from raft.confchange import encode_conf_change, encode_conf_change_v2
-from raft.config import Config
-from raft.core import Raft
+from raft.core import leader
+from raft.core.confchange import encode_conf_change, encode_conf_change_v2
+from raft.core.config import Config
+from raft.core.log import payload_bytes
+from raft.core.progress import ProgressState
+from raft.core.replica import Raft
 from raft.errors import BadMessage, ProposalDropped
-from raft.log import payload_bytes
-from raft.progress import ProgressState
 from raft.types import (
     NONE,
     ConfChange,
@@ -152,7 +152,7 @@ class RawNode:
     def apply_conf_change(self, change: ConfChange | ConfChangeV2) -> ConfState:
         """Apply a committed membership change; returns the membership to persist.
 
-        ``raft.confchange.decode_entry(entry)`` turns a committed CONF_CHANGE
+        ``raft.core.confchange.decode_entry(entry)`` turns a committed CONF_CHANGE
         or CONF_CHANGE_V2 entry into the change to pass here.
         """
         return self.raft.apply_conf_change(change)

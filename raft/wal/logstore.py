@@ -1,6 +1,6 @@
 """The node's shared write-ahead log: one sequence of segment files for all groups.
 
-SHELL (file I/O). The byte layout is in :mod:`raft.wal_format` and
+SHELL (file I/O). The byte layout is in :mod:`raft.wal.format` and
 docs/wal-format.md.
 
 Write path (one round of the driver)::
@@ -19,11 +19,11 @@ Contracts:
 - Segments are preallocated (zero-filled and synced once) and recycled after
   garbage collection; records carry a CRC salted with their segment's
   sequence number, so a recycled file's old records read as "end of log".
-- Opening recovers: every segment but the last must end in a SEAL record and
-  be intact (anything else is corruption: ``StorageFailed``); the last
-  segment's first bad or partial record is a torn tail and is cut: a SEAL is
-  written at that offset and writing continues in a fresh segment. Nothing
-  before the cut is lost.
+- Opening recovers (:mod:`raft.wal.recovery` replays the segments): every
+  segment but the last must end in a SEAL record and be intact (anything
+  else is corruption: ``StorageFailed``); the last segment's first bad or
+  partial record is a torn tail and is cut: a SEAL is written at that offset
+  and writing continues in a fresh segment. Nothing before the cut is lost.
 - The in-memory index of a group is updated when records are encoded, before
   they are durable; the caller must not act on them (send, ack) until
   :meth:`LogStore.sync` returns.
@@ -32,21 +32,22 @@ Contracts:
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from raft import wal_format as fmt
-from raft.entry_cache import EntryCache
 from raft.errors import LogCompacted, LogUnavailable, StorageFailed
-from raft.group_log import GroupLog
-from raft.snapshot_packs import SnapshotPack, SnapshotPacks
-from raft.spares import SEGMENT_SUFFIX, SPARE_PREFIX, SparePool, fsync_dir, pwrite_all
 from raft.types import ConfState, Entry, EntryType, HardState, Snapshot
-from raft.wal_format import NO_SNAPSHOT, RecordKind, SnapshotLocation
-from raft.wal_index import GroupIndex
+from raft.wal import format as fmt
+from raft.wal.entry_cache import EntryCache
+from raft.wal.format import NO_SNAPSHOT, RecordKind, SnapshotLocation
+from raft.wal.group_index import GroupIndex, dropped_group_index, new_group_index
+from raft.wal.group_log import GroupLog
+from raft.wal.recovery import replay_segments
+from raft.wal.retention import compaction_targets, compaction_unpins
+from raft.wal.snapshot_packs import SnapshotPack, SnapshotPacks
+from raft.wal.spares import SparePool, fsync_dir, pwrite_all, segment_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,40 +139,14 @@ class LogStore:
         return self.directory / "snap"
 
     def _segment_path(self, seq: int) -> Path:
-        return self._wal_dir / f"{seq:016x}{SEGMENT_SUFFIX}"
+        return segment_path(self._wal_dir, seq)
 
     def _recover(self) -> None:
         self._spares.recover()
-        seqs = sorted(
-            int(p.name[: -len(SEGMENT_SUFFIX)], 16)
-            for p in self._wal_dir.iterdir()
-            if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith(SPARE_PREFIX)
-        )
-        last_end = 0
-        last_sealed = True
-        for position, seq in enumerate(seqs):
-            is_last = position == len(seqs) - 1
-            path = self._segment_path(seq)
-            data = path.read_bytes()
-            try:
-                header_seq = fmt.decode_segment_header(data)
-            except fmt.FormatError as exc:
-                if is_last:
-                    # A segment whose creation did not finish: it holds nothing.
-                    path.unlink()
-                    fsync_dir(self._wal_dir)
-                    break
-                raise StorageFailed(f"WAL segment {path.name}: {exc}") from None
-            if header_seq != seq:
-                if is_last:
-                    path.unlink()  # a recycled spare renamed before its header was written
-                    fsync_dir(self._wal_dir)
-                    break
-                raise StorageFailed(f"WAL segment {path.name} names sequence {header_seq}")
-            fd = os.open(path, os.O_RDWR)
-            self._segments[seq] = _Segment(seq, path, fd)
-            last_end, last_sealed = self._replay_segment(seq, data, is_last)
-        self._validate_groups()
+        replayed = replay_segments(self._wal_dir, self.snapshot_packs)
+        self._groups = replayed.groups
+        for seq, path in replayed.segments:
+            self._segments[seq] = _Segment(seq, path, os.open(path, os.O_RDWR))
         self.snapshot_packs.recover(g.snapshot_location for g in self._groups.values())
         live = sorted(self._segments)
         if live:
@@ -179,88 +154,14 @@ class LogStore:
             tail = self._segments[live[-1]]
             self._current = tail
             self._salt = fmt.salt_of(tail.seq)
-            self._write_offset = last_end
-            if not last_sealed:
+            self._write_offset = replayed.tail_end
+            if not replayed.tail_sealed:
                 self._seal_current()
             next_seq = tail.seq + 1
         else:
             next_seq = 1
         self._start_segment(next_seq)
         self.maybe_prepare_spare()
-
-    def _replay_segment(self, seq: int, data: bytes, is_last: bool) -> tuple[int, bool]:
-        """Apply the records of one segment; return (where valid data ends, sealed)."""
-        salt = fmt.salt_of(seq)
-        offset = fmt.SEGMENT_HEADER_BYTES
-        view = memoryview(data)
-        name = self._segment_path(seq).name
-        while True:
-            try:
-                header = fmt.decode_record_header(view, offset)
-            except fmt.FormatError as exc:
-                header = None
-                if not is_last:
-                    raise StorageFailed(f"WAL segment {name}: {exc}") from None
-            if header is None or not fmt.record_intact(view, offset, header, salt):
-                if is_last:
-                    return offset, False  # torn tail: cut here
-                raise StorageFailed(
-                    f"WAL segment {name} is corrupt at offset {offset} (not the last segment)"
-                )
-            if header.kind is RecordKind.SEAL:
-                return offset + header.record_bytes, True
-            payload_start = offset + fmt.RECORD_HEADER_BYTES
-            payload = view[payload_start : payload_start + header.payload_len]
-            try:
-                self._replay_record(seq, offset, header, payload)
-            except fmt.FormatError as exc:
-                raise StorageFailed(f"WAL segment {name} offset {offset}: {exc}") from None
-            offset += header.record_bytes
-
-    def _replay_record(
-        self, seq: int, offset: int, header: fmt.RecordHeader, payload: memoryview
-    ) -> None:
-        g = self._group_state(header.group_id)
-        kind = header.kind
-        if kind is RecordKind.ENTRY:
-            index = header.index
-            if g.locs and index <= g.last:
-                g.truncate_from(index)
-            if not g.locs and index != g.first:
-                # Entries before this one were in collected segments; a later
-                # COMPACT must cover the gap (checked by _validate_groups).
-                g.first = index
-            g.locs.append((header.term, seq, offset, header.payload_len, header.entry_type))
-            g.cache_from = g.last + 1
-        elif kind is RecordKind.HARD_STATE:
-            g.hard_state = fmt.decode_hard_state(header, bytes(payload))
-        elif kind is RecordKind.CONF_STATE:
-            g.conf_index = header.index
-            g.conf_state = fmt.decode_conf_state(bytes(payload))
-        elif kind is RecordKind.SNAPSHOT:
-            conf, location = fmt.decode_snapshot_marker(bytes(payload))
-            self.snapshot_packs.note_seen(location)
-            g.note_snapshot(header.term, header.index, conf, header.entry_type, location)
-        elif kind is RecordKind.COMPACT:
-            g.compact_to(header.index, header.term)
-        elif kind is RecordKind.DROP:
-            self._groups[header.group_id] = _dropped(
-                header.group_id, fmt.decode_hard_state(header, bytes(payload))
-            )
-        elif kind is RecordKind.CHECKPOINT:
-            cp = fmt.decode_checkpoint(bytes(payload))
-            g.restore(cp)
-            self.snapshot_packs.note_seen(cp.snapshot_location)
-
-    def _validate_groups(self) -> None:
-        for g in self._groups.values():
-            if g.locs and g.first != g.compact_index + 1:
-                raise StorageFailed(
-                    f"WAL of group {g.group_id} misses entries {g.compact_index + 1}.."
-                    f"{g.first - 1} (a segment was lost)"
-                )
-            g.first = g.compact_index + 1
-            g.cache_from = g.last + 1
 
     # -------------------------------------------------------------- segments
     def has_spare(self) -> bool:
@@ -349,10 +250,7 @@ class LogStore:
     def _group_state(self, group_id: int) -> GroupIndex:
         g = self._groups.get(group_id)
         if g is None:
-            if not 0 < group_id <= fmt.GROUP_ID_MAX:
-                raise ValueError(f"group id must be in 1..{fmt.GROUP_ID_MAX}, got {group_id}")
-            g = GroupIndex(group_id)
-            self._groups[group_id] = g
+            g = self._groups[group_id] = new_group_index(group_id)
         return g
 
     def _check(self) -> None:
@@ -451,7 +349,7 @@ class LogStore:
         Write it with :meth:`SnapshotPack.write_durably` (any thread), record its
         snapshots with :meth:`note_local_snapshot`, then :meth:`end_snapshot_pack`.
         It also copies the live snapshots of sparse packs (see
-        :mod:`raft.snapshot_packs`), recorded by :meth:`end_snapshot_pack`.
+        :mod:`raft.wal.snapshot_packs`), recorded by :meth:`end_snapshot_pack`.
         """
         sparse = self.snapshot_packs.sparse()
         carry = [
@@ -546,7 +444,7 @@ class LogStore:
         vote = fmt.encode_vote(hard_state.vote)
         self._encode(RecordKind.DROP, group_id, hard_state.term, 0, vote)
         self.snapshot_packs.move(g.snapshot_location, NO_SNAPSHOT)
-        self._groups[group_id] = _dropped(group_id, hard_state)
+        self._groups[group_id] = dropped_group_index(group_id, hard_state)
         self._collect_due = True
 
     def flush(self) -> None:
@@ -653,38 +551,15 @@ class LogStore:
         return len(self._segments) * self.segment_bytes
 
     def compaction_targets(self, keep_segments: int) -> dict[int, int]:
-        """What frees every live segment but the newest ``keep_segments``.
-
-        For each group with entries in those older segments: the index of its
-        last entry there. Compacting each group up to its target (after a
-        snapshot covering it) lets :meth:`maybe_collect_garbage` recycle them.
-        """
-        seqs = sorted(self._segments)
-        if len(seqs) <= keep_segments:
-            return {}
-        bound = seqs[-max(1, keep_segments)]
-        targets: dict[int, int] = {}
-        for g in self._groups.values():
-            locs = g.locs
-            if locs and locs[0][1] < bound:
-                below = bisect.bisect_left(locs, bound, key=_loc_segment)
-                targets[g.group_id] = g.first + below - 1
-        return targets
+        """What frees every live segment but the newest ``keep_segments``: group -> index
+        (see :func:`raft.wal.retention.compaction_targets`)."""
+        return compaction_targets(self._groups.values(), sorted(self._segments), keep_segments)
 
     def compaction_unpins(self, group_id: int, index: int) -> bool:
-        """Whether compacting ``group_id`` up to ``index`` releases a segment it holds.
-
-        True when the group would keep no entry, or its first kept entry lies
-        in a later segment than its first entry does now; False when nothing
-        would be discarded or the group would still hold the same segments.
-        """
+        """Whether compacting ``group_id`` up to ``index`` releases a segment it holds
+        (see :func:`raft.wal.retention.compaction_unpins`)."""
         g = self._groups.get(group_id)
-        if g is None or not g.locs or index < g.first:
-            return False
-        kept = index + 1 - g.first
-        if kept >= len(g.locs):
-            return True
-        return _loc_segment(g.locs[kept]) > _loc_segment(g.locs[0])
+        return g is not None and compaction_unpins(g, index)
 
     def locate(self, group_id: int, index: int) -> EntryLocation:
         """Where entry ``index`` of the group lies on disk (for indexing without copying)."""
@@ -781,14 +656,3 @@ class LogStore:
         return self.snapshot_packs.read(
             g.group_id, g.snapshot_term, g.snapshot_index, g.snapshot_location
         )
-
-
-def _dropped(group_id: int, hard_state: HardState) -> GroupIndex:
-    """What is left of a dropped group: its term and vote (commit 0, no log)."""
-    g = GroupIndex(group_id)
-    g.hard_state = HardState(term=hard_state.term, vote=hard_state.vote, commit=0)
-    return g
-
-
-def _loc_segment(loc: tuple[int, int, int, int, int]) -> int:
-    return loc[1]
