@@ -3,6 +3,8 @@
 The metadata state machine raises these from ``apply`` deterministically (every
 replica raises the same error for the same command) and changes nothing when it
 does, so the service can hand the error to the proposer and go on.
+
+PURE.
 """
 
 from __future__ import annotations

@@ -115,6 +115,10 @@ LEASE_NOT_HELD = _code(
 # -- broker ---------------------------------------------------------------------
 NOT_IMPLEMENTED = _code(100, "NOT_IMPLEMENTED", "the operation is not built yet")
 UNSUPPORTED = _code(101, "UNSUPPORTED", "the operation or option is not supported")
+# -- filters ---------------------------------------------------------------------
+ILLEGAL_FILTER_EXPRESSION = _code(
+    102, "ILLEGAL_FILTER_EXPRESSION", "a subscription's filter expression is invalid"
+)
 
 
 class CodedError(Exception):

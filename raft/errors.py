@@ -1,4 +1,7 @@
-"""Errors of the raft package: one root, each carrying a code from protocol.errors."""
+"""Errors of the raft package: one root, each carrying a code from protocol.errors.
+
+PURE.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Callers decide by ``code`` and its flags (``retriable``, ``refresh_route``),
 never by the subclass.
+
+PURE.
 """
 
 from __future__ import annotations

@@ -553,7 +553,8 @@ class StorageStore:
         The groups are the cluster's (``first_group_id`` on); each is asked on its
         leader, found from the nameserver's view, the leader last seen, NOT_LEADER
         hints and the seed nodes. A group that cannot be reached this time is
-        skipped (logged): its orphans are found by a later scan.
+        skipped (a warning if the nameserver knew its leader, else a debug line):
+        its orphans are found by a later scan.
         """
         status = await self._metadata.cluster_status()
         addresses = {node.node_id: node.address for node in status.storage_nodes if node.alive}
@@ -562,6 +563,7 @@ class StorageStore:
         groups = {group.group_id: group for group in status.groups}
         found: list[HalfMessage] = []
         skipped: list[str] = []
+        unled: list[str] = []
         for group_id in group_ids:
             if len(found) >= limit:
                 break
@@ -579,12 +581,20 @@ class StorageStore:
                     functools.partial(_scan_transactions, request),
                 )
             except BrokerError as error:
-                skipped.append(error.message)
+                # A group with no leader known yet is being placed or electing (as
+                # at start-up): expected, not worth a warning. A known leader that
+                # fails to answer is.
+                leaderless = group is None or group.leader == 0
+                (unled if leaderless else skipped).append(error.message)
                 continue
             for info in response.halves:
                 message = convert.message_from_wire(info.message)
                 queue = QueueRef(info.message.topic, info.message.queue_id)
                 found.append(HalfMessage(message, queue, info.store_timestamp_ms, info.check_count))
+        if unled:
+            log.debug(
+                "transaction scan skipped %d groups with no leader yet (%s)", len(unled), unled[0]
+            )
         if skipped:
             log.warning(
                 "transaction scan skipped %d raft groups this round (%s)", len(skipped), skipped[0]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from raft.driver import Driver, DriverOptions
-from raft.errors import ProposalDropped, RaftNotLeader
-from raft.logstore import LogStore
-from raft.transport import MemoryNetwork
+from raft.errors import RaftNotLeader, ProposalDropped
+from raft.host.driver import Driver, DriverOptions
+from raft.host.transport import MemoryNetwork
 from raft.types import Entry, Snapshot
+from raft.wal.logstore import LogStore
 from tests.waiting import async_wait_until
 
 NODES = (1, 2, 3)

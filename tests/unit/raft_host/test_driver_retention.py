@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from raft.driver import Driver
-from raft.errors import ProposalDropped, ProposalTooLarge, RaftNotLeader
-from raft.logstore import LogStore
+from raft.errors import RaftNotLeader, ProposalDropped, ProposalTooLarge
+from raft.host.driver import Driver
 from raft.types import ConfChange, ConfChangeType, ConfChangeV2
+from raft.wal.logstore import LogStore
 from tests.unit.raft_host.test_driver import NODES, OPTIONS, Cluster, Register, applied_everywhere
 from tests.waiting import async_wait_until
 

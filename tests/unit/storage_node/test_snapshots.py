@@ -24,6 +24,7 @@ import pytest
 
 from angelia_rpc import RpcConfig, Server
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.ports import free_port
 from protocol.storage_api import (
     AckRequest,
     AppendRequest,
@@ -32,10 +33,10 @@ from protocol.storage_api import (
     ReadRequest,
     ReceiveRequest,
 )
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
-from raft.host_cluster import free_port
-from raft.logstore import LogStore
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
+from raft.wal.logstore import LogStore
+from storage_node import housekeeping
 from storage_node.errors import StorageNotLeader
 from storage_node.partition.commands import Tick, encode
 from storage_node.replica import GroupReplica
@@ -94,7 +95,7 @@ async def storage_node(
         server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
         await server.start(addresses[node_id])
     await driver.start()
-    floors = asyncio.create_task(node.run_floor_keeper())
+    floors = asyncio.create_task(housekeeping.run_floor_keeper(node))
     try:
         yield Running(node, server)
     finally:

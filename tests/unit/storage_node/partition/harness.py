@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from protocol.records import MessageRecord
 from storage_node.partition import commands
 from storage_node.partition.commands import Append, Command, ReceiptHandle, Receive
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import QueueEntry
 from storage_node.partition.reads import record_at
 from storage_node.partition.results import (
@@ -22,7 +23,7 @@ from storage_node.partition.results import (
     Result,
 )
 from storage_node.partition.snapshot import restore, take_snapshot
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 
 
 def record(
