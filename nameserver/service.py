@@ -61,8 +61,7 @@ from nameserver.moves import (
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
-from raft.errors import RaftNotLeader
-from raft.errors import RaftError
+from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.types import Entry, Snapshot
 
@@ -168,7 +167,9 @@ class NameserverImpl:
         leader = self.driver.leader_of(GROUP_ID)
         hint = self.addresses.get(leader, "") if leader != self.driver.node_id else ""
         where = f"; the leader is {hint}" if hint else "; no leader is known yet"
-        return NameserverNotLeader(f"nameserver {self.driver.node_id} is not the leader{where}", hint)
+        return NameserverNotLeader(
+            f"nameserver {self.driver.node_id} is not the leader{where}", hint
+        )
 
     async def propose(self, command: c.Command) -> Applied:
         """Commit ``command`` through raft and return what applying it did here."""

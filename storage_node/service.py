@@ -90,8 +90,7 @@ from protocol.storage_api import (
     from_record,
 )
 from raft.core.node import RawNode
-from raft.errors import RaftNotLeader
-from raft.errors import RaftError
+from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.wal.logstore import LogStore
 from storage_node.api_convert import (
@@ -105,8 +104,8 @@ from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
     GroupNotHosted,
-    StorageNotLeader,
     StorageError,
+    StorageNotLeader,
 )
 from storage_node.partition.commands import (
     Ack,

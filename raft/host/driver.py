@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from raft.core.confchange import decode_entry
 from raft.core.config import Config
 from raft.core.node import RawNode
-from raft.errors import RaftNotLeader, ProposalDropped, RaftError, StorageFailed
+from raft.errors import ProposalDropped, RaftError, RaftNotLeader, StorageFailed
 from raft.host import wire
 from raft.host.collaborators import GroupNode, StateMachine
 from raft.host.compaction import CompactionStep

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from raft.errors import RaftNotLeader, ProposalDropped, ProposalTooLarge, RaftError
+from raft.errors import ProposalDropped, ProposalTooLarge, RaftError, RaftNotLeader
 from raft.host import wire
 from raft.host.collaborators import (
     ConfChangeApplier,

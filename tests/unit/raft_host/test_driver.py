@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raft.errors import RaftNotLeader, ProposalDropped
+from raft.errors import ProposalDropped, RaftNotLeader
 from raft.host.driver import Driver, DriverOptions
 from raft.host.transport import MemoryNetwork
 from raft.types import Entry, Snapshot

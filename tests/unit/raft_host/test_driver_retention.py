@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raft.errors import RaftNotLeader, ProposalDropped, ProposalTooLarge
+from raft.errors import ProposalDropped, ProposalTooLarge, RaftNotLeader
 from raft.host.driver import Driver
 from raft.types import ConfChange, ConfChangeType, ConfChangeV2
 from raft.wal.logstore import LogStore
