@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from angelia_rpc.errors import AngeliaError
 from angelia_rpc.failover import (
@@ -189,6 +191,53 @@ def test_unreachable_ends_goes_on_while_some_replica_redirects() -> None:
     for _ in range(2):
         assert failover.failed(UNREACHABLE, 0.0).step is Step.NEXT_REPLICA
     assert failover.failed(UNREACHABLE, 0.0).step is Step.GIVE_UP
+
+
+# -- every sequence of failures -----------------------------------------------------------
+
+_FLAGS = st.builds(
+    Flags,
+    retriable=st.booleans(),
+    refresh_route=st.booleans(),
+    leader_hint=st.sampled_from(["", "a", "b", "c", "x", "y"]),
+)
+
+
+@given(
+    failures=st.lists(st.tuples(_FLAGS, st.floats(0.0, 0.3)), max_size=40),
+    passes_max=st.integers(0, 3),
+    unreachable_ends=st.booleans(),
+)
+def test_any_sequence_of_failures_keeps_the_decision_within_its_bounds(
+    failures: list[tuple[Flags, float]], passes_max: int, unreachable_ends: bool
+) -> None:
+    policy = FailoverPolicy(
+        0.02, 0.5, passes_max=passes_max, unreachable_ends=unreachable_ends, attempts_max=30
+    )
+    failover = Failover(list(REPLICAS), policy, deadline_s=2.0)
+    now_s = 0.0
+    hints_in_a_row = 0
+    for flags, took_s in failures:
+        now_s += took_s
+        before = failover.address
+        decision = failover.failed(flags, now_s)
+        if decision.step is Step.GIVE_UP:
+            assert failover.address == before  # the replica that failed last
+            return
+        assert flags.retriable
+        assert now_s + decision.pause_s < 2.0
+        assert decision.pause_s <= 0.5
+        if decision.step is Step.FOLLOW_HINT:
+            hints_in_a_row += 1
+            assert failover.address == flags.leader_hint != before
+            assert decision.pause_s == 0
+            assert hints_in_a_row <= policy.hints_in_a_row_max
+        else:
+            hints_in_a_row = 0
+            assert failover.address in REPLICAS
+            assert decision.pause_s > 0
+        now_s += decision.pause_s
+    assert failover.attempts_failed < 30
 
 
 # -- helpers ------------------------------------------------------------------------------
