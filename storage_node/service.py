@@ -90,8 +90,7 @@ from protocol.storage_api import (
     from_record,
 )
 from raft.core.node import RawNode
-from raft.errors import NotLeader as RaftNotLeader
-from raft.errors import RaftError
+from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.wal.logstore import LogStore
 from storage_node.api_convert import (
@@ -105,8 +104,8 @@ from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
     GroupNotHosted,
-    NotLeader,
     StorageError,
+    StorageNotLeader,
 )
 from storage_node.partition.commands import (
     Ack,
@@ -240,7 +239,7 @@ class StorageNode:
             raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")
         node = self.driver.host.node(group_id)
         if not node.is_leader():
-            raise NotLeader(
+            raise StorageNotLeader(
                 f"node {self.driver.node_id} does not lead group {group_id}",
                 self._leader_hint(node.lead),
             )
@@ -255,7 +254,7 @@ class StorageNode:
         try:
             result = await self.driver.propose(group_id, data)
         except RaftNotLeader as exc:
-            raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+            raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         if isinstance(result, StorageError):
             raise result
         return cast(Result, result)
@@ -325,7 +324,7 @@ class StorageNode:
             try:
                 result, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
             except RaftNotLeader as exc:
-                raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+                raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         else:
             # Alone, and decoded on apply by every replica: a record of a wrong type
             # fails alike everywhere.

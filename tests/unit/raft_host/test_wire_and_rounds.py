@@ -9,7 +9,7 @@ import pytest
 
 from raft.core.config import Config
 from raft.core.node import RawNode
-from raft.errors import NotLeader
+from raft.errors import RaftNotLeader
 from raft.host import wire
 from raft.host.group_state import Outcome
 from raft.host.multiraft import MultiRaft
@@ -137,7 +137,7 @@ def test_rounds_driven_synchronously(tmp_path: Path) -> None:
     assert by_token["token-1"].error is None
     assert by_token["token-2"].error is None
     error = by_token["token-3"].error
-    assert isinstance(error, NotLeader)
+    assert isinstance(error, RaftNotLeader)
     assert error.leader == 1
     for node_id in (1, 2, 3):
         assert machines[node_id, 1].values == [b"one"]
