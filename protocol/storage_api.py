@@ -246,6 +246,11 @@ class ReadRequest:
     from_follower: bool = False
     """Read replica: any replica may answer from what it applied (at most its
     commit index, perhaps behind the leader) instead of NOT_LEADER."""
+    filter_expression: str = "*"
+    """Only messages matching this subscription filter (the same value a
+    :class:`ReceiveRequest` carries) are returned; the others are skipped, and
+    the read looks at no more than the partition's receive scan limit of
+    offsets. An offset outside [first, end] fails with OFFSET_OUT_OF_RANGE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +260,9 @@ class ReadResponse:
     messages: list[StoredMessage]
     first_offset: int
     end_offset: int
+    next_offset: int = -1
+    """Where the next read of this queue continues: past every offset this read
+    looked at (returned or skipped by the filter); -1 from an older node."""
 
 
 # --------------------------------------------------------------------- receive

@@ -48,7 +48,10 @@ from broker.domain import (
     Message,
     Placement,
     PopResult,
+    PulledMessage,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
 )
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
@@ -496,8 +499,8 @@ class StorageStore:
             timeout_s = min(timeout_ms, self._revisit_ms) / 1000
         return await self._growth.wait(topic, known_end_offsets, timeout_s)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue`` (0 if it never consumed)."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue`` (None if it never consumed)."""
         response = await self._call(
             queue,
             f"offset of {group} on {queue.topic}:{queue.queue_id}",
@@ -505,7 +508,7 @@ class StorageStore:
                 st.GetOffsetRequest(group, queue.topic, queue.queue_id), timeout_ms=timeout_ms
             ),
         )
-        return response.offset or 0
+        return response.offset
 
     # -- transactions (see the MessageStore contract) ------------------------------------
 
@@ -622,6 +625,58 @@ class StorageStore:
             gone = set(response.rolled_back)
             rolled_back += [h for h in members if h.message.message_id in gone]
         return rolled_back
+
+    # -- offset reads (pull consumers) ---------------------------------------------------
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+    ) -> QueueSlice:
+        """One storage read of ``queue`` from ``offset``, filtered by storage."""
+        request = st.ReadRequest(
+            queue.topic,
+            queue.queue_id,
+            offset,
+            batch_size,
+            filter_expression=tag_filter.expression(),
+        )
+        response = await self._call(
+            queue,
+            f"read {queue.topic}:{queue.queue_id}@{offset}",
+            lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
+        )
+        messages = tuple(
+            PulledMessage(
+                convert.message_from_wire(stored.message),
+                queue,
+                stored.queue_offset,
+                stored.store_timestamp_ms,
+            )
+            for stored in response.messages
+        )
+        next_offset = response.next_offset
+        if next_offset < 0:  # an older node: it read what it returned
+            next_offset = messages[-1].offset + 1 if messages else offset
+        return QueueSlice(messages, next_offset, response.first_offset, response.end_offset)
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's offsets from its group's leader (one queue-info call)."""
+        request = st.QueueInfoRequest(queue.topic, queue.queue_id, timestamp_ms)
+        info = await self._call(
+            queue,
+            f"queue info of {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.queue_info(request, timeout_ms=timeout_ms),
+        )
+        return QueueOffsets(info.first_offset, info.end_offset, info.timestamp_offset)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """One storage commit-offset call (a ``CommitOffset`` in the queue's raft group)."""
+        request = st.CommitOffsetRequest(group, queue.topic, queue.queue_id, offset)
+        response = await self._call(
+            queue,
+            f"commit offset of {group} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.commit_offset(request, timeout_ms=timeout_ms),
+        )
+        return offset if response.offset is None else response.offset
 
 
 async def _scan_transactions(
