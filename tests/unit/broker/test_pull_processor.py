@@ -152,3 +152,23 @@ async def test_unknown_queues_and_groups_are_refused(world: World) -> None:
     with pytest.raises(BrokerError) as group:
         await world.pulls.pull("nobody", "orders", 1, 0, TagFilter(), batch_size=1, poll_ms=0)
     assert group.value.reason is Reason.CONSUMER_GROUP_NOT_FOUND
+
+
+async def test_a_commit_while_pops_are_in_flight_drops_them_and_pop_resumes_at_it(
+    world: World,
+) -> None:
+    await world.append(0, 1, 2, 3)
+    held = await world.consumer.receive(
+        "g", "orders", TagFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+    )
+    assert [d.popped.offset for d in held] == [0, 1, 2, 3]
+    assert await world.pulls.update_offset("g", "orders", 1, 2) == 2
+    outcomes = await world.consumer.ack("g", "orders", [d.receipt_handle for d in held])
+    assert all(
+        outcome is not None and outcome.reason is Reason.INVALID_RECEIPT_HANDLE
+        for outcome in outcomes
+    )
+    again = await world.consumer.receive(
+        "g", "orders", TagFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+    )
+    assert [(d.popped.offset, d.popped.delivery_attempt) for d in again] == [(2, 1), (3, 1)]
