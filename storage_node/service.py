@@ -87,6 +87,7 @@ from protocol.storage_api import (
     ReceiveResponse,
     ScanTransactionsRequest,
     ScanTransactionsResponse,
+    StoredAt,
     StoredMessage,
     from_record,
 )
@@ -342,6 +343,18 @@ class StorageNode:
         offsets, kept, next_offset = pull.matching(
             entries, request.queue_offset, tag_filter, request.count_max
         )
+        first = state.first_offset(request.topic, request.queue_id)
+        end = state.end_offset(request.topic, request.queue_id)
+        if request.packed:
+            items = record_items_of(self._entry_reader(group_id), group_id, queue, kept)
+            count = fitting(map(len, items), request.bytes_max)
+            if count < len(items):
+                next_offset = offsets[count]
+            stored_at = [
+                StoredAt(offset, entry.store_timestamp_ms)
+                for offset, entry in zip(offsets[:count], kept, strict=False)
+            ]
+            return ReadResponse([], first, end, next_offset, pack_items(items[:count]), stored_at)
         messages = [
             StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
             for offset, entry, record in zip(
@@ -355,12 +368,7 @@ class StorageNode:
                 next_offset = stored.queue_offset
                 messages = messages[:i]
                 break
-        return ReadResponse(
-            messages,
-            state.first_offset(request.topic, request.queue_id),
-            state.end_offset(request.topic, request.queue_id),
-            next_offset,
-        )
+        return ReadResponse(messages, first, end, next_offset)
 
     def _idle_receive_end(
         self, group_id: int, replica: GroupReplica, request: ReceiveRequest, now_ms: int

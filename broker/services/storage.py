@@ -638,25 +638,29 @@ class StorageStore:
             offset,
             batch_size,
             filter_expression=tag_filter.expression(),
+            packed=True,
         )
         response = await self._call(
             queue,
             f"read {queue.topic}:{queue.queue_id}@{offset}",
             lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
         )
-        messages = tuple(
-            PulledMessage(
-                convert.message_from_wire(stored.message),
-                queue,
-                stored.queue_offset,
-                stored.store_timestamp_ms,
+        try:
+            records = unpack_records(response.records).records
+        except RecordCorrupted as exc:
+            raise BrokerError(codes.DECODE_FAILED, f"read answer: {exc}") from None
+        if len(records) != len(response.stored_at):
+            raise BrokerError(
+                codes.DECODE_FAILED,
+                f"read answer: {len(records)} records for {len(response.stored_at)} messages",
             )
-            for stored in response.messages
+        messages = tuple(
+            PulledMessage(convert.message_from_record(record), queue, *stored_at)
+            for record, stored_at in zip(records, response.stored_at, strict=True)
         )
-        next_offset = response.next_offset
-        if next_offset < 0:  # an older node: it read what it returned
-            next_offset = messages[-1].offset + 1 if messages else offset
-        return QueueSlice(messages, next_offset, response.first_offset, response.end_offset)
+        return QueueSlice(
+            messages, response.next_offset, response.first_offset, response.end_offset
+        )
 
     async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
         """The queue's offsets from its group's leader (one queue-info call)."""

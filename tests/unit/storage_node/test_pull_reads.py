@@ -8,6 +8,7 @@ import pytest
 
 from protocol import errors
 from protocol.filters import TagFilter
+from protocol.records import pack_record, unpack_records
 from protocol.storage_api import (
     AppendRequest,
     CommitOffsetRequest,
@@ -15,6 +16,8 @@ from protocol.storage_api import (
     Message,
     ReadRequest,
     ReceiveRequest,
+    StoredAt,
+    from_record,
 )
 from storage_node.errors import StorageError
 from storage_node.partition.pull import matching
@@ -77,3 +80,27 @@ async def test_a_read_changes_no_consumer_state_and_a_commit_moves_pop(tmp_path:
         assert committed.offset == 4
         popped = await node.receive(ReceiveRequest("g", "t", 0, 32, 30_000), CONTEXT)
         assert [m.message.queue_offset for m in popped.messages] == [4, 5]
+
+
+async def test_a_packed_read_answers_the_same_messages_as_records(tmp_path: Path) -> None:
+    async with one_node(tmp_path) as node:
+        await node.append(AppendRequest("t", 0, _tagged(8, {1: "x", 4: "x", 6: "x"})), CONTEXT)
+        plain = await node.read(ReadRequest("t", 0, 0, 2, filter_expression="x"), CONTEXT)
+        packed = await node.read(
+            ReadRequest("t", 0, 0, 2, filter_expression="x", packed=True), CONTEXT
+        )
+        assert packed.messages == []
+        records = unpack_records(packed.records).records
+        assert [from_record(r) for r in records] == [m.message for m in plain.messages]
+        assert packed.stored_at == [
+            StoredAt(m.queue_offset, m.store_timestamp_ms) for m in plain.messages
+        ]
+        assert (packed.next_offset, packed.first_offset, packed.end_offset) == (5, 0, 8)
+        # bytes_max bounds the packed records: one record fits, the next read starts at 4.
+        one = len(pack_record(records[0]))
+        cut = await node.read(
+            ReadRequest("t", 0, 0, 2, bytes_max=one, filter_expression="x", packed=True),
+            CONTEXT,
+        )
+        assert [s.queue_offset for s in cut.stored_at] == [1]
+        assert cut.next_offset == 4
