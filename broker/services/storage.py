@@ -62,7 +62,7 @@ from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import TagFilter
-from protocol.records import RecordCorrupted, pack_records, unpack_records
+from protocol.records import MessageRecord, RecordCorrupted, pack_records, unpack_records
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")
@@ -313,15 +313,7 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        try:
-            records = unpack_records(response.records).records
-        except RecordCorrupted as exc:
-            raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
-        if len(records) != len(response.deliveries):
-            raise BrokerError(
-                codes.DECODE_FAILED,
-                f"receive answer: {len(records)} records for {len(response.deliveries)} deliveries",
-            )
+        records = _records_of(response.records, len(response.deliveries), "receive")
         popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
         return PopResult(popped, response.end_offset, leased=response.leased)
 
@@ -645,15 +637,7 @@ class StorageStore:
             f"read {queue.topic}:{queue.queue_id}@{offset}",
             lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
         )
-        try:
-            records = unpack_records(response.records).records
-        except RecordCorrupted as exc:
-            raise BrokerError(codes.DECODE_FAILED, f"read answer: {exc}") from None
-        if len(records) != len(response.stored_at):
-            raise BrokerError(
-                codes.DECODE_FAILED,
-                f"read answer: {len(records)} records for {len(response.stored_at)} messages",
-            )
+        records = _records_of(response.records, len(response.stored_at), "read")
         messages = tuple(
             PulledMessage(convert.message_from_record(record), queue, *stored_at)
             for record, stored_at in zip(records, response.stored_at, strict=True)
@@ -681,6 +665,20 @@ class StorageStore:
             lambda stub, timeout_ms: stub.commit_offset(request, timeout_ms=timeout_ms),
         )
         return offset if response.offset is None else response.offset
+
+
+def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:
+    """The ``count`` records of a packed storage answer to ``call``; DECODE_FAILED for
+    bytes that are no records or for another count of them."""
+    try:
+        records = unpack_records(packed).records
+    except RecordCorrupted as exc:
+        raise BrokerError(codes.DECODE_FAILED, f"{call} answer: {exc}") from None
+    if len(records) != count:
+        raise BrokerError(
+            codes.DECODE_FAILED, f"{call} answer: {len(records)} records for {count} messages"
+        )
+    return records
 
 
 async def _scan_transactions(
