@@ -16,7 +16,7 @@ Long polling: a pull answers at once when a message matching its filter
 exists at or past its offset; otherwise it waits (up to the planned poll,
 see ``polling.py``) for the queue to grow, through the store's one growth
 watch per queue, and reads again. A filter that skips a whole read window
-moves the pull on without waiting, until the deadline.
+moves the pull on without waiting, for at most ``SKIPPED_READS_MAX`` windows.
 
 Out of range: an offset below the queue's first offset or above its end is
 answered as RocketMQ's proxy does (``ILLEGAL_OFFSET``; the status message
@@ -38,6 +38,11 @@ from broker.processor import validation
 from broker.services.base import MessageStore, MetadataService
 from protocol import errors as codes
 from protocol.filters import TagFilter
+
+SKIPPED_READS_MAX = 16
+"""Reads whose whole window the filter skipped, at most, in one pull: a pull through
+a long run of unmatched messages answers (MESSAGE_NOT_FOUND, next_offset past
+them) instead of scanning on until its poll ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,7 @@ class PullProcessor:
         batch_size = validation.check_batch_size(batch_size)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
+        skipped_reads = 0
         while True:
             try:
                 found = await self._store.read(
@@ -120,7 +126,8 @@ class PullProcessor:
                 if error.code is not codes.OFFSET_OUT_OF_RANGE:
                     raise
                 offsets = await self._store.queue_offsets(queue)
-                if offsets.first_offset <= offset <= offsets.end_offset:
+                in_range = offsets.first_offset <= offset <= offsets.end_offset
+                if in_range and loop.time() < deadline:
                     continue  # the queue grew (or was trimmed) between the two calls
                 return out_of_range(queue, offset, offsets)
             if found.messages:
@@ -130,7 +137,12 @@ class PullProcessor:
             if remaining_s <= 0:
                 return PullResult((), offset)
             if offset < found.end_offset:
-                continue  # the filter skipped a whole read window: read on
+                # The filter skipped a whole read window: read on, a bounded number
+                # of windows per call (the consumer goes on from next_offset).
+                skipped_reads += 1
+                if skipped_reads >= SKIPPED_READS_MAX:
+                    return PullResult((), offset)
+                continue
             # Nothing past the offset yet: the group holds no lease here that could
             # bring messages, so only growth matters (quiet).
             await self._store.wait_for_append(

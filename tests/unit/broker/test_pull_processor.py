@@ -6,11 +6,19 @@ import asyncio
 
 import pytest
 
-from broker.domain import GroupInfo, Message, MessageType, QueueInfo, QueueRef, TopicInfo
+from broker.domain import (
+    GroupInfo,
+    Message,
+    MessageType,
+    QueueInfo,
+    QueueRef,
+    QueueSlice,
+    TopicInfo,
+)
 from broker.errors import BrokerError, Reason
 from broker.grpc.status import status_of
 from broker.processor.consumer import ConsumerProcessor
-from broker.processor.pull import PullProcessor, PullResult
+from broker.processor.pull import SKIPPED_READS_MAX, PullProcessor, PullResult
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
@@ -172,3 +180,45 @@ async def test_a_commit_while_pops_are_in_flight_drops_them_and_pop_resumes_at_i
         "g", "orders", TagFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
     )
     assert [(d.popped.offset, d.popped.delivery_attempt) for d in again] == [(2, 1), (3, 1)]
+
+
+class WindowedStore(MemoryStore):
+    """A memory store whose reads look at no more than ``WINDOW`` offsets, as the
+    storage node's reads look at no more than its scan limit."""
+
+    WINDOW = 4
+
+    def __init__(self, clock: ManualClock, metadata: MemoryMetadata) -> None:
+        super().__init__(clock, metadata)
+        self.reads = 0
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+    ) -> QueueSlice:
+        self.reads += 1
+        whole = await super().read(queue, offset, batch_size=batch_size, tag_filter=tag_filter)
+        window_end = offset + self.WINDOW
+        messages = tuple(m for m in whole.messages if m.offset < window_end)
+        next_offset = messages[-1].offset + 1 if messages else min(window_end, whole.end_offset)
+        return QueueSlice(messages, next_offset, whole.first_offset, whole.end_offset)
+
+
+async def test_a_pull_reads_on_past_skipped_windows_a_bounded_number_of_times(
+    world: World,
+) -> None:
+    store = WindowedStore(world.clock, world.metadata)
+    pulls = PullProcessor(world.metadata, store)
+    await store.append(QUEUE, [Message("orders", b"x", f"b-{n}", tag="b") for n in range(100)])
+    await store.append(QUEUE, [Message("orders", b"x", "a-0", tag="a")])
+
+    async def pull(offset: int) -> PullResult:
+        return await pulls.pull(
+            "g", "orders", 1, offset, TagFilter.parse("a"), batch_size=32, poll_ms=60_000
+        )
+
+    skipped = await pull(0)  # 16 windows of 4 skipped: answered, not polled out
+    assert (skipped.messages, skipped.next_offset) == ((), 16 * WindowedStore.WINDOW)
+    assert store.reads == SKIPPED_READS_MAX
+    found = await pull(88)  # three windows later, the match
+    assert [m.message.message_id for m in found.messages] == ["a-0"]
+    assert found.next_offset == 101
