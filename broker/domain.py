@@ -22,35 +22,9 @@ from functools import partial
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
+from protocol.vocabulary import MessageType, Permission, Placement
+
 _Tuple = TypeVar("_Tuple", bound=tuple[object, ...])
-
-
-class MessageType(enum.IntEnum):
-    """The kinds of message a topic may accept (values match the v2 wire enum)."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-
-
-class Permission(enum.IntEnum):
-    """What clients may do with a queue (values match the v2 wire enum)."""
-
-    NONE = 1
-    READ = 2
-    WRITE = 3
-    READ_WRITE = 4
-
-    @property
-    def readable(self) -> bool:
-        """Consumers may receive from the queue."""
-        return self in (Permission.READ, Permission.READ_WRITE)
-
-    @property
-    def writable(self) -> bool:
-        """Producers may send to the queue."""
-        return self in (Permission.WRITE, Permission.READ_WRITE)
 
 
 class ClientKind(enum.IntEnum):
@@ -154,14 +128,6 @@ def positional(kind: type[_Tuple]) -> Callable[[tuple[object, ...]], _Tuple]:
 
 
 new_message = positional(Message)  # one per sent and per delivered message
-
-
-class Placement(enum.IntEnum):
-    """Where the store put an appended message (values match the storage API)."""
-
-    QUEUED = 0  # visible in its queue at once
-    DELAYED = 1  # held until its delivery time, then queued
-    HALF = 2  # a transaction's half message: queued only when committed
 
 
 class AppendResult(NamedTuple):

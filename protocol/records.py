@@ -24,7 +24,6 @@ PURE.
 
 from __future__ import annotations
 
-import enum
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,20 +35,12 @@ import msgpack
 
 from protocol import errors
 from protocol.errors import ErrorCode
+from protocol.vocabulary import MessageType
 
 BATCH_MAGIC = b"R5MB"
 BATCH_VERSION = 1
 _HEADER = struct.Struct(">4sBIqI")
 _CRC_END = 9  # magic + version + crc: the CRC covers every byte after it
-
-
-class MessageType(enum.IntEnum):
-    """What kind of message a record is (RocketMQ v2 numbering). Append-only."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
 
 
 class RecordCorrupted(ValueError):

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from protocol.records import MESSAGE_TYPES, MessageRecord, MessageType
+from protocol.records import MESSAGE_TYPES, MessageRecord
+from protocol.vocabulary import MessageType
 
 _set_attribute = object.__setattr__
 _NO_KEYS: list[str] = []

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from raft.errors import ProposalDropped
 from raft.quorum import VoteResult
 from raft.tracker import MembershipConfig
-from raft.types import NONE, Message, MessageType, ReadState, Role, Snapshot
+from raft.types import NONE, Message, MsgType, ReadState, Role, Snapshot
 
 if TYPE_CHECKING:
     from raft.core import Raft
 
-MT = MessageType
+MT = MsgType
 
 
 def step_candidate(r: Raft, m: Message) -> None:

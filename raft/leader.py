@@ -16,12 +16,12 @@ from raft import confchange
 from raft.errors import InvalidConfChange, ProposalDropped
 from raft.progress import Progress, ProgressState
 from raft.quorum import VoteResult
-from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType
+from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MsgType
 
 if TYPE_CHECKING:
     from raft.core import Raft
 
-MT = MessageType
+MT = MsgType
 
 
 def step_leader(r: Raft, m: Message) -> None:

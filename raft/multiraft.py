@@ -50,15 +50,15 @@ from raft.types import (
     Entry,
     EntryType,
     Message,
-    MessageType,
+    MsgType,
     Ready,
     Snapshot,
     SnapshotMetadata,
 )
 
-_PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
+_PERIODIC = frozenset({MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP})
 _CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
-_EARLY = frozenset({MessageType.APP, MessageType.HEARTBEAT})
+_EARLY = frozenset({MsgType.APP, MsgType.HEARTBEAT})
 
 
 def needs_a_follower(conf: ConfState) -> bool:

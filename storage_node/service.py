@@ -95,6 +95,7 @@ from protocol.storage_api import (
     to_record,
 )
 from protocol.storage_api import ReceiptHandle as WireHandle
+from protocol.vocabulary import Placement
 from raft.driver import Driver
 from raft.errors import NotLeader as RaftNotLeader
 from raft.errors import RaftError
@@ -124,7 +125,7 @@ from storage_node.partition.commands import (
     check_record,
     encode,
 )
-from storage_node.partition.queues import Placement, QueueEntry, QueueId, RecordOutcome
+from storage_node.partition.queues import QueueEntry, QueueId, RecordOutcome
 from storage_node.partition.reads import (
     EntryReader,
     fitting,

@@ -68,13 +68,13 @@ from broker.domain import (
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
     PopResult,
     QueueRef,
     TopicInfo,
 )
 from broker.errors import BrokerError
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType
 
 
 class Clock(Protocol):

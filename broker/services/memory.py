@@ -32,8 +32,6 @@ from broker.domain import (
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
-    Placement,
     PoppedMessage,
     PopResult,
     QueueInfo,
@@ -43,6 +41,7 @@ from broker.domain import (
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType, Placement
 
 
 class MemoryMetadata:

@@ -34,15 +34,7 @@ from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
-from broker.domain import (
-    AppendResult,
-    GroupInfo,
-    HalfMessage,
-    Message,
-    Placement,
-    PopResult,
-    QueueRef,
-)
+from broker.domain import AppendResult, GroupInfo, HalfMessage, Message, PopResult, QueueRef
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.growth import GrowthWatch
@@ -53,6 +45,7 @@ from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import TagFilter
 from protocol.records import RecordCorrupted, pack_records, unpack_records
+from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")

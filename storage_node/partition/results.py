@@ -15,8 +15,9 @@ from itertools import count, repeat
 from typing import NamedTuple
 
 from protocol.errors import ErrorCode
+from protocol.vocabulary import Placement
 from storage_node.partition.commands import ReceiptHandle
-from storage_node.partition.queues import Placement, QueueEntry, RecordOutcome
+from storage_node.partition.queues import QueueEntry, RecordOutcome
 
 
 class QueuedRun(NamedTuple):

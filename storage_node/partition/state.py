@@ -39,7 +39,8 @@ from typing import cast
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType, RecordColumns
+from protocol.records import MessageRecord, RecordColumns
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import (
     BadCommand,
     InvalidReceiptHandle,
@@ -70,7 +71,6 @@ from storage_node.partition.commands import (
 from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.pop import Grant, GroupQueue, Lease
 from storage_node.partition.queues import (
-    Placement,
     QueueEntry,
     QueueId,
     QueueIndex,

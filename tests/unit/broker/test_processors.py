@@ -14,8 +14,6 @@ from broker.domain import (
     Delivery,
     GroupInfo,
     Message,
-    MessageType,
-    Permission,
     PopResult,
     QueueInfo,
     QueueRef,
@@ -32,6 +30,7 @@ from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType, Permission
 from tests.waiting import async_wait_until
 
 SECRET = b"secret"

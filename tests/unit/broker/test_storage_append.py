@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from broker.domain import AppendResult, Message, Placement, QueueRef
+from broker.domain import AppendResult, Message, QueueRef
 from broker.errors import BrokerError
 from broker.services.storage import StorageStore
 from protocol import errors
 from protocol.storage_api import AppendOutcome, AppendResponse
+from protocol.vocabulary import Placement
 
 QUEUE = QueueRef("t", 3)
 

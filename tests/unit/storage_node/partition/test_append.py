@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from protocol.records import MessageRecord
+from protocol.vocabulary import Placement
 from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange, OutOfOrderApply
 from storage_node.partition.commands import Append, Tick
-from storage_node.partition.queues import Placement
 from storage_node.partition.reads import record_at
 from storage_node.partition.state import PartitionConfig, PartitionState
 

@@ -41,7 +41,8 @@ from hypothesis.stateful import (
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType
+from protocol.records import MessageRecord
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import InvalidReceiptHandle, NotFound
 from storage_node.partition.commands import (
     ChangeInvisibleDuration,
@@ -52,7 +53,7 @@ from storage_node.partition.commands import (
     Tick,
     TrimQueue,
 )
-from storage_node.partition.queues import Placement, dead_letter_topic
+from storage_node.partition.queues import dead_letter_topic
 from storage_node.partition.results import (
     ChangeInvisibleDurationResult,
     DeadLetterResult,

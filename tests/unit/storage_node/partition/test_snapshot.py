@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import MessageType
+from protocol.vocabulary import MessageType
 from storage_node.errors import SnapshotCorrupted, StorageError
 from storage_node.partition import commands as c
 from storage_node.partition.results import Result
