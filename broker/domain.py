@@ -16,15 +16,13 @@ PURE.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from types import MappingProxyType
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
+from protocol.positional import positional
 from protocol.vocabulary import MessageType, Permission, Placement
-
-_Tuple = TypeVar("_Tuple", bound=tuple[object, ...])
 
 
 class ClientKind(enum.IntEnum):
@@ -121,17 +119,13 @@ class Message(NamedTuple):
     dead_letter_of: tuple[str, str] | None = None  # (original topic, message id) in a DLQ
 
 
-def positional(kind: type[_Tuple]) -> Callable[[tuple[object, ...]], _Tuple]:
-    """The named tuple ``kind`` from a tuple of all its fields in order, without the
-    named tuple's keyword handling (for hot paths that build one per message)."""
-    return partial(tuple.__new__, kind)
-
-
 new_message = positional(Message)  # one per sent and per delivered message
 
 
-class AppendResult(NamedTuple):
-    """Where one appended message landed; ``offset`` is -1 unless it was queued."""
+class SendResult(NamedTuple):
+    """Where one sent (or committed) message landed in storage; ``offset`` is -1 unless
+    it was queued. The broker's per-message answer (RocketMQ's ``SendResult``), not the
+    result of a storage group's Append command."""
 
     queue: QueueRef
     offset: int

@@ -24,13 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from protocol.positional import positional
 from protocol.records import MESSAGE_TYPES, MessageRecord
 from protocol.vocabulary import MessageType
 
 _set_attribute = object.__setattr__
 _NO_KEYS: list[str] = []
 _NO_PROPERTIES: dict[str, str] = {}
-_new_tuple = tuple.__new__
+_new_record = positional(MessageRecord)
 
 
 @dataclass(frozen=True, init=False)
@@ -106,8 +107,7 @@ def to_record(message: Message) -> MessageRecord:
     if message_type is None:
         message_type = MessageType(kind)  # anything but an int: as MessageType decides
     properties = message.properties
-    return _new_tuple(
-        MessageRecord,
+    return _new_record(
         (
             message.topic,
             message.queue_id,

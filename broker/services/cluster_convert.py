@@ -27,12 +27,12 @@ from broker.domain import (
     RetryPolicy,
     TopicInfo,
     new_message,
-    positional,
 )
 from broker.errors import BrokerError, Reason
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
+from protocol.positional import positional
 from protocol.records import MessageRecord
 from protocol.vocabulary import MessageType, Permission
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple, cast
 
+from protocol.positional import positional
 from protocol.records import MessageRecord
 from protocol.vocabulary import Placement
 from storage_node.partition.chunks import PackedChunks, Piece
@@ -86,7 +86,7 @@ class QueueEntry(NamedTuple):
 QueueRow = tuple[int, int, int, str, str, bool]
 """A :class:`QueueEntry`'s fields as a plain tuple (a QueueEntry is one too)."""
 
-_as_entry: Callable[[QueueRow], QueueEntry] = partial(tuple.__new__, QueueEntry)
+_as_entry: Callable[[QueueRow], QueueEntry] = positional(QueueEntry)
 
 
 class QueueIndex:

@@ -8,13 +8,12 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from itertools import count, repeat
 from typing import NamedTuple
 
 from protocol.errors import ErrorCode
+from protocol.positional import positional
 from protocol.vocabulary import Placement
 from storage_node.partition.commands import ReceiptHandle
 from storage_node.partition.queues import QueueEntry, RecordOutcome
@@ -108,7 +107,7 @@ class AppendResult:
         return f"AppendResult(outcomes={self.outcomes!r})"
 
 
-_new_outcome: Callable[[tuple[object, ...]], RecordOutcome] = partial(tuple.__new__, RecordOutcome)
+_new_outcome = positional(RecordOutcome)
 
 
 class Delivery(NamedTuple):
