@@ -155,9 +155,13 @@ class StoredMessage:
 class ReceiptHandle(NamedTuple):
     """Which delivery of which message (the storage half of a client receipt handle).
 
-    ``generation`` is the log index of the command that granted the lease; a
-    later grant makes older handles stale. A named tuple: one per acked message
-    on each side of an ack call, packed as it is (the same array a dataclass was).
+    ``generation`` is the log index of the command that granted the lease (a
+    receive, or a change of invisible duration); a later grant makes older
+    handles stale. The consumer group is named by the request or command that
+    presents the handle. The same handle travels in this API and in a storage
+    group's log (``storage_node.partition.commands``). A named tuple: one per
+    delivered and per acked message, built in one step and packed as it is
+    (the array ``[topic, queue_id, queue_offset, generation]``).
     """
 
     topic: str

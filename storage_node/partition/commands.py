@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import msgpack
 
@@ -47,6 +47,7 @@ from protocol.records import (
     encode_batch,
     encode_packed_batch,
 )
+from protocol.storage_api import ReceiptHandle
 from storage_node.errors import BadCommand, CommandCorrupted
 
 
@@ -72,25 +73,6 @@ class InitialPosition(enum.IntEnum):
 
     EARLIEST = 0  # the queue's first offset
     LATEST = 1  # the queue's end offset: only messages stored from now on
-
-
-class ReceiptHandle(NamedTuple):
-    """The storage half of a receipt handle: which delivery of which message.
-
-    ``generation`` is the log index of the command that granted the current
-    lease (a receive, or a change of invisible duration). Each grant has a new
-    generation, so a handle from an earlier grant is stale. The consumer group
-    is named by the command that presents the handle.
-
-    Immutable; a named tuple (one per delivered and per acked message, built
-    in one step) whose wire form is itself: msgpack packs it as the array
-    ``[topic, queue_id, queue_offset, generation]``.
-    """
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    generation: int
 
 
 @dataclass(frozen=True, slots=True)

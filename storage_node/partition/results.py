@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from protocol.errors import ErrorCode
 from protocol.positional import positional
+from protocol.storage_api import ReceiptHandle
 from protocol.vocabulary import Placement
-from storage_node.partition.commands import ReceiptHandle
 from storage_node.partition.queues import QueueEntry, RecordOutcome
 
 

@@ -40,6 +40,7 @@ from typing import cast
 from protocol import errors
 from protocol.filters import TagFilter
 from protocol.records import MessageRecord, RecordColumns
+from protocol.storage_api import ReceiptHandle
 from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import (
     BadCommand,
@@ -59,7 +60,6 @@ from storage_node.partition.commands import (
     DeadLetter,
     EndTransaction,
     NoteTransactionChecks,
-    ReceiptHandle,
     Receive,
     Release,
     Tick,

@@ -40,6 +40,7 @@ from typing import Any
 
 from protocol import errors
 from protocol.records import MessageRecord
+from protocol.storage_api import ReceiptHandle
 from protocol.vocabulary import Placement
 from raft.errors import ProposalDropped
 from raft.types import Entry, Ready, Role
@@ -50,7 +51,6 @@ from storage_node.partition.commands import (
     Append,
     ChangeInvisibleDuration,
     Command,
-    ReceiptHandle,
     Receive,
     decode,
     encode,

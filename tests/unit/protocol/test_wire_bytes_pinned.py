@@ -55,7 +55,7 @@ _RECORD = MessageRecord(
     "",
     "",
 )
-_HANDLE = partition.ReceiptHandle("orders", 3, 41, 977)
+_HANDLE = st.ReceiptHandle("orders", 3, 41, 977)
 
 PARTITION_COMMANDS: list[tuple[str, partition.Command]] = [
     ("append", partition.Append(1_700_000_000_123, (_RECORD, _RECORD._replace(message_id="m-2")))),

@@ -42,6 +42,7 @@ from hypothesis.stateful import (
 from protocol import errors
 from protocol.filters import TagFilter
 from protocol.records import MessageRecord
+from protocol.storage_api import ReceiptHandle
 from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import InvalidReceiptHandle, NotFound
 from storage_node.partition.commands import (
@@ -49,7 +50,6 @@ from storage_node.partition.commands import (
     CommitOffset,
     DeadLetter,
     EndTransaction,
-    ReceiptHandle,
     Tick,
     TrimQueue,
 )
