@@ -3,6 +3,8 @@
 The metadata state machine raises these from ``apply`` deterministically (every
 replica raises the same error for the same command) and changes nothing when it
 does, so the service can hand the error to the proposer and go on.
+
+PURE.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class DecodeFailed(NameserverError):
     code = errors.DECODE_FAILED
 
 
-class NotLeader(NameserverError):
-    """This nameserver does not lead; ``leader_hint`` is the leader's address ("" if unknown)."""
+class NameserverNotLeader(NameserverError):
+    """This nameserver does not lead its metadata group; ``leader_hint`` is the leader's
+    address ("" if unknown)."""
 
     code = errors.NOT_LEADER
 

@@ -27,9 +27,9 @@ from nameserver.service import (
     NameserverImpl,
     run_leader_duties,
 )
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
-from raft.logstore import LogStore
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
+from raft.wal.logstore import LogStore
 
 log = logging.getLogger("nameserver.server")
 

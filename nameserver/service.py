@@ -51,7 +51,7 @@ from nameserver.api_convert import (
     watch_batch_info,
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
-from nameserver.errors import BadRequest, NameserverError, NotLeader
+from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader
 from nameserver.moves import (
     EVACUATE_AFTER_MS_DEFAULT,
     MOVES_MAX_DEFAULT,
@@ -62,9 +62,8 @@ from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, Placemen
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
 from protocol.vocabulary import MessageType, Permission
-from raft.driver import Driver
-from raft.errors import NotLeader as RaftNotLeader
-from raft.errors import RaftError
+from raft.errors import RaftError, RaftNotLeader
+from raft.host.driver import Driver
 from raft.types import Entry, Snapshot
 
 _InCluster = TypeVar("_InCluster", r.Topic, r.ConsumerGroup)
@@ -165,11 +164,13 @@ class NameserverImpl:
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _not_leader(self) -> NotLeader:
+    def _not_leader(self) -> NameserverNotLeader:
         leader = self.driver.leader_of(GROUP_ID)
         hint = self.addresses.get(leader, "") if leader != self.driver.node_id else ""
         where = f"; the leader is {hint}" if hint else "; no leader is known yet"
-        return NotLeader(f"nameserver {self.driver.node_id} is not the leader{where}", hint)
+        return NameserverNotLeader(
+            f"nameserver {self.driver.node_id} is not the leader{where}", hint
+        )
 
     async def propose(self, command: c.Command) -> Applied:
         """Commit ``command`` through raft and return what applying it did here."""
@@ -180,7 +181,7 @@ class NameserverImpl:
         except RaftNotLeader:
             raise self._not_leader() from None
         except RaftError as exc:
-            raise NotLeader(f"the write was not committed ({exc}); retry", "") from None
+            raise NameserverNotLeader(f"the write was not committed ({exc}); retry", "") from None
         if isinstance(result, NameserverError):
             raise result
         assert isinstance(result, Applied)
@@ -193,7 +194,7 @@ class NameserverImpl:
         except RaftNotLeader:
             raise self._not_leader() from None
         except RaftError as exc:
-            raise NotLeader(f"leadership not confirmed ({exc}); retry", "") from None
+            raise NameserverNotLeader(f"leadership not confirmed ({exc}); retry", "") from None
         return self.machine.state
 
     # -- topics ----------------------------------------------------------------------

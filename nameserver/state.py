@@ -47,42 +47,37 @@ from nameserver.codec import from_wire, pack, to_wire, unpack_raw
 from nameserver.errors import (
     AlreadyExists,
     BadRequest,
-    ConsumerGroupNotFound,
     DecodeFailed,
     LeaseHeld,
     LeaseNotHeld,
-    NotFound,
-    TopicNotFound,
 )
+from nameserver.queries import HISTORY_MAX_DEFAULT, MetadataQueries, by_key
 from nameserver.records import (
     NO_NODE,
     Broker,
     Change,
     ChangeKind,
     Cluster,
-    ClusterStatus,
     ConsumerGroup,
-    Endpoint,
     Lease,
-    QueueRoute,
     RaftGroup,
     Record,
-    RetryPolicy,
     StorageNode,
     Topic,
-    TopicRoute,
-    WatchBatch,
     change_from_wire,
     change_to_wire,
 )
+from nameserver.validation import (
+    GROUP_COUNT_MAX,
+    REPLICATION_FACTOR_MAX,
+    check_address,
+    check_consumer_group,
+    check_lease_request,
+    check_range,
+    check_topic,
+)
 from protocol import routing
 
-GROUP_COUNT_MAX = 65_536
-REPLICATION_FACTOR_MAX = 7
-QUEUE_COUNT_MAX = 1024
-MAX_DELIVERY_ATTEMPTS_MAX = 1000
-LEASE_NAME_LENGTH_MAX = 255
-HISTORY_MAX_DEFAULT = 10_000
 SNAPSHOT_VERSION = 1
 FIRST_GROUP_ID = 1
 """Raft group ids start at 1 (the raft WAL reserves group 0)."""
@@ -90,7 +85,6 @@ GROUP_ID_MAX = 2**32 - 1
 """The largest raft group id the raft WAL can record."""
 
 T = TypeVar("T")
-V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,26 +118,14 @@ class _Tables:
     leases: tuple[Lease, ...]
 
 
-class MetadataState:
+class MetadataState(MetadataQueries):
     """Clusters, storage nodes, brokers, topics, consumer groups, raft groups and
-    leases, changed only by :meth:`apply`."""
+    leases, changed only by :meth:`apply` (read by :class:`MetadataQueries`' methods)."""
 
     def __init__(self, history_max: int = HISTORY_MAX_DEFAULT) -> None:
-        if history_max < 1:
-            raise ValueError(f"history_max must be >= 1, got {history_max}")
-        self._history_max = history_max
-        self._revision = 0
-        # Every change with revision <= this may be missing from the history.
-        self._compacted_revision = 0
+        """An empty state keeping the last ``history_max`` changes for watchers."""
+        super().__init__(history_max)
         self._next_group_id = FIRST_GROUP_ID
-        self._clusters: dict[str, Cluster] = {}
-        self._storage_nodes: dict[int, StorageNode] = {}
-        self._brokers: dict[str, Broker] = {}
-        self._topics: dict[str, Topic] = {}
-        self._consumer_groups: dict[str, ConsumerGroup] = {}
-        self._raft_groups: dict[int, RaftGroup] = {}
-        self._leases: dict[str, Lease] = {}
-        self._history: deque[Change] = deque()
         self._pending: list[Change] = []
         self._handlers: dict[type, Callable[[Any], object]] = {
             c.CreateCluster: self._create_cluster,
@@ -166,11 +148,6 @@ class MetadataState:
         }
 
     # -- applying ------------------------------------------------------------------
-
-    @property
-    def revision(self) -> int:
-        """The revision of the last change applied (0 for an empty state)."""
-        return self._revision
 
     def apply(self, command: c.Command) -> Applied:
         """Apply one committed command; raise :class:`NameserverError` (changing
@@ -196,8 +173,8 @@ class MetadataState:
 
     def _create_cluster(self, command: c.CreateCluster) -> Cluster:
         names.validate_cluster(command.name)
-        _check_range("group_count", command.group_count, 1, GROUP_COUNT_MAX)
-        _check_range("replication_factor", command.replication_factor, 1, REPLICATION_FACTOR_MAX)
+        check_range("group_count", command.group_count, 1, GROUP_COUNT_MAX)
+        check_range("replication_factor", command.replication_factor, 1, REPLICATION_FACTOR_MAX)
         if command.name in self._clusters:
             raise AlreadyExists(f"cluster {command.name!r} exists already")
         if self._next_group_id + command.group_count - 1 > GROUP_ID_MAX:
@@ -221,7 +198,7 @@ class MetadataState:
         if command.node_id < 1:
             raise BadRequest(f"storage node id must be >= 1, got {command.node_id}")
         self.cluster(command.cluster)
-        _check_address(command.address)
+        check_address(command.address)
         known = self._storage_nodes.get(command.node_id)
         if known is None:
             node = StorageNode(
@@ -256,7 +233,7 @@ class MetadataState:
         if not command.broker_id:
             raise BadRequest("broker id is empty")
         self.cluster(command.cluster)
-        _check_address(command.address)
+        check_address(command.address)
         for group in command.producer_groups:
             names.validate_consumer_group(group)
         producer_groups = tuple(sorted(set(command.producer_groups)))
@@ -314,7 +291,7 @@ class MetadataState:
             command.retention_ms,
             command.permission,
         )
-        _check_topic(topic)
+        check_topic(topic)
         if command.name in self._topics:
             raise AlreadyExists(f"topic {command.name!r} exists already")
         self._topics[topic.name] = topic
@@ -330,7 +307,7 @@ class MetadataState:
             retention_ms=_or(command.retention_ms, known.retention_ms),
             permission=_or(command.permission, known.permission),
         )
-        _check_topic(topic)
+        check_topic(topic)
         if topic.queue_count != known.queue_count and routing.is_dead_letter_topic(topic.name):
             raise BadRequest(
                 f"topic {topic.name!r} is a dead-letter topic: it has one queue per raft "
@@ -361,7 +338,7 @@ class MetadataState:
             command.max_delivery_attempts,
             command.retry,
         )
-        _check_consumer_group(group)
+        check_consumer_group(group)
         if command.name in self._consumer_groups:
             raise AlreadyExists(f"consumer group {command.name!r} exists already")
         self._consumer_groups[group.name] = group
@@ -376,7 +353,7 @@ class MetadataState:
             max_delivery_attempts=_or(command.max_delivery_attempts, known.max_delivery_attempts),
             retry=_or(command.retry, known.retry),
         )
-        _check_consumer_group(group)
+        check_consumer_group(group)
         if group != known:
             self._consumer_groups[group.name] = group
             self._changed(ChangeKind.CONSUMER_GROUP, group.name, group)
@@ -483,7 +460,7 @@ class MetadataState:
     # -- leases ----------------------------------------------------------------------------
 
     def _acquire_lease(self, command: c.AcquireLease) -> Lease:
-        _check_lease_request(command.name, command.owner, command.ttl_ms)
+        check_lease_request(command.name, command.owner, command.ttl_ms)
         known = self._leases.get(command.name)
         if known is not None and known.owner != command.owner and known.expires_ms > command.now_ms:
             raise LeaseHeld(
@@ -501,7 +478,7 @@ class MetadataState:
         return lease
 
     def _renew_lease(self, command: c.RenewLease) -> Lease:
-        _check_lease_request(command.name, command.owner, command.ttl_ms)
+        check_lease_request(command.name, command.owner, command.ttl_ms)
         known = self._leases.get(command.name)
         if known is None or known.owner != command.owner:
             raise LeaseNotHeld(f"lease {command.name!r} is not held by {command.owner!r}")
@@ -521,164 +498,6 @@ class MetadataState:
         del self._leases[command.name]
         self._changed(ChangeKind.LEASE, command.name, None)
 
-    # -- queries ---------------------------------------------------------------------------
-
-    def cluster(self, name: str) -> Cluster:
-        """The cluster named ``name``; :class:`NotFound` if there is none."""
-        cluster = self._clusters.get(name)
-        if cluster is None:
-            raise NotFound(f"cluster {name!r} does not exist")
-        return cluster
-
-    def clusters(self) -> tuple[Cluster, ...]:
-        """Every cluster, by name."""
-        return _sorted(self._clusters)
-
-    def topic(self, name: str) -> Topic:
-        """The topic named ``name``; :class:`TopicNotFound` if there is none."""
-        topic = self._topics.get(name)
-        if topic is None:
-            raise TopicNotFound(f"topic {name!r} does not exist")
-        return topic
-
-    def topics(self) -> tuple[Topic, ...]:
-        """Every topic, by name."""
-        return _sorted(self._topics)
-
-    def consumer_group(self, name: str) -> ConsumerGroup:
-        """The consumer group ``name``; :class:`ConsumerGroupNotFound` if there is none."""
-        group = self._consumer_groups.get(name)
-        if group is None:
-            raise ConsumerGroupNotFound(f"consumer group {name!r} does not exist")
-        return group
-
-    def consumer_groups(self) -> tuple[ConsumerGroup, ...]:
-        """Every consumer group, by name."""
-        return _sorted(self._consumer_groups)
-
-    def storage_node(self, node_id: int) -> StorageNode:
-        """The storage node ``node_id``; :class:`NotFound` if it never registered."""
-        node = self._storage_nodes.get(node_id)
-        if node is None:
-            raise NotFound(f"storage node {node_id} is not registered")
-        return node
-
-    def storage_nodes(self) -> tuple[StorageNode, ...]:
-        """Every storage node, by id."""
-        return _sorted(self._storage_nodes)
-
-    def broker(self, broker_id: str) -> Broker:
-        """The broker ``broker_id``; :class:`NotFound` if it is not registered."""
-        broker = self._brokers.get(broker_id)
-        if broker is None:
-            raise NotFound(f"broker {broker_id!r} is not registered")
-        return broker
-
-    def brokers(self) -> tuple[Broker, ...]:
-        """Every broker, by id."""
-        return _sorted(self._brokers)
-
-    def brokers_for_producer_group(self, producer_group: str) -> tuple[Broker, ...]:
-        """The live brokers on which clients of ``producer_group`` hold a Telemetry stream."""
-        return tuple(
-            b for b in _sorted(self._brokers) if b.alive and producer_group in b.producer_groups
-        )
-
-    def raft_group(self, group_id: int) -> RaftGroup:
-        """The raft group ``group_id``; :class:`NotFound` if no cluster has it."""
-        group = self._raft_groups.get(group_id)
-        if group is None:
-            raise NotFound(f"raft group {group_id} does not exist")
-        return group
-
-    def groups_of_node(self, node_id: int) -> tuple[RaftGroup, ...]:
-        """The raft groups listing ``node_id`` as a replica, by id: what that
-        storage node should host (it reconciles its local groups to this)."""
-        return tuple(g for g in _sorted(self._raft_groups) if node_id in g.replicas)
-
-    def raft_groups(self, cluster: str) -> tuple[RaftGroup, ...]:
-        """The raft groups of one cluster, by id."""
-        found = self.cluster(cluster)
-        end = found.first_group_id + found.group_count
-        return tuple(self._raft_groups[g] for g in range(found.first_group_id, end))
-
-    def lease(self, name: str) -> Lease | None:
-        """The lease ``name`` as recorded (possibly expired: compare with now), or None."""
-        return self._leases.get(name)
-
-    def leases(self) -> tuple[Lease, ...]:
-        """Every recorded lease, by name."""
-        return _sorted(self._leases)
-
-    def queue_ids(self, topic: str) -> range:
-        """The queue ids of ``topic`` (for a dead-letter topic: its cluster's group ids)."""
-        found = self.topic(topic)
-        cluster = self._clusters[found.cluster]
-        return routing.queue_ids(
-            topic, found.queue_count, cluster.first_group_id, cluster.group_count
-        )
-
-    def group_of_queue(self, topic: str, queue_id: int) -> int:
-        """The raft group id serving one queue of a topic (see protocol.routing)."""
-        found = self.topic(topic)
-        ids = self.queue_ids(topic)
-        if queue_id not in ids:
-            raise BadRequest(
-                f"topic {topic!r} has queues {ids.start}..{ids.stop - 1}, not {queue_id}"
-            )
-        cluster = self._clusters[found.cluster]
-        return routing.group_id(topic, queue_id, cluster.first_group_id, cluster.group_count)
-
-    def route(self, topic: str) -> TopicRoute:
-        """Where each queue of ``topic`` is served: its group, leader and followers."""
-        found = self.topic(topic)
-        queues = []
-        for queue_id in self.queue_ids(topic):
-            group = self._raft_groups[self.group_of_queue(topic, queue_id)]
-            leader = self._endpoint(group.leader) if group.leader != NO_NODE else None
-            followers = tuple(
-                endpoint
-                for node_id in group.replicas
-                if node_id != group.leader and (endpoint := self._endpoint(node_id)) is not None
-            )
-            queues.append(QueueRoute(queue_id, group.group_id, group.term, leader, followers))
-        return TopicRoute(found, tuple(queues), self._revision)
-
-    def cluster_status(self, cluster: str) -> ClusterStatus:
-        """Everything known about one cluster."""
-        found = self.cluster(cluster)
-        return ClusterStatus(
-            found,
-            tuple(n for n in _sorted(self._storage_nodes) if n.cluster == cluster),
-            tuple(b for b in _sorted(self._brokers) if b.cluster == cluster),
-            self.raft_groups(cluster),
-            sum(1 for t in self._topics.values() if t.cluster == cluster),
-            sum(1 for g in self._consumer_groups.values() if g.cluster == cluster),
-            self._revision,
-        )
-
-    def changes_since(
-        self, revision: int, kinds: frozenset[ChangeKind] | None = None
-    ) -> WatchBatch:
-        """Every change with a revision above ``revision`` (of the given
-        ``kinds`` only, if given), oldest first, or ``resync_required`` when
-        some of them are no longer kept (or the watcher claims a revision this
-        state has not reached). The batch's ``revision`` is where to continue."""
-        if revision < self._compacted_revision or revision > self._revision:
-            return WatchBatch(self._revision, (), resync_required=True)
-        newer: list[Change] = []
-        for change in reversed(self._history):
-            if change.revision <= revision:
-                break
-            if kinds is None or change.kind in kinds:
-                newer.append(change)
-        newer.reverse()
-        return WatchBatch(self._revision, tuple(newer))
-
-    def _endpoint(self, node_id: int) -> Endpoint | None:
-        node = self._storage_nodes.get(node_id)
-        return None if node is None else Endpoint(node.node_id, node.address, node.alive)
-
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
@@ -687,13 +506,13 @@ class MetadataState:
             self._revision,
             self._compacted_revision,
             self._next_group_id,
-            _sorted(self._clusters),
-            _sorted(self._storage_nodes),
-            _sorted(self._brokers),
-            _sorted(self._topics),
-            _sorted(self._consumer_groups),
-            _sorted(self._raft_groups),
-            _sorted(self._leases),
+            by_key(self._clusters),
+            by_key(self._storage_nodes),
+            by_key(self._brokers),
+            by_key(self._topics),
+            by_key(self._consumer_groups),
+            by_key(self._raft_groups),
+            by_key(self._leases),
         )
         history = [change_to_wire(change) for change in self._history]
         return pack([SNAPSHOT_VERSION, to_wire(tables), history])
@@ -725,61 +544,6 @@ class MetadataState:
         return state
 
 
-# -- checks ---------------------------------------------------------------------------------
-
-
-def _check_range(what: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise BadRequest(f"{what} must be in [{low}, {high}], got {value}")
-
-
-def _check_address(address: str) -> None:
-    host, colon, port = address.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadRequest(f"address {address!r} is not host:port")
-
-
-def _check_topic(topic: Topic) -> None:
-    if not routing.is_dead_letter_topic(topic.name):
-        _check_range(f"topic {topic.name!r}: queue_count", topic.queue_count, 1, QUEUE_COUNT_MAX)
-    if topic.retention_ms < 1:
-        raise BadRequest(
-            f"topic {topic.name!r}: retention_ms must be >= 1, got {topic.retention_ms}"
-        )
-
-
-def _check_consumer_group(group: ConsumerGroup) -> None:
-    _check_range(
-        f"consumer group {group.name!r}: max_delivery_attempts",
-        group.max_delivery_attempts,
-        1,
-        MAX_DELIVERY_ATTEMPTS_MAX,
-    )
-    _check_retry(group.name, group.retry)
-
-
-def _check_retry(name: str, retry: RetryPolicy) -> None:
-    where = f"consumer group {name!r}: retry"
-    if retry.initial_backoff_ms < 0 or retry.max_backoff_ms < retry.initial_backoff_ms:
-        raise BadRequest(
-            f"{where} needs 0 <= initial_backoff_ms <= max_backoff_ms, got "
-            f"{retry.initial_backoff_ms} and {retry.max_backoff_ms}"
-        )
-    if not retry.multiplier >= 1.0:
-        raise BadRequest(f"{where} multiplier must be >= 1, got {retry.multiplier}")
-    if any(b < 0 for b in retry.backoff_ms):
-        raise BadRequest(f"{where} backoff_ms must all be >= 0, got {list(retry.backoff_ms)}")
-
-
-def _check_lease_request(name: str, owner: str, ttl_ms: int) -> None:
-    if not name or len(name) > LEASE_NAME_LENGTH_MAX:
-        raise BadRequest(f"lease name must be 1..{LEASE_NAME_LENGTH_MAX} characters")
-    if not owner:
-        raise BadRequest(f"lease {name!r}: owner is empty")
-    if ttl_ms < 1:
-        raise BadRequest(f"lease {name!r}: ttl_ms must be >= 1, got {ttl_ms}")
-
-
 def _is_newer(report: c.LeaderReport, known: RaftGroup) -> bool:
     """Raft has at most one leader per term: a report is news if its term is
     higher, or equal while no leader is recorded for that term."""
@@ -790,10 +554,6 @@ def _is_newer(report: c.LeaderReport, known: RaftGroup) -> bool:
 
 def _or(value: T | None, default: T) -> T:
     return default if value is None else value
-
-
-def _sorted(table: dict[Any, V]) -> tuple[V, ...]:
-    return tuple(table[key] for key in sorted(table))
 
 
 def _ids(ids: Iterable[int]) -> str:

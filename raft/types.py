@@ -215,7 +215,7 @@ class Ready:
     3. Apply ``snapshot`` then ``committed_entries`` to the state machine, in
        order, and serve ``read_states`` whose index has been applied. A
        CONF_CHANGE or CONF_CHANGE_V2 entry is applied with
-       ``apply_conf_change(raft.confchange.decode_entry(entry))``; persist the
+       ``apply_conf_change(raft.core.confchange.decode_entry(entry))``; persist the
        ConfState it returns (it is the membership at that index).
     """
 
@@ -267,7 +267,7 @@ class LogReader(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProgressStatus:
-    """The leader's view of one member (see raft.progress).
+    """The leader's view of one member (see raft.core.progress).
 
     ``state`` is "probe", "replicate" or "snapshot".
     """

@@ -28,14 +28,22 @@ from nameserver import names
 from nameserver.errors import NameserverError
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType, Permission
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 CALL_TIMEOUT_MS = 5000
 DEFAULT_CLUSTER = "DefaultCluster"
 
-MESSAGE_TYPES = {"normal": 1, "fifo": 2, "delay": 3, "transaction": 4}
-PERMISSIONS = {"none": 0, "w": 2, "r": 4, "rw": 6}
+# ``--type`` takes RocketMQ's enum spelling in any case (NORMAL, FIFO, DELAY, TRANSACTION).
+MESSAGE_TYPES = {kind.name.lower(): int(kind) for kind in MessageType}
+PERMISSIONS = {
+    "none": int(Permission.NONE),
+    "w": int(Permission.WRITE),
+    "r": int(Permission.READ),
+    "rw": int(Permission.READ_WRITE),
+}
+MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
 
 
@@ -146,7 +154,14 @@ def topic() -> None:
 @nameserver_option
 @cluster_option
 @click.option("--queues", type=click.IntRange(1, 1024), default=8, show_default=True)
-@click.option("--type", "message_type", type=click.Choice(sorted(MESSAGE_TYPES)), default="normal")
+@click.option(
+    "--type",
+    "message_type",
+    type=MESSAGE_TYPE_CHOICE,
+    default="normal",
+    show_default=True,
+    help="what the topic carries, in any case (NORMAL, FIFO, DELAY, TRANSACTION)",
+)
 @click.option("--retention-ms", type=click.IntRange(1), default=None, help="default: 3 days")
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default="rw", show_default=True)
 def topic_create(
@@ -171,7 +186,13 @@ def topic_create(
 @click.argument("name")
 @nameserver_option
 @click.option("--queues", type=click.IntRange(1, 1024), default=None, help="may only grow")
-@click.option("--type", "message_type", type=click.Choice(sorted(MESSAGE_TYPES)), default=None)
+@click.option(
+    "--type",
+    "message_type",
+    type=MESSAGE_TYPE_CHOICE,
+    default=None,
+    help="what the topic carries, in any case (NORMAL, FIFO, DELAY, TRANSACTION)",
+)
 @click.option("--retention-ms", type=click.IntRange(1), default=None)
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default=None)
 def topic_update(

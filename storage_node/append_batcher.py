@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from protocol.records import MessageRecord
-from raft.driver import Driver
+from raft.host.driver import Driver
 from storage_node.errors import BadCommand, StorageError
 from storage_node.partition.commands import Append, encode, encode_packed
 from storage_node.partition.results import AppendResult

@@ -2,6 +2,8 @@
 
 Callers decide by ``code`` and its flags (``retriable``, ``refresh_route``),
 never by the subclass.
+
+PURE.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ class SnapshotCorrupted(StorageError):
     code = errors.DECODE_FAILED
 
 
-class NotLeader(StorageError):
-    """This replica does not lead the queue's group; ``leader_hint`` is the leader's
-    address (empty when unknown). Retry there."""
+class StorageNotLeader(StorageError):
+    """This replica does not lead the queue's group (the storage side of raft's
+    RaftNotLeader); ``leader_hint`` is the leader's address (empty when unknown).
+    Retry there."""
 
     code = errors.NOT_LEADER
 

@@ -41,7 +41,7 @@ from angelia_rpc import AngeliaError
 from angelia_rpc.nameserver_client import NameserverClient
 from protocol import errors
 from protocol import nameserver_api as api
-from raft.node import RawNode
+from raft.core.node import RawNode
 from storage_node.config import GROUPS_DEFAULT, StorageConfig
 from storage_node.reporting import LeaderReporter, ReportBatch, rate_per_s
 from storage_node.service import FIRST_GROUP_ID, StorageNode

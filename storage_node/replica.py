@@ -12,10 +12,11 @@ from collections.abc import Callable
 from raft.types import Entry, Snapshot
 from storage_node.errors import OutOfOrderApply, StorageError
 from storage_node.partition.commands import Command, Op
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.image import IMAGE_MAGIC, decode_image, encode_image
 from storage_node.partition.queues import QueueId
 from storage_node.partition.snapshot import restore
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 from storage_node.store.base import BodyStore
 from storage_node.store.memory import MemoryBodyStore
 
@@ -26,8 +27,9 @@ FLOOR_CHECK_ENTRIES = 4_096
 (besides at each snapshot and restore): the pass costs one look at every referenced entry."""
 
 FLOOR_REFRESH_MS = 1_000
-"""And at most this long after it applied anything (:meth:`StorageNode.run_floor_keeper`), so
-a quiet group's floor follows its acks and does not pin the WAL's oldest segments."""
+"""And at most this long after it applied anything
+(:func:`storage_node.housekeeping.run_floor_keeper`), so a quiet group's floor follows its
+acks and does not pin the WAL's oldest segments."""
 
 
 class GroupReplica:

@@ -47,12 +47,13 @@ from angelia_rpc import AngeliaError, RpcConfig, Server
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
+from raft.core.node import RawNode
 from raft.errors import RaftError
-from raft.logstore import LogStore
-from raft.node import RawNode
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
+from raft.wal.logstore import LogStore
+from storage_node import housekeeping
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.reconcile import (
     LeaderView,
@@ -408,9 +409,13 @@ async def _serve_groups(
     try:
         address = await server.start(config.listen)
         await driver.start()
-        tasks.append(asyncio.create_task(node.run_timers(), name="storage-timers"))
-        tasks.append(asyncio.create_task(node.run_segment_indexer(), name="segment-indexer"))
-        tasks.append(asyncio.create_task(node.run_floor_keeper(), name="truncate-floors"))
+        tasks.append(asyncio.create_task(housekeeping.run_timers(node), name="storage-timers"))
+        tasks.append(
+            asyncio.create_task(housekeeping.run_segment_indexer(node), name="segment-indexer")
+        )
+        tasks.append(
+            asyncio.create_task(housekeeping.run_floor_keeper(node), name="truncate-floors")
+        )
         if client is not None:
 
             async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:

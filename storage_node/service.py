@@ -2,9 +2,10 @@
 
 :class:`StorageService` declares the methods (types in
 ``protocol.storage_api``); :class:`StorageNode` implements them over one
-:class:`raft.driver.Driver` whose groups each apply into a
+:class:`raft.host.driver.Driver` whose groups each apply into a
 :class:`GroupReplica` (a ``PartitionState`` plus what the host needs around
-it).
+it). Requests and responses are converted in :mod:`storage_node.api_convert`;
+the node's background loops are in :mod:`storage_node.housekeeping`.
 
 The host's duties of ``storage_node.partition`` and how they are met here:
 
@@ -14,7 +15,7 @@ The host's duties of ``storage_node.partition`` and how they are met here:
    :meth:`GroupReplica.apply`; a ``StorageError`` raised by apply is the
    proposer's result (raised to the caller), and apply goes on.
 3. Long polls: after each apply, receivers waiting on a grown queue wake.
-4. Timers: on the leader, :meth:`StorageNode.run_timers` proposes ``Tick``
+4. Timers: on the leader, :func:`storage_node.housekeeping.run_timers` proposes ``Tick``
    once a group's earliest held message is due.
 5-7. Snapshots and log truncation: the driver snapshots a group every
    ``snapshot_entries`` applied entries and when the WAL holds more than
@@ -42,28 +43,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
 from protocol.records import (
     MessageRecord,
-    RecordCorrupted,
     is_canonical,
     pack_items,
-    unpack_records,
 )
-from protocol.segments import SegmentCorrupted
 from protocol.storage_api import (
     AckOutcome,
     AckRequest,
     AckResponse,
-    AppendOutcome,
     AppendRequest,
     AppendResponse,
     CancelTimerRequest,
@@ -85,7 +81,6 @@ from protocol.storage_api import (
     QueueInfoResponse,
     ReadRequest,
     ReadResponse,
-    ReceiptHandle,
     ReceivedMessage,
     ReceiveRequest,
     ReceiveResponse,
@@ -93,21 +88,24 @@ from protocol.storage_api import (
     ScanTransactionsResponse,
     StoredMessage,
     from_record,
-    to_record,
 )
-from protocol.storage_api import ReceiptHandle as WireHandle
-from protocol.vocabulary import Placement
-from raft.driver import Driver
-from raft.errors import NotLeader as RaftNotLeader
-from raft.errors import RaftError
-from raft.logstore import LogStore
-from raft.node import RawNode
+from raft.core.node import RawNode
+from raft.errors import RaftError, RaftNotLeader
+from raft.host.driver import Driver
+from raft.wal.logstore import LogStore
+from storage_node.api_convert import (
+    append_records,
+    append_response,
+    from_wire_handle,
+    receive_command,
+    to_wire_handle,
+)
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
     GroupNotHosted,
-    NotLeader,
     StorageError,
+    StorageNotLeader,
 )
 from storage_node.partition.commands import (
     Ack,
@@ -117,15 +115,13 @@ from storage_node.partition.commands import (
     Command,
     CommitOffset,
     EndTransaction,
-    InitialPosition,
     NoteTransactionChecks,
-    Receive,
     Release,
     Tick,
     check_record,
     encode,
 )
-from storage_node.partition.queues import QueueEntry, QueueId, RecordOutcome
+from storage_node.partition.queues import QueueEntry, QueueId
 from storage_node.partition.reads import (
     EntryReader,
     fitting,
@@ -145,8 +141,8 @@ from storage_node.partition.results import (
     Result,
     TransactionChecksResult,
 )
-from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
-from storage_node.store.segment_files import index_segments, uncache_segments
+from storage_node.replica import GroupReplica
+from storage_node.store.segment_files import uncache_segments
 
 _log = logging.getLogger(__name__)
 
@@ -164,16 +160,6 @@ limit): messages granted past it are released at once. The first always goes."""
 QUEUE_INFO_WAIT_MS_MAX = 30_000
 """The longest a queue-info call waits for growth (``QueueInfoRequest.wait_ms``)."""
 
-TIMER_CHECK_MS = 20
-"""The longest the leader waits before looking for due timers of the groups it leads
-(it wakes at the earliest due time when that comes sooner): a timed message appended
-while it sleeps is released at most this late, plus one raft commit."""
-
-TICKS_IN_FLIGHT_MAX = 3
-"""Ticks of one group proposed and not yet applied, at most. A Tick releases what is due
-at its own time, so while one commits the next one (at least ``TIMER_CHECK_MS`` later)
-releases what fell due meanwhile: release lateness is not bounded below by commit latency."""
-
 SNAPSHOT_ENTRIES = 20_000
 """A group is snapshotted every this many applied entries (bounds the replay at restart)."""
 
@@ -183,9 +169,6 @@ KEEP_ENTRIES = 2_000
 WAL_RETAIN_BYTES = 256 << 20
 """Past this many bytes in live WAL segments, the groups pinning the oldest segments are
 snapshotted and compacted (never past their truncate floors): raft's compaction by WAL bytes."""
-
-SEGMENT_INDEX_CHECK_MS = 1_000
-"""How often sealed WAL segments without an index are looked for."""
 
 WAL_CACHED_BYTES = 256 << 20
 """Sealed WAL segments older than the newest this many bytes of them leave the page cache
@@ -256,7 +239,7 @@ class StorageNode:
             raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")
         node = self.driver.host.node(group_id)
         if not node.is_leader():
-            raise NotLeader(
+            raise StorageNotLeader(
                 f"node {self.driver.node_id} does not lead group {group_id}",
                 self._leader_hint(node.lead),
             )
@@ -271,7 +254,7 @@ class StorageNode:
         try:
             result = await self.driver.propose(group_id, data)
         except RaftNotLeader as exc:
-            raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+            raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         if isinstance(result, StorageError):
             raise result
         return cast(Result, result)
@@ -325,7 +308,7 @@ class StorageNode:
         """Store a batch of messages of one queue as one log entry."""
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
-        records, items = _append_records(request)
+        records, items = append_records(request)
         body_bytes = sum(map(len, map(_record_body, records)))
         if body_bytes > APPEND_BODY_BYTES_MAX:
             raise BadCommand(
@@ -334,14 +317,14 @@ class StorageNode:
         if items is not None or all(map(is_canonical, records)):
             # Joined with the group's other appends of this round into one entry,
             # applied by the leader without decoding (see append_batcher). Every
-            # record is of the request's queue (_append_records): only ids vary.
+            # record is of the request's queue (append_records): only ids vary.
             if not request.topic or request.queue_id < 0 or "" in map(_record_id, records):
                 for record in records:
                     check_record(record)  # names the record at fault
             try:
                 result, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
             except RaftNotLeader as exc:
-                raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+                raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         else:
             # Alone, and decoded on apply by every replica: a record of a wrong type
             # fails alike everywhere.
@@ -350,7 +333,7 @@ class StorageNode:
             assert isinstance(appended, AppendResult)
             result = appended
         self.appended_messages += len(records)
-        return _append_response(result, now_ms)
+        return append_response(result, now_ms)
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
         """Messages of a queue by offset, bounded by count and body bytes."""
@@ -403,7 +386,7 @@ class StorageNode:
             if idle_end is not None:  # nothing to hand out or change: no log entry
                 result: Result = ReceiveResult((), (), idle_end)
             else:
-                result = await self._propose(group_id, _receive_command(request, now_ms))
+                result = await self._propose(group_id, receive_command(request, now_ms))
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
             remaining_s = deadline - loop.time()
@@ -450,7 +433,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    _to_wire_handle(d.handle),
+                    to_wire_handle(d.handle),
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(
@@ -484,7 +467,7 @@ class StorageNode:
                 raise BadCommand(
                     f"handle of {handle.topic}:{handle.queue_id} in an ack of {topic}:{queue_id}"
                 )
-        handles = tuple(map(_from_wire_handle, request.handles))
+        handles = tuple(map(from_wire_handle, request.handles))
         result = await self._propose(group_id, Ack(self.now_ms(), request.group, handles))
         assert isinstance(result, AckResult)
         return AckResponse(
@@ -506,12 +489,12 @@ class StorageNode:
         group_id = self._group_of(handle.topic, handle.queue_id)
         self._led_replica(group_id)
         command = ChangeInvisibleDuration(
-            self.now_ms(), request.group, _from_wire_handle(handle), request.invisible_duration_ms
+            self.now_ms(), request.group, from_wire_handle(handle), request.invisible_duration_ms
         )
         result = await self._propose(group_id, command)
         assert isinstance(result, ChangeInvisibleDurationResult)
         return ChangeInvisibleResponse(
-            _to_wire_handle(result.handle), result.invisible_until_ms, result.delivery_attempt
+            to_wire_handle(result.handle), result.invisible_until_ms, result.delivery_attempt
         )
 
     async def commit_offset(
@@ -644,155 +627,6 @@ class StorageNode:
             list(result.noted), list(result.discarded), list(result.unknown)
         )
 
-    # --------------------------------------------------------------- timers
-    async def run_timers(self) -> None:
-        """Forever: on the groups this node leads, propose a Tick once a held message is due.
 
-        Ticks of a group are pipelined: another one is proposed ``TIMER_CHECK_MS``
-        after the last while messages are still held past their due time, up to
-        ``TICKS_IN_FLIGHT_MAX`` in flight (a Tick that finds nothing due releases nothing).
-        """
-        ticking: dict[int, list[int]] = {}  # group -> times of its Ticks in flight
-        wait_ms = TIMER_CHECK_MS
-        while True:
-            await asyncio.sleep(wait_ms / 1000)
-            now_ms = self.now_ms()
-            wait_ms = TIMER_CHECK_MS
-            for group_id, replica in self.replicas.items():
-                due_ms = replica.state.next_timer_due_ms()
-                if due_ms is not None and due_ms > now_ms:
-                    wait_ms = min(wait_ms, due_ms - now_ms)
-                if due_ms is None or due_ms > now_ms:
-                    continue
-                in_flight = ticking.get(group_id)
-                if in_flight and (
-                    len(in_flight) >= TICKS_IN_FLIGHT_MAX or now_ms - in_flight[-1] < TIMER_CHECK_MS
-                ):
-                    continue
-                if not self.driver.host.node(group_id).is_leader():
-                    continue
-                ticking.setdefault(group_id, []).append(now_ms)
-                future = self.driver.propose_nowait(group_id, encode(Tick(now_ms)))
-                future.add_done_callback(functools.partial(_ticked, group_id, now_ms, ticking))
-
-    async def run_floor_keeper(self) -> None:
-        """Forever: bring every group's truncate floor up to its state (raft compacts by it)."""
-        while True:
-            await asyncio.sleep(FLOOR_REFRESH_MS / 1000)
-            for replica in list(self.replicas.values()):
-                replica.maybe_refresh_floor()
-
-    async def run_segment_indexer(self) -> None:
-        """Forever: give every sealed WAL segment its index (in a worker thread)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(SEGMENT_INDEX_CHECK_MS / 1000)
-            try:
-                live = self.store.segment_seqs()  # on the loop: the driver changes them
-                await loop.run_in_executor(None, index_segments, self.store.directory / "wal", live)
-            except (OSError, SegmentCorrupted) as exc:
-                _log.error("indexing sealed WAL segments failed: %s", exc)
-
-
-def _receive_command(request: ReceiveRequest, now_ms: int) -> Receive:
-    return Receive(
-        now_ms=now_ms,
-        group=request.group,
-        topic=request.topic,
-        queue_id=request.queue_id,
-        max_messages=request.max_messages,
-        invisible_duration_ms=request.invisible_duration_ms,
-        max_delivery_attempts=request.max_delivery_attempts,
-        filter_expression=request.filter_expression,
-        fifo=request.fifo,
-        initial_position=(
-            InitialPosition.LATEST if request.start_at_latest else InitialPosition.EARLIEST
-        ),
-        attempt_id=request.attempt_id,
-    )
-
-
-def _ticked(
-    group_id: int, at_ms: int, ticking: dict[int, list[int]], future: asyncio.Future[object]
-) -> None:
-    in_flight = ticking.get(group_id)
-    if in_flight is not None:
-        with contextlib.suppress(ValueError):
-            in_flight.remove(at_ms)
-        if not in_flight:
-            del ticking[group_id]
-    if not future.cancelled() and future.exception() is not None:
-        _log.debug("timer tick of group %d failed: %s", group_id, future.exception())
-
-
-# Both handles are named tuples of the same four fields in the same order.
-_to_wire_handle: Callable[[ReceiptHandle], WireHandle] = WireHandle._make
-_from_wire_handle: Callable[[WireHandle], ReceiptHandle] = ReceiptHandle._make
-
-
-def _append_response(result: AppendResult, now_ms: int) -> AppendResponse:
-    """The answer to an append: in the queued form when every record was queued for
-    the first time at consecutive offsets (see ``AppendResponse``), else listed."""
-    run = result.queued_run()
-    if run is not None:
-        return AppendResponse([], now_ms, list(run.message_ids), run.first_offset)
-    outcomes = result.outcomes
-    first = outcomes[0].queue_offset if outcomes else -1
-    if (
-        first >= 0
-        and not any(map(_duplicate, outcomes))
-        and set(map(_placement, outcomes)) == _QUEUED_ONLY
-        and list(map(_queue_offset, outcomes)) == list(range(first, first + len(outcomes)))
-    ):
-        return AppendResponse([], now_ms, list(map(_message_id, outcomes)), first)
-    return AppendResponse(
-        [
-            AppendOutcome(o.message_id, int(o.placement), o.queue_offset, o.duplicate)
-            for o in outcomes
-        ],
-        now_ms,
-    )
-
-
-_duplicate = operator.itemgetter(RecordOutcome._fields.index("duplicate"))
-_placement = operator.itemgetter(RecordOutcome._fields.index("placement"))
-_queue_offset = operator.itemgetter(RecordOutcome._fields.index("queue_offset"))
-_message_id = operator.itemgetter(RecordOutcome._fields.index("message_id"))
-_QUEUED_ONLY = {Placement.QUEUED}
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))
 _record_id = operator.itemgetter(MessageRecord._fields.index("message_id"))
-_record_queue = operator.itemgetter(
-    MessageRecord._fields.index("topic"), MessageRecord._fields.index("queue_id")
-)
-
-
-def _append_records(request: AppendRequest) -> tuple[list[MessageRecord], bytes | None]:
-    """The records of an append, every one of its queue, and their packed arrays when
-    the request's ``records`` bytes may go into the log entry as they are."""
-    items: bytes | None = None
-    if request.records:
-        if request.messages:
-            raise BadCommand("an append carries messages or records, not both")
-        try:
-            packed = unpack_records(request.records)
-        except RecordCorrupted as exc:
-            raise BadCommand(f"the append's records: {exc}") from exc
-        records = list(packed.records)
-        items = packed.items
-    else:
-        records = []
-        for message in request.messages:
-            try:
-                records.append(to_record(message))
-            except ValueError as exc:
-                raise BadCommand(f"message {message.message_id!r}: {exc}") from exc
-    if not records:
-        raise BadCommand("an append needs at least one message")
-    queue = (request.topic, request.queue_id)
-    if any(map(queue.__ne__, map(_record_queue, records))):
-        stray = next(record for record in records if record[:2] != queue)
-        raise BadCommand(
-            f"message {stray.message_id!r} is for {stray.topic}:{stray.queue_id}, "
-            f"not {request.topic}:{request.queue_id}"
-        )
-    return records, items

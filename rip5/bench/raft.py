@@ -1,6 +1,6 @@
 """``rip5 bench raft``: committed entries/s, commit latency and failover time of the raft host.
 
-Three ``raft.host_process`` processes on 127.0.0.1 (fsync on: every round's
+Three ``rip5.bench.raft_host`` processes on 127.0.0.1 (fsync on: every round's
 WAL batch is fdatasync'ed before anything is sent or acknowledged) host G
 groups, each replicated on all three. One client process (uvloop) keeps
 ``in_flight`` propose calls open; each call carries ``batch`` entries of
@@ -31,8 +31,8 @@ from pathlib import Path
 import uvloop
 
 from angelia_rpc import AngeliaError
-from raft.host_cluster import HostSpec, LocalCluster
 from rip5.bench import harness
+from rip5.bench.raft_cluster import HostSpec, LocalCluster
 
 METRICS = (
     harness.Metric("entries_per_s", "committed entries/s"),

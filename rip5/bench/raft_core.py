@@ -15,8 +15,8 @@ import random
 import statistics
 import time
 
-from raft.memory_log import MemoryLog
-from raft.node import Config, RawNode
+from raft.core.memory_log import MemoryLog
+from raft.core.node import Config, RawNode
 from raft.types import ConfState, Message
 
 

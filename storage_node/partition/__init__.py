@@ -1,7 +1,8 @@
 """The partition (queue group) state machine: pure, applied from a raft group's log.
 
 Modules: ``commands`` (what the log holds; ``encode``/``decode``), ``state``
-(``PartitionState.apply_entry``/``apply`` and the read queries), ``results``
+(``PartitionState.apply_entry``/``apply``), ``queries`` (what it holds and
+the read queries), ``config`` (``PartitionConfig``), ``results``
 (what apply returns), ``snapshot`` (``take_snapshot``/``restore``), ``reads``
 (``record_at``: a queue entry's message from its log entry's bytes); inside:
 ``queues`` (queue index, dedup window), ``pop`` (leases, invisibility, FIFO),

@@ -30,9 +30,10 @@ import crc32c
 import msgpack
 
 from storage_node.errors import SnapshotCorrupted
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.pop import GroupQueue
 from storage_node.partition.queues import QueueEntry, QueueIndex
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
 
 SNAPSHOT_MAGIC = b"R5PS"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from protocol import segments
 from raft.errors import LogCompacted, LogUnavailable
-from raft.logstore import LogStore
+from raft.wal.logstore import LogStore
 from storage_node.errors import BodyUnavailable
 
 INDEX_SUFFIX = ".idx"
@@ -129,7 +129,7 @@ def uncache_segments(
     pages back for the next spare segment, if the spare takes them at once
     (freed pages are handed back to the host within seconds): the storage
     node runs this right before each spare segment's zero-fill
-    (``raft.driver.Driver.before_spare_fill``), in the thread that fills it.
+    (``raft.host.driver.Driver.before_spare_fill``), in the thread that fills it.
     Segments that old were indexed long before (the indexer runs every
     second). Reads of bodies older than the window come from the disk (the
     entry cache keeps the newest entries). Advisory only: the segments are

@@ -15,22 +15,30 @@ from protocol import errors
 from tests.contract.angelia_rig import Conformance, Req, Resp, Rig
 from tests.contract.test_angelia_conformance import config_for
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+
+def self_signed(folder: Path, name: str, *extensions: str) -> tuple[Path, Path]:
+    """A throwaway EC certificate for CN=localhost and its key, made by the openssl
+    command. A machine without openssl fails the test (``make system-deps`` installs it)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("the TLS tests need the openssl command; `make system-deps` installs it")
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(
+        [
+            openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+            "-subj", "/CN=localhost", *extensions,
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsConfig:
     folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed(folder, "cert", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1")
     return TlsConfig(cert_file=str(cert), key_file=str(key), ca_file=str(cert))
 
 
@@ -60,17 +68,7 @@ async def test_a_plaintext_client_cannot_talk_to_a_tls_server(rig: Rig) -> None:
 
 @pytest.fixture(scope="module")
 def untrusted_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp_path = tmp_path_factory.mktemp("other")
-    other = tmp_path / "other.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(tmp_path / "other.key"), "-out", str(other), "-days", "1",
-            "-subj", "/CN=localhost",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    other, _ = self_signed(tmp_path_factory.mktemp("other"), "other")
     return other
 
 

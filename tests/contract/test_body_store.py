@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from protocol.records import MessageRecord, encode_batch
-from raft.logstore import LogStore
 from raft.types import ConfState, Entry, Snapshot, SnapshotMetadata
+from raft.wal.logstore import LogStore
 from storage_node.errors import BodyUnavailable
 from storage_node.partition.commands import Op
 from storage_node.store.base import BodyStore

@@ -3,6 +3,7 @@ topics and consumer groups are created on first use, nothing configured."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rip5.dev import DevLayout
 from tests.e2e.test_official_client_cluster import ROOT, run_client_in
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,3 +50,55 @@ def test_rip5_dev_serves_the_official_client_with_auto_create(tmp_path: Path) ->
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest
+
+
+def test_a_healthy_dev_start_logs_no_warning(tmp_path: Path) -> None:
+    """From the first line until every raft group has a leader and the broker runs the
+    transaction check-back (which scans every group), nothing logs at WARNING or above."""
+    output = tmp_path / "dev.log"
+    with output.open("w") as sink:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "rip5", "dev", "--free-ports",
+                "--data-dir", str(tmp_path / "dev"), "--log-level", "info",
+            ],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+    try:
+        ready = re.compile(r"^nameserver \|.* msg=ready endpoint=(\S+)$", re.MULTILINE)
+        found = wait_until(
+            lambda: "rip5 dev ready" in (text := output.read_text()) and ready.search(text),
+            timeout_s=60,
+            what="rip5 dev ready",
+        )
+        assert isinstance(found, re.Match)
+        nameserver = found.group(1)
+
+        def every_group_led() -> bool:
+            status = subprocess.run(
+                [sys.executable, "-m", "rip5", "admin", "cluster", "status",
+                 "--nameserver", nameserver],
+                cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            groups = DevLayout(tmp_path).storage_groups  # what rip5 dev creates by default
+            led = f"raft groups: {groups} of {groups} placed, {groups} with a known leader"
+            return led in status.stdout
+
+        wait_until(every_group_led, timeout_s=60, what="every raft group led")
+        wait_until(
+            lambda: "transaction check-back owned here" in output.read_text(),
+            what="the broker's transaction check-back",
+        )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    text = output.read_text()
+    assert proc.returncode == 0, text
+    assert "rip5 dev | stopped" in text
+    noisy = [
+        line for line in text.splitlines() if re.search(r"level=(warning|error|critical)", line)
+    ]
+    assert noisy == [], "\n".join(noisy)

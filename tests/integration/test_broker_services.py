@@ -26,7 +26,7 @@ from protocol import storage_api as st
 from protocol.filters import TagFilter
 from protocol.vocabulary import MessageType
 from storage_node.config import StorageConfig
-from storage_node.errors import NotLeader
+from storage_node.errors import StorageNotLeader
 from storage_node.server import serve as serve_storage
 from tests.waiting import async_wait_until
 
@@ -184,12 +184,12 @@ class _Follower:
 
     async def append(self, request: st.AppendRequest, context: CallContext) -> st.AppendResponse:
         self.calls += 1
-        raise NotLeader("this node follows", self.leader)
+        raise StorageNotLeader("this node follows", self.leader)
 
     def __getattr__(self, name: str) -> object:
         async def refuse(request: object, context: CallContext) -> object:
             self.calls += 1
-            raise NotLeader("this node follows", self.leader)
+            raise StorageNotLeader("this node follows", self.leader)
 
         return refuse
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from angelia_rpc import AngeliaError
-from raft.host_cluster import HostSpec, LocalCluster
+from rip5.bench.raft_cluster import HostSpec, LocalCluster
 from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration

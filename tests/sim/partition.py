@@ -55,6 +55,7 @@ from storage_node.partition.commands import (
     decode,
     encode,
 )
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.image import decode_image, encode_image
 from storage_node.partition.queues import dead_letter_topic
 from storage_node.partition.reads import record_at
@@ -66,7 +67,7 @@ from storage_node.partition.results import (
     ReceiveResult,
 )
 from storage_node.partition.snapshot import restore, take_snapshot
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 from tests.sim.cluster import (
     CLIENT_ID_BASE,
     CommandClient,

@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raft.confchange import decode_entry
-from raft.config import Config
+from raft.core.confchange import decode_entry
+from raft.core.config import Config
+from raft.core.memory_log import MemoryLog
+from raft.core.node import RawNode
 from raft.errors import ProposalDropped
-from raft.memory_log import MemoryLog
-from raft.multiraft import needs_a_follower, split_early
-from raft.node import RawNode
+from raft.host.outgoing import needs_a_follower, split_early
 from raft.types import (
     ConfState,
     Entry,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from raft import leader
-from raft.core import Raft
-from raft.log import RaftLog
+from raft.core import leader
+from raft.core.log import RaftLog
+from raft.core.replica import Raft
 from raft.types import Message
 from tests.sim import replica as sim_replica
 from tests.sim.cluster import run_seed
@@ -158,7 +158,7 @@ def test_reads_served_without_a_quorum_check_are_caught(monkeypatch: pytest.Monk
     """Break the core on purpose: a leader answers ReadIndex at once (no heartbeat round).
 
     A deposed leader then serves stale reads; the linearizability check must
-    see them. (Patches a private function of raft.leader: adjust if it moves.)
+    see them. (Patches a private function of raft.core.leader: adjust if it moves.)
     """
 
     def answer_at_once(r: Raft, m: Message) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raft.confchange import decode_conf_change, decode_conf_change_v2
+from raft.core.confchange import decode_conf_change, decode_conf_change_v2
 from raft.types import (
     ConfState,
     Entry,

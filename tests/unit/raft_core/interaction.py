@@ -34,10 +34,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raft.confchange import decode_entry
+from raft.core.confchange import decode_entry
+from raft.core.memory_log import MemoryLog
+from raft.core.node import Config, RawNode
 from raft.errors import RaftError
-from raft.memory_log import MemoryLog
-from raft.node import Config, RawNode
 from raft.types import (
     ConfChange,
     ConfChangeTransition,

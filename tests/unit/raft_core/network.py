@@ -11,9 +11,9 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from raft.confchange import decode_entry
-from raft.memory_log import MemoryLog
-from raft.node import Config, RawNode
+from raft.core.confchange import decode_entry
+from raft.core.memory_log import MemoryLog
+from raft.core.node import Config, RawNode
 from raft.types import ConfState, Entry, EntryType, Message, MsgType, ReadState, Ready
 
 

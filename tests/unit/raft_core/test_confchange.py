@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raft.confchange import apply_change, decode_conf_change, encode_conf_change
+from raft.core.confchange import apply_change, decode_conf_change, encode_conf_change
+from raft.core.tracker import MembershipConfig
 from raft.errors import InvalidConfChange
-from raft.tracker import MembershipConfig
 from raft.types import ConfChange, ConfChangeType, ConfState
 
 
@@ -55,7 +55,7 @@ def test_unsafe_changes_are_refused() -> None:
 
 
 def test_v2_changes_round_trip_and_malformed_data_is_named() -> None:
-    from raft.confchange import decode_conf_change_v2, decode_entry, encode_conf_change_v2
+    from raft.core.confchange import decode_conf_change_v2, decode_entry, encode_conf_change_v2
     from raft.types import ConfChangeTransition, ConfChangeV2, Entry, EntryType
 
     change = ConfChangeV2(
@@ -75,7 +75,7 @@ def test_v2_changes_round_trip_and_malformed_data_is_named() -> None:
 
 
 def test_joint_configurations_are_entered_then_left() -> None:
-    from raft.confchange import apply_change_v2, enter_joint, leave_joint
+    from raft.core.confchange import apply_change_v2, enter_joint, leave_joint
     from raft.types import ConfChangeTransition, ConfChangeV2
 
     cfg = config({1, 2, 3})

@@ -31,7 +31,7 @@ def _add_learner(net: Network, snapshot_at_change: bool) -> None:
             net.process_ready(node_id)
         net.deliver()
     if snapshot_at_change:
-        # The host snapshots right at the applied change (as raft.multiraft does).
+        # The host snapshots right at the applied change (as raft.host.multiraft does).
         applied = leader.node.raft.log.applied
         leader.log.create_snapshot(applied, leader.conf_state, b"state")
     net.stabilize()

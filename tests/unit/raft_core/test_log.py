@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from raft.core.log import RaftLog, Unstable, limit_size
+from raft.core.memory_log import MemoryLog
 from raft.errors import LogCompacted, LogUnavailable, RaftError
-from raft.log import RaftLog, Unstable, limit_size
-from raft.memory_log import MemoryLog
 from raft.types import ConfState, Entry, Snapshot, SnapshotMetadata
 
 

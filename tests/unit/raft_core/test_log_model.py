@@ -11,8 +11,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raft.log import RaftLog
-from raft.memory_log import MemoryLog
+from raft.core.log import RaftLog
+from raft.core.memory_log import MemoryLog
 from raft.types import ConfState, Entry
 
 operations = st.lists(

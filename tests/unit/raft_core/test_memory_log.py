@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from raft.core.memory_log import MemoryLog
 from raft.errors import LogCompacted, LogUnavailable, RaftError
-from raft.memory_log import MemoryLog
 from raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMetadata
 
 CONF = ConfState(frozenset({1, 2, 3}))

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from raft.core.memory_log import MemoryLog
+from raft.core.node import Config, RawNode
 from raft.errors import BadMessage, ProposalDropped
-from raft.memory_log import MemoryLog
-from raft.node import Config, RawNode
 from raft.types import ConfState, Message, MsgType, Role
 from tests.unit.raft_core.network import Network
 

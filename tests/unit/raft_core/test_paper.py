@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from raft import leader
-from raft.config import Config
-from raft.core import Raft
+from raft.core import leader
+from raft.core.config import Config
+from raft.core.memory_log import MemoryLog
+from raft.core.node import RawNode
+from raft.core.progress import ProgressState
+from raft.core.replica import Raft
 from raft.errors import ProposalDropped, RaftError
-from raft.memory_log import MemoryLog
-from raft.node import RawNode
-from raft.progress import ProgressState
 from raft.types import (
     ConfChange,
     ConfChangeType,
@@ -196,7 +196,7 @@ def test_a_restart_refuses_a_commit_index_beyond_the_log() -> None:
 
 
 def test_an_unapplied_membership_change_blocks_campaigning() -> None:
-    from raft.confchange import encode_conf_change
+    from raft.core.confchange import encode_conf_change
 
     log = MemoryLog(voters(1, 2, 3))
     change = encode_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, 4))
@@ -404,7 +404,7 @@ def test_a_malformed_forwarded_conf_change_becomes_an_empty_entry() -> None:
 
 
 def test_auto_leave_waits_for_room_in_the_uncommitted_budget() -> None:
-    from raft.confchange import decode_entry
+    from raft.core.confchange import decode_entry
     from raft.types import ConfChangeTransition, ConfChangeV2
 
     log = MemoryLog(voters(1))

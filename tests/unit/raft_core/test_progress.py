@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raft.progress import Inflights, Progress, ProgressState
+from raft.core.progress import Inflights, Progress, ProgressState
 
 
 def test_inflights_fill_by_count_and_free_in_order() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raft.quorum import (
+from raft.core.quorum import (
     UNBOUNDED,
     VoteResult,
     joint_committed,

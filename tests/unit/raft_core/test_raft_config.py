@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raft.config import Config
+from raft.core.config import Config
 from raft.errors import InvalidConfig
 
 

@@ -23,9 +23,9 @@ import random
 
 import pytest
 
+from raft.core.memory_log import MemoryLog
+from raft.core.node import RawNode
 from raft.errors import ProposalDropped
-from raft.memory_log import MemoryLog
-from raft.node import RawNode
 from raft.types import (
     ConfChange,
     ConfChangeTransition,

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from angelia_rpc import RpcConfig, Server
 from angelia_rpc.ports import free_port
-from raft.angelia_transport import AngeliaTransport
+from raft.host.angelia_transport import AngeliaTransport
 from tests.waiting import async_wait_until
 
 

@@ -1,4 +1,4 @@
-"""raft.sync_thread: calls run in order on one thread; outcomes reach the loop."""
+"""raft.host.sync_thread: calls run in order on one thread; outcomes reach the loop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from raft.sync_thread import SyncThread
+from raft.host.sync_thread import SyncThread
 
 
 async def test_calls_run_in_order_on_one_thread_and_return_their_results() -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from raft import wire
-from raft.config import Config
-from raft.errors import NotLeader
-from raft.logstore import LogStore
-from raft.multiraft import MultiRaft, Outcome
-from raft.node import RawNode
+from raft.core.config import Config
+from raft.core.node import RawNode
+from raft.errors import RaftNotLeader
+from raft.host import wire
+from raft.host.group_state import Outcome
+from raft.host.multiraft import MultiRaft
 from raft.types import (
     ConfState,
     Entry,
@@ -25,6 +25,7 @@ from raft.types import (
     SnapshotMetadata,
     SoftState,
 )
+from raft.wal.logstore import LogStore
 
 
 def test_batch_roundtrip_keeps_every_field() -> None:
@@ -134,7 +135,7 @@ def test_rounds_driven_synchronously(tmp_path: Path) -> None:
     assert by_token["token-1"].error is None
     assert by_token["token-2"].error is None
     error = by_token["token-3"].error
-    assert isinstance(error, NotLeader)
+    assert isinstance(error, RaftNotLeader)
     assert error.leader == 1
     for node_id in (1, 2, 3):
         assert machines[node_id, 1].values == [b"one"]
@@ -144,7 +145,7 @@ def test_rounds_driven_synchronously(tmp_path: Path) -> None:
 
 def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
     """A follower catching up gets several batches, none above the byte budget."""
-    from raft.multiraft import Round, _Group
+    from raft.host.group_state import HostedGroup, Round
 
     host = MultiRaft(1)
     data = b"x" * 1000
@@ -159,7 +160,7 @@ def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
         )
         for i in range(20)
     ] + [Message(MsgType.HEARTBEAT, to=3, from_=1, term=1)]
-    group = _Group(7, None, None, (2, 3))  # type: ignore[arg-type]
+    group = HostedGroup(7, None, None, (2, 3))  # type: ignore[arg-type]
     rnd = Round([group], [Ready(messages=messages)], False, [], {})
     sent = list(host.outgoing(rnd, batch_bytes_max=25_000))
     to_2 = [wire.decode_batch(data) for to, data in sent if to == 2]
@@ -170,7 +171,8 @@ def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
 
 
 def test_only_a_settled_leaders_appends_and_heartbeats_go_before_the_fsync() -> None:
-    from raft.multiraft import Round, _Group, needs_a_follower, split_early
+    from raft.host.group_state import HostedGroup, Round
+    from raft.host.outgoing import needs_a_follower, split_early
 
     app = Message(MsgType.APP, to=2, from_=1, term=1)
     beat = Message(MsgType.HEARTBEAT, to=3, from_=1, term=1)
@@ -189,7 +191,7 @@ def test_only_a_settled_leaders_appends_and_heartbeats_go_before_the_fsync() -> 
     assert not needs_a_follower(joint)
 
     host = MultiRaft(1)
-    group = _Group(7, None, None, (2, 3), early_send=True)  # type: ignore[arg-type]
+    group = HostedGroup(7, None, None, (2, 3), early_send=True)  # type: ignore[arg-type]
     notice = wire.QuiesceNotice(7, 1, 4, 4)
     rnd = Round([group], [settled], True, [], {3: [notice]})
     early = [(to, wire.decode_batch(data)) for to, data in host.outgoing(rnd, part="early")]

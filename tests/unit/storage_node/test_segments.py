@@ -9,8 +9,8 @@ import pytest
 
 from protocol import segments
 from protocol.records import MessageRecord, encode_batch
-from raft.logstore import LogStore
 from raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMetadata
+from raft.wal.logstore import LogStore
 from storage_node.partition.commands import Op
 from storage_node.store import segment_files as segment_store
 from storage_node.store.segment_files import (

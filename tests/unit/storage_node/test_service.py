@@ -34,9 +34,10 @@ from protocol.storage_api import (
     from_record,
 )
 from protocol.storage_api import ReceiptHandle as WireHandle
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
-from raft.logstore import LogStore
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
+from raft.wal.logstore import LogStore
+from storage_node import housekeeping
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
 from storage_node.partition import state as partition_state
 from storage_node.replica import GroupReplica
@@ -61,7 +62,7 @@ async def one_node(data_dir: Path) -> AsyncIterator[StorageNode]:
         driver.add_group(group_id, [1], replica)
     node = StorageNode(driver, store, replicas, GROUPS, {1: "127.0.0.1:1"})
     await driver.start()
-    timers = asyncio.create_task(node.run_timers())
+    timers = asyncio.create_task(housekeeping.run_timers(node))
     try:
         await async_wait_until(
             lambda: all(driver.host.node(g).is_leader() for g in replicas), 10, "leadership"

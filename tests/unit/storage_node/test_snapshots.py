@@ -24,6 +24,7 @@ import pytest
 
 from angelia_rpc import RpcConfig, Server
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.ports import free_port
 from protocol.storage_api import (
     AckRequest,
     AppendRequest,
@@ -32,11 +33,11 @@ from protocol.storage_api import (
     ReadRequest,
     ReceiveRequest,
 )
-from raft.angelia_transport import AngeliaTransport
-from raft.driver import Driver, DriverOptions
-from raft.host_cluster import free_port
-from raft.logstore import LogStore
-from storage_node.errors import NotLeader
+from raft.host.angelia_transport import AngeliaTransport
+from raft.host.driver import Driver, DriverOptions
+from raft.wal.logstore import LogStore
+from storage_node import housekeeping
+from storage_node.errors import StorageNotLeader
 from storage_node.partition.commands import Tick, encode
 from storage_node.replica import GroupReplica
 from storage_node.service import FIRST_GROUP_ID, StorageNode
@@ -94,7 +95,7 @@ async def storage_node(
         server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
         await server.start(addresses[node_id])
     await driver.start()
-    floors = asyncio.create_task(node.run_floor_keeper())
+    floors = asyncio.create_task(housekeeping.run_floor_keeper(node))
     try:
         yield Running(node, server)
     finally:
@@ -187,7 +188,7 @@ async def test_a_replica_that_was_down_catches_up_from_a_snapshot_with_bodies(
             )
             assert (info.first_offset, info.end_offset, info.timestamp_offset) == (0, 20, 0)
             if not late.node.driver.host.node(GROUP).is_leader():
-                with pytest.raises(NotLeader):
+                with pytest.raises(StorageNotLeader):
                     await read_all(late)
         async with storage_node(tmp_path / "n3", 3, addresses) as restarted:
             await async_wait_until(

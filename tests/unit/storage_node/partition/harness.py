@@ -14,6 +14,7 @@ from protocol.records import MessageRecord
 from protocol.storage_api import ReceiptHandle
 from storage_node.partition import commands
 from storage_node.partition.commands import Append, Command, Receive
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import QueueEntry
 from storage_node.partition.reads import record_at
 from storage_node.partition.results import (
@@ -23,7 +24,7 @@ from storage_node.partition.results import (
     Result,
 )
 from storage_node.partition.snapshot import restore, take_snapshot
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 
 
 def record(

@@ -8,8 +8,9 @@ from protocol.records import MessageRecord
 from protocol.vocabulary import Placement
 from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange, OutOfOrderApply
 from storage_node.partition.commands import Append, Tick
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.reads import record_at
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 
 from .harness import Harness, record
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.results import ReceiveResult
 from storage_node.partition.snapshot import restore, take_snapshot
-from storage_node.partition.state import PartitionConfig
 
 from .harness import Harness, record
 

@@ -53,6 +53,7 @@ from storage_node.partition.commands import (
     Tick,
     TrimQueue,
 )
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import dead_letter_topic
 from storage_node.partition.results import (
     ChangeInvisibleDurationResult,
@@ -61,7 +62,6 @@ from storage_node.partition.results import (
     TrimQueueResult,
 )
 from storage_node.partition.snapshot import take_snapshot
-from storage_node.partition.state import PartitionConfig
 
 from .harness import Harness, record
 

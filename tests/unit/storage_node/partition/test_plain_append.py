@@ -26,9 +26,10 @@ from protocol.records import (
 from protocol.vocabulary import MessageType, Placement
 from storage_node.partition import commands
 from storage_node.partition.commands import Append, Command, Tick
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.results import AppendResult, Result
 from storage_node.partition.snapshot import take_snapshot
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 
 START_MS = 1_000_000
 

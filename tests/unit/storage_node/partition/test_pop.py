@@ -15,13 +15,13 @@ from storage_node.partition.commands import (
     DeadLetter,
     InitialPosition,
 )
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.results import (
     AckOutcome,
     ChangeInvisibleDurationResult,
     CommitOffsetResult,
     DeadLetterResult,
 )
-from storage_node.partition.state import PartitionConfig
 
 from .harness import Harness, record
 

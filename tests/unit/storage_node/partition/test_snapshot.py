@@ -10,9 +10,10 @@ from protocol.storage_api import ReceiptHandle
 from protocol.vocabulary import MessageType
 from storage_node.errors import SnapshotCorrupted, StorageError
 from storage_node.partition import commands as c
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.results import Result
 from storage_node.partition.snapshot import restore, take_snapshot
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 
 from .harness import Harness, record
 

@@ -23,6 +23,7 @@ from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import StorageError
 from storage_node.partition import chunks
 from storage_node.partition import commands as c
+from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import QueueEntry, RecordOutcome
 from storage_node.partition.snapshot import (
     SNAPSHOT_MAGIC,
@@ -31,7 +32,7 @@ from storage_node.partition.snapshot import (
     restore,
     take_snapshot,
 )
-from storage_node.partition.state import PartitionConfig, PartitionState
+from storage_node.partition.state import PartitionState
 from storage_node.partition.wire import array_header, pack_items
 
 from .harness import record

@@ -1,0 +1,78 @@
+"""Recent entries of a node's groups kept in memory, under two budgets.
+
+The raft core reads back mostly what was just written (to send it, to apply
+it), so each group keeps its newest entries in ``GroupIndex.cache``
+(invariant: the entries from ``cache_from`` on, as far as the cache reaches,
+are exactly the group's log; anything before ``cache_from`` is read from
+disk). Two budgets bound it:
+
+- per group, ``bytes_per_group`` of entry data (trimmed in steps of a quarter
+  of it, not on every append);
+- per node, ``bytes_total``: with the per-group budget alone a node caches
+  ``groups x bytes_per_group`` (512 MiB at 1024 groups x 512 KiB), so every
+  entry written stayed in memory for minutes and the heap grew by the write
+  rate (page faults, cyclic GC over millions of entries).
+
+Eviction only ever drops a prefix of a group's cache, so the invariant holds.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from raft.types import Entry
+from raft.wal.group_index import GroupIndex
+
+
+class EntryCache:
+    """The node's entry cache policy over the groups' caches (see the module)."""
+
+    def __init__(self, bytes_per_group: int, bytes_total: int) -> None:
+        """Budgets in bytes of entry data."""
+        self.bytes_per_group = bytes_per_group
+        self.bytes_total = bytes_total
+        # Every run of entries cached, oldest first: (group, last index of the run,
+        # its bytes). ``_bytes`` is their sum; it may count entries already gone
+        # (truncated, compacted), which only makes eviction come a little early.
+        self._runs: deque[tuple[GroupIndex, int, int]] = deque()
+        self._bytes = 0
+
+    def add(self, g: GroupIndex, entries: Sequence[Entry]) -> None:
+        """``entries`` (consecutive, non-empty) were just appended to ``g``'s log: cache
+        them if they continue its cache, then keep both budgets."""
+        if g.cache_from + len(g.cache) == entries[0].index:
+            g.cache.extend(entries)
+            added = sum(len(entry.data) for entry in entries)
+            g.cache_bytes += added
+            self._note_run(g, entries[-1].index, added)
+        self._trim(g)
+
+    def _note_run(self, g: GroupIndex, last: int, added: int) -> None:
+        """Queue a run just cached; evict the oldest runs while over ``bytes_total``."""
+        runs = self._runs
+        runs.append((g, last, added))
+        self._bytes += added
+        while self._bytes > self.bytes_total and len(runs) > 1:
+            old, old_last, old_bytes = runs.popleft()
+            self._bytes -= old_bytes
+            drop = min(len(old.cache), old_last + 1 - old.cache_from)
+            if drop > 0:
+                cache = old.cache
+                old.cache_bytes -= sum([len(e.data) for e in cache[:drop]])
+                del cache[:drop]
+                old.cache_from += drop
+
+    def _trim(self, g: GroupIndex) -> None:
+        budget = self.bytes_per_group
+        if g.cache_bytes <= budget + (budget >> 2):
+            return  # trim in steps of a quarter of the budget, not on every append
+        drop = 0
+        cache = g.cache
+        while g.cache_bytes > budget and drop < len(cache):
+            g.cache_bytes -= len(cache[drop].data)
+            drop += 1
+        del cache[:drop]
+        g.cache_from += drop

@@ -1,0 +1,215 @@
+"""What a partition holds, and the read-only queries on it.
+
+:class:`PartitionQueries` keeps the queues, consumer groups, half messages and
+timers of one raft group, and answers the host's reads (offsets, entries,
+backlogs, leases, what the log must keep, timers and transactions due).
+:class:`storage_node.partition.state.PartitionState` adds apply, the only way
+the state changes. A query changes nothing.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from storage_node.errors import OffsetOutOfRange
+from storage_node.partition.config import PartitionConfig
+from storage_node.partition.dedup import DedupWindow
+from storage_node.partition.pop import GroupQueue, Lease
+from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex
+from storage_node.partition.timers import HeldMessage, TimerIndex
+from storage_node.partition.transactions import HalfMessage, HalfMessages
+
+_EMPTY = QueueIndex()
+
+GroupQueueKey = tuple[str, str, int]
+"""(consumer group, topic, queue id)."""
+
+
+class PartitionQueries:
+    """The state of one raft group's queues and the queries that read it."""
+
+    def __init__(self, config: PartitionConfig | None = None) -> None:
+        """An empty partition; ``config``: the constants its replicas share (defaults if None)."""
+        self.config = config or PartitionConfig()
+        self.applied_index = 0
+        self.clock_ms = 0
+        self.grown_queues: set[QueueId] = set()
+        self._queues: dict[QueueId, QueueIndex] = {}
+        self._groups: dict[GroupQueueKey, GroupQueue] = {}
+        self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
+        self._halves = HalfMessages()
+        self._timers = TimerIndex()
+
+    def idle_receive_end(self, group: str, topic: str, queue_id: int, now_ms: int) -> int | None:
+        """The queue's end offset if a receive by ``group`` proposed at ``now_ms`` would
+        hand out nothing and change nothing; None if it might (it must go through the log).
+
+        Conservative: a group that never received (its cursor starts with its first
+        receive), a due timer, an expired lease or any fresh offset all answer None.
+        So a leader may answer such a receive empty without proposing it: idle
+        consumers polling an empty queue then cost no log entry on any replica.
+        """
+        index = self._queues.get((topic, queue_id))
+        clock_ms = max(self.clock_ms, now_ms)
+        due_ms = self._timers.next_due_ms()
+        if due_ms is not None and due_ms <= clock_ms:
+            return None
+        if index is None:
+            return 0
+        group_queue = self._groups.get((group, topic, queue_id))
+        if group_queue is None or group_queue.has_candidates(
+            index.end_offset, clock_ms, self.config.receive_scan_max
+        ):
+            return None
+        return index.end_offset
+
+    def leased_count(self, group: str, topic: str, queue_id: int) -> int:
+        """How many messages of the queue ``group`` holds leases on (delivered and not
+        finished, invisible or expired): the only way the group can get messages of
+        the queue again without the queue growing is through these (a lease ending, a
+        FIFO message group they block being released, a change of invisibility)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return 0 if group_queue is None else len(group_queue.leases)
+
+    def queue_ids(self) -> list[QueueId]:
+        """Every queue with at least one message, sorted."""
+        return sorted(self._queues)
+
+    def end_offset(self, topic: str, queue_id: int) -> int:
+        """The offset the next message of the queue will get (0 for an unknown queue)."""
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.end_offset
+
+    def first_offset(self, topic: str, queue_id: int) -> int:
+        """The oldest offset still in the queue (older ones were trimmed)."""
+        index = self._queues.get((topic, queue_id))
+        return 0 if index is None else index.first_offset
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of the queue stored at or after ``timestamp_ms`` (end if none)."""
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        return index.offset_for_timestamp(timestamp_ms)
+
+    def entry(self, topic: str, queue_id: int, queue_offset: int) -> QueueEntry:
+        """Where the message at ``queue_offset`` lives; raises ``OffsetOutOfRange``."""
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.holds(queue_offset):
+            raise OffsetOutOfRange(
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}) "
+                f"of {topic}:{queue_id}"
+            )
+        return index.at(queue_offset)
+
+    def read(
+        self, topic: str, queue_id: int, queue_offset: int, count_max: int
+    ) -> Sequence[QueueEntry]:
+        """Up to ``count_max`` entries from ``queue_offset`` (the end offset gives none)."""
+        index = self._queues.get((topic, queue_id), _EMPTY)
+        if not index.first_offset <= queue_offset <= index.end_offset:
+            raise OffsetOutOfRange(
+                f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}] "
+                f"of {topic}:{queue_id}"
+            )
+        return index.read(queue_offset, count_max)
+
+    def min_log_index_referenced(self) -> int | None:
+        """The oldest log index a queue entry, half message or held message still needs.
+
+        Log entries below it hold no message anyone can read: with a snapshot
+        at or after it, the log may be truncated there. None: nothing is
+        referenced. Costs a pass over the held and half messages and one look
+        at each queue (a queue trimmed since its last look is passed over once);
+        call it when planning truncation, not per request.
+        """
+        mins = [index.min_log_index() for index in self._queues.values()]
+        indexes = [least for least in mins if least is not None]
+        indexes += [half.log_index for half in self._halves]
+        indexes += [held.log_index for held in self._timers.unordered()]
+        return min(indexes, default=None)
+
+    def referenced_log_indexes(self) -> set[int]:
+        """Every log index a queue entry, half message or held message names.
+
+        These APPEND entries must stay readable (in the log, or carried by a
+        group image); every other entry may go once a snapshot covers it.
+        The queues keep theirs per chunk of entries (with their snapshot
+        encoding): a call looks at the entries queued since the last one.
+        """
+        referenced: set[int] = set()
+        for index in self._queues.values():
+            referenced.update(*index.log_index_sets())
+        referenced.update(half.log_index for half in self._halves)
+        referenced.update(held.log_index for held in self._timers.unordered())
+        return referenced
+
+    def consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset below which every message is done for ``group`` (None: never consumed)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return None if group_queue is None else group_queue.consumer_offset()
+
+    def backlog(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
+        """(messages not yet done for ``group``, of which in flight now) in a queue.
+
+        A group that never consumed the queue counts every message still in it.
+        """
+        group_queue = self._groups.get((group, topic, queue_id))
+        end = self.end_offset(topic, queue_id)
+        if group_queue is None:
+            return end - self.first_offset(topic, queue_id), 0
+        clock_ms = self.clock_ms
+        in_flight = sum(1 for lease in group_queue.leases.values() if lease.is_invisible(clock_ms))
+        cursor = group_queue.cursor
+        behind = sum(1 for offset in group_queue.leases if offset < cursor)
+        return end - cursor - len(group_queue.done_ahead) + behind, in_flight
+
+    def lease(self, group: str, topic: str, queue_id: int, queue_offset: int) -> Lease | None:
+        """The group's current lease on a message, expired or not (None if none)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return None if group_queue is None else group_queue.leases.get(queue_offset)
+
+    def group_queues(self) -> list[GroupQueueKey]:
+        """Every (group, topic, queue id) with consumption state, sorted."""
+        return sorted(self._groups)
+
+    def next_timer_due_ms(self) -> int | None:
+        """When the earliest held message is due (the leader proposes a Tick then)."""
+        return self._timers.next_due_ms()
+
+    def held_messages(self) -> Iterator[HeldMessage]:
+        """Held delayed messages in release order."""
+        return iter(self._timers)
+
+    def half_message(self, transaction_id: str) -> HalfMessage | None:
+        """The unresolved half message of a transaction, if any."""
+        return self._halves.get(transaction_id)
+
+    def half_messages_due(
+        self, stored_before_ms: int, checked_before_ms: int, limit: int = 1000
+    ) -> list[HalfMessage]:
+        """Unresolved half messages to check back: stored before ``stored_before_ms``
+        and never checked or last checked before ``checked_before_ms``, oldest first."""
+        return self._halves.due(stored_before_ms, checked_before_ms, limit)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            group_queue.check_invariants(
+                self.first_offset(topic, queue_id), self.end_offset(topic, queue_id)
+            )
+        for queue, index in self._queues.items():
+            if not 0 <= index.first_offset <= index.end_offset:
+                raise AssertionError(
+                    f"{queue} has offsets [{index.first_offset}, {index.end_offset})"
+                )
+            if any(entry.log_index > self.applied_index for entry in index):
+                raise AssertionError(f"{queue} indexes an entry after the applied index")
+        for held in self._timers:
+            if held.due_ms <= self.clock_ms:
+                raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
+        self._dedup.check_invariants()
+
+    def dedup_size(self) -> int:
+        """How many message ids the dedup window remembers."""
+        return len(self._dedup)

@@ -1,0 +1,90 @@
+"""``rip5 admin topic create|update --type``: every spelling an operator may type, and a
+clear usage error for anything else. The nameserver call is replaced by a recorder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType
+from rip5 import admin
+
+
+class RecordingNameserver:
+    """Answers create_topic / update_topic with the topic the request describes."""
+
+    def __init__(self) -> None:
+        self.requests: list[object] = []
+
+    async def create_topic(self, request: api.CreateTopicRequest, **_: object) -> api.TopicResponse:
+        self.requests.append(request)
+        topic = api.TopicInfo(
+            request.name, request.cluster, request.queue_count, request.message_type, 1, 6
+        )
+        return api.TopicResponse(topic, 7)
+
+    async def update_topic(self, request: api.UpdateTopicRequest, **_: object) -> api.TopicResponse:
+        self.requests.append(request)
+        kind = request.message_type or int(MessageType.NORMAL)
+        return api.TopicResponse(api.TopicInfo(request.name, "c", 8, kind, 1, 6), 8)
+
+
+@pytest.fixture
+def nameserver(monkeypatch: pytest.MonkeyPatch) -> RecordingNameserver:
+    recorder = RecordingNameserver()
+
+    def run(address: str, method: Callable[[Any], Awaitable[object]]) -> object:
+        async def call() -> object:
+            return await method(recorder)
+
+        return asyncio.run(call())
+
+    monkeypatch.setattr(admin, "run", run)
+    return recorder
+
+
+SPELLINGS = [
+    (spelling, kind)
+    for kind in MessageType
+    for spelling in (kind.name, kind.name.lower(), kind.name.capitalize())
+]
+
+
+@pytest.mark.parametrize("command", ["create", "update"])
+@pytest.mark.parametrize(("spelling", "kind"), SPELLINGS)
+def test_the_v2_enum_spelling_is_taken_in_any_case(
+    nameserver: RecordingNameserver, command: str, spelling: str, kind: MessageType
+) -> None:
+    result = CliRunner().invoke(admin.topic, [command, "Orders", "--type", spelling])
+    assert result.exit_code == 0, result.output
+    (request,) = nameserver.requests
+    assert isinstance(request, api.CreateTopicRequest | api.UpdateTopicRequest)
+    assert request.message_type == int(kind)
+    assert kind.name.lower() in result.output  # the table names the type as stored
+
+
+def test_create_without_type_makes_a_normal_topic(nameserver: RecordingNameserver) -> None:
+    result = CliRunner().invoke(admin.topic, ["create", "Orders"])
+    assert result.exit_code == 0, result.output
+    assert nameserver.requests == [
+        api.CreateTopicRequest("Orders", admin.DEFAULT_CLUSTER, 8, int(MessageType.NORMAL), 0, 6)
+    ]
+
+
+@pytest.mark.parametrize("command", ["create", "update"])
+@pytest.mark.parametrize("value", ["TIMED", "MIXED", "", "fifo2"])
+def test_a_bad_type_is_a_usage_error_naming_the_allowed_ones(
+    nameserver: RecordingNameserver, command: str, value: str
+) -> None:
+    result = CliRunner().invoke(admin.topic, [command, "Orders", "--type", value])
+    assert result.exit_code == admin.EXIT_USAGE
+    assert "--type" in result.output
+    assert repr(value) in result.output
+    for kind in MessageType:
+        assert repr(kind.name.lower()) in result.output
+    assert nameserver.requests == []
