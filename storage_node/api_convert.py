@@ -16,13 +16,15 @@ from protocol.storage_api import (
     AppendOutcome,
     AppendRequest,
     AppendResponse,
+    ReceiptHandle,
     ReceiveRequest,
     to_record,
 )
 from protocol.storage_api import ReceiptHandle as WireHandle
+from protocol.vocabulary import Placement
 from storage_node.errors import BadCommand
-from storage_node.partition.commands import InitialPosition, ReceiptHandle, Receive
-from storage_node.partition.queues import Placement, RecordOutcome
+from storage_node.partition.commands import InitialPosition, Receive
+from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.results import AppendResult
 
 # Both handles are named tuples of the same four fields in the same order.
