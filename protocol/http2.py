@@ -44,6 +44,8 @@ WINDOW_MAX = 2**31 - 1
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_BYTES = 16_384
 FRAME_HEADER_BYTES = 9
+FRAME_BYTES_LIMIT = 2**24 - 1
+"""The largest SETTINGS_MAX_FRAME_SIZE a peer may announce."""
 
 _FRAME = struct.Struct(">I B I")  # (length << 8 | type), flags, stream id
 _SETTING = struct.Struct(">HI")
@@ -145,6 +147,11 @@ def hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
 def literal(name: bytes, value: bytes) -> bytes:
     """A header field as a literal without indexing, with a literal name (no Huffman)."""
     return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+def header_block(fields: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """A header block of ``fields``, each a literal without indexing (see :func:`literal`)."""
+    return b"".join(literal(name, value) for name, value in fields)
 
 
 def literal_indexed_name(name_index: int, value: bytes) -> bytes:
