@@ -25,7 +25,8 @@ Contracts:
   are a PROTOCOL_ERROR. A stream over ``max_concurrent_streams`` is refused
   with RST_STREAM REFUSED_STREAM and not reported; so are streams the client
   opens after we sent GOAWAY.
-- Header blocks. Received blocks are decoded with one ``hpack.Decoder`` (every
+- Header blocks. Received blocks are decoded with one
+  :class:`protocol.hpack_decoder.HpackDecoder` (every
   block, whatever becomes of its stream, so its table stays in step with the
   peer's encoder), CONTINUATION frames joined (at most
   ``header_block_bytes_max`` bytes), padding and priority fields dropped.
@@ -67,12 +68,10 @@ PURE.
 
 from __future__ import annotations
 
-import hpack
-
+from protocol.hpack_decoder import HpackDecoder
 from protocol.http2 import (
     ACK,
     CANCEL,
-    COMPRESSION_ERROR,
     CONTINUATION,
     DATA,
     DEFAULT_FRAME_BYTES,
@@ -114,7 +113,6 @@ from protocol.http2_events import (
     ConnectionTerminated,
     DataReceived,
     Event,
-    Headers,
     PingReceived,
     RequestReceived,
     ResponseReceived,
@@ -194,7 +192,7 @@ class Http2Connection:
         self.max_concurrent_streams = max_concurrent_streams
         self.header_block_bytes_max = header_block_bytes_max
         self._update_at = window_bytes // 2  # give a window back once this much is used
-        self._decoder = hpack.Decoder()
+        self._decoder = HpackDecoder()
         self._streams: dict[int, _Stream] = {}
         # The streams with bytes (and perhaps their end) waiting for a window: a
         # WINDOW_UPDATE looks at these only.
@@ -368,10 +366,6 @@ class Http2Connection:
         except FrameError as exc:
             self._fail(exc.code, str(exc))
             raise
-        except hpack.HPACKError as exc:
-            error = FrameError(COMPRESSION_ERROR, f"a header block: {exc}")
-            self._fail(error.code, str(error))
-            raise error from exc
         return events
 
     def _read_preface(self, inbound: bytearray) -> bool:
@@ -481,7 +475,7 @@ class Http2Connection:
 
     def _on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         # Decoded first, whatever becomes of the stream: the table follows the peer's.
-        headers: Headers = self._decoder.decode(block, raw=True)  # type: ignore[assignment]
+        headers = self._decoder.decode(block)
         end_stream = bool(flags & END_STREAM)
         stream = self._streams.get(stream_id)
         if stream is not None:
