@@ -73,6 +73,7 @@ class HpackDecoder:
 
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         fields: list[tuple[bytes, bytes]] = []
+        table = self._table
         list_bytes = 0
         size = len(block)
         i = 0
@@ -83,7 +84,13 @@ class HpackDecoder:
                 i += 1
                 if index == 0x7F:
                     index, i = _integer(block, i, index)
-                field = self._entry(index)
+                # The lookups of _entry, inline: most of a request's fields come this way.
+                if 0 < index <= _STATIC_COUNT:
+                    field = _STATIC[index - 1]
+                elif _STATIC_COUNT < index <= _STATIC_COUNT + len(table):
+                    field = table[len(table) + _STATIC_COUNT - index]
+                else:
+                    field = self._entry(index)  # raises: out of range
             else:
                 if first & 0x40:  # a literal that joins the table (6.2.1)
                     index = first & 0x3F

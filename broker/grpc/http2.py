@@ -97,8 +97,15 @@ _PREFIX = struct.Struct(">BI")  # a gRPC message: compressed flag, length
 # ":status: 200" is entry 8 of HPACK's static table, "content-type" entry 31.
 _RESPONSE_HEADERS = b"\x88" + http2.literal_indexed_name(31, b"application/grpc")
 _STATUS_OK = http2.literal(b"grpc-status", b"0")
-_RESERVED = frozenset(
-    {"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"}
+_RESERVED = frozenset(  # request headers that are not the call's metadata
+    {
+        b"content-type",
+        b"te",
+        b"grpc-timeout",
+        b"grpc-encoding",
+        b"grpc-accept-encoding",
+        b"user-agent",
+    }
 )
 _TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _END = object()  # the end of a request stream
@@ -315,19 +322,20 @@ class _Connection(asyncio.Protocol):
         metadata: list[tuple[str, str | bytes]] = []
         encoding = ""
         for raw_name, raw_value in headers:
-            name = raw_name.decode("ascii", "replace")
-            if name == ":path":
-                path = raw_value.decode("ascii", "replace")
-            elif name == "grpc-timeout":
-                deadline = _deadline(raw_value.decode("ascii", "replace"))
-            elif name == "grpc-encoding":
-                encoding = raw_value.decode("ascii", "replace")
-            elif name.startswith(":") or name in _RESERVED:
-                continue
-            elif name.endswith("-bin"):
-                metadata.append((name, _unbase64(raw_value)))
+            if raw_name[:1] == b":":
+                if raw_name == b":path":
+                    path = raw_value.decode("ascii", "replace")
+            elif raw_name in _RESERVED:
+                if raw_name == b"grpc-timeout":
+                    deadline = _deadline(raw_value.decode("ascii", "replace"))
+                elif raw_name == b"grpc-encoding":
+                    encoding = raw_value.decode("ascii", "replace")
             else:
-                metadata.append((name, raw_value.decode("latin-1")))
+                name = raw_name.decode("ascii", "replace")
+                if name.endswith("-bin"):
+                    metadata.append((name, _unbase64(raw_value)))
+                else:
+                    metadata.append((name, raw_value.decode("latin-1")))
         if self._server.stopping:
             self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
             return
