@@ -63,7 +63,7 @@ class FrameError(Exception):
         self.code = code
 
 
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+def frame(kind: int, flags: int, stream_id: int, payload: bytes | bytearray = b"") -> bytes:
     """One frame's bytes."""
     return _FRAME.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 

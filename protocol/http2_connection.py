@@ -156,9 +156,10 @@ class _Stream:
         self.local_closed = False  # we sent END_STREAM
         self.headers_received = False  # a header block came (the next one is trailers)
         self.headers_sent = False
-        # Bytes waiting for a window, then what follows them: END_STREAM on the last
-        # DATA frame (end_after) or a trailer block. Never both.
-        self.pending = b""
+        # Bytes waiting for a window (a bytearray once there are any: later sends
+        # append in place), then what follows them: END_STREAM on the last DATA frame
+        # (end_after) or a trailer block. Never both.
+        self.pending: bytes | bytearray = b""
         self.end_after = False
         self.trailers: bytes | None = None
 
@@ -595,7 +596,7 @@ class Http2Connection:
         except FrameError as exc:
             raise ValueError(str(exc)) from None
 
-    def _frame_data(self, stream: _Stream, data: bytes, end_stream: bool) -> None:
+    def _frame_data(self, stream: _Stream, data: bytes | bytearray, end_stream: bool) -> None:
         """Frame ``data`` as far as the windows allow; the rest waits in the stream."""
         size = len(data)
         stream_id = stream.stream_id
@@ -621,7 +622,7 @@ class Http2Connection:
         self._send_window -= offset
         stream.send_window -= offset
         if offset < size:
-            stream.pending = data[offset:]
+            stream.pending = bytearray(memoryview(data)[offset:])
             stream.end_after = end_stream
             self._blocked[stream_id] = stream
         elif end_stream:
