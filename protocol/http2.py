@@ -1,9 +1,10 @@
 """HTTP/2 frames as gRPC uses them (RFC 9113): splitting, building, and header literals.
 
-Shared by the broker's gRPC server and the load generator's lean client,
-which both read frames with ``struct`` instead of a general HTTP/2 library.
-HPACK decoding stays with the ``hpack`` library (it keeps the dynamic table);
-what this module encodes are literals that never touch a table
+The frame codec under ``protocol.http2_connection`` (the sans-IO connection
+of the broker's gRPC server and Angelia's http2 transport) and the load
+generator's lean client. HPACK decoding, which keeps the dynamic table, is
+``protocol.hpack_decoder``; what this module encodes are literals that never
+touch a table
 (RFC 7541 section 6.2.2, "without indexing", no Huffman), so an encoder
 needs no state and a decoder's table is never changed by them.
 
