@@ -352,8 +352,29 @@ def test_using_the_api_wrongly_is_a_clear_error() -> None:
     client.send_data(stream_id, b"", end_stream=True)
     with pytest.raises(ValueError, match="already ended"):
         client.send_data(stream_id, b"x")
+    with pytest.raises(ValueError, match="already ended"):
+        client.send_headers(stream_id, b"")
+    blocked = _server()
+    blocked.receive_data(
+        _request(1) + http2.frame(http2.SETTINGS, 0, 0, b"\0\4\0\0\0\0")  # windows of 0
+    )
+    blocked.send_headers(1, b"\x88")
+    blocked.send_data(1, b"waits")
+    with pytest.raises(ValueError, match="headers after data must end"):
+        blocked.send_headers(1, b"more headers")
+    assert blocked.send_window(1) == 0
+    blocked.reset_stream(1)
+    assert blocked.send_window(1) == 0  # closed
+    blocked.reset_stream(1)  # closed: nothing to do
+    assert _frames(blocked.data_to_send())[-1] == (
+        http2.RST_STREAM, 0, 1, http2.U32.pack(http2.CANCEL)
+    )  # fmt: skip
     with pytest.raises(ValueError, match="outside"):
         Http2Connection(client_side=True, frame_bytes_max=1000)
+    with pytest.raises(ValueError, match="outside"):
+        Http2Connection(client_side=True, window_bytes=1000)
+    with pytest.raises(ValueError, match="below 1"):
+        Http2Connection(client_side=False, max_concurrent_streams=0)
 
 
 _SETTINGS = http2.frame(http2.SETTINGS, 0, 0)
@@ -397,6 +418,23 @@ _PING = http2.frame(http2.PING, 0, 0, bytes(8))
          http2.FRAME_SIZE_ERROR),
         (_SETTINGS + _request(1, end_stream=True) + http2.frame(http2.DATA, 0, 1, b"x"),
          http2.STREAM_CLOSED),
+        (b"PRI * HTTP/2.0\r\n\r\nXX", http2.PROTOCOL_ERROR),
+        (_SETTINGS + http2.frame(http2.HEADERS, http2.END_HEADERS, 0, b"\x82"),
+         http2.PROTOCOL_ERROR),
+        (_SETTINGS + http2.frame(http2.HEADERS, 0, 1, b"\x82")
+         + http2.frame(http2.CONTINUATION, 0, 1, bytes(16_384)) * 65, http2.PROTOCOL_ERROR),
+        (_SETTINGS + http2.frame(http2.GOAWAY, 0, 1, bytes(8)), http2.PROTOCOL_ERROR),
+        (_SETTINGS + _request(1, end_stream=True) + _request(1), http2.STREAM_CLOSED),
+        (_SETTINGS + _request(1)
+         + http2.frame(http2.WINDOW_UPDATE, 0, 1, http2.U32.pack(http2.WINDOW_MAX)),
+         http2.FLOW_CONTROL_ERROR),
+        (_SETTINGS + _request(1)
+         + http2.frame(http2.WINDOW_UPDATE, 0, 1, http2.U32.pack(http2.WINDOW_MAX - 65_535))
+         + http2.frame(http2.SETTINGS, 0, 0, b"\0\4\0\1\0\0"), http2.FLOW_CONTROL_ERROR),
+        (_SETTINGS + _request(1) + http2.frame(http2.RST_STREAM, 0, 1, bytes(3)),
+         http2.FRAME_SIZE_ERROR),
+        (_SETTINGS + http2.frame(http2.SETTINGS, 0, 1), http2.PROTOCOL_ERROR),
+        (_SETTINGS + http2.frame(http2.SETTINGS, 0, 0, b"\0\2\0\0\0\2"), http2.PROTOCOL_ERROR),
     ],
     ids=[
         "not-a-preface", "first-frame-not-settings", "even-stream", "stray-continuation",
@@ -405,6 +443,9 @@ _PING = http2.frame(http2.PING, 0, 0, bytes(8))
         "settings-not-6-bytes", "settings-ack-with-payload", "bad-hpack", "window-overflow",
         "window-update-of-0", "short-window-update", "reset-stream-0", "reset-idle-stream",
         "short-goaway", "push-promise", "frame-too-large", "data-after-end-stream",
+        "bad-preface-start", "headers-on-stream-0", "header-block-too-large", "goaway-on-a-stream",
+        "headers-after-end-stream", "stream-window-overflow", "settings-overflow-a-stream-window",
+        "short-reset", "settings-on-a-stream", "enable-push-2",
     ],
 )  # fmt: skip
 def test_a_connection_error_queues_goaway_with_its_code_and_takes_no_more(
@@ -413,7 +454,7 @@ def test_a_connection_error_queues_goaway_with_its_code_and_takes_no_more(
     server = Http2Connection(client_side=False)
     server.initiate()
     server.data_to_send()
-    preface = b"" if data.startswith(b"GET") else http2.PREFACE
+    preface = b"" if data.startswith((b"GET", b"PRI")) else http2.PREFACE
     with pytest.raises(http2.FrameError) as caught:
         server.receive_data(preface + data)
     assert caught.value.code == code
@@ -458,3 +499,53 @@ def test_a_client_refuses_a_server_that_does_not_start_with_settings() -> None:
     client.receive_data(_SETTINGS)
     with pytest.raises(http2.FrameError, match="never opened"):  # a stream we did not open
         client.receive_data(http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\x88"))
+
+
+def test_frames_for_a_stream_already_closed_are_dropped_silently() -> None:
+    server = _server()
+    encoder = hpack.Encoder()
+    server.receive_data(_request(1, end_stream=True, encoder=encoder))
+    server.send_headers(1, b"\x88", end_stream=True)  # answered: closed both ways
+    server.data_to_send()
+    late = (
+        _request(1, encoder=encoder)  # decoded (the table follows), not reported
+        + http2.frame(http2.RST_STREAM, 0, 1, http2.U32.pack(http2.CANCEL))
+        + http2.frame(http2.WINDOW_UPDATE, 0, 1, http2.U32.pack(10))
+    )
+    assert server.receive_data(late) == []
+    assert server.receive_data(_request(3, encoder=encoder)) == [RequestReceived(3, REQUEST, False)]
+    client, _server_side = _pair()
+    stream_id = client.open_stream(http2.header_block(REQUEST))
+    client.reset_stream(stream_id)
+    block = http2.header_block(RESPONSE)
+    assert client.receive_data(http2.frame(http2.HEADERS, http2.END_HEADERS, 1, block)) == []
+
+
+def test_a_connection_window_update_serves_blocked_streams_in_order_while_it_lasts() -> None:
+    server = _server()
+    encoder = hpack.Encoder()
+    server.receive_data(
+        _request(1, encoder=encoder) + _request(3, encoder=encoder) + _request(5, encoder=encoder)
+    )
+    for stream_id in (1, 3, 5):
+        server.send_headers(stream_id, b"\x88")
+    server.send_data(1, b"a" * 65_535)  # the whole connection window
+    server.send_data(3, b"b" * 10)
+    server.send_data(5, b"c" * 10)
+    server.receive_data(http2.frame(http2.RST_STREAM, 0, 1, http2.U32.pack(http2.CANCEL)))
+    shrink = http2.settings_payload([(http2.SETTINGS_INITIAL_WINDOW_SIZE, 0)])
+    server.receive_data(http2.frame(http2.SETTINGS, 0, 0, shrink))  # streams 3 and 5: windows of 0
+    server.receive_data(http2.frame(http2.WINDOW_UPDATE, 0, 3, http2.U32.pack(4)))
+    server.data_to_send()
+    server.receive_data(http2.frame(http2.WINDOW_UPDATE, 0, 0, http2.U32.pack(6)))
+    # Stream 3 takes its 4; stream 5 has no window of its own.
+    assert [f for f in _frames(server.data_to_send()) if f[0] == http2.DATA] == [
+        (http2.DATA, 0, 3, b"bbbb")
+    ]
+    server.receive_data(http2.frame(http2.WINDOW_UPDATE, 0, 3, http2.U32.pack(100)))
+    server.receive_data(http2.frame(http2.WINDOW_UPDATE, 0, 5, http2.U32.pack(100)))
+    # The connection had 2 left: stream 3 takes them, and stream 5 waits for more.
+    assert [f for f in _frames(server.data_to_send()) if f[0] == http2.DATA] == [
+        (http2.DATA, 0, 3, b"bb")
+    ]
+    assert server.flow_blocked
