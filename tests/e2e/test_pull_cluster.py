@@ -43,6 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "shared": (1, NORMAL),
                 "mixed": (1, NORMAL),
                 "range": (1, NORMAL),
+                "filtered": (1, NORMAL),
             },
             {"puller": (False, 3), "mixed": (False, 3)},
         )
@@ -89,7 +90,12 @@ def _send(stub: Stub, topic: str, count: int, tag: str = "") -> list[str]:
 
 
 def _pull(
-    stub: Stub, topic: str, offset: int, queue_id: int = 0, group: str = "puller"
+    stub: Stub,
+    topic: str,
+    offset: int,
+    queue_id: int = 0,
+    group: str = "puller",
+    expression: str = "*",
 ) -> dict[str, Any]:
     """One PullMessage: its status, the messages' (offset, id), next_offset, and when it
     answered (seconds after the call)."""
@@ -98,7 +104,7 @@ def _pull(
         message_queue=_queue(topic, queue_id),
         offset=offset,
         batch_size=32,
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression=expression),
     )
     request.long_polling_timeout.FromSeconds(POLL_S)
     started = time.monotonic()
@@ -258,3 +264,19 @@ def test_an_offset_out_of_range_is_illegal_and_names_the_range(stubs: tuple[Stub
     assert "[0, 2]" in beyond["status"][1]
     assert (beyond["messages"], beyond["next_offset"]) == ([], 2)
     assert beyond["seconds"] < POLL_S  # answered at once
+
+
+def test_a_tag_filter_returns_only_matching_messages_and_moves_past_the_rest(
+    stubs: tuple[Stub, Stub],
+) -> None:
+    a, b = stubs
+    wanted = _send(a, "filtered", 2, tag="a")
+    _send(a, "filtered", 3, tag="b")
+    wanted += _send(a, "filtered", 1, tag="a")
+    _send(a, "filtered", 2, tag="b")
+    pulled = _pull(b, "filtered", 0, expression="a")
+    assert pulled["status"][0] == pb.OK
+    assert pulled["messages"] == list(zip([0, 1, 5], wanted, strict=True))
+    assert pulled["next_offset"] == 8  # past every offset the read looked at
+    later = _pull(b, "filtered", 2, expression="a")  # skips 2-4 in storage
+    assert (later["messages"], later["next_offset"]) == ([(5, wanted[2])], 8)
