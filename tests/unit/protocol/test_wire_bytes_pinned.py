@@ -284,8 +284,8 @@ GOLDEN_HEX: dict[str, str] = {
     "angelia/append-response-listed": "949194a36d2d3101ffc30590ff",
     "angelia/append-response-queued": "94900592a36d2d31a36d2d3228",
     "angelia/read-response": (
-        "93919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
-        "31110004a168a0a00029"
+        "96919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
+        "31110004a168a0a00029ffc40090"
     ),
     "angelia/receive-request": "9ca167a66f72646572730320cd753010a12ac2c2a000c3",
     "angelia/receive-response": (
@@ -367,3 +367,20 @@ def test_encoded_bytes_are_pinned(
         assert decode(golden) == golden
     else:
         assert decode(golden) == value
+
+
+# Bytes an older node wrote, before fields were appended to a type (with defaults): a
+# newer node must still decode them to the same value.
+OLDER_HEX: dict[str, str] = {
+    # ReadResponse before next_offset, records and stored_at (pull consumers).
+    "angelia/read-response": (
+        "93919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
+        "31110004a168a0a00029"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLDER_HEX))
+def test_older_encodings_still_decode(name: str) -> None:
+    (_, _, decode, value) = next(case for case in CASES if case[0] == name)
+    assert decode(bytes.fromhex(OLDER_HEX[name])) == value
