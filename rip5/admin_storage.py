@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -51,6 +52,8 @@ DEADLINE_MS = 15_000
 RESEND_CURSOR_GROUP = "rip5-admin-dlq-resend"
 """The consumer group whose committed offset in each dead-letter queue marks how far
 ``dlq resend`` got: a rerun starts there."""
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+"""The property naming the id a resent dead letter had (RocketMQ's name for it)."""
 RESEND_BATCH = 64
 """Dead letters read, resent and committed per step."""
 _POLICY = FailoverPolicy(0.05, 0.5, call_timeout_ms=CALL_TIMEOUT_MS)
@@ -285,10 +288,14 @@ class ClusterAdmin:
     async def resend_dead_letters(self, consumer_group: str) -> Resent:
         """Append the messages of ``%DLQ%<consumer_group>`` to their original topics.
 
-        Each dead letter goes back with its original message id, keys, tag,
-        message group and properties (a FIFO message to the queue its message
-        group hashes to, any other to the queue its id hashes to, so a message
-        resent twice lands in the same queue). The group's dead-letter queues
+        Each dead letter goes back as a new message with its original body, keys,
+        tag, message group and properties, plus ``ORIGIN_MESSAGE_ID`` (RocketMQ's
+        property for the id a retried message had). Its id is new (the original id
+        would be dropped by the storage's dedup window while the original is
+        remembered there) but fixed by the dead letter's place: the same dead
+        letter resent twice gets the same id, and lands in the same queue (a FIFO
+        message in the queue its message group hashes to, any other in the one its
+        id hashes to). The group's dead-letter queues
         (one per raft group) stay as they are: how far the resend got is kept as
         the committed offset of ``RESEND_CURSOR_GROUP`` in each of them, advanced
         after every appended batch. So a rerun resends only dead letters that
@@ -342,7 +349,7 @@ class ClusterAdmin:
             return None
         duplicates = 0
         for stored in batch.messages:
-            original = await self._original(stored.message)
+            original = await self._original(stored)
             duplicates += await self._append(original)
             by_topic[original.topic] = by_topic.get(original.topic, 0) + 1
         offset = batch.messages[-1].queue_offset + 1
@@ -350,21 +357,25 @@ class ClusterAdmin:
         await self.call_group(group_id, lambda stub, ms: stub.commit_offset(commit, timeout_ms=ms))
         return offset, duplicates
 
-    async def _original(self, dead: st.Message) -> st.Message:
-        """The message a dead letter was, bound for a queue of its original topic."""
+    async def _original(self, stored: st.StoredMessage) -> st.Message:
+        """The message a dead letter was, bound for a queue of its original topic, with
+        its id made from the dead letter's place (see :meth:`resend_dead_letters`)."""
+        dead = stored.message
         topic = dead.dead_letter_topic
         if not topic:
             raise ValueError(f"dead letter {dead.message_id} names no original topic")
         queues = [info.queue_id for info in (await self.route(topic)).queues]
         fifo = dead.message_type == MessageType.FIFO and dead.message_group
-        picked = queues[
-            group_queue_index(dead.message_group if fifo else dead.message_id, len(queues))
-        ]
+        origin_id = dead.dead_letter_message_id or dead.message_id
+        place = f"{origin_id}|{dead.topic}|{dead.queue_id}|{stored.queue_offset}"
+        message_id = "01" + hashlib.sha256(place.encode()).hexdigest()[:32].upper()
+        picked = queues[group_queue_index(dead.message_group if fifo else message_id, len(queues))]
         return dataclasses.replace(
             dead,
             topic=topic,
             queue_id=picked,
-            message_id=dead.dead_letter_message_id or dead.message_id,
+            message_id=message_id,
+            properties={**dead.properties, ORIGIN_MESSAGE_ID: origin_id},
             message_type=int(MessageType.FIFO if fifo else MessageType.NORMAL),
             delivery_timestamp_ms=0,
             dead_letter_topic="",
