@@ -24,12 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from protocol.records import MESSAGE_TYPES, MessageRecord, MessageType
+from protocol.positional import positional
+from protocol.records import MESSAGE_TYPES, MessageRecord
+from protocol.vocabulary import MessageType
 
 _set_attribute = object.__setattr__
 _NO_KEYS: list[str] = []
 _NO_PROPERTIES: dict[str, str] = {}
-_new_tuple = tuple.__new__
+_new_record = positional(MessageRecord)
 
 
 @dataclass(frozen=True, init=False)
@@ -105,8 +107,7 @@ def to_record(message: Message) -> MessageRecord:
     if message_type is None:
         message_type = MessageType(kind)  # anything but an int: as MessageType decides
     properties = message.properties
-    return _new_tuple(
-        MessageRecord,
+    return _new_record(
         (
             message.topic,
             message.queue_id,
@@ -154,9 +155,13 @@ class StoredMessage:
 class ReceiptHandle(NamedTuple):
     """Which delivery of which message (the storage half of a client receipt handle).
 
-    ``generation`` is the log index of the command that granted the lease; a
-    later grant makes older handles stale. A named tuple: one per acked message
-    on each side of an ack call, packed as it is (the same array a dataclass was).
+    ``generation`` is the log index of the command that granted the lease (a
+    receive, or a change of invisible duration); a later grant makes older
+    handles stale. The consumer group is named by the request or command that
+    presents the handle. The same handle travels in this API and in a storage
+    group's log (``storage_node.partition.commands``). A named tuple: one per
+    delivered and per acked message, built in one step and packed as it is
+    (the array ``[topic, queue_id, queue_offset, generation]``).
     """
 
     topic: str

@@ -100,9 +100,7 @@ from raft.wal.logstore import LogStore
 from storage_node.api_convert import (
     append_records,
     append_response,
-    from_wire_handle,
     receive_command,
-    to_wire_handle,
 )
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
@@ -441,7 +439,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    to_wire_handle(d.handle),
+                    d.handle,
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(
@@ -475,7 +473,7 @@ class StorageNode:
                 raise BadCommand(
                     f"handle of {handle.topic}:{handle.queue_id} in an ack of {topic}:{queue_id}"
                 )
-        handles = tuple(map(from_wire_handle, request.handles))
+        handles = tuple(request.handles)
         result = await self._propose(group_id, Ack(self.now_ms(), request.group, handles))
         assert isinstance(result, AckResult)
         return AckResponse(
@@ -497,12 +495,12 @@ class StorageNode:
         group_id = self._group_of(handle.topic, handle.queue_id)
         self._led_replica(group_id)
         command = ChangeInvisibleDuration(
-            self.now_ms(), request.group, from_wire_handle(handle), request.invisible_duration_ms
+            self.now_ms(), request.group, handle, request.invisible_duration_ms
         )
         result = await self._propose(group_id, command)
         assert isinstance(result, ChangeInvisibleDurationResult)
         return ChangeInvisibleResponse(
-            to_wire_handle(result.handle), result.invisible_until_ms, result.delivery_attempt
+            result.handle, result.invisible_until_ms, result.delivery_attempt
         )
 
     async def commit_offset(

@@ -20,7 +20,6 @@ from broker.domain import (
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
     QueueInfo,
     TopicInfo,
     new_message,
@@ -29,6 +28,7 @@ from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter
 from protocol.filters import TagFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.vocabulary import MessageType, Permission
 
 BROKER_NAME = "rip5"
 PUBLISH_BODY_BYTES_MAX = 4 * 1024 * 1024
@@ -80,6 +80,13 @@ def _check_digest(kind: int, checksum: str, body: bytes) -> None:
 
 
 _MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
+_V2_PERMISSIONS: dict[Permission, pb.Permission] = {
+    Permission.NONE: pb.NONE,
+    Permission.READ: pb.READ,
+    Permission.WRITE: pb.WRITE,
+    Permission.READ_WRITE: pb.READ_WRITE,
+}
+"""The v2 wire number of each permission (v2 numbers them apart from ``PermName``)."""
 _IDENTITY_ENCODINGS = (pb.IDENTITY, pb.ENCODING_UNSPECIFIED)
 
 
@@ -243,7 +250,7 @@ def message_queue_pb(
     return pb.MessageQueue(
         topic=pb.Resource(resource_namespace=namespace, name=topic.name),
         id=queue.queue_id,
-        permission=int(queue.permission),  # type: ignore[arg-type]
+        permission=_V2_PERMISSIONS[queue.permission],
         broker=pb.Broker(name=BROKER_NAME, id=0, endpoints=endpoints),
         accept_message_types=sorted(int(t) for t in topic.message_types),  # type: ignore[misc]
     )

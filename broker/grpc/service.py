@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from broker.domain import Placement
 from broker.errors import BrokerError, Reason, not_implemented, unsupported
 from broker.grpc import convert, wire
 from broker.grpc.status import ok, status_of
@@ -30,6 +29,7 @@ from broker.services.base import Clock
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
+from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.grpc")
 

@@ -64,17 +64,17 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
     PopResult,
     QueueRef,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType
 
 
 class Clock(Protocol):
@@ -110,7 +110,7 @@ class MetadataService(Protocol):
 class MessageStore(Protocol):
     """Queues and their consumer state (the storage nodes)."""
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue, atomically and durably; one result per message."""
         ...
 
@@ -148,7 +148,7 @@ class MessageStore(Protocol):
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Move a delivery to the group's dead-letter topic and finish it, as one step."""
         ...
 
@@ -174,7 +174,7 @@ class MessageStore(Protocol):
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit or roll back the half message ``message_id`` of ``queue``.
 
         After a commit: where the message went; after a rollback: None. Raises

@@ -28,21 +28,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
-    Placement,
     PoppedMessage,
     PopResult,
     QueueInfo,
     QueueRef,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType, Placement
 
 
 class MemoryMetadata:
@@ -208,20 +207,20 @@ class MemoryStore:
         """Unresolved half messages (for tests)."""
         return len(self._halves)
 
-    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> SendResult:
         log = self._log(queue)
         log.append(_Stored(message, now_ms))
         event = self._appended.pop(queue.topic, None)
         if event is not None:
             event.set()
-        return AppendResult(queue, len(log) - 1, now_ms)
+        return SendResult(queue, len(log) - 1, now_ms)
 
-    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> SendResult:
         """Queue ``message`` now, or hold it until its delivery time."""
         due_ms = message.delivery_timestamp_ms
         if due_ms is not None and due_ms > now_ms:
             heapq.heappush(self._held, (due_ms, next(self._arrivals), queue, message))
-            return AppendResult(queue, -1, now_ms, Placement.DELAYED)
+            return SendResult(queue, -1, now_ms, Placement.DELAYED)
         return self._queue_now(queue, message, now_ms)
 
     def _release_due(self) -> None:
@@ -235,7 +234,7 @@ class MemoryStore:
         """When the earliest held message is due, if any."""
         return self._held[0][0] if self._held else None
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue: queued, held until due, or held as half messages."""
         self.append_calls += 1
         self._release_due()
@@ -246,14 +245,14 @@ class MemoryStore:
                 key = (queue.topic, message.message_id)
                 if key not in self._halves:
                     self._halves[key] = _Half(queue, message, now_ms)
-                results.append(AppendResult(queue, -1, now_ms, Placement.HALF))
+                results.append(SendResult(queue, -1, now_ms, Placement.HALF))
             else:
                 results.append(self._place(queue, message, now_ms))
         return results
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit (queue or hold) or roll back (forget) a half message."""
         self._release_due()
         half = self._halves.get((queue.topic, message_id))
@@ -390,7 +389,7 @@ class MemoryStore:
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Copy the message to ``%DLQ%<group>`` and finish the delivery."""
         self._flight(group.name, queue, offset, generation)
         original = self._queues[queue][offset].message

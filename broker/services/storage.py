@@ -41,15 +41,7 @@ from typing import TypeVar
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, attempt_timeout_ms, call_leader
-from broker.domain import (
-    AppendResult,
-    GroupInfo,
-    HalfMessage,
-    Message,
-    Placement,
-    PopResult,
-    QueueRef,
-)
+from broker.domain import GroupInfo, HalfMessage, Message, PopResult, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.growth import GrowthWatch
@@ -59,7 +51,9 @@ from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import TagFilter
+from protocol.positional import positional
 from protocol.records import RecordCorrupted, pack_records, unpack_records
+from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")
@@ -70,10 +64,8 @@ REVISIT_MS = 1_000
 """The longest a long poll waits without popping again: redeliveries after an
 invisible time (which storage does not announce) are noticed within this."""
 _PLACEMENTS = {int(placement): placement for placement in Placement}
-_new_result: Callable[[tuple[object, ...]], AppendResult] = functools.partial(
-    tuple.__new__, AppendResult
-)
-"""An :class:`AppendResult` from its fields in order (one per stored message)."""
+_new_result = positional(SendResult)
+"""A :class:`SendResult` from its fields in order (one per stored message)."""
 PAUSE_FIRST_S = 0.02
 PAUSE_MAX_S = 0.5
 """A call's pauses between misses double from the first to the max."""
@@ -242,7 +234,7 @@ class StorageStore:
 
     # -- the port ---------------------------------------------------------------------
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue as one storage append (one raft entry)."""
         records = pack_records([convert.message_to_record(m, queue) for m in messages])
         request = st.AppendRequest(queue.topic, queue.queue_id, records=records)
@@ -268,7 +260,7 @@ class StorageStore:
             )
         else:
             results = [
-                AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
+                SendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
                 for outcome in response.listed
             ]
         if len(results) != len(messages):
@@ -412,7 +404,7 @@ class StorageStore:
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Move a delivery to ``%DLQ%<group>`` (the queue of its own raft group), then ack it."""
         generation, _ = await self.change_invisible(
             group.name, queue, offset, generation, self._deadline_ms * 2
@@ -511,7 +503,7 @@ class StorageStore:
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit or roll back a half message on its group's leader."""
         request = st.EndTransactionRequest(queue.topic, queue.queue_id, message_id, commit)
         try:
@@ -526,7 +518,7 @@ class StorageStore:
             raise
         if not response.committed:
             return None
-        return AppendResult(queue, response.queue_offset, 0, Placement(response.placement))
+        return SendResult(queue, response.queue_offset, 0, Placement(response.placement))
 
     async def _call_group(
         self,

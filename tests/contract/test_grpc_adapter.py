@@ -14,13 +14,14 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from broker.domain import GroupInfo, MessageType, QueueInfo, TopicInfo
+from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
+from protocol.vocabulary import MessageType
 
 pytestmark = pytest.mark.integration
 META = (("x-mq-client-id", "adapter-test-client"),)
