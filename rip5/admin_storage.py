@@ -42,7 +42,7 @@ from angelia_rpc.nameserver_client import NameserverClient
 from broker.processor.selector import group_queue_index
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
-from protocol.records import MessageType
+from protocol.vocabulary import MessageType
 from storage_node.partition.queues import dead_letter_topic
 
 T = TypeVar("T")
