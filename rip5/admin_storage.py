@@ -152,6 +152,13 @@ class ClusterAdmin:
             self._routes[topic] = route
         return route
 
+    async def require_group(self, consumer_group: str) -> None:
+        """Raise the nameserver's NOT_FOUND unless ``consumer_group`` exists."""
+        request = ns.NameRequest(consumer_group)
+        await self._nameserver.call(
+            lambda s: s.get_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
+        )
+
     async def group_ids(self) -> list[int]:
         """Every raft group of the cluster."""
         cluster = (await self.status()).cluster
@@ -219,6 +226,7 @@ class ClusterAdmin:
     async def group_lag(self, consumer_group: str, topic: str = "") -> list[Progress]:
         """``consumer_group``'s progress in every queue it consumed (with ``topic``: in
         every queue of the topic), sorted by topic and queue id."""
+        await self.require_group(consumer_group)
         group_ids = sorted(await self._topic_groups(topic)) if topic else await self.group_ids()
         request = st.GroupProgressRequest(0, consumer_group, topic)
 
@@ -247,6 +255,7 @@ class ClusterAdmin:
         at or after ``timestamp_ms`` (see the module docstring)."""
         if (to in ("earliest", "latest")) == (timestamp_ms >= 0):
             raise ValueError("reset to one of earliest, latest or a time")
+        await self.require_group(consumer_group)
         return [
             await self._reset_queue(info, consumer_group, topic, to, timestamp_ms)
             for info in (await self.route(topic)).queues

@@ -32,7 +32,7 @@ PURE.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -139,14 +139,30 @@ class KeyIndex:
         self, group_id: int, state: PartitionQueries, read: RecordReader, query: Query
     ) -> SearchResult:
         """The messages of group ``group_id`` (whose applied state is ``state``; records
-        read through ``read``) that match ``query``."""
+        read through ``read``) that match ``query``: :meth:`steps` run to the end."""
+        steps = self.steps(group_id, state, read, query)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: SearchResult = done.value
+                return result
+
+    def steps(
+        self, group_id: int, state: PartitionQueries, read: RecordReader, query: Query
+    ) -> Generator[None, None, SearchResult]:
+        """:meth:`search` one chunk at a time: yields after each chunk (at most
+        ``CHUNK_OFFSETS`` records read), so a caller on an event loop can let other work
+        run in between; returns the result. ``state`` may change between steps (appends,
+        trims): each step reads it afresh, and offsets trimmed meanwhile are skipped."""
         hits: list[Hit] = []
         budget = _Budget(self.scan_max)
         queues = [q for q in state.queue_ids() if not query.topic or q[0] == query.topic]
         for queue in queues:
-            first = state.first_offset(*queue)
             end = state.end_offset(*queue)
-            low = max(first, state.offset_for_timestamp(*queue, query.begin_ms))
+            low = max(
+                state.first_offset(*queue), state.offset_for_timestamp(*queue, query.begin_ms)
+            )
             high = end
             if query.end_ms < 2**62:
                 high = state.offset_for_timestamp(*queue, query.end_ms + 1)
@@ -154,11 +170,11 @@ class KeyIndex:
             while chunk * CHUNK_OFFSETS < high and len(hits) < query.limit:
                 if budget.spent:
                     return SearchResult(hits, budget.used, False)
+                first = state.first_offset(*queue)
                 chunk_low = max(chunk * CHUNK_OFFSETS, first)
-                chunk_high = (chunk + 1) * CHUNK_OFFSETS
-                if chunk_high <= end:  # sealed
+                if (chunk + 1) * CHUNK_OFFSETS <= end:  # sealed
                     index = self._chunk(group_id, queue, chunk, chunk_low, state, read, budget)
-                    found = [o for o in index.offsets(query) if low <= o < high and o >= first]
+                    found = [o for o in index.offsets(query) if max(low, first) <= o < high]
                 else:  # the open chunk: matched directly, not cached
                     start = max(chunk_low, low)
                     found = [
@@ -168,6 +184,7 @@ class KeyIndex:
                     ]
                 hits += [Hit(queue, offset) for offset in found[: query.limit - len(hits)]]
                 chunk += 1
+                yield
             if len(hits) >= query.limit:
                 break
         return SearchResult(hits, budget.used, True)

@@ -109,7 +109,7 @@ from storage_node.errors import (
     StorageError,
     StorageNotLeader,
 )
-from storage_node.key_index import KeyIndex, Query
+from storage_node.key_index import KeyIndex, Query, SearchResult
 from storage_node.partition.commands import (
     Ack,
     Append,
@@ -655,7 +655,15 @@ class StorageNode:
         def read(queue: QueueId, entries: Sequence[QueueEntry]) -> list[MessageRecord]:
             return self._records(group_id, queue, entries)
 
-        result = self.key_index.search(group_id, state, read, query)
+        # One chunk at a time, letting the loop run raft rounds and calls in between.
+        steps = self.key_index.steps(group_id, state, read, query)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: SearchResult = done.value
+                break
+            await asyncio.sleep(0)
         messages = []
         for queue, offset in result.hits:
             messages += self._stored(group_id, queue, offset, [state.entry(*queue, offset)])

@@ -45,7 +45,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "rewind": (2, NORMAL),
                 "poison": (1, NORMAL),
             },
-            {"lag-pop": (False, 16), "rewinder": (False, 16), "dlq-src": (False, 2)},
+            {
+                "lag-pop": (False, 16),
+                "lag-pull": (False, 16),
+                "rewinder": (False, 16),
+                "dlq-src": (False, 2),
+            },
         )
         yield local
     finally:
@@ -157,6 +162,13 @@ def test_lag_is_right_for_pop_consumers(cluster: LocalCluster) -> None:
     assert {q["topic"] for q in consumed} == {"progress"}
     assert _total(consumed, "lag") == 6
     assert "consumer group lag-pop: lag 6" in admin_text(cluster, "group", "lag", "lag-pop")
+
+    unknown = CliRunner().invoke(
+        cli.main, ["admin", "group", "lag", "nobody", "--nameserver", cluster.nameserver_address]
+    )
+    assert unknown.exit_code == 1
+    assert "NOT_FOUND" in unknown.output
+    assert "nobody" in unknown.output
 
 
 def test_lag_is_right_for_committed_offsets(cluster: LocalCluster) -> None:
