@@ -140,13 +140,7 @@ class KeyIndex:
     ) -> SearchResult:
         """The messages of group ``group_id`` (whose applied state is ``state``; records
         read through ``read``) that match ``query``: :meth:`steps` run to the end."""
-        steps = self.steps(group_id, state, read, query)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                result: SearchResult = done.value
-                return result
+        return run_to_end(self.steps(group_id, state, read, query))
 
     def steps(
         self, group_id: int, state: PartitionQueries, read: RecordReader, query: Query
@@ -215,6 +209,16 @@ class KeyIndex:
         while len(self._chunks) > self.chunks_max:
             self._chunks.popitem(last=False)
         return index
+
+
+def run_to_end(steps: Generator[None, None, SearchResult]) -> SearchResult:
+    """The remaining steps of a search (:meth:`KeyIndex.steps`) run; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: SearchResult = done.value
+            return result
 
 
 class _Budget:

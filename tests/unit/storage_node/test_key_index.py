@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 
 from protocol.records import MessageRecord
-from storage_node.key_index import CHUNK_OFFSETS, Hit, KeyIndex, Query, RecordReader, SearchResult
+from storage_node.key_index import CHUNK_OFFSETS, Hit, KeyIndex, Query, RecordReader, run_to_end
 from storage_node.partition.commands import TrimQueue
 from storage_node.partition.queues import QueueEntry, QueueId
 from tests.unit.storage_node.partition.harness import Harness, record
@@ -31,16 +31,6 @@ def _query(**fields: object) -> Query:
     }
     values.update(fields)
     return Query(**values)  # type: ignore[arg-type]
-
-
-def _run(steps: Generator[None, None, SearchResult]) -> SearchResult:
-    """The rest of a search's steps, run to its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: SearchResult = done.value
-            return result
 
 
 def _fill(harness: Harness, first: int, count: int, queue_id: int = 0) -> None:
@@ -73,7 +63,7 @@ def test_a_trim_between_steps_skips_the_offsets_it_removed() -> None:
     steps = index.steps(GROUP_ID, harness.state, _reader(harness), _query(key="k2"))
     next(steps)  # the first chunk is searched
     harness.apply(TrimQueue(harness.now_ms, "orders", 0, CHUNK_OFFSETS + 100))
-    offsets = [hit.queue_offset for hit in _run(steps).hits]
+    offsets = [hit.queue_offset for hit in run_to_end(steps).hits]
     expected_first = [o for o in range(CHUNK_OFFSETS) if o % 5 == 2]
     expected_rest = [o for o in range(CHUNK_OFFSETS + 100, 3 * CHUNK_OFFSETS) if o % 5 == 2]
     assert offsets == expected_first + expected_rest
