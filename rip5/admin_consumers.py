@@ -24,6 +24,7 @@ from rich.table import Table
 from angelia_rpc import AngeliaError
 from nameserver import names
 from protocol import errors
+from protocol.vocabulary import MessageType
 from rip5 import admin
 from rip5.admin_storage import ClusterAdmin, Found, Progress, QueryOutcome, Resent, Reset
 
@@ -207,6 +208,14 @@ def message_show(
         raise SystemExit(admin.EXIT_REFUSED)
 
 
+def _type_name(number: int) -> str:
+    """RocketMQ's name of a message type (the number if it has none)."""
+    try:
+        return MessageType(number).name
+    except ValueError:
+        return str(number)
+
+
 def _print_message(found: Found) -> None:
     document = found_json(found)
     table = Table(title=f"message {document['message_id']}", show_header=False)
@@ -222,7 +231,7 @@ def _print_message(found: Found) -> None:
         ),
         ("stored at", f"{_iso(stored_ms)} ({ago(stored_ms, now_ms)})"),
         ("born", f"{_iso(document['born_timestamp_ms'])} on {document['born_host'] or '-'}"),
-        ("type", str(document["message_type"])),
+        ("type", _type_name(document["message_type"])),
         ("tag", document["tag"] or "-"),
         ("keys", ", ".join(document["keys"]) or "-"),
         ("message group", document["message_group"] or "-"),
@@ -371,6 +380,10 @@ def group_reset_offset(
     for r in resets:
         table.add_row(str(r.queue_id), "-" if r.before < 0 else str(r.before), str(r.after))
     admin._print(table)
+    click.echo(
+        "messages in flight were released: those at or after the new offsets come again, "
+        "acks of their old receipt handles fail"
+    )
 
 
 @click.group()

@@ -124,6 +124,7 @@ def test_show_and_query_find_messages_sent_through_the_broker(cluster: LocalClus
     text = admin_text(cluster, "message", "show", ids[4])
     assert f"message {ids[4]}" in text
     assert "property origin" in text
+    assert "NORMAL" in text
     assert "body-4" in text
     assert " s ago" in text or " min ago" in text
     assert "orders key key-1: 4" in admin_text(
@@ -217,9 +218,11 @@ def test_reset_offset_makes_the_group_receive_again(cluster: LocalCluster) -> No
     stored = admin(cluster, "message", "query", "--topic", "rewind", "--key", "all")["messages"]
     times = sorted(m["store_timestamp_ms"] for m in stored)
     middle = times[len(times) // 2]
-    admin(
+    text = admin_text(
         cluster, "group", "reset-offset", "rewinder", "--topic", "rewind", "--to-time", _iso(middle)
     )
+    assert "consumer group rewinder reset on rewind" in text
+    assert "those at or after the new offsets come again" in text
     assert _total(_lag(cluster, "rewinder", "rewind"), "lag") == sum(t >= middle for t in times)
 
     latest = admin(
