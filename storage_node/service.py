@@ -664,9 +664,18 @@ class StorageNode:
                 result: SearchResult = done.value
                 break
             await asyncio.sleep(0)
-        messages = []
+        # The hits of a queue are read together: hits in one log entry decode it once.
+        by_queue: dict[QueueId, list[int]] = {}
         for queue, offset in result.hits:
-            messages += self._stored(group_id, queue, offset, [state.entry(*queue, offset)])
+            by_queue.setdefault(queue, []).append(offset)
+        messages = []
+        for queue, offsets in by_queue.items():
+            entries = [state.entry(*queue, offset) for offset in offsets]
+            records = self._records(group_id, queue, entries)
+            messages += [
+                StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+                for offset, entry, record in zip(offsets, entries, records, strict=True)
+            ]
         return QueryMessagesResponse(messages, result.scanned, result.complete)
 
     async def group_progress(
