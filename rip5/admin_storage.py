@@ -357,10 +357,14 @@ class ClusterAdmin:
         if not batch.messages:
             return None
         duplicates = 0
+        # One append per target queue (each in dead-letter order).
+        by_queue: dict[tuple[str, int], list[st.Message]] = {}
         for stored in batch.messages:
             original = await self._original(stored)
-            duplicates += await self._append(original)
+            by_queue.setdefault((original.topic, original.queue_id), []).append(original)
             by_topic[original.topic] = by_topic.get(original.topic, 0) + 1
+        for messages in by_queue.values():
+            duplicates += await self._append(messages)
         offset = batch.messages[-1].queue_offset + 1
         commit = st.CommitOffsetRequest(RESEND_CURSOR_GROUP, topic, queue_id, offset)
         await self.call_group(group_id, lambda stub, ms: stub.commit_offset(commit, timeout_ms=ms))
@@ -391,11 +395,13 @@ class ClusterAdmin:
             dead_letter_message_id="",
         )
 
-    async def _append(self, message: st.Message) -> int:
-        """Append one message to its queue; 1 if it was stored already (a duplicate)."""
-        route = await self.route(message.topic)
-        group_id = next(q.group_id for q in route.queues if q.queue_id == message.queue_id)
-        request = st.AppendRequest(message.topic, message.queue_id, [message])
+    async def _append(self, messages: list[st.Message]) -> int:
+        """Append messages of one queue as one batch; how many were stored already
+        (duplicates)."""
+        topic, queue_id = messages[0].topic, messages[0].queue_id
+        route = await self.route(topic)
+        group_id = next(q.group_id for q in route.queues if q.queue_id == queue_id)
+        request = st.AppendRequest(topic, queue_id, messages)
         response = await self.call_group(
             group_id, lambda stub, ms: stub.append(request, timeout_ms=ms)
         )

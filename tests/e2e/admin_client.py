@@ -60,31 +60,34 @@ def consume(port: int, group: str, topic: str, take: str, ack: str) -> dict[str,
         consumer.shutdown()
 
 
-def dead_letter(port: int, group: str, topic: str) -> dict[str, Any]:
-    """Send one message to ``topic``; ``group`` (max 2 attempts) fails it twice (its
-    invisibility cut to 1 s), then the next receive moves it to the dead-letter queue."""
+def dead_letter(port: int, group: str, topic: str, count: str) -> dict[str, Any]:
+    """Send ``count`` messages to ``topic``; ``group`` (max 2 attempts) fails each twice
+    (its invisibility cut to 1 s), then the next receives move them to the dead-letter
+    queue."""
     producer = Producer(_config(port), (topic,))
     producer.startup()
     try:
-        message = _message(topic, b"poison-body", tag="poison")
-        message.keys = "poison-key"
-        message.add_property("origin", "admin-test")
-        message_id = producer.send(message).message_id
+        ids = []
+        for i in range(int(count)):
+            message = _message(topic, f"poison-{i}".encode(), tag="poison")
+            message.keys = "poison-key"
+            message.add_property("origin", "admin-test")
+            ids.append(producer.send(message).message_id)
     finally:
         producer.shutdown()
     consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
     consumer.startup()
     try:
-        attempts: list[int] = []
+        attempts: dict[str, list[int]] = {message_id: [] for message_id in ids}
         deadline = time.monotonic() + DEADLINE_S
-        while len(attempts) < 2 and time.monotonic() < deadline:
+        while any(len(a) < 2 for a in attempts.values()) and time.monotonic() < deadline:
             for received in consumer.receive(32, 10):
-                attempts.append(received.delivery_attempt)
+                attempts[received.message_id].append(received.delivery_attempt)
                 consumer.change_invisible_duration(received, 1)
         after = [m.message_id for m in consumer.receive(32, 10)]
     finally:
         consumer.shutdown()
-    return {"id": message_id, "attempts": attempts, "after_max": after}
+    return {"ids": ids, "attempts": attempts, "after_max": after}
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from protocol import storage_api as st
 from rip5 import cli
-from rip5.admin_storage import ClusterAdmin
+from rip5.admin_storage import RESEND_CURSOR_GROUP, ClusterAdmin
 from tests.contract.test_official_client import run_official
 from tests.e2e.cluster import CLUSTER, LocalCluster
 from tests.waiting import wait_until
@@ -43,7 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "orders": (4, NORMAL),
                 "progress": (2, NORMAL),
                 "rewind": (2, NORMAL),
-                "poison": (1, NORMAL),
+                "poison": (2, NORMAL),
             },
             {
                 "lag-pop": (False, 16),
@@ -240,30 +240,53 @@ def test_reset_offset_makes_the_group_receive_again(cluster: LocalCluster) -> No
 
 
 def test_dlq_resend_brings_dead_letters_back_to_their_topic(cluster: LocalCluster) -> None:
-    seen = client(cluster, "dead_letter", "dlq-src", "poison")
-    assert seen["attempts"] == [1, 2]
-    message_id = seen["id"]
+    seen = client(cluster, "dead_letter", "dlq-src", "poison", 3)
+    ids = seen["ids"]
+    assert all(attempts == [1, 2] for attempts in seen["attempts"].values())
 
-    # Moved to the dead-letter queue by the receive after the last attempt.
-    wait_until(lambda: admin_show_topics(cluster, message_id) == ["%DLQ%dlq-src", "poison"], 30)
+    # Moved to the dead-letter queue by the receives after the last attempt.
+    def all_dead() -> bool:
+        return all(
+            admin_show_topics(cluster, message_id) == ["%DLQ%dlq-src", "poison"]
+            for message_id in ids
+        )
+
+    wait_until(all_dead, 30, "the dead letters")
 
     resent = admin(cluster, "dlq", "resend", "dlq-src")
-    assert resent["resent"] == 1
-    assert resent["by_topic"] == {"poison": 1}
+    assert resent["resent"] == 3
+    assert resent["by_topic"] == {"poison": 3}
+    assert resent["duplicates"] == 0
     assert admin(cluster, "dlq", "resend", "dlq-src")["resent"] == 0  # a rerun resends nothing
     assert "resent 0 dead letters of dlq-src" in admin_text(cluster, "dlq", "resend", "dlq-src")
 
-    # Back in its topic with its key and properties, under a new id naming the original:
-    # the group receives it anew.
+    # Back in their topic with their keys and properties, under new ids naming the
+    # originals: the group receives them anew.
     found = admin(cluster, "message", "query", "--topic", "poison", "--key", "poison-key")
-    (back,) = [m for m in found["messages"] if m["message_id"] != message_id]
-    assert back["properties"] == {"origin": "admin-test", "ORIGIN_MESSAGE_ID": message_id}
-    assert back["body_preview"] == "poison-body"
-    assert back["tag"] == "poison"
-    assert back["dead_letter_topic"] == ""
-    got = client(cluster, "consume", "dlq-src", "poison", 1, 1)
-    assert got["received"] == [back["message_id"]]
-    assert got["attempts"] == [1]
+    back = [m for m in found["messages"] if m["message_id"] not in ids]
+    assert sorted(m["properties"]["ORIGIN_MESSAGE_ID"] for m in back) == sorted(ids)
+    for message in back:
+        origin = ids.index(message["properties"]["ORIGIN_MESSAGE_ID"])
+        assert message["properties"]["origin"] == "admin-test"
+        assert message["body_preview"] == f"poison-{origin}"
+        assert message["tag"] == "poison"
+        assert message["dead_letter_topic"] == ""
+
+    # A run interrupted between its appends and its cursor commit: the rerun appends the
+    # same dead letters under the same ids, and the storage's dedup window drops them.
+    async def rewind_cursor(admin_api: ClusterAdmin) -> None:
+        for group_id in await admin_api.group_ids():
+            await _commit(admin_api, group_id, RESEND_CURSOR_GROUP, "%DLQ%dlq-src", group_id, 0)
+
+    asyncio.run(ClusterAdmin.using([cluster.nameserver_address], CLUSTER, rewind_cursor))
+    rerun = admin(cluster, "dlq", "resend", "dlq-src")
+    assert (rerun["resent"], rerun["duplicates"]) == (3, 3)
+    again = admin(cluster, "message", "query", "--topic", "poison", "--key", "poison-key")
+    assert len(again["messages"]) == 6  # the 3 originals and the 3 resent, nothing more
+
+    got = client(cluster, "consume", "dlq-src", "poison", 3, 3)
+    assert sorted(got["received"]) == sorted(m["message_id"] for m in back)
+    assert got["attempts"] == [1, 1, 1]
 
 
 def admin_show_topics(cluster: LocalCluster, message_id: str) -> list[str]:
