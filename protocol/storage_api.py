@@ -542,6 +542,10 @@ class NoteTransactionChecksResponse:
 
 
 # ---------------------------------------------------------------- message query
+TIME_MAX_MS = 2**62
+"""The end of time for a query's time range (no end given)."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueryMessagesRequest:
     """Messages of raft group ``group_id`` by id or key, stored in ``[begin_ms, end_ms]``.
@@ -559,7 +563,7 @@ class QueryMessagesRequest:
     message_id: str = ""
     key: str = ""
     begin_ms: int = 0
-    end_ms: int = 2**62
+    end_ms: int = TIME_MAX_MS
     limit: int = 32
 
 

@@ -24,6 +24,7 @@ from rich.table import Table
 from angelia_rpc import AngeliaError
 from nameserver import names
 from protocol import errors
+from protocol.storage_api import TIME_MAX_MS
 from protocol.vocabulary import MessageType
 from rip5 import admin
 from rip5.admin_storage import ClusterAdmin, Found, Progress, QueryOutcome, Resent, Reset
@@ -161,7 +162,7 @@ def _query(
 ) -> QueryOutcome:
     """``ClusterAdmin.query_messages`` for ``what``, in the range of ``--begin``/``--end``."""
     begin_ms = parse_time_ms(begin, "--begin", 0)
-    end_ms = parse_time_ms(end, "--end", 2**62)
+    end_ms = parse_time_ms(end, "--end", TIME_MAX_MS)
     return _run(
         nameserver,
         cluster,

@@ -201,7 +201,7 @@ class ClusterAdmin:
         message_id: str = "",
         key: str = "",
         begin_ms: int = 0,
-        end_ms: int = 2**62,
+        end_ms: int = st.TIME_MAX_MS,
         limit: int = 32,
     ) -> QueryOutcome:
         """Messages by id or key in ``[begin_ms, end_ms]``: every group of the topic (or

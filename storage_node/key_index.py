@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from protocol.records import MessageRecord
+from protocol.storage_api import TIME_MAX_MS
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import QueueEntry, QueueId
 
@@ -158,7 +159,7 @@ class KeyIndex:
                 state.first_offset(*queue), state.offset_for_timestamp(*queue, query.begin_ms)
             )
             high = end
-            if query.end_ms < 2**62:
+            if query.end_ms < TIME_MAX_MS:
                 high = state.offset_for_timestamp(*queue, query.end_ms + 1)
             chunk = low // CHUNK_OFFSETS
             while chunk * CHUNK_OFFSETS < high and len(hits) < query.limit:

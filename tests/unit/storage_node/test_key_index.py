@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from protocol.records import MessageRecord
+from protocol.storage_api import TIME_MAX_MS
 from storage_node.key_index import CHUNK_OFFSETS, Hit, KeyIndex, Query, RecordReader, run_to_end
 from storage_node.partition.commands import TrimQueue
 from storage_node.partition.queues import QueueEntry, QueueId
@@ -26,7 +27,7 @@ def _query(**fields: object) -> Query:
         "message_id": "",
         "key": "",
         "begin_ms": 0,
-        "end_ms": 2**62,
+        "end_ms": TIME_MAX_MS,
         "limit": 10_000,
     }
     values.update(fields)
