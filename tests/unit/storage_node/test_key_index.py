@@ -9,6 +9,7 @@ from protocol.storage_api import TIME_MAX_MS
 from storage_node.key_index import CHUNK_OFFSETS, Hit, KeyIndex, Query, RecordReader, run_to_end
 from storage_node.partition.commands import TrimQueue
 from storage_node.partition.queues import QueueEntry, QueueId
+from storage_node.partition.reads import records_of
 from tests.unit.storage_node.partition.harness import Harness, record
 
 GROUP_ID = 1
@@ -16,7 +17,7 @@ GROUP_ID = 1
 
 def _reader(harness: Harness) -> RecordReader:
     def read(queue: QueueId, entries: Sequence[QueueEntry]) -> list[MessageRecord]:
-        return [harness.resolve(entry, *queue) for entry in entries]
+        return records_of(harness.log.__getitem__, GROUP_ID, queue, entries)
 
     return read
 
