@@ -76,12 +76,12 @@ def admin(cluster: LocalCluster, *argv: str, code: int = 0) -> Any:
     return json.loads(result.stdout) if result.stdout.strip() else None
 
 
-def admin_text(cluster: LocalCluster, *argv: str) -> str:
-    """``rip5 admin ARGV --nameserver ...`` for people: its output (exit 0)."""
+def admin_text(cluster: LocalCluster, *argv: str, code: int = 0) -> str:
+    """``rip5 admin ARGV --nameserver ...`` for people: its output (exit ``code``)."""
     result = CliRunner().invoke(
         cli.main, ["admin", *argv, "--nameserver", cluster.nameserver_address]
     )
-    assert result.exit_code == 0, f"{argv}: exit {result.exit_code}\n{result.output}"
+    assert result.exit_code == code, f"{argv}: exit {result.exit_code}\n{result.output}"
     return result.output
 
 
@@ -133,6 +133,9 @@ def test_show_and_query_find_messages_sent_through_the_broker(cluster: LocalClus
 
     missing = admin(cluster, "message", "show", "no-such-id", code=1)
     assert missing["messages"] == []
+    refused = admin_text(cluster, "message", "query", "--topic", "nosuch", "--key", "k", code=1)
+    assert "NOT_FOUND" in refused
+    assert "nosuch" in refused
 
 
 def _lag(cluster: LocalCluster, group: str, topic: str) -> list[dict[str, Any]]:
@@ -164,12 +167,9 @@ def test_lag_is_right_for_pop_consumers(cluster: LocalCluster) -> None:
     assert _total(consumed, "lag") == 6
     assert "consumer group lag-pop: lag 6" in admin_text(cluster, "group", "lag", "lag-pop")
 
-    unknown = CliRunner().invoke(
-        cli.main, ["admin", "group", "lag", "nobody", "--nameserver", cluster.nameserver_address]
-    )
-    assert unknown.exit_code == 1
-    assert "NOT_FOUND" in unknown.output
-    assert "nobody" in unknown.output
+    refused = admin_text(cluster, "group", "lag", "nobody", code=1)
+    assert "NOT_FOUND" in refused
+    assert "nobody" in refused
 
 
 def test_lag_is_right_for_committed_offsets(cluster: LocalCluster) -> None:
