@@ -129,7 +129,11 @@ def found_json(found: Found) -> dict[str, Any]:
 
 def outcome_json(outcome: QueryOutcome) -> dict[str, Any]:
     """A query's outcome as JSON."""
-    return {"messages": [found_json(f) for f in outcome.found], "complete": outcome.complete}
+    return {
+        "messages": [found_json(f) for f in outcome.found],
+        "complete": outcome.complete,
+        "unanswered_groups": {str(g): why for g, why in sorted(outcome.unanswered.items())},
+    }
 
 
 def _found_table(found: list[Found], title: str) -> Table:
@@ -152,9 +156,14 @@ def _found_table(found: list[Found], title: str) -> Table:
     return table
 
 
-def _incomplete_note(complete: bool) -> None:
-    if not complete:
+def _incomplete_note(outcome: QueryOutcome) -> None:
+    """Say on stderr what the search could not cover."""
+    if not outcome.complete:
         click.echo("note: the search stopped at its scan budget; narrow --begin/--end", err=True)
+    for group_id, why in sorted(outcome.unanswered.items()):
+        click.echo(
+            f"note: raft group {group_id} did not answer ({why}): messages missing", err=True
+        )
 
 
 def _query(
@@ -204,7 +213,7 @@ def message_show(
         click.echo(f"no message {message_id} found")
     for f in [] if as_json else outcome.found:
         _print_message(f)
-    _incomplete_note(outcome.complete)
+    _incomplete_note(outcome)
     if not outcome.found:
         raise SystemExit(admin.EXIT_REFUSED)
 
@@ -272,7 +281,7 @@ def message_query(
         _echo_json(outcome_json(outcome))
     else:
         admin._print(_found_table(outcome.found, f"{topic} key {key}: {len(outcome.found)}"))
-    _incomplete_note(outcome.complete)
+    _incomplete_note(outcome)
 
 
 def progress_json(row: Progress) -> dict[str, Any]:

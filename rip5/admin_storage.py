@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from angelia_rpc import Peers, RpcConfig
+from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader
 from angelia_rpc.nameserver_client import NameserverClient
@@ -69,10 +69,12 @@ class Found:
 
 @dataclass(frozen=True, slots=True)
 class QueryOutcome:
-    """The messages found, and whether every group searched its whole range."""
+    """The messages found; whether every group that answered searched its whole range;
+    the groups that did not answer (group id -> why), whose messages may be missing."""
 
     found: list[Found]
     complete: bool
+    unanswered: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,21 +207,33 @@ class ClusterAdmin:
         limit: int = 32,
     ) -> QueryOutcome:
         """Messages by id or key in ``[begin_ms, end_ms]``: every group of the topic (or
-        of the cluster, for an id without a topic) searched at once; oldest first."""
+        of the cluster, for an id without a topic) searched at once; oldest first. A
+        group that fails is named in the outcome, the others' messages still shown;
+        if every group fails, the first failure is raised."""
         group_ids = sorted(await self._topic_groups(topic)) if topic else await self.group_ids()
         request = st.QueryMessagesRequest(0, topic, message_id, key, begin_ms, end_ms, limit)
 
-        async def one(group_id: int) -> tuple[int, st.QueryMessagesResponse]:
+        async def one(group_id: int) -> st.QueryMessagesResponse | AngeliaError:
             asked = dataclasses.replace(request, group_id=group_id)
-            response = await self.call_group(
-                group_id, lambda stub, ms: stub.query_messages(asked, timeout_ms=ms)
-            )
-            return group_id, response
+            try:
+                return await self.call_group(
+                    group_id, lambda stub, ms: stub.query_messages(asked, timeout_ms=ms)
+                )
+            except AngeliaError as error:
+                return error
 
-        answers = await asyncio.gather(*(one(g) for g in group_ids))
-        found = [Found(g, stored) for g, response in answers for stored in response.messages]
+        answers = dict(zip(group_ids, await asyncio.gather(*map(one, group_ids)), strict=True))
+        failed = {g: a for g, a in answers.items() if isinstance(a, AngeliaError)}
+        if failed and len(failed) == len(answers):
+            raise next(iter(failed.values()))
+        responses = {g: a for g, a in answers.items() if not isinstance(a, AngeliaError)}
+        found = [Found(g, stored) for g, r in responses.items() for stored in r.messages]
         found.sort(key=lambda f: (f.stored.store_timestamp_ms, f.group_id))
-        return QueryOutcome(found[:limit], all(r.complete for _g, r in answers))
+        return QueryOutcome(
+            found[:limit],
+            all(r.complete for r in responses.values()),
+            {g: f"{e.code.name}: {e.message}" for g, e in failed.items()},
+        )
 
     # -- consumer progress -----------------------------------------------------------
 
