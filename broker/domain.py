@@ -200,3 +200,38 @@ class Receipt(NamedTuple):
     delivery_attempt: int
     invisible_until_ms: int
     message_id: str
+
+
+class PulledMessage(NamedTuple):
+    """A message read by offset (a pull): no lease, no handle; any reader may read it."""
+
+    message: Message
+    queue: QueueRef
+    offset: int
+    store_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSlice:
+    """What one offset read of one queue found.
+
+    ``messages``: those matching the read's filter, in offset order.
+    ``next_offset``: where the next read continues (past everything this read
+    looked at, matched or skipped). ``first_offset`` / ``end_offset``: the
+    queue's oldest offset and the offset of its next message, at the read.
+    """
+
+    messages: tuple[PulledMessage, ...]
+    next_offset: int
+    first_offset: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOffsets:
+    """A queue's oldest offset, the offset its next message gets, and (when asked
+    for a time) the first offset stored at or after that time (-1 when not asked)."""
+
+    first_offset: int
+    end_offset: int
+    timestamp_offset: int = -1

@@ -251,6 +251,24 @@ class ReadRequest:
     from_follower: bool = False
     """Read replica: any replica may answer from what it applied (at most its
     commit index, perhaps behind the leader) instead of NOT_LEADER."""
+    filter_expression: str = "*"
+    """Only messages matching this subscription filter (the same value a
+    :class:`ReceiveRequest` carries) are returned; the others are skipped, and
+    the read looks at no more than the partition's receive scan limit of
+    offsets. An offset outside [first, end] fails with OFFSET_OUT_OF_RANGE."""
+    packed: bool = False
+    """Answer with the messages packed as records (``ReadResponse.records`` and
+    ``.stored_at``) instead of ``ReadResponse.messages``, as a packed receive
+    does; ``bytes_max`` then bounds the packed records' bytes."""
+
+
+class StoredAt(NamedTuple):
+    """Where and when a message of a packed read answer was stored: what a
+    :class:`StoredMessage` says but the message, which is the record at the same
+    position of the answer's ``records``."""
+
+    queue_offset: int
+    store_timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +278,13 @@ class ReadResponse:
     messages: list[StoredMessage]
     first_offset: int
     end_offset: int
+    next_offset: int = -1
+    """Where the next read of this queue continues: past every offset this read
+    looked at (returned or skipped by the filter); -1 from an older node."""
+    records: bytes = b""
+    """A packed answer (the request's ``packed``): the messages' records, packed by
+    ``protocol.records.pack_records``, one per item of ``stored_at``."""
+    stored_at: list[StoredAt] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------- receive

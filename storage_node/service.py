@@ -51,6 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
+from protocol.filters import TagFilter
 from protocol.records import (
     MessageRecord,
     is_canonical,
@@ -90,6 +91,7 @@ from protocol.storage_api import (
     ReceiveResponse,
     ScanTransactionsRequest,
     ScanTransactionsResponse,
+    StoredAt,
     StoredMessage,
     from_record,
 )
@@ -110,6 +112,7 @@ from storage_node.errors import (
     StorageNotLeader,
 )
 from storage_node.key_index import KeyIndex, Query, SearchResult
+from storage_node.partition import pull
 from storage_node.partition.commands import (
     Ack,
     Append,
@@ -287,17 +290,6 @@ class StorageNode:
                 return replica
         return await self._read_barrier(group_id)
 
-    def _stored(
-        self, group_id: int, queue: QueueId, first_offset: int, entries: Sequence[QueueEntry]
-    ) -> list[StoredMessage]:
-        """The messages of consecutive queue entries, read from the group's log."""
-        return [
-            StoredMessage(first_offset + i, entry.store_timestamp_ms, from_record(record))
-            for i, (entry, record) in enumerate(
-                zip(entries, self._records(group_id, queue, entries), strict=True)
-            )
-        ]
-
     def _records(
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
     ) -> list[MessageRecord]:
@@ -349,21 +341,40 @@ class StorageNode:
         replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         queue = (request.topic, request.queue_id)
-        entries = state.read(
-            request.topic, request.queue_id, request.queue_offset, request.count_max
+        tag_filter = TagFilter.parse(request.filter_expression)
+        scan_max = request.count_max
+        if not tag_filter.matches_all:
+            scan_max = max(scan_max, state.config.receive_scan_max)
+        entries = state.read(request.topic, request.queue_id, request.queue_offset, scan_max)
+        offsets, kept, next_offset = pull.matching(
+            entries, request.queue_offset, tag_filter, request.count_max
         )
-        messages = self._stored(group_id, queue, request.queue_offset, entries)
+        first = state.first_offset(request.topic, request.queue_id)
+        end = state.end_offset(request.topic, request.queue_id)
+        if request.packed:
+            items = record_items_of(self._entry_reader(group_id), group_id, queue, kept)
+            count = fitting(map(len, items), request.bytes_max)
+            if count < len(items):
+                next_offset = offsets[count]
+            stored_at = [
+                StoredAt(offset, entry.store_timestamp_ms)
+                for offset, entry in zip(offsets[:count], kept, strict=False)
+            ]
+            return ReadResponse([], first, end, next_offset, pack_items(items[:count]), stored_at)
+        messages = [
+            StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+            for offset, entry, record in zip(
+                offsets, kept, self._records(group_id, queue, kept), strict=True
+            )
+        ]
         total = 0
         for i, stored in enumerate(messages):
             total += len(stored.message.body)
             if total > request.bytes_max and i > 0:
+                next_offset = stored.queue_offset
                 messages = messages[:i]
                 break
-        return ReadResponse(
-            messages,
-            state.first_offset(request.topic, request.queue_id),
-            state.end_offset(request.topic, request.queue_id),
-        )
+        return ReadResponse(messages, first, end, next_offset)
 
     def _idle_receive_end(
         self, group_id: int, replica: GroupReplica, request: ReceiveRequest, now_ms: int

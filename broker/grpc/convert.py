@@ -20,6 +20,7 @@ from broker.domain import (
     GroupInfo,
     HalfMessage,
     Message,
+    PulledMessage,
     QueueInfo,
     TopicInfo,
     new_message,
@@ -205,6 +206,21 @@ def fill_delivered(
     system.receipt_handle = delivery.receipt_handle
     system.queue_offset = popped.offset
     system.delivery_attempt = popped.delivery_attempt
+    if message.dead_letter_of is not None:
+        system.dead_letter_queue.topic = message.dead_letter_of[0]
+        system.dead_letter_queue.message_id = message.dead_letter_of[1]
+
+
+def fill_pulled(
+    pulled_pb: pb.Message, pulled: PulledMessage, namespace: str, store_host: str
+) -> None:
+    """Fill the empty ``pulled_pb`` with a message read by offset: with its offset, and
+    no receipt handle (a pull is not a delivery to finish)."""
+    message = pulled.message
+    _fill_stored(pulled_pb, message, pulled.store_timestamp_ms, pulled.queue.queue_id, namespace)
+    system = pulled_pb.system_properties
+    system.store_host = store_host
+    system.queue_offset = pulled.offset
     if message.dead_letter_of is not None:
         system.dead_letter_queue.topic = message.dead_letter_of[0]
         system.dead_letter_queue.message_id = message.dead_letter_of[1]

@@ -68,7 +68,9 @@ from broker.domain import (
     HalfMessage,
     Message,
     PopResult,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
     SendResult,
     TopicInfo,
 )
@@ -168,8 +170,9 @@ class MessageStore(Protocol):
         """
         ...
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset: every message before it is finished."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset: every message before it is finished (None:
+        the group never consumed the queue nor committed an offset in it)."""
         ...
 
     async def end_transaction(
@@ -195,6 +198,25 @@ class MessageStore(Protocol):
     ) -> list[HalfMessage]:
         """Count one check-back of each half message; those then checked more than
         ``check_max`` times are rolled back and returned."""
+        ...
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+    ) -> QueueSlice:
+        """Up to ``batch_size`` messages of ``queue`` matching ``tag_filter``, from
+        ``offset`` on (a pull: no state changes). Raises OFFSET_OUT_OF_RANGE for an
+        offset outside [first, end] of the queue."""
+        ...
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's first and end offsets and, for ``timestamp_ms`` >= 0, the first
+        offset stored at or after it (the end offset if none)."""
+        ...
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """Set ``group``'s position in ``queue`` (clamped to [first, end]; returned):
+        every message below it counts as consumed, every one from it on as not;
+        the group's pop leases on the queue are dropped."""
         ...
 
 

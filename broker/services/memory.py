@@ -33,13 +33,17 @@ from broker.domain import (
     Message,
     PoppedMessage,
     PopResult,
+    PulledMessage,
     QueueInfo,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
     SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
+from protocol import errors as codes
 from protocol.filters import TagFilter
 from protocol.vocabulary import MessageType, Placement
 
@@ -433,11 +437,52 @@ class MemoryStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue``."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue`` (None: it never consumed it)."""
         self._release_due()
         state = self._groups.get((group, queue))
-        return state.committed if state else 0
+        return state.committed if state else None
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+    ) -> QueueSlice:
+        """Messages from ``offset`` matching ``tag_filter`` (every queue starts at 0 here)."""
+        self._release_due()
+        log = self._log(queue)
+        if not 0 <= offset <= len(log):
+            raise BrokerError(
+                codes.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} outside [0, {len(log)}] of {queue.topic}:{queue.queue_id}",
+            )
+        found: list[PulledMessage] = []
+        next_offset = offset
+        while next_offset < len(log) and len(found) < batch_size:
+            stored = log[next_offset]
+            if tag_filter.matches(stored.message.tag or ""):
+                found.append(
+                    PulledMessage(stored.message, queue, next_offset, stored.store_timestamp_ms)
+                )
+            next_offset += 1
+        return QueueSlice(tuple(found), next_offset, 0, len(log))
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """0, the queue's length, and the first offset stored at or after ``timestamp_ms``."""
+        self._release_due()
+        log = self._log(queue)
+        at = -1
+        if timestamp_ms >= 0:
+            at = next(
+                (i for i, stored in enumerate(log) if stored.store_timestamp_ms >= timestamp_ms),
+                len(log),
+            )
+        return QueueOffsets(0, len(log), at)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """Reset the group's state on ``queue`` to ``offset`` (clamped to the queue)."""
+        self._release_due()
+        offset = min(max(offset, 0), len(self._log(queue)))
+        self._groups[(group, queue)] = _GroupQueue(committed=offset)
+        return offset
 
 
 class MemoryCoordination:

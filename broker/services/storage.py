@@ -41,7 +41,17 @@ from typing import TypeVar
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, attempt_timeout_ms, call_leader
-from broker.domain import GroupInfo, HalfMessage, Message, PopResult, QueueRef, SendResult
+from broker.domain import (
+    GroupInfo,
+    HalfMessage,
+    Message,
+    PopResult,
+    PulledMessage,
+    QueueOffsets,
+    QueueRef,
+    QueueSlice,
+    SendResult,
+)
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.growth import GrowthWatch
@@ -52,7 +62,7 @@ from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import TagFilter
 from protocol.positional import positional
-from protocol.records import RecordCorrupted, pack_records, unpack_records
+from protocol.records import MessageRecord, RecordCorrupted, pack_records, unpack_records
 from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.storage")
@@ -302,15 +312,7 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        try:
-            records = unpack_records(response.records).records
-        except RecordCorrupted as exc:
-            raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
-        if len(records) != len(response.deliveries):
-            raise BrokerError(
-                codes.DECODE_FAILED,
-                f"receive answer: {len(records)} records for {len(response.deliveries)} deliveries",
-            )
+        records = _records_of(response.records, len(response.deliveries), "receive")
         popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
         return PopResult(popped, response.end_offset, leased=response.leased)
 
@@ -488,8 +490,8 @@ class StorageStore:
             timeout_s = min(timeout_ms, self._revisit_ms) / 1000
         return await self._growth.wait(topic, known_end_offsets, timeout_s)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue`` (0 if it never consumed)."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue`` (None if it never consumed)."""
         response = await self._call(
             queue,
             f"offset of {group} on {queue.topic}:{queue.queue_id}",
@@ -497,7 +499,7 @@ class StorageStore:
                 st.GetOffsetRequest(group, queue.topic, queue.queue_id), timeout_ms=timeout_ms
             ),
         )
-        return response.offset or 0
+        return response.offset
 
     # -- transactions (see the MessageStore contract) ------------------------------------
 
@@ -614,6 +616,68 @@ class StorageStore:
             gone = set(response.rolled_back)
             rolled_back += [h for h in members if h.message.message_id in gone]
         return rolled_back
+
+    # -- offset reads (pull consumers) ---------------------------------------------------
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+    ) -> QueueSlice:
+        """One storage read of ``queue`` from ``offset``, filtered by storage."""
+        request = st.ReadRequest(
+            queue.topic,
+            queue.queue_id,
+            offset,
+            batch_size,
+            filter_expression=tag_filter.expression(),
+            packed=True,
+        )
+        response = await self._call(
+            queue,
+            f"read {queue.topic}:{queue.queue_id}@{offset}",
+            lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
+        )
+        records = _records_of(response.records, len(response.stored_at), "read")
+        messages = tuple(
+            PulledMessage(convert.message_from_record(record), queue, *stored_at)
+            for record, stored_at in zip(records, response.stored_at, strict=True)
+        )
+        return QueueSlice(
+            messages, response.next_offset, response.first_offset, response.end_offset
+        )
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's offsets from its group's leader (one queue-info call)."""
+        request = st.QueueInfoRequest(queue.topic, queue.queue_id, timestamp_ms)
+        info = await self._call(
+            queue,
+            f"queue info of {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.queue_info(request, timeout_ms=timeout_ms),
+        )
+        return QueueOffsets(info.first_offset, info.end_offset, info.timestamp_offset)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """One storage commit-offset call (a ``CommitOffset`` in the queue's raft group)."""
+        request = st.CommitOffsetRequest(group, queue.topic, queue.queue_id, offset)
+        response = await self._call(
+            queue,
+            f"commit offset of {group} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.commit_offset(request, timeout_ms=timeout_ms),
+        )
+        return offset if response.offset is None else response.offset
+
+
+def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:
+    """The ``count`` records of a packed storage answer to ``call``; DECODE_FAILED for
+    bytes that are no records or for another count of them."""
+    try:
+        records = unpack_records(packed).records
+    except RecordCorrupted as exc:
+        raise BrokerError(codes.DECODE_FAILED, f"{call} answer: {exc}") from None
+    if len(records) != count:
+        raise BrokerError(
+            codes.DECODE_FAILED, f"{call} answer: {len(records)} records for {count} messages"
+        )
+    return records
 
 
 async def _scan_transactions(
