@@ -14,13 +14,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from click.testing import CliRunner
 
 from protocol import storage_api as st
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
+from protocol.rocketmq.v2 import service_pb2_grpc
 from rip5 import cli
 from rip5.admin_storage import RESEND_CURSOR_GROUP, ClusterAdmin
 from tests.contract.test_official_client import run_official
@@ -30,6 +35,7 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 NORMAL = 1
+CALL: dict[str, Any] = {"metadata": (("x-mq-client-id", "e2e-admin-client"),), "timeout": 20}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +50,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "progress": (2, NORMAL),
                 "rewind": (2, NORMAL),
                 "poison": (2, NORMAL),
+                "pulled": (1, NORMAL),
             },
             {
                 "lag-pop": (False, 16),
@@ -172,20 +179,46 @@ def test_lag_is_right_for_pop_consumers(cluster: LocalCluster) -> None:
     assert "nobody" in refused
 
 
-def test_lag_is_right_for_committed_offsets(cluster: LocalCluster) -> None:
-    """Pull consumers commit offsets into the consumption state pop consumers use
-    (``storage.commit_offset``): lag reads the same table."""
+def test_lag_is_right_for_pull_consumers(cluster: LocalCluster) -> None:
+    """A pull consumer (PullMessage, UpdateOffset through the broker: our own gRPC v2
+    stub, as the official Python client has no pull consumer) commits into the
+    consumption state pop consumers use: lag reads it."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{cluster.broker_port()}")
+    with channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for i in range(6):
+            message = pb.Message(
+                topic=pb.Resource(name="pulled"),
+                body=b"pulled %d" % i,
+                system_properties=pb.SystemProperties(
+                    message_id=f"01{time.time_ns():030X}",
+                    message_type=pb.NORMAL,
+                    body_encoding=pb.IDENTITY,
+                ),
+            )
+            sent = stub.SendMessage(spb.SendMessageRequest(messages=[message]), **CALL)
+            assert sent.status.code == pb.OK, sent.status
+        queue = pb.MessageQueue(topic=pb.Resource(name="pulled"), id=0)
+        pull = spb.PullMessageRequest(
+            group=pb.Resource(name="lag-pull"), message_queue=queue, offset=0, batch_size=4
+        )
+        pull.long_polling_timeout.FromSeconds(5)
+        answers = list(stub.PullMessage(pull, **CALL))
+        offsets = [
+            a.message.system_properties.queue_offset for a in answers if a.message.topic.name
+        ]
+        (next_offset,) = [
+            a.next_offset for a in answers if a.WhichOneof("content") == "next_offset"
+        ]
+        assert (offsets, next_offset) == ([0, 1, 2, 3], 4)
+        commit = spb.UpdateOffsetRequest(
+            group=pb.Resource(name="lag-pull"), message_queue=queue, offset=next_offset
+        )
+        assert stub.UpdateOffset(commit, **CALL).status.code == pb.OK
 
-    async def commit(admin_api: ClusterAdmin) -> None:
-        for info in (await admin_api.route("progress")).queues:
-            await _commit(admin_api, info.group_id, "lag-pull", "progress", info.queue_id, 1)
-
-    asyncio.run(ClusterAdmin.using([cluster.nameserver_address], CLUSTER, commit))
-    queues = _lag(cluster, "lag-pull", "progress")
-    for q in queues:
-        assert q["consumer_offset"] == min(1, q["broker_offset"])
-        assert q["lag"] == q["broker_offset"] - q["consumer_offset"]
-        assert q["in_flight"] == 0
+    (q,) = admin(cluster, "group", "lag", "lag-pull", "--topic", "pulled")["queues"]
+    assert (q["broker_offset"], q["consumer_offset"], q["in_flight"], q["lag"]) == (6, 4, 0, 2)
+    assert q["last_consumed_ms"] > 0  # the store time of offset 3
 
 
 async def _commit(
