@@ -676,9 +676,11 @@ class StorageNode:
                 break
             await asyncio.sleep(0)
         # The hits of a queue are read together: hits in one log entry decode it once.
+        # A hit trimmed away since its step is left out.
         by_queue: dict[QueueId, list[int]] = {}
         for queue, offset in result.hits:
-            by_queue.setdefault(queue, []).append(offset)
+            if offset >= state.first_offset(*queue):
+                by_queue.setdefault(queue, []).append(offset)
         messages = []
         for queue, offsets in by_queue.items():
             entries = [state.entry(*queue, offset) for offset in offsets]
