@@ -138,7 +138,7 @@ def outcome_json(outcome: QueryOutcome) -> dict[str, Any]:
 
 def _found_table(found: list[Found], title: str) -> Table:
     table = Table(title=title)
-    for column in ("message id", "topic", "queue", "offset", "group", "stored", "tag", "keys"):
+    for column in ("message id", "topic", "queue", "offset", "raft group", "stored", "tag", "keys"):
         table.add_column(column)
     now_ms = _now_ms()
     for f in found:
