@@ -10,17 +10,21 @@ CONSTRAINTS := constraints.txt
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 # System tools as command:Debian-package pairs; `make system-deps` installs the
 # missing ones with apt-get when run as root, and otherwise stops naming them.
-SYSTEM_DEPS ?= openssl:openssl
+SYSTEM_DEPS ?= openssl:openssl node:nodejs npm:npm
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules (mypy --strict, no I/O): ONE list, the import contract "pure" in
 # pyproject.toml, read by tests/pure_modules.py when typecheck runs.
 PURE   ?= $(shell $(BIN)/python -m tests.pure_modules)
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
+# The Node.js gRPC clients the contract tests run (the official RocketMQ client on
+# @grpc/grpc-js), installed from the lock file; the stamp changes when it does.
+NODE_DIR   := tests/contract/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed-$(shell cat $(NODE_DIR)/package-lock.json | cksum | cut -d' ' -f1)
 # The raft core (every module of raft/core/): `coverage-core` holds it to 100% branch coverage.
 RAFT_CORE_COV := --cov=raft.core
 
-.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps
+.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps node-deps
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +34,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@touch $@
 
 venv: $(STAMP)
+
+# npm ci installs exactly the lock file's versions; it runs again only when that changes.
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json | system-deps
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@rm -f $(NODE_DIR)/node_modules/.installed-*
+	@touch $@
+
+node-deps: $(NODE_STAMP)
 
 # Resolve pyproject.toml afresh (newest allowed versions) in a throwaway venv and
 # pin the result in constraints.txt; review the diff, run `make test`, commit both.
@@ -78,7 +90,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-test: system-deps lint typecheck imports coverage-core
+test: system-deps node-deps lint typecheck imports coverage-core
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 coverage-core: $(STAMP)
@@ -89,4 +101,4 @@ sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache $(NODE_DIR)/node_modules

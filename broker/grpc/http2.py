@@ -36,6 +36,9 @@ Contracts:
   its text, a call past its ``grpc-timeout`` DEADLINE_EXCEEDED (the handler
   is cancelled). The connection keeps serving its other calls.
 - A stream the client resets cancels its handler; nothing more is sent on it.
+- A client's GOAWAY (grpc-js sends one when its channel closes, with calls
+  still open) ends no call: the open calls are answered, and the connection
+  closes once the last answer went out.
 - Ordering: a call's responses leave in the order the handler produced
   them; its trailers leave after its last DATA frame. Flow control is the
   peer's: bytes beyond its windows wait for its WINDOW_UPDATE.
@@ -253,6 +256,7 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._flush_scheduled = False
         self._closed = False
+        self._peer_going_away = False  # the client sent GOAWAY
         self._out: list[bytes] = []  # the HTTP/2 connection's frames, for this turn's write
         self.drained = asyncio.Event()  # set while no call is open and nothing waits to go
         self.drained.set()
@@ -305,10 +309,13 @@ class _Connection(asyncio.Protocol):
                 if call is not None:
                     self._cancel(call)
             elif isinstance(event, ConnectionTerminated):
-                self.close()
-                return
+                # The client opens no more streams (a client closing its channel sends
+                # this with calls still open, e.g. a Telemetry stream it just
+                # half-closed): its open calls are answered, then the connection ends.
+                self._peer_going_away = True
         self._pump()
         self._send()
+        self._close_if_peer_done()
 
     # -- calls ------------------------------------------------------------------------
 
@@ -495,6 +502,7 @@ class _Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._pump()
         self._send()
+        self._close_if_peer_done()
 
     def _pump(self) -> None:
         """Hand every call's queued bytes and trailers to the HTTP/2 connection, which
@@ -536,6 +544,12 @@ class _Connection(asyncio.Protocol):
         """Tell the client the connection ends; calls it opens after this are not served."""
         self._h2.close_connection(http2.NO_ERROR)
         self._send()
+
+    def _close_if_peer_done(self) -> None:
+        """After the client's GOAWAY: close once its last call's answer went out (its
+        bytes and trailers, none left waiting for a window)."""
+        if self._peer_going_away and not self._calls and not self._h2.flow_blocked:
+            self.close()
 
     def close(self) -> None:
         """Drop the connection and cancel its calls."""

@@ -1,7 +1,8 @@
 """A broker process over the in-memory ports, for contract tests with the official clients.
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
-[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]``. Serves on
+[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]
+[--grpc-server h2|grpcio]``. Serves on
 127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
 every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from broker.domain import GroupInfo, QueueInfo, RetryPolicy, TopicInfo
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service
 from broker.processor.checkback import CheckPolicy
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
@@ -61,7 +62,7 @@ async def _report_producers(
         await asyncio.sleep(0.1)
 
 
-async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
+async def main(port_file: Path, brokers: int, policy: CheckPolicy, grpc_server: str = "h2") -> None:
     clock = SystemClock()
     metadata = _Metadata(
         [
@@ -88,7 +89,7 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
         )
         assert service.transactions is not None
         peers.add(name, service.transactions)
-        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0"))
+        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0", grpc_server))
     ports = [await endpoint.start() for endpoint in endpoints]
     reporter = asyncio.create_task(_report_producers(coordination, endpoints, names))
     stopping = asyncio.Event()
@@ -137,6 +138,7 @@ if __name__ == "__main__":
     parser.add_argument("--check-delay-ms", type=int, default=6_000)
     parser.add_argument("--check-interval-ms", type=int, default=30_000)
     parser.add_argument("--check-max", type=int, default=15)
+    parser.add_argument("--grpc-server", choices=SERVERS, default="h2")
     args = parser.parse_args()
     check_policy = CheckPolicy(
         delay_ms=args.check_delay_ms,
@@ -144,4 +146,4 @@ if __name__ == "__main__":
         check_max=args.check_max,
         scan_period_ms=200,
     )
-    asyncio.run(main(args.port_file, args.brokers, check_policy))
+    asyncio.run(main(args.port_file, args.brokers, check_policy, args.grpc_server))

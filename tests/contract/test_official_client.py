@@ -8,6 +8,7 @@ protocol layer; the full-cluster e2e comes with storage.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -67,16 +68,23 @@ class BrokerProcess:
         return state
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker process over the in-memory ports."""
-    process = BrokerProcess(tmp_path)
+@contextlib.contextmanager
+def serving_broker(tmp_path: Path, *options: str) -> Iterator[BrokerProcess]:
+    """A broker process for the block; it must still serve at the end and stop cleanly."""
+    process = BrokerProcess(tmp_path, *options)
     try:
         yield process
     finally:
         process.stop()
     assert process.stopped_alive, f"the broker died during the test: {process.log_path}"
     assert process.process.returncode == 0, process.log_path.read_text()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker process over the in-memory ports."""
+    with serving_broker(tmp_path) as process:
+        yield process
 
 
 def _consumed(state: list[dict[str, Any]], group: str, topic: str) -> tuple[int, int]:
