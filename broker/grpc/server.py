@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from broker.grpc import convert
+from broker.grpc.bad_requests import BadRequests, CheckedRegistration
 from broker.grpc.http2 import Http2GrpcServer
 from broker.grpc.service import MessagingService
 from broker.grpc.telemetry import TelemetrySessions
@@ -98,6 +99,7 @@ class GrpcEndpoint:
         self.listen = listen
         self.kind = server
         self.port: int | None = None
+        self.bad_requests = BadRequests()  # undecodable requests answered, by method
         self._server: grpc.aio.Server | Http2GrpcServer | None = None
         self._background: list[asyncio.Task[None]] = []
 
@@ -105,7 +107,9 @@ class GrpcEndpoint:
         """Bind and start serving; returns the bound port."""
         if self.kind == "h2":
             h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
-            service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, h2_server)
+            service_pb2_grpc.add_MessagingServiceServicer_to_server(
+                self.service, CheckedRegistration(h2_server, self.bad_requests)
+            )
             host, _, port = self.listen.rpartition(":")
             self.port = await h2_server.start(host.strip("[]") or None, int(port))
             self._server = h2_server
@@ -123,7 +127,9 @@ class GrpcEndpoint:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(
+            self.service, CheckedRegistration(server, self.bad_requests)
+        )
         port = server.add_insecure_port(self.listen)
         if port == 0:
             raise OSError(f"cannot listen on {self.listen}")

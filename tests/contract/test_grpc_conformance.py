@@ -455,6 +455,8 @@ async def test_stop_sends_goaway_first_refuses_crossing_calls_and_drains_the_res
     answer = raw.late_headers[crossing]
     expected = b"1" if served.kind == "grpcio" else b"14"
     assert answer[b"grpc-status"] == expected, answer
+    if served.kind == "h2":
+        assert answer[b"grpc-message"] == b"the server is stopping"
 
 
 # -- the @grpc/grpc-js (Node) client -----------------------------------------------------
