@@ -32,7 +32,7 @@ from angelia_rpc import Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import BrokerService
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
 from broker.services.clock import SystemClock
@@ -97,7 +97,7 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server)
+        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
         port = await endpoint.start()
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"

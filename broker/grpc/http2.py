@@ -74,6 +74,7 @@ import struct
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Mapping
+from ssl import SSLContext
 from typing import Any, NoReturn, cast
 
 import grpc
@@ -197,11 +198,11 @@ class Http2GrpcServer:
                 return found
         return None
 
-    async def start(self, host: str | None, port: int) -> int:
-        """Listen on ``host:port`` (host None: every interface; port 0: any free port);
-        returns the bound port."""
+    async def start(self, host: str | None, port: int, ssl: SSLContext | None = None) -> int:
+        """Listen on ``host:port`` (host None: every interface; port 0: any free port),
+        over TLS with ``ssl`` (whose ALPN must offer h2); returns the bound port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=ssl)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 

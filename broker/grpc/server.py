@@ -16,9 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
+from angelia_rpc import TlsConfig
+from angelia_rpc.transport.tls import server_context
+from broker.config import BrokerConfig
 from broker.grpc import convert
 from broker.grpc.bad_requests import BadRequests, CheckedRegistration
 from broker.grpc.http2 import Http2GrpcServer
@@ -83,6 +87,19 @@ def build_service(
     )
 
 
+def client_tls(config: BrokerConfig) -> TlsConfig | None:
+    """The client endpoint's TLS from ``--tls-cert`` and ``--tls-key`` (None: cleartext);
+    ValueError if only one is given or a file cannot be read."""
+    if not config.tls_cert and not config.tls_key:
+        return None
+    if not config.tls_cert or not config.tls_key:
+        raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+    for flag, name in (("--tls-cert", config.tls_cert), ("--tls-key", config.tls_key)):
+        if not Path(name).is_file():
+            raise ValueError(f"{flag} {name}: no such file")
+    return TlsConfig(cert_file=config.tls_cert, key_file=config.tls_key, ca_file="")
+
+
 SERVERS = ("h2", "grpcio")
 """The gRPC servers an endpoint can run: ``broker.grpc.http2`` (the default: it writes
 a streamed call's responses together) or grpc.aio."""
@@ -92,12 +109,21 @@ class GrpcEndpoint:
     """One MessagingService served on ``listen`` (host:port, port 0 = any) by ``server``
     (one of :data:`SERVERS`)."""
 
-    def __init__(self, service: MessagingService, listen: str, server: str = "h2") -> None:
+    def __init__(
+        self,
+        service: MessagingService,
+        listen: str,
+        server: str = "h2",
+        tls: TlsConfig | None = None,
+    ) -> None:
+        """``tls``: serve TLS (HTTP/2 over TLS, ALPN h2) with its certificate and key;
+        clients are not asked for certificates (its ``ca_file`` is not read)."""
         if server not in SERVERS:
             raise ValueError(f"unknown gRPC server {server!r}: one of {', '.join(SERVERS)}")
         self.service = service
         self.listen = listen
         self.kind = server
+        self.tls = tls
         self.port: int | None = None
         self.bad_requests = BadRequests()  # undecodable requests answered, by method
         self._server: grpc.aio.Server | Http2GrpcServer | None = None
@@ -111,7 +137,8 @@ class GrpcEndpoint:
                 self.service, CheckedRegistration(h2_server, self.bad_requests)
             )
             host, _, port = self.listen.rpartition(":")
-            self.port = await h2_server.start(host.strip("[]") or None, int(port))
+            context = server_context(self.tls, alpn=["h2"]) if self.tls else None
+            self.port = await h2_server.start(host.strip("[]") or None, int(port), ssl=context)
             self._server = h2_server
         else:
             self.port = await self._start_grpcio()
@@ -130,7 +157,15 @@ class GrpcEndpoint:
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
             self.service, CheckedRegistration(server, self.bad_requests)
         )
-        port = server.add_insecure_port(self.listen)
+        if self.tls:
+            tls = self.tls
+            key_cert = await asyncio.to_thread(
+                lambda: (Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())
+            )
+            credentials = grpc.ssl_server_credentials([key_cert])
+            port = server.add_secure_port(self.listen, credentials)
+        else:
+            port = server.add_insecure_port(self.listen)
         if port == 0:
             raise OSError(f"cannot listen on {self.listen}")
         await server.start()

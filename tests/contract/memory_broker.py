@@ -2,7 +2,7 @@
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
 [--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]
-[--grpc-server h2|grpcio]``. Serves on
+[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE]``. Serves on
 127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
 every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
@@ -32,8 +32,10 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from angelia_rpc import TlsConfig
+from broker.config import BrokerConfig
 from broker.domain import GroupInfo, QueueInfo, RetryPolicy, TopicInfo
-from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service
+from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
@@ -62,7 +64,13 @@ async def _report_producers(
         await asyncio.sleep(0.1)
 
 
-async def main(port_file: Path, brokers: int, policy: CheckPolicy, grpc_server: str = "h2") -> None:
+async def main(
+    port_file: Path,
+    brokers: int,
+    policy: CheckPolicy,
+    grpc_server: str = "h2",
+    tls: TlsConfig | None = None,
+) -> None:
     clock = SystemClock()
     metadata = _Metadata(
         [
@@ -89,7 +97,7 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy, grpc_server: 
         )
         assert service.transactions is not None
         peers.add(name, service.transactions)
-        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0", grpc_server))
+        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0", grpc_server, tls))
     ports = [await endpoint.start() for endpoint in endpoints]
     reporter = asyncio.create_task(_report_producers(coordination, endpoints, names))
     stopping = asyncio.Event()
@@ -139,6 +147,8 @@ if __name__ == "__main__":
     parser.add_argument("--check-interval-ms", type=int, default=30_000)
     parser.add_argument("--check-max", type=int, default=15)
     parser.add_argument("--grpc-server", choices=SERVERS, default="h2")
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
     args = parser.parse_args()
     check_policy = CheckPolicy(
         delay_ms=args.check_delay_ms,
@@ -146,4 +156,5 @@ if __name__ == "__main__":
         check_max=args.check_max,
         scan_period_ms=200,
     )
-    asyncio.run(main(args.port_file, args.brokers, check_policy, args.grpc_server))
+    tls = BrokerConfig(tls_cert=args.tls_cert, tls_key=args.tls_key)
+    asyncio.run(main(args.port_file, args.brokers, check_policy, args.grpc_server, client_tls(tls)))

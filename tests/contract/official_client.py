@@ -558,7 +558,30 @@ def settle_and_receive(
     return out
 
 
+def tls_round_trip(port: int) -> dict[str, Any]:
+    """A Producer and a SimpleConsumer in the client's TLS mode (tls_enable): the server's
+    certificate is checked against GRPC_DEFAULT_SSL_ROOTS_FILE_PATH."""
+    producer = Producer(_config(port), ("normal",), tls_enable=True)
+    producer.startup()
+    try:
+        sent = [producer.send(_message("normal", b"tls-%d" % i)).message_id for i in range(3)]
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(
+        _config(port), "tls-group", {"normal": FilterExpression()}, 5, tls_enable=True
+    )
+    consumer.startup()
+    try:
+        received = _receive_until(consumer, len(sent), 30)
+        for message in received:
+            consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return {"sent": sorted(sent), "received": sorted(m.message_id for m in received)}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "tls_round_trip": tls_round_trip,
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,

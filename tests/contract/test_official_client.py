@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +93,19 @@ def _consumed(state: list[dict[str, Any]], group: str, topic: str) -> tuple[int,
     return sum(row["committed"] for row in rows), sum(row["in_flight"] for row in rows)
 
 
-def run_official(argv: list[str], home: Path, timeout_s: float = 180) -> dict[str, Any]:
+def run_official(
+    argv: list[str], home: Path, timeout_s: float = 180, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Run the official client's script ``argv`` in its own interpreter (HOME, where the
-    client writes its logs, set to ``home``); the JSON object on its last stdout line."""
+    client writes its logs, set to ``home``; ``env`` added to the environment); the JSON
+    object on its last stdout line."""
     result = subprocess.run(
         [sys.executable, *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env={**os.environ, "HOME": str(home)},
+        env={**os.environ, "HOME": str(home), **(env or {})},
         check=False,
     )
     assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
