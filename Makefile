@@ -24,7 +24,7 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed-$(shell cat $(NODE_DIR)/packag
 # The raft core (every module of raft/core/): `coverage-core` holds it to 100% branch coverage.
 RAFT_CORE_COV := --cov=raft.core
 
-.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps node-deps
+.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps node-deps fuzz
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -96,6 +96,13 @@ test: system-deps node-deps lint typecheck imports coverage-core
 coverage-core: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/raft_core $(RAFT_CORE_COV) \
 		--cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
+
+# The fuzz tests with a long budget (make test runs them with a small one): examples per
+# target (and per gRPC server) in FUZZ_EXAMPLES.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	RIP5_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/unit/protocol/test_http2_connection_fuzz.py tests/contract/test_bad_requests.py
 
 sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)
