@@ -377,6 +377,19 @@ async def test_an_error_before_any_message_is_one_trailers_only_block(raw: RawCl
         assert not raw.of(h2.events.DataReceived, stream_id)
 
 
+async def test_a_message_flagged_compressed_without_an_encoding_is_internal(
+    raw: RawClient,
+) -> None:
+    stream_id = raw.request("/t.S/Size", None, end=False)
+    raw.h2.send_data(stream_id, b"\1\0\0\0\3abc", end_stream=True)
+    raw.flush()
+    await raw.until(lambda c: c.status(stream_id) is not None)
+    assert raw.status(stream_id) == str(grpc.StatusCode.INTERNAL.value[0]).encode()
+    sized = raw.request("/t.S/Size", b"abc")
+    await raw.until(lambda c: c.status(sized) is not None)
+    assert raw.status(sized) == b"0"
+
+
 async def test_a_reset_stream_cancels_its_handler_and_the_connection_serves_on(
     served: Served, raw: RawClient
 ) -> None:
