@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,6 +100,8 @@ async def serve(
         transactions.append(service.transactions)
         endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
         port = await endpoint.start()
+        if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -37,6 +40,8 @@ from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore, MetadataService
 from protocol.rocketmq.v2 import service_pb2_grpc
+
+log = logging.getLogger("broker.grpc.server")
 
 INBOUND_BYTES_MAX = 130 * 1024 * 1024
 
@@ -127,6 +132,9 @@ class GrpcEndpoint:
         self.port: int | None = None
         self.bad_requests = BadRequests()  # undecodable requests answered, by method
         self._server: grpc.aio.Server | Http2GrpcServer | None = None
+        self._ssl_context: ssl.SSLContext | None = None  # h2's, reloaded in place
+        # grpcio's next certificate, taken by its fetcher at the next handshake.
+        self._next_certificate: Any = None
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> int:
@@ -137,8 +145,11 @@ class GrpcEndpoint:
                 self.service, CheckedRegistration(h2_server, self.bad_requests)
             )
             host, _, port = self.listen.rpartition(":")
-            context = server_context(self.tls, alpn=["h2"]) if self.tls else None
-            self.port = await h2_server.start(host.strip("[]") or None, int(port), ssl=context)
+            if self.tls:
+                self._ssl_context = server_context(self.tls, alpn=["h2"])
+            self.port = await h2_server.start(
+                host.strip("[]") or None, int(port), ssl=self._ssl_context
+            )
             self._server = h2_server
         else:
             self.port = await self._start_grpcio()
@@ -162,7 +173,9 @@ class GrpcEndpoint:
             key_cert = await asyncio.to_thread(
                 lambda: (Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())
             )
-            credentials = grpc.ssl_server_credentials([key_cert])
+            credentials = grpc.dynamic_ssl_server_credentials(
+                grpc.ssl_server_certificate_configuration([key_cert]), self._take_certificate
+            )
             port = server.add_secure_port(self.listen, credentials)
         else:
             port = server.add_insecure_port(self.listen)
@@ -171,6 +184,36 @@ class GrpcEndpoint:
         await server.start()
         self._server = server
         return port
+
+    def reload_tls(self) -> None:
+        """Read the certificate and key files again (on SIGHUP): connections made from
+        now on present them, open ones keep theirs. Files that do not load (unreadable,
+        a key that does not match) are logged and the current certificate stays."""
+        if self.tls is None:
+            return
+        try:
+            server_context(self.tls)  # both files load and match, or this raises
+            if self._ssl_context is not None:
+                self._ssl_context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+            else:
+                key_cert = (
+                    Path(self.tls.key_file).read_bytes(),
+                    Path(self.tls.cert_file).read_bytes(),
+                )
+                self._next_certificate = grpc.ssl_server_certificate_configuration([key_cert])
+        except (OSError, ssl.SSLError) as error:
+            log.warning(
+                "TLS certificate not reloaded, the current one stays",
+                extra={"cert": self.tls.cert_file, "key": self.tls.key_file, "error": str(error)},
+            )
+            return
+        log.info("TLS certificate reloaded", extra={"cert": self.tls.cert_file})
+
+    def _take_certificate(self) -> Any:
+        """grpcio's fetcher (a handshake's thread): a reloaded certificate once, else None
+        (keep the current one)."""
+        taken, self._next_certificate = self._next_certificate, None
+        return taken
 
     async def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving and the background work (check-back); calls in flight get

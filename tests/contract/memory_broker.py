@@ -2,8 +2,8 @@
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
 [--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]
-[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE]``. Serves on
-127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
+[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE]`` (SIGHUP reloads
+them). Serves on 127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
 every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
 committed offset and the deliveries still in flight) as JSON to
@@ -104,6 +104,9 @@ async def main(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
+    for endpoint in endpoints:  # as the broker role does
+        if endpoint.tls is not None:
+            loop.add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
     for path, text in [
         (port_file.with_suffix(".all"), ",".join(map(str, ports))),
         (port_file, str(ports[0])),

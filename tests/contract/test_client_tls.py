@@ -4,6 +4,8 @@ roots in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH (here the throwaway self-signed one)."
 
 from __future__ import annotations
 
+import signal
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,14 +17,25 @@ from broker.grpc.server import SERVERS, client_tls
 from protocol.rocketmq.v2 import service_pb2 as spb
 from tests.contract.test_angelia_tls import self_signed
 from tests.contract.test_official_client import CLIENT, BrokerProcess, run_official, serving_broker
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
+
+
+def _for_localhost(folder: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, in ``folder``."""
+    return self_signed(folder, name, "-addext", "subjectAltName=IP:127.0.0.1")
 
 
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key."""
-    return self_signed(tmp_path, "broker", "-addext", "subjectAltName=IP:127.0.0.1")
+    return _for_localhost(tmp_path, "broker")
+
+
+def _served_certificate(port: int) -> bytes:
+    """The DER certificate a new TLS connection to ``port`` is shown (not verified)."""
+    return ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", port)))
 
 
 @pytest.fixture(params=SERVERS)
@@ -47,6 +60,36 @@ def test_the_official_client_sends_and_receives_over_tls(
     )
     assert len(seen["sent"]) == 3
     assert seen["received"] == seen["sent"]
+
+
+def test_sighup_reloads_the_certificate_for_new_connections(
+    broker: BrokerProcess, tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    first = ssl.PEM_cert_to_DER_cert(cert.read_text())
+    assert _served_certificate(broker.port) == first
+    renewed = tmp_path / "renewed"
+    renewed.mkdir()
+    new_cert, new_key = _for_localhost(renewed, "broker")
+    new_key.replace(key)  # the files the broker was started with, renewed
+    new_cert.replace(cert)
+    second = ssl.PEM_cert_to_DER_cert(cert.read_text())
+    broker.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: _served_certificate(broker.port) == second, what="the renewed certificate")
+    seen = run_official(
+        [str(CLIENT), str(broker.port), "tls_round_trip"],
+        tmp_path,
+        env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cert)},
+    )
+    assert seen["received"] == seen["sent"]
+    # A key that does not match is refused; the renewed certificate stays.
+    key.write_text(_for_localhost(tmp_path, "other")[1].read_text())
+    broker.process.send_signal(signal.SIGHUP)
+    wait_until(
+        lambda: "TLS certificate not reloaded" in broker.log_path.read_text(),
+        what="the refused reload to be logged",
+    )
+    assert _served_certificate(broker.port) == second
 
 
 def test_a_cleartext_client_gets_no_answer(broker: BrokerProcess) -> None:
