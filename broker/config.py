@@ -33,6 +33,13 @@ class BrokerConfig:
         default="",
         metadata={"help": "PEM private key file of --tls-cert"},
     )
+    tls_client_ca: str = field(
+        default="",
+        metadata={
+            "help": "PEM file of the CA certificates that sign client certificates: with "
+            "TLS on, a client must present one (mutual TLS); empty: none asked"
+        },
+    )
     nameserver: str = field(
         default="127.0.0.1:9876",
         metadata={"help": "comma-separated host:port of the nameservers", "kind": "addresses"},

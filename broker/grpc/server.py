@@ -93,16 +93,25 @@ def build_service(
 
 
 def client_tls(config: BrokerConfig) -> TlsConfig | None:
-    """The client endpoint's TLS from ``--tls-cert`` and ``--tls-key`` (None: cleartext);
-    ValueError if only one is given or a file cannot be read."""
+    """The client endpoint's TLS from ``--tls-cert``, ``--tls-key`` and
+    ``--tls-client-ca`` (None: cleartext); ValueError if the first two are not given
+    together, the third comes without them, or a file cannot be read."""
     if not config.tls_cert and not config.tls_key:
+        if config.tls_client_ca:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
         return None
     if not config.tls_cert or not config.tls_key:
         raise ValueError("--tls-cert and --tls-key go together: give both or neither")
-    for flag, name in (("--tls-cert", config.tls_cert), ("--tls-key", config.tls_key)):
-        if not Path(name).is_file():
+    for flag, name in (
+        ("--tls-cert", config.tls_cert),
+        ("--tls-key", config.tls_key),
+        ("--tls-client-ca", config.tls_client_ca),
+    ):
+        if name and not Path(name).is_file():
             raise ValueError(f"{flag} {name}: no such file")
-    return TlsConfig(cert_file=config.tls_cert, key_file=config.tls_key, ca_file="")
+    return TlsConfig(
+        cert_file=config.tls_cert, key_file=config.tls_key, ca_file=config.tls_client_ca
+    )
 
 
 SERVERS = ("h2", "grpcio")
@@ -122,7 +131,7 @@ class GrpcEndpoint:
         tls: TlsConfig | None = None,
     ) -> None:
         """``tls``: serve TLS (HTTP/2 over TLS, ALPN h2) with its certificate and key;
-        clients are not asked for certificates (its ``ca_file`` is not read)."""
+        with a ``ca_file``, every client must present a certificate it signs."""
         if server not in SERVERS:
             raise ValueError(f"unknown gRPC server {server!r}: one of {', '.join(SERVERS)}")
         self.service = service
@@ -147,6 +156,9 @@ class GrpcEndpoint:
             host, _, port = self.listen.rpartition(":")
             if self.tls:
                 self._ssl_context = server_context(self.tls, alpn=["h2"])
+                if self.tls.ca_file:
+                    self._ssl_context.load_verify_locations(self.tls.ca_file)
+                    self._ssl_context.verify_mode = ssl.CERT_REQUIRED
             self.port = await h2_server.start(
                 host.strip("[]") or None, int(port), ssl=self._ssl_context
             )
@@ -174,7 +186,9 @@ class GrpcEndpoint:
                 lambda: (Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())
             )
             credentials = grpc.dynamic_ssl_server_credentials(
-                grpc.ssl_server_certificate_configuration([key_cert]), self._take_certificate
+                self._certificate_configuration(key_cert),
+                self._take_certificate,
+                require_client_authentication=bool(tls.ca_file),
             )
             port = server.add_secure_port(self.listen, credentials)
         else:
@@ -200,7 +214,7 @@ class GrpcEndpoint:
                     Path(self.tls.key_file).read_bytes(),
                     Path(self.tls.cert_file).read_bytes(),
                 )
-                self._next_certificate = grpc.ssl_server_certificate_configuration([key_cert])
+                self._next_certificate = self._certificate_configuration(key_cert)
         except (OSError, ssl.SSLError) as error:
             log.warning(
                 "TLS certificate not reloaded, the current one stays",
@@ -208,6 +222,12 @@ class GrpcEndpoint:
             )
             return
         log.info("TLS certificate reloaded", extra={"cert": self.tls.cert_file})
+
+    def _certificate_configuration(self, key_cert: tuple[bytes, bytes]) -> Any:
+        """grpcio's form of a key and certificate, with the client CA if there is one."""
+        assert self.tls is not None
+        ca = Path(self.tls.ca_file).read_bytes() if self.tls.ca_file else None
+        return grpc.ssl_server_certificate_configuration([key_cert], root_certificates=ca)
 
     def _take_certificate(self) -> Any:
         """grpcio's fetcher (a handshake's thread): a reloaded certificate once, else None

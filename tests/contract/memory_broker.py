@@ -2,9 +2,10 @@
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
 [--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]
-[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE]`` (SIGHUP reloads
-them). Serves on 127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
-every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
+[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE [--tls-client-ca
+FILE]]`` (SIGHUP reloads the certificate). Serves on 127.0.0.1 (free ports),
+writes the first broker's port to PORT_FILE (and every broker's,
+comma-separated, to PORT_FILE.all) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
 committed offset and the deliveries still in flight) as JSON to
 PORT_FILE.state, so a test can check what the clients acknowledged, and the
@@ -152,6 +153,7 @@ if __name__ == "__main__":
     parser.add_argument("--grpc-server", choices=SERVERS, default="h2")
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
+    parser.add_argument("--tls-client-ca", default="")
     args = parser.parse_args()
     check_policy = CheckPolicy(
         delay_ms=args.check_delay_ms,
@@ -159,5 +161,7 @@ if __name__ == "__main__":
         check_max=args.check_max,
         scan_period_ms=200,
     )
-    tls = BrokerConfig(tls_cert=args.tls_cert, tls_key=args.tls_key)
+    tls = BrokerConfig(
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca
+    )
     asyncio.run(main(args.port_file, args.brokers, check_policy, args.grpc_server, client_tls(tls)))

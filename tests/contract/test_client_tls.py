@@ -13,7 +13,9 @@ import grpc
 import pytest
 
 from broker.config import BrokerConfig
+from broker.grpc.bad_requests import SERVICE
 from broker.grpc.server import SERVERS, client_tls
+from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from tests.contract.test_angelia_tls import self_signed
 from tests.contract.test_official_client import CLIENT, BrokerProcess, run_official, serving_broker
@@ -92,6 +94,45 @@ def test_sighup_reloads_the_certificate_for_new_connections(
     assert _served_certificate(broker.port) == second
 
 
+def test_with_a_client_ca_only_clients_with_its_certificates_are_served(
+    tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    client_cert, client_key = self_signed(tmp_path, "client")  # its own CA
+    stranger_cert, stranger_key = self_signed(tmp_path, "stranger")
+    request = spb.QueryRouteRequest(topic=pb.Resource(name="normal")).SerializeToString()
+    metadata = (("x-mq-client-id", "mutual-tls"),)
+    for kind in SERVERS:
+        options = ["--grpc-server", kind, "--tls-cert", str(cert), "--tls-key", str(key)]
+        options += ["--tls-client-ca", str(client_cert)]
+        (tmp_path / kind).mkdir()
+        with serving_broker(tmp_path / kind, *options) as broker:
+            answers = {}
+            for name, pair in [
+                ("client", (client_key, client_cert)),
+                ("stranger", (stranger_key, stranger_cert)),
+                ("none", None),
+            ]:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=cert.read_bytes(),
+                    private_key=pair[0].read_bytes() if pair else None,
+                    certificate_chain=pair[1].read_bytes() if pair else None,
+                )
+                target = f"127.0.0.1:{broker.port}"
+                with grpc.secure_channel(target, credentials) as channel:
+                    route = channel.unary_unary(f"/{SERVICE}/QueryRoute")
+                    try:
+                        answer = route(request, metadata=metadata, timeout=5)
+                        answers[name] = spb.QueryRouteResponse.FromString(answer).status.code
+                    except grpc.RpcError as error:
+                        answers[name] = error.code()
+            assert answers == {
+                "client": pb.OK,
+                "stranger": grpc.StatusCode.UNAVAILABLE,
+                "none": grpc.StatusCode.UNAVAILABLE,
+            }, kind
+
+
 def test_a_cleartext_client_gets_no_answer(broker: BrokerProcess) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         route = channel.unary_unary("/apache.rocketmq.v2.MessagingService/QueryRoute")
@@ -106,3 +147,5 @@ def test_tls_flags_go_together_and_name_missing_files(tmp_path: Path) -> None:
         client_tls(BrokerConfig(tls_cert="cert.pem"))
     with pytest.raises(ValueError, match=r"--tls-cert .*missing\.pem: no such file"):
         client_tls(BrokerConfig(tls_cert=str(tmp_path / "missing.pem"), tls_key="k"))
+    with pytest.raises(ValueError, match="--tls-client-ca needs --tls-cert and --tls-key"):
+        client_tls(BrokerConfig(tls_client_ca="ca.pem"))
