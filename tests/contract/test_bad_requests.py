@@ -31,6 +31,7 @@ from broker.services.memory import MemoryCoordination, MemoryMetadata, MemorySto
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.vocabulary import MessageType
+from tests.waiting import async_wait_until
 
 FUZZ_EXAMPLES = int(os.environ.get("RIP5_FUZZ_EXAMPLES", "150"))
 METHODS = spb.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name
@@ -98,6 +99,10 @@ def _mutated(draw: st.DrawFn, method: str) -> bytes:
 CASES = st.sampled_from(sorted(METHODS)).flatmap(
     lambda method: st.tuples(st.just(method), st.one_of(st.binary(max_size=256), _mutated(method)))
 )
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 def _decodes(method: str, data: bytes) -> bool:
@@ -198,6 +203,9 @@ async def test_bad_bytes_get_bad_request_naming_the_cause_and_the_broker_serves_
         def each(case: tuple[str, bytes]) -> None:
             asyncio.run_coroutine_threadsafe(one(case), loop).result(timeout=60)
 
+        await one(("QueryRoute", b"\xff"))  # the connection is up: count from here
+        fds_before = _open_fds()
+        tasks_before = len(asyncio.all_tasks())
         await asyncio.to_thread(each)
         # The broker serves on.
         route = spb.QueryRouteResponse.FromString(
@@ -206,6 +214,12 @@ async def test_bad_bytes_get_bad_request_naming_the_cause_and_the_broker_serves_
             )
         )
         assert route.status.code == pb.OK
+        # Nothing leaked: the calls' tasks ended, no descriptor per call stayed open
+        # (a few may come and go with grpc's own machinery).
+        await async_wait_until(
+            lambda: len(asyncio.all_tasks()) <= tasks_before, what="the calls' tasks to end"
+        )
+        assert _open_fds() <= fds_before + 8, (fds_before, _open_fds())
     assert undecodable > FUZZ_EXAMPLES // 4  # the budget reached the decoders' refusals
     assert endpoint.bad_requests.total == undecodable
     # Logged rarely and without a traceback; nothing else logged a traceback either.
