@@ -173,6 +173,15 @@ class AppendResult(NamedTuple):
     placement: Placement = Placement.QUEUED
 
 
+class QueueOffsets(NamedTuple):
+    """A queue's offsets: the oldest still held, the one the next message gets, and
+    (when a store time was asked) the first stored at or after it (-1: not asked)."""
+
+    first_offset: int
+    end_offset: int
+    timestamp_offset: int = -1
+
+
 @dataclass(frozen=True, slots=True)
 class HalfMessage:
     """An unresolved transaction: its half message, where it waits and how often it was

@@ -70,6 +70,7 @@ from broker.domain import (
     Message,
     MessageType,
     PopResult,
+    QueueOffsets,
     QueueRef,
     TopicInfo,
 )
@@ -170,6 +171,11 @@ class MessageStore(Protocol):
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
         """The group's committed offset: every message before it is finished."""
+        ...
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's first and end offsets; with ``timestamp_ms`` >= 0 also the first
+        offset stored at or after that time (the end offset if none)."""
         ...
 
     async def end_transaction(

@@ -37,6 +37,7 @@ from broker.domain import (
     PoppedMessage,
     PopResult,
     QueueInfo,
+    QueueOffsets,
     QueueRef,
     TopicInfo,
 )
@@ -433,6 +434,18 @@ class MemoryStore:
             event = self._appended.setdefault(topic, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """Offsets of the in-memory queue (nothing is ever trimmed: the first is 0)."""
+        self._release_due()
+        log = self._queues.get(queue, [])
+        if timestamp_ms < 0:
+            return QueueOffsets(0, len(log))
+        found = next(
+            (i for i, stored in enumerate(log) if stored.store_timestamp_ms >= timestamp_ms),
+            len(log),
+        )
+        return QueueOffsets(0, len(log), found)
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
         """The group's committed offset on ``queue``."""

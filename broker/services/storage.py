@@ -41,6 +41,7 @@ from broker.domain import (
     Message,
     Placement,
     PopResult,
+    QueueOffsets,
     QueueRef,
 )
 from broker.errors import BrokerError, Reason
@@ -473,6 +474,18 @@ class StorageStore:
             ),
         )
         return response.offset or 0
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's offsets from its group's leader (``storage.queue_info``)."""
+        response = await self._call(
+            queue,
+            f"offsets of {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.queue_info(
+                st.QueueInfoRequest(queue.topic, queue.queue_id, timestamp_ms=timestamp_ms),
+                timeout_ms=timeout_ms,
+            ),
+        )
+        return QueueOffsets(response.first_offset, response.end_offset, response.timestamp_offset)
 
     # -- transactions (see the MessageStore contract) ------------------------------------
 

@@ -1,0 +1,196 @@
+"""Remoting wire values <-> broker domain, both directions.
+
+Conversion only: no lookups, no policy. A 4.x message is one property
+string beside its body; the system properties (``RESERVED_PROPERTY_KEYS``)
+become the domain message's fields and the rest its user properties:
+
+- ``UNIQ_KEY`` (the id the client generated) is the message id, so a 5.x
+  consumer sees the id the 4.x producer reported;
+- ``TAGS`` the tag, ``KEYS`` the keys (space separated);
+- ``TRAN_MSG`` (or the prepared bits of ``sysFlag``) makes a TRANSACTION
+  message; ``TIMER_DELIVER_MS`` / ``__STARTDELIVERTIME`` (absolute),
+  ``TIMER_DELAY_MS`` / ``TIMER_DELAY_SEC`` or a ``DELAY`` level (relative to
+  ``now_ms``) make a DELAY message; ``__SHARDINGKEY`` makes a FIFO message of
+  that message group;
+- the header's queue id is the queue the client chose (its queue selector
+  decides, as with a RocketMQ broker).
+
+A body with the compressed bit of ``sysFlag`` is zlib-inflated.
+
+Transaction ids handed to remoting producers carry the topic before the
+v2 transaction id (``<topic>@T1:<queue>:<message id>``): a 4.x client's
+END_TRANSACTION names no topic, and any broker must be able to end it.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+
+from broker.domain import AppendResult, Message, MessageType, Placement, QueueRef, new_message
+from broker.errors import BrokerError, Reason
+from broker.processor import transaction_id as transaction_ids
+from broker.processor.validation import BODY_BYTES_MAX, RESERVED_PROPERTY_KEYS
+from protocol.remoting import messages as wire
+from protocol.remoting.bodies import RouteBroker
+from protocol.remoting.headers import SendMessageHeader
+
+COMPRESSED_FLAG = 0x1
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_PREPARED_FLAG = 0x4
+
+DELAY_LEVELS_MS = (
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
+    420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+)  # fmt: skip
+"""RocketMQ's default delay levels 1..18 (``messageDelayLevel``)."""
+
+BROKER_NAME_PREFIX = "rip5-"
+_TRANSACTION_SEPARATOR = "@"
+
+
+def broker_name(address: str) -> str:
+    """The broker name a route gives the broker at remoting ``address`` (host:port)."""
+    host, _, port = address.rpartition(":")
+    return f"{BROKER_NAME_PREFIX}{host.strip('[]').replace('.', '-').replace(':', '-')}-{port}"
+
+
+def route_brokers(addresses: Sequence[str]) -> list[RouteBroker]:
+    """The brokers of a route, one per remoting address, in address order."""
+    return [RouteBroker(broker_name(address), address) for address in sorted(set(addresses))]
+
+
+def messages_from_send(
+    header: SendMessageHeader, body: bytes, *, batch: bool, born_host: str, now_ms: int
+) -> list[Message]:
+    """The messages of a send request (one, or a batch body's records)."""
+    if not batch:
+        if header.sys_flag & COMPRESSED_FLAG:
+            body = _inflate(body)
+        properties = wire.parse_properties(header.properties)
+        return [_message(header, body, properties, born_host, now_ms)]
+    records = wire.parse_batch(body)
+    if not records:
+        raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "batch body holds no message")
+    return [
+        _message(header, record.body, record.properties, born_host, now_ms) for record in records
+    ]
+
+
+def _inflate(body: bytes) -> bytes:
+    try:
+        inflater = zlib.decompressobj()
+        inflated = inflater.decompress(body, BODY_BYTES_MAX + 1)
+    except zlib.error:
+        raise BrokerError.of(
+            Reason.MESSAGE_CORRUPTED, "message body is flagged compressed but is not zlib"
+        ) from None
+    if len(inflated) > BODY_BYTES_MAX:
+        raise BrokerError.of(
+            Reason.MESSAGE_BODY_TOO_LARGE, f"inflated body exceeds the max {BODY_BYTES_MAX}"
+        )
+    return inflated
+
+
+def _message(
+    header: SendMessageHeader,
+    body: bytes,
+    properties: Mapping[str, str],
+    born_host: str,
+    now_ms: int,
+) -> Message:
+    message_id = properties.get(wire.UNIQUE_ID, "")
+    if not message_id:
+        raise BrokerError.of(
+            Reason.ILLEGAL_MESSAGE_ID,
+            f"message has no {wire.UNIQUE_ID} property (the id the client generates)",
+        )
+    keys = tuple(key for key in properties.get(wire.KEYS, "").split(wire.KEY_SEPARATOR) if key)
+    user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS}
+    message_type = MessageType.NORMAL
+    message_group = properties.get(wire.SHARDING_KEY) or None
+    delivery_ms = _delivery_ms(properties, now_ms)
+    prepared = header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_FLAG
+    if prepared or properties.get(wire.TRANSACTION_PREPARED, "").lower() == "true":
+        message_type = MessageType.TRANSACTION
+    elif delivery_ms is not None:
+        message_type = MessageType.DELAY
+    elif message_group is not None:
+        message_type = MessageType.FIFO
+    return new_message(
+        (
+            header.topic,
+            body,
+            message_id,
+            message_type,
+            properties.get(wire.TAGS) or None,
+            keys,
+            user,
+            message_group if message_type is MessageType.FIFO else None,
+            header.born_timestamp_ms,
+            born_host,
+            delivery_ms if message_type is MessageType.DELAY else None,
+            header.queue_id if header.queue_id >= 0 else None,
+            None,
+        )
+    )
+
+
+def _delivery_ms(properties: Mapping[str, str], now_ms: int) -> int | None:
+    """When a timed message is due (None: not timed); a bad number is MESSAGE_CORRUPTED."""
+    try:
+        for name in (wire.DELIVER_AT_MS, wire.START_DELIVER_TIME):
+            if properties.get(name):
+                return int(properties[name])
+        if properties.get(wire.DELAY_MS):
+            return now_ms + int(properties[wire.DELAY_MS])
+        if properties.get(wire.DELAY_SEC):
+            return now_ms + int(properties[wire.DELAY_SEC]) * 1000
+        level = int(properties.get(wire.DELAY_LEVEL) or 0)
+    except ValueError:
+        raise BrokerError.of(
+            Reason.MESSAGE_CORRUPTED, "a delivery time property is not an integer"
+        ) from None
+    if level <= 0:
+        return None
+    return now_ms + DELAY_LEVELS_MS[min(level, len(DELAY_LEVELS_MS)) - 1]
+
+
+def send_response_fields(
+    messages: Sequence[Message], results: Sequence[AppendResult], store_address: str
+) -> dict[str, str]:
+    """The extFields of a send's answer: the offset ids (comma-joined for a batch), the
+    queue and the first message's offset, and the transaction id of a half message."""
+    host, _, port = store_address.rpartition(":")
+    first = results[0]
+    fields = {
+        "msgId": ",".join(
+            wire.offset_message_id(host, int(port), result.queue.queue_id, result.offset)
+            for result in results
+        ),
+        "queueId": str(first.queue.queue_id),
+        "queueOffset": str(first.offset),
+        "MSG_REGION": "DefaultRegion",
+        "TRACE_ON": "true",
+    }
+    if first.placement is Placement.HALF:
+        fields["transactionId"] = transaction_id(first.queue, messages[0].message_id)
+    return fields
+
+
+def transaction_id(queue: QueueRef, message_id: str) -> str:
+    """The transaction id a remoting producer is given for a half message."""
+    return f"{queue.topic}{_TRANSACTION_SEPARATOR}{transaction_ids.encode(queue, message_id)}"
+
+
+def parse_transaction_id(text: str) -> tuple[str, str]:
+    """(topic, v2 transaction id) of a remoting transaction id; INVALID_TRANSACTION_ID
+    when it is not one."""
+    topic, separator, v2_id = text.partition(_TRANSACTION_SEPARATOR)
+    if not separator or not topic or not v2_id:
+        raise BrokerError.of(
+            Reason.INVALID_TRANSACTION_ID, f"transaction id {text!r} was not issued by this cluster"
+        )
+    return topic, v2_id
