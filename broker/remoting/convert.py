@@ -5,13 +5,18 @@ string beside its body; the system properties (``RESERVED_PROPERTY_KEYS``)
 become the domain message's fields and the rest its user properties:
 
 - ``UNIQ_KEY`` (the id the client generated) is the message id, so a 5.x
-  consumer sees the id the 4.x producer reported;
+  consumer sees the id the 4.x producer reported; a client that sends none
+  (ali-ons) reports the ``msgId`` of the answer as the message's id, so the
+  broker gives the message a new id and answers it there;
 - ``TAGS`` the tag, ``KEYS`` the keys (space separated);
 - ``TRAN_MSG`` (or the prepared bits of ``sysFlag``) makes a TRANSACTION
   message; ``TIMER_DELIVER_MS`` / ``__STARTDELIVERTIME`` (absolute),
   ``TIMER_DELAY_MS`` / ``TIMER_DELAY_SEC`` or a ``DELAY`` level (relative to
   ``now_ms``) make a DELAY message; ``__SHARDINGKEY`` makes a FIFO message of
-  that message group;
+  that message group when the topic takes FIFO messages (4.x clients cannot
+  say what type they send: an orderly send to a NORMAL topic stays NORMAL,
+  in the queue the client chose, as a RocketMQ broker without type checks
+  takes it);
 - the header's queue id is the queue the client chose (its queue selector
   decides, as with a RocketMQ broker).
 
@@ -27,7 +32,7 @@ PURE.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from broker.domain import AppendResult, Message, MessageType, Placement, QueueRef, new_message
 from broker.errors import BrokerError, Reason
@@ -63,20 +68,40 @@ def route_brokers(addresses: Sequence[str]) -> list[RouteBroker]:
 
 
 def messages_from_send(
-    header: SendMessageHeader, body: bytes, *, batch: bool, born_host: str, now_ms: int
-) -> list[Message]:
-    """The messages of a send request (one, or a batch body's records)."""
+    header: SendMessageHeader,
+    body: bytes,
+    *,
+    batch: bool,
+    born_host: str,
+    now_ms: int,
+    new_id: Callable[[], str],
+    fifo_topic: bool,
+) -> tuple[list[Message], list[bool]]:
+    """The messages of a send request (one, or a batch body's records), and for each
+    whether the client named it (``UNIQ_KEY``; otherwise ``new_id()`` did).
+    ``fifo_topic``: the topic takes FIFO messages."""
     if not batch:
         if header.sys_flag & COMPRESSED_FLAG:
             body = _inflate(body)
-        properties = wire.parse_properties(header.properties)
-        return [_message(header, body, properties, born_host, now_ms)]
-    records = wire.parse_batch(body)
-    if not records:
-        raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "batch body holds no message")
-    return [
-        _message(header, record.body, record.properties, born_host, now_ms) for record in records
+        records = [wire.BatchRecord(header.flag, body, wire.parse_properties(header.properties))]
+    else:
+        records = wire.parse_batch(body)
+        if not records:
+            raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "batch body holds no message")
+    named = [bool(record.properties.get(wire.UNIQUE_ID)) for record in records]
+    messages = [
+        _message(
+            header,
+            record.body,
+            record.properties,
+            record.properties.get(wire.UNIQUE_ID) or new_id(),
+            born_host,
+            now_ms,
+            fifo_topic,
+        )
+        for record in records
     ]
+    return messages, named
 
 
 def _inflate(body: bytes) -> bytes:
@@ -98,19 +123,15 @@ def _message(
     header: SendMessageHeader,
     body: bytes,
     properties: Mapping[str, str],
+    message_id: str,
     born_host: str,
     now_ms: int,
+    fifo_topic: bool,
 ) -> Message:
-    message_id = properties.get(wire.UNIQUE_ID, "")
-    if not message_id:
-        raise BrokerError.of(
-            Reason.ILLEGAL_MESSAGE_ID,
-            f"message has no {wire.UNIQUE_ID} property (the id the client generates)",
-        )
     keys = tuple(key for key in properties.get(wire.KEYS, "").split(wire.KEY_SEPARATOR) if key)
     user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS}
     message_type = MessageType.NORMAL
-    message_group = properties.get(wire.SHARDING_KEY) or None
+    message_group = (properties.get(wire.SHARDING_KEY) or None) if fifo_topic else None
     delivery_ms = _delivery_ms(properties, now_ms)
     prepared = header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_FLAG
     if prepared or properties.get(wire.TRANSACTION_PREPARED, "").lower() == "true":
@@ -159,16 +180,22 @@ def _delivery_ms(properties: Mapping[str, str], now_ms: int) -> int | None:
 
 
 def send_response_fields(
-    messages: Sequence[Message], results: Sequence[AppendResult], store_address: str
+    messages: Sequence[Message],
+    named: Sequence[bool],
+    results: Sequence[AppendResult],
+    store_address: str,
 ) -> dict[str, str]:
-    """The extFields of a send's answer: the offset ids (comma-joined for a batch), the
-    queue and the first message's offset, and the transaction id of a half message."""
+    """The extFields of a send's answer: per message (comma-joined for a batch) its
+    offset id, or its id when the broker named it; the queue and the first message's
+    offset; the transaction id of a half message."""
     host, _, port = store_address.rpartition(":")
     first = results[0]
     fields = {
         "msgId": ",".join(
             wire.offset_message_id(host, int(port), result.queue.queue_id, result.offset)
-            for result in results
+            if client_named
+            else message.message_id
+            for message, client_named, result in zip(messages, named, results, strict=True)
         ),
         "queueId": str(first.queue.queue_id),
         "queueOffset": str(first.offset),

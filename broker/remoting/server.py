@@ -31,6 +31,7 @@ import logging
 
 from broker.remoting.service import Connection, RemotingService
 from broker.remoting.status import code_of, frame_error_answer, malformed_answer, remark_of
+from protocol.remoting.codes import ResponseCode
 from protocol.remoting.errors import FrameError
 from protocol.remoting.frames import (
     FRAME_BYTES_MAX,
@@ -140,6 +141,15 @@ class RemotingServer:
         self, writer: asyncio.StreamWriter, request: RemotingCommand, connection: Connection
     ) -> None:
         response = await self.service.handle(request, connection)
+        if request.is_oneway and response.code != ResponseCode.SUCCESS:
+            # Nobody hears the answer: the log is the only place the failure shows.
+            log.warning(
+                "oneway request %d from %s failed (%d): %s",
+                request.code,
+                connection.peer,
+                response.code,
+                response.remark,
+            )
         if request.is_oneway or writer.is_closing():
             return
         try:

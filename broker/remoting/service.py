@@ -17,13 +17,16 @@ offset-based consumption API of the storage port.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.domain import QueueRef
+from broker.domain import MessageType, Placement, QueueRef
 from broker.errors import BrokerError, Reason, not_implemented
+from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
 from broker.processor.producer import ProducerProcessor
 from broker.processor.route import RouteProcessor
@@ -38,6 +41,9 @@ from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.frames import RemotingCommand
 
 log = logging.getLogger("broker.remoting")
+
+HALVES_MAX = 65_536
+"""Half messages whose transaction this broker can end by message id alone."""
 
 
 class BrokerDirectory(Protocol):
@@ -57,6 +63,18 @@ class FixedBrokers:
     async def remoting_addresses(self) -> list[str]:
         """The addresses given."""
         return list(self.addresses)
+
+
+class MessageIds:
+    """Ids for messages a client sent without one: 16 bytes in upper-case hex (the
+    form of a 4.x client's ids), a random prefix drawn once per process and a counter."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8)
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        return (self._prefix + next(self._counter).to_bytes(8, "big")).hex().upper()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +116,9 @@ class RemotingService:
         self.address = address
         self._transactions = transactions
         self.clients = RemotingClients()
+        self._new_id = MessageIds()
+        # Half messages sent through this broker, oldest first (see end_transaction).
+        self._halves: dict[str, QueueRef] = {}
         self._handlers: dict[int, Handler] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
@@ -162,29 +183,55 @@ class RemotingService:
             short_keys=request.code
             in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE),
         )
-        messages = convert.messages_from_send(
+        topic = await self._route.route(header.topic)
+        messages, named = convert.messages_from_send(
             header,
             request.body,
             batch=request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch,
             born_host=connection.peer,
             now_ms=self._clock.now_ms(),
+            new_id=self._new_id,
+            fifo_topic=MessageType.FIFO in topic.message_types,
         )
         results = await self._producer.send(messages)
+        for message, result in zip(messages, results, strict=True):
+            if result.placement is Placement.HALF:
+                self._remember_half(message.message_id, result.queue)
         return request.reply(
             ResponseCode.SUCCESS,
-            ext_fields=convert.send_response_fields(messages, results, self.address),
+            ext_fields=convert.send_response_fields(messages, named, results, self.address),
         )
+
+    def _remember_half(self, message_id: str, queue: QueueRef) -> None:
+        self._halves[message_id] = queue
+        while len(self._halves) > HALVES_MAX:
+            self._halves.pop(next(iter(self._halves)))
 
     async def end_transaction(
         self, request: RemotingCommand, connection: Connection
     ) -> RemotingCommand:
-        """END_TRANSACTION: commit (8), roll back (12) or leave (0) a half message."""
+        """END_TRANSACTION: commit (8), roll back (12) or leave (0) a half message.
+
+        The transaction id the send answered names the half message anywhere in
+        the cluster; the C++ client sends none back, only the message id, which
+        this broker remembers for the half messages sent through it (a broker
+        that restarted in between leaves those to the check-back).
+        """
         if self._transactions is None:
             raise not_implemented("END_TRANSACTION")
         header = headers.end_transaction_header(request.ext_fields)
-        if not header.transaction_id:
-            raise BrokerError.of(Reason.INVALID_TRANSACTION_ID, "transactionId is missing")
-        topic, transaction_id = convert.parse_transaction_id(header.transaction_id)
+        if header.transaction_id:
+            topic, transaction_id = convert.parse_transaction_id(header.transaction_id)
+        elif header.message_id in self._halves:
+            queue = self._halves[header.message_id]
+            topic, transaction_id = queue.topic, transaction_ids.encode(queue, header.message_id)
+        else:
+            raise BrokerError.of(
+                Reason.INVALID_TRANSACTION_ID,
+                f"transaction of message {header.message_id!r} is unknown here and the "
+                "request has no transactionId",
+            )
+        self._halves.pop(header.message_id, None)
         commit = {headers.TRANSACTION_COMMIT: True, headers.TRANSACTION_ROLLBACK: False}.get(
             header.commit_or_rollback
         )

@@ -3,7 +3,8 @@
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
 [--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]``. Serves on
 127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
-every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
+every broker's, comma-separated, to PORT_FILE.all; their remoting ports, for
+4.x clients, to PORT_FILE.remoting) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
 committed offset and the deliveries still in flight) as JSON to
 PORT_FILE.state, so a test can check what the clients acknowledged, and the
@@ -34,6 +35,8 @@ from pathlib import Path
 from broker.domain import GroupInfo, MessageType, QueueInfo, RetryPolicy, TopicInfo
 from broker.grpc.server import GrpcEndpoint, Ports, build_service
 from broker.processor.checkback import CheckPolicy
+from broker.remoting.server import RemotingServer
+from broker.remoting.service import FixedBrokers, RemotingService
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
 
@@ -89,12 +92,34 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
         peers.add(name, service.transactions)
         endpoints.append(GrpcEndpoint(service, "127.0.0.1:0"))
     ports = [await endpoint.start() for endpoint in endpoints]
+    remoting_brokers = FixedBrokers([])
+    remoting = [
+        RemotingServer(
+            RemotingService(
+                route=endpoint.service.route_processor,
+                producer=endpoint.service.producer_processor,
+                store=store,
+                clock=clock,
+                brokers=remoting_brokers,
+                cluster="DefaultCluster",
+                address="127.0.0.1:0",
+                transactions=endpoint.service.transactions,
+            ),
+            "127.0.0.1:0",
+        )
+        for endpoint in endpoints
+    ]
+    remoting_ports = [await server.start() for server in remoting]
+    for server, port in zip(remoting, remoting_ports, strict=True):
+        server.service.address = f"127.0.0.1:{port}"
+        remoting_brokers.addresses.append(server.service.address)
     reporter = asyncio.create_task(_report_producers(coordination, endpoints, names))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     for path, text in [
+        (port_file.with_suffix(".remoting"), ",".join(map(str, remoting_ports))),
         (port_file.with_suffix(".all"), ",".join(map(str, ports))),
         (port_file, str(ports[0])),
     ]:
@@ -105,6 +130,8 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
     reporter.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await reporter
+    for server in remoting:
+        await server.stop(0.5)
     for endpoint in endpoints:
         await endpoint.stop(0.5)
     state = [

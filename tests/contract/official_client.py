@@ -555,7 +555,31 @@ def settle_and_receive(
     return out
 
 
+def receive_all(port: int, topic: str, group: str, count: str) -> dict[str, Any]:
+    """Receive and ack ``count`` messages of ``topic`` (sent by another client, e.g. a 4.x
+    one over remoting): everything the consumer sees of each."""
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        got = _receive_until(consumer, int(count), 15)
+        for message in got:
+            consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return {
+        "received": [
+            {
+                **_view(message),
+                "keys": sorted(message.keys or ()),
+                "properties": dict(message.properties or {}),
+            }
+            for message in got
+        ]
+    }
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "receive_all": receive_all,
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,

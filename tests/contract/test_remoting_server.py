@@ -225,7 +225,6 @@ async def test_compressed_and_timed_and_transactional_sends(
 async def test_send_errors_say_why(client: WireClient) -> None:
     cases = [
         (_send_v2("nope", 0, _props()), b"x", ResponseCode.TOPIC_NOT_EXIST, "nope"),
-        (_send_v2("orders", 0, ""), b"x", ResponseCode.MESSAGE_ILLEGAL, "UNIQ_KEY"),
         (_send_v2("orders", 0, _props()), b"", ResponseCode.MESSAGE_ILLEGAL, "body is empty"),
         (_send_v2("orders", 0, _props(), e="x"), b"x", ResponseCode.INVALID_PARAMETER, "queueId"),
         (_send_v2("timed", 0, _props()), b"x", ResponseCode.MESSAGE_ILLEGAL, "accepts DELAY"),
@@ -241,6 +240,21 @@ async def test_send_errors_say_why(client: WireClient) -> None:
     assert bad_batch.code == ResponseCode.MESSAGE_ILLEGAL
     assert bad_batch.remark is not None
     assert "batch record 0" in bad_batch.remark
+
+
+async def test_a_message_without_a_client_id_gets_one_in_the_answer(
+    broker: Broker, client: WireClient
+) -> None:
+    """ali-ons sends no UNIQ_KEY and reports the answer's msgId as the message id."""
+    answers = [
+        await client.call(RequestCode.SEND_MESSAGE_V2, _send_v2("orders", 0, "TAGS\x01t\x02"), b"x")
+        for _ in range(2)
+    ]
+    ids = [answer.ext_fields["msgId"] for answer in answers]
+    stored = broker.store.messages(QueueRef("orders", 0))
+    assert [m.message_id for m in stored] == ids
+    assert len(set(ids)) == 2
+    assert all(len(i) == 32 for i in ids)
 
 
 async def test_heartbeat_consumer_list_and_unregister(broker: Broker, client: WireClient) -> None:

@@ -1,0 +1,103 @@
+"""Scenarios run by the C++ RocketMQ 4.x client (PyPI rocketmq-client-python 0.5.0rc2).
+
+Run in its own interpreter with the client's folder first on ``sys.path``
+(``python remoting_cpp_client.py NAMESRV SCENARIO``): its package is named
+``rocketmq`` like the official 5.x client's, so the two never share a site.
+NAMESRV is a broker's remoting address (every broker answers name-server
+requests). Prints one JSON object (the scenario's observations) as its last
+stdout line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+from rocketmq.client import Message, Producer, SendStatus, TransactionMQProducer, TransactionStatus
+
+GROUP = "PG_CPP"
+
+
+def _message(topic: str, body: str, tag: str, keys: str, **properties: str) -> Message:
+    message = Message(topic)
+    message.set_tags(tag)
+    message.set_keys(keys)
+    message.set_body(body)
+    for name, value in properties.items():
+        message.set_property(name, value)
+    return message
+
+
+def produce(namesrv: str) -> dict[str, Any]:
+    """Sync sends with tags, keys and properties, a body large enough to be compressed,
+    oneway sends, and orderly sends by sharding key."""
+    out: dict[str, Any] = {}
+    producer = Producer(GROUP)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        sent = [
+            producer.send_sync(_message("normal", f"sync-{i}", f"tag{i}", f"key{i} other{i}",
+                                        color="red", index=str(i)))
+            for i in range(3)
+        ]  # fmt: skip
+        out["sync"] = [{"status": int(r.status), "id": r.msg_id, "offset": r.offset} for r in sent]
+        big = producer.send_sync(_message("normal", "z" * 10_000, "big", "bigkey"))
+        out["big"] = {"status": int(big.status), "id": big.msg_id}
+        for i in range(2):
+            producer.send_oneway(_message("normal", f"oneway-{i}", "oneway", f"ow{i}"))
+    finally:
+        producer.shutdown()
+    orderly = Producer(GROUP + "_ORDERLY", orderly=True)
+    orderly.set_namesrv_addr(namesrv)
+    orderly.start()
+    try:
+        results = [
+            orderly.send_orderly_with_sharding_key(
+                _message("normal", f"order-{i}", "fifo", f"o{i}"), "order-42"
+            )
+            for i in range(5)
+        ]
+        out["orderly"] = [{"status": int(r.status), "offset": r.offset} for r in results]
+    finally:
+        orderly.shutdown()
+    out["ok"] = int(SendStatus.OK)
+    return out
+
+
+def transactions(namesrv: str) -> dict[str, Any]:
+    """A transaction committed and one rolled back by the local transaction."""
+    decided: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def check(message: Any) -> TransactionStatus:
+        return TransactionStatus.UNKNOWN
+
+    def execute(message: Any, user_args: Any) -> TransactionStatus:
+        body = message.body.decode() if isinstance(message.body, bytes) else str(message.body)
+        with lock:
+            decided[body] = "commit" if body.startswith("commit") else "rollback"
+        return TransactionStatus.COMMIT if body.startswith("commit") else TransactionStatus.ROLLBACK
+
+    producer = TransactionMQProducer(GROUP + "_TXN", check)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        results = [
+            producer.send_message_in_transaction(_message("txn", body, "t", body), execute)
+            for body in ("commit-1", "rollback-1")
+        ]
+    finally:
+        producer.shutdown()
+    return {
+        "sent": [{"status": int(r.status), "id": r.msg_id} for r in results],
+        "decided": decided,
+    }
+
+
+SCENARIOS = {"produce": produce, "transactions": transactions}
+
+if __name__ == "__main__":
+    print(json.dumps(SCENARIOS[sys.argv[2]](sys.argv[1])))
