@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from rocketmq.client import Message, Producer, SendStatus, TransactionMQProducer, TransactionStatus
@@ -97,7 +98,36 @@ def transactions(namesrv: str) -> dict[str, Any]:
     }
 
 
-SCENARIOS = {"produce": produce, "transactions": transactions}
+def stream(namesrv: str, topic: str, count: str) -> dict[str, Any]:
+    """``count`` sync sends one after another, each reported on its own line as it
+    ends (so a test can act in the middle); failures are counted, not fatal."""
+    acked: list[dict[str, Any]] = []
+    failed: list[str] = []
+    producer = Producer(GROUP + "_STREAM")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for i in range(int(count)):
+            try:
+                result = producer.send_sync(_message(topic, f"s-{i}", "s", f"s{i}"))
+            except Exception as error:  # noqa: BLE001 - the client's own exception types
+                failed.append(f"{i}: {type(error).__name__}: {error}")
+            else:
+                if result.status == SendStatus.OK:
+                    acked.append({"body": f"s-{i}", "id": result.msg_id})
+                else:
+                    failed.append(f"{i}: status {int(result.status)}")
+            print(f"progress {i + 1}", flush=True)
+    finally:
+        producer.shutdown()
+    return {"acked": acked, "failed": failed}
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "produce": produce,
+    "transactions": transactions,
+    "stream": stream,
+}
 
 if __name__ == "__main__":
-    print(json.dumps(SCENARIOS[sys.argv[2]](sys.argv[1])))
+    print(json.dumps(SCENARIOS[sys.argv[2]](sys.argv[1], *sys.argv[3:])))

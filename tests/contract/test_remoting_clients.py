@@ -20,13 +20,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.contract.test_official_client import BrokerProcess, run_client
+from tests.contract.test_official_client import BrokerProcess, broker, run_client
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "clients"
@@ -36,17 +35,7 @@ CPP_CLIENT = Path(__file__).with_name("remoting_cpp_client.py")
 CLIENT_TIMEOUT_S = 120
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker process over the in-memory ports (it serves remoting too)."""
-    process = BrokerProcess(tmp_path)
-    try:
-        yield process
-    finally:
-        process.stop()
-    assert process.process.returncode == 0, process.log_path.read_text()
+__all__ = ["broker"]  # the one-broker fixture of the official-client tests (it serves remoting)
 
 
 def _namesrv(broker: BrokerProcess) -> str:
@@ -78,13 +67,13 @@ def run_cpp(namesrv: str, scenario: str, home: Path) -> dict[str, Any]:
     return _last_json(result)
 
 
-def run_ons(namesrv: str, scenario: str, home: Path) -> dict[str, Any]:
+def run_ons(namesrv: str, scenario: str, home: Path, *args: str) -> dict[str, Any]:
     """A scenario of ali-ons (HOME: its logs)."""
     assert (NODE_DIR / "node_modules" / "ali-ons").exists(), (
         "ali-ons is not installed: run `make remoting-clients`"
     )
     result = subprocess.run(
-        ["node", str(NODE_DIR / "ons_client.js"), namesrv, scenario],
+        ["node", str(NODE_DIR / "ons_client.js"), namesrv, scenario, *args],
         cwd=NODE_DIR,
         capture_output=True,
         text=True,
@@ -103,6 +92,19 @@ def _received_by_5x(broker: BrokerProcess, topic: str, count: int, home: Path) -
     return received
 
 
+def assert_sync_sends_received(
+    sync: list[dict[str, Any]], by_body: dict[str, Any], body_prefix: str, color: str
+) -> None:
+    """Each sync send of a ``produce`` scenario reached the 5.x consumer as it was sent:
+    the id the 4.x producer reported, its tag, keys and user properties."""
+    for i, result in enumerate(sync):
+        message = by_body[f"{body_prefix}-{i}"]
+        assert message["id"] == result["id"]
+        assert message["tag"] == f"tag{i}"
+        assert message["keys"] == sorted([f"key{i}", f"other{i}"])
+        assert message["properties"] == {"color": color, "index": str(i)}
+
+
 def _consecutive(offsets: list[int]) -> bool:
     return offsets == list(range(offsets[0], offsets[0] + len(offsets)))
 
@@ -119,12 +121,7 @@ def test_cpp_client_sends_and_a_5x_consumer_receives_the_same_messages(
 
     received = _received_by_5x(broker, "normal", 3 + 1 + 2 + 5, tmp_path)
     by_body = {m["body"]: m for m in received}
-    for i, result in enumerate(sent["sync"]):
-        message = by_body[f"sync-{i}"]
-        assert message["id"] == result["id"]
-        assert message["tag"] == f"tag{i}"
-        assert message["keys"] == sorted([f"key{i}", f"other{i}"])
-        assert message["properties"] == {"color": "red", "index": str(i)}
+    assert_sync_sends_received(sent["sync"], by_body, "sync", "red")
     assert by_body["z" * 10_000]["id"] == sent["big"]["id"]  # compressed on the wire
     assert {f"oneway-{i}" for i in range(2)} <= set(by_body)
     assert {f"order-{i}" for i in range(5)} <= set(by_body)
@@ -154,11 +151,6 @@ def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
 
     received = _received_by_5x(broker, "normal", 3 + 1 + 5, tmp_path)
     by_body = {m["body"]: m for m in received}
-    for i, result in enumerate(sent["sync"]):
-        message = by_body[f"ons-{i}"]
-        assert message["id"] == result["id"]
-        assert message["tag"] == f"tag{i}"
-        assert message["keys"] == sorted([f"key{i}", f"other{i}"])
-        assert message["properties"] == {"color": "blue", "index": str(i)}
+    assert_sync_sends_received(sent["sync"], by_body, "ons", "blue")
     assert by_body["y" * 10_000]["id"] == sent["big"]["id"]
     assert [by_body[f"order-{i}"]["id"] for i in range(5)] == [r["id"] for r in orderly]
