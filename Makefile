@@ -19,7 +19,8 @@ SEEDS  ?= 1000
 PYTEST_ARGS ?=
 # The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
 # folder: the C++ client's Python package is named `rocketmq`, like the official 5.x
-# client in the venv, so it cannot be installed beside it.
+# client in the venv, so it cannot be installed beside it (it goes to .clients/python,
+# outside the trees lint and typecheck read); ali-ons goes to tests/clients/node.
 CLIENTS := tests/clients
 CPP_CLIENT := rocketmq-client-python==0.5.0rc2
 # The raft core (every module of raft/core/): `coverage-core` holds it to 100% branch coverage.
@@ -72,11 +73,11 @@ system-deps:
 
 # The C++ client's wheel bundles its library (later versions ship none); ali-ons and
 # its dependencies come at the versions package-lock.json pins.
-remoting-clients: $(CLIENTS)/python/site/rocketmq/librocketmq.so $(CLIENTS)/node/node_modules/.package-lock.json
+remoting-clients: .clients/python/rocketmq/librocketmq.so $(CLIENTS)/node/node_modules/.package-lock.json
 
-$(CLIENTS)/python/site/rocketmq/librocketmq.so: | $(STAMP)
+.clients/python/rocketmq/librocketmq.so: | $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
-		--target $(CLIENTS)/python/site $(CPP_CLIENT)
+		--target .clients/python $(CPP_CLIENT)
 
 $(CLIENTS)/node/node_modules/.package-lock.json: $(CLIENTS)/node/package-lock.json | system-deps
 	cd $(CLIENTS)/node && npm ci --no-audit --no-fund
@@ -107,4 +108,4 @@ sim: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache \
-		$(CLIENTS)/python/site $(CLIENTS)/node/node_modules
+		.clients $(CLIENTS)/node/node_modules

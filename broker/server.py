@@ -41,6 +41,7 @@ from broker.grpc.server import GrpcEndpoint, Ports, build_service
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting.brokers import ClusterBrokers
+from broker.remoting.producers import RemotingProducers
 from broker.remoting.server import RemotingServer
 from broker.remoting.service import RemotingService
 from broker.services.clock import SystemClock
@@ -87,6 +88,7 @@ async def serve(
         peer_address = await peer_server.start(
             config.peer_listen or f"{config.listen.rpartition(':')[0]}:0"
         )
+        remoting_producers = RemotingProducers()
         service = build_service(
             Ports(
                 metadata,
@@ -104,6 +106,7 @@ async def serve(
                 check_max=config.transaction_check_max,
             ),
             delivery_ahead_ms_max=config.delay_max_ms,
+            more_producers=remoting_producers,
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
@@ -123,11 +126,13 @@ async def serve(
                 cluster=config.cluster,
                 address=config.remoting_listen,
                 transactions=service.transactions,
+                producers=remoting_producers,
             )
             remoting = RemotingServer(remoting_service, config.remoting_listen)
             remoting_port = await remoting.start()
             remoting_address = f"{config.remoting_listen.rpartition(':')[0]}:{remoting_port}"
             remoting_service.address = brokers.own_address = remoting_address
+            remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
         tasks.append(
             asyncio.create_task(
@@ -135,7 +140,11 @@ async def serve(
                     metadata,
                     broker_id=peer_address,
                     address=address,
-                    producer_groups=lambda: service.sessions.producer_groups,
+                    # Where check-backs can reach a producer: gRPC producers' groups and
+                    # the topics remoting producers sent half messages to.
+                    producer_groups=lambda: sorted(
+                        {*service.sessions.producer_groups, *remoting_producers.topics}
+                    ),
                     interval_ms=config.heartbeat_interval_ms,
                     remoting_address=remoting_address,
                 ),

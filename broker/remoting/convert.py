@@ -34,12 +34,22 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 
-from broker.domain import AppendResult, Message, MessageType, Placement, QueueRef, new_message
+from broker.domain import (
+    AppendResult,
+    HalfMessage,
+    Message,
+    MessageType,
+    Placement,
+    QueueRef,
+    new_message,
+)
 from broker.errors import BrokerError, Reason
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.validation import BODY_BYTES_MAX, RESERVED_PROPERTY_KEYS
 from protocol.remoting import messages as wire
 from protocol.remoting.bodies import RouteBroker
+from protocol.remoting.codes import FLAG_ONEWAY, RequestCode
+from protocol.remoting.frames import RemotingCommand
 from protocol.remoting.headers import SendMessageHeader
 
 COMPRESSED_FLAG = 0x1
@@ -221,3 +231,62 @@ def parse_transaction_id(text: str) -> tuple[str, str]:
             Reason.INVALID_TRANSACTION_ID, f"transaction id {text!r} was not issued by this cluster"
         )
     return topic, v2_id
+
+
+def message_properties(message: Message) -> dict[str, str]:
+    """The property string's entries for a domain message: its user properties, then
+    its id, tag and keys as a 4.x client reads them."""
+    properties = dict(message.user_properties)
+    properties[wire.UNIQUE_ID] = message.message_id
+    if message.tag is not None:
+        properties[wire.TAGS] = message.tag
+    if message.keys:
+        properties[wire.KEYS] = wire.KEY_SEPARATOR.join(message.keys)
+    if message.message_group is not None:
+        properties[wire.SHARDING_KEY] = message.message_group
+    return properties
+
+
+def check_request(
+    half: HalfMessage, producer_group: str, store_address: str, opaque: int
+) -> RemotingCommand:
+    """CHECK_TRANSACTION_STATE (oneway) for ``half``, addressed to a producer of
+    ``producer_group``: the header names the transaction, the body is the half message
+    (with the producer group and the prepared mark the client picks its producer by)."""
+    message = half.message
+    host, _, port = store_address.rpartition(":")
+    offset_id = wire.offset_message_id(host, int(port), half.queue.queue_id, -1)
+    properties = message_properties(message)
+    properties[wire.PRODUCER_GROUP] = producer_group
+    properties[wire.TRANSACTION_PREPARED] = "true"
+    position = wire.parse_offset_message_id(offset_id)
+    physical = half.queue.queue_id << wire.QUEUE_OFFSET_BITS | wire.UNQUEUED
+    body = wire.encode_message_ext(
+        wire.MessageExt(
+            topic=half.queue.topic,
+            queue_id=half.queue.queue_id,
+            queue_offset=-1,
+            body=message.body,
+            properties=properties,
+            sys_flag=TRANSACTION_PREPARED_FLAG,
+            born_timestamp_ms=message.born_timestamp_ms,
+            born_host=message.born_host if ":" in message.born_host else "0.0.0.0:0",
+            store_timestamp_ms=half.store_timestamp_ms,
+            store_host=f"{position[0]}:{position[1]}",
+            physical_offset=physical,
+        )
+    )
+    return RemotingCommand(
+        code=RequestCode.CHECK_TRANSACTION_STATE,
+        opaque=opaque,
+        flag=FLAG_ONEWAY,
+        ext_fields={
+            "tranStateTableOffset": "-1",
+            "commitLogOffset": str(physical),
+            "msgId": message.message_id,
+            "offsetMsgId": offset_id,
+            "transactionId": transaction_id(half.queue, message.message_id),
+            "topic": half.queue.topic,
+        },
+        body=body,
+    )

@@ -96,6 +96,15 @@ class RemotingServer:
         )
         requests: set[asyncio.Task[None]] = set()
         decoder = FrameDecoder(self.frame_bytes_max)
+
+        def write(command: RemotingCommand) -> bool:
+            """Send a request of the broker's own (a check-back) on this connection."""
+            if writer.is_closing():
+                return False
+            writer.write(encode(command))
+            return True
+
+        self.service.producers.connected(connection_id, write)
         try:
             while True:
                 data = await reader.read(READ_BYTES)
@@ -132,6 +141,7 @@ class RemotingServer:
             for request in requests:
                 request.cancel()
             self.service.clients.connection_closed(connection_id)
+            self.service.producers.closed(connection_id)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()

@@ -33,6 +33,7 @@ from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
+from broker.remoting.producers import RemotingProducers
 from broker.remoting.status import code_of, remark_of, unsupported_remark
 from broker.services.base import Clock, MessageStore
 from protocol import errors as codes
@@ -106,6 +107,7 @@ class RemotingService:
         cluster: str,
         address: str,
         transactions: TransactionProcessor | None = None,
+        producers: RemotingProducers | None = None,
     ) -> None:
         self._route = route
         self._producer = producer
@@ -116,6 +118,7 @@ class RemotingService:
         self.address = address
         self._transactions = transactions
         self.clients = RemotingClients()
+        self.producers = producers or RemotingProducers()
         self._new_id = MessageIds()
         # Half messages sent through this broker, oldest first (see end_transaction).
         self._halves: dict[str, QueueRef] = {}
@@ -197,6 +200,9 @@ class RemotingService:
         for message, result in zip(messages, results, strict=True):
             if result.placement is Placement.HALF:
                 self._remember_half(message.message_id, result.queue)
+                self.producers.sent_half(
+                    connection.connection_id, header.topic, header.producer_group
+                )
         return request.reply(
             ResponseCode.SUCCESS,
             ext_fields=convert.send_response_fields(messages, named, results, self.address),

@@ -11,6 +11,16 @@ records, each::
     int32 body length, body
     int16 properties length, properties
 
+A stored message handed to a client (the body of CHECK_TRANSACTION_STATE,
+and of a pull answer) is a MessageExt record, version 1::
+
+    int32 total size, int32 magic (-626843481), int32 body CRC, int32 queue id,
+    int32 flag, int64 queue offset, int64 physical offset, int32 sysFlag,
+    int64 born timestamp, born host (4-byte IPv4 + int32 port),
+    int64 store timestamp, store host (same), int32 reconsume times,
+    int64 prepared transaction offset, int32 body length + body,
+    int8 topic length + topic, int16 properties length + properties
+
 An offset message id (the ``msgId`` of a send response) is 16 bytes in
 upper-case hex: the store host's IPv4 address and port (4 + 4 bytes), then
 8 bytes of position. RocketMQ puts the commit-log offset there; rip5 has
@@ -128,6 +138,104 @@ def format_batch(records: list[BatchRecord]) -> bytes:
         out += _RECORD_HEAD.pack(total, 0, 0, record.flag, len(record.body))
         out += record.body + _U16.pack(len(properties)) + properties
     return bytes(out)
+
+
+MESSAGE_EXT_MAGIC = -626843481
+_EXT_HEAD = struct.Struct(">iiiiiqqiq4BIq4BIiqi")
+_U8 = struct.Struct(">B")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageExt:
+    """A stored message as a client reads it (hosts are ``ip:port``, IPv4)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = "0.0.0.0:0"
+    store_timestamp_ms: int = 0
+    store_host: str = "0.0.0.0:0"
+    physical_offset: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+
+
+def encode_message_ext(message: MessageExt) -> bytes:
+    """One MessageExt record; ValueError if the topic or properties are too long."""
+    topic = message.topic.encode()
+    properties = format_properties(message.properties).encode()
+    if len(topic) > 255 or len(properties) > 0xFFFF:
+        raise ValueError("topic or properties too long for a MessageExt record")
+    total = _EXT_HEAD.size + len(message.body) + 1 + len(topic) + 2 + len(properties)
+    born_host, born_port = _host_port(message.born_host)
+    store_host, store_port = _host_port(message.store_host)
+    head = _EXT_HEAD.pack(
+        total, MESSAGE_EXT_MAGIC, message.body_crc, message.queue_id, message.flag,
+        message.queue_offset, message.physical_offset, message.sys_flag,
+        message.born_timestamp_ms, *born_host, born_port,
+        message.store_timestamp_ms, *store_host, store_port,
+        message.reconsume_times, message.prepared_transaction_offset, len(message.body),
+    )  # fmt: skip
+    return (
+        head + message.body + _U8.pack(len(topic)) + topic + _U16.pack(len(properties)) + properties
+    )
+
+
+def parse_message_exts(data: bytes) -> list[MessageExt]:
+    """The MessageExt records of ``data``; BodyError for a record cut short or of another
+    magic."""
+    out: list[MessageExt] = []
+    position = 0
+    while position < len(data):
+        if position + _EXT_HEAD.size > len(data):
+            raise BodyError(f"message record {len(out)} is cut short in its fixed fields")
+        fields = _EXT_HEAD.unpack_from(data, position)
+        total, magic, crc, queue_id, flag, queue_offset, physical, sys_flag, born_ms = fields[:9]
+        born_host, born_port = fields[9:13], fields[13]
+        store_ms, store_host, store_port = fields[14], fields[15:19], fields[19]
+        reconsume, prepared, body_length = fields[20], fields[21], fields[22]
+        if magic != MESSAGE_EXT_MAGIC:
+            raise BodyError(f"message record {len(out)} has magic {magic}")
+        end = position + total
+        body_start = position + _EXT_HEAD.size
+        topic_at = body_start + body_length
+        if total < _EXT_HEAD.size or end > len(data) or body_length < 0 or topic_at + 1 > end:
+            raise BodyError(f"message record {len(out)}: sizes run past the data")
+        topic_end = topic_at + 1 + data[topic_at]
+        if topic_end + 2 > end:
+            raise BodyError(f"message record {len(out)}: topic runs past the record")
+        (properties_length,) = _U16.unpack_from(data, topic_end)
+        if topic_end + 2 + properties_length != end:
+            raise BodyError(f"message record {len(out)}: total size disagrees with its parts")
+        try:
+            topic = data[topic_at + 1 : topic_end].decode()
+            properties = parse_properties(data[topic_end + 2 : end].decode())
+        except UnicodeDecodeError:
+            raise BodyError(f"message record {len(out)}: text is not UTF-8") from None
+        out.append(
+            MessageExt(
+                topic, queue_id, queue_offset, data[body_start:topic_at], properties, flag,
+                sys_flag, born_ms, _host_text(born_host, born_port), store_ms,
+                _host_text(store_host, store_port), physical, reconsume, prepared, crc,
+            )
+        )  # fmt: skip
+        position = end
+    return out
+
+
+def _host_port(address: str) -> tuple[tuple[int, int, int, int], int]:
+    host, _, port = address.rpartition(":")
+    return _ipv4(host), int(port) if port.isdigit() else 0
+
+
+def _host_text(ip: tuple[int, ...], port: int) -> str:
+    return f"{'.'.join(map(str, ip))}:{port}"
 
 
 def offset_message_id(host: str, port: int, queue_id: int, offset: int) -> str:

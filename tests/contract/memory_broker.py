@@ -35,6 +35,7 @@ from pathlib import Path
 from broker.domain import GroupInfo, MessageType, QueueInfo, RetryPolicy, TopicInfo
 from broker.grpc.server import GrpcEndpoint, Ports, build_service
 from broker.processor.checkback import CheckPolicy
+from broker.remoting.producers import RemotingProducers
 from broker.remoting.server import RemotingServer
 from broker.remoting.service import FixedBrokers, RemotingService
 from broker.services.clock import SystemClock
@@ -55,11 +56,15 @@ class _Metadata(MemoryMetadata):
 
 
 async def _report_producers(
-    coordination: MemoryCoordination, endpoints: list[GrpcEndpoint], names: list[str]
+    coordination: MemoryCoordination,
+    endpoints: list[GrpcEndpoint],
+    remoting: list[RemotingProducers],
+    names: list[str],
 ) -> None:
     while True:
-        for name, endpoint in zip(names, endpoints, strict=True):
-            coordination.register_producers(name, endpoint.service.sessions.producer_groups)
+        for name, endpoint, producers in zip(names, endpoints, remoting, strict=True):
+            groups = {*endpoint.service.sessions.producer_groups, *producers.topics}
+            coordination.register_producers(name, sorted(groups))
         await asyncio.sleep(0.1)
 
 
@@ -80,13 +85,15 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
     peers = MemoryPeers()
     endpoints: list[GrpcEndpoint] = []
     names = [f"broker-{n}" for n in range(1, brokers + 1)]
-    for name in names:
+    producers = [RemotingProducers() for _ in names]
+    for name, remoting_producers in zip(names, producers, strict=True):
         service = build_service(
             Ports(metadata, store, clock, coordination, peers),
             receipt_secret=SECRET,
             endpoint="127.0.0.1:0",
             broker_id=name,
             check_policy=policy,
+            more_producers=remoting_producers,
         )
         assert service.transactions is not None
         peers.add(name, service.transactions)
@@ -104,16 +111,17 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
                 cluster="DefaultCluster",
                 address="127.0.0.1:0",
                 transactions=endpoint.service.transactions,
+                producers=remoting_producers,
             ),
             "127.0.0.1:0",
         )
-        for endpoint in endpoints
+        for endpoint, remoting_producers in zip(endpoints, producers, strict=True)
     ]
     remoting_ports = [await server.start() for server in remoting]
     for server, port in zip(remoting, remoting_ports, strict=True):
-        server.service.address = f"127.0.0.1:{port}"
+        server.service.address = server.service.producers.store_address = f"127.0.0.1:{port}"
         remoting_brokers.addresses.append(server.service.address)
-    reporter = asyncio.create_task(_report_producers(coordination, endpoints, names))
+    reporter = asyncio.create_task(_report_producers(coordination, endpoints, producers, names))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

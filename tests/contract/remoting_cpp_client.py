@@ -19,6 +19,7 @@ from typing import Any
 from rocketmq.client import Message, Producer, SendStatus, TransactionMQProducer, TransactionStatus
 
 GROUP = "PG_CPP"
+CHECK_WAIT_S = 60.0
 
 
 def _message(topic: str, body: str, tag: str, keys: str, **properties: str) -> Message:
@@ -98,6 +99,38 @@ def transactions(namesrv: str) -> dict[str, Any]:
     }
 
 
+def check_back(namesrv: str) -> dict[str, Any]:
+    """A transaction left unknown by the local transaction; the broker's check-back asks
+    the producer, whose checker commits it. Waits (with a deadline) for the check, prints
+    ``checked``, and stays connected (the commit goes out after the checker returns)
+    until its stdin closes."""
+    checked: list[dict[str, Any]] = []
+    asked = threading.Event()
+
+    def check(message: Any) -> TransactionStatus:
+        checked.append(
+            {"id": message.id, "body": message.body.decode(), "tags": message.tags.decode()}
+        )
+        asked.set()
+        return TransactionStatus.COMMIT
+
+    def execute(message: Any, user_args: Any) -> TransactionStatus:
+        return TransactionStatus.UNKNOWN
+
+    producer = TransactionMQProducer(GROUP + "_CHECKED", check)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        result = producer.send_message_in_transaction(
+            _message("txn", "checked-1", "c", "checked-key", origin="cpp"), execute
+        )
+        print("checked" if asked.wait(CHECK_WAIT_S) else "not checked", flush=True)
+        sys.stdin.read()
+    finally:
+        producer.shutdown()
+    return {"sent": {"status": int(result.status), "id": result.msg_id}, "checked": checked}
+
+
 def stream(namesrv: str, topic: str, count: str) -> dict[str, Any]:
     """``count`` sync sends one after another, each reported on its own line as it
     ends (so a test can act in the middle); failures are counted, not fatal."""
@@ -127,6 +160,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce": produce,
     "transactions": transactions,
     "stream": stream,
+    "check_back": check_back,
 }
 
 if __name__ == "__main__":

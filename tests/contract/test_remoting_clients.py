@@ -1,6 +1,7 @@
 """The broker's remoting endpoint against real RocketMQ 4.x clients, each in a subprocess.
 
-Clients (installed by ``make remoting-clients`` into ``tests/clients/``):
+Clients (installed by ``make remoting-clients`` into ``.clients/python`` and
+``tests/clients/node``):
 the C++ client through PyPI ``rocketmq-client-python==0.5.0rc2`` (its wheel
 bundles the library; its package is named ``rocketmq`` like the official 5.x
 client's, so it lives in its own folder) and npm ``ali-ons@3.12.0`` (pure
@@ -29,7 +30,7 @@ from tests.contract.test_official_client import BrokerProcess, broker, run_clien
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "clients"
-CPP_SITE = CLIENTS / "python" / "site"
+CPP_SITE = ROOT / ".clients" / "python"  # outside tests/: a package, not our code
 NODE_DIR = CLIENTS / "node"
 CPP_CLIENT = Path(__file__).with_name("remoting_cpp_client.py")
 CLIENT_TIMEOUT_S = 120
@@ -154,3 +155,36 @@ def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
     assert_sync_sends_received(sent["sync"], by_body, "ons", "blue")
     assert by_body["y" * 10_000]["id"] == sent["big"]["id"]
     assert [by_body[f"order-{i}"]["id"] for i in range(5)] == [r["id"] for r in orderly]
+
+
+def test_cpp_client_answers_a_check_back_and_its_commit_arrives(tmp_path: Path) -> None:
+    """The local transaction says "unknown"; the broker asks the producer (oneway
+    CHECK_TRANSACTION_STATE with the half message), whose checker commits."""
+    broker = BrokerProcess(tmp_path, "--check-delay-ms", "1000", "--check-interval-ms", "2000")
+    try:
+        env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(CPP_SITE)}
+        argv = [sys.executable, str(CPP_CLIENT), _namesrv(broker), "check_back"]
+        with (
+            (tmp_path / "producer.err").open("w") as errors,
+            subprocess.Popen(
+                argv, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=errors, text=True, env=env,
+            ) as producer,
+        ):  # fmt: skip
+            assert producer.stdin is not None
+            assert producer.stdout is not None
+            assert producer.stdout.readline().strip() == "checked"
+            (received,) = _received_by_5x(broker, "txn", 1, tmp_path)
+            producer.stdin.close()
+            assert producer.wait(timeout=CLIENT_TIMEOUT_S) == 0, (
+                tmp_path / "producer.err"
+            ).read_text()
+            outcome = json.loads(producer.stdout.read().strip().splitlines()[-1])
+    finally:
+        broker.stop()
+    (checked,) = outcome["checked"]
+    assert checked["body"] == "checked-1"
+    assert checked["tags"] == "c"
+    assert received["body"] == "checked-1"
+    assert received["id"] == outcome["sent"]["id"] == checked["id"]
+    assert received["properties"] == {"origin": "cpp"}

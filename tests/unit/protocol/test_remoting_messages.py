@@ -208,3 +208,40 @@ def test_heartbeats_from_cpp_and_java_clients_read_alike() -> None:
 def test_bad_heartbeats_say_why(body: bytes, message: str) -> None:
     with pytest.raises(BodyError, match=message):
         bodies.parse_heartbeat(body)
+
+
+hosts = st.builds(
+    lambda ip, port: f"{'.'.join(map(str, ip))}:{port}",
+    st.tuples(*[st.integers(0, 255)] * 4),
+    st.integers(0, 65535),
+)
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+int64 = st.integers(-(1 << 63), (1 << 63) - 1)
+message_exts = st.builds(
+    messages.MessageExt,
+    topic=st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=30),
+    queue_id=int32, queue_offset=int64, body=st.binary(max_size=200), properties=properties,
+    flag=int32, sys_flag=st.integers(0, 0xF), born_timestamp_ms=int64, born_host=hosts,
+    store_timestamp_ms=int64, store_host=hosts, physical_offset=int64, reconsume_times=int32,
+    prepared_transaction_offset=int64, body_crc=int32,
+)  # fmt: skip
+
+
+@FUZZ
+@given(st.lists(message_exts, max_size=4))
+def test_message_exts_round_trip(records: list[messages.MessageExt]) -> None:
+    data = b"".join(messages.encode_message_ext(record) for record in records)
+    assert messages.parse_message_exts(data) == records
+
+
+@FUZZ
+@given(message_exts, st.data())
+def test_cut_or_garbled_message_exts_are_a_body_error(
+    record: messages.MessageExt, data: st.DataObject
+) -> None:
+    encoded = messages.encode_message_ext(record)
+    cut = data.draw(st.integers(1, len(encoded) - 1))
+    with pytest.raises(BodyError):
+        messages.parse_message_exts(encoded[:cut])
+    with pytest.raises(BodyError, match="magic"):
+        messages.parse_message_exts(encoded[:4] + b"\x00\x00\x00\x00" + encoded[8:])
