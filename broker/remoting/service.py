@@ -11,8 +11,10 @@ one broker serving all of the topic's queues (the same queue id through any
 broker is the same queue of the cluster).
 
 Not built yet (answered REQUEST_CODE_NOT_SUPPORTED): the consume side
-(pull, consumer offsets, send-back, message query), which needs the
-offset-based consumption API of the storage port.
+(pull, consumer offsets, send-back, message query, queue locks), which needs
+the offset-based consumption API of the storage port. The consumer list of a
+group names only the clients connected to this broker: a pull consumer's
+rebalance will need the cluster's list.
 """
 
 from __future__ import annotations
