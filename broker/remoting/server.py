@@ -30,7 +30,13 @@ import itertools
 import logging
 
 from broker.remoting.service import Connection, RemotingService
-from broker.remoting.status import code_of, frame_error_answer, malformed_answer, remark_of
+from broker.remoting.status import (
+    busy_answer,
+    code_of,
+    frame_error_answer,
+    malformed_answer,
+    remark_of,
+)
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.errors import FrameError
 from protocol.remoting.frames import (
@@ -45,6 +51,8 @@ log = logging.getLogger("broker.remoting")
 
 READ_BYTES = 256 * 1024
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024
+REQUESTS_IN_FLIGHT_MAX = 1024
+"""Requests one connection may have in flight; more are answered SYSTEM_BUSY at once."""
 
 
 class RemotingServer:
@@ -59,6 +67,8 @@ class RemotingServer:
         self.port: int | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # Open connections: their writers and the requests each has in flight.
+        self._open: dict[int, tuple[asyncio.StreamWriter, set[asyncio.Task[None]]]] = {}
         self._ids = itertools.count(1)
 
     async def start(self) -> int:
@@ -71,9 +81,15 @@ class RemotingServer:
         return self.port
 
     async def stop(self, grace_s: float = 1.0) -> None:
-        """Stop accepting; connections get ``grace_s`` to finish their requests."""
+        """Stop accepting; requests in flight get ``grace_s`` to be answered, then every
+        connection is closed."""
         if self._server is not None:
             self._server.close()
+        in_flight = [request for _, requests in self._open.values() for request in requests]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=grace_s)
+        for writer, _ in self._open.values():
+            writer.close()  # the connection's read ends; it cleans up and finishes
         if self._connections:
             _done, pending = await asyncio.wait(self._connections, timeout=grace_s)
             for task in pending:
@@ -105,6 +121,7 @@ class RemotingServer:
             return True
 
         self.service.producers.connected(connection_id, write)
+        self._open[connection_id] = (writer, requests)
         try:
             while True:
                 data = await reader.read(READ_BYTES)
@@ -122,6 +139,9 @@ class RemotingServer:
                             log.debug(
                                 "unexpected response %d from %s", item.opaque, connection.peer
                             )
+                        elif len(requests) >= REQUESTS_IN_FLIGHT_MAX:
+                            if not item.is_oneway:
+                                writer.write(encode(busy_answer(item, REQUESTS_IN_FLIGHT_MAX)))
                         else:
                             request = asyncio.create_task(
                                 self._serve_request(writer, item, connection)
@@ -142,6 +162,7 @@ class RemotingServer:
                 request.cancel()
             self.service.clients.connection_closed(connection_id)
             self.service.producers.closed(connection_id)
+            self._open.pop(connection_id, None)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()

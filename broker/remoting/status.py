@@ -107,6 +107,14 @@ def malformed_answer(item: Malformed) -> RemotingCommand:
     )
 
 
+def busy_answer(request: RemotingCommand, limit: int) -> RemotingCommand:
+    """The answer to a request beyond its connection's limit of requests in flight."""
+    return request.reply(
+        ResponseCode.SYSTEM_BUSY,
+        f"this connection has {limit} requests in flight already; retry when some are answered",
+    )
+
+
 def frame_error_answer(error: FrameError) -> RemotingCommand:
     """The last answer on a connection whose stream cannot be framed (opaque 0: no
     request can be named)."""

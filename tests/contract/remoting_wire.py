@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 
@@ -57,14 +58,16 @@ class WireClient:
         return answer
 
     async def closed(self) -> bool:
-        """Whether the server closes the connection (reads to its end)."""
-        while await asyncio.wait_for(self.reader.read(65536), READ_TIMEOUT_S):
-            pass
+        """Whether the server closes the connection (reads to its end; a reset counts)."""
+        with contextlib.suppress(ConnectionResetError):
+            while await asyncio.wait_for(self.reader.read(65536), READ_TIMEOUT_S):
+                pass
         return True
 
     async def close(self) -> None:
         self.writer.close()
-        await self.writer.wait_closed()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
 
 
 def json_body(command: RemotingCommand) -> object:

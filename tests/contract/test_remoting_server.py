@@ -24,6 +24,7 @@ from broker.domain import (
     TopicInfo,
 )
 from broker.grpc.server import Ports, build_service
+from broker.remoting import server as remoting_server
 from broker.remoting.server import RemotingServer
 from broker.remoting.service import FixedBrokers, RemotingService
 from broker.services.clock import SystemClock
@@ -44,9 +45,11 @@ class GatedStore(MemoryStore):
     def __init__(self, clock: SystemClock, metadata: MemoryMetadata) -> None:
         super().__init__(clock, metadata)
         self.gate = asyncio.Event()
+        self.held = 0  # appends waiting at the gate
 
     async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
         if queue.topic == "slow":
+            self.held += 1
             await self.gate.wait()
         return await super().append(queue, messages)
 
@@ -398,3 +401,38 @@ async def test_oneway_requests_get_no_answer(client: WireClient) -> None:
         answer = await client.call(RequestCode.GET_MAX_OFFSET, {"topic": "orders", "queueId": "0"})
         offset = answer.ext_fields["offset"]
     assert offset == "1"
+
+
+async def test_requests_beyond_the_in_flight_limit_are_busy(
+    broker: Broker, client: WireClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remoting_server, "REQUESTS_IN_FLIGHT_MAX", 2)
+    held = [
+        client.request(RequestCode.SEND_MESSAGE_V2, _send_v2("slow", 0, _props()), b"s")
+        for _ in range(2)
+    ]
+    busy = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})
+    assert busy.code == ResponseCode.SYSTEM_BUSY
+    assert busy.remark is not None
+    assert "2 requests in flight" in busy.remark
+    broker.store.gate.set()
+    answered = {(await client.read()).opaque for _ in held}
+    assert answered == set(held)
+    assert (await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})).code == 0
+
+
+async def test_stop_answers_requests_in_flight_then_closes_every_connection(
+    broker: Broker, client: WireClient
+) -> None:
+    idle = await WireClient.connect(broker.port)
+    assert (await idle.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})).code == 0
+    slow = client.request(RequestCode.SEND_MESSAGE_V2, _send_v2("slow", 0, _props()), b"s")
+    await async_wait_until(lambda: broker.store.held == 1, 10, "the send to reach the store")
+    stopping = asyncio.create_task(broker.server.stop(grace_s=10))
+    broker.store.gate.set()
+    answer = await client.read()
+    assert (answer.opaque, answer.code) == (slow, ResponseCode.SUCCESS)
+    await asyncio.wait_for(stopping, 10)  # the idle connection did not hold it up
+    assert await client.closed()
+    assert await idle.closed()
+    await idle.close()
