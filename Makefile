@@ -23,6 +23,7 @@ PYTEST_ARGS ?=
 # outside the trees lint and typecheck read); ali-ons goes to tests/clients/node.
 CLIENTS := tests/clients
 CPP_CLIENT := rocketmq-client-python==0.5.0rc2
+BATCH_CLIENT := rocketmq==0.4.4
 # The raft core (every module of raft/core/): `coverage-core` holds it to 100% branch coverage.
 RAFT_CORE_COV := --cov=raft.core
 
@@ -71,13 +72,18 @@ system-deps:
 	  { echo "make: $${dep#*:} is installed but $${dep%%:*} is still not on PATH" >&2; exit 1; }; \
 	done
 
-# The C++ client's wheel bundles its library (later versions ship none); ali-ons and
-# its dependencies come at the versions package-lock.json pins.
-remoting-clients: .clients/python/rocketmq/librocketmq.so $(CLIENTS)/node/node_modules/.package-lock.json
+# Both C++ client wrappers' wheels bundle the library (later versions of the first
+# ship none); ali-ons and its dependencies come at the versions package-lock.json pins.
+remoting-clients: .clients/python/rocketmq/librocketmq.so \
+	.clients/python-0.4.4/rocketmq/librocketmq.so $(CLIENTS)/node/node_modules/.package-lock.json
 
 .clients/python/rocketmq/librocketmq.so: | $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
 		--target .clients/python $(CPP_CLIENT)
+
+.clients/python-0.4.4/rocketmq/librocketmq.so: | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
+		--target .clients/python-0.4.4 $(BATCH_CLIENT)
 
 $(CLIENTS)/node/node_modules/.package-lock.json: $(CLIENTS)/node/package-lock.json | system-deps
 	cd $(CLIENTS)/node && npm ci --no-audit --no-fund

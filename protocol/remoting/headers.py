@@ -4,9 +4,10 @@ The frame decoder has already turned every value into text (see
 ``frames.field_text``); readers here parse that text into the field's type.
 A missing required field or a value of the wrong type raises
 :class:`HeaderError` naming the field, so the request can be answered
-clearly. Booleans are read as Java reads them: ``true`` in any case is
-true, anything else false; integers also accept a decimal point with zeros
-(``"4.0"``), which JSON number writers produce.
+clearly. Booleans are ``true`` in any case, or ``1`` (the C++ client
+writes booleans as the integers 0 and 1); anything else is false. Integers
+also accept a decimal point with zeros (``"4.0"``), which JSON number
+writers produce.
 
 SEND_MESSAGE_V2 carries the SEND_MESSAGE fields under one-letter keys
 (``a`` = producerGroup ... ``n`` = brokerName); :func:`send_header` reads
@@ -59,11 +60,11 @@ def integer(fields: Mapping[str, str], name: str, default: int | None = None) ->
 
 
 def boolean(fields: Mapping[str, str], name: str, default: bool = False) -> bool:
-    """A boolean field (Java's reading: ``true`` in any case is true)."""
+    """A boolean field: ``true`` in any case, or ``1``, is true (see the module)."""
     value = fields.get(name)
     if value is None or value == "":
         return default
-    return value.strip().lower() == "true"
+    return value.strip().lower() in ("true", "1")
 
 
 # SEND_MESSAGE_V2's short keys, in RocketMQ's order.

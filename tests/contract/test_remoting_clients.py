@@ -31,6 +31,8 @@ from tests.contract.test_official_client import BrokerProcess, broker, run_clien
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "clients"
 CPP_SITE = ROOT / ".clients" / "python"  # outside tests/: a package, not our code
+BATCH_SITE = ROOT / ".clients" / "python-0.4.4"
+BATCH_CLIENT = Path(__file__).with_name("remoting_batch_client.py")
 NODE_DIR = CLIENTS / "node"
 CPP_CLIENT = Path(__file__).with_name("remoting_cpp_client.py")
 CLIENT_TIMEOUT_S = 120
@@ -50,14 +52,22 @@ def _last_json(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return observed
 
 
-def run_cpp(namesrv: str, scenario: str, home: Path) -> dict[str, Any]:
-    """A scenario of the C++ client, its folder first on the path (HOME: its logs)."""
-    assert (CPP_SITE / "rocketmq" / "librocketmq.so").exists(), (
-        "the C++ 4.x client is not installed: run `make remoting-clients`"
+def run_cpp(
+    namesrv: str,
+    scenario: str,
+    home: Path,
+    *args: str,
+    site: Path = CPP_SITE,
+    script: Path = CPP_CLIENT,
+) -> dict[str, Any]:
+    """A scenario of a C++ client wrapper (``site``: its folder, first on the path;
+    HOME: its logs)."""
+    assert (site / "rocketmq" / "librocketmq.so").exists(), (
+        f"the 4.x client in {site} is not installed: run `make remoting-clients`"
     )
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(CPP_SITE)}
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(site)}
     result = subprocess.run(
-        [sys.executable, str(CPP_CLIENT), namesrv, scenario],
+        [sys.executable, str(script), namesrv, scenario, *args],
         cwd=home,
         capture_output=True,
         text=True,
@@ -137,6 +147,25 @@ def test_cpp_client_transactions_commit_and_roll_back(
     (received,) = _received_by_5x(broker, "txn", 1, tmp_path)
     assert received["body"] == "commit-1"
     assert received["id"] == sent["sent"][0]["id"]
+
+
+def test_batch_and_queue_selector_of_the_0_4_client(broker: BrokerProcess, tmp_path: Path) -> None:
+    """rocketmq==0.4.4: a batch (SEND_MESSAGE with batch set) stored whole, and sends
+    through an explicit queue selector in one queue, in order."""
+    sent = run_cpp(
+        _namesrv(broker), "batch_and_select", tmp_path, "normal",
+        site=BATCH_SITE, script=BATCH_CLIENT,
+    )  # fmt: skip
+    assert sent["batch"]["status"] == sent["ok"]
+    assert [r["status"] for r in sent["selected"]] == [sent["ok"]] * 3
+    assert [r["offset"] for r in sent["selected"]] == [0, 1, 2]  # queue 1 held nothing before
+    received = {m["body"]: m for m in _received_by_5x(broker, "normal", 4 + 3, tmp_path)}
+    for i in range(4):
+        message = received[f"batch-{i}"]
+        assert (message["tag"], message["keys"]) == ("bt", [f"bk{i}"])
+        assert message["properties"] == {"part": str(i)}
+    assert {f"selected-{i}" for i in range(3)} <= set(received)
+    assert len({m["id"] for m in received.values()}) == 7
 
 
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(

@@ -110,7 +110,12 @@ def test_send_headers_read_the_same_in_long_and_short_keys() -> None:
 
 
 def test_send_header_fields_coerced_as_the_clients_send_them() -> None:
-    """C++ sends ints (already text after decoding), ali-ons "4.0"-style numbers."""
+    """C++ sends ints (already text after decoding; booleans as 0 and 1), ali-ons
+    "4.0"-style numbers and JSON booleans."""
+    assert headers.send_header({"a": "p", "b": "t", "m": "1"}, short_keys=True).batch
+    assert not headers.send_header({"a": "p", "b": "t", "m": "0"}, short_keys=True).batch
+    assert headers.send_header({"producerGroup": "p", "topic": "t", "batch": "1"},
+                               short_keys=False).batch  # fmt: skip
     fields = {"a": "pg", "b": "t", "e": "2.0", "m": "TRUE", "g": "5"}
     header = headers.send_header(fields, short_keys=True)
     assert (header.queue_id, header.batch, header.born_timestamp_ms) == (2, True, 5)
