@@ -1,8 +1,11 @@
-"""Scenarios run by the C++ RocketMQ 4.x client (PyPI rocketmq-client-python 0.5.0rc2).
+"""Scenarios run by the C++ RocketMQ 4.x client, through one of its Python wrappers:
+PyPI ``rocketmq-client-python==0.5.0rc2`` (transactions, sharding-key order) or
+``rocketmq==0.4.4`` (batches, explicit queue selectors).
 
-Run in its own interpreter with the client's folder first on ``sys.path``
-(``python remoting_cpp_client.py NAMESRV SCENARIO``): its package is named
-``rocketmq`` like the official 5.x client's, so the two never share a site.
+Run in its own interpreter with the wrapper's folder first on ``sys.path``
+(``python remoting_cpp_client.py NAMESRV SCENARIO [ARGS]``): both packages are
+named ``rocketmq``, like the official 5.x client's, so none shares a site. Each
+scenario imports what only its wrapper has.
 NAMESRV is a broker's remoting address (every broker answers name-server
 requests). Prints one JSON object (the scenario's observations) as its last
 stdout line.
@@ -16,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from rocketmq.client import Message, Producer, SendStatus, TransactionMQProducer, TransactionStatus
+from rocketmq.client import Message, Producer, SendStatus
 
 GROUP = "PG_CPP"
 CHECK_WAIT_S = 60.0
@@ -71,13 +74,15 @@ def produce(namesrv: str) -> dict[str, Any]:
 
 def transactions(namesrv: str) -> dict[str, Any]:
     """A transaction committed and one rolled back by the local transaction."""
+    from rocketmq.client import TransactionMQProducer, TransactionStatus
+
     decided: dict[str, str] = {}
     lock = threading.Lock()
 
-    def check(message: Any) -> TransactionStatus:
+    def check(message: Any) -> Any:
         return TransactionStatus.UNKNOWN
 
-    def execute(message: Any, user_args: Any) -> TransactionStatus:
+    def execute(message: Any, user_args: Any) -> Any:
         body = message.body.decode() if isinstance(message.body, bytes) else str(message.body)
         with lock:
             decided[body] = "commit" if body.startswith("commit") else "rollback"
@@ -104,17 +109,19 @@ def check_back(namesrv: str) -> dict[str, Any]:
     the producer, whose checker commits it. Waits (with a deadline) for the check, prints
     ``checked``, and stays connected (the commit goes out after the checker returns)
     until its stdin closes."""
+    from rocketmq.client import TransactionMQProducer, TransactionStatus
+
     checked: list[dict[str, Any]] = []
     asked = threading.Event()
 
-    def check(message: Any) -> TransactionStatus:
+    def check(message: Any) -> Any:
         checked.append(
             {"id": message.id, "body": message.body.decode(), "tags": message.tags.decode()}
         )
         asked.set()
         return TransactionStatus.COMMIT
 
-    def execute(message: Any, user_args: Any) -> TransactionStatus:
+    def execute(message: Any, user_args: Any) -> Any:
         return TransactionStatus.UNKNOWN
 
     producer = TransactionMQProducer(GROUP + "_CHECKED", check)
@@ -156,7 +163,42 @@ def stream(namesrv: str, topic: str, count: str) -> dict[str, Any]:
     return {"acked": acked, "failed": failed}
 
 
+SELECTED_QUEUE = 1  # where batch_and_select's queue selector sends
+
+
+def _always_one_queue(queue_count: int, message: Any, arg: Any) -> int:
+    return SELECTED_QUEUE % queue_count
+
+
+def batch_and_select(namesrv: str, topic: str) -> dict[str, Any]:
+    """One batch of 4 messages (SEND_MESSAGE with batch set), then 3 sends through a
+    queue selector that always picks queue 1."""
+    producer = Producer("PG_BATCH")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        batch = producer.send_batch(
+            [_message(topic, f"batch-{i}", "bt", f"bk{i}", part=str(i)) for i in range(4)]
+        )
+        selected = [
+            producer.send_orderly(
+                _message(topic, f"selected-{i}", "sel", f"sk{i}"),
+                0,
+                queue_selector=_always_one_queue,
+            )
+            for i in range(3)
+        ]
+    finally:
+        producer.shutdown()
+    return {
+        "ok": int(SendStatus.OK),
+        "batch": {"status": int(batch.status), "id": batch.msg_id, "offset": batch.offset},
+        "selected": [{"status": int(r.status), "offset": r.offset} for r in selected],
+    }
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "batch_and_select": batch_and_select,
     "produce": produce,
     "transactions": transactions,
     "stream": stream,

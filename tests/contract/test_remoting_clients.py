@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "clients"
 CPP_SITE = ROOT / ".clients" / "python"  # outside tests/: a package, not our code
 BATCH_SITE = ROOT / ".clients" / "python-0.4.4"
-BATCH_CLIENT = Path(__file__).with_name("remoting_batch_client.py")
 NODE_DIR = CLIENTS / "node"
 CPP_CLIENT = Path(__file__).with_name("remoting_cpp_client.py")
 CLIENT_TIMEOUT_S = 120
@@ -58,7 +57,6 @@ def run_cpp(
     home: Path,
     *args: str,
     site: Path = CPP_SITE,
-    script: Path = CPP_CLIENT,
 ) -> dict[str, Any]:
     """A scenario of a C++ client wrapper (``site``: its folder, first on the path;
     HOME: its logs)."""
@@ -67,7 +65,7 @@ def run_cpp(
     )
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(site)}
     result = subprocess.run(
-        [sys.executable, str(script), namesrv, scenario, *args],
+        [sys.executable, str(CPP_CLIENT), namesrv, scenario, *args],
         cwd=home,
         capture_output=True,
         text=True,
@@ -154,7 +152,7 @@ def test_batch_and_queue_selector_of_the_0_4_client(broker: BrokerProcess, tmp_p
     through an explicit queue selector in one queue, in order."""
     sent = run_cpp(
         _namesrv(broker), "batch_and_select", tmp_path, "normal",
-        site=BATCH_SITE, script=BATCH_CLIENT,
+        site=BATCH_SITE,
     )  # fmt: skip
     assert sent["batch"]["status"] == sent["ok"]
     assert [r["status"] for r in sent["selected"]] == [sent["ok"]] * 3
