@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -555,15 +556,27 @@ def settle_and_receive(
     return out
 
 
-def receive_all(port: int, topic: str, group: str, count: str) -> dict[str, Any]:
-    """Receive and ack ``count`` messages of ``topic`` (sent by another client, e.g. a 4.x
-    one over remoting): everything the consumer sees of each."""
+def receive_all(
+    port: int, topic: str, group: str, count: str, bodies_file: str = ""
+) -> dict[str, Any]:
+    """Receive (acking each batch at once) ``count`` messages of ``topic`` sent by another
+    client (e.g. a 4.x one over remoting), or with ``bodies_file`` (one body per line)
+    until every body in it came: everything the consumer sees of each."""
+    wanted = set(Path(bodies_file).read_text().split()) if bodies_file else None
     consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
     consumer.startup()
+    got: list[Message] = []
+    seen: set[str] = set()
+    deadline = time.monotonic() + DEADLINE_S
     try:
-        got = _receive_until(consumer, int(count), 15)
-        for message in got:
-            consumer.ack(message)
+        while time.monotonic() < deadline and (
+            len(got) < int(count) if wanted is None else not wanted <= seen
+        ):
+            batch = consumer.receive(32, 15)
+            for message in batch:
+                consumer.ack(message)
+                seen.add(message.body.decode())
+            got.extend(batch)
     finally:
         consumer.shutdown()
     return {
