@@ -34,15 +34,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 
-from broker.domain import (
-    AppendResult,
-    HalfMessage,
-    Message,
-    MessageType,
-    Placement,
-    QueueRef,
-    new_message,
-)
+from broker.domain import HalfMessage, Message, QueueRef, SendResult, new_message
 from broker.errors import BrokerError, Reason
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.validation import BODY_BYTES_MAX, RESERVED_PROPERTY_KEYS
@@ -51,6 +43,7 @@ from protocol.remoting.bodies import RouteBroker
 from protocol.remoting.codes import FLAG_ONEWAY, RequestCode
 from protocol.remoting.frames import RemotingCommand
 from protocol.remoting.headers import SendMessageHeader
+from protocol.vocabulary import MessageType, Placement
 
 COMPRESSED_FLAG = 0x1
 TRANSACTION_TYPE_MASK = 0xC
@@ -192,7 +185,7 @@ def _delivery_ms(properties: Mapping[str, str], now_ms: int) -> int | None:
 def send_response_fields(
     messages: Sequence[Message],
     named: Sequence[bool],
-    results: Sequence[AppendResult],
+    results: Sequence[SendResult],
     store_address: str,
 ) -> dict[str, str]:
     """The extFields of a send's answer: per message (comma-joined for a batch) its

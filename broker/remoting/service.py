@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.domain import MessageType, Placement, QueueRef
+from broker.domain import QueueRef
 from broker.errors import BrokerError, Reason, not_implemented
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
@@ -42,6 +42,7 @@ from protocol import errors as codes
 from protocol.remoting import bodies, headers
 from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.frames import RemotingCommand
+from protocol.vocabulary import MessageType, Placement
 
 log = logging.getLogger("broker.remoting")
 

@@ -14,15 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.domain import (
-    AppendResult,
-    GroupInfo,
-    Message,
-    MessageType,
-    QueueInfo,
-    QueueRef,
-    TopicInfo,
-)
+from broker.domain import GroupInfo, Message, QueueInfo, QueueRef, SendResult, TopicInfo
 from broker.grpc.server import Ports, build_service
 from broker.remoting import server as remoting_server
 from broker.remoting.server import RemotingServer
@@ -32,6 +24,7 @@ from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol.remoting import bodies, messages
 from protocol.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
 from protocol.remoting.frames import RemotingCommand, encode
+from protocol.vocabulary import MessageType
 from tests.contract.remoting_wire import WireClient, json_body
 from tests.waiting import async_wait_until
 
@@ -47,7 +40,7 @@ class GatedStore(MemoryStore):
         self.gate = asyncio.Event()
         self.held = 0  # appends waiting at the gate
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         if queue.topic == "slow":
             self.held += 1
             await self.gate.wait()

@@ -8,13 +8,14 @@ import zlib
 
 import pytest
 
-from broker.domain import AppendResult, Message, MessageType, Placement, QueueRef
+from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
 from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
 from protocol.remoting import messages as wire
 from protocol.remoting.bodies import ConsumerData, Heartbeat
 from protocol.remoting.headers import SendMessageHeader
+from protocol.vocabulary import MessageType, Placement
 
 NOW_MS = 1_700_000_000_000
 
@@ -133,14 +134,14 @@ def test_batches_and_empty_batches() -> None:
 
 def test_send_answer_fields() -> None:
     message, _ = _one({"UNIQ_KEY": "ID1"})
-    queued = AppendResult(QueueRef("t", 3), 41, NOW_MS)
+    queued = SendResult(QueueRef("t", 3), 41, NOW_MS)
     fields = convert.send_response_fields([message], [True], [queued], "10.1.2.3:8080")
     assert wire.parse_offset_message_id(fields["msgId"]) == ("10.1.2.3", 8080, 3, 41)
     assert (fields["queueId"], fields["queueOffset"]) == ("3", "41")
     assert "transactionId" not in fields
     named_here = convert.send_response_fields([message], [False], [queued], "10.1.2.3:8080")
     assert named_here["msgId"] == "ID1"
-    half = AppendResult(QueueRef("t", 3), -1, NOW_MS, Placement.HALF)
+    half = SendResult(QueueRef("t", 3), -1, NOW_MS, Placement.HALF)
     fields = convert.send_response_fields([message], [True], [half], "10.1.2.3:8080")
     assert convert.parse_transaction_id(fields["transactionId"]) == ("t", "T1:3:ID1")
     assert fields["queueOffset"] == "-1"
