@@ -47,6 +47,7 @@ REASON_CODES: dict[Reason, ResponseCode] = {
     Reason.NO_WRITABLE_QUEUE: ResponseCode.NO_PERMISSION,
     Reason.INVALID_TRANSACTION_ID: ResponseCode.INVALID_PARAMETER,
     Reason.TRANSACTION_NOT_FOUND: ResponseCode.QUERY_NOT_FOUND,
+    Reason.OFFSET_NOT_FOUND: ResponseCode.QUERY_NOT_FOUND,
 }
 
 # Shared codes without a reason (a code missing here maps by its retriable flag).

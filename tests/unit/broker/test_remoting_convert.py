@@ -12,8 +12,12 @@ from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
 from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
+from broker.remoting.status import REASON_CODES, code_of
+from protocol import errors as codes
 from protocol.remoting import messages as wire
 from protocol.remoting.bodies import ConsumerData, Heartbeat
+from protocol.remoting.codes import ResponseCode
+from protocol.remoting.errors import BodyError, HeaderError
 from protocol.remoting.headers import SendMessageHeader
 from protocol.vocabulary import MessageType, Placement
 
@@ -175,3 +179,13 @@ def test_clients_by_heartbeat_connection_and_group() -> None:
     clients.connection_closed(2)
     assert clients.consumers_of("cg") == []
     clients.unregister("nobody", "pg", "cg")  # unknown: nothing to do
+
+
+def test_every_reason_and_codec_error_has_a_response_code() -> None:
+    assert set(REASON_CODES) == set(Reason)
+    assert code_of(BrokerError(codes.UNAVAILABLE, "x")) is ResponseCode.SERVICE_NOT_AVAILABLE
+    assert code_of(BrokerError(codes.OVERLOADED, "x")) is ResponseCode.SYSTEM_BUSY
+    assert code_of(BrokerError(codes.STORAGE_FAILED, "x")) is ResponseCode.SYSTEM_ERROR
+    assert code_of(HeaderError("x")) is ResponseCode.INVALID_PARAMETER
+    assert code_of(BodyError("x")) is ResponseCode.MESSAGE_ILLEGAL
+    assert code_of(RuntimeError("bug")) is ResponseCode.SYSTEM_ERROR
