@@ -127,6 +127,7 @@ async def serve(
                 address=config.remoting_listen,
                 transactions=service.transactions,
                 producers=remoting_producers,
+                pulls=service.pulls,
             )
             remoting = RemotingServer(remoting_service, config.remoting_listen)
             remoting_port = await remoting.start()

@@ -34,7 +34,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 
-from broker.domain import HalfMessage, Message, QueueRef, SendResult, new_message
+from broker.domain import HalfMessage, Message, PulledMessage, QueueRef, SendResult, new_message
 from broker.errors import BrokerError, Reason
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.validation import BODY_BYTES_MAX, RESERVED_PROPERTY_KEYS
@@ -283,3 +283,27 @@ def check_request(
         },
         body=body,
     )
+
+
+def pulled_body(pulled: Sequence[PulledMessage], store_address: str) -> bytes:
+    """A pull answer's body: one MessageExt record per message, in offset order. The
+    physical offset is the queue id and offset, as in the offset message ids."""
+    host, _, port = store_address.rpartition(":")
+    out = bytearray()
+    for item in pulled:
+        message = item.message
+        out += wire.encode_message_ext(
+            wire.MessageExt(
+                topic=item.queue.topic,
+                queue_id=item.queue.queue_id,
+                queue_offset=item.offset,
+                body=message.body,
+                properties=message_properties(message),
+                born_timestamp_ms=message.born_timestamp_ms,
+                born_host=message.born_host if ":" in message.born_host else "0.0.0.0:0",
+                store_timestamp_ms=item.store_timestamp_ms,
+                store_host=f"{host}:{port}",
+                physical_offset=item.queue.queue_id << wire.QUEUE_OFFSET_BITS | item.offset,
+            )
+        )
+    return bytes(out)

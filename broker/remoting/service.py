@@ -10,11 +10,13 @@ as its name server): a route lists every live broker's remoting address as
 one broker serving all of the topic's queues (the same queue id through any
 broker is the same queue of the cluster).
 
-Not built yet (answered REQUEST_CODE_NOT_SUPPORTED): the consume side
-(pull, consumer offsets, send-back, message query, queue locks), which needs
-the offset-based consumption API of the storage port. The consumer list of a
-group names only the clients connected to this broker: a pull consumer's
-rebalance will need the cluster's list.
+Consuming by offset: PULL_MESSAGE (long polled up to the consumer's suspend
+time) and the consumer offsets, over the same pull processor as gRPC's
+PullMessage. Not built yet (answered REQUEST_CODE_NOT_SUPPORTED):
+send-back for retries, message query, queue locks. The consumer list of a
+group names only the clients connected to this broker, and a route lists
+every queue through every broker: see docs/remoting.md for what a push
+consumer's rebalance across brokers still needs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from broker.domain import QueueRef
 from broker.errors import BrokerError, Reason, not_implemented
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
+from broker.processor.filter import FilterKind, parse_filter
+from broker.processor.polling import plan_poll_ms
 from broker.processor.producer import ProducerProcessor
+from broker.processor.pull import PullProcessor
 from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting import convert
@@ -111,6 +116,7 @@ class RemotingService:
         address: str,
         transactions: TransactionProcessor | None = None,
         producers: RemotingProducers | None = None,
+        pulls: PullProcessor | None = None,
     ) -> None:
         self._route = route
         self._producer = producer
@@ -122,6 +128,7 @@ class RemotingService:
         self._transactions = transactions
         self.clients = RemotingClients()
         self.producers = producers or RemotingProducers()
+        self._pulls = pulls
         self._new_id = MessageIds()
         # Half messages sent through this broker, oldest first (see end_transaction).
         self._halves: dict[str, QueueRef] = {}
@@ -138,6 +145,9 @@ class RemotingService:
             RequestCode.GET_MIN_OFFSET: self.min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
             RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.PULL_MESSAGE: self.pull,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
         }
 
     async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
@@ -305,6 +315,70 @@ class RemotingService:
         return request.reply(
             ResponseCode.SUCCESS, ext_fields={"offset": str(offsets.timestamp_offset)}
         )
+
+    # -- consuming by offset ---------------------------------------------------------------
+
+    def _pull_processor(self) -> PullProcessor:
+        if self._pulls is None:
+            raise not_implemented("pulling through remoting")
+        return self._pulls
+
+    async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """PULL_MESSAGE: FOUND (SUCCESS, the messages as MessageExt records),
+        PULL_NOT_FOUND, or PULL_OFFSET_MOVED with the offset to go on from; a suspended
+        pull waits for a message up to the consumer's suspend time."""
+        pulls = self._pull_processor()
+        header = headers.pull_header(request.ext_fields)
+        queue = _queue_of(header.topic, header.queue_id)
+        if header.commits:
+            await pulls.update_offset(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        result = await pulls.pull(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            parse_filter(FilterKind.TAG, header.subscription),
+            batch_size=max(1, header.max_messages),
+            poll_ms=plan_poll_ms(header.suspend_timeout_ms, None) if header.suspends else 0,
+        )
+        offsets = await self._store.queue_offsets(queue)
+        fields = {
+            "nextBeginOffset": str(result.next_offset),
+            "minOffset": str(offsets.first_offset),
+            "maxOffset": str(offsets.end_offset),
+            "suggestWhichBrokerId": "0",
+        }
+        if result.out_of_range is not None:
+            return request.reply(
+                ResponseCode.PULL_OFFSET_MOVED, result.out_of_range.message, fields
+            )
+        if not result.messages:
+            return request.reply(ResponseCode.PULL_NOT_FOUND, "no new message", fields)
+        body = convert.pulled_body(result.messages, self.address)
+        return request.reply(ResponseCode.SUCCESS, ext_fields=fields, body=body)
+
+    async def query_consumer_offset(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """QUERY_CONSUMER_OFFSET: the group's committed position (QUERY_NOT_FOUND when
+        it has none: the client then starts where its consume-from setting says)."""
+        header = headers.consumer_offset_header(request.ext_fields)
+        offset = await self._pull_processor().get_offset(
+            header.consumer_group, header.topic, header.queue_id
+        )
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    async def update_consumer_offset(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """UPDATE_CONSUMER_OFFSET: commit the group's position (clamped to the queue)."""
+        header = headers.consumer_offset_header(request.ext_fields)
+        await self._pull_processor().update_offset(
+            header.consumer_group, header.topic, header.queue_id, header.commit_offset
+        )
+        return request.reply(ResponseCode.SUCCESS)
 
     @staticmethod
     def _queue(request: RemotingCommand) -> QueueRef:

@@ -221,3 +221,72 @@ def topic_header(fields: Mapping[str, str]) -> str:
 def consumer_group_header(fields: Mapping[str, str]) -> str:
     """GET_CONSUMER_LIST_BY_GROUP: the consumer group."""
     return text(fields, "consumerGroup")
+
+
+# PULL_MESSAGE's sysFlag bits.
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+
+
+@dataclass(frozen=True, slots=True)
+class PullMessageHeader:
+    """PULL_MESSAGE: read a queue from an offset (optionally committing the consumer's
+    position first, and waiting up to ``suspend_timeout_ms`` when nothing is there)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_messages: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_ms: int
+    subscription: str
+
+    @property
+    def commits(self) -> bool:
+        """The pull carries the consumer's position to commit."""
+        return bool(self.sys_flag & PULL_COMMIT_OFFSET) and self.commit_offset >= 0
+
+    @property
+    def suspends(self) -> bool:
+        """The consumer lets the broker hold the pull until a message comes."""
+        return bool(self.sys_flag & PULL_SUSPEND)
+
+
+def pull_header(fields: Mapping[str, str]) -> PullMessageHeader:
+    """A pull request's header; the subscription is ``*`` unless the pull carries one."""
+    sys_flag = integer(fields, "sysFlag", 0)
+    subscription = text(fields, "subscription", "") if sys_flag & PULL_SUBSCRIPTION else ""
+    return PullMessageHeader(
+        consumer_group=text(fields, "consumerGroup"),
+        topic=text(fields, "topic"),
+        queue_id=integer(fields, "queueId"),
+        queue_offset=integer(fields, "queueOffset"),
+        max_messages=integer(fields, "maxMsgNums", 32),
+        sys_flag=sys_flag,
+        commit_offset=integer(fields, "commitOffset", -1),
+        suspend_timeout_ms=integer(fields, "suspendTimeoutMillis", 0),
+        subscription=subscription or "*",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOffsetHeader:
+    """QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET (``commit_offset`` -1 when querying)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int = -1
+
+
+def consumer_offset_header(fields: Mapping[str, str]) -> ConsumerOffsetHeader:
+    """A consumer offset request's header."""
+    return ConsumerOffsetHeader(
+        text(fields, "consumerGroup"),
+        text(fields, "topic"),
+        integer(fields, "queueId"),
+        integer(fields, "commitOffset", -1),
+    )

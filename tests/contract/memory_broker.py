@@ -113,6 +113,7 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
                 address="127.0.0.1:0",
                 transactions=endpoint.service.transactions,
                 producers=remoting_producers,
+                pulls=endpoint.service.pulls,
             ),
             "127.0.0.1:0",
         )

@@ -559,6 +559,24 @@ def settle_and_receive(
     return out
 
 
+def send_for_4x(port: int, topic: str, count: str) -> dict[str, Any]:
+    """Send ``count`` messages (tag, two keys, two properties each) for a 4.x consumer."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    try:
+        ids = []
+        for i in range(int(count)):
+            message = _message(topic, f"v5-{i}".encode(), tag=f"tag{i}")
+            message.keys = f"key{i}"  # the setter adds to the message's keys
+            message.keys = f"other{i}"
+            message.add_property("color", "green")
+            message.add_property("index", str(i))
+            ids.append(producer.send(message).message_id)
+    finally:
+        producer.shutdown()
+    return {"ids": ids}
+
+
 def receive_all(
     port: int, topic: str, group: str, count: str, bodies_file: str = ""
 ) -> dict[str, Any]:
@@ -596,6 +614,7 @@ def receive_all(
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "receive_all": receive_all,
+    "send_for_4x": send_for_4x,
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,

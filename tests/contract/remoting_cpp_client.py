@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from rocketmq.client import Message, Producer, SendStatus
 
 GROUP = "PG_CPP"
 CHECK_WAIT_S = 60.0
+PULL_DEADLINE_S = 40.0
 
 
 def _message(topic: str, body: str, tag: str, keys: str, **properties: str) -> Message:
@@ -197,7 +199,39 @@ def batch_and_select(namesrv: str, topic: str) -> dict[str, Any]:
     }
 
 
+def pull_all(namesrv: str, topic: str, expression: str, count: str) -> dict[str, Any]:
+    """A pull consumer reads every queue of ``topic`` from offset 0 (through the
+    expression) until it has ``count`` messages or its deadline passes."""
+    from rocketmq.client import PullConsumer
+
+    consumer = PullConsumer("CG_PULL")
+    consumer.set_namesrv_addr(namesrv)
+    consumer.start()
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + PULL_DEADLINE_S
+    try:
+        while len(got) < int(count) and time.monotonic() < deadline:
+            for message in consumer.pull(topic, expression):
+                got.append(
+                    {
+                        "id": message.id,
+                        "body": message.body.decode(),
+                        "tags": message.tags.decode(),
+                        "keys": sorted(message.keys.decode().split()),
+                        "properties": {
+                            name: message.get_property(name).decode() for name in ("color", "index")
+                        },
+                        "queue": message.queue_id,
+                        "offset": message.queue_offset,
+                    }
+                )
+    finally:
+        consumer.shutdown()
+    return {"received": got}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "pull_all": pull_all,
     "batch_and_select": batch_and_select,
     "produce": produce,
     "transactions": transactions,

@@ -166,6 +166,27 @@ def test_batch_and_queue_selector_of_the_0_4_client(broker: BrokerProcess, tmp_p
     assert len({m["id"] for m in received.values()}) == 7
 
 
+def test_a_4x_pull_consumer_reads_what_a_5x_producer_sent(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """5.x to 4.x: the official client sends over gRPC; rocketmq==0.4.4's pull consumer
+    reads every queue through remoting (PULL_MESSAGE), with a tag expression too."""
+    ids = run_client(broker.port, "send_for_4x", tmp_path, "normal", "6")["ids"]
+    pulled = run_cpp(_namesrv(broker), "pull_all", tmp_path, "normal", "*", "6", site=BATCH_SITE)
+    by_body = {m["body"]: m for m in pulled["received"]}
+    assert sorted(by_body) == [f"v5-{i}" for i in range(6)]
+    for i, message_id in enumerate(ids):
+        message = by_body[f"v5-{i}"]
+        assert message["id"] == message_id
+        assert message["tags"] == f"tag{i}"
+        assert message["keys"] == sorted([f"key{i}", f"other{i}"])
+        assert message["properties"] == {"color": "green", "index": str(i)}
+    tagged = run_cpp(
+        _namesrv(broker), "pull_all", tmp_path, "normal", "tag1 || tag4", "2", site=BATCH_SITE
+    )
+    assert sorted(m["body"] for m in tagged["received"]) == ["v5-1", "v5-4"]
+
+
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:

@@ -79,6 +79,7 @@ async def broker() -> AsyncIterator[Broker]:
         cluster="DefaultCluster",
         address="10.0.0.1:8080",
         transactions=messaging.transactions,
+        pulls=messaging.pulls,
     )
     server = RemotingServer(service, "127.0.0.1:0", frame_bytes_max=FRAME_BYTES_MAX)
     port = await server.start()
@@ -293,7 +294,7 @@ async def test_offsets_of_a_queue(client: WireClient) -> None:
 
 
 async def test_unknown_codes_are_not_supported_and_the_connection_stays(client: WireClient) -> None:
-    for code in (RequestCode.PULL_MESSAGE, 12345):
+    for code in (RequestCode.CONSUMER_SEND_MSG_BACK, 12345):
         answer = await client.call(code, {"x": "y"})
         assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert answer.remark == f"request code {code} is not supported by this broker"
@@ -429,3 +430,58 @@ async def test_stop_answers_requests_in_flight_then_closes_every_connection(
     assert await client.closed()
     assert await idle.closed()
     await idle.close()
+
+
+async def test_pull_found_not_found_and_moved_with_offsets(client: WireClient) -> None:
+    for i in range(3):
+        props = messages.format_properties({"UNIQ_KEY": f"P{i}", "TAGS": "a" if i != 1 else "b"})
+        await client.call(RequestCode.SEND_MESSAGE_V2, _send_v2("orders", 1, props), b"p%d" % i)
+    pull = {"consumerGroup": "cg", "topic": "orders", "queueId": "1", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+            "suspendTimeoutMillis": "15000", "subscription": "a"}  # fmt: skip
+    found = await client.call(RequestCode.PULL_MESSAGE, pull)
+    assert found.code == ResponseCode.SUCCESS
+    assert (found.ext_fields["minOffset"], found.ext_fields["maxOffset"]) == ("0", "3")
+    assert found.ext_fields["nextBeginOffset"] == "3"
+    records = messages.parse_message_exts(found.body)
+    assert [(r.queue_offset, r.body, r.properties["UNIQ_KEY"]) for r in records] == [
+        (0, b"p0", "P0"), (2, b"p2", "P2"),
+    ]  # fmt: skip
+    assert all(r.topic == "orders" and r.queue_id == 1 for r in records)
+    none = await client.call(RequestCode.PULL_MESSAGE, {**pull, "queueOffset": "3"})
+    assert (none.code, none.ext_fields["nextBeginOffset"]) == (ResponseCode.PULL_NOT_FOUND, "3")
+    moved = await client.call(RequestCode.PULL_MESSAGE, {**pull, "queueOffset": "9"})
+    assert (moved.code, moved.ext_fields["nextBeginOffset"]) == (
+        ResponseCode.PULL_OFFSET_MOVED, "3",
+    )  # fmt: skip
+    assert moved.remark is not None
+    assert "outside [0, 3]" in moved.remark
+
+
+async def test_a_suspended_pull_waits_for_the_next_message(
+    broker: Broker, client: WireClient
+) -> None:
+    pull = {"consumerGroup": "cg", "topic": "orders", "queueId": "2", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "2", "suspendTimeoutMillis": "15000"}  # fmt: skip
+    waiting = client.request(RequestCode.PULL_MESSAGE, pull)
+    await async_wait_until(lambda: "orders" in broker.store.waiting_topics, 10, "the pull to wait")
+    sent = client.request(RequestCode.SEND_MESSAGE_V2, _send_v2("orders", 2, _props()), b"late")
+    answers = {answer.opaque: answer for answer in [await client.read(), await client.read()]}
+    assert answers[sent].code == ResponseCode.SUCCESS
+    assert answers[waiting].code == ResponseCode.SUCCESS
+    assert [r.body for r in messages.parse_message_exts(answers[waiting].body)] == [b"late"]
+
+
+async def test_consumer_offsets_commit_query_and_commit_on_pull(client: WireClient) -> None:
+    for i in range(2):
+        props = messages.format_properties({"UNIQ_KEY": f"Q{i}"})
+        await client.call(RequestCode.SEND_MESSAGE_V2, _send_v2("orders", 3, props), b"q")
+    queue = {"consumerGroup": "cg", "topic": "orders", "queueId": "3"}
+    missing = await client.call(RequestCode.QUERY_CONSUMER_OFFSET, queue)
+    assert missing.code == ResponseCode.QUERY_NOT_FOUND
+    updated = await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**queue, "commitOffset": "1"})
+    assert updated.code == ResponseCode.SUCCESS
+    assert (await client.call(RequestCode.QUERY_CONSUMER_OFFSET, queue)).ext_fields["offset"] == "1"
+    pull = {**queue, "queueOffset": "1", "maxMsgNums": "1", "sysFlag": "1", "commitOffset": "2"}
+    assert (await client.call(RequestCode.PULL_MESSAGE, pull)).code == ResponseCode.SUCCESS
+    assert (await client.call(RequestCode.QUERY_CONSUMER_OFFSET, queue)).ext_fields["offset"] == "2"
