@@ -230,7 +230,47 @@ def pull_all(namesrv: str, topic: str, expression: str, count: str) -> dict[str,
     return {"received": got}
 
 
+def push(namesrv: str, topic: str, count: str) -> dict[str, Any]:
+    """A push consumer (pull with long polling underneath, offsets committed by the
+    client) subscribed to ``topic``; a producer in the same process sends one message
+    a second until the consumer has ``count`` (it starts from the queues' ends, the
+    C++ client's default) or the deadline passes."""
+    from rocketmq.client import ConsumeStatus, PushConsumer
+
+    got: list[dict[str, Any]] = []
+    enough = threading.Event()
+    lock = threading.Lock()
+
+    def consume(message: Any) -> Any:
+        with lock:
+            got.append({"id": message.id, "body": message.body.decode()})
+            if len(got) >= int(count):
+                enough.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("CG_PUSH")
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe(topic, consume)
+    consumer.start()
+    producer = Producer(GROUP + "_PUSH")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    sent: list[dict[str, Any]] = []
+    deadline = time.monotonic() + PULL_DEADLINE_S
+    try:
+        while not enough.is_set() and time.monotonic() < deadline:
+            result = producer.send_sync(_message(topic, f"push-{len(sent)}", "p", "pk"))
+            sent.append({"id": result.msg_id, "body": f"push-{len(sent)}"})
+            enough.wait(1.0)
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    with lock:
+        return {"sent": sent, "received": list(got)}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "push": push,
     "pull_all": pull_all,
     "batch_and_select": batch_and_select,
     "produce": produce,

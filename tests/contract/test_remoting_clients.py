@@ -187,6 +187,17 @@ def test_a_4x_pull_consumer_reads_what_a_5x_producer_sent(
     assert sorted(m["body"] for m in tagged["received"]) == ["v5-1", "v5-4"]
 
 
+def test_cpp_push_consumer_receives_through_remoting(broker: BrokerProcess, tmp_path: Path) -> None:
+    """The C++ client's push consumer: route, heartbeat, consumer list, offsets
+    (QUERY_NOT_FOUND, then GET_MAX_OFFSET), long-polled pulls and committed offsets."""
+    seen = run_cpp(_namesrv(broker), "push", tmp_path, "normal", "5")
+    received = seen["received"]
+    assert len(received) >= 5
+    sent = {m["body"]: m["id"] for m in seen["sent"]}
+    assert all(sent[m["body"]] == m["id"] for m in received)
+    assert len({m["id"] for m in received}) == len(received)
+
+
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
@@ -236,3 +247,14 @@ def test_cpp_client_answers_a_check_back_and_its_commit_arrives(tmp_path: Path) 
     assert received["body"] == "checked-1"
     assert received["id"] == outcome["sent"]["id"] == checked["id"]
     assert received["properties"] == {"origin": "cpp"}
+
+
+def test_ons_push_consumer_receives_through_remoting(broker: BrokerProcess, tmp_path: Path) -> None:
+    """ali-ons's push consumer: its group's offsets start at the queues' ends, then each
+    message it is sent arrives, with the id its producer reported (as UNIQ_KEY)."""
+    seen = run_ons(_namesrv(broker), "consume", tmp_path, "normal", "3")
+    received = seen["received"]
+    assert len(received) >= 3
+    sent = {m["body"]: m["id"] for m in seen["sent"]}
+    assert all(sent[m["body"]] == m["id"] for m in received)
+    assert all(len(m["offsetId"]) == 32 for m in received)

@@ -5,7 +5,7 @@
 // (the scenario's observations) as its last stdout line.
 'use strict';
 
-const { Producer, Message } = require('ali-ons');
+const { Consumer, Producer, Message } = require('ali-ons');
 const httpclient = require('urllib');
 
 async function produce(namesrv, topic = 'normal') {
@@ -37,7 +37,37 @@ async function produce(namesrv, topic = 'normal') {
   return out;
 }
 
-const SCENARIOS = { produce };
+// A push consumer of the topic; a producer sends one message a second until the
+// consumer has COUNT of them (it starts from the queues' ends) or 40 s passed.
+async function consume(namesrv, topic = 'normal', count = '5') {
+  const consumer = new Consumer({ consumerGroup: 'CG_ONS', nameSrv: namesrv, httpclient });
+  const received = [];
+  consumer.on('error', () => {}); // "offset not found" for a new group: it starts at the end
+  consumer.subscribe(topic, '*', async message => {
+    // ali-ons names a received message by its offset id; the id it was sent with
+    // travels as the UNIQ_KEY property.
+    received.push({ id: message.properties.UNIQ_KEY, offsetId: message.msgId, body: message.body.toString() });
+  });
+  await consumer.ready();
+  const producer = new Producer({ producerGroup: 'PG_ONS_PUSH', nameSrv: namesrv, httpclient });
+  await producer.ready();
+  const sent = [];
+  const deadline = Date.now() + 40000;
+  try {
+    while (received.length < Number(count) && Date.now() < deadline) {
+      const body = `ons-push-${sent.length}`;
+      const result = await producer.send(new Message(topic, 'p', body));
+      sent.push({ id: result.msgId, body });
+      await new Promise(resolve => setTimeout(resolve, 1000));
+    }
+  } finally {
+    await producer.close();
+    await consumer.close();
+  }
+  return { sent, received };
+}
+
+const SCENARIOS = { produce, consume };
 
 SCENARIOS[process.argv[3]](process.argv[2], ...process.argv.slice(4)).then(out => {
   console.log(JSON.stringify(out));
