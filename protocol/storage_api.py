@@ -264,7 +264,10 @@ class ReceiveRequest:
 
     Handed-out messages stay invisible to the group for
     ``invisible_duration_ms`` unless acknowledged. ``filter_expression`` is a
-    tag expression (``*``, ``a || b``). ``poll_ms`` > 0: when nothing is
+    tag expression (``*``, ``a || b``) or, when ``filter_kind`` is
+    ``protocol.filters.FilterKind.SQL``, a SQL92 expression that the node
+    evaluates against each message's properties before it hands the message
+    out (a bad one is refused as ILLEGAL_FILTER_EXPRESSION). ``poll_ms`` > 0: when nothing is
     available, wait up to that long for messages to arrive (long polling).
     """
 
@@ -283,6 +286,8 @@ class ReceiveRequest:
     """Answer with the messages packed as records (``ReceiveResponse.records`` and
     ``.deliveries``) instead of ``ReceiveResponse.messages``: no conversion per message
     on either side."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written: a ``protocol.filters.FilterKind`` (TAG)."""
 
 
 @dataclass(frozen=True, slots=True)

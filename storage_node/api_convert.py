@@ -11,6 +11,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
+from protocol import sql92
+from protocol.filters import MATCH_ALL, FilterKind
 from protocol.records import MessageRecord, RecordCorrupted, unpack_records
 from protocol.storage_api import (
     AppendOutcome,
@@ -106,10 +108,24 @@ def receive_command(request: ReceiveRequest, now_ms: int) -> Receive:
         max_messages=request.max_messages,
         invisible_duration_ms=request.invisible_duration_ms,
         max_delivery_attempts=request.max_delivery_attempts,
-        filter_expression=request.filter_expression,
+        # A SQL92 filter goes in as its verdicts (see receive_filter), its tag part as "*".
+        filter_expression=(
+            MATCH_ALL if request.filter_kind == FilterKind.SQL else request.filter_expression
+        ),
         fifo=request.fifo,
         initial_position=(
             InitialPosition.LATEST if request.start_at_latest else InitialPosition.EARLIEST
         ),
         attempt_id=request.attempt_id,
     )
+
+
+def receive_filter(request: ReceiveRequest) -> sql92.Sql92Filter | None:
+    """The compiled SQL92 filter of a receive (cached by ``sql92.parse``); None for a
+    tag filter. A bad expression raises ``sql92.FilterExpressionError``
+    (ILLEGAL_FILTER_EXPRESSION, naming the position), an unknown kind BadCommand."""
+    if request.filter_kind == FilterKind.SQL:
+        return sql92.parse(request.filter_expression)
+    if request.filter_kind not in (FilterKind.UNSPECIFIED, FilterKind.TAG):
+        raise BadCommand(f"unknown filter kind {request.filter_kind}")
+    return None

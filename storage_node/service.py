@@ -98,6 +98,7 @@ from storage_node.api_convert import (
     append_response,
     from_wire_handle,
     receive_command,
+    receive_filter,
     to_wire_handle,
 )
 from storage_node.append_batcher import AppendBatcher
@@ -107,6 +108,7 @@ from storage_node.errors import (
     StorageError,
     StorageNotLeader,
 )
+from storage_node.partition import property_filter
 from storage_node.partition.commands import (
     Ack,
     Append,
@@ -377,21 +379,32 @@ class StorageNode:
         queue = (request.topic, request.queue_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, request.poll_ms) / 1000
+        sql_filter = receive_filter(request)
         dead_lettered = 0
         while True:
             replica = self._led_replica(group_id)
             grown = replica.grown(queue)
             now_ms = self.now_ms()
             idle_end = self._idle_receive_end(group_id, replica, request, now_ms)
+            more = False
             if idle_end is not None:  # nothing to hand out or change: no log entry
                 result: Result = ReceiveResult((), (), idle_end)
             else:
-                result = await self._propose(group_id, receive_command(request, now_ms))
+                command = receive_command(request, now_ms)
+                if sql_filter is not None:  # its verdicts go into the command
+                    command, more = property_filter.evaluate(
+                        replica.state, self._entry_reader(group_id), command, sql_filter
+                    )
+                    # Go on at once only past messages this one finished (progress).
+                    more = more and bool(command.unmatched)
+                result = await self._propose(group_id, command)
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
             remaining_s = deadline - loop.time()
             if result.deliveries or remaining_s <= 0:
                 break
+            if more:  # the filter's evaluation stopped short of the scan window
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(grown.wait(), remaining_s)
             if loop.time() >= deadline and not grown.is_set():

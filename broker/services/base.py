@@ -36,7 +36,7 @@ Mapping to the storage partition commands (``storage_node/partition``):
 ``append`` -> one ``Append`` of the batch's records; ``pop`` -> ``Receive``
 (``max_messages=batch_size``, ``invisible_duration_ms``,
 ``max_delivery_attempts``/``fifo`` from the GroupInfo,
-``filter_expression=tag_filter.expression()``); ``ack`` -> ``Ack``;
+``filter_expression`` and ``filter_kind`` of ``message_filter``); ``ack`` -> ``Ack``;
 ``change_invisible`` -> ``ChangeInvisibleDuration``;
 ``forward_to_dead_letter`` -> ``DeadLetter``; the (queue, offset, generation)
 triple is the storage half of the receipt handle. Routing a queue to its
@@ -74,7 +74,7 @@ from broker.domain import (
     TopicInfo,
 )
 from broker.errors import BrokerError
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 
 
 class Clock(Protocol):
@@ -121,7 +121,7 @@ class MessageStore(Protocol):
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Hand up to ``batch_size`` visible messages of ``queue`` to ``group``.
 

@@ -42,7 +42,7 @@ from broker.domain import (
 )
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 
 
 class MemoryMetadata:
@@ -304,7 +304,7 @@ class MemoryStore:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Hand visible messages to ``group`` (FIFO groups: per message group order)."""
         self._release_due()
@@ -326,7 +326,10 @@ class MemoryStore:
             if flight is not None and flight.invisible_until_ms > now_ms:
                 blocked.add(key)
                 continue
-            if flight is None and not tag_filter.matches(stored.message.tag or ""):
+            message = stored.message
+            if flight is None and not message_filter.matches(
+                message.tag or "", message.user_properties.items(), message.keys
+            ):
                 state.finish(offset)
                 continue
             attempt = 1 if flight is None else flight.delivery_attempt + 1

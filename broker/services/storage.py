@@ -58,7 +58,7 @@ from broker.waiting import deal_out, fail_waiting
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 from protocol.records import RecordCorrupted, pack_records, unpack_records
 
 log = logging.getLogger("broker.storage")
@@ -286,7 +286,7 @@ class StorageStore:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """One storage receive (no waiting); a topic the nameserver lacks is empty."""
         request = st.ReceiveRequest(
@@ -296,7 +296,8 @@ class StorageStore:
             max_messages=batch_size,
             invisible_duration_ms=invisible_ms,
             max_delivery_attempts=group.retry.max_delivery_attempts,
-            filter_expression=tag_filter.expression(),
+            filter_expression=message_filter.expression,
+            filter_kind=int(message_filter.kind),
             fifo=group.fifo,
             packed=True,
         )

@@ -137,6 +137,12 @@ class Receive:
     handles, as long as any of them is still in flight, instead of new
     messages; so a lost response does not leave messages (and, for FIFO, their
     message groups) locked until the invisible time runs out.
+
+    ``evaluated_end`` and ``unmatched`` (a SQL92 filter, evaluated by the
+    leader before it proposes, see ``partition.property_filter``): when
+    ``evaluated_end`` >= 0, only fresh offsets below it are handed out, and
+    those in ``unmatched`` are skipped for the group for good; -1: no such
+    filter. The verdicts travel in the log, so no replica reads a body to apply.
     """
 
     op: ClassVar[Op] = Op.RECEIVE
@@ -151,6 +157,8 @@ class Receive:
     fifo: bool = False
     initial_position: InitialPosition = InitialPosition.EARLIEST
     attempt_id: str = ""
+    evaluated_end: int = -1
+    unmatched: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

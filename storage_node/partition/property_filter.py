@@ -1,0 +1,98 @@
+"""SQL92 property filters on a receive: evaluated by the leader, decided in the log.
+
+A SQL92 filter (``protocol.sql92``) tests a message's properties, which live
+in its record in the log, not in the queue index (the index keeps only the
+tag and message group). So, unlike a tag filter, it cannot be evaluated by
+every replica on apply without each of them reading the bodies back. Instead
+the leader, before it proposes a ``Receive``, reads the records of the fresh
+offsets that receive would look at, evaluates the filter on each, and puts
+its verdicts in the command (``Receive.evaluated_end`` / ``.unmatched``):
+apply hands out only evaluated offsets that matched and finishes the
+unmatched ones for the group (skipped for good, as RocketMQ's broker does
+with a message its filter rejects), on every replica alike.
+
+A verdict is a fact about one message (its properties never change), so it
+stays right whatever else is applied between the evaluation and the
+command: a concurrent receive can only have taken some of the offsets
+already, which apply then passes over. Expired leases are redelivered as
+they are (they matched when first handed out).
+
+Evaluation stops once ``max_messages`` offsets matched (the rest stay fresh,
+evaluated by a later receive), after :data:`EVALUATED_MAX` offsets, or where
+the group's scan window ends. Records are
+read in runs of :data:`READ_RUN` offsets, each log entry once per run.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from itertools import islice
+from typing import NamedTuple
+
+from protocol.records import MessageRecord
+from protocol.sql92 import Sql92Filter, visible_properties
+from storage_node.partition.commands import Receive
+from storage_node.partition.queries import PartitionQueries
+from storage_node.partition.queues import QueueEntry, QueueId
+from storage_node.partition.reads import EntryReader, records_of
+
+READ_RUN = 64
+"""Offsets whose records are read and evaluated together."""
+EVALUATED_MAX = 1024
+"""At most this many offsets are evaluated for one receive (it blocks the node's loop);
+the receive then says there is ``more``."""
+
+
+class Evaluated(NamedTuple):
+    """A receive with its filter's verdicts; ``more``: evaluation stopped before the
+    group's scan window ended (a receive that got nothing may try again at once)."""
+
+    command: Receive
+    more: bool
+
+
+def evaluate(
+    state: PartitionQueries,
+    read_entry: EntryReader,
+    command: Receive,
+    sql_filter: Sql92Filter,
+) -> Evaluated:
+    """``command`` with the verdicts of ``sql_filter`` on the fresh offsets it would
+    look at in ``state`` (the group's, read from the log through ``read_entry``).
+
+    With no fresh offset, the verdicts are empty and end at 0: the receive hands
+    out expired leases only.
+    """
+    queue = (command.topic, command.queue_id)
+    group_id = state.config.group_id
+    fresh = state.fresh_entries(
+        command.group, command.topic, command.queue_id, command.initial_position
+    )
+    unmatched: list[int] = []
+    matched = 0
+    end = 0
+    for evaluated, (offset, record) in enumerate(_records(fresh, read_entry, group_id, queue)):
+        if matched >= command.max_messages or evaluated >= EVALUATED_MAX:
+            return Evaluated(_with(command, end, unmatched), more=True)
+        end = offset + 1
+        if sql_filter.matches(visible_properties(record.properties, record.tag, record.keys)):
+            matched += 1
+        else:
+            unmatched.append(offset)
+    return Evaluated(_with(command, end, unmatched), more=False)
+
+
+def _with(command: Receive, end: int, unmatched: list[int]) -> Receive:
+    return dataclasses.replace(command, evaluated_end=end, unmatched=tuple(unmatched))
+
+
+def _records(
+    fresh: Iterator[tuple[int, QueueEntry]], read_entry: EntryReader, group_id: int, queue: QueueId
+) -> Iterator[tuple[int, MessageRecord]]:
+    """The fresh offsets with their records, read :data:`READ_RUN` at a time."""
+    while run := list(islice(fresh, READ_RUN)):
+        records = records_of(read_entry, group_id, queue, [entry for _offset, entry in run])
+        yield from zip((offset for offset, _entry in run), records, strict=True)
