@@ -1,0 +1,70 @@
+"""Consumer features through the official Python client against a real cluster:
+SQL92 subscriptions (and, below, recall of timed messages).
+
+One cluster for the module (1 nameserver, 3 storage nodes, 1 broker, auto-create
+off: topics and groups are created through the nameserver as an operator would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from tests.contract.test_official_client import run_official
+from tests.e2e.cluster import LocalCluster
+from tests.e2e.sql_filter_table import EXPRESSIONS
+
+pytestmark = pytest.mark.integration
+
+NORMAL = 1
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The module's cluster, with its topics and consumer groups."""
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"), groups=4)
+    try:
+        local.start()
+        local.create(
+            {"sql": (2, NORMAL)},
+            {
+                **{f"sql-{i}": (False, 3) for i in range(len(EXPRESSIONS))},
+                "sql-bad": (False, 3),
+            },
+        )
+        yield local
+    finally:
+        codes = local.stop()
+    died = {name: code for name, code in codes.items() if code != 0}
+    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
+
+
+def run_client(cluster: LocalCluster, scenario: str, *args: object) -> dict[str, Any]:
+    """Run one scenario of ``tests/e2e/consumers_client.py`` in its own interpreter."""
+    home = cluster.root / "home"
+    home.mkdir(exist_ok=True)
+    argv = [
+        "-m",
+        "tests.e2e.consumers_client",
+        scenario,
+        str(cluster.broker_port()),
+        *map(str, args),
+    ]
+    return run_official(argv, home, timeout_s=120)
+
+
+def test_sql92_subscriptions_receive_exactly_the_matching_messages(
+    cluster: LocalCluster,
+) -> None:
+    received = run_client(cluster, "sql_filters", "sql")["received"]
+    assert received == dict(EXPRESSIONS)
+
+
+def test_a_bad_sql92_expression_is_refused_with_its_position(cluster: LocalCluster) -> None:
+    seen = run_client(cluster, "sql_refused", "sql")
+    assert seen["refused"]
+    assert seen["code"] == pb.ILLEGAL_FILTER_EXPRESSION
+    assert "line 2, column 6" in seen["message"]
