@@ -19,8 +19,8 @@ they are (they matched when first handed out).
 
 Evaluation stops once ``max_messages`` offsets matched (the rest stay fresh,
 evaluated by a later receive), after :data:`EVALUATED_MAX` offsets, or where
-the group's scan window ends. Records are
-read in runs of :data:`READ_RUN` offsets, each log entry once per run.
+the group's scan window ends. Each log entry is read and decoded once per
+receive.
 
 PURE.
 """
@@ -29,18 +29,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from itertools import islice
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-from protocol.records import MessageRecord
+from protocol.records import MessageRecord, RecordColumns
 from protocol.sql92 import Sql92Filter, visible_properties
-from storage_node.partition.commands import Receive
+from storage_node.partition.commands import Receive, append_columns
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import QueueEntry, QueueId
 from storage_node.partition.reads import EntryReader, records_of
 
-READ_RUN = 64
-"""Offsets whose records are read and evaluated together."""
 EVALUATED_MAX = 1024
 """At most this many offsets are evaluated for one receive (it blocks the node's loop);
 the receive then says there is ``more``."""
@@ -74,11 +71,12 @@ def evaluate(
     unmatched: list[int] = []
     matched = 0
     end = 0
-    for evaluated, (offset, record) in enumerate(_records(fresh, read_entry, group_id, queue)):
+    views = _views(fresh, read_entry, group_id, queue)
+    for evaluated, (offset, tag, keys, properties) in enumerate(views):
         if matched >= command.max_messages or evaluated >= EVALUATED_MAX:
             return Evaluated(_with(command, end, unmatched), more=True)
         end = offset + 1
-        if sql_filter.matches(visible_properties(record.properties, record.tag, record.keys)):
+        if sql_filter.matches(visible_properties(properties, tag, keys)):
             matched += 1
         else:
             unmatched.append(offset)
@@ -89,10 +87,39 @@ def _with(command: Receive, end: int, unmatched: list[int]) -> Receive:
     return dataclasses.replace(command, evaluated_end=end, unmatched=tuple(unmatched))
 
 
-def _records(
+_TAG = MessageRecord._fields.index("tag")
+_KEYS = MessageRecord._fields.index("keys")
+_PROPERTIES = MessageRecord._fields.index("properties")
+
+_View = tuple[int, str, tuple[str, ...], tuple[tuple[str, str], ...]]
+"""An offset and what the filter sees of its message: tag, keys, properties."""
+
+
+def _views(
     fresh: Iterator[tuple[int, QueueEntry]], read_entry: EntryReader, group_id: int, queue: QueueId
-) -> Iterator[tuple[int, MessageRecord]]:
-    """The fresh offsets with their records, read :data:`READ_RUN` at a time."""
-    while run := list(islice(fresh, READ_RUN)):
-        records = records_of(read_entry, group_id, queue, [entry for _offset, entry in run])
-        yield from zip((offset for offset, _entry in run), records, strict=True)
+) -> Iterator[_View]:
+    """The fresh offsets with what the filter sees of their messages.
+
+    Each log entry is read and decoded once, as columns
+    (``commands.append_columns``, no record built); an entry off that fast
+    path is read record by record (``reads.records_of``, which names a fault).
+    """
+    columns_of: dict[int, RecordColumns | None] = {}
+    for offset, entry in fresh:
+        index = entry.log_index
+        if index in columns_of:
+            columns = columns_of[index]
+        else:
+            decoded = append_columns(read_entry(index))
+            columns = columns_of[index] = None if decoded is None else decoded[1]
+        if columns is not None and entry.position < len(columns[_TAG]):
+            position = entry.position
+            yield (
+                offset,
+                cast(str, columns[_TAG][position]),
+                cast(tuple[str, ...], columns[_KEYS][position]),
+                cast(tuple[tuple[str, str], ...], columns[_PROPERTIES][position]),
+            )
+            continue
+        (record,) = records_of(read_entry, group_id, queue, [entry])
+        yield offset, record.tag, record.keys, record.properties
