@@ -197,6 +197,11 @@ class MessageStore(Protocol):
         ``check_max`` times are rolled back and returned."""
         ...
 
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Drop the timed message ``message_id`` held in ``queue`` before it is due; False
+        when none is held (it was queued at its time already, recalled, or never held)."""
+        ...
+
 
 class Coordination(Protocol):
     """Cluster-wide coordination through the nameserver: leases, and which brokers

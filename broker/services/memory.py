@@ -443,6 +443,16 @@ class MemoryStore:
         state = self._groups.get((group, queue))
         return state.committed if state else 0
 
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Drop a held timed message before it is due (see ``MessageStore.cancel_timer``)."""
+        self._release_due()
+        for index, (_due, _arrival, held_queue, message) in enumerate(self._held):
+            if held_queue == queue and message.message_id == message_id:
+                self._held.pop(index)
+                heapq.heapify(self._held)
+                return True
+        return False
+
 
 class MemoryCoordination:
     """Leases and producer registrations of brokers in one process (the nameserver's part).

@@ -624,6 +624,16 @@ class StorageStore:
             rolled_back += [h for h in members if h.message.message_id in gone]
         return rolled_back
 
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Cancel a held timed message on its group's leader (``storage.cancel_timer``)."""
+        request = st.CancelTimerRequest(queue.topic, queue.queue_id, message_id)
+        response = await self._call(
+            queue,
+            f"cancel timer {message_id!r} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.cancel_timer(request, timeout_ms=timeout_ms),
+        )
+        return response.cancelled
+
 
 async def _scan_transactions(
     request: st.ScanTransactionsRequest, stub: StorageService, timeout_ms: int

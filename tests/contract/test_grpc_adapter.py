@@ -256,7 +256,6 @@ async def test_unbuilt_rpcs_answer_clearly(broker: Broker) -> None:
         (await stub.UpdateOffset(spb.UpdateOffsetRequest(), metadata=META)).status,
         (await stub.GetOffset(spb.GetOffsetRequest(), metadata=META)).status,
         (await stub.QueryOffset(spb.QueryOffsetRequest(), metadata=META)).status,
-        (await stub.RecallMessage(spb.RecallMessageRequest(), metadata=META)).status,
     ]
     assert {a.code for a in answers} == {pb.NOT_IMPLEMENTED}
     assert all("not implemented" in a.message for a in answers)
@@ -268,3 +267,12 @@ async def test_unbuilt_rpcs_answer_clearly(broker: Broker) -> None:
     assert heartbeat.status.code == pb.OK
     bye = await stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(), metadata=META)
     assert bye.status.code == pb.OK
+
+
+async def test_recall_with_a_foreign_handle_answers_clearly(broker: Broker) -> None:
+    recalled = await broker.stub.RecallMessage(
+        spb.RecallMessageRequest(topic=pb.Resource(name="orders"), recall_handle="junk"),
+        metadata=META,
+    )
+    assert recalled.status.code == pb.BAD_REQUEST
+    assert "not issued" in recalled.status.message

@@ -1,4 +1,4 @@
-"""Consumer scenarios (SQL92 filters, recall) run by the OFFICIAL Python client.
+"""Consumer scenarios (SQL92 filters, recall of timed messages) run by the OFFICIAL Python client.
 
 Run in its own interpreter (``python -m tests.e2e.consumers_client SCENARIO PORT
 ARG...``; the client's protobuf modules clash with ours in one process).
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rocketmq import FilterExpression, Producer, SimpleConsumer
+from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import FilterType
 
 from tests.contract.official_client import DEADLINE_S, _code, _config, _message
@@ -104,9 +104,61 @@ def sql_refused(port: int, topic: str) -> dict[str, Any]:
     return out
 
 
+def _timed_message(topic: str, body: bytes, due_s: int) -> Message:
+    message = _message(topic, body)
+    message.delivery_timestamp = due_s  # the client sends whole seconds
+    return message
+
+
+def _wait_until(wall_s: float) -> None:
+    """Block until the wall clock reads ``wall_s`` (the scenario's own timing)."""
+    while (left_s := wall_s - time.time()) > 0:
+        time.sleep(min(left_s, 0.05))
+
+
+def recall(port: int, topic: str, plain_topic: str) -> dict[str, Any]:
+    """Two timed messages due together: one recalled 1 s before due, the other let
+    through, then recalled after delivery; a normal message's receipt has no handle."""
+    out: dict[str, Any] = {}
+    producer = Producer(_config(port), (topic, plain_topic))
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), "recall-reader", {topic: FilterExpression()}, AWAIT_S)
+    consumer.startup()
+    try:
+        due_s = int(time.time()) + 4
+        recalled = producer.send(_timed_message(topic, b"recalled", due_s))
+        kept = producer.send(_timed_message(topic, b"kept", due_s))
+        out["handles"] = [bool(recalled.recall_handle), bool(kept.recall_handle)]
+        out["plain_handle"] = producer.send(_message(plain_topic, b"now")).recall_handle
+        _wait_until(due_s - 1)
+        out["recall_before_due_s"] = due_s - time.time()
+        out["recalled_id"] = producer.recall_message(topic, recalled.recall_handle)
+        out["sent_ids"] = [recalled.message_id, kept.message_id]
+        bodies: list[str] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while "kept" not in bodies and time.monotonic() < deadline:
+            for message in consumer.receive(32, 30):
+                bodies.append(message.body.decode())
+                consumer.ack(message)
+        for message in consumer.receive(32, 30):  # the recalled one must not follow
+            bodies.append(message.body.decode())
+            consumer.ack(message)
+        out["received"] = bodies
+        try:
+            producer.recall_message(topic, kept.recall_handle)
+            out["late_recall"] = "succeeded"
+        except Exception as error:  # noqa: BLE001 - the observation
+            out["late_recall"] = {"code": _code(error), "message": str(error)}
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return out
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "sql_filters": sql_filters,
     "sql_refused": sql_refused,
+    "recall": recall,
 }
 
 if __name__ == "__main__":

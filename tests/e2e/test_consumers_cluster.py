@@ -1,5 +1,5 @@
 """Consumer features through the official Python client against a real cluster:
-SQL92 subscriptions (and, below, recall of timed messages).
+SQL92 subscriptions, and recall of timed messages.
 
 One cluster for the module (1 nameserver, 3 storage nodes, 1 broker, auto-create
 off: topics and groups are created through the nameserver as an operator would).
@@ -19,7 +19,7 @@ from tests.e2e.sql_filter_table import EXPRESSIONS
 
 pytestmark = pytest.mark.integration
 
-NORMAL = 1
+NORMAL, DELAY = 1, 3
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +29,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     try:
         local.start()
         local.create(
-            {"sql": (2, NORMAL)},
+            {"sql": (2, NORMAL), "timed": (2, DELAY), "plain": (1, NORMAL)},
             {
                 **{f"sql-{i}": (False, 3) for i in range(len(EXPRESSIONS))},
                 "sql-bad": (False, 3),
+                "recall-reader": (False, 3),
             },
         )
         yield local
@@ -68,3 +69,17 @@ def test_a_bad_sql92_expression_is_refused_with_its_position(cluster: LocalClust
     assert seen["refused"]
     assert seen["code"] == pb.ILLEGAL_FILTER_EXPRESSION
     assert "line 2, column 6" in seen["message"]
+
+
+def test_a_timed_message_recalled_before_due_never_arrives(cluster: LocalCluster) -> None:
+    seen = run_client(cluster, "recall", "timed", "plain")
+    assert seen["handles"] == [True, True]  # a timed message's send returns a handle
+    assert seen["plain_handle"] is None  # a normal message's does not
+    assert 0.5 < seen["recall_before_due_s"] <= 1.0
+    recalled_id, kept_id = seen["sent_ids"]
+    assert seen["recalled_id"] == recalled_id
+    assert seen["received"] == ["kept"]  # the recalled one never came
+    late = seen["late_recall"]
+    assert late["code"] == pb.NOT_FOUND
+    assert kept_id in late["message"]
+    assert "delivered" in late["message"]
