@@ -131,6 +131,24 @@ async def test_filter_consumes_non_matching_messages(store: MemoryStore) -> None
     assert await store.get_consumer_offset("g", Q) == 2
 
 
+async def test_a_sql92_filter_sees_properties_tags_and_keys(store: MemoryStore) -> None:
+    await store.append(
+        Q,
+        [
+            Message("orders", b"0", "id-0", user_properties={"n": "1"}),
+            Message("orders", b"1", "id-1", user_properties={"n": "7"}, tag="x"),
+            Message("orders", b"2", "id-2", tag="x", keys=("k",)),
+            Message("orders", b"3", "id-3"),
+        ],
+    )
+    sql = MessageFilter.of(FilterKind.SQL, "n > 5 OR (TAGS = 'x' AND KEYS = 'k')")
+    popped = await store.pop(GROUP, Q, batch_size=10, invisible_ms=10_000, message_filter=sql)
+    assert [p.message.message_id for p in popped.messages] == ["id-1", "id-2"]
+    for message in popped.messages:
+        await store.ack("g", Q, message.offset, message.generation)
+    assert await store.get_consumer_offset("g", Q) == 4  # the others were consumed
+
+
 async def test_fifo_blocks_a_message_group_until_its_head_is_acked(
     store: MemoryStore, clock: ManualClock
 ) -> None:
