@@ -61,6 +61,7 @@ from nameserver.moves import (
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType, Permission
 from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.types import Entry, Snapshot
@@ -217,9 +218,9 @@ class NameserverImpl:
                 request.name,
                 request.cluster,
                 request.queue_count,
-                _enum(r.MessageType, request.message_type, "message_type"),
+                _enum(MessageType, request.message_type, "message_type"),
                 request.retention_ms or r.RETENTION_MS_DEFAULT,
-                _enum(r.Permission, request.permission, "permission"),
+                _enum(Permission, request.permission, "permission"),
             )
         )
         assert isinstance(applied.value, r.Topic)
@@ -235,11 +236,11 @@ class NameserverImpl:
                 request.queue_count,
                 None
                 if request.message_type is None
-                else _enum(r.MessageType, request.message_type, "message_type"),
+                else _enum(MessageType, request.message_type, "message_type"),
                 request.retention_ms,
                 None
                 if request.permission is None
-                else _enum(r.Permission, request.permission, "permission"),
+                else _enum(Permission, request.permission, "permission"),
             )
         )
         assert isinstance(applied.value, r.Topic)

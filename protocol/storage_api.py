@@ -24,12 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from protocol.records import MESSAGE_TYPES, MessageRecord, MessageType
+from protocol.positional import positional
+from protocol.records import MESSAGE_TYPES, MessageRecord
+from protocol.vocabulary import MessageType
 
 _set_attribute = object.__setattr__
 _NO_KEYS: list[str] = []
 _NO_PROPERTIES: dict[str, str] = {}
-_new_tuple = tuple.__new__
+_new_record = positional(MessageRecord)
 
 
 @dataclass(frozen=True, init=False)
@@ -105,8 +107,7 @@ def to_record(message: Message) -> MessageRecord:
     if message_type is None:
         message_type = MessageType(kind)  # anything but an int: as MessageType decides
     properties = message.properties
-    return _new_tuple(
-        MessageRecord,
+    return _new_record(
         (
             message.topic,
             message.queue_id,
@@ -154,9 +155,13 @@ class StoredMessage:
 class ReceiptHandle(NamedTuple):
     """Which delivery of which message (the storage half of a client receipt handle).
 
-    ``generation`` is the log index of the command that granted the lease; a
-    later grant makes older handles stale. A named tuple: one per acked message
-    on each side of an ack call, packed as it is (the same array a dataclass was).
+    ``generation`` is the log index of the command that granted the lease (a
+    receive, or a change of invisible duration); a later grant makes older
+    handles stale. The consumer group is named by the request or command that
+    presents the handle. The same handle travels in this API and in a storage
+    group's log (``storage_node.partition.commands``). A named tuple: one per
+    delivered and per acked message, built in one step and packed as it is
+    (the array ``[topic, queue_id, queue_offset, generation]``).
     """
 
     topic: str
@@ -246,6 +251,28 @@ class ReadRequest:
     from_follower: bool = False
     """Read replica: any replica may answer from what it applied (at most its
     commit index, perhaps behind the leader) instead of NOT_LEADER."""
+    filter_expression: str = "*"
+    """Only messages matching this subscription filter (the same value a
+    :class:`ReceiveRequest` carries) are returned; the others are skipped, and
+    the read looks at no more than the partition's receive scan limit of
+    offsets. An offset outside [first, end] fails with OFFSET_OUT_OF_RANGE."""
+    packed: bool = False
+    """Answer with the messages packed as records (``ReadResponse.records`` and
+    ``.stored_at``) instead of ``ReadResponse.messages``, as a packed receive
+    does; ``bytes_max`` then bounds the packed records' bytes."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written, as in :class:`ReceiveRequest`: a SQL92
+    filter is evaluated on the records read, at most
+    ``storage_node.partition.property_filter.EVALUATED_MAX`` of them per read."""
+
+
+class StoredAt(NamedTuple):
+    """Where and when a message of a packed read answer was stored: what a
+    :class:`StoredMessage` says but the message, which is the record at the same
+    position of the answer's ``records``."""
+
+    queue_offset: int
+    store_timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +282,13 @@ class ReadResponse:
     messages: list[StoredMessage]
     first_offset: int
     end_offset: int
+    next_offset: int = -1
+    """Where the next read of this queue continues: past every offset this read
+    looked at (returned or skipped by the filter); -1 from an older node."""
+    records: bytes = b""
+    """A packed answer (the request's ``packed``): the messages' records, packed by
+    ``protocol.records.pack_records``, one per item of ``stored_at``."""
+    stored_at: list[StoredAt] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------- receive

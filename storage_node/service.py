@@ -51,6 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
+from protocol.filters import MATCH_ALL, TagFilter
 from protocol.records import (
     MessageRecord,
     is_canonical,
@@ -86,6 +87,7 @@ from protocol.storage_api import (
     ReceiveResponse,
     ScanTransactionsRequest,
     ScanTransactionsResponse,
+    StoredAt,
     StoredMessage,
     from_record,
 )
@@ -96,10 +98,8 @@ from raft.wal.logstore import LogStore
 from storage_node.api_convert import (
     append_records,
     append_response,
-    from_wire_handle,
     receive_command,
-    receive_filter,
-    to_wire_handle,
+    sql_filter,
 )
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
@@ -108,7 +108,7 @@ from storage_node.errors import (
     StorageError,
     StorageNotLeader,
 )
-from storage_node.partition import property_filter
+from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
     Ack,
     Append,
@@ -283,17 +283,6 @@ class StorageNode:
                 return replica
         return await self._read_barrier(group_id)
 
-    def _stored(
-        self, group_id: int, queue: QueueId, first_offset: int, entries: Sequence[QueueEntry]
-    ) -> list[StoredMessage]:
-        """The messages of consecutive queue entries, read from the group's log."""
-        return [
-            StoredMessage(first_offset + i, entry.store_timestamp_ms, from_record(record))
-            for i, (entry, record) in enumerate(
-                zip(entries, self._records(group_id, queue, entries), strict=True)
-            )
-        ]
-
     def _records(
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
     ) -> list[MessageRecord]:
@@ -345,21 +334,52 @@ class StorageNode:
         replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         queue = (request.topic, request.queue_id)
-        entries = state.read(
-            request.topic, request.queue_id, request.queue_offset, request.count_max
-        )
-        messages = self._stored(group_id, queue, request.queue_offset, entries)
+        sql = sql_filter(request.filter_kind, request.filter_expression)
+        tag_filter = TagFilter.parse(MATCH_ALL if sql else request.filter_expression)
+        scan_max = request.count_max
+        if sql or not tag_filter.matches_all:
+            scan_max = max(scan_max, state.config.receive_scan_max)
+        entries = state.read(request.topic, request.queue_id, request.queue_offset, scan_max)
+        if sql is None:
+            offsets, kept, next_offset = pull.matching(
+                entries, request.queue_offset, tag_filter, request.count_max
+            )
+        else:  # evaluated on the records, before any leaves the node
+            offsets, kept, next_offset = property_filter.matching(
+                entries,
+                request.queue_offset,
+                self._entry_reader(group_id),
+                group_id,
+                queue,
+                sql,
+                request.count_max,
+            )
+        first = state.first_offset(request.topic, request.queue_id)
+        end = state.end_offset(request.topic, request.queue_id)
+        if request.packed:
+            items = record_items_of(self._entry_reader(group_id), group_id, queue, kept)
+            count = fitting(map(len, items), request.bytes_max)
+            if count < len(items):
+                next_offset = offsets[count]
+            stored_at = [
+                StoredAt(offset, entry.store_timestamp_ms)
+                for offset, entry in zip(offsets[:count], kept, strict=False)
+            ]
+            return ReadResponse([], first, end, next_offset, pack_items(items[:count]), stored_at)
+        messages = [
+            StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+            for offset, entry, record in zip(
+                offsets, kept, self._records(group_id, queue, kept), strict=True
+            )
+        ]
         total = 0
         for i, stored in enumerate(messages):
             total += len(stored.message.body)
             if total > request.bytes_max and i > 0:
+                next_offset = stored.queue_offset
                 messages = messages[:i]
                 break
-        return ReadResponse(
-            messages,
-            state.first_offset(request.topic, request.queue_id),
-            state.end_offset(request.topic, request.queue_id),
-        )
+        return ReadResponse(messages, first, end, next_offset)
 
     def _idle_receive_end(
         self, group_id: int, replica: GroupReplica, request: ReceiveRequest, now_ms: int
@@ -379,7 +399,7 @@ class StorageNode:
         queue = (request.topic, request.queue_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, request.poll_ms) / 1000
-        sql_filter = receive_filter(request)
+        sql = sql_filter(request.filter_kind, request.filter_expression)
         dead_lettered = 0
         while True:
             replica = self._led_replica(group_id)
@@ -390,13 +410,15 @@ class StorageNode:
             if idle_end is not None:  # nothing to hand out or change: no log entry
                 result: Result = ReceiveResult((), (), idle_end)
             else:
-                command = receive_command(request, now_ms)
-                if sql_filter is not None:  # its verdicts go into the command
-                    command, more = property_filter.evaluate(
-                        replica.state, self._entry_reader(group_id), command, sql_filter
+                receive = receive_command(request, now_ms)
+                command: Command = receive
+                if sql is not None:  # its verdicts go into the command
+                    filtered, more = property_filter.evaluate(
+                        replica.state, self._entry_reader(group_id), receive, sql
                     )
                     # Go on at once only past messages this one finished (progress).
-                    more = more and bool(command.unmatched)
+                    more = more and bool(filtered.unmatched)
+                    command = filtered
                 result = await self._propose(group_id, command)
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
@@ -446,7 +468,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    to_wire_handle(d.handle),
+                    d.handle,
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(
@@ -480,7 +502,7 @@ class StorageNode:
                 raise BadCommand(
                     f"handle of {handle.topic}:{handle.queue_id} in an ack of {topic}:{queue_id}"
                 )
-        handles = tuple(map(from_wire_handle, request.handles))
+        handles = tuple(request.handles)
         result = await self._propose(group_id, Ack(self.now_ms(), request.group, handles))
         assert isinstance(result, AckResult)
         return AckResponse(
@@ -502,12 +524,12 @@ class StorageNode:
         group_id = self._group_of(handle.topic, handle.queue_id)
         self._led_replica(group_id)
         command = ChangeInvisibleDuration(
-            self.now_ms(), request.group, from_wire_handle(handle), request.invisible_duration_ms
+            self.now_ms(), request.group, handle, request.invisible_duration_ms
         )
         result = await self._propose(group_id, command)
         assert isinstance(result, ChangeInvisibleDurationResult)
         return ChangeInvisibleResponse(
-            to_wire_handle(result.handle), result.invisible_until_ms, result.delivery_attempt
+            result.handle, result.invisible_until_ms, result.delivery_attempt
         )
 
     async def commit_offset(

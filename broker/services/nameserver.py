@@ -30,12 +30,13 @@ from typing import TypeVar
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
-from broker.domain import GroupInfo, MessageType, QueueInfo, TopicInfo
+from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import routing
+from protocol.vocabulary import MessageType
 
 log = logging.getLogger("broker.nameserver")
 T = TypeVar("T")

@@ -42,13 +42,15 @@ from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, attempt_timeout_ms, call_leader
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    Placement,
     PopResult,
+    PulledMessage,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
+    SendResult,
 )
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
@@ -59,7 +61,9 @@ from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.filters import MessageFilter
-from protocol.records import RecordCorrupted, pack_records, unpack_records
+from protocol.positional import positional
+from protocol.records import MessageRecord, RecordCorrupted, pack_records, unpack_records
+from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")
@@ -70,10 +74,8 @@ REVISIT_MS = 1_000
 """The longest a long poll waits without popping again: redeliveries after an
 invisible time (which storage does not announce) are noticed within this."""
 _PLACEMENTS = {int(placement): placement for placement in Placement}
-_new_result: Callable[[tuple[object, ...]], AppendResult] = functools.partial(
-    tuple.__new__, AppendResult
-)
-"""An :class:`AppendResult` from its fields in order (one per stored message)."""
+_new_result = positional(SendResult)
+"""A :class:`SendResult` from its fields in order (one per stored message)."""
 PAUSE_FIRST_S = 0.02
 PAUSE_MAX_S = 0.5
 """A call's pauses between misses double from the first to the max."""
@@ -242,7 +244,7 @@ class StorageStore:
 
     # -- the port ---------------------------------------------------------------------
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue as one storage append (one raft entry)."""
         records = pack_records([convert.message_to_record(m, queue) for m in messages])
         request = st.AppendRequest(queue.topic, queue.queue_id, records=records)
@@ -268,7 +270,7 @@ class StorageStore:
             )
         else:
             results = [
-                AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
+                SendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
                 for outcome in response.listed
             ]
         if len(results) != len(messages):
@@ -311,15 +313,7 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        try:
-            records = unpack_records(response.records).records
-        except RecordCorrupted as exc:
-            raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
-        if len(records) != len(response.deliveries):
-            raise BrokerError(
-                codes.DECODE_FAILED,
-                f"receive answer: {len(records)} records for {len(response.deliveries)} deliveries",
-            )
+        records = _records_of(response.records, len(response.deliveries), "receive")
         popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
         return PopResult(popped, response.end_offset, leased=response.leased)
 
@@ -413,7 +407,7 @@ class StorageStore:
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Move a delivery to ``%DLQ%<group>`` (the queue of its own raft group), then ack it."""
         generation, _ = await self.change_invisible(
             group.name, queue, offset, generation, self._deadline_ms * 2
@@ -497,8 +491,8 @@ class StorageStore:
             timeout_s = min(timeout_ms, self._revisit_ms) / 1000
         return await self._growth.wait(topic, known_end_offsets, timeout_s)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue`` (0 if it never consumed)."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue`` (None if it never consumed)."""
         response = await self._call(
             queue,
             f"offset of {group} on {queue.topic}:{queue.queue_id}",
@@ -506,13 +500,13 @@ class StorageStore:
                 st.GetOffsetRequest(group, queue.topic, queue.queue_id), timeout_ms=timeout_ms
             ),
         )
-        return response.offset or 0
+        return response.offset
 
     # -- transactions (see the MessageStore contract) ------------------------------------
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit or roll back a half message on its group's leader."""
         request = st.EndTransactionRequest(queue.topic, queue.queue_id, message_id, commit)
         try:
@@ -527,7 +521,7 @@ class StorageStore:
             raise
         if not response.committed:
             return None
-        return AppendResult(queue, response.queue_offset, 0, Placement(response.placement))
+        return SendResult(queue, response.queue_offset, 0, Placement(response.placement))
 
     async def _call_group(
         self,
@@ -633,6 +627,69 @@ class StorageStore:
             lambda stub, timeout_ms: stub.cancel_timer(request, timeout_ms=timeout_ms),
         )
         return response.cancelled
+
+    # -- offset reads (pull consumers) ---------------------------------------------------
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
+    ) -> QueueSlice:
+        """One storage read of ``queue`` from ``offset``, filtered by storage."""
+        request = st.ReadRequest(
+            queue.topic,
+            queue.queue_id,
+            offset,
+            batch_size,
+            filter_expression=message_filter.expression,
+            packed=True,
+            filter_kind=int(message_filter.kind),
+        )
+        response = await self._call(
+            queue,
+            f"read {queue.topic}:{queue.queue_id}@{offset}",
+            lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
+        )
+        records = _records_of(response.records, len(response.stored_at), "read")
+        messages = tuple(
+            PulledMessage(convert.message_from_record(record), queue, *stored_at)
+            for record, stored_at in zip(records, response.stored_at, strict=True)
+        )
+        return QueueSlice(
+            messages, response.next_offset, response.first_offset, response.end_offset
+        )
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's offsets from its group's leader (one queue-info call)."""
+        request = st.QueueInfoRequest(queue.topic, queue.queue_id, timestamp_ms)
+        info = await self._call(
+            queue,
+            f"queue info of {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.queue_info(request, timeout_ms=timeout_ms),
+        )
+        return QueueOffsets(info.first_offset, info.end_offset, info.timestamp_offset)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """One storage commit-offset call (a ``CommitOffset`` in the queue's raft group)."""
+        request = st.CommitOffsetRequest(group, queue.topic, queue.queue_id, offset)
+        response = await self._call(
+            queue,
+            f"commit offset of {group} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.commit_offset(request, timeout_ms=timeout_ms),
+        )
+        return offset if response.offset is None else response.offset
+
+
+def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:
+    """The ``count`` records of a packed storage answer to ``call``; DECODE_FAILED for
+    bytes that are no records or for another count of them."""
+    try:
+        records = unpack_records(packed).records
+    except RecordCorrupted as exc:
+        raise BrokerError(codes.DECODE_FAILED, f"{call} answer: {exc}") from None
+    if len(records) != count:
+        raise BrokerError(
+            codes.DECODE_FAILED, f"{call} answer: {len(records)} records for {count} messages"
+        )
+    return records
 
 
 async def _scan_transactions(

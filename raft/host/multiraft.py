@@ -62,13 +62,13 @@ from raft.types import (
     ConfState,
     Entry,
     EntryType,
-    MessageType,
+    MsgType,
     Ready,
     Snapshot,
     SnapshotMetadata,
 )
 
-_PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
+_PERIODIC = frozenset({MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP})
 _CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
 
 

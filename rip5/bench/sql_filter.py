@@ -22,7 +22,7 @@ from collections.abc import Callable
 from protocol import sql92
 from protocol.records import MessageRecord
 from storage_node.partition import commands, property_filter
-from storage_node.partition.commands import Append, Receive
+from storage_node.partition.commands import Append, FilteredReceive, Receive
 from storage_node.partition.reads import record_items_of
 from storage_node.partition.results import ReceiveResult
 from storage_node.partition.state import PartitionState
@@ -71,7 +71,7 @@ def _drain(
         result = state.apply_entry(data, index)
         assert isinstance(result, ReceiveResult)
         if not result.deliveries:
-            if command.evaluated_end < 0 or not command.unmatched:
+            if not isinstance(command, FilteredReceive) or not command.unmatched:
                 break
             continue
         items = record_items_of(

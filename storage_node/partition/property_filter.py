@@ -6,7 +6,7 @@ tag and message group). So, unlike a tag filter, it cannot be evaluated by
 every replica on apply without each of them reading the bodies back. Instead
 the leader, before it proposes a ``Receive``, reads the records of the fresh
 offsets that receive would look at, evaluates the filter on each, and puts
-its verdicts in the command (``Receive.evaluated_end`` / ``.unmatched``):
+its verdicts in the command (a ``FilteredReceive``: ``evaluated_end``, ``unmatched``):
 apply hands out only evaluated offsets that matched and finishes the
 unmatched ones for the group (skipped for good, as RocketMQ's broker does
 with a message its filter rejects), on every replica alike.
@@ -16,6 +16,9 @@ stays right whatever else is applied between the evaluation and the
 command: a concurrent receive can only have taken some of the offsets
 already, which apply then passes over. Expired leases are redelivered as
 they are (they matched when first handed out).
+
+An offset read (a pull) changes no state, so it needs no verdicts in the
+log: :func:`matching` evaluates the records it read and returns the matches.
 
 Evaluation stops once ``max_messages`` offsets matched (the rest stay fresh,
 evaluated by a later receive), after :data:`EVALUATED_MAX` offsets, or where
@@ -28,12 +31,12 @@ PURE.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple, cast
 
 from protocol.records import MessageRecord, RecordColumns
 from protocol.sql92 import Sql92Filter, visible_properties
-from storage_node.partition.commands import Receive, append_columns
+from storage_node.partition.commands import FilteredReceive, Receive, append_columns
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import QueueEntry, QueueId
 from storage_node.partition.reads import EntryReader, records_of
@@ -47,7 +50,7 @@ class Evaluated(NamedTuple):
     """A receive with its filter's verdicts; ``more``: evaluation stopped before the
     group's scan window ended (a receive that got nothing may try again at once)."""
 
-    command: Receive
+    command: FilteredReceive
     more: bool
 
 
@@ -83,8 +86,38 @@ def evaluate(
     return Evaluated(_with(command, end, unmatched), more=False)
 
 
-def _with(command: Receive, end: int, unmatched: list[int]) -> Receive:
-    return dataclasses.replace(command, evaluated_end=end, unmatched=tuple(unmatched))
+def matching(
+    entries: Sequence[QueueEntry],
+    first_offset: int,
+    read_entry: EntryReader,
+    group_id: int,
+    queue: QueueId,
+    sql_filter: Sql92Filter,
+    count_max: int,
+) -> tuple[list[int], list[QueueEntry], int]:
+    """``partition.pull.matching`` for a SQL92 filter (an offset read, a pull).
+
+    The offsets and entries of ``entries`` (consecutive, the first at
+    ``first_offset``; records read through ``read_entry`` from group
+    ``group_id``) that match, at most ``count_max``, and the offset after the
+    last entry looked at. At most :data:`EVALUATED_MAX` are looked at.
+    """
+    looked = entries[:EVALUATED_MAX]
+    offsets: list[int] = []
+    kept: list[QueueEntry] = []
+    views = _views(enumerate(looked, first_offset), read_entry, group_id, queue)
+    for offset, tag, keys, properties in views:
+        if sql_filter.matches(visible_properties(properties, tag, keys)):
+            offsets.append(offset)
+            kept.append(entries[offset - first_offset])
+            if len(kept) >= count_max:
+                return offsets, kept, offset + 1
+    return offsets, kept, first_offset + len(looked)
+
+
+def _with(command: Receive, end: int, unmatched: list[int]) -> FilteredReceive:
+    fields = {field.name: getattr(command, field.name) for field in dataclasses.fields(Receive)}
+    return FilteredReceive(**fields, evaluated_end=end, unmatched=tuple(unmatched))
 
 
 _TAG = MessageRecord._fields.index("tag")

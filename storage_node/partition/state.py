@@ -37,7 +37,9 @@ from typing import cast
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType, RecordColumns
+from protocol.records import MessageRecord, RecordColumns
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import (
     BadCommand,
     InvalidReceiptHandle,
@@ -54,8 +56,8 @@ from storage_node.partition.commands import (
     CommitOffset,
     DeadLetter,
     EndTransaction,
+    FilteredReceive,
     NoteTransactionChecks,
-    ReceiptHandle,
     Receive,
     Release,
     Tick,
@@ -67,7 +69,6 @@ from storage_node.partition.commands import (
 from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import (
-    Placement,
     QueueEntry,
     QueueId,
     QueueIndex,
@@ -386,7 +387,7 @@ class PartitionState(PartitionQueries):
             scan_max=self.config.receive_scan_max,
             verdicts=(
                 FilterVerdicts(command.evaluated_end, frozenset(command.unmatched))
-                if command.evaluated_end >= 0
+                if isinstance(command, FilteredReceive)
                 else None
             ),
         )

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Set
 from storage_node.errors import BodyUnavailable
 
 
-class MemoryMessageStore:
-    """Implements :class:`storage_node.store.base.MessageStore` in memory."""
+class MemoryBodyStore:
+    """Implements :class:`storage_node.store.base.BodyStore` in memory."""
 
     def __init__(self) -> None:
         self._bodies: dict[int, dict[int, bytes]] = {}

@@ -1,6 +1,6 @@
 """The message store over the node's WAL segment files, and the sealed-segment indexer.
 
-:class:`WalMessageStore` reads a body from the WAL, where raft already
+:class:`WalBodyStore` reads a body from the WAL, where raft already
 wrote it (``LogStore``: the entry cache or one ``pread``). The only bodies
 it keeps aside are those adopted from a leader's group image: this node's
 log never held them, so they live in memory and in the group's snapshot
@@ -38,8 +38,8 @@ SEGMENT_SUFFIX = ".wal"
 _fadvise = getattr(os, "posix_fadvise", None)
 
 
-class WalMessageStore:
-    """Implements :class:`storage_node.store.base.MessageStore` over a ``LogStore``."""
+class WalBodyStore:
+    """Implements :class:`storage_node.store.base.BodyStore` over a ``LogStore``."""
 
     def __init__(self, log_store: LogStore) -> None:
         self.log_store = log_store

@@ -1,19 +1,21 @@
-"""Subscription filters at the broker's edge: Telemetry settings, receive requests, and
+"""Subscription filters at the broker: Telemetry settings, receive requests, pulls, and
 the status a refused expression gets (also when storage refuses it)."""
 
 from __future__ import annotations
 
-from broker.domain import GroupInfo
+from broker.domain import GroupInfo, Message, QueueInfo, QueueRef, TopicInfo
 from broker.errors import BrokerError
 from broker.grpc import convert
 from broker.grpc.status import status_of
 from broker.grpc.telemetry import settings_reply
 from broker.processor.consumer import ConsumerProcessor
+from broker.processor.pull import PullProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
 from protocol.filters import FilterKind, MessageFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.vocabulary import MessageType
 
 
 def _consumer() -> ConsumerProcessor:
@@ -60,3 +62,23 @@ def test_a_receive_filter_becomes_one_value() -> None:
 def test_storage_refusing_an_expression_maps_to_the_same_status() -> None:
     refused = BrokerError(codes.ILLEGAL_FILTER_EXPRESSION, "invalid SQL92 expression at ...")
     assert status_of(refused).code == pb.ILLEGAL_FILTER_EXPRESSION
+
+
+async def test_a_pull_with_a_sql92_filter_returns_only_matches() -> None:
+    clock = ManualClock()
+    topic = TopicInfo("orders", (QueueInfo(0),), frozenset({MessageType.NORMAL}))
+    metadata = MemoryMetadata([topic], [GroupInfo("g")])
+    store = MemoryStore(clock, metadata)
+    await store.append(
+        QueueRef("orders", 0),
+        [
+            Message("orders", b"x", f"id-{i}", user_properties={"n": str(i)}, tag="t")
+            for i in range(6)
+        ],
+    )
+    sql = MessageFilter.of(FilterKind.SQL, "n > 2 AND TAGS = 't'")
+    pulled = await PullProcessor(metadata, store).pull(
+        "g", "orders", 0, 0, sql, batch_size=32, poll_ms=0
+    )
+    assert [m.offset for m in pulled.messages] == [3, 4, 5]
+    assert pulled.next_offset == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from protocol import errors
 from protocol.filters import FilterKind
 from protocol.sql92 import FilterExpressionError
-from protocol.storage_api import AppendRequest, Message, ReceiveRequest
+from protocol.storage_api import AppendRequest, Message, ReadRequest, ReceiveRequest
 from storage_node.errors import BadCommand
 from storage_node.partition.property_filter import EVALUATED_MAX
 from tests.unit.storage_node.test_service import CONTEXT, one_node
@@ -68,3 +69,19 @@ async def test_a_bad_expression_or_kind_is_refused(tmp_path: Path) -> None:
         assert "line 1, column" in str(bad.value)
         with pytest.raises(BadCommand, match="unknown filter kind 7"):
             await node.receive(ReceiveRequest("g", "t", 0, 8, 30_000, filter_kind=7), CONTEXT)
+
+
+async def test_an_offset_read_with_sql92_returns_only_matches_and_moves_past_the_rest(
+    tmp_path: Path,
+) -> None:
+    async with one_node(tmp_path) as node:
+        messages = [Message("t", 0, f"m{i}", b"x", properties={"n": str(i % 3)}) for i in range(9)]
+        await node.append(AppendRequest("t", 0, messages), CONTEXT)
+        read = ReadRequest("t", 0, 1, count_max=2, filter_expression="n = 0", filter_kind=SQL)
+        first = await node.read(read, CONTEXT)
+        assert [m.queue_offset for m in first.messages] == [3, 6]
+        assert first.next_offset == 7  # after the second match
+        rest = await node.read(dataclasses.replace(read, queue_offset=7), CONTEXT)
+        assert (rest.messages, rest.next_offset) == ([], 9)  # looked at 7 and 8
+        with pytest.raises(FilterExpressionError):
+            await node.read(dataclasses.replace(read, filter_expression="n ="), CONTEXT)

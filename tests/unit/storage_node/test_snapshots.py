@@ -41,7 +41,7 @@ from storage_node.errors import StorageNotLeader
 from storage_node.partition.commands import Tick, encode
 from storage_node.replica import GroupReplica
 from storage_node.service import FIRST_GROUP_ID, StorageNode
-from storage_node.store.segment_files import WalMessageStore
+from storage_node.store.segment_files import WalBodyStore
 from tests.waiting import async_wait_until
 
 CONTEXT: Any = None
@@ -87,7 +87,7 @@ async def storage_node(
         wal_retain_bytes=8192 if by_bytes else 0,
     )
     driver = Driver(node_id, store, transport, options)
-    replica = GroupReplica(GROUP, WalMessageStore(store))
+    replica = GroupReplica(GROUP, WalBodyStore(store))
     driver.add_group(GROUP, sorted(addresses), replica)
     node = StorageNode(driver, store, {GROUP: replica}, 1, addresses)
     server = None

@@ -8,7 +8,7 @@ import msgpack
 
 from protocol import sql92
 from storage_node.partition import commands
-from storage_node.partition.commands import Receive
+from storage_node.partition.commands import FilteredReceive, Receive
 from storage_node.partition.property_filter import EVALUATED_MAX, evaluate
 from storage_node.partition.results import ReceiveResult
 from tests.unit.storage_node.partition.harness import Harness, record
@@ -109,14 +109,15 @@ def test_a_long_unmatched_run_is_evaluated_in_bounded_steps() -> None:
     assert _ids(h, _filtered(h, EVEN)) == ["hit"]
 
 
-def test_an_old_receive_entry_decodes_without_verdicts() -> None:
+def test_a_plain_receive_keeps_its_encoding_and_verdicts_have_their_own_op() -> None:
     h = Harness()
     plain = _receive(h)
-    # As a version without the filter's fields wrote it: the array without its tail.
-    fields = [getattr(plain, f.name) for f in dataclasses.fields(Receive)][:-2]
-    data = bytes([commands.Op.RECEIVE]) + msgpack.packb(fields, use_bin_type=True)
-    decoded = commands.decode(data)
-    assert isinstance(decoded, Receive)
-    assert (decoded.evaluated_end, decoded.unmatched) == (-1, ())
-    with_verdicts = dataclasses.replace(plain, evaluated_end=7, unmatched=(1, 3))
-    assert commands.decode(commands.encode(with_verdicts)) == with_verdicts
+    data = commands.encode(plain)
+    assert data[0] == commands.Op.RECEIVE
+    assert len(msgpack.unpackb(data[1:])) == len(dataclasses.fields(Receive))
+    command, _more = evaluate(h.state, h.log.__getitem__, plain, EVEN)
+    assert isinstance(command, FilteredReceive)
+    filtered = dataclasses.replace(command, evaluated_end=7, unmatched=(1, 3))
+    encoded = commands.encode(filtered)
+    assert encoded[0] == commands.Op.FILTERED_RECEIVE
+    assert commands.decode(encoded) == filtered
