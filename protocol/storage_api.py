@@ -573,3 +573,81 @@ class NoteTransactionChecksResponse:
     noted: list[str]
     rolled_back: list[str]
     unknown: list[str]
+
+
+# ---------------------------------------------------------------- message query
+TIME_MAX_MS = 2**62
+"""The end of time for a query's time range (no end given)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessagesRequest:
+    """Messages of raft group ``group_id`` by id or key, stored in ``[begin_ms, end_ms]``.
+
+    Exactly one of ``message_id`` and ``key`` is set. ``topic`` "" searches
+    every queue of the group (a query by id that does not know the topic asks
+    every group); otherwise only that topic's queues. At most ``limit``
+    messages, oldest first per queue. Served by the group's leader (NOT_LEADER
+    otherwise) from its applied state, through the node's key index
+    (``storage_node/key_index.py``).
+    """
+
+    group_id: int
+    topic: str = ""
+    message_id: str = ""
+    key: str = ""
+    begin_ms: int = 0
+    end_ms: int = TIME_MAX_MS
+    limit: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessagesResponse:
+    """The messages found (each with its queue, offset and store time, in
+    ``message.message``'s topic and queue id), and how the search went: ``scanned``
+    messages read from the log to index them or to search the open ends of queues;
+    ``complete`` False when the search stopped at its budget (narrow the time range)."""
+
+    messages: list[StoredMessage]
+    scanned: int
+    complete: bool
+
+
+# ------------------------------------------------------------ consumer progress
+@dataclass(frozen=True, slots=True)
+class GroupProgressRequest:
+    """Consumer group ``consumer_group``'s progress in the queues of raft group
+    ``group_id``: every queue the group has consumption state in, and with
+    ``topic`` set, only that topic's queues (each of them, consumed or not)."""
+
+    group_id: int
+    consumer_group: str
+    topic: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """One queue's progress for a consumer group.
+
+    ``consumer_offset``: every message below it is done for the group (acked,
+    dead-lettered, or below a committed offset); -1 if the group never consumed
+    the queue. ``lag``: messages not yet done; ``in_flight``: of those, delivered
+    and still invisible. ``last_consumed_ms``: the store time of the message
+    just below ``consumer_offset`` (-1 if none is held), RocketMQ's "last time".
+    """
+
+    topic: str
+    queue_id: int
+    first_offset: int
+    end_offset: int
+    consumer_offset: int
+    in_flight: int
+    lag: int
+    last_consumed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProgressResponse:
+    """The queues' progress, sorted by topic and queue id."""
+
+    queues: list[QueueProgress]

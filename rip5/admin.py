@@ -258,7 +258,7 @@ def topic_describe(name: str, nameserver: str) -> None:
 
 @click.group()
 def group() -> None:
-    """create | delete | list | describe consumer groups."""
+    """create | delete | list | describe consumer groups; lag | reset-offset (admin_consumers)."""
 
 
 @group.command("create")

@@ -22,7 +22,7 @@ from typing import Any
 import click
 import uvloop
 
-from rip5 import __version__
+from rip5 import __version__, admin_consumers
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
@@ -301,6 +301,8 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_consumers.message)
+admin.add_command(admin_consumers.dlq)
 
 
 main.add_command(loadtest_command.loadtest)

@@ -71,6 +71,8 @@ from protocol.storage_api import (
     EndTransactionRequest,
     EndTransactionResponse,
     GetOffsetRequest,
+    GroupProgressRequest,
+    GroupProgressResponse,
     HalfMessageInfo,
     NodeStatusRequest,
     NodeStatusResponse,
@@ -78,6 +80,8 @@ from protocol.storage_api import (
     NoteTransactionChecksResponse,
     OffsetResponse,
     PackedDelivery,
+    QueryMessagesRequest,
+    QueryMessagesResponse,
     QueueInfoRequest,
     QueueInfoResponse,
     ReadRequest,
@@ -108,6 +112,7 @@ from storage_node.errors import (
     StorageError,
     StorageNotLeader,
 )
+from storage_node.key_index import KeyIndex, Query, SearchResult
 from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
     Ack,
@@ -143,6 +148,7 @@ from storage_node.partition.results import (
     Result,
     TransactionChecksResult,
 )
+from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
 from storage_node.store.segment_files import uncache_segments
 
@@ -204,6 +210,8 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self.key_index = KeyIndex()
+        """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
         wal_dir = store.directory / "wal"
         cached_segments = WAL_CACHED_BYTES // store.segment_bytes
@@ -660,6 +668,64 @@ class StorageNode:
         assert isinstance(result, TransactionChecksResult)
         return NoteTransactionChecksResponse(
             list(result.noted), list(result.discarded), list(result.unknown)
+        )
+
+    async def query_messages(
+        self, request: QueryMessagesRequest, context: CallContext
+    ) -> QueryMessagesResponse:
+        """Messages of a raft group by id or key in a time range, through the key index."""
+        try:
+            query = Query(
+                request.topic,
+                request.message_id,
+                request.key,
+                request.begin_ms,
+                request.end_ms,
+                request.limit,
+            )
+        except ValueError as exc:
+            raise BadCommand(str(exc)) from exc
+        group_id = request.group_id
+        replica = await self._read_barrier(group_id)
+        state = replica.state
+
+        def read(queue: QueueId, entries: Sequence[QueueEntry]) -> list[MessageRecord]:
+            return self._records(group_id, queue, entries)
+
+        # One chunk at a time, letting the loop run raft rounds and calls in between.
+        steps = self.key_index.steps(group_id, state, read, query)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: SearchResult = done.value
+                break
+            await asyncio.sleep(0)
+        # The hits of a queue are read together: hits in one log entry decode it once.
+        # A hit trimmed away since its step is left out.
+        by_queue: dict[QueueId, list[int]] = {}
+        for queue, offset in result.hits:
+            if offset >= state.first_offset(*queue):
+                by_queue.setdefault(queue, []).append(offset)
+        messages = []
+        for queue, offsets in by_queue.items():
+            entries = [state.entry(*queue, offset) for offset in offsets]
+            records = self._records(group_id, queue, entries)
+            messages += [
+                StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+                for offset, entry, record in zip(offsets, entries, records, strict=True)
+            ]
+        return QueryMessagesResponse(messages, result.scanned, result.complete)
+
+    async def group_progress(
+        self, request: GroupProgressRequest, context: CallContext
+    ) -> GroupProgressResponse:
+        """A consumer group's progress in the queues of a raft group (pop and pull alike)."""
+        if not request.consumer_group:
+            raise BadCommand("group progress needs a consumer group")
+        replica = await self._read_barrier(request.group_id)
+        return GroupProgressResponse(
+            group_progress(replica.state, request.consumer_group, request.topic)
         )
 
 
