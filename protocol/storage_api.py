@@ -260,6 +260,10 @@ class ReadRequest:
     """Answer with the messages packed as records (``ReadResponse.records`` and
     ``.stored_at``) instead of ``ReadResponse.messages``, as a packed receive
     does; ``bytes_max`` then bounds the packed records' bytes."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written, as in :class:`ReceiveRequest`: a SQL92
+    filter is evaluated on the records read, at most
+    ``storage_node.partition.property_filter.EVALUATED_MAX`` of them per read."""
 
 
 class StoredAt(NamedTuple):
@@ -294,7 +298,10 @@ class ReceiveRequest:
 
     Handed-out messages stay invisible to the group for
     ``invisible_duration_ms`` unless acknowledged. ``filter_expression`` is a
-    tag expression (``*``, ``a || b``). ``poll_ms`` > 0: when nothing is
+    tag expression (``*``, ``a || b``) or, when ``filter_kind`` is
+    ``protocol.filters.FilterKind.SQL``, a SQL92 expression that the node
+    evaluates against each message's properties before it hands the message
+    out (a bad one is refused as ILLEGAL_FILTER_EXPRESSION). ``poll_ms`` > 0: when nothing is
     available, wait up to that long for messages to arrive (long polling).
     """
 
@@ -313,6 +320,8 @@ class ReceiveRequest:
     """Answer with the messages packed as records (``ReceiveResponse.records`` and
     ``.deliveries``) instead of ``ReceiveResponse.messages``: no conversion per message
     on either side."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written: a ``protocol.filters.FilterKind`` (TAG)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ BENCH_TARGETS = {
     "nameserver": "[Nameserver]",
     "e2e": "[Broker]",
     "timer": "[Broker-txn-delay]",
+    "sql_filter": "[Consumers]",
 }
 
 
