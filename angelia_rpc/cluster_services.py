@@ -39,6 +39,7 @@ class StorageService(Service, name="storage"):
     note_transaction_checks = Unary(
         st.NoteTransactionChecksRequest, st.NoteTransactionChecksResponse
     )
+    export_snapshot = Unary(st.ExportSnapshotRequest, st.ExportSnapshotResponse)
 
 
 class NameserverService(Service, name="nameserver"):

@@ -69,6 +69,8 @@ from protocol.storage_api import (
     CommitOffsetRequest,
     EndTransactionRequest,
     EndTransactionResponse,
+    ExportSnapshotRequest,
+    ExportSnapshotResponse,
     GetOffsetRequest,
     HalfMessageInfo,
     NodeStatusRequest,
@@ -143,6 +145,7 @@ from storage_node.partition.results import (
     TransactionChecksResult,
 )
 from storage_node.replica import GroupReplica
+from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
 
 _log = logging.getLogger(__name__)
@@ -203,6 +206,7 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
         wal_dir = store.directory / "wal"
         cached_segments = WAL_CACHED_BYTES // store.segment_bytes
@@ -627,6 +631,16 @@ class StorageNode:
         return NoteTransactionChecksResponse(
             list(result.noted), list(result.discarded), list(result.unknown)
         )
+
+    async def export_snapshot(
+        self, request: ExportSnapshotRequest, context: CallContext
+    ) -> ExportSnapshotResponse:
+        """Write a group's queues as message objects up to one applied index
+        (``storage_node.snapshot_export``)."""
+        self._led_replica(request.group_id)
+        async with self._exports:
+            replica = await self._read_barrier(request.group_id)
+            return await export_group(replica, self._entry_reader(request.group_id), request)
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))

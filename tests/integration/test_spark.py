@@ -1,0 +1,368 @@
+"""Snapshots of a real cluster read by Spark, and DataFrames written back through the brokers.
+
+One cluster for the module (1 nameserver, 3 storage nodes with 4 raft
+groups, 1 broker); the Spark session is the test run's one (tests/conftest.py).
+Messages go in through the brokers' gRPC v2 SendMessage; snapshots are made
+with the ``rip5 admin snapshot`` command as an operator would; what Spark
+reads is compared with what the storage API reads back, column by column.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from angelia_rpc import AngeliaError
+from angelia_rpc.channel import Peers
+from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.config import RpcConfig
+from protocol import errors
+from protocol import nameserver_api as api
+from protocol import storage_api as st
+from protocol.message_objects import (
+    MANIFEST_NAME,
+    Manifest,
+    ReadWindow,
+    decode_manifest,
+    select_objects,
+)
+from protocol.records import MessageType
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from rip5.admin import NameserverClient
+from spark_batch import jobs
+from spark_batch.producer import TopicProducer
+from spark_batch.source import Rip5Reader
+from tests.e2e.cluster import LocalCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+NORMAL_MESSAGES = 2400
+FIFO_MESSAGES = 600
+OBJECT_BYTES = 20_000  # small objects, so every queue has several (pruning has work)
+COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "message_id",
+    "tag",
+    "keys",
+    "properties",
+    "body",
+    "message_group",
+    "message_type",
+)
+
+
+def _message(topic: str, i: int, fifo: bool) -> pb.Message:
+    system = pb.SystemProperties(
+        message_id=f"{topic}-{i:06d}",
+        keys=[f"k{i}", f"k{i % 7}"] if i % 3 else [],
+        body_encoding=pb.IDENTITY,
+        message_type=pb.FIFO if fifo else pb.NORMAL,
+    )
+    system.born_timestamp.FromMilliseconds(1_700_000_000_000 + i)
+    if i % 4:
+        system.tag = f"tag{i % 4}"
+    if fifo:
+        system.message_group = f"group{i % 5}"
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        user_properties={"i": str(i), "even": str(i % 2 == 0)} if i % 5 else {},
+        system_properties=system,
+        body=(f"body {i} ".encode() * (1 + i % 9)),
+    )
+
+
+def _produce(endpoint: str, topic: str, count: int, fifo: bool) -> None:
+    producer = TopicProducer([endpoint], topic, "spark-test-producer")
+    try:
+        for start in range(0, count, 100):
+            producer.send([_message(topic, i, fifo) for i in range(start, min(count, start + 100))])
+    finally:
+        producer.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The module's cluster with topics ``orders`` (NORMAL, 4 queues), ``fifo`` (FIFO, 2
+    queues), ``copies`` and ``piped`` (NORMAL, 3 and 2 queues); ``orders`` and ``fifo``
+    filled."""
+    local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), groups=4)
+    try:
+        local.start()
+        local.create(
+            {
+                "orders": (4, int(MessageType.NORMAL)),
+                "fifo": (2, int(MessageType.FIFO)),
+                "copies": (3, int(MessageType.NORMAL)),
+                "piped": (2, int(MessageType.NORMAL)),
+            },
+            {},
+        )
+        endpoint = local.brokers[0].endpoint
+        _produce(endpoint, "orders", NORMAL_MESSAGES, fifo=False)
+        _produce(endpoint, "fifo", FIFO_MESSAGES, fifo=True)
+        yield local
+    finally:
+        local.stop()
+
+
+def snapshot(cluster: LocalCluster, root: Path, name: str, *topics: str) -> Path:
+    """``rip5 admin snapshot create`` (its own process, as an operator runs it)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "rip5",
+        "admin",
+        "snapshot",
+        "create",
+        "--to",
+        str(root),
+        "--name",
+        name,
+        "--nameserver",
+        cluster.nameserver_address,
+        "--object-mb",
+        str(OBJECT_BYTES / 1e6),
+    ]
+    for topic in topics:
+        argv += ["--topic", topic]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"snapshot {root}/{name}:" in done.stdout
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def orders_snapshot(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A snapshot of ``orders`` and ``fifo``."""
+    return snapshot(cluster, tmp_path_factory.mktemp("snapshots"), "s1", "orders", "fifo")
+
+
+def stored_messages(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
+    """Every message of ``topic`` as the storage API reads it back, as rows."""
+
+    async def run() -> list[dict[str, Any]]:
+        client = NameserverClient([cluster.nameserver_address])
+        peers = Peers(RpcConfig())
+        rows: list[dict[str, Any]] = []
+        try:
+            route = await client.call(lambda ns: ns.route(api.NameRequest(topic)))
+            addresses = [p.endpoint for p in cluster.storage.values()]
+            for queue in route.queues:
+                offset = 0
+                while True:
+                    request = st.ReadRequest(topic, queue.queue_id, offset, 500)
+                    response = await _read_on_leader(peers, addresses, request)
+                    for stored in response.messages:
+                        rows.append(_row(stored))
+                    offset += len(response.messages)
+                    if offset >= response.end_offset:
+                        break
+        finally:
+            await peers.close()
+            await client.close()
+        return rows
+
+    return asyncio.run(run())
+
+
+async def _read_on_leader(
+    peers: Peers, addresses: list[str], request: st.ReadRequest
+) -> st.ReadResponse:
+    for address in addresses:
+        try:
+            return await peers.stub(StorageService, address).read(request)
+        except AngeliaError as exc:
+            if exc.code is not errors.NOT_LEADER:
+                raise
+    raise AssertionError(f"no storage node leads {request.topic}:{request.queue_id}")
+
+
+def _row(stored: st.StoredMessage) -> dict[str, Any]:
+    m = stored.message
+    return {
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": stored.queue_offset,
+        "message_id": m.message_id,
+        "tag": m.tag or None,
+        "keys": list(m.keys),
+        "properties": dict(m.properties),
+        "body": bytes(m.body),
+        "message_group": m.message_group or None,
+        "message_type": MessageType(m.message_type).name,
+        "born_ms": m.born_timestamp_ms,
+        "store_ms": stored.store_timestamp_ms,
+        "delivery_ms": m.delivery_timestamp_ms or None,
+    }
+
+
+def spark_rows(df: Any) -> list[dict[str, Any]]:
+    """A read's rows as dicts (times as epoch ms), in (topic, queue, offset) order."""
+    selected = df.selectExpr(
+        *COLUMNS,
+        "unix_millis(born_timestamp) AS born_ms",
+        "unix_millis(store_timestamp) AS store_ms",
+        "unix_millis(delivery_timestamp) AS delivery_ms",
+    ).orderBy("topic", "queue_id", "queue_offset")
+    rows = []
+    for row in selected.collect():
+        values = row.asDict()
+        values["body"] = bytes(values["body"])
+        values["keys"] = list(values["keys"])
+        values["properties"] = dict(values["properties"])
+        rows.append(values)
+    return rows
+
+
+def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (r["topic"], r["queue_id"], r["queue_offset"]))
+
+
+def test_snapshot_read_by_spark_equals_the_storage_api(
+    spark: Any, cluster: LocalCluster, orders_snapshot: Path
+) -> None:
+    manifest = decode_manifest((orders_snapshot / MANIFEST_NAME).read_bytes(), "s1")
+    assert {q.topic for q in manifest.queues} == {"orders", "fifo"}
+    assert sum(q.message_count for q in manifest.queues) == NORMAL_MESSAGES + FIFO_MESSAGES
+    assert all(len(q.objects) >= 2 for q in manifest.queues if q.message_count > 200)
+    df = spark.read.format("rip5").load(str(orders_snapshot))
+    # One partition per object.
+    assert df.rdd.getNumPartitions() == sum(len(q.objects) for q in manifest.queues)
+    expected = _ordered(stored_messages(cluster, "orders") + stored_messages(cluster, "fifo"))
+    assert len(expected) == NORMAL_MESSAGES + FIFO_MESSAGES
+    assert spark_rows(df) == expected
+    assert {r["message_type"] for r in expected} == {"NORMAL", "FIFO"}
+
+
+def _copy(snapshot_path: Path, to: Path) -> tuple[Path, Manifest]:
+    """A copy of a snapshot (to damage), and its manifest."""
+    shutil.copytree(snapshot_path, to)
+    return to, decode_manifest((to / MANIFEST_NAME).read_bytes(), str(to))
+
+
+def test_pruning_opens_only_what_it_keeps(
+    spark: Any, orders_snapshot: Path, tmp_path: Path
+) -> None:
+    copy, manifest = _copy(orders_snapshot, tmp_path / "pruned")
+    options = {
+        "path": str(copy),
+        "topic": "orders",
+        "queues": "1",
+        "offsetFrom": "150",
+        "offsetTo": "260",
+    }
+    kept = Rip5Reader(options).partitions()
+    window = ReadWindow(150, 260)
+    wanted = select_objects(manifest.queues, window, topics=["orders"], queue_ids=[1])
+    assert [p.entry.name for p in kept] == [r.entry.name for r in wanted]
+    every = [o.name for q in manifest.queues for o in q.objects]
+    assert 0 < len(kept) < len(every) // 4
+    # Remove every object the read prunes: it must not need them.
+    for name in set(every) - {p.entry.name for p in kept}:
+        (copy / name).unlink()
+    df = spark.read.format("rip5").options(**{k: v for k, v in options.items() if k != "path"})
+    rows = spark_rows(df.load(str(copy)))
+    assert [r["queue_offset"] for r in rows] == list(range(150, 260))
+    assert {(r["topic"], r["queue_id"]) for r in rows} == {("orders", 1)}
+    # By store time: a window around the middle of queue 0's times.
+    queue = manifest.queue("orders", 0)
+    assert queue is not None
+    middle = queue.objects[len(queue.objects) // 2]
+    timed = (
+        spark.read.format("rip5")
+        .option("topic", "orders")
+        .option("queues", "0")
+        .option("timeFrom", str(middle.min_store_timestamp_ms))
+        .option("timeTo", str(middle.max_store_timestamp_ms + 1))
+        .load(str(orders_snapshot))
+    )
+    times = [r["store_ms"] for r in spark_rows(timed)]
+    assert times
+    assert all(middle.min_store_timestamp_ms <= t <= middle.max_store_timestamp_ms for t in times)
+
+
+def test_a_corrupt_object_fails_the_read_naming_object_and_offset(
+    spark: Any, orders_snapshot: Path, tmp_path: Path
+) -> None:
+    copy, manifest = _copy(orders_snapshot, tmp_path / "corrupt")
+    queue = manifest.queue("orders", 2)
+    assert queue is not None
+    victim = queue.objects[1]
+    data = bytearray((copy / victim.name).read_bytes())
+    data[200] ^= 0x55  # inside the first block
+    (copy / victim.name).write_bytes(bytes(data))
+    df = spark.read.format("rip5").option("topic", "orders").option("queues", "2").load(str(copy))
+    with pytest.raises(Exception, match=rf"{victim.name}.*offset {victim.first_offset}"):
+        df.count()
+
+
+def test_writer_sends_each_row_once_even_when_a_task_is_retried(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    from pyspark.sql.functions import udf
+
+    rows = 3000
+
+    @udf(returnType="binary", useArrow=False)
+    def body_or_die(row_id: int) -> bytes:
+        """The row's body; the first attempt of the task holding row 2900 dies there,
+        after its earlier rows went out (the writer sends 100 at a time)."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if row_id == 2900 and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError("killed mid-task (the test's injected failure)")
+        return f"row-{row_id}".encode()
+
+    df = spark.range(rows, numPartitions=3).select(
+        body_or_die("id").alias("body"),
+        F.expr("CASE WHEN id % 2 = 0 THEN 'even' ELSE NULL END").alias("tag"),
+        F.expr("array(concat('key-', id))").alias("keys"),
+        F.expr("map('n', CAST(id AS STRING))").alias("properties"),
+    )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        messages = df.write.format("rip5").option("endpoints", cluster.brokers[0].endpoint)
+        messages.option("topic", "copies").option("batchMessages", "100").mode("append").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    copies = snapshot(cluster, tmp_path, "copies", "copies")
+    stored = spark.read.format("rip5").load(str(copies))
+    assert stored.count() == rows
+    assert stored.select("body").distinct().count() == rows
+    assert stored.where("tag = 'even'").count() == rows // 2
+
+
+def test_jobs_stats_export_and_pipeline(
+    spark: Any, cluster: LocalCluster, orders_snapshot: Path, tmp_path: Path
+) -> None:
+    messages = jobs.read_snapshot(spark, str(orders_snapshot))
+    table = jobs.stats(messages).collect()
+    assert sum(r.messages for r in table if r.topic == "orders") == NORMAL_MESSAGES
+    assert sum(r.messages for r in table if r.topic == "fifo") == FIFO_MESSAGES
+    expected_bytes = sum(len(_message("orders", i, False).body) for i in range(NORMAL_MESSAGES))
+    assert sum(r.bytes for r in table if r.topic == "orders") == expected_bytes
+    assert all(r.latency_p50_ms <= r.latency_p99_ms for r in table)
+
+    out = tmp_path / "parquet"
+    jobs.export(jobs.read_snapshot(spark, str(orders_snapshot), "fifo"), str(out))
+    assert any(p.name.startswith("date=") for p in out.iterdir())
+    assert spark.read.parquet(str(out)).count() == FIFO_MESSAGES
+
+    source = jobs.read_snapshot(spark, str(orders_snapshot), "orders")
+    jobs.write_topic(jobs.transform(source, "tag1"), cluster.brokers[0].endpoint, "piped")
+    piped = snapshot(cluster, tmp_path, "piped", "piped")
+    rows = jobs.read_snapshot(spark, str(piped), "piped").collect()
+    want = {i for i in range(NORMAL_MESSAGES) if i % 4 == 1}
+    assert len(rows) == len(want)
+    assert all(r.tag == "tag1" and r.properties["rip5.source"].startswith("orders:") for r in rows)
