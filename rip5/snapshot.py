@@ -199,7 +199,13 @@ async def create_snapshot(
                 )
             return response
 
-        responses = await asyncio.gather(*(one(g) for g in groups))
+        # Every export runs to its end before a failure is reported: nothing is
+        # still being written when the command returns.
+        answers = await asyncio.gather(*(one(g) for g in groups), return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        responses = [a for a in answers if isinstance(a, st.ExportSnapshotResponse)]
     finally:
         await peers.close()
         await client.close()

@@ -25,6 +25,12 @@ are read; each block's checksum is verified before it is decoded, and a
 corrupt object fails the read with an error naming the object and the
 block's first offset, never with wrong rows.
 
+Streaming (``spark.readStream.format("rip5")``) is not built yet: it waits
+for the brokers' offset API. It fits beside the batch reader: a
+``streamReader`` whose offsets are ``{"topic:queue": offset}``, one input
+partition per queue range ``[start, end)`` of a micro-batch, and rows built
+by the same :func:`to_arrow` from the records the brokers return.
+
 Writing (``spark_batch.writer``)::
 
     df.write.format("rip5").option("endpoints", "host:port,...").option("topic", "T")
