@@ -123,9 +123,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def snapshot(
-    cluster: LocalCluster, root: Path, name: str, *topics: str, object_bytes: int = OBJECT_BYTES
+    cluster: LocalCluster,
+    root: Path,
+    name: str,
+    *topics: str,
+    object_bytes: int = OBJECT_BYTES,
+    scheme: str = "",
 ) -> Path:
-    """``rip5 admin snapshot create`` (its own process, as an operator runs it)."""
+    """``rip5 admin snapshot create`` (its own process, as an operator runs it); ``scheme``
+    ``file://`` gives the folder as an fsspec URL."""
     argv = [
         sys.executable,
         "-m",
@@ -134,7 +140,7 @@ def snapshot(
         "snapshot",
         "create",
         "--to",
-        str(root),
+        f"{scheme}{root}",
         "--name",
         name,
         "--nameserver",
@@ -146,7 +152,7 @@ def snapshot(
         argv += ["--topic", topic]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"snapshot {root}/{name}:" in done.stdout
+    assert f"snapshot {scheme}{root}/{name}:" in done.stdout
     return root / name
 
 
@@ -346,8 +352,8 @@ def test_writer_sends_each_row_once_even_when_a_task_is_retried(
         messages.option("topic", "copies").option("batchMessages", "100").mode("append").save()
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    copies = snapshot(cluster, tmp_path, "copies", "copies")
-    stored = spark.read.format("rip5").load(str(copies))
+    copies = snapshot(cluster, tmp_path, "copies", "copies", scheme="file://")
+    stored = spark.read.format("rip5").load(f"file://{copies}")
     assert stored.count() == rows
     assert stored.select("body").distinct().count() == rows
     assert stored.where("tag = 'even'").count() == rows // 2
