@@ -34,6 +34,7 @@ def spark_session(master: str | None = None, app_name: str = "rip5") -> SparkSes
     spark = (
         builder.appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
