@@ -23,8 +23,9 @@ its store time field is the block's first store time). The footer is the
 object's index: topic, queue, offset and time ranges, and per block its
 first offset, count, byte position and length, CRC32C and store time
 range, so a reader seeks to the blocks of an offset or time range from the
-trailer alone. Every byte a reader uses is checked: the footer by its CRC,
-each block by its CRC before it is decoded.
+trailer alone. Every byte a reader uses is checked before it is decoded, once:
+the footer by the trailer's CRC32C, a block's head (count and store times)
+by the footer's CRC32C of it, its record batch by the batch's own CRC32C.
 
 Evolution: readers refuse an object or manifest of a version they do not
 know; footer and manifest maps only gain keys (readers ignore unknown ones).
@@ -81,7 +82,8 @@ class ObjectCorrupted(ValueError):
 @dataclass(frozen=True, slots=True)
 class BlockInfo:
     """One block of an object: ``count`` messages from ``first_offset``, ``length`` bytes
-    at byte ``position``, their CRC32C and store time range."""
+    at byte ``position``, the CRC32C of its head (count and store times: the record
+    batch after it has its own) and its store time range."""
 
     first_offset: int
     count: int
@@ -294,16 +296,16 @@ class ObjectBuilder:
             raise ValueError("a block needs one store time per record, and at least one record")
         if not self.size_bytes:
             raise ValueError("write the header first")
-        times = struct.pack(_STORE_TIMES.format(count), *store_timestamps_ms)
+        head = _COUNT.pack(count) + struct.pack(_STORE_TIMES.format(count), *store_timestamps_ms)
         batch = encode_packed_batch(items, count, store_timestamps_ms[0])
-        data = b"".join((_COUNT.pack(count), times, batch))
+        data = head + batch
         self._blocks.append(
             BlockInfo(
                 self.end_offset,
                 count,
                 self.size_bytes,
                 len(data),
-                crc32c.crc32c(data),
+                crc32c.crc32c(head),
                 min(store_timestamps_ms),
                 max(store_timestamps_ms),
             )
@@ -433,24 +435,30 @@ class BlockColumns(NamedTuple):
 
 def decode_block(data: bytes, block: BlockInfo, name: str) -> BlockColumns:
     """The messages of ``block`` from its bytes; raises :class:`ObjectCorrupted` naming
-    the object and the block's first offset if the bytes are not that block."""
+    the object and the block's first offset if the bytes are not that block.
+
+    The block's head (count and store times) is checked against the footer's
+    CRC32C, its record batch against the batch's own CRC32C: every byte once.
+    """
     where = f"object {name}, block at offset {block.first_offset}"
-    if len(data) != block.length or crc32c.crc32c(data) != block.crc32c:
+    head_bytes = _COUNT.size + 8 * block.count
+    if len(data) != block.length or len(data) < head_bytes:
+        raise ObjectCorrupted(f"{where}: {len(data)} bytes, the index says {block.length}")
+    view = memoryview(data)
+    if crc32c.crc32c(view[:head_bytes]) != block.crc32c:
         raise ObjectCorrupted(f"{where}: checksum mismatch")
+    (count,) = _COUNT.unpack_from(view)
+    if count != block.count:
+        raise ObjectCorrupted(f"{where}: holds {count} messages, the index says {block.count}")
+    times: tuple[int, ...] = struct.unpack_from(_STORE_TIMES.format(count), view, _COUNT.size)
+    batch = view[head_bytes:]
     try:
-        (count,) = _COUNT.unpack_from(data)
-        if count != block.count:
-            raise ObjectCorrupted(f"{where}: holds {count} messages, the index says {block.count}")
-        times_end = _COUNT.size + 8 * count
-        times: tuple[int, ...] = struct.unpack_from(_STORE_TIMES.format(count), data, _COUNT.size)
-        batch = data[times_end:]
         decoded = decode_columns(batch)
         if decoded is not None:
             columns = decoded[1]
         else:
-            records = decode_batch(batch).records
-            columns = _columns_of(records)
-    except (struct.error, RecordCorrupted) as exc:
+            columns = _columns_of(decode_batch(bytes(batch)).records)
+    except RecordCorrupted as exc:
         raise ObjectCorrupted(f"{where}: {exc}") from exc
     if len(columns[0]) != count:
         raise ObjectCorrupted(f"{where}: holds {len(columns[0])} records, not {count}")
