@@ -455,3 +455,51 @@ def test_fifty_thousand_mixed_messages_read_back_exactly(
     assert {r["message_type"] for r in expected} == {"NORMAL", "FIFO", "DELAY"}
     assert sum(r["delivery_ms"] is not None for r in expected) == counts["bulk-timed"]
     assert spark_rows(df) == expected
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """An S3 endpoint (moto's server, in a thread) with bucket ``snapshots``."""
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    from angelia_rpc.ports import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        s3fs.S3FileSystem(endpoint_url=endpoint, key="test", secret="test").mkdir("snapshots")
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def test_snapshot_to_s3_read_by_spark(spark: Any, cluster: LocalCluster, s3_endpoint: str) -> None:
+    from click.testing import CliRunner
+
+    from rip5.snapshot import snapshot as snapshot_group
+
+    fs_options = ["--fs-option", f"endpoint_url={s3_endpoint}"]
+    fs_options += ["--fs-option", "key=test", "--fs-option", "secret=test"]
+    argv = [sys.executable, "-m", "rip5", "admin", "snapshot", "create", "--to", "s3://snapshots"]
+    argv += ["--name", "fifo", "--topic", "fifo", "--nameserver", cluster.nameserver_address]
+    argv += ["--object-mb", str(OBJECT_BYTES / 1e6), *fs_options]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = CliRunner().invoke(snapshot_group, ["list", "s3://snapshots", *fs_options])
+    assert listed.exit_code == 0, listed.output
+    assert "fifo" in listed.output
+    df = (
+        spark.read.format("rip5")
+        .option("fs.endpoint_url", s3_endpoint)
+        .option("fs.key", "test")
+        .option("fs.secret", "test")
+        .load("s3://snapshots/fifo")
+    )
+    assert spark_rows(df) == _ordered(stored_messages(cluster, "fifo"))
+    deleted = CliRunner().invoke(snapshot_group, ["delete", "s3://snapshots/fifo", *fs_options])
+    assert deleted.exit_code == 0, deleted.output
+    listed = CliRunner().invoke(snapshot_group, ["list", "s3://snapshots", *fs_options])
+    assert "fifo" not in listed.output
