@@ -10,10 +10,10 @@
 
 The same commands run under spark-submit::
 
-    spark-submit spark_batch/jobs.py stats SNAPSHOT_URL
+    PYSPARK_PYTHON=.venv/bin/python spark-submit spark_batch/jobs.py stats SNAPSHOT_URL
 
-(the project must be importable by the driver and the workers, e.g.
-installed, or on ``PYTHONPATH``).
+(``PYSPARK_PYTHON``: the driver and the workers must run an interpreter that
+has pyarrow and this project, installed or on ``PYTHONPATH``).
 
 SHELL (Spark).
 """

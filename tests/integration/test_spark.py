@@ -10,6 +10,7 @@ reads is compared with what the storage API reads back, column by column.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -97,8 +98,8 @@ def _produce(endpoint: str, topic: str, count: int, kind: pb.MessageType = pb.NO
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The module's cluster with topics ``orders`` (NORMAL, 4 queues), ``fifo`` (FIFO, 2
-    queues), ``copies`` and ``piped`` (NORMAL, 3 and 2 queues); ``orders`` and ``fifo``
-    filled."""
+    queues), ``copies`` (NORMAL, 3 queues), ``submitted`` (FIFO) and the bulk topics;
+    ``orders`` and ``fifo`` filled."""
     local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), groups=4)
     try:
         local.start()
@@ -107,7 +108,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "orders": (4, int(MessageType.NORMAL)),
                 "fifo": (2, int(MessageType.FIFO)),
                 "copies": (3, int(MessageType.NORMAL)),
-                "piped": (2, int(MessageType.NORMAL)),
+                "submitted": (2, int(MessageType.FIFO)),
                 "bulk": (4, int(MessageType.NORMAL)),
                 "bulk-fifo": (4, int(MessageType.FIFO)),
                 "bulk-timed": (2, int(MessageType.DELAY)),
@@ -359,29 +360,14 @@ def test_writer_sends_each_row_once_even_when_a_task_is_retried(
     assert stored.where("tag = 'even'").count() == rows // 2
 
 
-def test_jobs_stats_export_and_pipeline(
-    spark: Any, cluster: LocalCluster, orders_snapshot: Path, tmp_path: Path
-) -> None:
+def test_stats_job_figures(spark: Any, orders_snapshot: Path) -> None:
     messages = jobs.read_snapshot(spark, str(orders_snapshot))
     table = jobs.stats(messages).collect()
     assert sum(r.messages for r in table if r.topic == "orders") == NORMAL_MESSAGES
     assert sum(r.messages for r in table if r.topic == "fifo") == FIFO_MESSAGES
     expected_bytes = sum(len(_message("orders", i).body) for i in range(NORMAL_MESSAGES))
     assert sum(r.bytes for r in table if r.topic == "orders") == expected_bytes
-    assert all(r.latency_p50_ms <= r.latency_p99_ms for r in table)
-
-    out = tmp_path / "parquet"
-    jobs.export(jobs.read_snapshot(spark, str(orders_snapshot), "fifo"), str(out))
-    assert any(p.name.startswith("date=") for p in out.iterdir())
-    assert spark.read.parquet(str(out)).count() == FIFO_MESSAGES
-
-    source = jobs.read_snapshot(spark, str(orders_snapshot), "orders")
-    jobs.write_topic(jobs.transform(source, "tag1"), cluster.brokers[0].endpoint, "piped")
-    piped = snapshot(cluster, tmp_path, "piped", "piped")
-    rows = jobs.read_snapshot(spark, str(piped), "piped").collect()
-    want = {i for i in range(NORMAL_MESSAGES) if i % 4 == 1}
-    assert len(rows) == len(want)
-    assert all(r.tag == "tag1" and r.properties["rip5.source"].startswith("orders:") for r in rows)
+    assert all(0 <= r.latency_p50_ms <= r.latency_p99_ms for r in table)
 
 
 def test_snapshot_list_describe_and_delete(orders_snapshot: Path, tmp_path: Path) -> None:
@@ -429,13 +415,29 @@ def test_a_failed_snapshot_leaves_no_manifest(cluster: LocalCluster, tmp_path: P
     assert not (tmp_path / "broken").exists()
 
 
-def test_stats_job_from_the_command_line(orders_snapshot: Path) -> None:
-    argv = [sys.executable, "-m", "rip5", "spark", "stats", str(orders_snapshot), "--topic", "fifo"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.strip().splitlines()
+def test_stats_and_export_commands(spark: Any, orders_snapshot: Path, tmp_path: Path) -> None:
+    """``rip5 spark stats|export`` (in this process: the session is the test run's)."""
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    stats = runner.invoke(jobs.spark, ["stats", str(orders_snapshot), "--topic", "fifo"])
+    assert stats.exit_code == 0, stats.output
+    lines = stats.output.strip().splitlines()
     assert lines[0].startswith("topic\thour\tmessages")
     assert sum(int(line.split("\t")[2]) for line in lines[1:]) == FIFO_MESSAGES
+    out = tmp_path / "export"
+    argv = ["export", str(orders_snapshot), "--topic", "orders", "--out", str(out)]
+    exported = runner.invoke(jobs.spark, argv)
+    assert exported.exit_code == 0, exported.output
+    assert spark.read.parquet(str(out)).count() == NORMAL_MESSAGES
+    rip5_help = subprocess.run(
+        [sys.executable, "-m", "rip5", "spark", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert rip5_help.returncode == 0, rip5_help.stderr
+    assert "pipeline" in rip5_help.stdout
 
 
 def test_fifty_thousand_mixed_messages_read_back_exactly(
@@ -503,3 +505,21 @@ def test_snapshot_to_s3_read_by_spark(spark: Any, cluster: LocalCluster, s3_endp
     assert deleted.exit_code == 0, deleted.output
     listed = CliRunner().invoke(snapshot_group, ["list", "s3://snapshots", *fs_options])
     assert "fifo" not in listed.output
+
+
+def test_pipeline_job_under_spark_submit(
+    cluster: LocalCluster, orders_snapshot: Path, tmp_path: Path
+) -> None:
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    jobs_file = Path(jobs.__file__)
+    argv = [str(spark_submit), "--master", "local[2]", str(jobs_file), "pipeline"]
+    argv += [str(orders_snapshot), "--from", "fifo", "--to", "submitted", "--tag", "tag2"]
+    argv += ["--endpoints", cluster.brokers[0].endpoint]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    assert "pipeline fifo -> submitted: done" in done.stdout
+    copied = snapshot(cluster, tmp_path, "submitted", "submitted")
+    manifest = decode_manifest((copied / MANIFEST_NAME).read_bytes(), "submitted")
+    want = sum(1 for i in range(FIFO_MESSAGES) if i % 4 == 2)
+    assert sum(q.message_count for q in manifest.queues) == want
