@@ -109,6 +109,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "fifo": (2, int(MessageType.FIFO)),
                 "copies": (3, int(MessageType.NORMAL)),
                 "submitted": (2, int(MessageType.FIFO)),
+                "retried": (3, int(MessageType.NORMAL)),
                 "bulk": (4, int(MessageType.NORMAL)),
                 "bulk-fifo": (4, int(MessageType.FIFO)),
                 "bulk-timed": (2, int(MessageType.DELAY)),
@@ -328,6 +329,7 @@ def test_writer_sends_each_row_once_even_when_a_task_is_retried(
     from pyspark.sql.functions import udf
 
     rows = 1500
+    died = tmp_path / "died"
 
     @udf(returnType="binary", useArrow=False)
     def body_or_die(row_id: int) -> bytes:
@@ -338,6 +340,7 @@ def test_writer_sends_each_row_once_even_when_a_task_is_retried(
 
         context = TaskContext.get()
         if row_id == 1400 and context is not None and context.attemptNumber() == 0:
+            died.write_text(f"task {context.taskAttemptId()}")
             raise RuntimeError("killed mid-task (the test's injected failure)")
         return f"row-{row_id}".encode()
 
@@ -353,6 +356,7 @@ def test_writer_sends_each_row_once_even_when_a_task_is_retried(
         messages.option("topic", "copies").option("batchMessages", "100").mode("append").save()
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert died.exists()  # the first attempt did die
     copies = snapshot(cluster, tmp_path, "copies", "copies", scheme="file://")
     stored = spark.read.format("rip5").load(f"file://{copies}")
     assert stored.count() == rows
@@ -523,3 +527,27 @@ def test_pipeline_job_under_spark_submit(
     manifest = decode_manifest((copied / MANIFEST_NAME).read_bytes(), "submitted")
     want = sum(1 for i in range(FIFO_MESSAGES) if i % 4 == 2)
     assert sum(q.message_count for q in manifest.queues) == want
+
+
+def test_a_resent_partition_is_stored_once(cluster: LocalCluster) -> None:
+    """The writer's retry story without Spark's scheduling: a task's first attempt sends
+    part of its rows and dies; the second sends them all again, same write id and
+    partition: every row is stored once, the resent ones absorbed by the dedup."""
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from spark_batch.writer import Rip5Writer
+
+    schema = StructType([StructField("body", BinaryType())])
+    options = {"endpoints": cluster.brokers[0].endpoint, "topic": "retried", "writeId": "w1"}
+    batches = [
+        pa.RecordBatch.from_pydict({"body": [f"r{n}-{i}".encode() for i in range(100)]})
+        for n in range(5)
+    ]
+    first = Rip5Writer(options, schema).write(iter(batches[:3]))  # then the task died
+    again = Rip5Writer(options, schema).write(iter(batches))
+    assert (first.messages, again.messages) == (300, 500)
+    stored = stored_messages(cluster, "retried")
+    assert sorted(r["body"] for r in stored) == sorted(
+        b for batch in batches for b in batch["body"].to_pylist()
+    )

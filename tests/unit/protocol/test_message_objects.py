@@ -152,3 +152,19 @@ def test_select_objects_prunes_by_topic_queue_offset_and_time() -> None:
     assert timed == []
     timed = mo.select_objects(queues, mo.ReadWindow(from_timestamp_ms=190), topics=["orders"])
     assert [r.entry.name for r in timed] == ["objects/orders/0/a", "objects/orders/0/b"]
+
+
+def test_the_export_call_crosses_every_angelia_codec() -> None:
+    from angelia_rpc.codec import CODEC_NAMES, codec_named
+    from protocol import storage_api as st
+
+    entry = mo.ObjectEntry("objects/t/1/x.r5mo", 0, 10, 5, 9, 100, 7)
+    queue = mo.QueueManifest("t", 1, 3, 0, 10, 5, 9, [entry])
+    values = [
+        st.ExportSnapshotRequest(3, "s3://bucket/snap", ["t"], 1000, 500, {"key": "k"}),
+        st.ExportSnapshotResponse(3, 99, [queue]),
+    ]
+    for name in CODEC_NAMES:
+        codec = codec_named(name)
+        for value in values:
+            assert codec.decoder(type(value))(codec.encoder(type(value))(value)) == value, name
