@@ -51,12 +51,12 @@ from rip5.admin import (
     CALL_TIMEOUT_MS,
     EXIT_REFUSED,
     EXIT_USAGE,
-    _addresses,
-    _check_name,
-    _console,
-    _fail,
+    check_name,
     cluster_option,
+    console,
+    fail,
     nameserver_option,
+    parse_nameservers,
 )
 
 EXPORT_TIMEOUT_MS = 3_600_000
@@ -80,7 +80,7 @@ def parse_fs_options(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            _fail(f"--fs-option {pair!r} is not KEY=VALUE", EXIT_USAGE)
+            fail(f"--fs-option {pair!r} is not KEY=VALUE", EXIT_USAGE)
         options[key] = value
     return options
 
@@ -89,11 +89,11 @@ def _filesystem(url: str, options: dict[str, str]) -> tuple[Any, str]:
     try:
         import fsspec  # noqa: PLC0415 - optional (the tiered extra): only snapshots need it
     except ImportError:
-        _fail("snapshots need fsspec (pip install 'rip5[tiered]')", EXIT_USAGE)
+        fail("snapshots need fsspec (pip install 'rip5[tiered]')", EXIT_USAGE)
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except (ValueError, ImportError, TypeError) as exc:
-        _fail(f"cannot open {url!r}: {exc}", EXIT_USAGE)
+        fail(f"cannot open {url!r}: {exc}", EXIT_USAGE)
     return fs, str(path).rstrip("/")
 
 
@@ -103,11 +103,11 @@ def read_manifest(fs: Any, folder: str, where: str) -> Manifest:
     try:
         data = fs.cat_file(path)
     except FileNotFoundError:
-        _fail(f"{where} is not a snapshot (no {MANIFEST_NAME})", EXIT_REFUSED)
+        fail(f"{where} is not a snapshot (no {MANIFEST_NAME})", EXIT_REFUSED)
     try:
         return decode_manifest(data, where)
     except ObjectCorrupted as exc:
-        _fail(str(exc), EXIT_REFUSED)
+        fail(str(exc), EXIT_REFUSED)
 
 
 def write_manifest(fs: Any, folder: str, manifest: Manifest) -> None:
@@ -260,16 +260,16 @@ def snapshot_create(
 ) -> None:
     """Write the committed messages of TOPICS (all) under ROOT/NAME, manifest last."""
     for topic in topics:
-        _check_name(names.validate_topic, topic)
+        check_name(names.validate_topic, topic)
     name = name or "snapshot-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     if "/" in name or name.startswith("."):
-        _fail(f"--name {name!r} must be a plain name (no '/', not starting with '.')", EXIT_USAGE)
+        fail(f"--name {name!r} must be a plain name (no '/', not starting with '.')", EXIT_USAGE)
     options = parse_fs_options(fs_options)
     url = f"{root.rstrip('/')}/{name}"
     fs, folder = _filesystem(url, options)
     if fs.exists(f"{folder}/{MANIFEST_NAME}"):
-        _fail(f"snapshot {url} exists already", EXIT_USAGE)
-    addresses = _addresses(nameserver)
+        fail(f"snapshot {url} exists already", EXIT_USAGE)
+    addresses = parse_nameservers(nameserver)
     started = time.time()
     columns = (
         TextColumn("{task.description}"),
@@ -278,7 +278,7 @@ def snapshot_create(
         TextColumn("{task.fields[messages]} messages, {task.fields[size]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=_console) as progress:
+    with Progress(*columns, console=console) as progress:
         try:
             points, queues = uvloop.run(
                 create_snapshot(
@@ -292,12 +292,12 @@ def snapshot_create(
                 )
             )
         except AngeliaError as exc:
-            _fail(f"the snapshot failed: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+            fail(f"the snapshot failed: {exc.code.name}: {exc.message}", EXIT_REFUSED)
     manifest = Manifest(name, int(started * 1000), queues, points)
     try:
         write_manifest(fs, folder, manifest)
     except OSError as exc:
-        _fail(f"cannot write the manifest of {url}: {exc}", EXIT_REFUSED)
+        fail(f"cannot write the manifest of {url}: {exc}", EXIT_REFUSED)
     elapsed = time.time() - started
     messages = sum(q.message_count for q in queues)
     size = sum(q.size_bytes for q in queues)
@@ -319,7 +319,7 @@ def snapshot_list(root: str, fs_options: tuple[str, ...]) -> None:
     try:
         children = sorted(str(child).rstrip("/") for child in fs.ls(folder, detail=False))
     except FileNotFoundError:
-        _fail(f"{root} does not exist", EXIT_REFUSED)
+        fail(f"{root} does not exist", EXIT_REFUSED)
     for child in children:
         if not fs.exists(f"{child}/{MANIFEST_NAME}"):
             continue
@@ -331,7 +331,7 @@ def snapshot_list(root: str, fs_options: tuple[str, ...]) -> None:
             str(sum(q.message_count for q in manifest.queues)),
             f"{sum(q.size_bytes for q in manifest.queues) / 1e6:.1f}",
         )
-    _console.print(table)
+    console.print(table)
 
 
 @snapshot.command("describe")
@@ -359,7 +359,7 @@ def snapshot_describe(url: str, fs_options: tuple[str, ...]) -> None:
             str(len(q.objects)),
             f"{q.size_bytes / 1e6:.1f}",
         )
-    _console.print(table)
+    console.print(table)
 
 
 @snapshot.command("delete")
@@ -372,7 +372,7 @@ def snapshot_delete(url: str, fs_options: tuple[str, ...]) -> None:
     """
     fs, folder = _filesystem(url, parse_fs_options(fs_options))
     if not fs.exists(folder):
-        _fail(f"{url} does not exist", EXIT_REFUSED)
+        fail(f"{url} does not exist", EXIT_REFUSED)
     manifest = f"{folder}/{MANIFEST_NAME}"
     if fs.exists(manifest):
         fs.rm_file(manifest)

@@ -148,7 +148,7 @@ def parse_time_ms(name: str, text: str) -> int:
 
 
 def _int_option(options: Mapping[str, str], name: str) -> int | None:
-    value = _option(options, name)
+    value = option_value(options, name)
     if value is None:
         return None
     try:
@@ -157,7 +157,7 @@ def _int_option(options: Mapping[str, str], name: str) -> int | None:
         raise ReadOptionError(f"option {name}={value!r} is not an integer") from exc
 
 
-def _option(options: Mapping[str, str], name: str) -> str | None:
+def option_value(options: Mapping[str, str], name: str) -> str | None:
     """An option by case-insensitive name (Spark hands them lower-cased or as given)."""
     lowered = name.lower()
     for key, value in options.items():
@@ -177,9 +177,9 @@ class ReadPlan:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ReadPlan:
         """The plan the options ask for; :class:`ReadOptionError` names a bad option."""
-        topics_text = _option(options, "topics") or _option(options, "topic")
+        topics_text = option_value(options, "topics") or option_value(options, "topic")
         topics = [t.strip() for t in topics_text.split(",") if t.strip()] if topics_text else None
-        queues_text = _option(options, "queues") or _option(options, "queue")
+        queues_text = option_value(options, "queues") or option_value(options, "queue")
         queue_ids = None
         if queues_text:
             try:
@@ -188,8 +188,8 @@ class ReadPlan:
                 raise ReadOptionError(f"option queues={queues_text!r}: not queue ids") from exc
         offset_from = _int_option(options, "offsetFrom")
         offset_to = _int_option(options, "offsetTo")
-        time_from = _option(options, "timeFrom")
-        time_to = _option(options, "timeTo")
+        time_from = option_value(options, "timeFrom")
+        time_to = option_value(options, "timeTo")
         window = ReadWindow(
             0 if offset_from is None else offset_from,
             OFFSET_MAX if offset_to is None else offset_to,
@@ -325,7 +325,7 @@ class Rip5Reader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         """Options as :class:`Rip5DataSource` got them (``path`` is the snapshot)."""
         self.options = dict(options)
-        url = _option(self.options, "path")
+        url = option_value(self.options, "path")
         if not url:
             raise ReadOptionError('give the snapshot to read: load("URL")')
         self.url = url

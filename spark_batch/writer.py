@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from spark_batch.producer import TopicProducer, parse_endpoints
-from spark_batch.source import ReadOptionError, _option
+from spark_batch.source import ReadOptionError, option_value
 
 BATCH_MESSAGES = 256
 BATCH_BYTES_MAX = 2 << 20
@@ -78,8 +78,8 @@ class Rip5Writer(DataSourceArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         """Checks the options and columns on the driver, before any task runs."""
-        endpoints = _option(options, "endpoints")
-        topic = _option(options, "topic")
+        endpoints = option_value(options, "endpoints")
+        topic = option_value(options, "topic")
         if not endpoints or not topic:
             raise ReadOptionError('writing needs option("endpoints", ...) and option("topic", ...)')
         try:
@@ -87,8 +87,8 @@ class Rip5Writer(DataSourceArrowWriter):
         except ValueError as exc:
             raise ReadOptionError(f"option endpoints: {exc}") from exc
         self.topic = topic
-        self.write_id = _option(options, "writeId") or uuid.uuid4().hex
-        batch = _option(options, "batchMessages")
+        self.write_id = option_value(options, "writeId") or uuid.uuid4().hex
+        batch = option_value(options, "batchMessages")
         self.batch_messages = int(batch) if batch else BATCH_MESSAGES
         names = set(schema.fieldNames())
         if "body" not in names:
