@@ -640,7 +640,7 @@ class StorageNode:
         self._led_replica(request.group_id)
         async with self._exports:
             replica = await self._read_barrier(request.group_id)
-            return await export_group(replica, self._entry_reader(request.group_id), request)
+            return await export_group(replica, request)
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))

@@ -9,11 +9,12 @@ meanwhile.
 
 Work is split so the node keeps serving:
 
-- on the event loop, a slice at a time: the queue entries of the slice and
-  the raw bytes of the log entries they name (the ``LogStore`` is not
-  thread-safe; its reads are the entry cache or one ``pread``), at most
-  :data:`SLICE_MESSAGES` messages or :data:`SLICE_BYTES` of log entries;
-- in a worker thread: cutting the records out of those entries, building
+- on the event loop, a slice at a time (at most :data:`SLICE_MESSAGES`
+  messages naming about :data:`SLICE_BYTES` of log entries): the queue
+  entries of the slice and where their log entries lie in the WAL segment
+  files (the ``LogStore`` is not thread-safe: only its index is read here);
+- in a worker thread: reading those ranges of the segment files (its own
+  file descriptors), cutting the records out of the entries, building
   blocks and objects (``protocol.message_objects``) and writing them
   through fsspec. The loop awaits the thread and so runs other work
   meanwhile; one slice is in flight per export, so memory is a slice plus
@@ -30,21 +31,26 @@ SHELL (file and network I/O, threads).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from protocol.message_objects import ObjectBuilder, ObjectEntry, QueueManifest, object_name
 from protocol.storage_api import ExportSnapshotRequest, ExportSnapshotResponse
-from storage_node.errors import BadCommand, ExportFailed
+from storage_node.errors import BadCommand, CommandCorrupted, ExportFailed
 from storage_node.partition.queues import QueueEntry, QueueId
 from storage_node.partition.reads import EntryReader, record_items_of
 from storage_node.replica import GroupReplica
+from storage_node.store.base import EntryFileRange
+from storage_node.store.segment_files import read_file_ranges
+
+_log = logging.getLogger(__name__)
 
 SLICE_MESSAGES = 4096
-"""The most messages read on the event loop in one go."""
+"""The most messages of one slice."""
 
 SLICE_BYTES = 4 << 20
-"""About the most log entry bytes read on the event loop in one go (at least one entry)."""
+"""About the most log entry bytes read for one slice (at least one entry)."""
 
 EXPORTS_MAX = 2
 """Exports a node runs at once (each holds a slice and a block in memory)."""
@@ -159,10 +165,10 @@ class QueueObjectSink:
 
 
 async def export_group(
-    replica: GroupReplica, read_entry: EntryReader, request: ExportSnapshotRequest
+    replica: GroupReplica, request: ExportSnapshotRequest
 ) -> ExportSnapshotResponse:
     """Export the group's queues (see the module docstring); ``replica`` is the led
-    replica after its read barrier, ``read_entry`` reads its log entries."""
+    replica after its read barrier."""
     if request.object_bytes_max < OBJECT_BYTES_MIN or request.block_bytes_max < BLOCK_BYTES_MIN:
         raise BadCommand(
             f"object_bytes_max must be at least {OBJECT_BYTES_MIN} and block_bytes_max "
@@ -193,9 +199,9 @@ async def export_group(
             offset = first
             while offset < end:
                 count = min(end - offset, SLICE_MESSAGES)
-                entries, log_entries = _slice(state.read(*queue, offset, count), read_entry)
-                await asyncio.to_thread(sink.add, entries, log_entries)
-                offset += len(entries)
+                piece = _slice(replica, state.read(*queue, offset, count))
+                await _add_slice(replica, sink, piece)
+                offset += len(piece.entries)
             objects = await asyncio.to_thread(sink.close)
         except OSError as exc:
             await asyncio.to_thread(sink.abort)
@@ -221,20 +227,50 @@ async def export_group(
     return ExportSnapshotResponse(replica.group_id, applied_index, queues)
 
 
-def _slice(
-    entries: Sequence[QueueEntry], read_entry: EntryReader
-) -> tuple[list[QueueEntry], dict[int, bytes]]:
-    """The first entries of ``entries`` within the slice bounds, and the log entries they
-    name (read here, on the event loop)."""
-    log_entries: dict[int, bytes] = {}
+class _Slice(NamedTuple):
+    """The entries of one slice, and their log entries: bytes held in memory, or where
+    they lie in segment files."""
+
+    entries: list[QueueEntry]
+    held: dict[int, bytes]
+    located: dict[int, EntryFileRange]
+
+
+def _slice(replica: GroupReplica, entries: Sequence[QueueEntry]) -> _Slice:
+    """The first entries of ``entries`` whose log entries hold about :data:`SLICE_BYTES`
+    (at least one entry), and where those log entries are (nothing read from disk)."""
+    bodies = replica.bodies
+    group_id = replica.group_id
+    held: dict[int, bytes] = {}
+    located: dict[int, EntryFileRange] = {}
     size = 0
     taken = 0
     for entry in entries:
-        if entry.log_index not in log_entries:
+        log_index = entry.log_index
+        if log_index not in held and log_index not in located:
             if size >= SLICE_BYTES:
                 break
-            data = read_entry(entry.log_index)
-            log_entries[entry.log_index] = data
-            size += len(data)
+            place = bodies.entry_location(group_id, log_index)
+            if place is None:
+                held[log_index] = data = bodies.read_entry(group_id, log_index)
+                size += len(data)
+            else:
+                located[log_index] = place
+                size += place.length
         taken += 1
-    return list(entries[:taken]), log_entries
+    return _Slice(list(entries[:taken]), held, located)
+
+
+async def _add_slice(replica: GroupReplica, sink: QueueObjectSink, piece: _Slice) -> None:
+    """Read the slice's log entries in the worker thread and give its messages to
+    ``sink``. If a segment was collected meanwhile (file gone, other bytes there),
+    those entries are read through the message store instead, which says whether
+    the log still holds them."""
+    try:
+        read = await asyncio.to_thread(read_file_ranges, piece.located.items())
+        await asyncio.to_thread(sink.add, piece.entries, {**piece.held, **read})
+    except (OSError, ValueError, CommandCorrupted):
+        _log.info("group %d: a segment moved during an export; reading on", replica.group_id)
+        bodies = replica.bodies
+        again = {i: bodies.read_entry(replica.group_id, i) for i in piece.located}
+        await asyncio.to_thread(sink.add, piece.entries, {**piece.held, **again})
