@@ -334,13 +334,21 @@ class Rip5Reader(DataSourceReader):
     def partitions(self) -> list[ObjectPartition]:
         """One partition per object the options keep (none opened to decide)."""
         manifest = read_manifest(self.url, self.options)
+        held = sorted({queue.topic for queue in manifest.queues})
+        missing = sorted(set(self.plan.topics or ()) - set(held))
+        if missing:
+            raise ReadOptionError(
+                f"{self.url} holds no topic {', '.join(missing)} (it holds {', '.join(held)})"
+            )
         return [
             ObjectPartition(self.url, read, self.plan.window) for read in self.plan.select(manifest)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The messages of one partition, a record batch per block."""
-        assert isinstance(partition, ObjectPartition)
+        """The messages of one partition, a record batch per block (none for the
+        placeholder partition Spark reads when the options kept no object)."""
+        if not isinstance(partition, ObjectPartition):
+            return
         fs, root = _open_filesystem(self.url, storage_options(self.options))
         for block, lo, hi in read_object(fs, root, partition):
             batch = to_arrow(partition.topic, partition.queue_id, block, lo, hi, partition.window)

@@ -291,6 +291,9 @@ def test_pruning_opens_only_what_it_keeps(
     rows = spark_rows(df.load(str(copy)))
     assert [r["queue_offset"] for r in rows] == list(range(150, 260))
     assert {(r["topic"], r["queue_id"]) for r in rows} == {("orders", 1)}
+    # Nothing kept: no object opened, no row.
+    beyond = spark.read.format("rip5").option("topic", "orders").option("offsetFrom", "1000000")
+    assert beyond.load(str(copy)).count() == 0
     # By store time: a window around the middle of queue 0's times.
     queue = manifest.queue("orders", 0)
     assert queue is not None

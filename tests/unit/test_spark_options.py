@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from protocol.message_objects import OFFSET_MAX, ReadWindow
@@ -53,3 +55,14 @@ def test_each_partition_names_one_queue_never_queue_zero_if_others_exist() -> No
     assert queue_for_partition(7, [0]) == 0
     with pytest.raises(ReadOptionError, match="no writable queue"):
         queue_for_partition(0, [])
+
+
+def test_a_topic_the_snapshot_lacks_is_named(tmp_path: Path) -> None:
+    from protocol.message_objects import MANIFEST_NAME, Manifest, QueueManifest, encode_manifest
+    from spark_batch.source import Rip5Reader
+
+    manifest = Manifest("s", 1, [QueueManifest("orders", 0, 1, 0, 0, -1, -1, [])])
+    (tmp_path / MANIFEST_NAME).write_bytes(encode_manifest(manifest))
+    assert Rip5Reader({"path": str(tmp_path), "topic": "orders"}).partitions() == []
+    with pytest.raises(ReadOptionError, match="holds no topic ordres \\(it holds orders\\)"):
+        Rip5Reader({"path": str(tmp_path), "topic": "ordres"}).partitions()
