@@ -28,11 +28,10 @@ from nameserver.records import (
     NO_LOAD,
     RETENTION_MS_DEFAULT,
     RETRY_DEFAULT,
-    MessageType,
-    Permission,
     RetryPolicy,
     StorageLoad,
 )
+from protocol.vocabulary import MessageType, Permission
 
 
 class OpCode(enum.IntEnum):

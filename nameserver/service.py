@@ -51,7 +51,7 @@ from nameserver.api_convert import (
     watch_batch_info,
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
-from nameserver.errors import BadRequest, NameserverError, NotLeader
+from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader
 from nameserver.moves import (
     EVACUATE_AFTER_MS_DEFAULT,
     MOVES_MAX_DEFAULT,
@@ -61,8 +61,8 @@ from nameserver.moves import (
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
-from raft.errors import NotLeader as RaftNotLeader
-from raft.errors import RaftError
+from protocol.vocabulary import MessageType, Permission
+from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.types import Entry, Snapshot
 
@@ -164,11 +164,13 @@ class NameserverImpl:
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _not_leader(self) -> NotLeader:
+    def _not_leader(self) -> NameserverNotLeader:
         leader = self.driver.leader_of(GROUP_ID)
         hint = self.addresses.get(leader, "") if leader != self.driver.node_id else ""
         where = f"; the leader is {hint}" if hint else "; no leader is known yet"
-        return NotLeader(f"nameserver {self.driver.node_id} is not the leader{where}", hint)
+        return NameserverNotLeader(
+            f"nameserver {self.driver.node_id} is not the leader{where}", hint
+        )
 
     async def propose(self, command: c.Command) -> Applied:
         """Commit ``command`` through raft and return what applying it did here."""
@@ -179,7 +181,7 @@ class NameserverImpl:
         except RaftNotLeader:
             raise self._not_leader() from None
         except RaftError as exc:
-            raise NotLeader(f"the write was not committed ({exc}); retry", "") from None
+            raise NameserverNotLeader(f"the write was not committed ({exc}); retry", "") from None
         if isinstance(result, NameserverError):
             raise result
         assert isinstance(result, Applied)
@@ -192,7 +194,7 @@ class NameserverImpl:
         except RaftNotLeader:
             raise self._not_leader() from None
         except RaftError as exc:
-            raise NotLeader(f"leadership not confirmed ({exc}); retry", "") from None
+            raise NameserverNotLeader(f"leadership not confirmed ({exc}); retry", "") from None
         return self.machine.state
 
     # -- topics ----------------------------------------------------------------------
@@ -216,9 +218,9 @@ class NameserverImpl:
                 request.name,
                 request.cluster,
                 request.queue_count,
-                _enum(r.MessageType, request.message_type, "message_type"),
+                _enum(MessageType, request.message_type, "message_type"),
                 request.retention_ms or r.RETENTION_MS_DEFAULT,
-                _enum(r.Permission, request.permission, "permission"),
+                _enum(Permission, request.permission, "permission"),
             )
         )
         assert isinstance(applied.value, r.Topic)
@@ -234,11 +236,11 @@ class NameserverImpl:
                 request.queue_count,
                 None
                 if request.message_type is None
-                else _enum(r.MessageType, request.message_type, "message_type"),
+                else _enum(MessageType, request.message_type, "message_type"),
                 request.retention_ms,
                 None
                 if request.permission is None
-                else _enum(r.Permission, request.permission, "permission"),
+                else _enum(Permission, request.permission, "permission"),
             )
         )
         assert isinstance(applied.value, r.Topic)

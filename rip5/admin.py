@@ -26,9 +26,9 @@ from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from nameserver import names
 from nameserver.errors import NameserverError
-from nameserver.records import MessageType
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType, Permission
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -37,7 +37,12 @@ DEFAULT_CLUSTER = "DefaultCluster"
 
 # ``--type`` takes RocketMQ's enum spelling in any case (NORMAL, FIFO, DELAY, TRANSACTION).
 MESSAGE_TYPES = {kind.name.lower(): int(kind) for kind in MessageType}
-PERMISSIONS = {"none": 0, "w": 2, "r": 4, "rw": 6}
+PERMISSIONS = {
+    "none": int(Permission.NONE),
+    "w": int(Permission.WRITE),
+    "r": int(Permission.READ),
+    "rw": int(Permission.READ_WRITE),
+}
 MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
 
@@ -256,7 +261,7 @@ def topic_describe(name: str, nameserver: str) -> None:
 
 @click.group()
 def group() -> None:
-    """create | delete | list | describe consumer groups."""
+    """create | delete | list | describe consumer groups; lag | reset-offset (admin_consumers)."""
 
 
 @group.command("create")

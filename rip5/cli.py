@@ -22,7 +22,7 @@ from typing import Any
 import click
 import uvloop
 
-from rip5 import __version__
+from rip5 import __version__, admin_consumers
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -302,6 +302,8 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_consumers.message)
+admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
 
 

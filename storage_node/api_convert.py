@@ -9,7 +9,6 @@ PURE.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
 
 from protocol.records import MessageRecord, RecordCorrupted, unpack_records
 from protocol.storage_api import (
@@ -19,15 +18,11 @@ from protocol.storage_api import (
     ReceiveRequest,
     to_record,
 )
-from protocol.storage_api import ReceiptHandle as WireHandle
+from protocol.vocabulary import Placement
 from storage_node.errors import BadCommand
-from storage_node.partition.commands import InitialPosition, ReceiptHandle, Receive
-from storage_node.partition.queues import Placement, RecordOutcome
+from storage_node.partition.commands import InitialPosition, Receive
+from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.results import AppendResult
-
-# Both handles are named tuples of the same four fields in the same order.
-to_wire_handle: Callable[[ReceiptHandle], WireHandle] = WireHandle._make
-from_wire_handle: Callable[[WireHandle], ReceiptHandle] = ReceiptHandle._make
 
 
 def append_response(result: AppendResult, now_ms: int) -> AppendResponse:

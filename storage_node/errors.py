@@ -56,9 +56,10 @@ class SnapshotCorrupted(StorageError):
     code = errors.DECODE_FAILED
 
 
-class NotLeader(StorageError):
-    """This replica does not lead the queue's group; ``leader_hint`` is the leader's
-    address (empty when unknown). Retry there."""
+class StorageNotLeader(StorageError):
+    """This replica does not lead the queue's group (the storage side of raft's
+    RaftNotLeader); ``leader_hint`` is the leader's address (empty when unknown).
+    Retry there."""
 
     code = errors.NOT_LEADER
 

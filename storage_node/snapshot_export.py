@@ -264,7 +264,7 @@ def _slice(replica: GroupReplica, entries: Sequence[QueueEntry]) -> _Slice:
 async def _add_slice(replica: GroupReplica, sink: QueueObjectSink, piece: _Slice) -> None:
     """Read the slice's log entries in the worker thread and give its messages to
     ``sink``. If a segment was collected meanwhile (file gone, other bytes there),
-    those entries are read through the message store instead, which says whether
+    those entries are read through the body store instead, which says whether
     the log still holds them."""
     try:
         read = await asyncio.to_thread(read_file_ranges, piece.located.items())

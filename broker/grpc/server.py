@@ -27,6 +27,7 @@ from broker.processor import validation
 from broker.processor.checkback import CheckPolicy
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.producer import ProducerProcessor
+from broker.processor.pull import PullProcessor
 from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore, MetadataService
@@ -77,6 +78,7 @@ def build_service(
             coordination=ports.coordination,
             peers=ports.peers,
         ),
+        pulls=PullProcessor(ports.metadata, ports.store),
     )
 
 

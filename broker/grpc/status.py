@@ -42,6 +42,7 @@ REASON_CODES: dict[Reason, int] = {
     Reason.NO_WRITABLE_QUEUE: pb.FORBIDDEN,
     Reason.INVALID_TRANSACTION_ID: pb.INVALID_TRANSACTION_ID,
     Reason.TRANSACTION_NOT_FOUND: pb.NOT_FOUND,
+    Reason.OFFSET_NOT_FOUND: pb.OFFSET_NOT_FOUND,
 }
 
 # Shared codes without a reason. Retriable cluster conditions become codes the

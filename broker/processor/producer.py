@@ -22,7 +22,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 
-from broker.domain import AppendResult, Message, QueueRef
+from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
@@ -55,7 +55,7 @@ class ProducerProcessor:
         self._current: dict[str, int] = {}  # topic -> index into its writable queues
         self._join_messages_max = join_messages_max
 
-    async def send(self, messages: Sequence[Message]) -> list[AppendResult]:
+    async def send(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store ``messages`` (one topic); results in request order.
 
         All-or-nothing validation: one bad message fails the request before
@@ -95,7 +95,7 @@ class ProducerProcessor:
                 for queue_id, indexes in by_queue.items()
             )
         )
-        results: list[AppendResult | None] = [None] * len(messages)
+        results: list[SendResult | None] = [None] * len(messages)
         for indexes, queue_results in zip(by_queue.values(), appended, strict=True):
             for index, result in zip(indexes, queue_results, strict=True):
                 results[index] = result

@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.domain import AppendResult, HalfMessage
+from broker.domain import HalfMessage, SendResult
 from broker.errors import BrokerError
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
@@ -94,7 +94,7 @@ class TransactionProcessor:
         commit: bool | None,
         *,
         from_check: bool = False,
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit (``True``), roll back (``False``) or leave (``None``: the producer does
         not know yet) a transaction; where a committed message went."""
         validation.check_topic(topic)

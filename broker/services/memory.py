@@ -28,21 +28,24 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
-    Placement,
     PoppedMessage,
     PopResult,
+    PulledMessage,
     QueueInfo,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
+from protocol import errors as codes
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType, Placement
 
 
 class MemoryMetadata:
@@ -208,20 +211,20 @@ class MemoryStore:
         """Unresolved half messages (for tests)."""
         return len(self._halves)
 
-    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> SendResult:
         log = self._log(queue)
         log.append(_Stored(message, now_ms))
         event = self._appended.pop(queue.topic, None)
         if event is not None:
             event.set()
-        return AppendResult(queue, len(log) - 1, now_ms)
+        return SendResult(queue, len(log) - 1, now_ms)
 
-    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> SendResult:
         """Queue ``message`` now, or hold it until its delivery time."""
         due_ms = message.delivery_timestamp_ms
         if due_ms is not None and due_ms > now_ms:
             heapq.heappush(self._held, (due_ms, next(self._arrivals), queue, message))
-            return AppendResult(queue, -1, now_ms, Placement.DELAYED)
+            return SendResult(queue, -1, now_ms, Placement.DELAYED)
         return self._queue_now(queue, message, now_ms)
 
     def _release_due(self) -> None:
@@ -235,7 +238,7 @@ class MemoryStore:
         """When the earliest held message is due, if any."""
         return self._held[0][0] if self._held else None
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue: queued, held until due, or held as half messages."""
         self.append_calls += 1
         self._release_due()
@@ -246,14 +249,14 @@ class MemoryStore:
                 key = (queue.topic, message.message_id)
                 if key not in self._halves:
                     self._halves[key] = _Half(queue, message, now_ms)
-                results.append(AppendResult(queue, -1, now_ms, Placement.HALF))
+                results.append(SendResult(queue, -1, now_ms, Placement.HALF))
             else:
                 results.append(self._place(queue, message, now_ms))
         return results
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit (queue or hold) or roll back (forget) a half message."""
         self._release_due()
         half = self._halves.get((queue.topic, message_id))
@@ -390,7 +393,7 @@ class MemoryStore:
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Copy the message to ``%DLQ%<group>`` and finish the delivery."""
         self._flight(group.name, queue, offset, generation)
         original = self._queues[queue][offset].message
@@ -434,11 +437,52 @@ class MemoryStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue``."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue`` (None: it never consumed it)."""
         self._release_due()
         state = self._groups.get((group, queue))
-        return state.committed if state else 0
+        return state.committed if state else None
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+    ) -> QueueSlice:
+        """Messages from ``offset`` matching ``tag_filter`` (every queue starts at 0 here)."""
+        self._release_due()
+        log = self._log(queue)
+        if not 0 <= offset <= len(log):
+            raise BrokerError(
+                codes.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} outside [0, {len(log)}] of {queue.topic}:{queue.queue_id}",
+            )
+        found: list[PulledMessage] = []
+        next_offset = offset
+        while next_offset < len(log) and len(found) < batch_size:
+            stored = log[next_offset]
+            if tag_filter.matches(stored.message.tag or ""):
+                found.append(
+                    PulledMessage(stored.message, queue, next_offset, stored.store_timestamp_ms)
+                )
+            next_offset += 1
+        return QueueSlice(tuple(found), next_offset, 0, len(log))
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """0, the queue's length, and the first offset stored at or after ``timestamp_ms``."""
+        self._release_due()
+        log = self._log(queue)
+        at = -1
+        if timestamp_ms >= 0:
+            at = next(
+                (i for i, stored in enumerate(log) if stored.store_timestamp_ms >= timestamp_ms),
+                len(log),
+            )
+        return QueueOffsets(0, len(log), at)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """Reset the group's state on ``queue`` to ``offset`` (clamped to the queue)."""
+        self._release_due()
+        offset = min(max(offset, 0), len(self._log(queue)))
+        self._groups[(group, queue)] = _GroupQueue(committed=offset)
+        return offset
 
 
 class MemoryCoordination:

@@ -1,8 +1,9 @@
 """Metadata from the nameserver: topics, consumer groups and routes.
 
-:class:`NameserverLink` calls whichever nameserver replica leads: it follows
-NOT_LEADER hints, moves on from unreachable replicas and backs off while an
-election runs, all within the call's deadline.
+:class:`NameserverLink` calls whichever nameserver replica leads, through
+:func:`angelia_rpc.failover.call_leader`: it follows leader hints, moves on
+from a replica that names none and backs off while an election runs, all
+within the call's deadline, deciding by the error's flags alone.
 
 :class:`ClusterMetadata` implements the ``MetadataService`` port. Lookups
 are served from a cache while the watch stream runs (:meth:`run_watch`); a
@@ -28,12 +29,14 @@ from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import NameserverService
-from broker.domain import GroupInfo, MessageType, QueueInfo, TopicInfo
+from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
+from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import routing
+from protocol.vocabulary import MessageType
 
 log = logging.getLogger("broker.nameserver")
 T = TypeVar("T")
@@ -41,10 +44,9 @@ T = TypeVar("T")
 CALL_TIMEOUT_MS = 3_000
 DEADLINE_MS = 10_000
 DEFAULT_QUEUE_COUNT = 8
+PAUSE_FIRST_S = 0.02
+PAUSE_MAX_S = 0.5
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
-_RETRY_CODES = frozenset(
-    {codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED, codes.SHUTTING_DOWN, codes.PROPOSAL_DROPPED}
-)
 
 
 class NameserverLink:
@@ -63,41 +65,43 @@ class NameserverLink:
         self.addresses = list(addresses)
         self._peers = peers
         self._current = self.addresses[0]
-        self._call_timeout_ms = call_timeout_ms
         self._deadline_ms = deadline_ms
+        self._policy = FailoverPolicy(PAUSE_FIRST_S, PAUSE_MAX_S, call_timeout_ms=call_timeout_ms)
 
     def stub(self) -> NameserverService:
-        """The typed client of the replica believed to lead. With another replica to
-        try, a dead one is passed over at once (the stub does not wait for it)."""
-        return self._peers.stub(
-            NameserverService, self._current, wait_for_ready=len(self.addresses) == 1
-        )
+        """The typed client of the replica believed to lead."""
+        return self._stub_at(self._current)
+
+    def _stub_at(self, address: str) -> NameserverService:
+        # With another replica to try, a dead one is passed over at once (the stub
+        # does not wait for it).
+        return self._peers.stub(NameserverService, address, wait_for_ready=len(self.addresses) == 1)
 
     def moved(self, error: AngeliaError) -> None:
-        """Aim the next call elsewhere after ``error`` from the current replica."""
-        if error.code is codes.NOT_LEADER and error.leader_hint:
-            self._current = error.leader_hint
-            return
+        """Aim the next call elsewhere after ``error`` from the current replica: at its
+        leader hint, else at the next replica (the watch's reconnects, which retry
+        whatever the error)."""
         index = self.addresses.index(self._current) if self._current in self.addresses else -1
-        self._current = self.addresses[(index + 1) % len(self.addresses)]
+        self._current = error.leader_hint or self.addresses[(index + 1) % len(self.addresses)]
 
     async def call(self, what: str, method: Callable[[NameserverService, int], Awaitable[T]]) -> T:
         """``method(stub, timeout_ms)`` on the leader; BrokerError when it cannot be done."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._deadline_ms / 1000
-        delay_s = 0.02
-        while True:
-            remaining_ms = int((deadline - loop.time()) * 1000)
-            try:
-                return await method(self.stub(), max(1, min(self._call_timeout_ms, remaining_ms)))
-            except AngeliaError as error:
-                if error.code is not codes.NOT_LEADER and error.code not in _RETRY_CODES:
-                    raise convert.error_from_angelia(error, what) from None
-                self.moved(error)
-                if loop.time() + delay_s >= deadline:
-                    raise convert.error_from_angelia(error, what) from None
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, 0.5)
+        failover = Failover(
+            starting_at(self._current, self.addresses),
+            self._policy,
+            loop.time() + self._deadline_ms / 1000,
+        )
+
+        def attempt(address: str, timeout_ms: int) -> Awaitable[T]:
+            return method(self._stub_at(address), timeout_ms)
+
+        try:
+            return await call_leader(failover, attempt, clock=loop.time, sleep=asyncio.sleep)
+        except AngeliaError as error:
+            raise convert.error_from_angelia(error, what) from None
+        finally:
+            self._current = failover.address
 
 
 class ClusterMetadata:

@@ -37,7 +37,9 @@ from typing import cast
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType, RecordColumns
+from protocol.records import MessageRecord, RecordColumns
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import (
     BadCommand,
     InvalidReceiptHandle,
@@ -55,7 +57,6 @@ from storage_node.partition.commands import (
     DeadLetter,
     EndTransaction,
     NoteTransactionChecks,
-    ReceiptHandle,
     Receive,
     Release,
     Tick,
@@ -67,7 +68,6 @@ from storage_node.partition.commands import (
 from storage_node.partition.pop import Grant, GroupQueue, Lease
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import (
-    Placement,
     QueueEntry,
     QueueId,
     QueueIndex,

@@ -1,6 +1,6 @@
-"""The message store contract (see the package docstring).
+"""The body store contract (see the package docstring).
 
-Every implementation passes ``tests/contract/test_message_store.py``.
+Every implementation passes ``tests/contract/test_body_store.py``.
 
 PURE.
 """
@@ -19,7 +19,7 @@ class EntryFileRange(NamedTuple):
     length: int
 
 
-class MessageStore(Protocol):
+class BodyStore(Protocol):
     """Bodies (APPEND entries) of the groups a node hosts, by (group, log index)."""
 
     def keep_applied(self, group_id: int, log_index: int, data: bytes) -> None:

@@ -14,8 +14,8 @@ from storage_node.errors import BodyUnavailable
 from storage_node.store.base import EntryFileRange
 
 
-class MemoryMessageStore:
-    """Implements :class:`storage_node.store.base.MessageStore` in memory."""
+class MemoryBodyStore:
+    """Implements :class:`storage_node.store.base.BodyStore` in memory."""
 
     def __init__(self) -> None:
         self._bodies: dict[int, dict[int, bytes]] = {}

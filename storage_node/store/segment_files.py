@@ -1,6 +1,6 @@
 """The message store over the node's WAL segment files, and the sealed-segment indexer.
 
-:class:`WalMessageStore` reads a body from the WAL, where raft already
+:class:`WalBodyStore` reads a body from the WAL, where raft already
 wrote it (``LogStore``: the entry cache or one ``pread``). The only bodies
 it keeps aside are those adopted from a leader's group image: this node's
 log never held them, so they live in memory and in the group's snapshot
@@ -17,7 +17,7 @@ segment that lacks one (``protocol.segments`` layout; written to a temp
 file, fsynced, renamed) and removes indexes of collected segments.
 :func:`uncache_segments` lets the page cache go of sealed segments older
 than a window, right before a spare segment is zero-filled.
-:func:`read_file_ranges` reads entries where ``WalMessageStore.entry_location``
+:func:`read_file_ranges` reads entries where ``WalBodyStore.entry_location``
 says they lie, on any thread (snapshot exports read segments off the loop).
 
 SHELL (file I/O).
@@ -42,8 +42,8 @@ SEGMENT_SUFFIX = ".wal"
 _fadvise = getattr(os, "posix_fadvise", None)
 
 
-class WalMessageStore:
-    """Implements :class:`storage_node.store.base.MessageStore` over a ``LogStore``."""
+class WalBodyStore:
+    """Implements :class:`storage_node.store.base.BodyStore` over a ``LogStore``."""
 
     def __init__(self, log_store: LogStore) -> None:
         self.log_store = log_store

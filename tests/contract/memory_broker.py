@@ -31,11 +31,12 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.domain import GroupInfo, MessageType, QueueInfo, RetryPolicy, TopicInfo
+from broker.domain import GroupInfo, QueueInfo, RetryPolicy, TopicInfo
 from broker.grpc.server import GrpcEndpoint, Ports, build_service
 from broker.processor.checkback import CheckPolicy
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
+from protocol.vocabulary import MessageType
 
 SECRET = b"contract-test-cluster-secret"
 

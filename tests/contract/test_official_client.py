@@ -168,7 +168,8 @@ def test_bad_input_gets_documented_status_and_server_keeps_serving(
     code, message = seen["delay_too_far"]
     assert code == pb.ILLEGAL_DELIVERY_TIME
     assert "maximum delay of 86400000 ms" in message
-    assert seen["pull"] == [pb.NOT_IMPLEMENTED]
+    # A pull without a group: the group's status, then next_offset (always sent).
+    assert seen["pull"] == [pb.ILLEGAL_CONSUMER_GROUP, ["next_offset", 0]]
     assert "route" in seen["send_unknown_topic"]
     assert seen["garbage_ack"] == pb.INVALID_RECEIPT_HANDLE
     assert seen["garbage_change"] == pb.INVALID_RECEIPT_HANDLE

@@ -21,12 +21,11 @@ from nameserver.records import (
     Change,
     ChangeKind,
     Endpoint,
-    MessageType,
-    Permission,
     RetryPolicy,
     StorageLoad,
 )
 from nameserver.state import MetadataState
+from protocol.vocabulary import MessageType, Permission
 from tests._datadriven import TestData, run_file
 
 SCENARIOS = sorted((Path(__file__).parent / "nameserver").glob("*.txt"))

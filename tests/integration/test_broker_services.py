@@ -14,7 +14,7 @@ import pytest
 
 from angelia_rpc import AngeliaError, CallContext, Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import NameserverService, StorageService
-from broker.domain import GroupInfo, Message, MessageType, PopResult, QueueRef
+from broker.domain import GroupInfo, Message, PopResult, QueueRef
 from broker.errors import BrokerError, Reason
 from broker.services.nameserver import ClusterMetadata, NameserverLink
 from broker.services.storage import StorageStore
@@ -24,8 +24,9 @@ from protocol import errors
 from protocol import nameserver_api as api
 from protocol import storage_api as st
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType
 from storage_node.config import StorageConfig
-from storage_node.errors import NotLeader
+from storage_node.errors import StorageNotLeader
 from storage_node.server import serve as serve_storage
 from tests.waiting import async_wait_until
 
@@ -183,12 +184,12 @@ class _Follower:
 
     async def append(self, request: st.AppendRequest, context: CallContext) -> st.AppendResponse:
         self.calls += 1
-        raise NotLeader("this node follows", self.leader)
+        raise StorageNotLeader("this node follows", self.leader)
 
     def __getattr__(self, name: str) -> object:
         async def refuse(request: object, context: CallContext) -> object:
             self.calls += 1
-            raise NotLeader("this node follows", self.leader)
+            raise StorageNotLeader("this node follows", self.leader)
 
         return refuse
 

@@ -40,6 +40,8 @@ from typing import Any
 
 from protocol import errors
 from protocol.records import MessageRecord
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import Placement
 from raft.errors import ProposalDropped
 from raft.types import Entry, Ready, Role
 from storage_node.errors import InvalidReceiptHandle, StorageError
@@ -49,14 +51,13 @@ from storage_node.partition.commands import (
     Append,
     ChangeInvisibleDuration,
     Command,
-    ReceiptHandle,
     Receive,
     decode,
     encode,
 )
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.image import decode_image, encode_image
-from storage_node.partition.queues import Placement, dead_letter_topic
+from storage_node.partition.queues import dead_letter_topic
 from storage_node.partition.reads import record_at
 from storage_node.partition.results import (
     AckResult,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker.domain import Message, MessageType
+from broker.domain import Message
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter, parse_tag_expression
 from broker.processor.polling import plan_poll_ms
 from broker.processor.selector import select_queue
 from protocol import errors as codes
+from protocol.vocabulary import MessageType
 
 
 @pytest.mark.parametrize("expression", ["", "*", "  *  "])

@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
-from broker.domain import GroupInfo, Message, MessageType, QueueRef
+from broker.domain import GroupInfo, Message, QueueRef
 from broker.errors import BrokerError, Reason
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType
 
 Q = QueueRef("orders", 0)
 GROUP = GroupInfo("g")

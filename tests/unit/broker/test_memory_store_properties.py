@@ -12,11 +12,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.domain import GroupInfo, Message, MessageType, PoppedMessage, QueueRef
+from broker.domain import GroupInfo, Message, PoppedMessage, QueueRef
 from broker.errors import BrokerError
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryStore
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType
 
 Q = QueueRef("t", 0)
 GROUPS = (GroupInfo("plain"), GroupInfo("ordered", fifo=True))

@@ -6,16 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.domain import (
-    Delivery,
-    GroupInfo,
-    Message,
-    MessageType,
-    PopResult,
-    QueueInfo,
-    QueueRef,
-    TopicInfo,
-)
+from broker.domain import Delivery, GroupInfo, Message, PopResult, QueueInfo, QueueRef, TopicInfo
 from broker.errors import BrokerError
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.pop_coalescer import PopCoalescer
@@ -23,6 +14,7 @@ from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType
 from tests.waiting import async_wait_until
 
 QUEUE = QueueRef("orders", 0)

@@ -10,16 +10,14 @@ from typing import Any
 import pytest
 
 from broker.domain import (
-    AppendResult,
     Delivery,
     GroupInfo,
     Message,
-    MessageType,
-    Permission,
     PopResult,
     QueueInfo,
     QueueRef,
     RetryPolicy,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
@@ -32,6 +30,7 @@ from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType, Permission
 from tests.waiting import async_wait_until
 
 SECRET = b"secret"
@@ -139,7 +138,7 @@ class SlowStore(MemoryStore):
         self.batches: list[int] = []
         self.queues: list[int] = []  # the queue id of each append
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         self.batches.append(len(messages))
         self.queues.append(queue.queue_id)
         await self.release.wait()
@@ -170,7 +169,7 @@ async def test_under_load_sends_join_the_current_queues_forming_append_until_it_
         world.metadata, store, world.clock, coalescer=coalescer, join_messages_max=2
     )
     queue_0, queue_1 = QueueRef("orders", 0), QueueRef("orders", 1)
-    sends: list[asyncio.Task[list[AppendResult]]] = []
+    sends: list[asyncio.Task[list[SendResult]]] = []
 
     async def send(n: int, arrived: Callable[[], bool], what: str) -> None:
         sends.append(asyncio.create_task(producer.send([_msg(n=n)])))
@@ -193,7 +192,7 @@ async def test_under_load_sends_join_the_current_queues_forming_append_until_it_
 
 async def test_append_failure_reaches_every_coalesced_sender(world: World) -> None:
     class Broken(MemoryStore):
-        async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+        async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
             raise BrokerError(codes.NOT_LEADER, "moved")
 
     producer = ProducerProcessor(world.metadata, Broken(world.clock), world.clock)

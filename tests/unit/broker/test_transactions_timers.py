@@ -11,16 +11,7 @@ import dataclasses
 
 import pytest
 
-from broker.domain import (
-    GroupInfo,
-    HalfMessage,
-    Message,
-    MessageType,
-    Placement,
-    QueueInfo,
-    QueueRef,
-    TopicInfo,
-)
+from broker.domain import GroupInfo, HalfMessage, Message, QueueInfo, QueueRef, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
@@ -30,6 +21,7 @@ from broker.processor.transaction import CheckRound, TransactionProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
 from protocol.filters import TagFilter
+from protocol.vocabulary import MessageType, Placement
 
 SECRET = b"secret"
 POLICY = CheckPolicy(delay_ms=6_000, interval_ms=30_000, check_max=3)

@@ -25,7 +25,7 @@ from storage_node import snapshot_export
 from storage_node.errors import BadCommand, ExportFailed
 from storage_node.replica import GroupReplica
 from storage_node.service import StorageNode
-from storage_node.store.segment_files import WalMessageStore
+from storage_node.store.segment_files import WalBodyStore
 from tests.unit.storage_node.test_service import CONTEXT, one_node
 from tests.waiting import async_wait_until
 
@@ -43,7 +43,7 @@ async def node_with(data_dir: Path, wal_bodies: bool) -> AsyncIterator[StorageNo
         return
     store = LogStore.open(data_dir, segment_bytes=1 << 20)
     driver = Driver(1, store, AngeliaTransport(1, {}), DriverOptions(tick_ms=10, seed=1))
-    replicas = {g: GroupReplica(g, WalMessageStore(store)) for g in (1, 2)}
+    replicas = {g: GroupReplica(g, WalBodyStore(store)) for g in (1, 2)}
     for group_id, replica in replicas.items():
         driver.add_group(group_id, [1], replica)
     node = StorageNode(driver, store, replicas, 2, {1: "127.0.0.1:1"})

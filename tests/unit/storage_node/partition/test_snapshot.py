@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import MessageType
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import MessageType
 from storage_node.errors import SnapshotCorrupted, StorageError
 from storage_node.partition import commands as c
 from storage_node.partition.config import PartitionConfig
@@ -24,7 +25,7 @@ now_ms = st.integers(0, 200_000)
 topic = st.sampled_from(TOPICS)
 queue_id = st.just(0)
 group = st.sampled_from(GROUPS)
-handle = st.builds(c.ReceiptHandle, topic, queue_id, st.integers(0, 4), st.integers(1, 40))
+handle = st.builds(ReceiptHandle, topic, queue_id, st.integers(0, 4), st.integers(1, 40))
 
 
 @st.composite
