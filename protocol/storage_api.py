@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from protocol.message_objects import QueueManifest
 from protocol.positional import positional
 from protocol.records import MESSAGE_TYPES, MessageRecord
 from protocol.vocabulary import MessageType
@@ -651,3 +652,31 @@ class GroupProgressResponse:
     """The queues' progress, sorted by topic and queue id."""
 
     queues: list[QueueProgress]
+
+
+# ------------------------------------------------------------------ snapshots
+@dataclass(frozen=True, slots=True)
+class ExportSnapshotRequest:
+    """Write the messages of raft group ``group_id``'s queues of ``topics`` (every queue
+    when empty) as message objects (``protocol.message_objects``) under ``url`` (a
+    folder or fsspec URL, opened with ``storage_options``): each queue from its first
+    offset up to its end when the export starts, the same applied index for every
+    queue of the group. Objects are cut at about ``object_bytes_max`` and blocks at
+    about ``block_bytes_max``. Served by the group's leader (NOT_LEADER otherwise).
+    The caller writes the manifest from the answers, after every group answered."""
+
+    group_id: int
+    url: str
+    topics: list[str] = field(default_factory=list)
+    object_bytes_max: int = 64 << 20
+    block_bytes_max: int = 1 << 20
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSnapshotResponse:
+    """The group's applied index the export read at, and each exported queue's objects."""
+
+    group_id: int
+    applied_index: int
+    queues: list[QueueManifest]

@@ -70,6 +70,8 @@ from protocol.storage_api import (
     CommitOffsetRequest,
     EndTransactionRequest,
     EndTransactionResponse,
+    ExportSnapshotRequest,
+    ExportSnapshotResponse,
     GetOffsetRequest,
     GroupProgressRequest,
     GroupProgressResponse,
@@ -150,6 +152,7 @@ from storage_node.partition.results import (
 )
 from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
+from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
 
 _log = logging.getLogger(__name__)
@@ -210,6 +213,7 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
@@ -727,6 +731,16 @@ class StorageNode:
         return GroupProgressResponse(
             group_progress(replica.state, request.consumer_group, request.topic)
         )
+
+    async def export_snapshot(
+        self, request: ExportSnapshotRequest, context: CallContext
+    ) -> ExportSnapshotResponse:
+        """Write a group's queues as message objects up to one applied index
+        (``storage_node.snapshot_export``)."""
+        self._led_replica(request.group_id)
+        async with self._exports:
+            replica = await self._read_barrier(request.group_id)
+            return await export_group(replica, request)
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))
