@@ -76,6 +76,12 @@ PARTITION_COMMANDS: list[tuple[str, partition.Command]] = [
             "x",
         ),
     ),
+    (
+        "filtered-receive",
+        partition.FilteredReceive(
+            5, "g", "orders", 3, 16, 30_000, 17, evaluated_end=9, unmatched=(4, 7)
+        ),
+    ),
     ("ack", partition.Ack(6, "g", (_HANDLE, _HANDLE._replace(queue_offset=42, generation=978)))),
     ("release", partition.Release(6, "g", (_HANDLE,))),
     ("change-invisible", partition.ChangeInvisibleDuration(7, "g", _HANDLE, 0)),
@@ -210,6 +216,7 @@ GOLDEN_HEX: dict[str, str] = {
     ),
     "partition/receive": "029b05a167a66f72646572730310cd753011a12ac200a0",
     "partition/receive-all-fields": "029b05a167a66f72646572730310cd753011a661207c7c2062c301a178",
+    "partition/filtered-receive": "0d9d05a167a66f72646572730310cd753011a12ac200a009920407",
     "partition/ack": "039306a1679294a66f72646572730329cd03d194a66f7264657273032acd03d2",
     "partition/release": "0c9306a1679194a66f72646572730329cd03d1",
     "partition/change-invisible": "049407a16794a66f72646572730329cd03d100",
@@ -287,7 +294,7 @@ GOLDEN_HEX: dict[str, str] = {
         "96919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
         "31110004a168a0a00029ffc40090"
     ),
-    "angelia/receive-request": "9ca167a66f72646572730320cd753010a12ac2c2a000c3",
+    "angelia/receive-request": "9da167a66f72646572730320cd753010a12ac2c2a000c301",
     "angelia/receive-response": (
         "96919494a66f7264657273032809024d9328059ea66f726465727303a36d2d31c404626f6479a474"
         "61674191a26b31a26d6781a161a131110004a168a0a00129c40090ff"
@@ -402,6 +409,8 @@ OLDER_HEX: dict[str, str] = {
         "93919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
         "31110004a168a0a00029"
     ),
+    # ReceiveRequest before filter_kind (SQL92 filters).
+    "angelia/receive-request": "9ca167a66f72646572730320cd753010a12ac2c2a000c3",
 }
 
 
