@@ -51,6 +51,8 @@ from protocol.vocabulary import MessageType, Placement
 
 log = logging.getLogger("broker.remoting")
 
+SQL92 = "SQL92"
+"""A pull's expressionType for a SQL92 subscription (TAG otherwise)."""
 HALVES_MAX = 65_536
 """Half messages whose transaction this broker can end by message id alone."""
 
@@ -339,7 +341,10 @@ class RemotingService:
             header.topic,
             header.queue_id,
             header.queue_offset,
-            parse_filter(FilterKind.TAG, header.subscription),
+            parse_filter(
+                FilterKind.SQL if header.expression_type == SQL92 else FilterKind.TAG,
+                header.subscription,
+            ),
             batch_size=max(1, header.max_messages),
             poll_ms=plan_poll_ms(header.suspend_timeout_ms, None) if header.suspends else 0,
         )

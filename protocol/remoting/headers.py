@@ -243,6 +243,7 @@ class PullMessageHeader:
     commit_offset: int
     suspend_timeout_ms: int
     subscription: str
+    expression_type: str = "TAG"  # or SQL92
 
     @property
     def commits(self) -> bool:
@@ -269,6 +270,7 @@ def pull_header(fields: Mapping[str, str]) -> PullMessageHeader:
         commit_offset=integer(fields, "commitOffset", -1),
         suspend_timeout_ms=integer(fields, "suspendTimeoutMillis", 0),
         subscription=subscription or "*",
+        expression_type=(text(fields, "expressionType", "") or "TAG").upper(),
     )
 
 

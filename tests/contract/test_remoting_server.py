@@ -485,3 +485,18 @@ async def test_consumer_offsets_commit_query_and_commit_on_pull(client: WireClie
     pull = {**queue, "queueOffset": "1", "maxMsgNums": "1", "sysFlag": "1", "commitOffset": "2"}
     assert (await client.call(RequestCode.PULL_MESSAGE, pull)).code == ResponseCode.SUCCESS
     assert (await client.call(RequestCode.QUERY_CONSUMER_OFFSET, queue)).ext_fields["offset"] == "2"
+
+
+async def test_a_pull_with_a_sql92_subscription(client: WireClient) -> None:
+    for i, color in enumerate(("red", "blue", "red")):
+        props = messages.format_properties({"UNIQ_KEY": f"S{i}", "color": color})
+        await client.call(RequestCode.SEND_MESSAGE_V2, _send_v2("orders", 0, props), b"s%d" % i)
+    pull = {"consumerGroup": "cg", "topic": "orders", "queueId": "0", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "4", "subscription": "color = 'red'",
+            "expressionType": "SQL92"}  # fmt: skip
+    found = await client.call(RequestCode.PULL_MESSAGE, pull)
+    assert found.code == ResponseCode.SUCCESS
+    assert [r.body for r in messages.parse_message_exts(found.body)] == [b"s0", b"s2"]
+    bad = await client.call(RequestCode.PULL_MESSAGE, {**pull, "subscription": "color = "})
+    assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert bad.remark
