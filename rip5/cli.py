@@ -27,7 +27,7 @@ from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner
+from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -226,6 +226,13 @@ for _role in ROLES.values():
     help="client port of the first broker (the next ones follow)",
 )
 @click.option(
+    "--remoting-port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="remoting (4.x client) port of the first broker (the next ones count down)",
+)
+@click.option(
     "--free-ports",
     is_flag=True,
     default=False,
@@ -251,6 +258,7 @@ def dev(
     nameserver_port: int,
     storage_port: int,
     broker_port: int,
+    remoting_port: int,
     free_ports: bool,
     auto_create: bool,
     log_level: str,
@@ -268,6 +276,7 @@ def dev(
         auto_create,
         log_level,
         free_ports=free_ports,
+        remoting_port=remoting_port,
     )
     specs, notices = plan(layout)
 
@@ -284,7 +293,8 @@ def dev(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
         supervisor = Supervisor(specs, out=out)
-        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps)))
+        remoting = remoting_endpoints(specs)
+        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps, remoting)))
 
     try:
         code = uvloop.run(supervise())

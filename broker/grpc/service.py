@@ -90,6 +90,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._endpoint = endpoint
         self.sessions = sessions or TelemetrySessions()
 
+    @property
+    def route_processor(self) -> RouteProcessor:
+        """The route processor (shared with the other protocol adapters)."""
+        return self._route
+
+    @property
+    def producer_processor(self) -> ProducerProcessor:
+        """The producer processor (shared with the other protocol adapters)."""
+        return self._producer
+
     # -- routing ------------------------------------------------------------
 
     async def QueryRoute(
