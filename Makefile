@@ -17,14 +17,19 @@ EXTRAS ?= dev,spark,loadtest,tiered
 PURE   ?= $(shell $(BIN)/python -m tests.pure_modules)
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
-# The Node.js gRPC clients the contract tests run (the official RocketMQ client on
-# @grpc/grpc-js), installed from the lock file; the stamp changes when it does.
-NODE_DIR   := tests/contract/node
-NODE_STAMP := $(NODE_DIR)/node_modules/.installed-$(shell cat $(NODE_DIR)/package-lock.json | cksum | cut -d' ' -f1)
+# The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
+# folder: the C++ client's Python package is named `rocketmq`, like the official 5.x
+# client in the venv, so it cannot be installed beside it (it goes to .clients/python,
+# outside the trees lint and typecheck read). The Node clients go to tests/clients/node:
+# ali-ons (4.x), and the official 5.x client with @grpc/grpc-js (gRPC contract tests).
+CLIENTS := tests/clients
+CPP_CLIENT := rocketmq-client-python==0.5.0rc2
+BATCH_CLIENT := rocketmq==0.4.4
 # The raft core (every module of raft/core/): `coverage-core` holds it to 100% branch coverage.
 RAFT_CORE_COV := --cov=raft.core
 
-.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps node-deps fuzz
+.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps \
+	remoting-clients fuzz
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,14 +39,6 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@touch $@
 
 venv: $(STAMP)
-
-# npm ci installs exactly the lock file's versions; it runs again only when that changes.
-$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json | system-deps
-	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
-	@rm -f $(NODE_DIR)/node_modules/.installed-*
-	@touch $@
-
-node-deps: $(NODE_STAMP)
 
 # Resolve pyproject.toml afresh (newest allowed versions) in a throwaway venv and
 # pin the result in constraints.txt; review the diff, run `make test`, commit both.
@@ -76,6 +73,22 @@ system-deps:
 	  { echo "make: $${dep#*:} is installed but $${dep%%:*} is still not on PATH" >&2; exit 1; }; \
 	done
 
+# Both C++ client wrappers' wheels bundle the library (later versions of the first
+# ship none); ali-ons and its dependencies come at the versions package-lock.json pins.
+remoting-clients: .clients/python/rocketmq/librocketmq.so \
+	.clients/python-0.4.4/rocketmq/librocketmq.so $(CLIENTS)/node/node_modules/.package-lock.json
+
+.clients/python/rocketmq/librocketmq.so: | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
+		--target .clients/python $(CPP_CLIENT)
+
+.clients/python-0.4.4/rocketmq/librocketmq.so: | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
+		--target .clients/python-0.4.4 $(BATCH_CLIENT)
+
+$(CLIENTS)/node/node_modules/.package-lock.json: $(CLIENTS)/node/package-lock.json | system-deps
+	cd $(CLIENTS)/node && npm ci --no-audit --no-fund
+
 run: system-deps $(STAMP)
 	$(BIN)/rip5 dev $(ARGS)
 
@@ -90,7 +103,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-test: system-deps node-deps lint typecheck imports coverage-core
+test: system-deps remoting-clients lint typecheck imports coverage-core
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 coverage-core: $(STAMP)
@@ -108,4 +121,5 @@ sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache $(NODE_DIR)/node_modules
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache \
+		.clients $(CLIENTS)/node/node_modules

@@ -1,4 +1,4 @@
-"""Running the Node.js clients of tests/contract/node (installed by ``make node-deps``).
+"""Running the Node.js gRPC clients of tests/clients/node (installed by ``make test``).
 
 The official RocketMQ Node client and @grpc/grpc-js run as ``node`` subprocesses:
 the scripts print one JSON line on success and exit non-zero, with the error on
@@ -13,14 +13,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-NODE_DIR = Path(__file__).with_name("node")
+NODE_DIR = Path(__file__).resolve().parents[1] / "clients" / "node"
 
 
 def run_node(script: str, *args: str, home: Path, timeout_s: float = 90.0) -> dict[str, Any]:
     """Run ``script`` of the node folder with ``args``; its JSON result. HOME is ``home``
     (the official client writes its logs under ~/logs)."""
     modules = NODE_DIR / "node_modules"
-    assert modules.is_dir(), f"{modules} is missing: run `make node-deps`"
+    assert modules.is_dir(), f"{modules} is missing: run `make remoting-clients`"
     done = subprocess.run(
         ["node", script, *args],
         cwd=NODE_DIR,

@@ -4,8 +4,9 @@ the same cases, with grpcio's behaviour as the reference.
 Each case runs against both servers, serving the same handlers (those of
 ``test_grpc_http2``, plus a few below), with the clients the official SDKs sit
 on: grpcio (Python, C core) and @grpc/grpc-js (Node, via
-``node/grpc_conformance.js``); a raw HTTP/2 client (the h2 library) checks
-what the gRPC clients hide: PING answers, trailers-only responses, GOAWAY.
+``tests/clients/node/grpc_conformance.js``); a raw HTTP/2 client (the h2
+library) checks what the gRPC clients hide: PING answers, trailers-only
+responses, GOAWAY.
 """
 
 from __future__ import annotations
@@ -478,8 +479,8 @@ async def test_stop_sends_goaway_first_refuses_crossing_calls_and_drains_the_res
 async def test_grpc_js_passes_the_same_cases_and_closes_cleanly(
     served: Served, tmp_path: Path
 ) -> None:
-    """node/grpc_conformance.js: every case's outcome, then a channel closed with a
-    half-closed stream open (an error after that would kill the Node process)."""
+    """tests/clients/node/grpc_conformance.js: every case's outcome, then a channel
+    closed with a half-closed stream open (an error after that would kill the Node process)."""
     result = await asyncio.to_thread(
         run_node, "grpc_conformance.js", str(served.port), home=tmp_path
     )
