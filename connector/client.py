@@ -13,6 +13,7 @@ failure; ``retriable`` says whether trying again later may succeed.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -26,12 +27,15 @@ from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 
+log = logging.getLogger("rip5.connector")
 CLIENT_ID_HEADER = "x-mq-client-id"
 CALL_TIMEOUT_S = 20.0
 LONG_POLL_MS = 5_000
 """The long poll of a pull: the shortest a broker plans, so a rule's tasks notice a
 stop or a reload within seconds."""
 PULL_BATCH_MAX = 32
+_STREAMS = frozenset({"PullMessage"})
+"""Calls answered by a server stream."""
 _OK = frozenset({pb.OK, pb.MULTIPLE_RESULTS})
 _TRANSPORT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 _RETRIABLE_CODES = frozenset(
@@ -117,20 +121,31 @@ class ClusterClient:
             await channel.close()
 
     async def _call(self, method: str, request: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
-        """A unary call on the current endpoint, going on to the next on a transport
-        failure."""
+        """A unary call (streams: the list of their responses) on the current endpoint,
+        going on to the next on a transport failure."""
         last: grpc.aio.AioRpcError | None = None
         for _ in self._stubs:
-            stub = self._stubs[self._next % len(self._stubs)]
+            index = self._next % len(self._stubs)
+            call = getattr(self._stubs[index], method)
             try:
-                return await getattr(stub, method)(
-                    request, timeout=timeout_s, metadata=self._metadata
-                )
+                if method in _STREAMS:
+                    stream = call(request, timeout=timeout_s, metadata=self._metadata)
+                    return [response async for response in stream]
+                return await call(request, timeout=timeout_s, metadata=self._metadata)
             except grpc.aio.AioRpcError as error:
                 last = error
                 if error.code() not in _TRANSPORT:
                     break
-                self._next += 1
+                log.warning(
+                    "broker unreachable, trying the next",
+                    extra={
+                        "cluster": self.name,
+                        "endpoint": self.endpoints[index],
+                        "call": method,
+                        "error": error.code().name,
+                    },
+                )
+                self._next = index + 1
         assert last is not None
         raise ConnectorCallError(
             last.code().name, last.details() or "", retriable=last.code() in _TRANSPORT
@@ -157,37 +172,22 @@ class ClusterClient:
             filter_expression=pb.FilterExpression(type=pb.TAG, expression=expression),
             long_polling_timeout=_duration(LONG_POLL_MS),
         )
-        last: grpc.aio.AioRpcError | None = None
-        for _ in self._stubs:
-            stub = self._stubs[self._next % len(self._stubs)]
-            messages: list[pb.Message] = []
-            status = pb.Status(code=pb.OK)
-            next_offset = offset
-            try:
-                async for response in stub.PullMessage(
-                    request, timeout=LONG_POLL_MS / 1000 + CALL_TIMEOUT_S, metadata=self._metadata
-                ):
-                    kind = response.WhichOneof("content")
-                    if kind == "status":
-                        status = response.status
-                    elif kind == "message":
-                        messages.append(response.message)
-                    elif kind == "next_offset":
-                        next_offset = response.next_offset
-            except grpc.aio.AioRpcError as error:
-                last = error
-                if error.code() not in _TRANSPORT:
-                    break
-                self._next += 1
-                continue
-            if status.code in (pb.ILLEGAL_OFFSET, pb.MESSAGE_NOT_FOUND):
-                return Pulled([], next_offset, _code_name(status.code), status.message)
-            _check(status)
-            return Pulled(messages, next_offset, "OK")
-        assert last is not None
-        raise ConnectorCallError(
-            last.code().name, last.details() or "", retriable=last.code() in _TRANSPORT
-        )
+        responses = await self._call("PullMessage", request, LONG_POLL_MS / 1000 + CALL_TIMEOUT_S)
+        messages: list[pb.Message] = []
+        status = pb.Status(code=pb.OK)
+        next_offset = offset
+        for response in responses:
+            kind = response.WhichOneof("content")
+            if kind == "status":
+                status = response.status
+            elif kind == "message":
+                messages.append(response.message)
+            elif kind == "next_offset":
+                next_offset = response.next_offset
+        if status.code in (pb.ILLEGAL_OFFSET, pb.MESSAGE_NOT_FOUND):
+            return Pulled([], next_offset, _code_name(status.code), status.message)
+        _check(status)
+        return Pulled(messages, next_offset, "OK")
 
     async def committed(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset in the queue; None when it has none."""

@@ -200,6 +200,8 @@ class RuleCopier:
         if fresh:
             self._marks.write(header)
             self._marks.flush()
+        for counter in (self.metrics.messages, self.metrics.bytes, self.metrics.errors):
+            counter.labels(rule.name)  # exported from the start, at 0
         self._tasks = [
             asyncio.create_task(self._copy_queue(queue), name=f"copy {self.rule.name}:{queue}")
             for queue in self.positions

@@ -12,18 +12,23 @@ minute): the 100,000-message run with crashes belongs to a larger opt-in run.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
+from angelia_rpc.ports import free_port
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -34,6 +39,9 @@ pytestmark = pytest.mark.integration
 NORMAL, FIFO = 1, 2
 META = (("x-mq-client-id", "e2e-connector-client"),)
 WAIT_S = 60.0
+FIFO_MESSAGES = int(os.environ.get("RIP5_CONNECTOR_E2E_MESSAGES", "200"))
+"""Messages of the crash test: 200 in ``make test``; the larger run sets 100000
+(``RIP5_CONNECTOR_E2E_MESSAGES=100000 pytest tests/e2e/test_connector_clusters.py``)."""
 Stub = service_pb2_grpc.MessagingServiceStub
 
 EAST_TOPICS = {"Orders": (2, NORMAL), "Late": (1, NORMAL), "Fifo": (2, FIFO), "Added": (1, NORMAL)}
@@ -51,7 +59,7 @@ def _rules(east: LocalCluster, west: LocalCluster, *, added: bool = False) -> st
 [clusters.east]
 endpoints = ["127.0.0.1:{east.broker_port()}"]
 [clusters.west]
-endpoints = ["127.0.0.1:{west.broker_port()}"]
+endpoints = ["127.0.0.1:{west.broker_port(0)}", "127.0.0.1:{west.broker_port(1)}"]
 
 [[rules]]
 name = "orders"
@@ -123,7 +131,7 @@ def clusters(
     """East and west, with their topics and groups."""
     root = tmp_path_factory.mktemp("connector")
     east = LocalCluster(root / "east", groups=4)
-    west = LocalCluster(root / "west", groups=4)
+    west = LocalCluster(root / "west", groups=4, brokers=2)
     try:
         east.start()
         west.start()
@@ -139,7 +147,9 @@ def clusters(
 @pytest.fixture(scope="module")
 def stubs(clusters: tuple[LocalCluster, LocalCluster]) -> Iterator[tuple[Stub, Stub]]:
     east, west = clusters
-    channels = [grpc.insecure_channel(f"127.0.0.1:{c.broker_port()}") for c in (east, west)]
+    # West is read through its second broker: the crash test kills the first.
+    ports = (east.broker_port(0), west.broker_port(1))
+    channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in ports]
     try:
         yield Stub(channels[0]), Stub(channels[1])
     finally:
@@ -174,10 +184,14 @@ _counter = iter(range(10**9))
 
 
 def _send(
-    stub: Stub, topic: str, batches: list[tuple[str, int]], group: str | None = None
+    stub: Stub,
+    topic: str,
+    batches: list[tuple[str, int]],
+    group: str | None = None,
+    per_call: int = 1,
 ) -> list[str]:
-    """Send (tag, count) batches, one message per call; the ids in order."""
-    ids = []
+    """Send (tag, count) batches, ``per_call`` messages a call; the ids in order."""
+    messages = []
     for tag, count in batches:
         for _ in range(count):
             message_id = f"01{os.getpid():08X}{next(_counter):022X}"
@@ -191,18 +205,24 @@ def _send(
                 system.tag = tag
             if group:
                 system.message_group = group
-            message = pb.Message(
-                topic=pb.Resource(name=topic),
-                body=f"body of {message_id}".encode(),
-                user_properties={"origin": "e2e"},
-                system_properties=system,
+            messages.append(
+                pb.Message(
+                    topic=pb.Resource(name=topic),
+                    body=f"body of {message_id}".encode(),
+                    user_properties={"origin": "e2e"},
+                    system_properties=system,
+                )
             )
-            sent = stub.SendMessage(
-                spb.SendMessageRequest(messages=[message]), metadata=META, timeout=20
-            )
-            assert sent.status.code == pb.OK, sent.status
-            ids.append(message_id)
-    return ids
+    for first in range(0, len(messages), per_call):
+        request = spb.SendMessageRequest(messages=messages[first : first + per_call])
+        sent = stub.SendMessage(request, metadata=META, timeout=20)
+        assert sent.status.code == pb.OK, sent.status
+    return [m.system_properties.message_id for m in messages]
+
+
+def _stored(stub: Stub, topic: str, queues: int) -> int:
+    """How many messages the topic's queues hold (from their offsets)."""
+    return sum(end - first for first, end in (_offsets(stub, topic, q) for q in range(queues)))
 
 
 def _offsets(stub: Stub, topic: str, queue: int) -> tuple[int, int]:
@@ -310,35 +330,103 @@ def test_a_latest_start_copies_only_what_came_after_the_start(
     assert _ids(_copies(west, "Late", 1)) == after
 
 
-def test_a_sigkilled_connector_loses_and_duplicates_nothing_and_keeps_group_order(
-    connector: Connector, stubs: tuple[Stub, Stub]
+def test_a_prometheus_server_scrapes_the_metrics_and_answers_queries(
+    connector: Connector, tmp_path: Path
 ) -> None:
+    """Debian's prometheus (SYSTEM_DEPS) scrapes /metrics; its query API gives them back."""
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is missing: run make system-deps"
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n"
+        "scrape_configs:\n  - job_name: connector\n"
+        f"    static_configs:\n      - targets: ['{connector.metrics}']\n"
+    )
+    address = f"127.0.0.1:{free_port()}"
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        server = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address={address}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def query(expression: str) -> list[dict[str, Any]]:
+            url = f"http://{address}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+            try:
+                answer = json.loads(urllib.request.urlopen(url, timeout=5).read())
+            except OSError:
+                return []  # not up yet
+            assert answer["status"] == "success", answer
+            return list(answer["data"]["result"])
+
+        copied = 'rip5_connector_replicated_messages_total{job="connector",rule="orders"}'
+        _until("prometheus to scrape the connector", lambda: bool(query(copied)))
+        assert float(query(copied)[0]["value"][1]) == 8
+        for name in (
+            "rip5_connector_replicated_bytes_total",
+            "rip5_connector_delay_milliseconds",
+            "rip5_connector_last_sync_timestamp_milliseconds",
+            "rip5_connector_lag_messages",
+            "rip5_connector_errors_total",
+        ):
+            rules = {r["metric"]["rule"] for r in query(name)}
+            assert {"orders", "late"} <= rules, (name, rules)
+        # TPS is the rate of the first (it needs two scrapes).
+        tps = 'rate(rip5_connector_replicated_messages_total{rule="orders"}[1m])'
+        _until("a rate over two scrapes", lambda: bool(query(tps)))
+        assert float(query(tps)[0]["value"][1]) >= 0
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_sigkilled_connector_and_a_killed_target_broker_lose_and_double_nothing(
+    connector: Connector, stubs: tuple[Stub, Stub], clusters: tuple[LocalCluster, LocalCluster]
+) -> None:
+    """FIFO messages flow while the connector is SIGKILLed and restarted twice and the
+    target broker it talks to first is SIGKILLed once (it goes on through the other):
+    the target holds each message once, in the order sent per message group."""
     east, west = stubs
     groups = [f"g{n}" for n in range(4)]
     sent: dict[str, list[str]] = {g: [] for g in groups}
+    per_call = 1 if FIFO_MESSAGES <= 1_000 else 32
+    rounds = FIFO_MESSAGES // (len(groups) * per_call)
 
     def produce() -> None:
-        for _ in range(50):
+        for _ in range(rounds):
             for group in groups:
-                sent[group] += _send(east, "Fifo", [("", 1)], group=group)
+                sent[group] += _send(east, "Fifo", [("", per_call)], group=group, per_call=per_call)
 
+    def copied(count: int) -> Callable[[], bool]:
+        return lambda: _stored(west, "Fifo", 3) >= count
+
+    target_broker = clusters[1].brokers[0]
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        for _ in range(2):  # kill -9 twice while messages flow
-            copied = len(_ids(_copies(west, "Fifo", 3)))
-
-            def flowing(copied: int = copied) -> bool:
-                return len(_ids(_copies(west, "Fifo", 3))) > copied + 10
-
-            _until("copies flowing", flowing)
-            assert connector.process is not None
-            connector.process.kill()
-            connector.start()
+        # The crashes come at a quarter, half and three quarters of the copies.
+        for n, crash in enumerate(("connector", "target broker", "connector"), start=1):
+            _until(f"copies before the {crash} crash", copied(FIFO_MESSAGES * n // 4), 600)
+            if crash == "connector":
+                assert connector.process is not None
+                connector.process.kill()
+                connector.start()
+            else:
+                target_broker.kill()
+                more = FIFO_MESSAGES * n // 4 + FIFO_MESSAGES // 8
+                _until("copies going on without it", copied(more), 600)
+                target_broker.start()
     finally:
         producer.join()
     total = sum(len(ids) for ids in sent.values())
-    _until("every FIFO message on west", lambda: len(_ids(_copies(west, "Fifo", 3))) >= total)
+    assert total == FIFO_MESSAGES
+    _until("every FIFO message on west", lambda: _stored(west, "Fifo", 3) >= total, 600)
     copies = _copies(west, "Fifo", 3)
     ids = _ids(copies)
     assert len(ids) == total
