@@ -1,6 +1,6 @@
 """The connector between two real rip5 clusters ("east" copies to "west").
 
-Two clusters for the module (each 1 nameserver, 3 storage nodes, 1 broker,
+Two clusters for the module (each 1 nameserver, 3 storage nodes, 2 brokers,
 4 raft groups) and one connector process (``python -m rip5 connector``) run
 by the tests, SIGKILLed and restarted, sent SIGHUP. Messages go in and come
 out through our own gRPC v2 stubs. Every check waits for a condition with a
@@ -57,7 +57,7 @@ GROUPS = ("connector-orders", "connector-late", "connector-fifo", "connector-add
 def _rules(east: LocalCluster, west: LocalCluster, *, added: bool = False) -> str:
     text = f"""
 [clusters.east]
-endpoints = ["127.0.0.1:{east.broker_port()}"]
+endpoints = ["127.0.0.1:{east.broker_port(0)}", "127.0.0.1:{east.broker_port(1)}"]
 [clusters.west]
 endpoints = ["127.0.0.1:{west.broker_port(0)}", "127.0.0.1:{west.broker_port(1)}"]
 
@@ -130,7 +130,7 @@ def clusters(
 ) -> Iterator[tuple[LocalCluster, LocalCluster]]:
     """East and west, with their topics and groups."""
     root = tmp_path_factory.mktemp("connector")
-    east = LocalCluster(root / "east", groups=4)
+    east = LocalCluster(root / "east", groups=4, brokers=2)
     west = LocalCluster(root / "west", groups=4, brokers=2)
     try:
         east.start()
@@ -147,8 +147,8 @@ def clusters(
 @pytest.fixture(scope="module")
 def stubs(clusters: tuple[LocalCluster, LocalCluster]) -> Iterator[tuple[Stub, Stub]]:
     east, west = clusters
-    # West is read through its second broker: the crash test kills the first.
-    ports = (east.broker_port(0), west.broker_port(1))
+    # The tests use each cluster's second broker: the crash test kills the first.
+    ports = (east.broker_port(1), west.broker_port(1))
     channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in ports]
     try:
         yield Stub(channels[0]), Stub(channels[1])
@@ -386,12 +386,13 @@ def test_a_prometheus_server_scrapes_the_metrics_and_answers_queries(
         server.wait(timeout=30)
 
 
-def test_a_sigkilled_connector_and_a_killed_target_broker_lose_and_double_nothing(
+def test_a_sigkilled_connector_and_killed_brokers_lose_and_double_nothing(
     connector: Connector, stubs: tuple[Stub, Stub], clusters: tuple[LocalCluster, LocalCluster]
 ) -> None:
     """FIFO messages flow while the connector is SIGKILLed and restarted twice and the
-    target broker it talks to first is SIGKILLed once (it goes on through the other):
-    the target holds each message once, in the order sent per message group."""
+    target broker and the source broker it talks to first are each SIGKILLed once (it
+    goes on through the others): the target holds each message once, in the order sent
+    per message group."""
     east, west = stubs
     groups = [f"g{n}" for n in range(4)]
     sent: dict[str, list[str]] = {g: [] for g in groups}
@@ -406,22 +407,23 @@ def test_a_sigkilled_connector_and_a_killed_target_broker_lose_and_double_nothin
     def copied(count: int) -> Callable[[], bool]:
         return lambda: _stored(west, "Fifo", 3) >= count
 
-    target_broker = clusters[1].brokers[0]
+    brokers = {"source broker": clusters[0].brokers[0], "target broker": clusters[1].brokers[0]}
+    crashes = ("connector", "target broker", "source broker", "connector")
+    step = FIFO_MESSAGES // (len(crashes) + 1)
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        # The crashes come at a quarter, half and three quarters of the copies.
-        for n, crash in enumerate(("connector", "target broker", "connector"), start=1):
-            _until(f"copies before the {crash} crash", copied(FIFO_MESSAGES * n // 4), 600)
+        # The crashes come at every fifth of the copies.
+        for n, crash in enumerate(crashes, start=1):
+            _until(f"copies before the {crash} crash", copied(step * n), 600)
             if crash == "connector":
                 assert connector.process is not None
                 connector.process.kill()
                 connector.start()
             else:
-                target_broker.kill()
-                more = FIFO_MESSAGES * n // 4 + FIFO_MESSAGES // 8
-                _until("copies going on without it", copied(more), 600)
-                target_broker.start()
+                brokers[crash].kill()
+                _until(f"copies going on without the {crash}", copied(step * n + step // 2), 600)
+                brokers[crash].start()
     finally:
         producer.join()
     total = sum(len(ids) for ids in sent.values())
