@@ -22,6 +22,7 @@ from typing import Any
 import click
 import uvloop
 
+from connector.config import ConnectorConfig
 from rip5 import __version__, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
@@ -148,6 +149,8 @@ def _role_command(role: Role) -> click.Command:
             common, config = load_role_config(role, config_path, flags)
         except ConfigError as exc:
             _fail(str(exc), EXIT_CONFIG)
+        if isinstance(config, ConnectorConfig):  # a bad rules file is refused before the start
+            connector_commands.load_rules(config.rules)
         serve = role.load_serve()
         if serve is None:
             _unavailable(f"the {role.name} role", role.issue)

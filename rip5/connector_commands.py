@@ -31,7 +31,8 @@ rules_option = click.option(
 rule_option = click.option("--rule", "rule_name", default=None, help="only this rule")
 
 
-def _load(rules_path: str) -> RuleSet:
+def load_rules(rules_path: str) -> RuleSet:
+    """The rules of the file, or exit 2 naming the file, line and key at fault."""
     try:
         return parse_rules(Path(rules_path).read_text(), rules_path)
     except OSError as exc:
@@ -87,7 +88,7 @@ async def _status_lines(rules: RuleSet, chosen: list[Rule]) -> list[str]:
 @rule_option
 def status(rules_path: str, rule_name: str | None) -> None:
     """A line per rule: source end offsets, checkpoints and lag (summed over queues)."""
-    rules = _load(rules_path)
+    rules = load_rules(rules_path)
 
     async def work() -> None:
         for line in await _status_lines(rules, _chosen(rules, rule_name)):
@@ -139,7 +140,7 @@ async def _translate_lines(
 def translate_command(rules_path: str, rule_name: str | None, group: str, data_dir: str) -> None:
     """Target offsets at which GROUP resumes without a gap: a line per target queue,
     "RULE CLUSTER/TOPIC QUEUE OFFSET translated|end"."""
-    rules = _load(rules_path)
+    rules = load_rules(rules_path)
 
     async def work() -> None:
         chosen = _chosen(rules, rule_name)
