@@ -41,7 +41,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -135,9 +135,13 @@ class RuleCopier:
         target: ClusterClient,
         marks_path: Path,
         metrics: Metrics,
+        failed: Callable[[BaseException], None],
     ) -> None:
-        """Nothing runs before :meth:`prepare` and :meth:`start`."""
+        """Nothing runs before :meth:`prepare` and :meth:`start`; ``failed`` hears of a
+        copy task that ended by an unexpected error (the process then stops: a queue
+        must not silently stop being copied)."""
         self.rule = rule
+        self._failed = failed
         self.source = source
         self.target = target
         self.marks_path = marks_path
@@ -206,15 +210,21 @@ class RuleCopier:
             asyncio.create_task(self._copy_queue(queue), name=f"copy {self.rule.name}:{queue}")
             for queue in self.positions
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._failed(error)
 
     async def stop(self) -> None:
         """Cancel the copy tasks and wait for them (a batch in flight is resent by the
         next start and absorbed by the target's dedup)."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task that ended by an error was reported by _ended already.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         if self._marks is not None:
             self._marks.close()
@@ -311,7 +321,13 @@ class Connector:
         self.metrics = metrics
         self.rules = RuleSet({}, ())
         self.copiers: dict[str, RuleCopier] = {}
+        self.failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+        """Set by the first copy task that ended by an unexpected error."""
         self._clients: dict[tuple[str, tuple[str, ...]], ClusterClient] = {}
+
+    def _failed(self, error: BaseException) -> None:
+        if not self.failure.done():
+            self.failure.set_result(error)
 
     def read_rules(self) -> RuleSet:
         """Parse the rules file (RulesError if it is not usable)."""
@@ -338,6 +354,7 @@ class Connector:
             self._client(rules, rule.target),
             self.data_dir / "marks" / f"{name}.marks",
             self.metrics,
+            self._failed,
         )
         await copier.prepare()
         copier.start()
@@ -418,8 +435,11 @@ async def serve(
         stop_wait = asyncio.create_task(stopping.wait())
         while not stopping.is_set():
             reload_wait = asyncio.create_task(reload_wanted.wait())
-            await asyncio.wait({stop_wait, reload_wait}, return_when=asyncio.FIRST_COMPLETED)
+            waits: set[asyncio.Future[Any]] = {stop_wait, reload_wait, connector.failure}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             reload_wait.cancel()
+            if connector.failure.done():
+                raise connector.failure.result()
             if reload_wanted.is_set():
                 reload_wanted.clear()
                 log.info("reloading the rules file", extra={"rules": config.rules})
