@@ -214,13 +214,21 @@ class ClusterClient:
 
     async def bound(self, topic: str, queue_id: int, *, end: bool) -> int:
         """The queue's end offset (the next message's), or its first offset."""
-        answer = await self._call(
-            "QueryOffset",
-            spb.QueryOffsetRequest(
-                message_queue=_queue(topic, queue_id),
-                query_offset_policy=pb.END if end else pb.BEGINNING,
-            ),
+        return await self._query_offset(topic, queue_id, pb.END if end else pb.BEGINNING)
+
+    async def offset_at(self, topic: str, queue_id: int, at_ms: int) -> int:
+        """The first offset of the queue stored at or after ``at_ms`` (its end if none)."""
+        return await self._query_offset(topic, queue_id, pb.TIMESTAMP, max(0, at_ms))
+
+    async def _query_offset(
+        self, topic: str, queue_id: int, policy: pb.QueryOffsetPolicy, at_ms: int = 0
+    ) -> int:
+        request = spb.QueryOffsetRequest(
+            message_queue=_queue(topic, queue_id), query_offset_policy=policy
         )
+        if policy == pb.TIMESTAMP:
+            request.timestamp.FromMilliseconds(at_ms)
+        answer = await self._call("QueryOffset", request)
         _check(answer.status)
         return int(answer.offset)
 

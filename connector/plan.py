@@ -311,6 +311,54 @@ def target_queue(source_queue: int, message_group: str | None, target_queues: Se
     return ordered[source_queue % len(ordered)]
 
 
+# -- resends beyond the target's dedup window ----------------------------------------
+
+DEDUP_WINDOW_MS = 2 * 60_000
+"""How long a target remembers a stored message id (a storage partition's dedup window)."""
+CLOCK_SKEW_MS = 30_000
+"""How far the connector's clock and a target's store clock may disagree."""
+RESEND_SAFE_MS = DEDUP_WINDOW_MS - CLOCK_SKEW_MS
+"""A batch whose send began less than this long ago is still in the target's window."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A send of source queue ``source_queue`` from ``source_offset`` began at ``sent_ms``
+    (connector clock): written to the marks file before each send."""
+
+    source_queue: int
+    source_offset: int
+    sent_ms: int
+
+
+def format_pending(pending: Pending) -> str:
+    """One line of a marks file."""
+    return f"P {pending.source_queue} {pending.source_offset} {pending.sent_ms}\n"
+
+
+def last_pending(text: str) -> dict[int, Pending]:
+    """Per source queue, the last send begun (a torn last line is skipped)."""
+    pending: dict[int, Pending] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "P" and all(part.isdigit() for part in parts[1:]):
+            queue, offset, sent_ms = (int(part) for part in parts[1:])
+            pending[queue] = Pending(queue, offset, sent_ms)
+    return pending
+
+
+def resend_unsafe(pending: Pending | None, committed: int, now_ms: int, safe_ms: int) -> bool:
+    """Whether resending from ``committed`` may double copies the target's dedup window
+    no longer remembers: the batch from there was being sent (its send began, its
+    checkpoint was not committed) at least ``safe_ms`` ago. The copies it may have
+    stored are then sought on the target before anything is sent again."""
+    return (
+        pending is not None
+        and pending.source_offset == committed
+        and now_ms - pending.sent_ms >= safe_ms
+    )
+
+
 # -- offset translation -------------------------------------------------------------
 
 

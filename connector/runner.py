@@ -17,10 +17,10 @@ messages) per source queue. Each copy keeps its message id and goes to the
 same target queue again (a stable mapping), where the target's dedup window
 (per raft group, by topic and message id: 2 minutes and 100,000 ids per group
 by default, ``storage_node/partition/config.py``) answers the resend with the
-first copy's outcome. The window covers the resend span when the connector is
-back within 2 minutes of its last send (a restart takes seconds) and the
-target group stored fewer than 100,000 other messages meanwhile; a connector
-down longer than that may duplicate up to one batch per source queue.
+first copy's outcome. A pending line written before each send says when it
+began; at start, a batch left unfinished longer ago than the window safely
+covers (``resend_check_after_ms``) is first sought on the target
+(:meth:`RuleCopier._copies_on_target`) and only what is missing is sent.
 
 Sharing: one connector process per rules file. Its data directory is locked
 (one process per directory), and two processes running one rule would copy
@@ -47,15 +47,27 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from connector.client import ClusterClient, ConnectorCallError
 from connector.config import ConnectorConfig
-from connector.copies import copy_message
+from connector.copies import (
+    SOURCE_CLUSTER,
+    SOURCE_OFFSET,
+    SOURCE_QUEUE,
+    SOURCE_TOPIC,
+    copy_message,
+)
 from connector.plan import (
+    CLOCK_SKEW_MS,
+    RESEND_SAFE_MS,
     Mark,
+    Pending,
     Rule,
     RulesError,
     RuleSet,
     format_mark,
+    format_pending,
+    last_pending,
     parse_rules,
     plan_reload,
+    resend_unsafe,
 )
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
@@ -136,12 +148,14 @@ class RuleCopier:
         marks_path: Path,
         metrics: Metrics,
         failed: Callable[[BaseException], None],
+        resend_safe_ms: int = RESEND_SAFE_MS,
     ) -> None:
         """Nothing runs before :meth:`prepare` and :meth:`start`; ``failed`` hears of a
         copy task that ended by an unexpected error (the process then stops: a queue
         must not silently stop being copied)."""
         self.rule = rule
         self._failed = failed
+        self.resend_safe_ms = resend_safe_ms
         self.source = source
         self.target = target
         self.marks_path = marks_path
@@ -149,6 +163,9 @@ class RuleCopier:
         self.positions: dict[int, int] = {}
         self.target_queues: list[int] = []
         self._lags: dict[int, int] = {}
+        # Per source queue: copies of its unfinished batch found on the target,
+        # source offset -> (target queue, target offset); they are not sent again.
+        self._found: dict[int, dict[int, tuple[int, int]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._marks: IO[str] | None = None  # the open marks file, once started
 
@@ -193,16 +210,79 @@ class RuleCopier:
                 committed = await self.source.bound(rule.topic, queue, end=rule.start == "latest")
                 await self.source.commit(rule.group, rule.topic, queue, committed)
             self.positions[queue] = committed
+        pending = last_pending(self._marks_text())
+        now_ms = time.time_ns() // 1_000_000
+        for queue, committed in self.positions.items():
+            unfinished = pending.get(queue)
+            if unfinished is not None and resend_unsafe(
+                unfinished, committed, now_ms, self.resend_safe_ms
+            ):
+                self._found[queue] = await self._copies_on_target(queue, unfinished)
+
+    def _header(self) -> str:
+        rule = self.rule
+        return f"# {rule.source} {rule.topic} -> {rule.target} {rule.target_topic}\n"
+
+    def _marks_text(self) -> str:
+        """The marks file of this rule's source and target ("" if none or another's)."""
+        if not self.marks_path.exists():
+            return ""
+        text = self.marks_path.read_text()
+        return text if text.startswith(self._header()) else ""
+
+    async def _copies_on_target(
+        self, queue: int, unfinished: Pending
+    ) -> dict[int, tuple[int, int]]:
+        """Copies of source ``queue`` from ``unfinished.source_offset`` on that the target
+        stored since the unfinished send began (less the clock skew), by reading every
+        target queue from then on (with the rule's group, which the target must have)."""
+        rule = self.rule
+        found: dict[int, tuple[int, int]] = {}
+        for target_queue in self.target_queues:
+            since = unfinished.sent_ms - CLOCK_SKEW_MS
+            offset = await self.target.offset_at(rule.target_topic, target_queue, since)
+            end = await self.target.bound(rule.target_topic, target_queue, end=True)
+            while offset < end:
+                try:
+                    pulled = await self.target.pull(
+                        rule.group, rule.target_topic, target_queue, offset, "*"
+                    )
+                except ConnectorCallError as exc:
+                    raise ConnectorCallError(
+                        exc.name,
+                        f"looking on cluster {rule.target!r} for copies of a batch a crash "
+                        f"left unfinished (its group {rule.group!r} must exist there too): "
+                        f"{exc.detail}",
+                        retriable=exc.retriable,
+                    ) from None
+                for message in pulled.messages:
+                    source = message.user_properties
+                    if (
+                        source.get(SOURCE_CLUSTER) == rule.source
+                        and source.get(SOURCE_TOPIC) == rule.topic
+                        and source.get(SOURCE_QUEUE) == str(queue)
+                        and int(source.get(SOURCE_OFFSET, "-1")) >= unfinished.source_offset
+                    ):
+                        target_offset = message.system_properties.queue_offset
+                        found[int(source[SOURCE_OFFSET])] = (target_queue, target_offset)
+                if pulled.next_offset <= offset:
+                    break
+                offset = pulled.next_offset
+        log.warning(
+            "a batch left unfinished by a crash is older than the target's dedup window; "
+            "its copies found on the target are not sent again",
+            extra={"rule": rule.name, "queue": queue, "found": len(found)},
+        )
+        return found
 
     def start(self) -> None:
         """Start one copy task per source queue."""
         self.marks_path.parent.mkdir(parents=True, exist_ok=True)
         rule = self.rule
-        header = f"# {rule.source} {rule.topic} -> {rule.target} {rule.target_topic}\n"
-        fresh = not self.marks_path.exists() or not self.marks_path.read_text().startswith(header)
+        fresh = not self._marks_text()
         self._marks = self.marks_path.open("w" if fresh else "a")
         if fresh:
-            self._marks.write(header)
+            self._marks.write(self._header())
             self._marks.flush()
         for counter in (self.metrics.messages, self.metrics.bytes, self.metrics.errors):
             counter.labels(rule.name)  # exported from the start, at 0
@@ -248,6 +328,7 @@ class RuleCopier:
     async def _copy_queue(self, queue: int) -> None:
         rule, name = self.rule, self.rule.name
         offset = self.positions[queue]
+        found = self._found.pop(queue, {})
         lag_checked = 0.0
         while True:
             pulled = await self._retrying(
@@ -264,10 +345,8 @@ class RuleCopier:
                     copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
                     for m in pulled.messages
                 ]
-                offsets = await self._retrying(
-                    "send", self.target.send, [copy for copy, _ in copies]
-                )
-                self._mark(queue, pulled.messages, copies, offsets)
+                placed = await self._send_new(queue, offset, pulled.messages, copies, found)
+                self._mark(queue, pulled.messages, placed)
                 now_ms = time.time_ns() // 1_000_000
                 last = pulled.messages[-1].system_properties.store_timestamp
                 self.metrics.messages.labels(name).inc(len(copies))
@@ -290,17 +369,45 @@ class RuleCopier:
                     self._lags[queue] = max(0, end - offset)
                     self.metrics.lag.labels(name).set(sum(self._lags.values()))
 
+    async def _send_new(
+        self,
+        queue: int,
+        offset: int,
+        pulled: Sequence[pb.Message],
+        copies: Sequence[tuple[pb.Message, int]],
+        found: dict[int, tuple[int, int]],
+    ) -> list[tuple[int, int]]:
+        """Send the copies not ``found`` on the target, after a pending line saying the
+        batch pulled from ``offset`` is being sent; each copy's (target queue, target
+        offset), in order."""
+        fresh = [
+            copy
+            for message, (copy, _) in zip(pulled, copies, strict=True)
+            if message.system_properties.queue_offset not in found
+        ]
+        stored: list[int] = []
+        if fresh:
+            assert self._marks is not None
+            sent_ms = time.time_ns() // 1_000_000
+            self._marks.write(format_pending(Pending(queue, offset, sent_ms)))
+            self._marks.flush()
+            stored = await self._retrying("send", self.target.send, fresh)
+        placed = iter(stored)
+        return [
+            found.get(message.system_properties.queue_offset) or (target_queue, next(placed))
+            for message, (_, target_queue) in zip(pulled, copies, strict=True)
+        ]
+
     def _mark(
         self,
         queue: int,
         pulled: Sequence[pb.Message],
-        copies: Sequence[tuple[pb.Message, int]],
-        offsets: Sequence[int],
+        placed: Sequence[tuple[int, int]],
     ) -> None:
         """One mark per target queue the batch reached: its first copy there."""
         seen: set[int] = set()
         lines = []
-        for message, (_, target_queue), target_offset in zip(pulled, copies, offsets, strict=True):
+        for message, (target_queue, target_offset) in zip(pulled, placed, strict=True):
             if target_queue in seen:
                 continue
             seen.add(target_queue)
@@ -314,8 +421,11 @@ class RuleCopier:
 class Connector:
     """The running rules: a :class:`RuleCopier` per rule, clients per cluster."""
 
-    def __init__(self, rules_path: Path, data_dir: Path, metrics: Metrics) -> None:
-        """Nothing runs before :meth:`load`."""
+    def __init__(
+        self, rules_path: Path, data_dir: Path, metrics: Metrics, resend_safe_ms: int
+    ) -> None:
+        """Nothing runs before :meth:`load`; ``resend_safe_ms``: see :class:`RuleCopier`."""
+        self.resend_safe_ms = resend_safe_ms
         self.rules_path = rules_path
         self.data_dir = data_dir
         self.metrics = metrics
@@ -355,6 +465,7 @@ class Connector:
             self.data_dir / "marks" / f"{name}.marks",
             self.metrics,
             self._failed,
+            self.resend_safe_ms,
         )
         await copier.prepare()
         copier.start()
@@ -419,7 +530,7 @@ async def serve(
 ) -> None:
     """The connector role: start the rules, serve metrics, reload on SIGHUP, stop."""
     metrics = Metrics()
-    connector = Connector(Path(config.rules), data_dir, metrics)
+    connector = Connector(Path(config.rules), data_dir, metrics, config.resend_check_after_ms)
     server = None
     try:
         await connector.load()

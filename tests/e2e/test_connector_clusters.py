@@ -29,6 +29,7 @@ import grpc
 import pytest
 
 from angelia_rpc.ports import free_port
+from connector.plan import Pending, format_pending, last_pending
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -136,7 +137,9 @@ def clusters(
         east.start()
         west.start()
         east.create(EAST_TOPICS, dict.fromkeys(GROUPS, (False, 3)))
-        west.create(WEST_TOPICS, {"reader": (False, 3)})
+        # The target has the "late" rule's group too: the connector reads the target
+        # with it when it looks for copies of a batch a crash left unfinished.
+        west.create(WEST_TOPICS, dict.fromkeys(("reader", "connector-late"), (False, 3)))
         yield east, west
     finally:
         codes = {**east.stop(), **{f"west-{k}": v for k, v in west.stop().items()}}
@@ -515,6 +518,36 @@ def test_translate_gives_target_offsets_where_a_moved_group_resumes_without_a_ga
         }
         assert wanted
         assert wanted <= seen
+
+
+def test_a_batch_left_unfinished_beyond_the_dedup_window_is_found_not_resent(
+    connector: Connector, stubs: tuple[Stub, Stub]
+) -> None:
+    """As if a crash 10 minutes ago had left the last two messages of "Late" sent but
+    not committed: on restart the connector finds their copies on the target (the dedup
+    window no longer covers them) and sends nothing again."""
+    east, west = stubs
+    assert connector.process is not None
+    assert connector.process.stop() == 0
+    _, end = _offsets(east, "Late", 0)
+    unfinished = end - 2
+    request = spb.UpdateOffsetRequest(
+        group=pb.Resource(name="connector-late"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="Late"), id=0),
+        offset=unfinished,
+    )
+    assert east.UpdateOffset(request, metadata=META, timeout=20).status.code == pb.OK
+    marks = connector.root / "connector" / "marks" / "late.marks"
+    long_ago_ms = time.time_ns() // 1_000_000 - 600_000
+    with marks.open("a") as out:
+        out.write(format_pending(Pending(0, unfinished, long_ago_ms)))
+    before = _ids(_copies(west, "Late", 1))
+    connector.start()
+    _until("the rule caught up", lambda: "lag=0" in connector.command("status", "--rule", "late"))
+    assert _ids(_copies(west, "Late", 1)) == before
+    assert last_pending(marks.read_text())[0] == Pending(0, unfinished, long_ago_ms)  # no send
+    log = (connector.root / "connector.log").read_text()
+    assert "rule=late queue=0 found=2" in log
 
 
 def test_a_bad_rules_file_is_refused_at_start_with_its_line_and_key(tmp_path: Path) -> None:

@@ -5,12 +5,17 @@ from __future__ import annotations
 import pytest
 
 from connector.plan import (
+    RESEND_SAFE_MS,
     Mark,
+    Pending,
     RulesError,
     format_mark,
+    format_pending,
+    last_pending,
     parse_marks,
     parse_rules,
     plan_reload,
+    resend_unsafe,
     target_queue,
     translate,
 )
@@ -153,3 +158,25 @@ def test_translate_resumes_at_the_last_mark_at_or_before_the_committed_offset() 
     # A group behind the connector's first copy starts at the first copies.
     assert translate(marks, {}) == {0: 10, 1: 0}
     assert translate([], {0: 3}) == {}
+
+
+def test_the_last_pending_send_of_each_queue_is_read_back() -> None:
+    text = (
+        "# east Orders -> west OrdersCopy\n"
+        + format_pending(Pending(0, 0, 1_000))
+        + format_mark(Mark(0, 0, 1, 100))
+        + format_pending(Pending(0, 32, 2_000))
+        + format_pending(Pending(1, 5, 2_500))
+        + "P 1 9"  # torn
+    )
+    assert last_pending(text) == {0: Pending(0, 32, 2_000), 1: Pending(1, 5, 2_500)}
+    assert parse_marks(text) == [Mark(0, 0, 1, 100)]
+
+
+def test_a_resend_is_unsafe_only_for_an_unfinished_batch_older_than_the_safe_span() -> None:
+    pending = Pending(0, 32, 1_000)
+    assert resend_unsafe(pending, 32, 1_000 + RESEND_SAFE_MS, RESEND_SAFE_MS)
+    assert not resend_unsafe(pending, 32, 999 + RESEND_SAFE_MS, RESEND_SAFE_MS)
+    assert not resend_unsafe(pending, 64, 10**12, RESEND_SAFE_MS)  # that batch was committed
+    assert not resend_unsafe(None, 32, 10**12, RESEND_SAFE_MS)
+    assert RESEND_SAFE_MS == 90_000  # 2 minutes of dedup window less 30 s of clock skew

@@ -10,7 +10,8 @@ import pytest
 
 from connector import runner
 from connector.client import ConnectorCallError, Pulled
-from connector.plan import Mark, Rule, parse_marks
+from connector.copies import copy_message
+from connector.plan import Mark, Pending, Rule, format_pending, parse_marks
 from connector.runner import Metrics, RuleCopier
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
@@ -51,14 +52,38 @@ class Source:
     async def bound(self, topic: str, queue: int, *, end: bool) -> int:
         return 3
 
+    async def queues(self, topic: str, *, writable: bool = False) -> list[int]:
+        return [0]
+
+    async def committed(self, group: str, topic: str, queue: int) -> int:
+        return 0
+
 
 class Target:
-    """Fails its first send (retriable), then stores at offsets from 100."""
+    """Fails its first ``failures`` sends (retriable), then stores at offsets from
+    ``stored``; ``existing`` copies were stored before (at 100, 101, ...)."""
 
-    def __init__(self, journal: list[str]) -> None:
+    def __init__(
+        self, journal: list[str], failures: int = 1, existing: list[pb.Message] | None = None
+    ) -> None:
         self.journal = journal
-        self.failures = 1
-        self.stored = 100
+        self.failures = failures
+        self.existing = existing or []
+        self.stored = 100 + len(self.existing)
+
+    async def queues(self, topic: str, *, writable: bool = False) -> list[int]:
+        return [0]
+
+    async def offset_at(self, topic: str, queue: int, at_ms: int) -> int:
+        self.journal.append(f"scan since {at_ms}")
+        return 100
+
+    async def bound(self, topic: str, queue: int, *, end: bool) -> int:
+        return self.stored if end else 100
+
+    async def pull(self, group: str, topic: str, queue: int, offset: int, expr: str) -> Pulled:
+        messages = self.existing[offset - 100 :]
+        return Pulled(messages, offset + len(messages), "OK")
 
     async def send(self, messages: list[pb.Message]) -> list[int]:
         if self.failures:
@@ -70,6 +95,16 @@ class Target:
         offsets = list(range(self.stored, self.stored + len(messages)))
         self.stored += len(messages)
         return offsets
+
+
+async def _run_until(copier: RuleCopier, done: asyncio.Event) -> None:
+    """Start the copy tasks, wait (10 s at most) for ``done``, stop them."""
+    copier.start()
+    try:
+        async with asyncio.timeout(10):
+            await done.wait()
+    finally:
+        await copier.stop()
 
 
 async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
@@ -90,12 +125,7 @@ async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
     )
     copier.positions = {0: 0}
     copier.target_queues = [0]
-    copier.start()
-    try:
-        async with asyncio.timeout(10):
-            await source.caught_up.wait()
-    finally:
-        await copier.stop()
+    await _run_until(copier, source.caught_up)
     assert journal == [
         "send failed",
         "sent ['ID0', 'ID1']",
@@ -132,11 +162,36 @@ async def test_an_unexpected_error_in_a_copy_task_is_reported(tmp_path: Path) ->
     )
     copier.positions = {0: 0}
     copier.target_queues = [0]
-    copier.start()
-    try:
-        async with asyncio.timeout(10):
-            await reported.wait()
-    finally:
-        await copier.stop()
+    await _run_until(copier, reported)
     assert [str(f) for f in failures] == ["a bug"]
     assert journal == []
+
+
+async def test_copies_of_an_unfinished_batch_older_than_the_dedup_window_are_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A crash left the batch from offset 0 unfinished (sent, not committed) long ago:
+    the copies the target stored (offsets 0 and 1, not 2) are found and not resent."""
+    journal: list[str] = []
+    marks = tmp_path / "orders.marks"
+    marks.write_text("# east Orders -> west OrdersCopy\n" + format_pending(Pending(0, 0, 500_000)))
+    existing = []
+    for offset in (0, 1):
+        copy, _ = copy_message(_message(offset), "east", 0, "OrdersCopy", [0])
+        copy.system_properties.queue_offset = 100 + offset
+        existing.append(copy)
+    source = Source(journal)
+    copier = RuleCopier(
+        RULE,
+        source,  # type: ignore[arg-type]
+        Target(journal, failures=0, existing=existing),  # type: ignore[arg-type]
+        marks,
+        Metrics(),
+        journal.append,  # type: ignore[arg-type]
+        resend_safe_ms=0,
+    )
+    await copier.prepare()
+    await _run_until(copier, source.caught_up)
+    skew_ms = 30_000
+    assert journal == [f"scan since {500_000 - skew_ms}", "commit 2", "sent ['ID2']", "commit 3"]
+    assert parse_marks(marks.read_text()) == [Mark(0, 0, 0, 100), Mark(0, 2, 0, 102)]
