@@ -40,12 +40,28 @@ LEASE_RELEASE_TIMEOUT_S = 1.0
 
 
 class LocalProducers(Protocol):
-    """The producers connected to this broker (their Telemetry streams)."""
+    """The producers connected to this broker (gRPC Telemetry streams, remoting
+    connections)."""
 
     def maybe_send_check(self, producer_group: str, half: HalfMessage, transaction_id: str) -> bool:
         """Send a check-back of ``half`` to one connected producer of the group; whether
         one was connected."""
         ...
+
+
+class AnyProducers:
+    """Several sets of local producers as one: a check goes to the first that has a
+    producer for it (one protocol's producers, then another's)."""
+
+    def __init__(self, *producers: LocalProducers) -> None:
+        self._producers = producers
+
+    def maybe_send_check(self, producer_group: str, half: HalfMessage, transaction_id: str) -> bool:
+        """Send through the first set that has a producer of the group."""
+        return any(
+            producers.maybe_send_check(producer_group, half, transaction_id)
+            for producers in self._producers
+        )
 
 
 @dataclass(frozen=True, slots=True)

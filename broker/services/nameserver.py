@@ -326,12 +326,21 @@ class ClusterMetadata:
             ),
         )
 
-    async def heartbeat(self, broker_id: str, address: str, producer_groups: list[str]) -> None:
-        """Tell the nameserver this broker is alive, with its producer groups."""
+    async def heartbeat(
+        self,
+        broker_id: str,
+        address: str,
+        producer_groups: list[str],
+        remoting_address: str = "",
+    ) -> None:
+        """Tell the nameserver this broker is alive, with its producer groups (and where
+        remoting clients reach it)."""
         await self._link.call(
             "broker heartbeat",
             lambda stub, timeout_ms: stub.broker_heartbeat(
-                ns.BrokerHeartbeatRequest(broker_id, self.cluster, address, producer_groups),
+                ns.BrokerHeartbeatRequest(
+                    broker_id, self.cluster, address, producer_groups, remoting_address
+                ),
                 timeout_ms=timeout_ms,
             ),
         )
@@ -343,11 +352,14 @@ async def run_heartbeats(
     address: str,
     producer_groups: Callable[[], list[str]],
     interval_ms: int,
+    remoting_address: str = "",
 ) -> None:
     """Forever: a broker heartbeat every ``interval_ms`` (failures are logged, not fatal)."""
     while True:
         try:
-            await metadata.heartbeat(broker_id, address, sorted(producer_groups()))
+            await metadata.heartbeat(
+                broker_id, address, sorted(producer_groups()), remoting_address
+            )
         except BrokerError as error:
             log.warning("broker heartbeat failed", extra={"error": error.message})
         await asyncio.sleep(interval_ms / 1000)

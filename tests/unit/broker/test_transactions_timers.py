@@ -20,7 +20,7 @@ from broker.processor.producer import ProducerProcessor
 from broker.processor.transaction import CheckRound, TransactionProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType, Placement
 
 SECRET = b"secret"
@@ -66,7 +66,7 @@ class World:
 
     async def received(self, topic: str) -> list[str]:
         deliveries = await self.consumer.receive(
-            "g", topic, TagFilter(), batch_size=32, invisible_ms=60_000, poll_ms=0
+            "g", topic, MessageFilter(), batch_size=32, invisible_ms=60_000, poll_ms=0
         )
         return [d.popped.message.message_id for d in deliveries]
 
