@@ -22,7 +22,8 @@ from typing import Any
 import click
 import uvloop
 
-from rip5 import __version__, admin_consumers
+from connector.config import ConnectorConfig
+from rip5 import __version__, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -151,6 +152,8 @@ def _role_command(role: Role) -> click.Command:
             common, config = load_role_config(role, config_path, flags)
         except ConfigError as exc:
             _fail(str(exc), EXIT_CONFIG)
+        if isinstance(config, ConnectorConfig):  # a bad rules file is refused before the start
+            connector_commands.load_rules(config.rules)
         serve = role.load_serve()
         if serve is None:
             _unavailable(f"the {role.name} role", role.issue)
@@ -170,7 +173,21 @@ def _role_command(role: Role) -> click.Command:
         metavar="FILE",
         help=f"TOML file; this role reads its [{role.name}] table [env RIP5_CONFIG]",
     )(command)
-    return click.command(name=role.name, help=role.summary)(command)
+    if role.name != "connector":
+        return click.command(name=role.name, help=role.summary)(command)
+
+    # The connector also answers questions about its rules: `rip5 connector status|translate`.
+    def run_unless_asked(config_path: str | None, **flags: Any) -> None:
+        if click.get_current_context().invoked_subcommand is None:
+            run(config_path, **flags)
+
+    run_unless_asked.__click_params__ = command.__click_params__  # type: ignore[attr-defined]
+    group = click.group(name=role.name, help=role.summary, invoke_without_command=True)(
+        run_unless_asked
+    )
+    group.add_command(connector_commands.status)
+    group.add_command(connector_commands.translate_command)
+    return group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -134,7 +134,7 @@ def message_from_pb(message: pb.Message) -> Message:
                 if system.HasField("delivery_timestamp")
                 else None
             ),
-            system.queue_id if system.queue_id > 0 else None,
+            system.queue_id if system.HasField("queue_id") else None,
             None,  # dead_letter_of: a sent message is nobody's dead letter
         )
     )
