@@ -20,7 +20,8 @@ PYTEST_ARGS ?=
 # The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
 # folder: the C++ client's Python package is named `rocketmq`, like the official 5.x
 # client in the venv, so it cannot be installed beside it (it goes to .clients/python,
-# outside the trees lint and typecheck read); ali-ons goes to tests/clients/node.
+# outside the trees lint and typecheck read). The Node clients go to tests/clients/node:
+# ali-ons (4.x), and the official 5.x client with @grpc/grpc-js (gRPC contract tests).
 CLIENTS := tests/clients
 CPP_CLIENT := rocketmq-client-python==0.5.0rc2
 BATCH_CLIENT := rocketmq==0.4.4
@@ -28,7 +29,7 @@ BATCH_CLIENT := rocketmq==0.4.4
 RAFT_CORE_COV := --cov=raft.core
 
 .PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps \
-	remoting-clients
+	remoting-clients fuzz
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -108,6 +109,13 @@ test: system-deps remoting-clients lint typecheck imports coverage-core
 coverage-core: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/raft_core $(RAFT_CORE_COV) \
 		--cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
+
+# The fuzz tests with a long budget (make test runs them with a small one): examples per
+# target (and per gRPC server) in FUZZ_EXAMPLES.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	RIP5_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/unit/protocol/test_http2_connection_fuzz.py tests/contract/test_bad_requests.py
 
 sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)

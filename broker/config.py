@@ -29,6 +29,24 @@ class BrokerConfig:
             "choices": ("h2", "grpcio"),
         },
     )
+    tls_cert: str = field(
+        default="",
+        metadata={
+            "help": "PEM certificate (chain) file: serve the client endpoint over TLS "
+            "(with --tls-key)"
+        },
+    )
+    tls_key: str = field(
+        default="",
+        metadata={"help": "PEM private key file of --tls-cert"},
+    )
+    tls_client_ca: str = field(
+        default="",
+        metadata={
+            "help": "PEM file of the CA certificates that sign client certificates: with "
+            "TLS on, a client must present one (mutual TLS); empty: none asked"
+        },
+    )
     nameserver: str = field(
         default="127.0.0.1:9876",
         metadata={"help": "comma-separated host:port of the nameservers", "kind": "addresses"},

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from angelia_rpc import Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import BrokerService
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting.brokers import ClusterBrokers
@@ -110,8 +111,10 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server)
+        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
         port = await endpoint.start()
+        if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
         if config.remoting_listen:

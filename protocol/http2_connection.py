@@ -23,8 +23,10 @@ Contracts:
   Frames for a stream that was closed are dropped (their DATA still counts
   against the connection window); frames for a stream that was never opened
   are a PROTOCOL_ERROR. A stream over ``max_concurrent_streams`` is refused
-  with RST_STREAM REFUSED_STREAM and not reported; so are streams the client
-  opens after we sent GOAWAY.
+  with RST_STREAM REFUSED_STREAM and not reported; streams the client opens
+  after a GOAWAY naming its last stream are not reported either (a graceful
+  GOAWAY, :meth:`~Http2Connection.announce_going_away`, names none: the
+  streams that cross it are still served).
 - Header blocks. Received blocks are decoded with one
   :class:`protocol.hpack_decoder.HpackDecoder` (every
   block, whatever becomes of its stream, so its table stays in step with the
@@ -68,7 +70,7 @@ PURE.
 
 from __future__ import annotations
 
-from protocol.hpack_decoder import HpackDecoder
+from protocol.hpack_decoder import HEADER_LIST_BYTES_MAX, HpackDecoder
 from protocol.http2 import (
     ACK,
     CANCEL,
@@ -131,6 +133,9 @@ MAX_CONCURRENT_STREAMS = 100
 
 GOAWAY_REASON_BYTES_MAX = 256
 
+STREAM_ID_MAX = 0x7FFFFFFF
+"""The highest stream id (31 bits): a graceful GOAWAY's last stream."""
+
 
 class _Stream:
     """One stream's state: its windows, which sides ended it, what waits to be sent."""
@@ -175,11 +180,15 @@ class Http2Connection:
         frame_bytes_max: int = DEFAULT_FRAME_BYTES,
         max_concurrent_streams: int = MAX_CONCURRENT_STREAMS,
         header_block_bytes_max: int = HEADER_BLOCK_BYTES_MAX,
+        header_list_bytes_max: int = HEADER_LIST_BYTES_MAX,
     ) -> None:
         """Nothing is queued until :meth:`initiate`.
 
         ``window_bytes`` is the inbound window of the connection and of each stream;
-        ``frame_bytes_max`` the largest frame taken (SETTINGS_MAX_FRAME_SIZE).
+        ``frame_bytes_max`` the largest frame taken (SETTINGS_MAX_FRAME_SIZE);
+        ``header_list_bytes_max`` the largest decoded header list (a connection error
+        beyond: it bounds what one block may cost; an application with a smaller
+        limit, as gRPC's, answers the stream itself).
         """
         if not DEFAULT_WINDOW <= window_bytes <= WINDOW_MAX:
             raise ValueError(f"window_bytes {window_bytes} is outside 65535..2**31-1")
@@ -193,7 +202,7 @@ class Http2Connection:
         self.max_concurrent_streams = max_concurrent_streams
         self.header_block_bytes_max = header_block_bytes_max
         self._update_at = window_bytes // 2  # give a window back once this much is used
-        self._decoder = HpackDecoder()
+        self._decoder = HpackDecoder(header_list_bytes_max=header_list_bytes_max)
         self._streams: dict[int, _Stream] = {}
         # The streams with bytes (and perhaps their end) waiting for a window: a
         # WINDOW_UPDATE looks at these only.
@@ -322,6 +331,15 @@ class Http2Connection:
             return
         self._forget(stream_id)
         self._out.append(frame(RST_STREAM, 0, stream_id, U32.pack(error_code)))
+
+    def announce_going_away(self) -> None:
+        """Queue a graceful GOAWAY (RFC 9113 6.8: last stream 2**31-1, NO_ERROR): the
+        peer opens no more streams, and the ones it opened before it heard this are
+        still reported and served. :meth:`close_connection` later names the last
+        stream served. Nothing after a GOAWAY that named one."""
+        if self.going_away:
+            return
+        self._out.append(frame(GOAWAY, 0, 0, U32.pack(STREAM_ID_MAX) + U32.pack(NO_ERROR)))
 
     def close_connection(self, error_code: int = NO_ERROR, reason: str = "") -> None:
         """Queue GOAWAY (once): streams the peer opens after it are not served."""

@@ -29,13 +29,24 @@ broker uses, ``invocation_metadata()`` and ``time_remaining()``.
 
 Contracts:
 
-- Statuses: an unknown method gets UNIMPLEMENTED, a compressed message
-  (no encoding is negotiated) UNIMPLEMENTED, a message over
-  ``inbound_bytes_max`` RESOURCE_EXHAUSTED, a unary call without exactly one
-  request message INTERNAL, an exception escaping a handler UNKNOWN with
+- Statuses: an unknown method gets UNIMPLEMENTED, request headers over
+  ``METADATA_BYTES_MAX`` RESOURCE_EXHAUSTED, a ``grpc-encoding`` other than
+  identity UNIMPLEMENTED, a message flagged compressed anyway INTERNAL (as
+  grpcio), a message over ``inbound_bytes_max`` RESOURCE_EXHAUSTED, a unary
+  call without exactly one request message or a request ending inside a
+  message INTERNAL (grpcio answers none of these three, or OK for two
+  messages: a deliberate difference), a handler's ``context.abort(code, details)``
+  that status (nothing logged), an exception escaping a handler UNKNOWN with
   its text, a call past its ``grpc-timeout`` DEADLINE_EXCEEDED (the handler
-  is cancelled). The connection keeps serving its other calls.
+  is cancelled). A call ended before any message is answered trailers-only
+  (one HEADERS block). The connection keeps serving its other calls.
+- Stopping: every connection hears a graceful GOAWAY at once; a call that
+  crosses it gets UNAVAILABLE; the calls in flight get the grace period,
+  then a final GOAWAY names the last stream and the connection closes.
 - A stream the client resets cancels its handler; nothing more is sent on it.
+- A client's GOAWAY (grpc-js sends one when its channel closes, with calls
+  still open) ends no call: the open calls are answered, and the connection
+  closes once the last answer went out.
 - Ordering: a call's responses leave in the order the handler produced
   them; its trailers leave after its last DATA frame. Flow control is the
   peer's: bytes beyond its windows wait for its WINDOW_UPDATE.
@@ -65,11 +76,13 @@ import struct
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, cast
+from ssl import SSLContext
+from typing import Any, NoReturn, cast
 
 import grpc
 
 from protocol import http2
+from protocol.hpack_decoder import ENTRY_OVERHEAD_BYTES
 from protocol.http2_connection import Http2Connection
 from protocol.http2_events import (
     ConnectionTerminated,
@@ -91,7 +104,13 @@ FRAME_BYTES_MAX = 1024 * 1024
 arrives in one frame, parsed once."""
 
 HEADER_BLOCK_BYTES_MAX = 1024 * 1024
-"""Largest request header block (CONTINUATION frames joined) a connection takes."""
+"""Largest request header block (CONTINUATION frames joined) a connection takes; also
+the largest decoded header list before the connection fails (what a block may cost)."""
+
+METADATA_BYTES_MAX = 16 * 1024
+"""Largest request header list a call takes (fields counted as HPACK counts them: name,
+value and 32 bytes each), as grpcio's default hard limit: beyond it the call gets
+RESOURCE_EXHAUSTED and the connection serves on."""
 
 _PREFIX = struct.Struct(">BI")  # a gRPC message: compressed flag, length
 # ":status: 200" is entry 8 of HPACK's static table, "content-type" entry 31.
@@ -128,6 +147,20 @@ class GrpcCallContext:
         if self._deadline is None:
             return None
         return max(0.0, self._deadline - time.monotonic())
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        """End the call with ``code`` and ``details`` (grpc.aio's ``abort``): raises, and
+        the call's trailers carry the status; nothing is logged."""
+        raise CallAborted(code, details)
+
+
+class CallAborted(Exception):
+    """A handler ended its call with a status (:meth:`GrpcCallContext.abort`)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
 
 
 class Http2GrpcServer:
@@ -167,20 +200,24 @@ class Http2GrpcServer:
                 return found
         return None
 
-    async def start(self, host: str | None, port: int) -> int:
-        """Listen on ``host:port`` (host None: every interface; port 0: any free port);
-        returns the bound port."""
+    async def start(self, host: str | None, port: int, ssl: SSLContext | None = None) -> int:
+        """Listen on ``host:port`` (host None: every interface; port 0: any free port),
+        over TLS with ``ssl`` (whose ALPN must offer h2); returns the bound port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=ssl)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
     async def stop(self, grace_s: float) -> None:
-        """Stop listening and taking calls (a new call gets UNAVAILABLE), give the calls
-        in flight ``grace_s`` to finish, then send GOAWAY and close every connection."""
+        """Stop listening and taking calls: every connection hears a graceful GOAWAY at
+        once (clients open new calls elsewhere; one that crossed it gets UNAVAILABLE),
+        the calls in flight get ``grace_s`` to finish, then a final GOAWAY and every
+        connection closes."""
         self.stopping = True
         if self._server is not None:
             self._server.close()
+        for connection in self._connections:
+            connection.announce_going_away()
         draining = [c.drained.wait() for c in self._connections]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*draining), grace_s)
@@ -243,6 +280,7 @@ class _Connection(asyncio.Protocol):
             frame_bytes_max=FRAME_BYTES_MAX,
             max_concurrent_streams=MAX_CONCURRENT_STREAMS,
             header_block_bytes_max=HEADER_BLOCK_BYTES_MAX,
+            header_list_bytes_max=HEADER_BLOCK_BYTES_MAX,
         )
         self._calls: dict[int, _Call] = {}
         # The calls with bytes or trailers not yet handed to the HTTP/2 connection (each
@@ -253,6 +291,7 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._flush_scheduled = False
         self._closed = False
+        self._peer_going_away = False  # the client sent GOAWAY
         self._out: list[bytes] = []  # the HTTP/2 connection's frames, for this turn's write
         self.drained = asyncio.Event()  # set while no call is open and nothing waits to go
         self.drained.set()
@@ -305,10 +344,13 @@ class _Connection(asyncio.Protocol):
                 if call is not None:
                     self._cancel(call)
             elif isinstance(event, ConnectionTerminated):
-                self.close()
-                return
+                # The client opens no more streams (a client closing its channel sends
+                # this with calls still open, e.g. a Telemetry stream it just
+                # half-closed): its open calls are answered, then the connection ends.
+                self._peer_going_away = True
         self._pump()
         self._send()
+        self._close_if_peer_done()
 
     # -- calls ------------------------------------------------------------------------
 
@@ -321,7 +363,9 @@ class _Connection(asyncio.Protocol):
         deadline: float | None = None
         metadata: list[tuple[str, str | bytes]] = []
         encoding = ""
+        list_bytes = 0
         for raw_name, raw_value in headers:
+            list_bytes += len(raw_name) + len(raw_value) + ENTRY_OVERHEAD_BYTES
             if raw_name[:1] == b":":
                 if raw_name == b":path":
                     path = raw_value.decode("ascii", "replace")
@@ -338,6 +382,13 @@ class _Connection(asyncio.Protocol):
                     metadata.append((name, raw_value.decode("latin-1")))
         if self._server.stopping:
             self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+            return
+        if list_bytes > METADATA_BYTES_MAX:
+            self._trailers_only(
+                stream_id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"request headers of {list_bytes} bytes are over the limit of {METADATA_BYTES_MAX}",
+            )
             return
         handler = self._server.method(path)
         if handler is None:
@@ -372,8 +423,12 @@ class _Connection(asyncio.Protocol):
                 return
             if len(buffer) < _PREFIX.size + length:
                 return
-            if compressed:
-                self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "compressed messages")
+            if compressed:  # no grpc-encoding was accepted (an unknown one was refused)
+                self._finish(
+                    call,
+                    grpc.StatusCode.INTERNAL,
+                    "a request message is flagged compressed without a grpc-encoding",
+                )
                 return
             message = bytes(buffer[_PREFIX.size : _PREFIX.size + length])
             del buffer[: _PREFIX.size + length]
@@ -433,6 +488,9 @@ class _Connection(asyncio.Protocol):
             if call.stream_id in self._calls and not self._closed:
                 self._finish(call, grpc.StatusCode.CANCELLED, "the call was cancelled")
             raise
+        except CallAborted as aborted:
+            self._finish(call, aborted.code, aborted.details)
+            return
         except Exception as exc:  # every handler failure is the call's status
             log.exception("a gRPC handler failed")
             self._finish(call, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
@@ -495,6 +553,7 @@ class _Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._pump()
         self._send()
+        self._close_if_peer_done()
 
     def _pump(self) -> None:
         """Hand every call's queued bytes and trailers to the HTTP/2 connection, which
@@ -504,10 +563,15 @@ class _Connection(asyncio.Protocol):
         h2 = self._h2
         calls = self._calls
         for stream_id, call in self._sending.items():
+            outbound = call.outbound
             if not call.headers_sent:
+                if call.trailers is not None and not outbound:
+                    # No message at all: one block, trailers-only (as gRPC servers do).
+                    h2.send_headers(stream_id, _RESPONSE_HEADERS + call.trailers, end_stream=True)
+                    del calls[stream_id]
+                    continue
                 h2.send_headers(stream_id, _RESPONSE_HEADERS)
                 call.headers_sent = True
-            outbound = call.outbound
             if outbound:
                 h2.send_data(stream_id, b"".join(outbound) if len(outbound) > 1 else outbound[0])
                 outbound.clear()
@@ -532,10 +596,21 @@ class _Connection(asyncio.Protocol):
 
     # -- closing ----------------------------------------------------------------------
 
+    def announce_going_away(self) -> None:
+        """Tell the client to open no more calls here; the open ones go on."""
+        self._h2.announce_going_away()
+        self._send()
+
     def go_away(self) -> None:
         """Tell the client the connection ends; calls it opens after this are not served."""
         self._h2.close_connection(http2.NO_ERROR)
         self._send()
+
+    def _close_if_peer_done(self) -> None:
+        """After the client's GOAWAY: close once its last call's answer went out (its
+        bytes and trailers, none left waiting for a window)."""
+        if self._peer_going_away and not self._calls and not self._h2.flow_blocked:
+            self.close()
 
     def close(self) -> None:
         """Drop the connection and cancel its calls."""
@@ -582,4 +657,4 @@ def _percent_encoded(message: str) -> bytes:
     return urllib.parse.quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
 
 
-__all__ = ["GrpcCallContext", "Http2GrpcServer"]
+__all__ = ["CallAborted", "GrpcCallContext", "Http2GrpcServer"]

@@ -97,3 +97,9 @@ def status_of(error: BaseException) -> pb.Status:
     return pb.Status(
         code=pb.INTERNAL_SERVER_ERROR, message=f"internal error: {type(error).__name__}"
     )
+
+
+def bad_request(cause: str) -> pb.Status:
+    """The in-band status for a request the client got wrong before any processor saw
+    it (undecodable bytes): BAD_REQUEST naming ``cause``; nothing is logged."""
+    return status_of(BrokerError(codes.BAD_REQUEST, cause))

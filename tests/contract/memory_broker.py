@@ -1,10 +1,12 @@
 """A broker process over the in-memory ports, for contract tests with the official clients.
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
-[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]``. Serves on
-127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
-every broker's, comma-separated, to PORT_FILE.all; their remoting ports, for
-4.x clients, to PORT_FILE.remoting) once serving, and runs
+[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]
+[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE [--tls-client-ca
+FILE]]`` (SIGHUP reloads the certificate). Serves on 127.0.0.1 (free ports),
+writes the first broker's port to PORT_FILE (and every broker's,
+comma-separated, to PORT_FILE.all; their remoting ports, for 4.x clients, to
+PORT_FILE.remoting) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
 committed offset and the deliveries still in flight) as JSON to
 PORT_FILE.state, so a test can check what the clients acknowledged, and the
@@ -32,8 +34,10 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from angelia_rpc import TlsConfig
+from broker.config import BrokerConfig
 from broker.domain import GroupInfo, QueueInfo, RetryPolicy, TopicInfo
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.remoting.producers import RemotingProducers
 from broker.remoting.server import RemotingServer
@@ -69,7 +73,13 @@ async def _report_producers(
         await asyncio.sleep(0.1)
 
 
-async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
+async def main(
+    port_file: Path,
+    brokers: int,
+    policy: CheckPolicy,
+    grpc_server: str = "h2",
+    tls: TlsConfig | None = None,
+) -> None:
     clock = SystemClock()
     metadata = _Metadata(
         [
@@ -98,7 +108,7 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
         )
         assert service.transactions is not None
         peers.add(name, service.transactions)
-        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0"))
+        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0", grpc_server, tls))
     ports = [await endpoint.start() for endpoint in endpoints]
     remoting_brokers = FixedBrokers([])
     remoting = [
@@ -128,6 +138,9 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
+    for endpoint in endpoints:  # as the broker role does
+        if endpoint.tls is not None:
+            loop.add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
     for path, text in [
         (port_file.with_suffix(".remoting"), ",".join(map(str, remoting_ports))),
         (port_file.with_suffix(".all"), ",".join(map(str, ports))),
@@ -173,6 +186,10 @@ if __name__ == "__main__":
     parser.add_argument("--check-delay-ms", type=int, default=6_000)
     parser.add_argument("--check-interval-ms", type=int, default=30_000)
     parser.add_argument("--check-max", type=int, default=15)
+    parser.add_argument("--grpc-server", choices=SERVERS, default="h2")
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
+    parser.add_argument("--tls-client-ca", default="")
     args = parser.parse_args()
     check_policy = CheckPolicy(
         delay_ms=args.check_delay_ms,
@@ -180,4 +197,7 @@ if __name__ == "__main__":
         check_max=args.check_max,
         scan_period_ms=200,
     )
-    asyncio.run(main(args.port_file, args.brokers, check_policy))
+    tls = BrokerConfig(
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca
+    )
+    asyncio.run(main(args.port_file, args.brokers, check_policy, args.grpc_server, client_tls(tls)))

@@ -559,6 +559,28 @@ def settle_and_receive(
     return out
 
 
+def tls_round_trip(port: int) -> dict[str, Any]:
+    """A Producer and a SimpleConsumer in the client's TLS mode (tls_enable): the server's
+    certificate is checked against GRPC_DEFAULT_SSL_ROOTS_FILE_PATH."""
+    producer = Producer(_config(port), ("normal",), tls_enable=True)
+    producer.startup()
+    try:
+        sent = [producer.send(_message("normal", b"tls-%d" % i)).message_id for i in range(3)]
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(
+        _config(port), "tls-group", {"normal": FilterExpression()}, 5, tls_enable=True
+    )
+    consumer.startup()
+    try:
+        received = _receive_until(consumer, len(sent), 30)
+        for message in received:
+            consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return {"sent": sorted(sent), "received": sorted(m.message_id for m in received)}
+
+
 def send_for_4x(port: int, topic: str, count: str) -> dict[str, Any]:
     """Send ``count`` messages (tag, two keys, two properties each) for a 4.x consumer."""
     producer = Producer(_config(port), (topic,))
@@ -615,6 +637,7 @@ def receive_all(
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "receive_all": receive_all,
     "send_for_4x": send_for_4x,
+    "tls_round_trip": tls_round_trip,
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,

@@ -315,6 +315,26 @@ def test_our_reset_and_goaway_are_framed_and_streams_after_goaway_not_served() -
     assert server.receive_data(_request(3, encoder=encoder)) == []
 
 
+def test_a_graceful_goaway_names_no_stream_and_streams_crossing_it_are_served() -> None:
+    server = _server()
+    encoder = hpack.Encoder()
+    server.receive_data(_request(1, encoder=encoder))
+    server.data_to_send()
+    server.announce_going_away()
+    assert _frames(server.data_to_send()) == [
+        (http2.GOAWAY, 0, 0, http2.U32.pack(0x7FFFFFFF) + http2.U32.pack(http2.NO_ERROR))
+    ]
+    crossing = server.receive_data(_request(3, encoder=encoder))
+    assert [(type(e), e.stream_id) for e in crossing] == [(RequestReceived, 3)]  # type: ignore[union-attr]
+    server.close_connection()  # the final GOAWAY names the last stream served
+    assert _frames(server.data_to_send()) == [
+        (http2.GOAWAY, 0, 0, http2.U32.pack(3) + http2.U32.pack(http2.NO_ERROR))
+    ]
+    server.announce_going_away()  # nothing after the final one
+    assert server.data_to_send() == b""
+    assert server.receive_data(_request(5, encoder=encoder)) == []
+
+
 def test_the_peers_goaway_is_reported_and_no_stream_opens_after_it() -> None:
     client, _server_side = _pair()
     payload = http2.U32.pack(5) + http2.U32.pack(http2.NO_ERROR) + b"draining"
