@@ -219,9 +219,9 @@ class MessageStore(Protocol):
         ...
 
     async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
-        """Set ``group``'s position in ``queue`` (clamped to [first, end]; returned):
-        every message below it counts as consumed, every one from it on as not;
-        the group's pop leases on the queue are dropped."""
+        """A consumer's commit of ``group``'s position in ``queue`` (clamped to
+        [first, end]; returned): pop consumption of the group resumes there; its
+        messages in flight keep their receipt handles (RocketMQ's commitOffset)."""
         ...
 
 
