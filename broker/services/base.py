@@ -171,8 +171,9 @@ class MessageStore(Protocol):
         ...
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
-        """The group's committed offset: every message before it is finished (None:
-        the group never consumed the queue nor committed an offset in it)."""
+        """The group's committed offset: where its consumption goes on, past every
+        message handed out, finished or still in flight, as RocketMQ's committed
+        offset (None: the group never consumed the queue nor committed in it)."""
         ...
 
     async def end_transaction(
