@@ -416,12 +416,18 @@ class ChangeInvisibleResponse:
 # --------------------------------------------------------------------- offsets
 @dataclass(frozen=True, slots=True)
 class CommitOffsetRequest:
-    """Set ``group``'s position in a queue (clamped to the queue's offsets)."""
+    """Set ``group``'s position in a queue (clamped to the queue's offsets).
+
+    ``keep_leases`` False: an operator's reset, the group's in-flight handles on
+    the queue turn invalid; True: a consumer's commit (UpdateOffset), they stay
+    valid and pop resumes at the offset.
+    """
 
     group: str
     topic: str
     queue_id: int
     offset: int
+    keep_leases: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,8 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class Reset:
-    """One queue's reset: the consumer offset before (-1: never consumed) and after."""
+    """One queue's reset: the committed offset before (GetOffset's, past messages in
+    flight; -1: never consumed) and after."""
 
     queue_id: int
     before: int

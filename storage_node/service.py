@@ -122,6 +122,7 @@ from storage_node.partition.commands import (
     CancelTimer,
     ChangeInvisibleDuration,
     Command,
+    CommitConsumerOffset,
     CommitOffset,
     EndTransaction,
     NoteTransactionChecks,
@@ -547,10 +548,12 @@ class StorageNode:
     async def commit_offset(
         self, request: CommitOffsetRequest, context: CallContext
     ) -> OffsetResponse:
-        """Set a consumer group's position in a queue."""
+        """Set a consumer group's position in a queue: a consumer's commit
+        (``keep_leases``) or an operator's reset."""
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
-        command = CommitOffset(
+        kind = CommitConsumerOffset if request.keep_leases else CommitOffset
+        command = kind(
             self.now_ms(), request.group, request.topic, request.queue_id, request.offset
         )
         result = await self._propose(group_id, command)
@@ -558,11 +561,12 @@ class StorageNode:
         return OffsetResponse(result.offset)
 
     async def get_offset(self, request: GetOffsetRequest, context: CallContext) -> OffsetResponse:
-        """A consumer group's position in a queue (None: never consumed)."""
+        """A consumer group's committed position in a queue, past messages in flight
+        (None: never consumed)."""
         group_id = self._group_of(request.topic, request.queue_id)
         replica = await self._read_barrier(group_id)
         return OffsetResponse(
-            replica.state.consumer_offset(request.group, request.topic, request.queue_id)
+            replica.state.committed_offset(request.group, request.topic, request.queue_id)
         )
 
     async def queue_info(

@@ -6,11 +6,13 @@ committed position of a group in a queue is ONE value in the queue's raft
 group, shared with pop consumption (Simple/Push consumers) of the same group,
 as RocketMQ keeps one consumer offset table for both (see docs/consumers.md):
 
-- ``get_offset`` reads the position pop consumption reached too (every
-  message below it is acked, dead-lettered or skipped by the filter);
-- ``update_offset`` moves it, and pop consumption of the group resumes there
-  (the group's leases on that queue are dropped: a message at or past the
-  committed offset is delivered again, one below it never).
+- ``get_offset`` reads the position pop consumption reached too, past the
+  messages it popped, acked or still in flight (RocketMQ's committed offset);
+- ``update_offset`` moves it, and pop consumption of the group resumes there;
+  the group's in-flight pop messages keep their receipt handles (an ack still
+  works, an unacked one comes back when its invisibility ends), as RocketMQ
+  keeps pop's checkpoints across a commit. An operator's ``group
+  reset-offset`` is the one commit that drops them.
 
 Long polling: a pull answers at once when a message matching its filter
 exists at or past its offset; otherwise it waits (up to the planned poll,

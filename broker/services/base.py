@@ -171,8 +171,9 @@ class MessageStore(Protocol):
         ...
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
-        """The group's committed offset: every message before it is finished (None:
-        the group never consumed the queue nor committed an offset in it)."""
+        """The group's committed offset: where its consumption goes on, past every
+        message handed out, finished or still in flight, as RocketMQ's committed
+        offset (None: the group never consumed the queue nor committed in it)."""
         ...
 
     async def end_transaction(
@@ -219,9 +220,9 @@ class MessageStore(Protocol):
         ...
 
     async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
-        """Set ``group``'s position in ``queue`` (clamped to [first, end]; returned):
-        every message below it counts as consumed, every one from it on as not;
-        the group's pop leases on the queue are dropped."""
+        """A consumer's commit of ``group``'s position in ``queue`` (clamped to
+        [first, end]; returned): pop consumption of the group resumes there; its
+        messages in flight keep their receipt handles (RocketMQ's commitOffset)."""
         ...
 
 

@@ -145,9 +145,33 @@ class _GroupQueue:
     def finish(self, offset: int) -> None:
         self.in_flight.pop(offset, None)
         self.finished.add(offset)
+        self._settle()
+
+    def _settle(self) -> None:
         while self.committed in self.finished:
             self.finished.discard(self.committed)
             self.committed += 1
+
+    def cursor(self, end: int) -> int:
+        """The first offset never handed out (nor finished): where pop goes on."""
+        offset = self.committed
+        while offset < end and (offset in self.finished or offset in self.in_flight):
+            offset += 1
+        return offset
+
+    def commit(self, offset: int, end: int) -> None:
+        """A consumer's commit: pop goes on at ``offset``; deliveries in flight stay.
+
+        Offsets below ``offset`` become finished unless in flight, offsets from
+        it up to the cursor fresh unless in flight, later ones keep their state
+        (``storage_node.partition.pop.GroupQueue.commit``, the same rule)."""
+        cursor = self.cursor(end)
+        if offset >= cursor:
+            self.finished.update(o for o in range(cursor, offset) if o not in self.in_flight)
+        else:
+            self.finished.difference_update(range(offset, cursor))
+            self.committed = min(self.committed, offset)
+        self._settle()
 
 
 @dataclass(slots=True)
@@ -441,10 +465,11 @@ class MemoryStore:
                 await asyncio.wait_for(event.wait(), remaining)
 
     async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
-        """The group's committed offset on ``queue`` (None: it never consumed it)."""
+        """The group's committed offset on ``queue``: where pop goes on, past messages
+        in flight (None: it never consumed it)."""
         self._release_due()
         state = self._groups.get((group, queue))
-        return state.committed if state else None
+        return state.cursor(len(self._log(queue))) if state else None
 
     async def read(
         self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
@@ -484,10 +509,16 @@ class MemoryStore:
         return QueueOffsets(0, len(log), at)
 
     async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
-        """Reset the group's state on ``queue`` to ``offset`` (clamped to the queue)."""
+        """Commit the group's position on ``queue`` (clamped to the queue); its
+        deliveries in flight stay valid (see ``_GroupQueue.commit``)."""
         self._release_due()
-        offset = min(max(offset, 0), len(self._log(queue)))
-        self._groups[(group, queue)] = _GroupQueue(committed=offset)
+        end = len(self._log(queue))
+        offset = min(max(offset, 0), end)
+        state = self._groups.get((group, queue))
+        if state is None:
+            self._groups[(group, queue)] = _GroupQueue(committed=offset)
+        else:
+            state.commit(offset, end)
         return offset
 
     async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:

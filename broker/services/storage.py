@@ -668,8 +668,9 @@ class StorageStore:
         return QueueOffsets(info.first_offset, info.end_offset, info.timestamp_offset)
 
     async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
-        """One storage commit-offset call (a ``CommitOffset`` in the queue's raft group)."""
-        request = st.CommitOffsetRequest(group, queue.topic, queue.queue_id, offset)
+        """One storage commit-offset call (a ``CommitConsumerOffset`` in the queue's raft
+        group: the group's pop leases stay valid)."""
+        request = st.CommitOffsetRequest(group, queue.topic, queue.queue_id, offset, True)
         response = await self._call(
             queue,
             f"commit offset of {group} on {queue.topic}:{queue.queue_id}",

@@ -67,6 +67,7 @@ class Op(enum.IntEnum):
     TRIM_QUEUE = 11
     RELEASE = 12
     FILTERED_RECEIVE = 13
+    COMMIT_CONSUMER_OFFSET = 14
 
 
 class InitialPosition(enum.IntEnum):
@@ -196,14 +197,36 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class CommitOffset:
-    """Set ``group``'s position in a queue (pull consumers, offset resets).
+    """An operator's reset of ``group``'s position in a queue (``group reset-offset``).
 
     Every offset below ``offset`` counts as consumed and none at or above it
     does; leases of the group on the queue are dropped (their handles turn
-    invalid). The offset is clamped to the queue's [0, end].
+    invalid). The offset is clamped to the queue's [first, end]. A consumer's
+    own commit is :class:`CommitConsumerOffset`, which keeps the leases.
     """
 
     op: ClassVar[Op] = Op.COMMIT_OFFSET
+    now_ms: int
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitConsumerOffset:
+    """A consumer's commit of ``group``'s position in a queue (RocketMQ's commitOffset:
+    gRPC UpdateOffset, remoting UPDATE_CONSUMER_OFFSET, a pull's commit flag).
+
+    Pop consumption of the group resumes at ``offset`` (clamped to the queue's
+    [first, end]): offsets below it that are not in flight count as consumed,
+    offsets from it up to where pop had got count as not, offsets past that
+    keep their state. Unlike :class:`CommitOffset` (an operator's reset), the
+    group's leases are KEPT: an in-flight handle still acks, and an unacked
+    message comes back when its invisibility ends.
+    """
+
+    op: ClassVar[Op] = Op.COMMIT_CONSUMER_OFFSET
     now_ms: int
     group: str
     topic: str
@@ -289,6 +312,7 @@ Command = (
     | TrimQueue
     | Release
     | FilteredReceive
+    | CommitConsumerOffset
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -307,6 +331,7 @@ _BY_OP: dict[Op, type[Any]] = {
         TrimQueue,
         Release,
         FilteredReceive,
+        CommitConsumerOffset,
     )
 }
 

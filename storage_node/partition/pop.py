@@ -206,6 +206,28 @@ class GroupQueue:
         self.done_ahead.clear()
         self.last_attempt = ("", 0, ())
 
+    def commit(self, offset: int, end_offset: int) -> None:
+        """A consumer's commit: pop resumes at ``offset``; leases are kept.
+
+        Offsets below ``offset`` become done unless leased; offsets from
+        ``offset`` up to the old cursor become fresh unless leased; offsets
+        at or past the old cursor keep their state. A leased offset stays
+        leased wherever it lies, so its handle still acks and it comes back
+        when its invisibility ends (RocketMQ keeps pop's checkpoints across a
+        commit). The cursor then settles past leased and done offsets.
+        """
+        if offset >= self.cursor:
+            self.done_ahead = {o for o in self.done_ahead if o >= offset}
+        self.cursor = offset
+        self.settle(end_offset)
+
+    def committed_offset(self) -> int:
+        """Where the group's consumption goes on: the lowest fresh offset (the cursor).
+
+        RocketMQ's committed offset of a pop group: past every message popped,
+        acked or still in flight (in-flight ones come back by their leases)."""
+        return self.cursor
+
     def repeat_attempt(self, attempt_id: str, clock_ms: int) -> tuple[Grant, ...]:
         """The grants of the latest receive with ``attempt_id`` still in flight, if any."""
         last_id, generation, offsets = self.last_attempt

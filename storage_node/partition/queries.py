@@ -150,6 +150,12 @@ class PartitionQueries:
         group_queue = self._groups.get((group, topic, queue_id))
         return None if group_queue is None else group_queue.consumer_offset()
 
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """Where ``group``'s consumption of the queue goes on, past messages in flight
+        (RocketMQ's committed offset; None: never consumed nor committed)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return None if group_queue is None else group_queue.committed_offset()
+
     def backlog(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
         """(messages not yet done for ``group``, of which in flight now) in a queue.
 

@@ -53,6 +53,7 @@ from storage_node.partition.commands import (
     CancelTimer,
     ChangeInvisibleDuration,
     Command,
+    CommitConsumerOffset,
     CommitOffset,
     DeadLetter,
     EndTransaction,
@@ -157,7 +158,7 @@ class PartitionState(PartitionQueries):
             return self._change_invisible_duration(command, log_index)
         if isinstance(command, DeadLetter):
             return self._dead_letter_command(command)
-        if isinstance(command, CommitOffset):
+        if isinstance(command, (CommitOffset, CommitConsumerOffset)):
             return self._commit_offset(command)
         if isinstance(command, EndTransaction):
             return self._end_transaction(command)
@@ -500,13 +501,20 @@ class PartitionState(PartitionQueries):
             )
         )
 
-    def _commit_offset(self, command: CommitOffset) -> CommitOffsetResult:
+    def _commit_offset(self, command: CommitOffset | CommitConsumerOffset) -> CommitOffsetResult:
+        """An operator's reset (leases dropped) or a consumer's commit (leases kept)."""
         _require(command.group != "", "committing an offset needs a consumer group")
         first = self.first_offset(command.topic, command.queue_id)
         end = self.end_offset(command.topic, command.queue_id)
         offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
-        self._groups.setdefault(key, GroupQueue()).reset(offset)
+        group_queue = self._groups.get(key)
+        if group_queue is None:
+            self._groups[key] = GroupQueue(offset)
+        elif isinstance(command, CommitOffset):
+            group_queue.reset(offset)
+        else:
+            group_queue.commit(offset, end)
         return CommitOffsetResult(offset)
 
     def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:

@@ -42,6 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "timed": (1, NORMAL),
                 "shared": (1, NORMAL),
                 "mixed": (1, NORMAL),
+                "recommit": (1, NORMAL),
                 "range": (1, NORMAL),
                 "filtered": (1, NORMAL),
             },
@@ -215,45 +216,95 @@ def test_an_offset_committed_through_one_broker_reads_back_through_the_other(
     assert _committed(a, "puller", "shared") == (pb.OK, 2)
 
 
-def test_pull_and_pop_in_one_group_share_the_committed_offset(stubs: tuple[Stub, Stub]) -> None:
-    a, b = stubs
-    ids = _send(a, "mixed", 6)
-    _commit(a, "mixed", "mixed", 2)  # a pull consumer of the group committed 2
+def _pop(stub: Stub, group: str, topic: str, batch_size: int) -> list[pb.Message]:
+    """One ReceiveMessage (30 s invisible): the messages it delivered."""
     receive = spb.ReceiveMessageRequest(
-        group=pb.Resource(name="mixed"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name="mixed")),
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=2,
+        batch_size=batch_size,
     )
     receive.invisible_duration.FromSeconds(30)
     receive.long_polling_timeout.FromSeconds(POLL_S)
-    popped = [
+    return [
         r.message
-        for r in b.ReceiveMessage(receive, metadata=META, timeout=POLL_S + 15)
+        for r in stub.ReceiveMessage(receive, metadata=META, timeout=POLL_S + 15)
         if r.WhichOneof("content") == "message"
     ]
-    # Pop resumes where the pull consumer committed.
-    assert [m.system_properties.queue_offset for m in popped] == [2, 3]
-    assert [m.system_properties.message_id for m in popped] == ids[2:4]
-    # In flight: the committed offset stays below them until they are acked.
-    assert _committed(a, "mixed", "mixed") == (pb.OK, 2)
+
+
+def _ack(stub: Stub, group: str, topic: str, messages: list[pb.Message]) -> list[int]:
+    """One AckMessage of ``messages`` by their receipt handles: each entry's status."""
     ack = spb.AckMessageRequest(
-        group=pb.Resource(name="mixed"),
-        topic=pb.Resource(name="mixed"),
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name=topic),
         entries=[
             spb.AckMessageEntry(
                 message_id=m.system_properties.message_id,
                 receipt_handle=m.system_properties.receipt_handle,
             )
-            for m in popped
+            for m in messages
         ],
     )
-    assert b.AckMessage(ack, metadata=META, timeout=20).status.code == pb.OK
+    answer = stub.AckMessage(ack, metadata=META, timeout=20)
+    assert answer.status.code == pb.OK, answer.status
+    return [entry.status.code for entry in answer.entries]
+
+
+def test_pull_and_pop_in_one_group_share_the_committed_offset(stubs: tuple[Stub, Stub]) -> None:
+    """RocketMQ's behaviour: one committed offset per (group, queue); a pull commit moves
+    where pop resumes and keeps pop's in-flight handles; the offset passes popped
+    messages still in flight."""
+    a, b = stubs
+    ids = _send(a, "mixed", 6)
+    _commit(a, "mixed", "mixed", 2)  # a pull consumer of the group committed 2
+    popped = _pop(b, "mixed", "mixed", 2)
+    # Pop resumes where the pull consumer committed.
+    assert [m.system_properties.queue_offset for m in popped] == [2, 3]
+    assert [m.system_properties.message_id for m in popped] == ids[2:4]
+    # In flight: the committed offset passes them, as RocketMQ's does.
+    assert _committed(a, "mixed", "mixed") == (pb.OK, 4)
+    # A pull consumer commits past them (skipping offset 4): pop's handles stay valid.
+    _commit(a, "mixed", "mixed", 5)
+    assert _committed(b, "mixed", "mixed") == (pb.OK, 5)
+    assert _ack(b, "mixed", "mixed", popped) == [pb.OK, pb.OK]
+    # Pop goes on at the committed offset: 4 was skipped by the commit.
+    rest = _pop(a, "mixed", "mixed", 32)
+    assert [(m.system_properties.queue_offset, m.system_properties.message_id) for m in rest] == [
+        (5, ids[5])
+    ]
+    assert _ack(a, "mixed", "mixed", rest) == [pb.OK]
     # Pop's progress is the offset a pull consumer reads back.
-    assert _committed(a, "mixed", "mixed") == (pb.OK, 4)
-    # Pulling changes nothing for pop: the pull reads from anywhere, pop goes on at 4.
+    assert _committed(a, "mixed", "mixed") == (pb.OK, 6)
+    # Pulling changes nothing for pop: the pull reads from anywhere, pop goes on at 6.
     assert [o for o, _ in _pull(a, "mixed", 0, group="mixed")["messages"]] == list(range(6))
-    assert _committed(a, "mixed", "mixed") == (pb.OK, 4)
+    assert _committed(a, "mixed", "mixed") == (pb.OK, 6)
+
+
+def test_a_message_in_flight_below_a_pull_commit_comes_back_when_it_becomes_visible(
+    stubs: tuple[Stub, Stub],
+) -> None:
+    a, b = stubs
+    ids = _send(a, "recommit", 3)
+    held = _pop(a, "mixed", "recommit", 1)
+    assert [m.system_properties.message_id for m in held] == ids[:1]
+    _commit(b, "mixed", "recommit", 3)  # past every message, the held one included
+    assert _pop(b, "mixed", "recommit", 32) == []  # pop resumes at 3: nothing new
+    # The held handle still works: invisible for 0 s more (a nack) makes it visible now.
+    change = spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="mixed"),
+        topic=pb.Resource(name="recommit"),
+        receipt_handle=held[0].system_properties.receipt_handle,
+        message_id=ids[0],
+    )
+    change.invisible_duration.FromSeconds(0)
+    changed = b.ChangeInvisibleDuration(change, metadata=META, timeout=20)
+    assert changed.status.code == pb.OK, changed.status
+    again = _pop(a, "mixed", "recommit", 32)
+    assert [m.system_properties.message_id for m in again] == ids[:1]
+    assert again[0].system_properties.delivery_attempt == 2
+    assert _ack(a, "mixed", "recommit", again) == [pb.OK]
+    assert _committed(a, "mixed", "recommit") == (pb.OK, 3)
 
 
 def test_an_offset_out_of_range_is_illegal_and_names_the_range(stubs: tuple[Stub, Stub]) -> None:

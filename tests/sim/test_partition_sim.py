@@ -48,3 +48,5 @@ def test_partition_runs_are_deterministic_and_exercise_the_lifecycle() -> None:
         assert totals[key] > 0, f"no {key} in 8 seeds: {totals}"
     assert totals["snapshots_sent"] > 0, totals
     assert totals["changes_ok"] > 0, totals
+    assert totals["commits"] > 0, totals
+    assert totals["acks_across_commits"] > 0, totals  # a commit left a handle valid

@@ -162,24 +162,40 @@ async def test_unknown_queues_and_groups_are_refused(world: World) -> None:
     assert group.value.reason is Reason.CONSUMER_GROUP_NOT_FOUND
 
 
-async def test_a_commit_while_pops_are_in_flight_drops_them_and_pop_resumes_at_it(
+async def test_a_commit_while_pops_are_in_flight_keeps_their_handles_and_pop_resumes_at_it(
     world: World,
 ) -> None:
-    await world.append(0, 1, 2, 3)
+    await world.append(0, 1, 2, 3, 4, 5)
     held = await world.consumer.receive(
-        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+        "g", "orders", MessageFilter(), batch_size=2, invisible_ms=30_000, poll_ms=0
     )
-    assert [d.popped.offset for d in held] == [0, 1, 2, 3]
-    assert await world.pulls.update_offset("g", "orders", 1, 2) == 2
+    assert [d.popped.offset for d in held] == [0, 1]
+    assert await world.pulls.get_offset("g", "orders", 1) == 2  # past the ones in flight
+    assert await world.pulls.update_offset("g", "orders", 1, 4) == 4
+    assert await world.pulls.get_offset("g", "orders", 1) == 4
     outcomes = await world.consumer.ack("g", "orders", [d.receipt_handle for d in held])
-    assert all(
-        outcome is not None and outcome.reason is Reason.INVALID_RECEIPT_HANDLE
-        for outcome in outcomes
-    )
+    assert outcomes == [None, None]
     again = await world.consumer.receive(
         "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
     )
-    assert [(d.popped.offset, d.popped.delivery_attempt) for d in again] == [(2, 1), (3, 1)]
+    assert [(d.popped.offset, d.popped.delivery_attempt) for d in again] == [(4, 1), (5, 1)]
+    assert await world.pulls.get_offset("g", "orders", 1) == 6
+
+
+async def test_a_commit_back_delivers_again_what_is_not_in_flight(world: World) -> None:
+    await world.append(0, 1, 2)
+    first = await world.consumer.receive(
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+    )
+    assert await world.consumer.ack("g", "orders", [first[0].receipt_handle]) == [None]
+    assert await world.pulls.update_offset("g", "orders", 1, 0) == 0
+    assert await world.pulls.get_offset("g", "orders", 1) == 0
+    again = await world.consumer.receive(
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+    )
+    assert [(d.popped.offset, d.popped.delivery_attempt) for d in again] == [(0, 1)]
+    held = [d.receipt_handle for d in first[1:]]
+    assert await world.consumer.ack("g", "orders", held) == [None, None]
 
 
 class WindowedStore(MemoryStore):

@@ -87,6 +87,7 @@ PARTITION_COMMANDS: list[tuple[str, partition.Command]] = [
     ("change-invisible", partition.ChangeInvisibleDuration(7, "g", _HANDLE, 0)),
     ("dead-letter", partition.DeadLetter(8, "g", _HANDLE)),
     ("commit-offset", partition.CommitOffset(9, "g", "orders", 3, 100)),
+    ("commit-consumer-offset", partition.CommitConsumerOffset(14, "g", "orders", 3, 100)),
     ("end-transaction", partition.EndTransaction(10, "orders", "tx-1", True)),
     ("note-checks", partition.NoteTransactionChecks(11, ("tx-1", "tx-2"), 15)),
     ("tick", partition.Tick(2**40)),
@@ -182,6 +183,8 @@ ANGELIA_VALUES: list[tuple[str, object]] = [
     ("ack-request", st.AckRequest("g", "orders", 3, [st.ReceiptHandle("orders", 3, 40, 9)] * 2)),
     ("ack-response", st.AckResponse([st.AckOutcome(40), st.AckOutcome(41, 17, "stale")])),
     ("change-invisible", st.ChangeInvisibleRequest("g", st.ReceiptHandle("orders", 3, 40, 9), 0)),
+    ("commit-offset-request", st.CommitOffsetRequest("g", "orders", 3, 100)),
+    ("commit-offset-request-consumer", st.CommitOffsetRequest("g", "orders", 3, 100, True)),
     ("offset-none", st.OffsetResponse(None)),
     ("offset", st.OffsetResponse(12)),
     ("node-status", st.NodeStatusResponse(1, 1, [1, 0, 2], [1])),
@@ -222,6 +225,7 @@ GOLDEN_HEX: dict[str, str] = {
     "partition/change-invisible": "049407a16794a66f72646572730329cd03d100",
     "partition/dead-letter": "059308a16794a66f72646572730329cd03d1",
     "partition/commit-offset": "069509a167a66f72646572730364",
+    "partition/commit-consumer-offset": "0e950ea167a66f72646572730364",
     "partition/end-transaction": "07940aa66f7264657273a474782d31c3",
     "partition/note-checks": "08930b92a474782d31a474782d320f",
     "partition/tick": "0991cf0000010000000000",
@@ -306,6 +310,8 @@ GOLDEN_HEX: dict[str, str] = {
     "angelia/ack-request": "94a167a66f7264657273039294a66f726465727303280994a66f7264657273032809",
     "angelia/ack-response": "9192932800a0932911a57374616c65",
     "angelia/change-invisible": "93a16794a66f726465727303280900",
+    "angelia/commit-offset-request": "95a167a66f72646572730364c2",
+    "angelia/commit-offset-request-consumer": "95a167a66f72646572730364c3",
     "angelia/offset-none": "91c0",
     "angelia/offset": "910c",
     "angelia/node-status": "940101930100029101",
@@ -411,6 +417,8 @@ OLDER_HEX: dict[str, str] = {
     ),
     # ReceiveRequest before filter_kind (SQL92 filters).
     "angelia/receive-request": "9ca167a66f72646572730320cd753010a12ac2c2a000c3",
+    # CommitOffsetRequest before keep_leases (every commit was an operator's reset).
+    "angelia/commit-offset-request": "94a167a66f72646572730364",
 }
 
 

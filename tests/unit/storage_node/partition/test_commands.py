@@ -47,6 +47,7 @@ def test_op_codes_are_append_only() -> None:
         ("TRIM_QUEUE", 11),
         ("RELEASE", 12),
         ("FILTERED_RECEIVE", 13),
+        ("COMMIT_CONSUMER_OFFSET", 14),
     ]
 
 

@@ -69,6 +69,7 @@ command = st.one_of(
     st.builds(c.ChangeInvisibleDuration, now_ms, group, handle, st.sampled_from([0, 5_000])),
     st.builds(c.DeadLetter, now_ms, group, handle),
     st.builds(c.CommitOffset, now_ms, group, topic, queue_id, st.integers(-1, 6)),
+    st.builds(c.CommitConsumerOffset, now_ms, group, topic, queue_id, st.integers(-1, 6)),
     st.builds(
         c.EndTransaction,
         now_ms,
