@@ -32,6 +32,7 @@ from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
 from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
 from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore
+from protocol import errors as codes
 
 log = logging.getLogger("broker.transaction")
 
@@ -184,8 +185,16 @@ class TransactionProcessor:
                 LEASE_NAME, self.owner, self.policy.lease_ttl_ms
             )
         except BrokerError as error:
-            log.warning("transaction check lease unavailable: %s", error)
-            held = False
+            # The nameserver cannot be asked: nobody can take the lease meanwhile, so
+            # its holder goes on checking (an expiry seen by a broker that still
+            # reaches the nameserver costs at most a repeated check, as a takeover does).
+            away = error.code in (codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED)
+            held = away and self.holds_lease
+            log.warning(
+                "transaction check lease unavailable%s: %s",
+                " (checking on while the nameserver is away)" if held else "",
+                error,
+            )
         if held != self.holds_lease:
             log.info("transaction check-back %s", "owned here" if held else "owned elsewhere")
         self.holds_lease = held
