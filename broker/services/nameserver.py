@@ -246,6 +246,9 @@ class ClusterMetadata:
         except BrokerError as error:
             if self._away(error):
                 if cached is not None and self._usable(cached[1]):
+                    # The read was tried: later lookups take the cache again (the next
+                    # failed pass over the group forgets it again), never a read each.
+                    self._forgotten.discard(topic)
                     log.debug("nameserver away: the last route serves", extra={"topic": topic})
                     return cached[0]
                 raise self._stale(error, f"topic {topic!r}", cached) from None

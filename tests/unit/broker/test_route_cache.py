@@ -178,6 +178,9 @@ async def test_a_forgotten_route_is_read_again_and_kept_while_the_nameserver_is_
     calls = len(nameservers.calls)
     assert await metadata.route("orders") is old  # the read failed: the old route serves
     assert any(c.startswith("route@") for c in nameservers.calls[calls:])
+    calls = len(nameservers.calls)  # tried once: the next lookups do not read again
+    assert await metadata.route("orders") is old
+    assert not any(c.startswith("route@") for c in nameservers.calls[calls:])
     nameservers.routes["orders"] = _route("orders", leader="storage-2:1")
     nameservers.come_back()
     await async_wait_until(lambda: metadata.watching, timeout_s=5)
