@@ -84,6 +84,7 @@ class TransactionProcessor:
         self._coordination = coordination
         self._peers = peers
         self.holds_lease = False
+        self._lease_failing = False  # the last lease call failed (logged once)
         self.delivered_local = 0  # check-backs this broker sent to its own producers
         self.delivered_via_peer = 0  # check-backs it had another broker deliver
 
@@ -190,11 +191,15 @@ class TransactionProcessor:
             # reaches the nameserver costs at most a repeated check, as a takeover does).
             away = error.code in (codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED)
             held = away and self.holds_lease
-            log.warning(
+            log.log(
+                logging.DEBUG if self._lease_failing else logging.WARNING,  # once per outage
                 "transaction check lease unavailable%s: %s",
                 " (checking on while the nameserver is away)" if held else "",
                 error,
             )
+            self._lease_failing = True
+        else:
+            self._lease_failing = False
         if held != self.holds_lease:
             log.info("transaction check-back %s", "owned here" if held else "owned elsewhere")
         self.holds_lease = held

@@ -438,10 +438,18 @@ async def run_heartbeats(
     producer_groups: Callable[[], list[str]],
     interval_ms: int,
 ) -> None:
-    """Forever: a broker heartbeat every ``interval_ms`` (failures are logged, not fatal)."""
+    """Forever: a broker heartbeat every ``interval_ms`` (failures are logged, not fatal:
+    the first of a run as a warning, the rest at debug until one succeeds again)."""
+    failing = False
     while True:
         try:
             await metadata.heartbeat(broker_id, address, sorted(producer_groups()))
         except BrokerError as error:
-            log.warning("broker heartbeat failed", extra={"error": error.message})
+            level = logging.DEBUG if failing else logging.WARNING
+            log.log(level, "broker heartbeat failed", extra={"error": error.message})
+            failing = True
+        else:
+            if failing:
+                log.info("broker heartbeats answered again")
+            failing = False
         await asyncio.sleep(interval_ms / 1000)
