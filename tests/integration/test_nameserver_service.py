@@ -25,15 +25,21 @@ CLUSTER = "DefaultCluster"
 T = TypeVar("T")
 
 
-@pytest.fixture
-async def nameserver(tmp_path: Path) -> AsyncIterator[NameserverService]:
-    config = NameserverConfig(
+def _config(*, timeout_ms: int) -> NameserverConfig:
+    """One in-process nameserver sweeping every 100 ms, storage nodes and brokers
+    timing out after ``timeout_ms``."""
+    return NameserverConfig(
         listen="127.0.0.1:0",
         groups=4,
         expire_interval_ms=100,
-        storage_node_timeout_ms=400,
-        broker_timeout_ms=400,
+        storage_node_timeout_ms=timeout_ms,
+        broker_timeout_ms=timeout_ms,
     )
+
+
+@pytest.fixture
+async def nameserver(tmp_path: Path) -> AsyncIterator[NameserverService]:
+    config = _config(timeout_ms=400)
     stopping = asyncio.Event()
     endpoints: list[str] = []
     task = asyncio.create_task(serve(config, tmp_path, stopping, endpoints.append))
@@ -166,13 +172,7 @@ async def test_a_nameserver_back_from_an_outage_does_not_mark_every_node_down(
 ) -> None:
     """Restarted on its data after its storage nodes' timeout has passed, the leader
     waits a whole timeout for their heartbeats before it marks any of them down."""
-    config = NameserverConfig(
-        listen="127.0.0.1:0",
-        groups=4,
-        expire_interval_ms=100,
-        storage_node_timeout_ms=3_000,
-        broker_timeout_ms=3_000,
-    )
+    config = _config(timeout_ms=3_000)
     peers = Peers(RpcConfig())
     heartbeat = api.StorageHeartbeatRequest(7, CLUSTER, "127.0.0.1:7007", groups=3)
 
