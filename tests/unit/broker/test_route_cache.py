@@ -208,3 +208,15 @@ def test_a_negative_bound_is_refused() -> None:
     link = NameserverLink([A], _Nameservers())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="route_stale_max_ms"):
         ClusterMetadata(link, cluster="c", route_stale_max_ms=-1)
+
+
+async def test_a_new_consumer_group_while_away_fails_retriably_even_with_auto_create() -> None:
+    nameservers = _Nameservers()
+    link = NameserverLink([A, B, C], nameservers)  # type: ignore[arg-type]
+    metadata = ClusterMetadata(link, cluster="c", auto_create=True)
+    nameservers.away = True
+    with pytest.raises(BrokerError) as raised:
+        await metadata.get_group("new-group")
+    assert raised.value.code is errors.UNAVAILABLE
+    assert raised.value.retriable
+    assert "consumer group 'new-group': the nameserver cannot be reached" in raised.value.message
