@@ -75,6 +75,10 @@ GROUP_ID = 1
 """The nameserver's raft group id (the raft WAL reserves 0)."""
 
 READ_TIMEOUT_MS = 2000
+WATCH_IDLE_MS = 3000
+"""A watch quiet this long re-confirms (ReadIndex) and sends an empty batch: a
+stream whose replica lost touch with its group's leader ends instead of
+staying silently open, so a watcher can bound how stale its view is."""
 LEADER_BALANCE_INTERVAL_MS = 3000
 """Least time between two leader balancing plans (transfers and reports settle meanwhile)."""
 log = logging.getLogger("nameserver.service")
@@ -430,19 +434,26 @@ class NameserverImpl:
         applied log, which only ever holds committed commands in log order.
         The first batch comes at once (possibly with no changes): it confirms
         the subscription, so a client can bound how long it waits for it.
+        After ``WATCH_IDLE_MS`` without a change the stream is confirmed again
+        the same way (a ReadIndex round, then an empty batch): on a replica
+        that cannot reach its group's leader the stream ends with NOT_LEADER.
         """
         kinds = frozenset(r.ChangeKind(k) for k in request.kinds) if request.kinds else None
         await self.linearizable()
         revision = request.revision
-        first = True
+        confirm = True
         while True:
             changed = self.machine.changed()
             batch = self.machine.state.changes_since(revision, kinds)
-            if first or batch.resync_required or batch.changes:
-                first = False
+            if confirm or batch.resync_required or batch.changes:
+                confirm = False
                 yield watch_batch_info(batch)
             revision = batch.revision
-            await changed.wait()
+            try:
+                await asyncio.wait_for(changed.wait(), WATCH_IDLE_MS / 1000)
+            except TimeoutError:
+                await self.linearizable()
+                confirm = True
 
 
 def _of_cluster(

@@ -15,11 +15,13 @@ and never an older state after that.
 Traffic outlives the nameserver. While the watch is down (every nameserver
 away, or this broker cut off from them), cached topics, groups, routes and
 the cluster status keep serving, at most ``route_stale_max_ms`` past the
-moment the cache was last known current (the watch's break, or the entry's
-own read since); a route dropped after a failed pass over its raft group
-(:meth:`forget_route`) is read again, and kept when that read cannot reach
-a nameserver. Storage nodes elect group leaders without the nameserver and
-name them in NOT_LEADER hints, which the storage port follows. Only lookups
+moment the cache was last known current (the watch's last batch, or the
+entry's own read since; an idle stream is confirmed every few seconds and
+one silent for ``watch_silence_max_ms`` counts as down); a route dropped
+after a failed pass over its raft group (:meth:`forget_route`) is read
+again, and kept when that read cannot reach a nameserver. Storage nodes
+elect group leaders without the nameserver and name them in NOT_LEADER
+hints, which the storage port follows. Only lookups
 the cache cannot answer (a new topic or group) need a nameserver; they fail
 at once with a retriable UNAVAILABLE that says so (the link gives up after a
 pass in which no replica answered). At the bound an entry is no longer
@@ -65,6 +67,9 @@ DEFAULT_QUEUE_COUNT = 8
 PAUSE_FIRST_S = 0.02
 PAUSE_MAX_S = 0.5
 ROUTE_STALE_MAX_MS = 120_000
+WATCH_SILENCE_MAX_MS = 10_000
+"""A watch stream silent this long is taken as broken (nameservers confirm an idle
+stream every few seconds, ``nameserver.service.WATCH_IDLE_MS``)."""
 """How long past its last confirmation a cached entry serves while the watch is down."""
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
 
@@ -139,10 +144,12 @@ class ClusterMetadata:
         auto_create: bool = False,
         default_queue_count: int = DEFAULT_QUEUE_COUNT,
         route_stale_max_ms: int = ROUTE_STALE_MAX_MS,
+        watch_silence_max_ms: int = WATCH_SILENCE_MAX_MS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``route_stale_max_ms``: how long a cached entry serves while the watch is
-        down (see the module docstring); ``clock``: seconds, monotonic."""
+        down (see the module docstring); ``watch_silence_max_ms``: a watch stream
+        silent this long counts as down; ``clock``: seconds, monotonic."""
         if route_stale_max_ms < 0:
             raise ValueError(f"route_stale_max_ms must not be negative, not {route_stale_max_ms}")
         self._link = link
@@ -150,6 +157,7 @@ class ClusterMetadata:
         self.auto_create = auto_create
         self.default_queue_count = default_queue_count
         self.route_stale_max_s = route_stale_max_ms / 1000
+        self._watch_silence_max_s = watch_silence_max_ms / 1000
         self._clock = clock
         # Cached entries with the clock reading of their read (see _usable).
         self._routes: dict[str, tuple[ns.RouteResponse, float]] = {}
@@ -160,7 +168,7 @@ class ClusterMetadata:
         self._status: tuple[ns.ClusterStatusResponse, float] | None = None
         self._route_listeners: list[Callable[[], None]] = []
         self.watching = False  # a watch stream is confirmed: the cache is current
-        self._current_at = -math.inf  # when the cache was last known current
+        self._current_at = -math.inf  # when the watch last confirmed the cache
 
     # -- the port ---------------------------------------------------------------------
 
@@ -380,20 +388,30 @@ class ClusterMetadata:
             try:
                 stream = self._link.stub().watch(ns.WatchRequest(revision, list(WATCH_KINDS)))
                 async with stream as batches:
-                    async for batch in batches:
+                    batch_iterator = aiter(batches)
+                    while True:
+                        try:
+                            batch = await asyncio.wait_for(
+                                anext(batch_iterator), self._watch_silence_max_s
+                            )
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            log.info("metadata watch silent too long; reconnecting")
+                            self._link.moved(AngeliaError(codes.UNAVAILABLE, "watch silent"))
+                            break
                         if batch.resync_required:
                             self._clear()
                         for change in batch.changes:
                             self._apply(change)
                         revision = batch.revision
                         self.watching = True
+                        self._current_at = self._clock()
                         delay_s = 0.05
             except AngeliaError as error:
                 log.debug("metadata watch broke", extra={"error": str(error)})
                 self._link.moved(error)
             finally:
-                if self.watching:
-                    self._current_at = self._clock()
                 self.watching = False
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 1.0)

@@ -15,6 +15,7 @@ from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import NameserverService
 from nameserver.config import NameserverConfig
 from nameserver.server import serve
+from nameserver.service import WATCH_IDLE_MS
 from protocol import errors
 from protocol import nameserver_api as api
 from tests.waiting import async_wait_until
@@ -121,6 +122,19 @@ async def test_a_watch_streams_changes_in_order_and_asks_a_far_watcher_to_resync
     async with nameserver.watch(api.WatchRequest(10**9)) as stream:
         ahead = await asyncio.wait_for(anext(aiter(stream)), 10)
         assert ahead.resync_required
+
+
+async def test_an_idle_watch_is_confirmed_every_few_seconds(
+    nameserver: NameserverService,
+) -> None:
+    start = (await nameserver.list_topics(api.ListRequest())).revision
+    async with nameserver.watch(api.WatchRequest(start, [api.KIND_TOPIC])) as stream:
+        batches = aiter(stream)
+        first = await anext(batches)
+        confirmed = await asyncio.wait_for(anext(batches), WATCH_IDLE_MS / 1000 + 10)
+        assert confirmed.changes == []
+        assert not confirmed.resync_required
+        assert confirmed.revision >= first.revision
 
 
 async def test_bad_requests_name_their_cause(nameserver: NameserverService) -> None:

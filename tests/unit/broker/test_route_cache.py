@@ -106,12 +106,18 @@ class _Clock:
 
 
 async def _watched(
-    bound_ms: int = BOUND_MS,
+    bound_ms: int = BOUND_MS, silence_max_ms: int = 60_000
 ) -> tuple[ClusterMetadata, _Nameservers, _Clock, asyncio.Task[None]]:
     nameservers = _Nameservers()
     clock = _Clock()
     link = NameserverLink([A, B, C], nameservers)  # type: ignore[arg-type]
-    metadata = ClusterMetadata(link, cluster="c", route_stale_max_ms=bound_ms, clock=clock)
+    metadata = ClusterMetadata(
+        link,
+        cluster="c",
+        route_stale_max_ms=bound_ms,
+        watch_silence_max_ms=silence_max_ms,
+        clock=clock,
+    )
     watch = asyncio.create_task(metadata.run_watch())
     await async_wait_until(lambda: metadata.watching, timeout_s=5)
     return metadata, nameservers, clock, watch
@@ -220,3 +226,18 @@ async def test_a_new_consumer_group_while_away_fails_retriably_even_with_auto_cr
     assert raised.value.code is errors.UNAVAILABLE
     assert raised.value.retriable
     assert "consumer group 'new-group': the nameserver cannot be reached" in raised.value.message
+
+
+async def test_a_silent_watch_stream_is_dropped_for_the_next_replica() -> None:
+    """A stream that confirms once and then says nothing (a replica cut off from its
+    group sends no confirmations) counts as down after the silence bound."""
+    _metadata, nameservers, _clock, watch = await _watched(silence_max_ms=200)
+    await async_wait_until(
+        lambda: (
+            [c for c in nameservers.calls if c.startswith("watch")][:2]
+            == [f"watch@{A}", f"watch@{B}"]
+        ),
+        timeout_s=10,
+        what="the watch moved on from the silent replica",
+    )
+    await _stop(watch)
