@@ -14,6 +14,13 @@ class BrokerConfig:
             "kind": "address",
         },
     )
+    remoting_listen: str = field(
+        default="127.0.0.1:8080",
+        metadata={
+            "help": "host:port of the classic RocketMQ remoting endpoint for 4.x clients "
+            "(empty: none)",
+        },
+    )
     grpc_server: str = field(
         default="h2",
         metadata={

@@ -9,6 +9,11 @@ stream here, and calls ``ready(host:port)`` once it serves. It keeps no
 state of its own: receipt handles are signed with the cluster ``secret``,
 so any broker of the cluster can finish what another handed out.
 
+It also serves the classic RocketMQ remoting protocol (4.x clients) on
+``remoting_listen`` (``broker/remoting/``), over the same processors, and
+reports that address in its heartbeats, so every broker's routes can list
+every live broker.
+
 It also serves the brokers' own Angelia API (``broker.*``) on
 ``peer_listen``; that address is its broker id in the nameserver, so a
 broker owning the orphan check-back (through the nameserver lease) can have
@@ -35,6 +40,10 @@ from broker.domain import HalfMessage
 from broker.grpc.server import GrpcEndpoint, Ports, build_service
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
+from broker.remoting.brokers import ClusterBrokers
+from broker.remoting.producers import RemotingProducers
+from broker.remoting.server import RemotingServer
+from broker.remoting.service import RemotingService
 from broker.services.clock import SystemClock
 from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
@@ -78,10 +87,13 @@ async def serve(
     peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
     tasks: list[asyncio.Task[None]] = []
     endpoint: GrpcEndpoint | None = None
+    remoting: RemotingServer | None = None
+    remoting_address = ""
     try:
         peer_address = await peer_server.start(
             config.peer_listen or f"{config.listen.rpartition(':')[0]}:0"
         )
+        remoting_producers = RemotingProducers()
         service = build_service(
             Ports(
                 metadata,
@@ -99,6 +111,7 @@ async def serve(
                 check_max=config.transaction_check_max,
             ),
             delivery_ahead_ms_max=config.delay_max_ms,
+            more_producers=remoting_producers,
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
@@ -106,6 +119,26 @@ async def serve(
         port = await endpoint.start()
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
+        if config.remoting_listen:
+            # Both addresses are known once the port is bound (the listen port may be 0).
+            brokers = ClusterBrokers(metadata, own_address=config.remoting_listen)
+            remoting_service = RemotingService(
+                route=service.route_processor,
+                producer=service.producer_processor,
+                store=store,
+                clock=clock,
+                brokers=brokers,
+                cluster=config.cluster,
+                address=config.remoting_listen,
+                transactions=service.transactions,
+                producers=remoting_producers,
+                pulls=service.pulls,
+            )
+            remoting = RemotingServer(remoting_service, config.remoting_listen)
+            remoting_port = await remoting.start()
+            remoting_address = f"{config.remoting_listen.rpartition(':')[0]}:{remoting_port}"
+            remoting_service.address = brokers.own_address = remoting_address
+            remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
         tasks.append(
             asyncio.create_task(
@@ -113,8 +146,13 @@ async def serve(
                     metadata,
                     broker_id=peer_address,
                     address=address,
-                    producer_groups=lambda: service.sessions.producer_groups,
+                    # Where check-backs can reach a producer: gRPC producers' groups and
+                    # the topics remoting producers sent half messages to.
+                    producer_groups=lambda: sorted(
+                        {*service.sessions.producer_groups, *remoting_producers.topics}
+                    ),
                     interval_ms=config.heartbeat_interval_ms,
+                    remoting_address=remoting_address,
                 ),
                 name="broker-heartbeat",
             )
@@ -123,6 +161,7 @@ async def serve(
             "serving",
             extra={
                 "address": address,
+                "remoting_address": remoting_address,
                 "peer_address": peer_address,
                 "nameserver": config.nameserver,
                 "auto_create": config.auto_create,
@@ -136,6 +175,8 @@ async def serve(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if remoting is not None:
+            await remoting.stop(1.0)
         if endpoint is not None:
             await endpoint.stop(1.0)
         await peer_server.stop()

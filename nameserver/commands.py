@@ -90,6 +90,7 @@ class BrokerHeartbeat:
     address: str
     now_ms: int
     producer_groups: tuple[str, ...] = ()
+    remoting_address: str = ""  # where 4.x (remoting) clients reach it; "" if nowhere
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ class Broker:
     alive: bool
     last_heartbeat_ms: int
     producer_groups: tuple[str, ...] = ()
+    remoting_address: str = ""  # where 4.x (remoting) clients reach it; "" if nowhere
 
 
 @dataclass(frozen=True, slots=True)

@@ -379,6 +379,7 @@ class NameserverImpl:
                 request.address,
                 self.clock(),
                 tuple(request.producer_groups),
+                request.remoting_address,
             )
         )
         return api.RevisionResponse(applied.revision)

@@ -128,6 +128,7 @@ class BrokerInfo:
     alive: bool
     last_heartbeat_ms: int
     producer_groups: list[str] = field(default_factory=list)
+    remoting_address: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +365,7 @@ class BrokerHeartbeatRequest:
     cluster: str
     address: str
     producer_groups: list[str] = field(default_factory=list)
+    remoting_address: str = ""  # where 4.x (remoting) clients reach it; "" if nowhere
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from protocol.message_objects import QueueManifest
 from protocol.positional import positional
 from protocol.records import MESSAGE_TYPES, MessageRecord
 from protocol.vocabulary import MessageType
@@ -260,6 +261,10 @@ class ReadRequest:
     """Answer with the messages packed as records (``ReadResponse.records`` and
     ``.stored_at``) instead of ``ReadResponse.messages``, as a packed receive
     does; ``bytes_max`` then bounds the packed records' bytes."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written, as in :class:`ReceiveRequest`: a SQL92
+    filter is evaluated on the records read, at most
+    ``storage_node.partition.property_filter.EVALUATED_MAX`` of them per read."""
 
 
 class StoredAt(NamedTuple):
@@ -294,7 +299,10 @@ class ReceiveRequest:
 
     Handed-out messages stay invisible to the group for
     ``invisible_duration_ms`` unless acknowledged. ``filter_expression`` is a
-    tag expression (``*``, ``a || b``). ``poll_ms`` > 0: when nothing is
+    tag expression (``*``, ``a || b``) or, when ``filter_kind`` is
+    ``protocol.filters.FilterKind.SQL``, a SQL92 expression that the node
+    evaluates against each message's properties before it hands the message
+    out (a bad one is refused as ILLEGAL_FILTER_EXPRESSION). ``poll_ms`` > 0: when nothing is
     available, wait up to that long for messages to arrive (long polling).
     """
 
@@ -313,6 +321,8 @@ class ReceiveRequest:
     """Answer with the messages packed as records (``ReceiveResponse.records`` and
     ``.deliveries``) instead of ``ReceiveResponse.messages``: no conversion per message
     on either side."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written: a ``protocol.filters.FilterKind`` (TAG)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,3 +652,31 @@ class GroupProgressResponse:
     """The queues' progress, sorted by topic and queue id."""
 
     queues: list[QueueProgress]
+
+
+# ------------------------------------------------------------------ snapshots
+@dataclass(frozen=True, slots=True)
+class ExportSnapshotRequest:
+    """Write the messages of raft group ``group_id``'s queues of ``topics`` (every queue
+    when empty) as message objects (``protocol.message_objects``) under ``url`` (a
+    folder or fsspec URL, opened with ``storage_options``): each queue from its first
+    offset up to its end when the export starts, the same applied index for every
+    queue of the group. Objects are cut at about ``object_bytes_max`` and blocks at
+    about ``block_bytes_max``. Served by the group's leader (NOT_LEADER otherwise).
+    The caller writes the manifest from the answers, after every group answered."""
+
+    group_id: int
+    url: str
+    topics: list[str] = field(default_factory=list)
+    object_bytes_max: int = 64 << 20
+    block_bytes_max: int = 1 << 20
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSnapshotResponse:
+    """The group's applied index the export read at, and each exported queue's objects."""
+
+    group_id: int
+    applied_index: int
+    queues: list[QueueManifest]

@@ -41,15 +41,15 @@ end_option = click.option("--end", default=None, help="stored at or before (ISO 
 def _run(nameserver: str, cluster: str, action: Callable[[ClusterAdmin], Awaitable[T]]) -> T:
     """``action`` on a :class:`ClusterAdmin`; exit 1 with the reason if the cluster fails
     it, 2 for a bad option value it found."""
-    addresses = admin._addresses(nameserver)
+    addresses = admin.parse_nameservers(nameserver)
     try:
         return uvloop.run(ClusterAdmin.using(addresses, cluster, action))
     except AngeliaError as exc:
         if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
-            admin._fail(f"cannot reach the cluster: {exc.message}", admin.EXIT_REFUSED)
-        admin._fail(f"the cluster refused: {exc.code.name}: {exc.message}", admin.EXIT_REFUSED)
+            admin.fail(f"cannot reach the cluster: {exc.message}", admin.EXIT_REFUSED)
+        admin.fail(f"the cluster refused: {exc.code.name}: {exc.message}", admin.EXIT_REFUSED)
     except ValueError as exc:
-        admin._fail(str(exc), admin.EXIT_USAGE)
+        admin.fail(str(exc), admin.EXIT_USAGE)
 
 
 def parse_time_ms(text: str | None, option: str, default: int) -> int:
@@ -60,7 +60,7 @@ def parse_time_ms(text: str | None, option: str, default: int) -> int:
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        admin._fail(f"{option}: {text!r} is not an ISO 8601 time", admin.EXIT_USAGE)
+        admin.fail(f"{option}: {text!r} is not an ISO 8601 time", admin.EXIT_USAGE)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return int(moment.timestamp() * 1000)
@@ -205,7 +205,7 @@ def message_show(
 
     A dead-lettered message is shown in its topic and in the dead-letter queue."""
     if topic:
-        admin._check_name(names.validate_topic, topic)
+        admin.check_name(names.validate_topic, topic)
     outcome = _query(nameserver, cluster, begin, end, topic=topic, message_id=message_id)
     if as_json:
         _echo_json(outcome_json(outcome))
@@ -275,7 +275,7 @@ def message_query(
     as_json: bool,
 ) -> None:
     """Messages of --topic carrying --key, stored in [--begin, --end], oldest first."""
-    admin._check_name(names.validate_topic, topic)
+    admin.check_name(names.validate_topic, topic)
     outcome = _query(nameserver, cluster, begin, end, topic=topic, key=key, limit=limit)
     if as_json:
         _echo_json(outcome_json(outcome))
@@ -308,9 +308,9 @@ def progress_json(row: Progress) -> dict[str, Any]:
 @json_option
 def group_lag(name: str, nameserver: str, cluster: str, topic: str, as_json: bool) -> None:
     """Consumer group NAME's progress per queue (pop and pull consumers alike)."""
-    admin._check_name(names.validate_consumer_group, name)
+    admin.check_name(names.validate_consumer_group, name)
     if topic:
-        admin._check_name(names.validate_topic, topic)
+        admin.check_name(names.validate_topic, topic)
     rows = _run(nameserver, cluster, lambda a: a.group_lag(name, topic))
     if as_json:
         _echo_json({"group": name, "queues": [progress_json(r) for r in rows]})
@@ -363,10 +363,10 @@ def group_reset_offset(
 
     Pop and pull consumers then receive from the new offset. Messages in flight
     are delivered again; acks of their old receipt handles fail."""
-    admin._check_name(names.validate_consumer_group, name)
-    admin._check_name(names.validate_topic, topic)
+    admin.check_name(names.validate_consumer_group, name)
+    admin.check_name(names.validate_topic, topic)
     if (to is None) == (to_time is None):
-        admin._fail("give one of --to earliest|latest and --to-time", admin.EXIT_USAGE)
+        admin.fail("give one of --to earliest|latest and --to-time", admin.EXIT_USAGE)
     timestamp_ms = parse_time_ms(to_time, "--to-time", -1)
     resets: list[Reset] = _run(
         nameserver,
@@ -411,7 +411,7 @@ def dlq_resend(name: str, nameserver: str, cluster: str, as_json: bool) -> None:
 
     Only dead letters not resent by an earlier run go (the progress is kept as a
     committed offset in the dead-letter queues)."""
-    admin._check_name(names.validate_consumer_group, name)
+    admin.check_name(names.validate_consumer_group, name)
     resent: Resent = _run(nameserver, cluster, lambda a: a.resend_dead_letters(name))
     if as_json:
         _echo_json(

@@ -25,8 +25,9 @@ import uvloop
 from rip5 import __version__, admin_consumers
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
+from rip5 import snapshot as snapshot_commands
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner
+from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -41,6 +42,8 @@ BENCH_TARGETS = {
     "nameserver": "[Nameserver]",
     "e2e": "[Broker]",
     "timer": "[Broker-txn-delay]",
+    "sql_filter": "[Consumers]",
+    "spark": "[Spark]",
 }
 
 
@@ -230,6 +233,13 @@ for _role in ROLES.values():
     help="client port of the first broker (the next ones follow)",
 )
 @click.option(
+    "--remoting-port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="remoting (4.x client) port of the first broker (the next ones count down)",
+)
+@click.option(
     "--free-ports",
     is_flag=True,
     default=False,
@@ -256,6 +266,7 @@ def dev(
     nameservers: int,
     storage_port: int,
     broker_port: int,
+    remoting_port: int,
     free_ports: bool,
     auto_create: bool,
     log_level: str,
@@ -274,6 +285,7 @@ def dev(
         log_level,
         free_ports=free_ports,
         nameservers=nameservers,
+        remoting_port=remoting_port,
     )
     specs, notices = plan(layout)
 
@@ -290,7 +302,8 @@ def dev(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
         supervisor = Supervisor(specs, out=out)
-        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps)))
+        remoting = remoting_endpoints(specs)
+        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps, remoting)))
 
     try:
         code = uvloop.run(supervise())
@@ -311,16 +324,31 @@ admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
+admin.add_command(snapshot_commands.snapshot)
 
 
 main.add_command(loadtest_command.loadtest)
+
+
+@main.command(
+    "spark",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def spark_jobs(args: tuple[str, ...]) -> None:
+    """Spark jobs over snapshots: stats, export, pipeline (``rip5 spark --help``)."""
+    # Loaded on demand: pyspark (the spark extra) is imported only by these commands.
+    from spark_batch.jobs import spark  # noqa: PLC0415
+
+    spark.main(list(args), prog_name="rip5 spark")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter or spark.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

@@ -43,9 +43,13 @@ class DevLayout:
     secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
     nameservers: int = 1
+    # The brokers' remoting ports count down from here, so they never meet the gRPC
+    # ports counting up from broker_port.
+    remoting_port: int = 8080
 
 
 REPLICATION_FACTOR_MAX = 3
+REMOTING_FLAG = "--remoting-listen"
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -109,6 +113,8 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                 (
                     "--listen",
                     f"127.0.0.1:{port(layout.broker_port, i)}",
+                    REMOTING_FLAG,
+                    f"127.0.0.1:{port(layout.remoting_port, -i)}",
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
@@ -139,13 +145,25 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     return specs, notices
 
 
-def ready_banner(endpoints: dict[str, str]) -> str:
-    """What ``rip5 dev`` prints once every child is ready."""
-    brokers = [ep for name, ep in endpoints.items() if name.startswith("broker")]
+def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
+    """Each broker's remoting endpoint (4.x clients), by child name."""
+    return {
+        spec.name: spec.argv[spec.argv.index(REMOTING_FLAG) + 1]
+        for spec in specs
+        if REMOTING_FLAG in spec.argv
+    }
+
+
+def ready_banner(endpoints: dict[str, str], remoting: dict[str, str] | None = None) -> str:
+    """What ``rip5 dev`` prints once every child is ready: the first broker's gRPC
+    endpoint, and its remoting endpoint when ``remoting`` names one."""
+    brokers = [name for name in endpoints if name.startswith("broker")]
     if brokers:
+        remoting_endpoint = (remoting or {}).get(brokers[0])
+        also = f"remoting endpoint {remoting_endpoint}; " if remoting_endpoint else ""
         return (
-            f"rip5 dev ready: client endpoint {brokers[0]} "
-            f"({len(endpoints)} processes; Ctrl-C to stop)"
+            f"rip5 dev ready: client endpoint {endpoints[brokers[0]]} "
+            f"({also}{len(endpoints)} processes; Ctrl-C to stop)"
         )
     running = ", ".join(endpoints) or "none"
     return (

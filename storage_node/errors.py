@@ -79,3 +79,10 @@ class BodyUnavailable(StorageError):
     store (it was released, or a restore has not brought it yet)."""
 
     code = errors.UNAVAILABLE
+
+
+class ExportFailed(StorageError):
+    """Message objects could not be written where a snapshot export was sent (the
+    destination refused or failed); nothing of the export is published."""
+
+    code = errors.UNAVAILABLE

@@ -51,7 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
-from protocol.filters import TagFilter
+from protocol.filters import MATCH_ALL, TagFilter
 from protocol.records import (
     MessageRecord,
     is_canonical,
@@ -70,6 +70,8 @@ from protocol.storage_api import (
     CommitOffsetRequest,
     EndTransactionRequest,
     EndTransactionResponse,
+    ExportSnapshotRequest,
+    ExportSnapshotResponse,
     GetOffsetRequest,
     GroupProgressRequest,
     GroupProgressResponse,
@@ -103,6 +105,7 @@ from storage_node.api_convert import (
     append_records,
     append_response,
     receive_command,
+    sql_filter,
 )
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
@@ -112,7 +115,7 @@ from storage_node.errors import (
     StorageNotLeader,
 )
 from storage_node.key_index import KeyIndex, Query, SearchResult
-from storage_node.partition import pull
+from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
     Ack,
     Append,
@@ -149,6 +152,7 @@ from storage_node.partition.results import (
 )
 from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
+from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
 
 _log = logging.getLogger(__name__)
@@ -209,6 +213,7 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
@@ -341,14 +346,26 @@ class StorageNode:
         replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         queue = (request.topic, request.queue_id)
-        tag_filter = TagFilter.parse(request.filter_expression)
+        sql = sql_filter(request.filter_kind, request.filter_expression)
+        tag_filter = TagFilter.parse(MATCH_ALL if sql else request.filter_expression)
         scan_max = request.count_max
-        if not tag_filter.matches_all:
+        if sql or not tag_filter.matches_all:
             scan_max = max(scan_max, state.config.receive_scan_max)
         entries = state.read(request.topic, request.queue_id, request.queue_offset, scan_max)
-        offsets, kept, next_offset = pull.matching(
-            entries, request.queue_offset, tag_filter, request.count_max
-        )
+        if sql is None:
+            offsets, kept, next_offset = pull.matching(
+                entries, request.queue_offset, tag_filter, request.count_max
+            )
+        else:  # evaluated on the records, before any leaves the node
+            offsets, kept, next_offset = property_filter.matching(
+                entries,
+                request.queue_offset,
+                self._entry_reader(group_id),
+                group_id,
+                queue,
+                sql,
+                request.count_max,
+            )
         first = state.first_offset(request.topic, request.queue_id)
         end = state.end_offset(request.topic, request.queue_id)
         if request.packed:
@@ -394,21 +411,34 @@ class StorageNode:
         queue = (request.topic, request.queue_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, request.poll_ms) / 1000
+        sql = sql_filter(request.filter_kind, request.filter_expression)
         dead_lettered = 0
         while True:
             replica = self._led_replica(group_id)
             grown = replica.grown(queue)
             now_ms = self.now_ms()
             idle_end = self._idle_receive_end(group_id, replica, request, now_ms)
+            more = False
             if idle_end is not None:  # nothing to hand out or change: no log entry
                 result: Result = ReceiveResult((), (), idle_end)
             else:
-                result = await self._propose(group_id, receive_command(request, now_ms))
+                receive = receive_command(request, now_ms)
+                command: Command = receive
+                if sql is not None:  # its verdicts go into the command
+                    filtered, more = property_filter.evaluate(
+                        replica.state, self._entry_reader(group_id), receive, sql
+                    )
+                    # Go on at once only past messages this one finished (progress).
+                    more = more and bool(filtered.unmatched)
+                    command = filtered
+                result = await self._propose(group_id, command)
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
             remaining_s = deadline - loop.time()
             if result.deliveries or remaining_s <= 0:
                 break
+            if more:  # the filter's evaluation stopped short of the scan window
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(grown.wait(), remaining_s)
             if loop.time() >= deadline and not grown.is_set():
@@ -701,6 +731,16 @@ class StorageNode:
         return GroupProgressResponse(
             group_progress(replica.state, request.consumer_group, request.topic)
         )
+
+    async def export_snapshot(
+        self, request: ExportSnapshotRequest, context: CallContext
+    ) -> ExportSnapshotResponse:
+        """Write a group's queues as message objects up to one applied index
+        (``storage_node.snapshot_export``)."""
+        self._led_replica(request.group_id)
+        async with self._exports:
+            replica = await self._read_barrier(request.group_id)
+            return await export_group(replica, request)
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))

@@ -26,8 +26,8 @@ from broker.domain import (
     new_message,
 )
 from broker.errors import BrokerError, Reason
-from broker.processor.filter import FilterKind, parse_filter
-from protocol.filters import TagFilter
+from broker.processor.filter import parse_filter
+from protocol.filters import FilterKind, MessageFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.vocabulary import MessageType, Permission
 
@@ -140,8 +140,8 @@ def message_from_pb(message: pb.Message) -> Message:
     )
 
 
-def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:
-    """The subscription filter of a receive request."""
+def filter_from_pb(expression: pb.FilterExpression) -> MessageFilter:
+    """The subscription filter of a receive request or a subscription setting, checked."""
     try:
         kind = FilterKind(expression.type)
     except ValueError:

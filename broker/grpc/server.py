@@ -29,7 +29,7 @@ from broker.processor.consumer import ConsumerProcessor
 from broker.processor.producer import ProducerProcessor
 from broker.processor.pull import PullProcessor
 from broker.processor.route import RouteProcessor
-from broker.processor.transaction import TransactionProcessor
+from broker.processor.transaction import AnyProducers, LocalProducers, TransactionProcessor
 from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore, MetadataService
 from protocol.rocketmq.v2 import service_pb2_grpc
 
@@ -55,10 +55,13 @@ def build_service(
     broker_id: str = "",
     check_policy: CheckPolicy | None = None,
     delivery_ahead_ms_max: int = validation.DELIVERY_AHEAD_MS_MAX,
+    more_producers: LocalProducers | None = None,
 ) -> MessagingService:
     """The v2 service over ``ports``; ``endpoint`` (host:port) is advertised in routes
     when a client does not say how it reached us. ``broker_id`` names this broker to
-    its peers (lease owner, peer address); it defaults to ``endpoint``."""
+    its peers (lease owner, peer address); it defaults to ``endpoint``.
+    ``more_producers``: producers connected through another protocol (remoting), also
+    asked for transaction check-backs."""
     sessions = TelemetrySessions()
     return MessagingService(
         route=RouteProcessor(ports.metadata),
@@ -72,7 +75,7 @@ def build_service(
         transactions=TransactionProcessor(
             ports.store,
             ports.clock,
-            sessions,
+            sessions if more_producers is None else AnyProducers(sessions, more_producers),
             owner=broker_id or endpoint,
             policy=check_policy,
             coordination=ports.coordination,

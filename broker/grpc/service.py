@@ -19,6 +19,7 @@ from broker.errors import BrokerError, Reason, not_implemented, unsupported
 from broker.grpc import convert, wire
 from broker.grpc.status import ok, status_of
 from broker.grpc.telemetry import TelemetrySessions, serve_stream
+from broker.processor import recall_handle as recall_handles
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.polling import plan_poll_ms
@@ -88,6 +89,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._clock = clock
         self._endpoint = endpoint
         self.sessions = sessions or TelemetrySessions()
+
+    @property
+    def route_processor(self) -> RouteProcessor:
+        """The route processor (shared with the other protocol adapters)."""
+        return self._route
+
+    @property
+    def producer_processor(self) -> ProducerProcessor:
+        """The producer processor (shared with the other protocol adapters)."""
+        return self._producer
 
     # -- routing ------------------------------------------------------------
 
@@ -182,6 +193,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     (
                         transaction_ids.encode(result.queue, message.message_id)
                         if result.placement is Placement.HALF
+                        else ""
+                    ),
+                    (
+                        recall_handles.encode(
+                            result.queue, message.message_id, message.delivery_timestamp_ms
+                        )
+                        if result.placement is Placement.DELAYED
+                        and message.delivery_timestamp_ms is not None
                         else ""
                     ),
                 )
@@ -417,8 +436,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def RecallMessage(
         self, request: spb.RecallMessageRequest, context: Any
     ) -> spb.RecallMessageResponse:
-        """Recalling a pending timed message is a later step (storage can cancel timers)."""
-        return spb.RecallMessageResponse(status=status_of(not_implemented("RecallMessage")))
+        """Cancel a timed message not yet due, by the recall handle its send returned."""
+        try:
+            client_id_of(context)
+            message_id = await self._producer.recall(request.topic.name, request.recall_handle)
+        except Exception as error:  # noqa: BLE001
+            return spb.RecallMessageResponse(status=status_of(error))
+        return spb.RecallMessageResponse(status=ok(), message_id=message_id)
 
     async def SyncLiteSubscription(
         self, request: spb.SyncLiteSubscriptionRequest, context: Any

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
+from broker.processor import recall_handle as recall_handles
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
 from broker.processor.selector import select_queue
@@ -50,6 +51,7 @@ class ProducerProcessor:
         self._metadata = metadata
         self._delivery_ahead_ms_max = delivery_ahead_ms_max
         self._clock = clock
+        self._store = store
         self._coalescer = coalescer or AppendCoalescer(store)
         self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
         self._current: dict[str, int] = {}  # topic -> index into its writable queues
@@ -112,6 +114,32 @@ class ProducerProcessor:
         index = (index + 1) % len(writable)
         self._current[topic] = index
         return QueueRef(topic, writable[index])
+
+    async def recall(self, topic_name: str, handle: str) -> str:
+        """Cancel the timed message a send's recall handle names, before it is due; its
+        message id (RocketMQ 5.3's RecallMessage).
+
+        BAD_REQUEST for a handle that is malformed or of another topic; NOT_FOUND
+        when the message is no longer held: its delivery time has passed (it was
+        delivered) or it was recalled already.
+        """
+        validation.check_topic(topic_name)
+        target = recall_handles.decode(handle, topic_name)
+        await self._metadata.get_topic(topic_name)
+        now_ms = self._clock.now_ms()
+        if target.delivery_ms <= now_ms:
+            raise BrokerError(
+                codes.NOT_FOUND,
+                f"message {target.message_id!r} was due at {target.delivery_ms} ms, "
+                f"{now_ms - target.delivery_ms} ms ago: it was delivered and cannot be recalled",
+            )
+        if not await self._store.cancel_timer(target.queue, target.message_id):
+            raise BrokerError(
+                codes.NOT_FOUND,
+                f"message {target.message_id!r} is not held for delivery: "
+                "it was delivered or recalled already",
+            )
+        return target.message_id
 
 
 def _names_its_queue(message: Message) -> bool:

@@ -37,7 +37,7 @@ from broker.errors import BrokerError, Reason
 from broker.processor import validation
 from broker.services.base import MessageStore, MetadataService
 from protocol import errors as codes
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 
 SKIPPED_READS_MAX = 16
 """Reads whose whole window the filter skipped, at most, in one pull: a pull through
@@ -105,12 +105,12 @@ class PullProcessor:
         topic_name: str,
         queue_id: int,
         offset: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
         *,
         batch_size: int,
         poll_ms: int,
     ) -> PullResult:
-        """Up to ``batch_size`` messages matching ``tag_filter`` from ``offset`` on,
+        """Up to ``batch_size`` messages matching ``message_filter`` from ``offset`` on,
         waiting at most ``poll_ms`` for the first (see the module docstring)."""
         queue = await self._group_queue(group_name, topic_name, queue_id)
         batch_size = validation.check_batch_size(batch_size)
@@ -120,7 +120,7 @@ class PullProcessor:
         while True:
             try:
                 found = await self._store.read(
-                    queue, offset, batch_size=batch_size, tag_filter=tag_filter
+                    queue, offset, batch_size=batch_size, message_filter=message_filter
                 )
             except BrokerError as error:
                 if error.code is not codes.OFFSET_OUT_OF_RANGE:

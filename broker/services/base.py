@@ -36,7 +36,7 @@ Mapping to the storage partition commands (``storage_node/partition``):
 ``append`` -> one ``Append`` of the batch's records; ``pop`` -> ``Receive``
 (``max_messages=batch_size``, ``invisible_duration_ms``,
 ``max_delivery_attempts``/``fifo`` from the GroupInfo,
-``filter_expression=tag_filter.expression()``); ``ack`` -> ``Ack``;
+``filter_expression`` and ``filter_kind`` of ``message_filter``); ``ack`` -> ``Ack``;
 ``change_invisible`` -> ``ChangeInvisibleDuration``;
 ``forward_to_dead_letter`` -> ``DeadLetter``; the (queue, offset, generation)
 triple is the storage half of the receipt handle. Routing a queue to its
@@ -75,8 +75,13 @@ from broker.domain import (
     TopicInfo,
 )
 from broker.errors import BrokerError
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType
+
+NAMESERVER_QUIET_AT_START_MS = 10_000
+"""A broker's periodic nameserver calls (heartbeats, the check-back lease) log their
+failures at INFO this long after it starts: roles start together, so a nameserver
+not up yet is normal at first; one still away past this is warned of."""
 
 
 class Clock(Protocol):
@@ -123,7 +128,7 @@ class MessageStore(Protocol):
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Hand up to ``batch_size`` visible messages of ``queue`` to ``group``.
 
@@ -200,10 +205,15 @@ class MessageStore(Protocol):
         ``check_max`` times are rolled back and returned."""
         ...
 
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Drop the timed message ``message_id`` held in ``queue`` before it is due; False
+        when none is held (it was queued at its time already, recalled, or never held)."""
+        ...
+
     async def read(
-        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
     ) -> QueueSlice:
-        """Up to ``batch_size`` messages of ``queue`` matching ``tag_filter``, from
+        """Up to ``batch_size`` messages of ``queue`` matching ``message_filter``, from
         ``offset`` on (a pull: no state changes). Raises OFFSET_OUT_OF_RANGE for an
         offset outside [first, end] of the queue."""
         ...

@@ -44,7 +44,7 @@ from broker.domain import (
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
 from protocol import errors as codes
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType, Placement
 
 
@@ -307,7 +307,7 @@ class MemoryStore:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Hand visible messages to ``group`` (FIFO groups: per message group order)."""
         self._release_due()
@@ -329,7 +329,10 @@ class MemoryStore:
             if flight is not None and flight.invisible_until_ms > now_ms:
                 blocked.add(key)
                 continue
-            if flight is None and not tag_filter.matches(stored.message.tag or ""):
+            message = stored.message
+            if flight is None and not message_filter.matches(
+                message.tag or "", message.user_properties.items(), message.keys
+            ):
                 state.finish(offset)
                 continue
             attempt = 1 if flight is None else flight.delivery_attempt + 1
@@ -444,9 +447,9 @@ class MemoryStore:
         return state.committed if state else None
 
     async def read(
-        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
     ) -> QueueSlice:
-        """Messages from ``offset`` matching ``tag_filter`` (every queue starts at 0 here)."""
+        """Messages from ``offset`` matching ``message_filter`` (every queue starts at 0 here)."""
         self._release_due()
         log = self._log(queue)
         if not 0 <= offset <= len(log):
@@ -458,7 +461,10 @@ class MemoryStore:
         next_offset = offset
         while next_offset < len(log) and len(found) < batch_size:
             stored = log[next_offset]
-            if tag_filter.matches(stored.message.tag or ""):
+            message = stored.message
+            if message_filter.matches(
+                message.tag or "", message.user_properties.items(), message.keys
+            ):
                 found.append(
                     PulledMessage(stored.message, queue, next_offset, stored.store_timestamp_ms)
                 )
@@ -483,6 +489,16 @@ class MemoryStore:
         offset = min(max(offset, 0), len(self._log(queue)))
         self._groups[(group, queue)] = _GroupQueue(committed=offset)
         return offset
+
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Drop a held timed message before it is due (see ``MessageStore.cancel_timer``)."""
+        self._release_due()
+        for index, (_due, _arrival, held_queue, message) in enumerate(self._held):
+            if held_queue == queue and message.message_id == message_id:
+                self._held.pop(index)
+                heapq.heapify(self._held)
+                return True
+        return False
 
 
 class MemoryCoordination:

@@ -53,6 +53,7 @@ from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting
 from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
+from broker.services.base import NAMESERVER_QUIET_AT_START_MS
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import routing
@@ -390,10 +391,11 @@ class ClusterMetadata:
                 async with stream as batches:
                     batch_iterator = aiter(batches)
                     while True:
+                        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can
+                        # swallow a cancellation racing the stream's end (a hung stop).
                         try:
-                            batch = await asyncio.wait_for(
-                                anext(batch_iterator), self._watch_silence_max_s
-                            )
+                            async with asyncio.timeout(self._watch_silence_max_s):
+                                batch = await anext(batch_iterator)
                         except StopAsyncIteration:
                             break
                         except TimeoutError:
@@ -438,12 +440,21 @@ class ClusterMetadata:
         self._status = (status, self._clock())
         return status
 
-    async def heartbeat(self, broker_id: str, address: str, producer_groups: list[str]) -> None:
-        """Tell the nameserver this broker is alive, with its producer groups."""
+    async def heartbeat(
+        self,
+        broker_id: str,
+        address: str,
+        producer_groups: list[str],
+        remoting_address: str = "",
+    ) -> None:
+        """Tell the nameserver this broker is alive, with its producer groups (and where
+        remoting clients reach it)."""
         await self._link.call(
             "broker heartbeat",
             lambda stub, timeout_ms: stub.broker_heartbeat(
-                ns.BrokerHeartbeatRequest(broker_id, self.cluster, address, producer_groups),
+                ns.BrokerHeartbeatRequest(
+                    broker_id, self.cluster, address, producer_groups, remoting_address
+                ),
                 timeout_ms=timeout_ms,
             ),
         )
@@ -455,19 +466,29 @@ async def run_heartbeats(
     address: str,
     producer_groups: Callable[[], list[str]],
     interval_ms: int,
+    remoting_address: str = "",
 ) -> None:
     """Forever: a broker heartbeat every ``interval_ms`` (failures are logged, not fatal:
-    the first of a run as a warning, the rest at debug until one succeeds again)."""
-    failing = False
+    at INFO while the broker is starting (``NAMESERVER_QUIET_AT_START_MS``), then the
+    first of a run as a warning and the rest at DEBUG until one succeeds again)."""
+    loop = asyncio.get_running_loop()
+    quiet_until_s = loop.time() + NAMESERVER_QUIET_AT_START_MS / 1000
+    warned = False
     while True:
         try:
-            await metadata.heartbeat(broker_id, address, sorted(producer_groups()))
+            await metadata.heartbeat(
+                broker_id, address, sorted(producer_groups()), remoting_address
+            )
         except BrokerError as error:
-            level = logging.DEBUG if failing else logging.WARNING
+            if warned:
+                level = logging.DEBUG
+            elif loop.time() < quiet_until_s:
+                level = logging.INFO
+            else:
+                level, warned = logging.WARNING, True
             log.log(level, "broker heartbeat failed", extra={"error": error.message})
-            failing = True
         else:
-            if failing:
+            if warned:
                 log.info("broker heartbeats answered again")
-            failing = False
+            warned = False
         await asyncio.sleep(interval_ms / 1000)

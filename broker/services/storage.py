@@ -60,7 +60,7 @@ from broker.waiting import deal_out, fail_waiting
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 from protocol.positional import positional
 from protocol.records import MessageRecord, RecordCorrupted, pack_records, unpack_records
 from protocol.vocabulary import Placement
@@ -288,7 +288,7 @@ class StorageStore:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """One storage receive (no waiting); a topic the nameserver lacks is empty."""
         request = st.ReceiveRequest(
@@ -298,7 +298,8 @@ class StorageStore:
             max_messages=batch_size,
             invisible_duration_ms=invisible_ms,
             max_delivery_attempts=group.retry.max_delivery_attempts,
-            filter_expression=tag_filter.expression(),
+            filter_expression=message_filter.expression,
+            filter_kind=int(message_filter.kind),
             fifo=group.fifo,
             packed=True,
         )
@@ -617,10 +618,20 @@ class StorageStore:
             rolled_back += [h for h in members if h.message.message_id in gone]
         return rolled_back
 
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Cancel a held timed message on its group's leader (``storage.cancel_timer``)."""
+        request = st.CancelTimerRequest(queue.topic, queue.queue_id, message_id)
+        response = await self._call(
+            queue,
+            f"cancel timer {message_id!r} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.cancel_timer(request, timeout_ms=timeout_ms),
+        )
+        return response.cancelled
+
     # -- offset reads (pull consumers) ---------------------------------------------------
 
     async def read(
-        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
     ) -> QueueSlice:
         """One storage read of ``queue`` from ``offset``, filtered by storage."""
         request = st.ReadRequest(
@@ -628,8 +639,9 @@ class StorageStore:
             queue.queue_id,
             offset,
             batch_size,
-            filter_expression=tag_filter.expression(),
+            filter_expression=message_filter.expression,
             packed=True,
+            filter_kind=int(message_filter.kind),
         )
         response = await self._call(
             queue,

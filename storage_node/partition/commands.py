@@ -66,6 +66,7 @@ class Op(enum.IntEnum):
     CANCEL_TIMER = 10
     TRIM_QUEUE = 11
     RELEASE = 12
+    FILTERED_RECEIVE = 13
 
 
 class InitialPosition(enum.IntEnum):
@@ -131,6 +132,19 @@ class Receive:
     fifo: bool = False
     initial_position: InitialPosition = InitialPosition.EARLIEST
     attempt_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FilteredReceive(Receive):
+    """A :class:`Receive` with a SQL92 filter's verdicts, decided by the leader before it
+    proposed (``partition.property_filter``): only fresh offsets below
+    ``evaluated_end`` are handed out, and those in ``unmatched`` are skipped for
+    the group for good. The verdicts travel in the log, so no replica reads a
+    body to apply. Its own op, so a plain Receive encodes as it always did."""
+
+    op: ClassVar[Op] = Op.FILTERED_RECEIVE
+    evaluated_end: int = 0
+    unmatched: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +288,7 @@ Command = (
     | CancelTimer
     | TrimQueue
     | Release
+    | FilteredReceive
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -291,6 +306,7 @@ _BY_OP: dict[Op, type[Any]] = {
         CancelTimer,
         TrimQueue,
         Release,
+        FilteredReceive,
     )
 }
 

@@ -83,6 +83,17 @@ class ReceivePlan:
     dead_letters: tuple[Expiry, ...]
 
 
+class FilterVerdicts(NamedTuple):
+    """A property filter's verdicts on a group's fresh offsets, decided before a receive.
+
+    Fresh offsets below ``end`` were evaluated: those in ``unmatched`` do not
+    match, the others do; offsets at or past ``end`` were not evaluated.
+    """
+
+    end: int
+    unmatched: frozenset[int]
+
+
 class GroupQueue:
     """A consumer group's consumption state of one queue (see the module docstring)."""
 
@@ -257,6 +268,7 @@ class GroupQueue:
         tag_filter: TagFilter,
         fifo: bool,
         scan_max: int,
+        verdicts: FilterVerdicts | None = None,
     ) -> ReceivePlan:
         """Hand out up to ``max_messages``, in offset order, and update the leases.
 
@@ -265,7 +277,9 @@ class GroupQueue:
         order. An expired lease at its last attempt is dead-lettered; a
         message not matching the filter becomes done; with ``fifo``, a message
         whose message group has a message in flight (or handed out earlier in
-        this receive) is skipped and stays as it is.
+        this receive) is skipped and stays as it is. With ``verdicts`` (a
+        property filter evaluated before the receive), a fresh offset at or past
+        ``verdicts.end`` stays fresh and one in ``verdicts.unmatched`` is done.
         """
         end_offset = queue.end_offset
         expired = self._expired(clock_ms)
@@ -280,7 +294,13 @@ class GroupQueue:
         dead_letters: list[Expiry] = []
         until_ms = clock_ms + invisible_duration_ms
         match_all = tag_filter.matches_all
-        fresh = self._fresh(end_offset, scan_max)
+        if verdicts is not None:
+            end_offset_fresh = min(end_offset, max(verdicts.end, self.cursor))
+            fresh = self._fresh(end_offset_fresh, scan_max)
+            unmatched = verdicts.unmatched
+        else:
+            fresh = self._fresh(end_offset, scan_max)
+            unmatched = frozenset()
         # Usually nothing has expired: the fresh offsets alone, without a merge per offset.
         candidates = heapq.merge(expired, fresh) if expired else fresh
         for offset in candidates:
@@ -290,6 +310,9 @@ class GroupQueue:
             attempt = 1 if previous is None else previous.attempt + 1
             if previous is not None and attempt > max_delivery_attempts:
                 dead_letters.append(Expiry(offset, previous.attempt))
+                self._finish_quietly(offset)
+                continue
+            if previous is None and offset in unmatched:
                 self._finish_quietly(offset)
                 continue
             entry = queue.at(offset)
@@ -357,3 +380,8 @@ class GroupQueue:
             tuple(as_int(o, "attempt offset") for o in as_list(offsets, "attempt offsets")),
         )
         return state
+
+    def fresh_offsets(self, end_offset: int, scan_max: int) -> Iterator[int]:
+        """The fresh offsets a receive would look at, in order: from the cursor, no
+        more than ``scan_max`` offsets looked at (expired leases aside)."""
+        return self._fresh(end_offset, scan_max)

@@ -56,6 +56,7 @@ from storage_node.partition.commands import (
     CommitOffset,
     DeadLetter,
     EndTransaction,
+    FilteredReceive,
     NoteTransactionChecks,
     Receive,
     Release,
@@ -65,7 +66,7 @@ from storage_node.partition.commands import (
     check_record,
     decode,
 )
-from storage_node.partition.pop import Grant, GroupQueue, Lease
+from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import (
     QueueEntry,
@@ -384,6 +385,11 @@ class PartitionState(PartitionQueries):
             tag_filter=TagFilter.parse(command.filter_expression),
             fifo=command.fifo,
             scan_max=self.config.receive_scan_max,
+            verdicts=(
+                FilterVerdicts(command.evaluated_end, frozenset(command.unmatched))
+                if isinstance(command, FilteredReceive)
+                else None
+            ),
         )
         if command.attempt_id:
             group_queue.last_attempt = (

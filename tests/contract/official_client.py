@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -558,7 +559,62 @@ def settle_and_receive(
     return out
 
 
+def send_for_4x(port: int, topic: str, count: str) -> dict[str, Any]:
+    """Send ``count`` messages (tag, two keys, two properties each) for a 4.x consumer."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    try:
+        ids = []
+        for i in range(int(count)):
+            message = _message(topic, f"v5-{i}".encode(), tag=f"tag{i}")
+            message.keys = f"key{i}"  # the setter adds to the message's keys
+            message.keys = f"other{i}"
+            message.add_property("color", "green")
+            message.add_property("index", str(i))
+            ids.append(producer.send(message).message_id)
+    finally:
+        producer.shutdown()
+    return {"ids": ids}
+
+
+def receive_all(
+    port: int, topic: str, group: str, count: str, bodies_file: str = ""
+) -> dict[str, Any]:
+    """Receive (acking each batch at once) ``count`` messages of ``topic`` sent by another
+    client (e.g. a 4.x one over remoting), or with ``bodies_file`` (one body per line)
+    until every body in it came: everything the consumer sees of each."""
+    wanted = set(Path(bodies_file).read_text().split()) if bodies_file else None
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
+    consumer.startup()
+    got: list[Message] = []
+    seen: set[str] = set()
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while time.monotonic() < deadline and (
+            len(got) < int(count) if wanted is None else not wanted <= seen
+        ):
+            batch = consumer.receive(32, 15)
+            for message in batch:
+                consumer.ack(message)
+                seen.add(message.body.decode())
+            got.extend(batch)
+    finally:
+        consumer.shutdown()
+    return {
+        "received": [
+            {
+                **_view(message),
+                "keys": sorted(message.keys or ()),
+                "properties": dict(message.properties or {}),
+            }
+            for message in got
+        ]
+    }
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "receive_all": receive_all,
+    "send_for_4x": send_for_4x,
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,

@@ -104,3 +104,19 @@ def test_a_peer_gets_every_referenced_body(store: tuple[BodyStore, Commit]) -> N
     assert sent == {i: messages.read_entry(2, i) for i in (1, 3, 4)}
     with pytest.raises(BodyUnavailable):
         messages.bodies_for_peer(2, {99})
+
+
+def test_an_entry_location_holds_the_entrys_bytes(store: tuple[BodyStore, Commit]) -> None:
+    """Where a store says an entry lies, a reader on any thread finds its bytes; a store
+    without files says nothing (None) and its entries read with read_entry."""
+    from storage_node.store.segment_files import read_file_ranges
+
+    messages, commit = store
+    for index in range(1, 30):
+        commit(1, index, append_entry(index, f"body {index}" * (index % 5 + 1)))
+    places = {i: messages.entry_location(1, i) for i in range(1, 30)}
+    located = {i: place for i, place in places.items() if place is not None}
+    assert not located or len(located) == len(places)
+    assert read_file_ranges(located.items()) == {i: messages.read_entry(1, i) for i in located}
+    if isinstance(messages, WalBodyStore):
+        assert located

@@ -259,16 +259,20 @@ async def test_route_echoes_the_client_endpoint_or_falls_back(broker: Broker) ->
     assert [a.message_queue.id for a in assignment.assignments] == [-1]
 
 
-async def test_unbuilt_rpcs_answer_clearly(broker: Broker) -> None:
+async def test_unsupported_and_bookkeeping_rpcs_answer_clearly(broker: Broker) -> None:
     stub = broker.stub
-    answers = [
-        (await stub.RecallMessage(spb.RecallMessageRequest(), metadata=META)).status,
-    ]
-    assert {a.code for a in answers} == {pb.NOT_IMPLEMENTED}
-    assert all("not implemented" in a.message for a in answers)
     lite = await stub.SyncLiteSubscription(spb.SyncLiteSubscriptionRequest(), metadata=META)
     assert lite.status.code == pb.UNSUPPORTED
     heartbeat = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=META)
     assert heartbeat.status.code == pb.OK
     bye = await stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(), metadata=META)
     assert bye.status.code == pb.OK
+
+
+async def test_recall_with_a_foreign_handle_answers_clearly(broker: Broker) -> None:
+    recalled = await broker.stub.RecallMessage(
+        spb.RecallMessageRequest(topic=pb.Resource(name="orders"), recall_handle="junk"),
+        metadata=META,
+    )
+    assert recalled.status.code == pb.BAD_REQUEST
+    assert "not issued" in recalled.status.message

@@ -105,6 +105,7 @@ class Scenario:
                 d.arg("addr"),
                 d.int_arg("now"),
                 tuple(d.arg_values("producers")),
+                d.arg("remoting", ""),
             )
         if d.cmd == "create-topic":
             return c.CreateTopic(

@@ -130,6 +130,7 @@ class LocalCluster:
         self.nameserver_addresses = [f"127.0.0.1:{free_port()}" for _ in range(nameservers)]
         self.storage: dict[int, Process] = {}
         self.brokers: list[Process] = []
+        self.remoting_addresses: list[str] = []  # each broker's, for 4.x clients
 
     def _argv(self, role: str, name: str, *flags: str) -> list[str]:
         return [
@@ -193,11 +194,14 @@ class LocalCluster:
     def add_broker(self) -> Process:
         """Start one more broker; it is ready when this returns."""
         index = len(self.brokers) + 1
+        remoting = f"127.0.0.1:{free_port()}"
         process = self._process(
             "broker",
             f"broker-{index}",
             "--listen",
             f"127.0.0.1:{free_port()}",
+            "--remoting-listen",
+            remoting,
             "--nameserver",
             self.nameserver_address,
             "--auto-create" if self.auto_create else "--no-auto-create",
@@ -206,6 +210,7 @@ class LocalCluster:
         )
         process.start()
         self.brokers.append(process)
+        self.remoting_addresses.append(remoting)
         return process
 
     def broker_port(self, index: int = 0) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rip5.dev import DevLayout, plan
+from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 
 
 def _flag(argv: tuple[str, ...], name: str) -> str:
@@ -68,3 +68,21 @@ def test_three_nameservers_form_one_group_and_every_other_child_is_given_them_al
 def test_a_dev_cluster_without_a_nameserver_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one nameserver"):
         plan(DevLayout(tmp_path, nameservers=0))
+
+
+def test_brokers_get_remoting_ports_counting_down_and_the_banner_names_the_first(
+    tmp_path: Path,
+) -> None:
+    specs, _notices = plan(DevLayout(tmp_path, brokers=3, broker_port=8081, remoting_port=8080))
+    remoting = remoting_endpoints(specs)
+    assert remoting == {
+        "broker-1": "127.0.0.1:8080", "broker-2": "127.0.0.1:8079", "broker-3": "127.0.0.1:8078",
+    }  # fmt: skip
+    grpc = {spec.name: _flag(spec.argv, "--listen") for spec in specs}
+    assert not set(remoting.values()) & set(grpc.values())
+    banner = ready_banner({"nameserver": "127.0.0.1:9876", "broker-1": "127.0.0.1:8081"}, remoting)
+    assert banner.startswith("rip5 dev ready: client endpoint 127.0.0.1:8081 ")
+    assert "remoting endpoint 127.0.0.1:8080;" in banner
+    assert "remoting" not in ready_banner({"broker-1": "127.0.0.1:8081"})
+    free = remoting_endpoints(plan(DevLayout(tmp_path, brokers=2, free_ports=True))[0])
+    assert len(set(free.values())) == 2

@@ -29,7 +29,7 @@ from broker.processor.route import RouteProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType, Permission
 from tests.waiting import async_wait_until
 
@@ -74,7 +74,7 @@ async def _receive(
 ) -> list[Delivery]:
     options: dict[str, object] = {"batch_size": 32, "invisible_ms": 10_000, "poll_ms": 0}
     options.update(kw)
-    return await world.consumer.receive(group, topic, TagFilter(), **options)  # type: ignore[arg-type]
+    return await world.consumer.receive(group, topic, MessageFilter(), **options)  # type: ignore[arg-type]
 
 
 async def test_send_validates_before_storing(world: World) -> None:
@@ -329,7 +329,7 @@ async def test_a_long_poll_is_quiet_only_when_no_queue_holds_a_lease_of_the_grou
     store = LeaseReportingStore(world.clock, world.metadata, leased)
     consumer = ConsumerProcessor(world.metadata, store, world.clock, SECRET)
     got = await consumer.receive(
-        "g", "orders", TagFilter(), batch_size=32, invisible_ms=10_000, poll_ms=20
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=10_000, poll_ms=20
     )
     assert got == []
     assert store.waits

@@ -22,7 +22,7 @@ from broker.processor.pull import SKIPPED_READS_MAX, PullProcessor, PullResult
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
-from protocol.filters import TagFilter
+from protocol.filters import FilterKind, MessageFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from tests.waiting import async_wait_until
 
@@ -54,7 +54,7 @@ class World:
             "orders",
             1,
             offset,
-            TagFilter.parse(expression),
+            MessageFilter.of(FilterKind.TAG, expression),
             batch_size=batch,
             poll_ms=poll_ms,
         )
@@ -130,7 +130,7 @@ async def test_a_committed_offset_is_where_pop_resumes_and_pop_progress_is_the_o
     assert await world.pulls.update_offset("g", "orders", 1, 3) == 3
     assert await world.pulls.get_offset("g", "orders", 1) == 3
     received = await world.consumer.receive(
-        "g", "orders", TagFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
     )
     assert [d.popped.offset for d in received] == [3, 4]
     outcomes = await world.consumer.ack("g", "orders", [d.receipt_handle for d in received])
@@ -158,7 +158,7 @@ async def test_unknown_queues_and_groups_are_refused(world: World) -> None:
     assert "no queue 5" in queue.value.message
     world.metadata.auto_create_groups = False
     with pytest.raises(BrokerError) as group:
-        await world.pulls.pull("nobody", "orders", 1, 0, TagFilter(), batch_size=1, poll_ms=0)
+        await world.pulls.pull("nobody", "orders", 1, 0, MessageFilter(), batch_size=1, poll_ms=0)
     assert group.value.reason is Reason.CONSUMER_GROUP_NOT_FOUND
 
 
@@ -167,7 +167,7 @@ async def test_a_commit_while_pops_are_in_flight_drops_them_and_pop_resumes_at_i
 ) -> None:
     await world.append(0, 1, 2, 3)
     held = await world.consumer.receive(
-        "g", "orders", TagFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
     )
     assert [d.popped.offset for d in held] == [0, 1, 2, 3]
     assert await world.pulls.update_offset("g", "orders", 1, 2) == 2
@@ -177,7 +177,7 @@ async def test_a_commit_while_pops_are_in_flight_drops_them_and_pop_resumes_at_i
         for outcome in outcomes
     )
     again = await world.consumer.receive(
-        "g", "orders", TagFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=30_000, poll_ms=0
     )
     assert [(d.popped.offset, d.popped.delivery_attempt) for d in again] == [(2, 1), (3, 1)]
 
@@ -193,10 +193,12 @@ class WindowedStore(MemoryStore):
         self.reads = 0
 
     async def read(
-        self, queue: QueueRef, offset: int, *, batch_size: int, tag_filter: TagFilter
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
     ) -> QueueSlice:
         self.reads += 1
-        whole = await super().read(queue, offset, batch_size=batch_size, tag_filter=tag_filter)
+        whole = await super().read(
+            queue, offset, batch_size=batch_size, message_filter=message_filter
+        )
         window_end = offset + self.WINDOW
         messages = tuple(m for m in whole.messages if m.offset < window_end)
         next_offset = messages[-1].offset + 1 if messages else min(window_end, whole.end_offset)
@@ -213,7 +215,13 @@ async def test_a_pull_reads_on_past_skipped_windows_a_bounded_number_of_times(
 
     async def pull(offset: int) -> PullResult:
         return await pulls.pull(
-            "g", "orders", 1, offset, TagFilter.parse("a"), batch_size=32, poll_ms=60_000
+            "g",
+            "orders",
+            1,
+            offset,
+            MessageFilter(FilterKind.TAG, "a"),
+            batch_size=32,
+            poll_ms=60_000,
         )
 
     skipped = await pull(0)  # 16 windows of 4 skipped: answered, not polled out

@@ -46,6 +46,7 @@ def test_op_codes_are_append_only() -> None:
         ("CANCEL_TIMER", 10),
         ("TRIM_QUEUE", 11),
         ("RELEASE", 12),
+        ("FILTERED_RECEIVE", 13),
     ]
 
 
