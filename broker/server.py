@@ -76,7 +76,12 @@ async def serve(
         )
     peers = Peers(RpcConfig())
     link = NameserverLink(addresses(config.nameserver), peers)
-    metadata = ClusterMetadata(link, cluster=config.cluster, auto_create=config.auto_create)
+    metadata = ClusterMetadata(
+        link,
+        cluster=config.cluster,
+        auto_create=config.auto_create,
+        route_stale_max_ms=config.route_stale_max_ms,
+    )
     store = StorageStore(metadata, peers, seeds=addresses(config.storage))
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []

@@ -226,7 +226,14 @@ for _role in ROLES.values():
     type=click.IntRange(1, 65535),
     default=9876,
     show_default=True,
-    help="port of the nameserver",
+    help="port of the (first) nameserver (the next ones follow)",
+)
+@click.option(
+    "--nameservers",
+    type=click.IntRange(1, 7),
+    default=1,
+    show_default=True,
+    help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
     "--storage-port",
@@ -273,6 +280,7 @@ def dev(
     brokers: int,
     storage: int,
     nameserver_port: int,
+    nameservers: int,
     storage_port: int,
     broker_port: int,
     remoting_port: int,
@@ -293,6 +301,7 @@ def dev(
         auto_create,
         log_level,
         free_ports=free_ports,
+        nameservers=nameservers,
         remoting_port=remoting_port,
     )
     specs, notices = plan(layout)

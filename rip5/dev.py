@@ -1,6 +1,7 @@
 """``rip5 dev``: a whole local cluster on 127.0.0.1 under one supervisor.
 
-Layout: one nameserver, ``storage`` storage nodes and ``brokers`` brokers,
+Layout: ``nameservers`` nameservers (one raft group; 1 by default, 3 to
+survive the loss of one), ``storage`` storage nodes and ``brokers`` brokers,
 each in its own folder under the data directory and on consecutive ports from
 the role's base port (or, with ``free_ports``, each on a port that was free
 when the plan was made: what tests use, so runs on one machine never clash).
@@ -10,7 +11,8 @@ processes (``python -m rip5 <role> ...``).
 Placement: the nameserver creates the cluster with ``storage_groups`` groups
 and a replication factor of ``min(3, storage)``, and places the groups once
 that many storage nodes registered; the storage nodes join it (``--nameserver``,
-no ``--peers``) and start the replicas it assigns them.
+no ``--peers``) and start the replicas it assigns them. Storage nodes and
+brokers are given every nameserver and follow whichever leads.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class DevLayout:
     storage_groups: int = 64
     secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
+    nameservers: int = 1
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
@@ -69,16 +72,21 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     def port(base: int, i: int = 0) -> int:
         return free_port() if layout.free_ports else base + i
 
-    nameserver = f"127.0.0.1:{port(layout.nameserver_port)}"
+    if layout.nameservers < 1:
+        raise ValueError(f"a dev cluster needs at least one nameserver, not {layout.nameservers}")
+    listens = [f"127.0.0.1:{port(layout.nameserver_port, i)}" for i in range(layout.nameservers)]
+    nameserver = ",".join(listens)  # every one: the others follow the leader
     groups = str(layout.storage_groups)
     factor = str(min(REPLICATION_FACTOR_MAX, layout.storage))
-    wanted: list[tuple[str, str, tuple[str, ...]]] = [
-        (
-            "nameserver",
-            "nameserver",
-            ("--listen", nameserver, "--groups", groups, "--replication-factor", factor),
-        ),
-    ]
+    wanted: list[tuple[str, str, tuple[str, ...]]] = []
+    for i, listen in enumerate(listens):
+        flags: tuple[str, ...] = (
+            "--listen", listen, "--groups", groups, "--replication-factor", factor
+        )  # fmt: skip
+        if len(listens) > 1:
+            peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
+            flags += ("--node-id", str(i + 1), "--peers", peers)
+        wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
     # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
         wanted.append(
