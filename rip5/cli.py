@@ -1,8 +1,7 @@
 """The ``rip5`` command: one subcommand per role, plus ``dev``, ``admin`` and ``bench``.
 
 Exit codes: 0 done; 1 the process failed while running; 2 bad usage or a
-rejected configuration value; 69 (EX_UNAVAILABLE) the role or command is not
-built yet.
+rejected configuration value.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from rip5.shell import run_role
 from rip5.supervisor import Supervisor
 
 EXIT_CONFIG = 2
-EXIT_UNAVAILABLE = 69
 
 BENCH_TARGETS = {
     "raft": "[Raft]",
@@ -51,10 +49,6 @@ BENCH_TARGETS = {
 def _fail(message: str, code: int) -> None:
     click.echo(f"rip5: {message}", err=True)
     sys.exit(code)
-
-
-def _unavailable(what: str, issue: str) -> None:
-    _fail(f"{what} is not available yet: it lands with issue {issue}", EXIT_UNAVAILABLE)
 
 
 def _option_decorators(specs: list[OptionSpec], section: str) -> list[Callable[..., Any]]:
@@ -154,11 +148,7 @@ def _role_command(role: Role) -> click.Command:
             _fail(str(exc), EXIT_CONFIG)
         if isinstance(config, ConnectorConfig):  # a bad rules file is refused before the start
             connector_commands.load_rules(config.rules)
-        serve = role.load_serve()
-        if serve is None:
-            _unavailable(f"the {role.name} role", role.issue)
-            return
-        sys.exit(run_role(role.name, serve, config, common))
+        sys.exit(run_role(role.name, role.load_serve(), config, common))
 
     command: Callable[..., Any] = run
     for decorator in reversed(
@@ -304,13 +294,11 @@ def dev(
         nameservers=nameservers,
         remoting_port=remoting_port,
     )
-    specs, notices = plan(layout)
+    specs = plan(layout)
 
     def out(line: str) -> None:
         click.echo(line)
 
-    for notice in notices:
-        out(f"rip5 dev | {notice}")
     out(f"rip5 dev | data in {root}")
 
     async def supervise() -> int:
