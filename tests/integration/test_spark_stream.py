@@ -9,6 +9,10 @@ the stream reads them over PullMessage and QueryOffset.
 from __future__ import annotations
 
 import collections
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,13 +75,18 @@ def _until(condition: Callable[[], bool], what: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Topics ``live`` (4 queues), ``late`` (2 queues) and ``picked`` (1 queue)."""
+    """Topics ``live`` and ``killed`` (4 queues), ``late`` (2) and ``picked`` (1)."""
     local = LocalCluster(tmp_path_factory.mktemp("spark-stream-cluster"), groups=2)
     try:
         local.start()
         normal = int(MessageType.NORMAL)
         local.create(
-            {"live": (4, normal), "late": (2, normal), "picked": (1, normal)},
+            {
+                "live": (4, normal),
+                "killed": (4, normal),
+                "late": (2, normal),
+                "picked": (1, normal),
+            },
             {"rip5-spark": (False, 3)},
         )
         yield local
@@ -90,6 +99,25 @@ def _stream(spark: Any, endpoint: str, topic: str, **options: str) -> Any:
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def _check_landed_once(spark: Any, out: Path, topic: str, acked: list[str]) -> None:
+    """The parquet sink at ``out`` holds each acked message once, every column right."""
+    rows = spark.read.parquet(str(out)).collect()
+    counts = collections.Counter(row["message_id"] for row in rows)
+    assert sorted(counts) == sorted(acked)
+    assert set(counts.values()) == {1}, [m for m, n in counts.items() if n > 1][:10]
+    for row in rows:
+        i = int(row["message_id"].rpartition("-")[2])
+        assert row["topic"] == topic
+        assert row["body"] == f"body {i}".encode()
+        assert row["properties"] == {"i": str(i)}
+        assert (row["tag"], row["keys"]) == (f"tag{i % 3}", [f"k{i}"])
+        assert row["message_type"] == "NORMAL"
+        assert row["delivery_timestamp"] is None
+        assert row["born_timestamp"].timestamp() == pytest.approx(1_700_000_000 + i / 1000)
+    positions = {(row["queue_id"], row["queue_offset"]) for row in rows}
+    assert len(positions) == len(rows)
 
 
 def test_a_query_stopped_mid_stream_and_restarted_lands_each_message_once(
@@ -129,21 +157,74 @@ def test_a_query_stopped_mid_stream_and_restarted_lands_each_message_once(
         second.processAllAvailable()
     finally:
         second.stop()
-    rows = spark.read.parquet(str(out)).collect()
-    counts = collections.Counter(row["message_id"] for row in rows)
-    assert sorted(counts) == sorted(acked)
-    assert set(counts.values()) == {1}, [m for m, n in counts.items() if n > 1][:10]
-    for row in rows:
-        i = int(row["message_id"].rpartition("-")[2])
-        assert row["topic"] == "live"
-        assert row["body"] == f"body {i}".encode()
-        assert row["properties"] == {"i": str(i)}
-        assert (row["tag"], row["keys"]) == (f"tag{i % 3}", [f"k{i}"])
-        assert row["message_type"] == "NORMAL"
-        assert row["delivery_timestamp"] is None
-        assert row["born_timestamp"].timestamp() == pytest.approx(1_700_000_000 + i / 1000)
-    positions = {(row["queue_id"], row["queue_offset"]) for row in rows}
-    assert len(positions) == len(rows)
+    _check_landed_once(spark, out, "live", acked)
+
+
+KILLED_QUERY = """
+import sys
+from spark_batch.session import spark_session
+
+endpoint, out, checkpoint = sys.argv[1:4]
+spark = spark_session("local[1]", "rip5 stream to be killed")
+df = (
+    spark.readStream.format("rip5").option("endpoints", endpoint).option("topic", "killed")
+    .option("maxOffsetsPerTrigger", "200").load()
+)
+query = (
+    df.writeStream.format("parquet").option("checkpointLocation", checkpoint)
+    .trigger(processingTime="100 milliseconds").start(out)
+)
+query.awaitTermination()
+"""
+
+
+def test_a_query_killed_mid_stream_and_restarted_lands_each_message_once(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The first query runs in its own driver process (and JVM) and is killed with
+    SIGKILL after 2 of its micro-batches of 200 committed, a third of the topic's messages
+    unread; the test's session restarts it from the checkpoint while the rest are sent."""
+    endpoint = cluster.brokers[0].endpoint
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    before_kill = LIVE_MESSAGES // 3
+    acked = _send(endpoint, "killed", 0, before_kill)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", KILLED_QUERY, endpoint, str(out), str(checkpoint)],
+        start_new_session=True,  # its JVM is in its process group: killed with it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        commits = checkpoint / "commits"
+        _until(
+            lambda: commits.is_dir() and len(list(commits.glob("[0-9]*"))) >= 2,
+            "the killed query to commit 2 micro-batches",
+        )
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert len(list(commits.glob("[0-9]*"))) * 200 < before_kill  # killed mid-stream
+    rest: list[str] = []
+    producer = threading.Thread(
+        target=lambda: rest.extend(
+            _send(endpoint, "killed", before_kill, LIVE_MESSAGES - before_kill)
+        ),
+        daemon=True,
+    )
+    query = (
+        _stream(spark, endpoint, "killed", maxOffsetsPerTrigger="500")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .start(str(out))
+    )
+    try:
+        producer.start()
+        producer.join(WAIT_S)
+        assert not producer.is_alive(), "the producer did not finish"
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    _check_landed_once(spark, out, "killed", acked + rest)
 
 
 def test_starting_offsets_latest_and_json(spark: Any, cluster: LocalCluster) -> None:
