@@ -161,6 +161,10 @@ class Rip5StreamReader(DataSourceStreamReader):
             self.max_per_trigger = int(limit)
         self._consumer: TopicConsumer | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable for Spark's Python workers: the planner's channels stay behind."""
+        return {**self.__dict__, "_consumer": None}
+
     def _client(self) -> TopicConsumer:
         if self._consumer is None:
             self._consumer = TopicConsumer(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from protocol.rocketmq.v2 import definition_pb2 as pb
@@ -102,3 +104,12 @@ def test_messages_become_the_batch_readers_columns() -> None:
     assert row["born_timestamp"].timestamp() == 1.0
     assert row["store_timestamp"].timestamp() == 2.0
     assert row["delivery_timestamp"] is None
+
+
+def test_a_reader_that_opened_channels_still_pickles_without_them() -> None:
+    reader = Rip5StreamReader({"endpoints": "127.0.0.1:1", "topic": "t", "group": "g"})
+    reader._client()  # a planner's channel (lazily connected: nothing is dialled)
+    copy = pickle.loads(pickle.dumps(reader))
+    assert (copy.endpoints, copy.topic, copy.group) == (["127.0.0.1:1"], "t", "g")
+    assert copy._consumer is None
+    reader.stop()
