@@ -27,6 +27,14 @@ class StorageConfig:
         default="127.0.0.1:7701",
         metadata={"help": "host:port for Angelia RPC (brokers, peers)", "kind": "address"},
     )
+    advertise: str = field(
+        default="",
+        metadata={
+            "help": "host:port brokers and peers are told to reach this node at (a relay in "
+            "front of it, as the chaos suite's fault proxies); empty: the listen address",
+            "kind": "address",
+        },
+    )
     node_id: int = field(
         default=1,
         metadata={"help": "this node's id, unique in the cluster", "min": 1, "max": 65535},
