@@ -25,7 +25,7 @@ import uvloop
 from rip5 import __version__
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
-from rip5.chaos import run as chaos_command
+from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import DevLayout, plan, ready_banner
 from rip5.roles import ROLES, Role
@@ -304,7 +304,7 @@ admin.add_command(admin_commands.cluster)
 
 
 main.add_command(loadtest_command.loadtest)
-main.add_command(chaos_command.chaos)
+main.add_command(chaos_command)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -105,18 +105,29 @@ def table(console: Console, verdict: Verdict, start_ms: int) -> None:
         console.print(f"{name}: {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}")
 
 
-def summary_rows(verdicts: Sequence[tuple[str, Verdict]]) -> list[list[str]]:
-    """One row per (fault, verdict): the figures docs/reliability.md shows."""
-    rows = []
-    for fault, v in verdicts:
-        worst = [r.recovery_ms for r in v.recoveries]
-        recovery = (
-            "never"
-            if any(r is None for r in worst)
-            else (f"{max(r for r in worst if r is not None)}" if worst else "-")
-        )
-        rows.append(
-            [fault, v.model, str(v.acked), str(v.lost), str(v.duplicated), str(v.out_of_order),
-             str(v.unknown_stored), recovery]
-        )  # fmt: skip
-    return rows
+MATRIX_COLUMNS = (
+    "fault", "model", "acked", "lost", "duplicated", "out of order", "unknown, stored",
+    "recovery ms", "verdict",
+)  # fmt: skip
+
+
+def matrix_row(fault: str, seed: int, verdict: Verdict) -> list[str]:
+    """One (fault, model) run as a row of the reliability table: the worst recovery
+    time of its faults, and the seed that replays a failed run."""
+    times = [r.recovery_ms for r in verdict.recoveries]
+    if any(t is None for t in times):
+        recovery = "never"
+    else:
+        recovery = str(max((t for t in times if t is not None), default=0)) if times else "-"
+    shown = "OK" if verdict.ok else f"FAILED (seed {seed})"
+    return [
+        fault, verdict.model, str(verdict.acked), str(verdict.lost), str(verdict.duplicated),
+        str(verdict.out_of_order), str(verdict.unknown_stored), recovery, shown,
+    ]  # fmt: skip
+
+
+def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` under :data:`MATRIX_COLUMNS` as a Markdown table."""
+    lines = ["| " + " | ".join(MATRIX_COLUMNS) + " |", "|" + "---|" * len(MATRIX_COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

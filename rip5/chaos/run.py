@@ -279,12 +279,7 @@ def run_and_report(options: RunOptions, console: Console) -> Verdict:
     return verdict
 
 
-@click.group()
-def chaos() -> None:
-    """Fault suite: run producers and consumers under faults and check what was lost."""
-
-
-@chaos.command("run")
+@click.command("run")
 @click.option("--model", type=click.Choice(sorted(MODELS)), default="queue", show_default=True)
 @click.option(
     "--fault", "faults", multiple=True, metavar="KIND[@TARGET]",
