@@ -78,6 +78,15 @@ class StorageConfig:
             "max": 60_000,
         },
     )
+    wal_segment_bytes: int = field(
+        default=64 << 20,
+        metadata={
+            "help": "bytes of one WAL segment file (small ones seal often: the chaos suite's "
+            "corrupt fault needs sealed segments in a short run)",
+            "min": 16 << 10,
+            "max": 1 << 30,
+        },
+    )
     flush: str = field(
         default="sync",
         metadata={

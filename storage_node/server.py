@@ -425,7 +425,7 @@ async def _serve_groups(
     group_count: int,
 ) -> None:
     static = bool(config.peers) or client is None
-    store = LogStore.open(data_dir / "wal")
+    store = LogStore.open(data_dir / "wal", segment_bytes=config.wal_segment_bytes)
     transport = AngeliaTransport(
         config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
     )

@@ -51,6 +51,8 @@ class ClusterShape:
     brokers: int = 1
     groups: int = 8
     log_level: str = "warning"
+    wal_segment_bytes: int = 16 << 10
+    """Small, so that a short run seals segments (the corrupt fault flips bytes in one)."""
 
 
 def _flag(argv: list[str], flag: str) -> str:
@@ -186,6 +188,7 @@ class ChaosCluster:
                 _set_flag(argv, "--nameserver", nameserver_front)
             if role_of(spec.name) == "storage":
                 _set_flag(argv, "--advertise", self.proxies[spec.name].address)
+                _set_flag(argv, "--wal-segment-bytes", str(self.shape.wal_segment_bytes))
                 self.write_fault_file(spec.name, {})
                 env[FAULT_FILE_ENV] = str(self.fault_file_of(spec.name))
             self.specs.append(ChildSpec(spec.name, tuple(argv), env))

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from raft.wal.spares import SEGMENT_SUFFIX
+from raft.wal.spares import SEGMENT_SUFFIX, SPARE_PREFIX
 from rip5.chaos.cluster import ChaosCluster
 from rip5.chaos.schedule import FaultStep, partition_sides
 
@@ -48,7 +48,11 @@ def _signal(pid: int | None, signum: int) -> None:
 
 def sealed_segments(wal_dir: Path) -> list[Path]:
     """The WAL segments of a node that are no longer written (all but the newest)."""
-    segments = sorted(p for p in wal_dir.glob(f"*{SEGMENT_SUFFIX}") if p.is_file())
+    segments = sorted(
+        p
+        for p in wal_dir.glob(f"*{SEGMENT_SUFFIX}")
+        if p.is_file() and not p.name.startswith(SPARE_PREFIX)
+    )
     return segments[:-1]
 
 
@@ -129,7 +133,8 @@ async def _corrupt(cluster: ChaosCluster, target: str, seed: int) -> Injected:
     segment, then SIGKILL it; its supervisor starts it again on the damaged WAL."""
     pid = cluster.pid_of(target)
     _signal(pid, signal.SIGSTOP)
-    wal_dir = cluster.data_dir_of(target) / "wal"
+    # storage_node/server.py opens its LogStore at <data>/wal, which keeps segments in wal/.
+    wal_dir = cluster.data_dir_of(target) / "wal" / "wal"
     sealed = sealed_segments(wal_dir)
     if sealed:
         victim = sealed[seed % len(sealed)]
