@@ -4,6 +4,7 @@ acks before storing). The whole file runs in about three minutes on 2 cores."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
@@ -11,10 +12,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from angelia_rpc.nameserver_client import NameserverClient
+from protocol import nameserver_api as api
+from rip5.admin import DEFAULT_CLUSTER
 from rip5.chaos.checkers import Verdict
-from rip5.chaos.history import from_lines
-from rip5.chaos.run import RunOptions, run_and_report
+from rip5.chaos.cluster import ChaosCluster, ClusterShape
+from rip5.chaos.history import Outcome, from_lines
+from rip5.chaos.run import RunOptions, ensure_model, run_and_report
 from rip5.chaos.schedule import KINDS
+from rip5.chaos.workload import MODELS, Client, Recorder, Workload
+from tests.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -94,3 +101,78 @@ def test_timers_fire_none_early_through_a_leader_kill(tmp_path: Path) -> None:
     assert verdict.lost == 0, verdict.samples
     assert verdict.early == 0, verdict.samples
     assert verdict.lateness_p99_ms > 0
+
+
+async def _status(cluster: ChaosCluster) -> api.ClusterStatusResponse:
+    client = NameserverClient([cluster.nameserver])
+    try:
+        return await client.call(lambda ns: ns.cluster_status(api.NameRequest(DEFAULT_CLUSTER)))
+    finally:
+        await client.close()
+
+
+async def test_a_full_disk_stops_the_node_and_it_serves_again_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    """ENOSPC from the WAL writer (injected): the node names the cause and stops (its
+    pid goes), the others keep serving; once space returns it runs and registers again."""
+    lines: list[str] = []
+    cluster = ChaosCluster(tmp_path / "cluster", ClusterShape(), 21, lines.append)
+    await cluster.start()
+    try:
+        first_pid = cluster.pid_of("storage-1")
+        cluster.write_fault_file("storage-1", {"wal_write_error": "ENOSPC"})
+        model = MODELS["queue"]
+        await ensure_model(cluster.nameserver, model)
+        client = Client(cluster.endpoint)
+        probe = Workload(model, cluster.endpoint, Recorder(), 1).probe_message
+        try:
+            # Sends reach every group, so storage-1 must write, fail and stop.
+            for _ in range(200):
+                await client.send([probe()])
+                if any("No space left on device (injected" in line for line in lines):
+                    break
+            await async_wait_until(
+                lambda: any("this node stops serving" in line for line in lines),
+                timeout_s=60,
+                what="storage-1 to say its WAL failed",
+            )
+            await async_wait_until(
+                lambda: cluster.pid_of("storage-1") != first_pid,
+                timeout_s=30,
+                what="storage-1 to exit",
+            )
+            # The cluster still stores messages on its two healthy nodes.
+            stored = 0
+            for _ in range(50):
+                results = await client.send([probe()])
+                stored += results[0][0] is Outcome.ACKED
+                if stored >= 5:
+                    break
+            assert stored >= 5
+            cluster.write_fault_file("storage-1", {})  # space returns
+
+            async def node_1_alive_with_groups() -> bool:
+                status = await _status(cluster)
+                node = next(n for n in status.storage_nodes if n.node_id == 1)
+                return node.alive and node.groups > 0 and cluster.pid_of("storage-1") is not None
+
+            deadline = asyncio.get_running_loop().time() + 60
+            while not await node_1_alive_with_groups():
+                assert asyncio.get_running_loop().time() < deadline, "storage-1 never came back"
+                await asyncio.sleep(0.2)
+            # It serves: every group has a replica on it (3 nodes, 3 replicas), so these
+            # appends are written to its WAL, and it stays up.
+            serving_pid = cluster.pid_of("storage-1")
+            acked = 0
+            for _ in range(100):
+                results = await client.send([probe()])
+                acked += results[0][0] is Outcome.ACKED
+                if acked >= 20:
+                    break
+            assert acked >= 20
+            assert cluster.pid_of("storage-1") == serving_pid
+        finally:
+            await client.close()
+    finally:
+        await cluster.stop()
