@@ -70,7 +70,7 @@ from loadtest.client import (
 )
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
-from rip5 import dev_cluster, shell
+from rip5 import dev_cluster, shell, stats
 from rip5.admin import MESSAGE_TYPES
 from rip5.bench import harness
 from rip5.bench.grpc_lean import LeanChannel
@@ -300,8 +300,8 @@ class Generator:
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
         result = PhaseResult(
             measured / seconds,
-            harness.percentile(latencies, 0.5),
-            harness.percentile(latencies, 0.99),
+            stats.percentile(latencies, 0.5),
+            stats.percentile(latencies, 0.99),
             len(latencies),
             sum(error_names.values()),
             error_names,
@@ -380,8 +380,8 @@ class Generator:
             error_names["NOT_ALL_CONSUMED"] = expected - consumed
         result = PhaseResult(
             counted / elapsed if elapsed > 0 else 0.0,
-            harness.percentile(latencies, 0.5),
-            harness.percentile(latencies, 0.99),
+            stats.percentile(latencies, 0.5),
+            stats.percentile(latencies, 0.99),
             calls,
             sum(error_names.values()),
             error_names,
@@ -425,8 +425,8 @@ class Generator:
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
         return PhaseResult(
             0.0,
-            harness.percentile(latencies, 0.5),
-            harness.percentile(latencies, 0.99),
+            stats.percentile(latencies, 0.5),
+            stats.percentile(latencies, 0.99),
             len(latencies),
             sum(error_names.values()),
             error_names,
