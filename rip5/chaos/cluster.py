@@ -54,6 +54,14 @@ class ClusterShape:
     wal_segment_bytes: int = 16 << 10
     """Small, so that a short run seals segments (the corrupt fault flips bytes in one)."""
 
+    def process_names(self) -> list[str]:
+        """The names :func:`rip5.dev.plan` gives this shape's processes."""
+        return [
+            "nameserver",
+            *(f"storage-{i + 1}" for i in range(self.storage)),
+            *(f"broker-{i + 1}" for i in range(self.brokers)),
+        ]
+
 
 def _flag(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
@@ -167,6 +175,8 @@ class ChaosCluster:
         planned, notices = plan(layout)
         if notices:
             raise ClusterFailed("; ".join(notices))
+        if [spec.name for spec in planned] != self.shape.process_names():
+            raise ClusterFailed(f"rip5 dev planned {[s.name for s in planned]}, not this shape")
         (self.data_dir / "faults").mkdir(parents=True, exist_ok=True)
         for i, spec in enumerate(planned):
             if spec.name == "nameserver" or role_of(spec.name) == "storage":

@@ -177,13 +177,27 @@ async def run(
     """One whole run (see the module docstring): ``say`` tells progress, ``log`` takes the
     cluster's output lines."""
     model = MODELS[options.model]
+    shape = ClusterShape(options.storage, options.brokers, options.groups)
+    processes = shape.process_names() if not options.endpoint else []
+    # Checked before anything starts: a bad fault name is a usage error.
+    specs = [parse_fault(f, processes) for f in options.faults]
+    if specs and options.endpoint:
+        raise ScheduleError("faults need a cluster this command starts (not --endpoint)")
+    steps = plan(
+        specs,
+        processes,
+        duration_ms=int(options.duration_s * 1000),
+        interval_ms=int(options.interval_s * 1000),
+        hold_ms=int(options.hold_s * 1000),
+        warmup_ms=int(options.warmup_s * 1000),
+        seed=options.seed,
+    )
     cluster: ChaosCluster | None = None
     data_dir: Path | None = None
     endpoint, nameserver = options.endpoint, options.nameserver
     try:
         if not endpoint:
             data_dir = Path(tempfile.mkdtemp(prefix="rip5-chaos-"))
-            shape = ClusterShape(options.storage, options.brokers, options.groups)
             planted = (
                 {"broker": {ACK_BEFORE_STORE_ENV: str(options.ack_before_store_ms)}}
                 if options.ack_before_store_ms
@@ -193,19 +207,6 @@ async def run(
             say(f"starting {options.storage} storage nodes, {options.brokers} broker(s)")
             await cluster.start()
             endpoint, nameserver = cluster.endpoint, cluster.nameserver
-        processes = cluster.processes if cluster else []
-        specs = [parse_fault(f, processes) for f in options.faults]
-        if specs and cluster is None:
-            raise RunFailed("faults need a cluster this command starts (no --endpoint)")
-        steps = plan(
-            specs,
-            processes,
-            duration_ms=int(options.duration_s * 1000),
-            interval_ms=int(options.interval_s * 1000),
-            hold_ms=int(options.hold_s * 1000),
-            warmup_ms=int(options.warmup_s * 1000),
-            seed=options.seed,
-        )
         if nameserver:
             say(f"creating topic {model.topic} and group {model.group}")
             await ensure_model(nameserver, model)
