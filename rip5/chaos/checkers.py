@@ -20,9 +20,10 @@ Counts (per run):
   ``lateness_p99_ms``.
 - ``unexpected``: a delivery of a message no producer of this run sent.
 
-Per fault window, the recovery time: from the first send that failed or
-went unknown after the fault began (before the next one began) to the first
-acked send started after that failure ended; 0 if nothing failed.
+Per fault window (from its start to the next fault's), the recovery time:
+from the first send that failed or went unknown to the first acked send
+started after that failure ended; 0 if nothing failed. And the slowest send
+started in the window (a fault that only stalls sends shows there).
 
 Latency percentiles are of acked sends (completed - invoked) and of first
 deliveries (delivered - invoked); the series bins acked sends per second.
@@ -61,6 +62,8 @@ class Recovery:
     recovered_ms: int | None
     recovery_ms: int | None
     """None: failures began and no send succeeded after them within the run."""
+    slowest_send_ms: int = 0
+    """The longest a send started in the window took (a pause shows here, not as errors)."""
 
 
 @dataclass(frozen=True)
@@ -184,42 +187,41 @@ def out_of_order(sends: Sequence[Send], deliveries: Sequence[Delivery]) -> list[
 
 
 def recoveries(sends: Sequence[Send], history: History) -> tuple[Recovery, ...]:
-    """Each fault window's recovery time (see the module docstring)."""
+    """Each fault window's recovery time and slowest send (see the module docstring)."""
     faults = sorted(history.faults, key=lambda f: f.start_ms)
     by_invoked = sorted(sends, key=lambda s: s.invoked_ms)
     found: list[Recovery] = []
     for i, fault in enumerate(faults):
         until = faults[i + 1].start_ms if i + 1 < len(faults) else history.end_ms
-        first_error = next(
-            (
-                s
-                for s in by_invoked
-                if fault.start_ms <= s.invoked_ms < until and s.outcome is not Outcome.ACKED
-            ),
-            None,
+        during = [s for s in by_invoked if fault.start_ms <= s.invoked_ms < until]
+        slowest = max((s.completed_ms - s.invoked_ms for s in during), default=0)
+        first_error = next((s for s in during if s.outcome is not Outcome.ACKED), None)
+        recovered = (
+            None
+            if first_error is None
+            else min(
+                (
+                    s.completed_ms
+                    for s in by_invoked
+                    if s.outcome is Outcome.ACKED and s.invoked_ms >= first_error.completed_ms
+                ),
+                default=None,
+            )
         )
         if first_error is None:
-            found.append(
-                Recovery(fault.fault, fault.target, fault.start_ms, fault.end_ms, None, None, 0)
-            )
-            continue
-        recovered = min(
-            (
-                s.completed_ms
-                for s in by_invoked
-                if s.outcome is Outcome.ACKED and s.invoked_ms >= first_error.completed_ms
-            ),
-            default=None,
-        )
+            recovery_ms: int | None = 0
+        else:
+            recovery_ms = None if recovered is None else recovered - first_error.invoked_ms
         found.append(
             Recovery(
                 fault.fault,
                 fault.target,
                 fault.start_ms,
                 fault.end_ms,
-                first_error.invoked_ms,
+                first_error.invoked_ms if first_error is not None else None,
                 recovered,
-                None if recovered is None else recovered - first_error.invoked_ms,
+                recovery_ms,
+                slowest,
             )
         )
     return tuple(found)

@@ -47,7 +47,10 @@ history.
 - **unknown, stored**: a send whose answer was lost but whose message was
   stored (OpenChaos counts these as duplicates; here they are neither);
 - **recovery ms**: from the first failed send after the fault began to the
-  first acked send started after it (0: no send failed).
+  first acked send started after it (0: no send failed);
+- **slowest send ms**: the longest a send started after the fault began
+  took (retries included): a fault that stalls sends without failing them
+  shows here.
 
 Faults: {faults}.
 

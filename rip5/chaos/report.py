@@ -90,7 +90,7 @@ def table(console: Console, verdict: Verdict, start_ms: int) -> None:
     console.print(counts)
     if verdict.recoveries:
         faults = Table(title="faults")
-        for name in ("fault", "target", "start s", "held s", "recovery ms"):
+        for name in ("fault", "target", "start s", "held s", "recovery ms", "slowest send ms"):
             faults.add_column(name)
         for r in verdict.recoveries:
             faults.add_row(
@@ -99,6 +99,7 @@ def table(console: Console, verdict: Verdict, start_ms: int) -> None:
                 f"{(r.start_ms - start_ms) / 1000:.1f}",
                 f"{(r.end_ms - r.start_ms) / 1000:.1f}",
                 "never" if r.recovery_ms is None else str(r.recovery_ms),
+                str(r.slowest_send_ms),
             )
         console.print(faults)
     for name, ids in verdict.samples.items():
@@ -107,7 +108,7 @@ def table(console: Console, verdict: Verdict, start_ms: int) -> None:
 
 MATRIX_COLUMNS = (
     "fault", "model", "acked", "lost", "duplicated", "out of order", "unknown, stored",
-    "recovery ms", "verdict",
+    "recovery ms", "slowest send ms", "verdict",
 )  # fmt: skip
 
 
@@ -119,10 +120,11 @@ def matrix_row(fault: str, seed: int, verdict: Verdict) -> list[str]:
         recovery = "never"
     else:
         recovery = str(max((t for t in times if t is not None), default=0)) if times else "-"
+    slowest = max((r.slowest_send_ms for r in verdict.recoveries), default=0)
     shown = "OK" if verdict.ok else f"FAILED (seed {seed})"
     return [
         fault, verdict.model, str(verdict.acked), str(verdict.lost), str(verdict.duplicated),
-        str(verdict.out_of_order), str(verdict.unknown_stored), recovery, shown,
+        str(verdict.out_of_order), str(verdict.unknown_stored), recovery, str(slowest), shown,
     ]  # fmt: skip
 
 

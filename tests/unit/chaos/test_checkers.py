@@ -135,12 +135,15 @@ def test_recovery_runs_from_the_first_failure_to_the_next_success() -> None:
     assert recovery.first_error_ms == 1_000
     assert recovery.recovered_ms == 2_005
     assert recovery.recovery_ms == 1_005
+    assert recovery.slowest_send_ms == 5
 
 
 def test_a_fault_without_failures_recovers_in_zero() -> None:
     faults = (FaultWindow("pause", "broker-1", 0, 100),)
-    verdict = check(history([send("a", at=50)], [Delivery("a", 60, "c")], faults=faults))
+    slow = Send("a", Intent.NORMAL, 50, 2_050, Outcome.ACKED)
+    verdict = check(history([slow], [Delivery("a", 2_060, "c")], faults=faults))
     assert verdict.recoveries[0].recovery_ms == 0
+    assert verdict.recoveries[0].slowest_send_ms == 2_000
 
 
 def test_percentile_of_nothing_is_zero() -> None:
