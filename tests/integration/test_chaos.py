@@ -38,8 +38,8 @@ def chaos(out_dir: Path, **options: object) -> tuple[Verdict, str]:
 
 def test_every_fault_in_turn_loses_nothing(tmp_path: Path) -> None:
     verdict, printed = chaos(
-        tmp_path, model="queue", faults=tuple(KINDS), duration_s=2.0 + 3.5 * len(KINDS),
-        interval_s=3.5, hold_s=1.5, warmup_s=2.0, seed=11,
+        tmp_path, model="queue", faults=tuple(KINDS), duration_s=2.0 + 3.0 * len(KINDS),
+        interval_s=3.0, hold_s=1.2, warmup_s=2.0, seed=11,
     )  # fmt: skip
     history = from_lines((tmp_path / "history.jsonl").read_text().splitlines())
     assert [f.fault for f in history.faults] == list(KINDS)
