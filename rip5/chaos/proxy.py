@@ -146,9 +146,10 @@ class NamedProxy:
 
     def source_of(self, writer: asyncio.StreamWriter) -> str:
         """The process name at the other end of an accepted connection."""
-        peer_port = writer.get_extra_info("peername")[1]
-        own_port = writer.get_extra_info("sockname")[1]
-        inode = _socket_inode(peer_port, own_port)
+        peer, own = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
+        if not peer or not own:  # closed already
+            return CLIENT
+        inode = _socket_inode(peer[1], own[1])
         if inode is None:
             return CLIENT
         pid = pid_holding(inode, self._pids())
