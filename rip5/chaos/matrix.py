@@ -79,8 +79,13 @@ def page(
     tail = (
         "\n\nEvery run: nothing lost, duplicated or reordered.\n"
         if not failed
-        else "\n\nOpen defects (replay with `rip5 chaos run --fault F --model M --seed S`):\n\n"
-        + "\n".join(f"- {row[0]} x {row[1]}: {row[-1]}" for row in failed)
+        else "\n\nOpen defects, each with the command that replays it:\n\n"
+        + "\n".join(
+            f"- {row[0]} x {row[1]}: {row[-1]}: `rip5 chaos run --model {row[1]} "
+            f"--fault {row[0]} --seed {seed} --duration {duration_s:g} "
+            f"--interval {duration_s:g} --hold {HOLD_S:g}`"
+            for row in failed
+        )
         + "\n"
     )
     return head + report.markdown_table(rows) + tail

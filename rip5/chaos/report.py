@@ -121,11 +121,24 @@ def matrix_row(fault: str, seed: int, verdict: Verdict) -> list[str]:
     else:
         recovery = str(max((t for t in times if t is not None), default=0)) if times else "-"
     slowest = max((r.slowest_send_ms for r in verdict.recoveries), default=0)
-    shown = "OK" if verdict.ok else f"FAILED (seed {seed})"
+    shown = "OK" if verdict.ok else f"FAILED (seed {seed}: {', '.join(findings(verdict))})"
     return [
         fault, verdict.model, str(verdict.acked), str(verdict.lost), str(verdict.duplicated),
         str(verdict.out_of_order), str(verdict.unknown_stored), recovery, str(slowest), shown,
     ]  # fmt: skip
+
+
+def findings(verdict: Verdict) -> list[str]:
+    """What failed a verdict, as counts (``["104 early"]``)."""
+    counts = (
+        ("lost", verdict.lost),
+        ("duplicated", verdict.duplicated),
+        ("out of order", verdict.out_of_order),
+        ("rolled back visible", verdict.rolled_back_visible),
+        ("early", verdict.early),
+        ("unexpected", verdict.unexpected),
+    )
+    return [f"{count} {name}" for name, count in counts if count]
 
 
 def markdown_table(rows: Sequence[Sequence[str]]) -> str:
