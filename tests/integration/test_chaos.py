@@ -26,11 +26,12 @@ from tests.waiting import async_wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
-def chaos(out_dir: Path, **options: object) -> tuple[Verdict, str]:
-    """One run; its verdict and what it printed."""
+def chaos(out_dir: Path, drain_s: float = 20.0, **options: object) -> tuple[Verdict, str]:
+    """One run; its verdict and what it printed. A run that loses a message drains
+    until ``drain_s``: the planted bugs' runs give a short one."""
     printed = io.StringIO()
     verdict = run_and_report(
-        RunOptions(out_dir=out_dir, drain_s=20.0, **options),  # type: ignore[arg-type]
+        RunOptions(out_dir=out_dir, drain_s=drain_s, **options),  # type: ignore[arg-type]
         Console(file=printed, width=120),
     )
     return verdict, printed.getvalue()
@@ -58,15 +59,15 @@ def test_every_fault_in_turn_loses_nothing(tmp_path: Path) -> None:
 
 
 def test_the_checker_catches_a_consumer_that_drops_one_message(tmp_path: Path) -> None:
-    verdict, _ = chaos(tmp_path, model="queue", duration_s=4.0, drop_one=True, seed=3)
+    verdict, _ = chaos(tmp_path, drain_s=6.0, model="queue", duration_s=4.0, drop_one=True, seed=3)
     assert verdict.lost == 1
     assert not verdict.ok
 
 
 def test_the_checker_catches_a_broker_that_acks_before_storing(tmp_path: Path) -> None:
     verdict, _ = chaos(
-        tmp_path, model="queue", faults=("kill@broker-1",), duration_s=6.0, interval_s=5.0,
-        hold_s=1.0, warmup_s=2.5, ack_before_store_ms=1_500, seed=5,
+        tmp_path, drain_s=6.0, model="queue", faults=("kill@broker-1",), duration_s=6.0,
+        interval_s=5.0, hold_s=1.0, warmup_s=2.5, ack_before_store_ms=1_500, seed=5,
     )  # fmt: skip
     assert verdict.lost > 0
     assert not verdict.ok
