@@ -10,17 +10,26 @@ CONSTRAINTS := constraints.txt
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 # System tools as command:Debian-package pairs; `make system-deps` installs the
 # missing ones with apt-get when run as root, and otherwise stops naming them.
-SYSTEM_DEPS ?= openssl:openssl
+SYSTEM_DEPS ?= openssl:openssl node:nodejs npm:npm prometheus:prometheus
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules (mypy --strict, no I/O): ONE list, the import contract "pure" in
 # pyproject.toml, read by tests/pure_modules.py when typecheck runs.
 PURE   ?= $(shell $(BIN)/python -m tests.pure_modules)
 SEEDS  ?= 1000
 PYTEST_ARGS ?=
+# The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
+# folder: the C++ client's Python package is named `rocketmq`, like the official 5.x
+# client in the venv, so it cannot be installed beside it (it goes to .clients/python,
+# outside the trees lint and typecheck read). The Node clients go to tests/clients/node:
+# ali-ons (4.x), and the official 5.x client with @grpc/grpc-js (gRPC contract tests).
+CLIENTS := tests/clients
+CPP_CLIENT := rocketmq-client-python==0.5.0rc2
+BATCH_CLIENT := rocketmq==0.4.4
 # The raft core (every module of raft/core/): `coverage-core` holds it to 100% branch coverage.
 RAFT_CORE_COV := --cov=raft.core
 
-.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps
+.PHONY: venv run test lint typecheck imports unit sim clean coverage-core lock system-deps \
+	remoting-clients fuzz
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +73,22 @@ system-deps:
 	  { echo "make: $${dep#*:} is installed but $${dep%%:*} is still not on PATH" >&2; exit 1; }; \
 	done
 
+# Both C++ client wrappers' wheels bundle the library (later versions of the first
+# ship none); ali-ons and its dependencies come at the versions package-lock.json pins.
+remoting-clients: .clients/python/rocketmq/librocketmq.so \
+	.clients/python-0.4.4/rocketmq/librocketmq.so $(CLIENTS)/node/node_modules/.package-lock.json
+
+.clients/python/rocketmq/librocketmq.so: | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
+		--target .clients/python $(CPP_CLIENT)
+
+.clients/python-0.4.4/rocketmq/librocketmq.so: | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
+		--target .clients/python-0.4.4 $(BATCH_CLIENT)
+
+$(CLIENTS)/node/node_modules/.package-lock.json: $(CLIENTS)/node/package-lock.json | system-deps
+	cd $(CLIENTS)/node && npm ci --no-audit --no-fund
+
 run: system-deps $(STAMP)
 	$(BIN)/rip5 dev $(ARGS)
 
@@ -78,15 +103,23 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-test: system-deps lint typecheck imports coverage-core
+test: system-deps remoting-clients lint typecheck imports coverage-core
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 coverage-core: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/raft_core $(RAFT_CORE_COV) \
 		--cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
 
+# The fuzz tests with a long budget (make test runs them with a small one): examples per
+# target (and per gRPC server) in FUZZ_EXAMPLES.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	RIP5_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/unit/protocol/test_http2_connection_fuzz.py tests/contract/test_bad_requests.py
+
 sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache \
+		.clients $(CLIENTS)/node/node_modules

@@ -52,7 +52,7 @@ Usage::
 
 Failures raise :class:`AngeliaError` with ``code`` (a ``protocol.errors``
 code), ``message``, ``retriable`` and ``leader_hint``; a handler's exception
-that carries a ``code`` (e.g. ``raft.errors.NotLeader``) keeps its code and
+that carries a ``code`` (e.g. ``raft.errors.RaftNotLeader``) keeps its code and
 leader across the wire. Deadlines: ``timeout_ms`` (default
 ``RpcConfig.call_timeout_ms`` for unary calls; streams have none unless given,
 but connecting is bounded by ``call_timeout_ms``). A lost connection fails

@@ -39,6 +39,9 @@ class StorageService(Service, name="storage"):
     note_transaction_checks = Unary(
         st.NoteTransactionChecksRequest, st.NoteTransactionChecksResponse
     )
+    query_messages = Unary(st.QueryMessagesRequest, st.QueryMessagesResponse)
+    group_progress = Unary(st.GroupProgressRequest, st.GroupProgressResponse)
+    export_snapshot = Unary(st.ExportSnapshotRequest, st.ExportSnapshotResponse)
 
 
 class NameserverService(Service, name="nameserver"):

@@ -98,8 +98,8 @@ def from_exception(exc: BaseException) -> AngeliaError:
     """The error to send for an exception raised by a handler.
 
     Any exception with a ``code`` attribute holding an :class:`ErrorCode`
-    (every package's error root has one) keeps its code, its ``retriable``
-    flag and its leader hint (``leader_hint``, or a non-zero ``leader``).
+    (every package's error root has one) keeps its code and its flags:
+    ``retriable`` and ``leader_hint`` (``refresh_route`` is the code's).
     Anything else is INTERNAL, named by its type.
     """
     if isinstance(exc, AngeliaError):
@@ -107,10 +107,7 @@ def from_exception(exc: BaseException) -> AngeliaError:
     code = getattr(exc, "code", None)
     if isinstance(code, ErrorCode):
         retriable = getattr(exc, "retriable", code.retriable)
-        hint = getattr(exc, "leader_hint", None)
-        if hint is None:
-            leader = getattr(exc, "leader", None)
-            hint = str(leader) if leader else ""
+        hint = getattr(exc, "leader_hint", "")
         return AngeliaError(
             code, str(exc) or code.description, retriable=bool(retriable), leader_hint=str(hint)
         )

@@ -2,10 +2,11 @@
 
 Storage nodes, the admin CLI and brokers are all given a list of nameserver
 addresses (any replica will do). :meth:`NameserverClient.call` runs one call
-on the leader: a NOT_LEADER answer is followed to the address it names (or
-to the next replica when it names none), an unreachable replica is skipped,
-and after ``attempts_max`` tries (or when every replica is unreachable) the
-last error is raised.
+on the leader through :func:`angelia_rpc.failover.call_leader`, starting at
+the replica that answered last: a leader hint is followed, a replica that
+names none is passed over after a pause of ``RETRY_BACKOFF_MS``, and after
+``attempts_max`` tries, or a pass in which every replica was unreachable
+(none redirected), the last error is raised. Only the error's flags decide.
 
 Retrying is safe for the nameserver's API: a NOT_LEADER or unreachable
 answer means the write was not acknowledged, and an unacknowledged create
@@ -17,14 +18,14 @@ SHELL.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from angelia_rpc.channel import Peers
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.config import RpcConfig
-from angelia_rpc.errors import AngeliaError
-from protocol import errors
+from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
 
 T = TypeVar("T")
 
@@ -59,7 +60,12 @@ class NameserverClient:
             raise ValueError("a nameserver client needs at least one address")
         self.addresses = list(addresses)
         self.peers = Peers(config or RpcConfig())
-        self.attempts_max = attempts_max
+        self.policy = FailoverPolicy(
+            pause_first_s=RETRY_BACKOFF_MS / 1000,
+            pause_max_s=RETRY_BACKOFF_MS / 1000,
+            attempts_max=attempts_max,
+            unreachable_ends=True,
+        )
         self._current = self.addresses[0]
 
     @property
@@ -68,37 +74,24 @@ class NameserverClient:
         return self._current
 
     def stub(self, address: str) -> NameserverService:
-        """The typed client of one replica."""
-        return self.peers.stub(NameserverService, address)
+        """The typed client of one replica. With another replica to try, a dead one
+        is passed over at once (the stub does not wait for it to come up)."""
+        return self.peers.stub(NameserverService, address, wait_for_ready=len(self.addresses) == 1)
 
     async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
-        """Run ``method`` on the leader: follow NOT_LEADER hints, skip unreachable replicas."""
-        last: AngeliaError | None = None
-        unreachable: set[str] = set()
-        for _ in range(self.attempts_max):
-            address = self._current
-            try:
-                return await method(self.stub(address))
-            except AngeliaError as exc:
-                last = exc
-                if exc.code is errors.NOT_LEADER:
-                    self._current = exc.leader_hint or self._next(address)
-                elif exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
-                    unreachable.add(address)
-                    if unreachable >= set(self.addresses):
-                        raise
-                    self._current = self._next(address)
-                else:
-                    raise
-            # An election may be under way: back off, then retry.
-            await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
-        assert last is not None
-        raise last
+        """Run ``method`` on the leader (see the module docstring); the last
+        :class:`AngeliaError` when that cannot be done."""
+        failover = Failover(starting_at(self._current, self.addresses), self.policy, math.inf)
 
-    def _next(self, address: str) -> str:
-        if address not in self.addresses:
-            return self.addresses[0]
-        return self.addresses[(self.addresses.index(address) + 1) % len(self.addresses)]
+        def attempt(address: str, _timeout_ms: int) -> Awaitable[T]:
+            return method(self.stub(address))  # the method brings its own timeout
+
+        try:
+            return await call_leader(
+                failover, attempt, clock=asyncio.get_running_loop().time, sleep=asyncio.sleep
+            )
+        finally:
+            self._current = failover.address
 
     async def close(self) -> None:
         """Close the connections."""

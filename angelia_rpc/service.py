@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, overload
 
-from angelia_rpc.codec.shapes import message_shape
+from angelia_rpc.codec.base import message_shape
 from angelia_rpc.errors import LocalUsageError
 from angelia_rpc.framing import BIDI, SERVER_STREAM, UNARY
 from protocol import errors

@@ -14,12 +14,37 @@ class BrokerConfig:
             "kind": "address",
         },
     )
+    remoting_listen: str = field(
+        default="127.0.0.1:8080",
+        metadata={
+            "help": "host:port of the classic RocketMQ remoting endpoint for 4.x clients "
+            "(empty: none)",
+        },
+    )
     grpc_server: str = field(
         default="h2",
         metadata={
             "help": "what serves the gRPC endpoint: h2 (sends a streamed call's responses "
             "together) or grpcio (grpc.aio)",
             "choices": ("h2", "grpcio"),
+        },
+    )
+    tls_cert: str = field(
+        default="",
+        metadata={
+            "help": "PEM certificate (chain) file: serve the client endpoint over TLS "
+            "(with --tls-key)"
+        },
+    )
+    tls_key: str = field(
+        default="",
+        metadata={"help": "PEM private key file of --tls-cert"},
+    )
+    tls_client_ca: str = field(
+        default="",
+        metadata={
+            "help": "PEM file of the CA certificates that sign client certificates: with "
+            "TLS on, a client must present one (mutual TLS); empty: none asked"
         },
     )
     nameserver: str = field(
@@ -47,6 +72,15 @@ class BrokerConfig:
         metadata={
             "help": "comma-separated host:port of storage nodes to try when a route names no "
             "replica of a queue's raft group (optional)"
+        },
+    )
+    route_stale_max_ms: int = field(
+        default=120_000,
+        metadata={
+            "help": "while no nameserver can be reached, how long past their last confirmation "
+            "cached routes and groups keep serving traffic (then lookups fail UNAVAILABLE "
+            "until a nameserver answers)",
+            "min": 0,
         },
     )
     heartbeat_interval_ms: int = field(

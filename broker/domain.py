@@ -16,41 +16,13 @@ PURE.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from types import MappingProxyType
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
-_Tuple = TypeVar("_Tuple", bound=tuple[object, ...])
-
-
-class MessageType(enum.IntEnum):
-    """The kinds of message a topic may accept (values match the v2 wire enum)."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-
-
-class Permission(enum.IntEnum):
-    """What clients may do with a queue (values match the v2 wire enum)."""
-
-    NONE = 1
-    READ = 2
-    WRITE = 3
-    READ_WRITE = 4
-
-    @property
-    def readable(self) -> bool:
-        """Consumers may receive from the queue."""
-        return self in (Permission.READ, Permission.READ_WRITE)
-
-    @property
-    def writable(self) -> bool:
-        """Producers may send to the queue."""
-        return self in (Permission.WRITE, Permission.READ_WRITE)
+from protocol.positional import positional
+from protocol.vocabulary import MessageType, Permission, Placement
 
 
 class ClientKind(enum.IntEnum):
@@ -147,25 +119,13 @@ class Message(NamedTuple):
     dead_letter_of: tuple[str, str] | None = None  # (original topic, message id) in a DLQ
 
 
-def positional(kind: type[_Tuple]) -> Callable[[tuple[object, ...]], _Tuple]:
-    """The named tuple ``kind`` from a tuple of all its fields in order, without the
-    named tuple's keyword handling (for hot paths that build one per message)."""
-    return partial(tuple.__new__, kind)
-
-
 new_message = positional(Message)  # one per sent and per delivered message
 
 
-class Placement(enum.IntEnum):
-    """Where the store put an appended message (values match the storage API)."""
-
-    QUEUED = 0  # visible in its queue at once
-    DELAYED = 1  # held until its delivery time, then queued
-    HALF = 2  # a transaction's half message: queued only when committed
-
-
-class AppendResult(NamedTuple):
-    """Where one appended message landed; ``offset`` is -1 unless it was queued."""
+class SendResult(NamedTuple):
+    """Where one sent (or committed) message landed in storage; ``offset`` is -1 unless
+    it was queued. The broker's per-message answer (RocketMQ's ``SendResult``), not the
+    result of a storage group's Append command."""
 
     queue: QueueRef
     offset: int
@@ -240,3 +200,38 @@ class Receipt(NamedTuple):
     delivery_attempt: int
     invisible_until_ms: int
     message_id: str
+
+
+class PulledMessage(NamedTuple):
+    """A message read by offset (a pull): no lease, no handle; any reader may read it."""
+
+    message: Message
+    queue: QueueRef
+    offset: int
+    store_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSlice:
+    """What one offset read of one queue found.
+
+    ``messages``: those matching the read's filter, in offset order.
+    ``next_offset``: where the next read continues (past everything this read
+    looked at, matched or skipped). ``first_offset`` / ``end_offset``: the
+    queue's oldest offset and the offset of its next message, at the read.
+    """
+
+    messages: tuple[PulledMessage, ...]
+    next_offset: int
+    first_offset: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOffsets:
+    """A queue's oldest offset, the offset its next message gets, and (when asked
+    for a time) the first offset stored at or after that time (-1 when not asked)."""
+
+    first_offset: int
+    end_offset: int
+    timestamp_offset: int = -1

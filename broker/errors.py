@@ -54,6 +54,7 @@ class Reason(enum.Enum):
     NO_WRITABLE_QUEUE = "NO_WRITABLE_QUEUE"
     INVALID_TRANSACTION_ID = "INVALID_TRANSACTION_ID"
     TRANSACTION_NOT_FOUND = "TRANSACTION_NOT_FOUND"
+    OFFSET_NOT_FOUND = "OFFSET_NOT_FOUND"
 
     @property
     def code(self) -> ErrorCode:
@@ -68,6 +69,7 @@ _REASON_CODES: dict[Reason, ErrorCode] = {
     Reason.NO_READABLE_QUEUE: codes.NOT_FOUND,
     Reason.NO_WRITABLE_QUEUE: codes.NOT_FOUND,
     Reason.TRANSACTION_NOT_FOUND: codes.NOT_FOUND,
+    Reason.OFFSET_NOT_FOUND: codes.NOT_FOUND,
 }
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from broker.domain import AppendResult, Message, QueueRef
+from broker.domain import Message, QueueRef, SendResult
 from broker.services.base import MessageStore
 
 ACK_BEFORE_STORE_ENV = "RIP5_FAULT_ACK_BEFORE_STORE"
@@ -42,7 +42,7 @@ class AckBeforeStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """The planted bug: results now, the append later (lost if the broker dies first)."""
         task = asyncio.create_task(self._store_later(queue, list(messages)))
         self._pending.add(task)
@@ -50,7 +50,7 @@ class AckBeforeStore:
         now_ms = int(time.time() * 1000)
         first = self._fake_offset
         self._fake_offset += len(messages)
-        return [AppendResult(queue, first + i, now_ms) for i in range(len(messages))]
+        return [SendResult(queue, first + i, now_ms) for i in range(len(messages))]
 
     async def _store_later(self, queue: QueueRef, messages: list[Message]) -> None:
         await asyncio.sleep(self._delay_ms / 1000)

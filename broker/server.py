@@ -9,6 +9,11 @@ stream here, and calls ``ready(host:port)`` once it serves. It keeps no
 state of its own: receipt handles are signed with the cluster ``secret``,
 so any broker of the cluster can finish what another handed out.
 
+It also serves the classic RocketMQ remoting protocol (4.x clients) on
+``remoting_listen`` (``broker/remoting/``), over the same processors, and
+reports that address in its heartbeats, so every broker's routes can list
+every live broker.
+
 It also serves the brokers' own Angelia API (``broker.*``) on
 ``peer_listen``; that address is its broker id in the nameserver, so a
 broker owning the orphan check-back (through the nameserver lease) can have
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +39,13 @@ from angelia_rpc.cluster_services import BrokerService
 from broker import fault_injection
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
+from broker.remoting.brokers import ClusterBrokers
+from broker.remoting.producers import RemotingProducers
+from broker.remoting.server import RemotingServer
+from broker.remoting.service import RemotingService
 from broker.services.clock import SystemClock
 from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
@@ -67,17 +77,25 @@ async def serve(
         )
     peers = Peers(RpcConfig())
     link = NameserverLink(addresses(config.nameserver), peers)
-    metadata = ClusterMetadata(link, cluster=config.cluster, auto_create=config.auto_create)
+    metadata = ClusterMetadata(
+        link,
+        cluster=config.cluster,
+        auto_create=config.auto_create,
+        route_stale_max_ms=config.route_stale_max_ms,
+    )
     store = StorageStore(metadata, peers, seeds=addresses(config.storage))
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
     peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
     tasks: list[asyncio.Task[None]] = []
     endpoint: GrpcEndpoint | None = None
+    remoting: RemotingServer | None = None
+    remoting_address = ""
     try:
         peer_address = await peer_server.start(
             config.peer_listen or f"{config.listen.rpartition(':')[0]}:0"
         )
+        remoting_producers = RemotingProducers()
         service = build_service(
             Ports(
                 metadata,
@@ -95,13 +113,36 @@ async def serve(
                 check_max=config.transaction_check_max,
             ),
             delivery_ahead_ms_max=config.delay_max_ms,
+            more_producers=remoting_producers,
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server)
+        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
         port = await endpoint.start()
+        if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
+        if config.remoting_listen:
+            # Both addresses are known once the port is bound (the listen port may be 0).
+            brokers = ClusterBrokers(metadata, own_address=config.remoting_listen)
+            remoting_service = RemotingService(
+                route=service.route_processor,
+                producer=service.producer_processor,
+                store=store,
+                clock=clock,
+                brokers=brokers,
+                cluster=config.cluster,
+                address=config.remoting_listen,
+                transactions=service.transactions,
+                producers=remoting_producers,
+                pulls=service.pulls,
+            )
+            remoting = RemotingServer(remoting_service, config.remoting_listen)
+            remoting_port = await remoting.start()
+            remoting_address = f"{config.remoting_listen.rpartition(':')[0]}:{remoting_port}"
+            remoting_service.address = brokers.own_address = remoting_address
+            remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
         tasks.append(
             asyncio.create_task(
@@ -109,8 +150,13 @@ async def serve(
                     metadata,
                     broker_id=peer_address,
                     address=address,
-                    producer_groups=lambda: service.sessions.producer_groups,
+                    # Where check-backs can reach a producer: gRPC producers' groups and
+                    # the topics remoting producers sent half messages to.
+                    producer_groups=lambda: sorted(
+                        {*service.sessions.producer_groups, *remoting_producers.topics}
+                    ),
                     interval_ms=config.heartbeat_interval_ms,
+                    remoting_address=remoting_address,
                 ),
                 name="broker-heartbeat",
             )
@@ -119,6 +165,7 @@ async def serve(
             "serving",
             extra={
                 "address": address,
+                "remoting_address": remoting_address,
                 "peer_address": peer_address,
                 "nameserver": config.nameserver,
                 "auto_create": config.auto_create,
@@ -132,6 +179,8 @@ async def serve(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if remoting is not None:
+            await remoting.stop(1.0)
         if endpoint is not None:
             await endpoint.stop(1.0)
         await peer_server.stop()

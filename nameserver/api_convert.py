@@ -100,6 +100,7 @@ def broker_info(broker: r.Broker) -> api.BrokerInfo:
         broker.alive,
         broker.last_heartbeat_ms,
         list(broker.producer_groups),
+        broker.remoting_address,
     )
 
 

@@ -28,11 +28,10 @@ from nameserver.records import (
     NO_LOAD,
     RETENTION_MS_DEFAULT,
     RETRY_DEFAULT,
-    MessageType,
-    Permission,
     RetryPolicy,
     StorageLoad,
 )
+from protocol.vocabulary import MessageType, Permission
 
 
 class OpCode(enum.IntEnum):
@@ -91,6 +90,7 @@ class BrokerHeartbeat:
     address: str
     now_ms: int
     producer_groups: tuple[str, ...] = ()
+    remoting_address: str = ""  # where 4.x (remoting) clients reach it; "" if nowhere
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,8 +76,9 @@ class DecodeFailed(NameserverError):
     code = errors.DECODE_FAILED
 
 
-class NotLeader(NameserverError):
-    """This nameserver does not lead; ``leader_hint`` is the leader's address ("" if unknown)."""
+class NameserverNotLeader(NameserverError):
+    """This nameserver does not lead its metadata group; ``leader_hint`` is the leader's
+    address ("" if unknown)."""
 
     code = errors.NOT_LEADER
 

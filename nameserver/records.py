@@ -15,30 +15,13 @@ from dataclasses import dataclass
 
 from nameserver.codec import from_wire, to_wire
 from nameserver.errors import DecodeFailed
+from protocol.vocabulary import MessageType, Permission
 
 RETENTION_MS_DEFAULT = 3 * 24 * 3600 * 1000
 """How long a topic keeps messages unless told otherwise (three days)."""
 
 NO_NODE = 0
 """The storage node id meaning "nobody" (no leader known; a replica being added)."""
-
-
-class MessageType(enum.IntEnum):
-    """What a topic carries. Numbers match RocketMQ v2's ``MessageType``."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-
-
-class Permission(enum.IntEnum):
-    """What clients may do with a topic. Numbers match RocketMQ's ``PermName`` bits."""
-
-    NONE = 0
-    WRITE = 2
-    READ = 4
-    READ_WRITE = 6
 
 
 class ChangeKind(enum.IntEnum):
@@ -107,6 +90,7 @@ class Broker:
     alive: bool
     last_heartbeat_ms: int
     producer_groups: tuple[str, ...] = ()
+    remoting_address: str = ""  # where 4.x (remoting) clients reach it; "" if nowhere
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,6 +234,8 @@ class MetadataState(MetadataQueries):
             raise BadRequest("broker id is empty")
         self.cluster(command.cluster)
         check_address(command.address)
+        if command.remoting_address:
+            check_address(command.remoting_address)
         for group in command.producer_groups:
             names.validate_consumer_group(group)
         producer_groups = tuple(sorted(set(command.producer_groups)))
@@ -252,6 +254,7 @@ class MetadataState(MetadataQueries):
                 command.now_ms if known is None else max(known.last_heartbeat_ms, command.now_ms)
             ),
             producer_groups=producer_groups,
+            remoting_address=command.remoting_address,
         )
         self._brokers[broker.broker_id] = broker
         if known is None or replace(known, last_heartbeat_ms=broker.last_heartbeat_ms) != broker:

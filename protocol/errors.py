@@ -126,10 +126,13 @@ class CodedError(Exception):
 
     Subclasses set ``code``; the flags come from it. (Errors whose code is
     chosen per instance, like Angelia's and the broker's, set ``code`` in
-    their constructors instead.)
+    their constructors instead.) ``leader_hint`` is the third thing callers
+    decide by: the replica that serves the request instead, as the caller
+    addresses it ("" when none is known; an error that redirects sets it).
     """
 
     code: ErrorCode = INTERNAL
+    leader_hint: str = ""
 
     @property
     def retriable(self) -> bool:

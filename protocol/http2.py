@@ -1,9 +1,10 @@
 """HTTP/2 frames as gRPC uses them (RFC 9113): splitting, building, and header literals.
 
-Shared by the broker's gRPC server and the load generator's lean client,
-which both read frames with ``struct`` instead of a general HTTP/2 library.
-HPACK decoding stays with the ``hpack`` library (it keeps the dynamic table);
-what this module encodes are literals that never touch a table
+The frame codec under ``protocol.http2_connection`` (the sans-IO connection
+of the broker's gRPC server and Angelia's http2 transport) and the load
+generator's lean client. HPACK decoding, which keeps the dynamic table, is
+``protocol.hpack_decoder``; what this module encodes are literals that never
+touch a table
 (RFC 7541 section 6.2.2, "without indexing", no Huffman), so an encoder
 needs no state and a decoder's table is never changed by them.
 
@@ -44,6 +45,8 @@ WINDOW_MAX = 2**31 - 1
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_BYTES = 16_384
 FRAME_HEADER_BYTES = 9
+FRAME_BYTES_LIMIT = 2**24 - 1
+"""The largest SETTINGS_MAX_FRAME_SIZE a peer may announce."""
 
 _FRAME = struct.Struct(">I B I")  # (length << 8 | type), flags, stream id
 _SETTING = struct.Struct(">HI")
@@ -61,7 +64,7 @@ class FrameError(Exception):
         self.code = code
 
 
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+def frame(kind: int, flags: int, stream_id: int, payload: bytes | bytearray = b"") -> bytes:
     """One frame's bytes."""
     return _FRAME.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 
@@ -145,6 +148,11 @@ def hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
 def literal(name: bytes, value: bytes) -> bytes:
     """A header field as a literal without indexing, with a literal name (no Huffman)."""
     return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+def header_block(fields: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """A header block of ``fields``, each a literal without indexing (see :func:`literal`)."""
+    return b"".join(literal(name, value) for name, value in fields)
 
 
 def literal_indexed_name(name_index: int, value: bytes) -> bytes:

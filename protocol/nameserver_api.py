@@ -4,8 +4,9 @@ carries (``angelia_rpc.cluster_services.NameserverService``, wire names ``namese
 Brokers, storage nodes and the admin CLI speak these types; they import only
 this module, never ``nameserver``. The types mirror the nameserver's records
 with wire-friendly shapes (lists, optional fields, enums as their numbers:
-``message_type`` follows RocketMQ v2's ``MessageType``, ``permission`` its
-``PermName`` bits, ``kind`` the nameserver's ``ChangeKind``).
+``message_type`` is a ``protocol.vocabulary.MessageType``, ``permission`` a
+``protocol.vocabulary.Permission`` (RocketMQ's ``PermName`` bits), ``kind``
+the nameserver's ``ChangeKind``).
 
 Evolution: fields are only added at the end, with a default.
 
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MESSAGE_TYPE_NORMAL = 1
-PERMISSION_READ_WRITE = 6
+from protocol.vocabulary import MessageType, Permission
+
+MESSAGE_TYPE_NORMAL = int(MessageType.NORMAL)
+PERMISSION_READ_WRITE = int(Permission.READ_WRITE)
 
 # ChangeKind numbers (append-only, as in nameserver.records.ChangeKind).
 KIND_CLUSTER = 1
@@ -125,6 +128,7 @@ class BrokerInfo:
     alive: bool
     last_heartbeat_ms: int
     producer_groups: list[str] = field(default_factory=list)
+    remoting_address: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +365,7 @@ class BrokerHeartbeatRequest:
     cluster: str
     address: str
     producer_groups: list[str] = field(default_factory=list)
+    remoting_address: str = ""  # where 4.x (remoting) clients reach it; "" if nowhere
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,9 @@ PURE.
 
 from __future__ import annotations
 
-import enum
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, NamedTuple
 
 import crc32c
@@ -36,20 +34,13 @@ import msgpack
 
 from protocol import errors
 from protocol.errors import ErrorCode
+from protocol.positional import positional
+from protocol.vocabulary import MessageType
 
 BATCH_MAGIC = b"R5MB"
 BATCH_VERSION = 1
 _HEADER = struct.Struct(">4sBIqI")
 _CRC_END = 9  # magic + version + crc: the CRC covers every byte after it
-
-
-class MessageType(enum.IntEnum):
-    """What kind of message a record is (RocketMQ v2 numbering). Append-only."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
 
 
 class RecordCorrupted(ValueError):
@@ -140,7 +131,6 @@ _TUPLE_KINDS: tuple[type, ...] = tuple(tuple if kind is list else kind for kind 
 MESSAGE_TYPES: Mapping[object, MessageType] = {int(kind): kind for kind in MessageType}
 """The message type of a record's wire int (a lookup: several times cheaper than
 ``MessageType(kind)`` and None instead of an error for an unknown one)."""
-_new_tuple = tuple.__new__
 _COUNT = struct.Struct(">qI")
 _CRC = struct.Struct(">I")
 _VERSION_BYTE = bytes([BATCH_VERSION])
@@ -416,7 +406,7 @@ def _records_fast(items: tuple[object, ...]) -> tuple[MessageRecord, ...] | None
     return tuple(map(_new_record, zip(*columns[:10], kinds, *columns[11:], strict=True)))
 
 
-_new_record: Callable[[tuple[object, ...]], MessageRecord] = partial(_new_tuple, MessageRecord)
+_new_record = positional(MessageRecord)
 
 
 RecordColumns = tuple[tuple[object, ...], ...]

@@ -9,6 +9,11 @@ first_group_id + group_count - 1`` (both fixed when the cluster is created).
   where ``group_index`` is CRC-32 (IEEE, as in zlib) of the topic's UTF-8
   bytes, a zero byte and ``q`` as 4 big-endian bytes, mod ``group_count``.
   Python's ``hash()`` is salted per process and must never be used here.
+- A FIFO message goes to the writable queue a hash of its message group
+  picks (``group_queue_index``: SHA-256 of the group's UTF-8 bytes, the
+  first 8 bytes big-endian, mod the number of writable queues), so every
+  message of a group lands in one queue whatever broker or client sent it
+  (brokers choose by it; the connector predicts where its copies land).
 - A dead-letter topic (``%DLQ%<consumer group>``) has one queue per raft group
   of its cluster, and its queue id IS the group id: a storage group moves a
   message to the dead-letter queue by appending to its own queue, locally.
@@ -22,6 +27,7 @@ PURE.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 QUEUE_ID_MAX = 2**32 - 1
@@ -41,6 +47,12 @@ def group_index(topic: str, queue_id: int, group_count: int) -> int:
         raise ValueError(f"queue_id must be in [0, {QUEUE_ID_MAX}], got {queue_id}")
     key = topic.encode("utf-8") + b"\x00" + queue_id.to_bytes(4, "big")
     return zlib.crc32(key) % group_count
+
+
+def group_queue_index(message_group: str, queue_count: int) -> int:
+    """The index (into the writable queues) a message group maps to."""
+    digest = hashlib.sha256(message_group.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % queue_count
 
 
 def queue_ids(topic: str, queue_count: int, first_group_id: int, group_count: int) -> range:

@@ -24,12 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from protocol.records import MESSAGE_TYPES, MessageRecord, MessageType
+from protocol.message_objects import QueueManifest
+from protocol.positional import positional
+from protocol.records import MESSAGE_TYPES, MessageRecord
+from protocol.vocabulary import MessageType
 
 _set_attribute = object.__setattr__
 _NO_KEYS: list[str] = []
 _NO_PROPERTIES: dict[str, str] = {}
-_new_tuple = tuple.__new__
+_new_record = positional(MessageRecord)
 
 
 @dataclass(frozen=True, init=False)
@@ -105,8 +108,7 @@ def to_record(message: Message) -> MessageRecord:
     if message_type is None:
         message_type = MessageType(kind)  # anything but an int: as MessageType decides
     properties = message.properties
-    return _new_tuple(
-        MessageRecord,
+    return _new_record(
         (
             message.topic,
             message.queue_id,
@@ -154,9 +156,13 @@ class StoredMessage:
 class ReceiptHandle(NamedTuple):
     """Which delivery of which message (the storage half of a client receipt handle).
 
-    ``generation`` is the log index of the command that granted the lease; a
-    later grant makes older handles stale. A named tuple: one per acked message
-    on each side of an ack call, packed as it is (the same array a dataclass was).
+    ``generation`` is the log index of the command that granted the lease (a
+    receive, or a change of invisible duration); a later grant makes older
+    handles stale. The consumer group is named by the request or command that
+    presents the handle. The same handle travels in this API and in a storage
+    group's log (``storage_node.partition.commands``). A named tuple: one per
+    delivered and per acked message, built in one step and packed as it is
+    (the array ``[topic, queue_id, queue_offset, generation]``).
     """
 
     topic: str
@@ -246,6 +252,28 @@ class ReadRequest:
     from_follower: bool = False
     """Read replica: any replica may answer from what it applied (at most its
     commit index, perhaps behind the leader) instead of NOT_LEADER."""
+    filter_expression: str = "*"
+    """Only messages matching this subscription filter (the same value a
+    :class:`ReceiveRequest` carries) are returned; the others are skipped, and
+    the read looks at no more than the partition's receive scan limit of
+    offsets. An offset outside [first, end] fails with OFFSET_OUT_OF_RANGE."""
+    packed: bool = False
+    """Answer with the messages packed as records (``ReadResponse.records`` and
+    ``.stored_at``) instead of ``ReadResponse.messages``, as a packed receive
+    does; ``bytes_max`` then bounds the packed records' bytes."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written, as in :class:`ReceiveRequest`: a SQL92
+    filter is evaluated on the records read, at most
+    ``storage_node.partition.property_filter.EVALUATED_MAX`` of them per read."""
+
+
+class StoredAt(NamedTuple):
+    """Where and when a message of a packed read answer was stored: what a
+    :class:`StoredMessage` says but the message, which is the record at the same
+    position of the answer's ``records``."""
+
+    queue_offset: int
+    store_timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +283,13 @@ class ReadResponse:
     messages: list[StoredMessage]
     first_offset: int
     end_offset: int
+    next_offset: int = -1
+    """Where the next read of this queue continues: past every offset this read
+    looked at (returned or skipped by the filter); -1 from an older node."""
+    records: bytes = b""
+    """A packed answer (the request's ``packed``): the messages' records, packed by
+    ``protocol.records.pack_records``, one per item of ``stored_at``."""
+    stored_at: list[StoredAt] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------- receive
@@ -264,7 +299,10 @@ class ReceiveRequest:
 
     Handed-out messages stay invisible to the group for
     ``invisible_duration_ms`` unless acknowledged. ``filter_expression`` is a
-    tag expression (``*``, ``a || b``). ``poll_ms`` > 0: when nothing is
+    tag expression (``*``, ``a || b``) or, when ``filter_kind`` is
+    ``protocol.filters.FilterKind.SQL``, a SQL92 expression that the node
+    evaluates against each message's properties before it hands the message
+    out (a bad one is refused as ILLEGAL_FILTER_EXPRESSION). ``poll_ms`` > 0: when nothing is
     available, wait up to that long for messages to arrive (long polling).
     """
 
@@ -283,6 +321,8 @@ class ReceiveRequest:
     """Answer with the messages packed as records (``ReceiveResponse.records`` and
     ``.deliveries``) instead of ``ReceiveResponse.messages``: no conversion per message
     on either side."""
+    filter_kind: int = 1
+    """How ``filter_expression`` is written: a ``protocol.filters.FilterKind`` (TAG)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,12 +416,18 @@ class ChangeInvisibleResponse:
 # --------------------------------------------------------------------- offsets
 @dataclass(frozen=True, slots=True)
 class CommitOffsetRequest:
-    """Set ``group``'s position in a queue (clamped to the queue's offsets)."""
+    """Set ``group``'s position in a queue (clamped to the queue's offsets).
+
+    ``keep_leases`` False: an operator's reset, the group's in-flight handles on
+    the queue turn invalid; True: a consumer's commit (UpdateOffset), they stay
+    valid and pop resumes at the offset.
+    """
 
     group: str
     topic: str
     queue_id: int
     offset: int
+    keep_leases: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,3 +580,109 @@ class NoteTransactionChecksResponse:
     noted: list[str]
     rolled_back: list[str]
     unknown: list[str]
+
+
+# ---------------------------------------------------------------- message query
+TIME_MAX_MS = 2**62
+"""The end of time for a query's time range (no end given)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessagesRequest:
+    """Messages of raft group ``group_id`` by id or key, stored in ``[begin_ms, end_ms]``.
+
+    Exactly one of ``message_id`` and ``key`` is set. ``topic`` "" searches
+    every queue of the group (a query by id that does not know the topic asks
+    every group); otherwise only that topic's queues. At most ``limit``
+    messages, oldest first per queue. Served by the group's leader (NOT_LEADER
+    otherwise) from its applied state, through the node's key index
+    (``storage_node/key_index.py``).
+    """
+
+    group_id: int
+    topic: str = ""
+    message_id: str = ""
+    key: str = ""
+    begin_ms: int = 0
+    end_ms: int = TIME_MAX_MS
+    limit: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessagesResponse:
+    """The messages found (each with its queue, offset and store time, in
+    ``message.message``'s topic and queue id), and how the search went: ``scanned``
+    messages read from the log to index them or to search the open ends of queues;
+    ``complete`` False when the search stopped at its budget (narrow the time range)."""
+
+    messages: list[StoredMessage]
+    scanned: int
+    complete: bool
+
+
+# ------------------------------------------------------------ consumer progress
+@dataclass(frozen=True, slots=True)
+class GroupProgressRequest:
+    """Consumer group ``consumer_group``'s progress in the queues of raft group
+    ``group_id``: every queue the group has consumption state in, and with
+    ``topic`` set, only that topic's queues (each of them, consumed or not)."""
+
+    group_id: int
+    consumer_group: str
+    topic: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """One queue's progress for a consumer group.
+
+    ``consumer_offset``: every message below it is done for the group (acked,
+    dead-lettered, or below a committed offset); -1 if the group never consumed
+    the queue. ``lag``: messages not yet done; ``in_flight``: of those, delivered
+    and still invisible. ``last_consumed_ms``: the store time of the message
+    just below ``consumer_offset`` (-1 if none is held), RocketMQ's "last time".
+    """
+
+    topic: str
+    queue_id: int
+    first_offset: int
+    end_offset: int
+    consumer_offset: int
+    in_flight: int
+    lag: int
+    last_consumed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProgressResponse:
+    """The queues' progress, sorted by topic and queue id."""
+
+    queues: list[QueueProgress]
+
+
+# ------------------------------------------------------------------ snapshots
+@dataclass(frozen=True, slots=True)
+class ExportSnapshotRequest:
+    """Write the messages of raft group ``group_id``'s queues of ``topics`` (every queue
+    when empty) as message objects (``protocol.message_objects``) under ``url`` (a
+    folder or fsspec URL, opened with ``storage_options``): each queue from its first
+    offset up to its end when the export starts, the same applied index for every
+    queue of the group. Objects are cut at about ``object_bytes_max`` and blocks at
+    about ``block_bytes_max``. Served by the group's leader (NOT_LEADER otherwise).
+    The caller writes the manifest from the answers, after every group answered."""
+
+    group_id: int
+    url: str
+    topics: list[str] = field(default_factory=list)
+    object_bytes_max: int = 64 << 20
+    block_bytes_max: int = 1 << 20
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSnapshotResponse:
+    """The group's applied index the export read at, and each exported queue's objects."""
+
+    group_id: int
+    applied_index: int
+    queues: list[QueueManifest]

@@ -19,14 +19,17 @@ class ProposalDropped(RaftError):
     code = errors.PROPOSAL_DROPPED
 
 
-class NotLeader(RaftError):
-    """This replica cannot serve the request; ``leader`` is the known leader or 0."""
+class RaftNotLeader(RaftError):
+    """This replica cannot serve the request; ``leader`` is the known leader's node id
+    or 0 (the leader hint is that id; the storage node's and the nameserver's
+    services turn it into an address)."""
 
     code = errors.NOT_LEADER
 
     def __init__(self, message: str = "not the leader", leader: int = 0) -> None:
         super().__init__(message)
         self.leader = leader
+        self.leader_hint = str(leader) if leader else ""
 
 
 class LogCompacted(RaftError):

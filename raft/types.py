@@ -130,8 +130,10 @@ class Snapshot:
         return self.metadata.index == 0
 
 
-class MessageType(enum.IntEnum):
-    """Messages between replicas, and local inputs to the core. Append-only."""
+class MsgType(enum.IntEnum):
+    """The kind of a raft :class:`Message`: messages between replicas, and local inputs
+    to the core (etcd's ``MessageType``; ``MsgType`` here so that it is not taken for
+    the message type of a topic, ``protocol.vocabulary.MessageType``). Append-only."""
 
     HUP = 0  # local: start an election
     BEAT = 1  # local: leader should heartbeat
@@ -158,7 +160,7 @@ class MessageType(enum.IntEnum):
 class Message:
     """One message of one group. Fields unused by a type keep their zero value."""
 
-    type: MessageType
+    type: MsgType
     to: int = NONE
     from_: int = NONE
     term: int = 0

@@ -26,9 +26,9 @@ from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from nameserver import names
 from nameserver.errors import NameserverError
-from nameserver.records import MessageType
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType, Permission
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -37,33 +37,41 @@ DEFAULT_CLUSTER = "DefaultCluster"
 
 # ``--type`` takes RocketMQ's enum spelling in any case (NORMAL, FIFO, DELAY, TRANSACTION).
 MESSAGE_TYPES = {kind.name.lower(): int(kind) for kind in MessageType}
-PERMISSIONS = {"none": 0, "w": 2, "r": 4, "rw": 6}
+PERMISSIONS = {
+    "none": int(Permission.NONE),
+    "w": int(Permission.WRITE),
+    "r": int(Permission.READ),
+    "rw": int(Permission.READ_WRITE),
+}
 MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def fail(message: str, code: int) -> NoReturn:
+    """Print ``rip5: message`` on stderr and exit with ``code``."""
     click.echo(f"rip5: {message}", err=True)
     sys.exit(code)
 
 
-def _addresses(text: str) -> list[str]:
+def parse_nameservers(text: str) -> list[str]:
+    """The ``--nameserver`` addresses; exit 2 naming a malformed one."""
     try:
         return parse_addresses(text)
     except ValueError as exc:
-        _fail(f"--nameserver: {exc}", EXIT_USAGE)
+        fail(f"--nameserver: {exc}", EXIT_USAGE)
 
 
-def _check_name(validate: Callable[[str], None], name: str) -> None:
+def check_name(validate: Callable[[str], None], name: str) -> None:
+    """Check ``name`` with a RocketMQ naming rule; exit 2 with the reason if it breaks it."""
     try:
         validate(name)
     except NameserverError as exc:
-        _fail(str(exc), EXIT_USAGE)
+        fail(str(exc), EXIT_USAGE)
 
 
 def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) -> T:
     """Call the nameserver once (following the leader); exit 1 with the reason on failure."""
-    addresses = _addresses(nameserver)
+    addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
         client = NameserverClient(addresses)
@@ -76,15 +84,15 @@ def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) ->
         return uvloop.run(go())
     except AngeliaError as exc:
         if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
-            _fail(f"cannot reach the nameserver at {nameserver}: {exc.message}", EXIT_REFUSED)
-        _fail(f"the nameserver refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+            fail(f"cannot reach the nameserver at {nameserver}: {exc.message}", EXIT_REFUSED)
+        fail(f"the nameserver refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
 
 
-_console = Console(width=160)
+console = Console(width=160)
 
 
 def _print(table: Table) -> None:
-    _console.print(table)
+    console.print(table)
 
 
 def _name_of(mapping: dict[str, int], number: int) -> str:
@@ -169,7 +177,7 @@ def topic_create(
     perm: str,
 ) -> None:
     """Create topic NAME."""
-    _check_name(names.validate_topic, name)
+    check_name(names.validate_topic, name)
     request = api.CreateTopicRequest(
         name, cluster, queues, MESSAGE_TYPES[message_type], retention_ms or 0, PERMISSIONS[perm]
     )
@@ -199,7 +207,7 @@ def topic_update(
     perm: str | None,
 ) -> None:
     """Change topic NAME (only the options given)."""
-    _check_name(names.validate_topic, name)
+    check_name(names.validate_topic, name)
     request = api.UpdateTopicRequest(
         name,
         queues,
@@ -216,7 +224,7 @@ def topic_update(
 @nameserver_option
 def topic_delete(name: str, nameserver: str) -> None:
     """Delete topic NAME."""
-    _check_name(names.validate_topic, name)
+    check_name(names.validate_topic, name)
     request = api.NameRequest(name)
     response = run(nameserver, lambda ns: ns.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     click.echo(f"deleted topic {name} (revision {response.revision})")
@@ -237,7 +245,7 @@ def topic_list(nameserver: str, cluster: str) -> None:
 @nameserver_option
 def topic_describe(name: str, nameserver: str) -> None:
     """Show topic NAME and where each of its queues is served."""
-    _check_name(names.validate_topic, name)
+    check_name(names.validate_topic, name)
     request = api.NameRequest(name)
     route = run(nameserver, lambda ns: ns.route(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([route.topic], f"topic {name} (revision {route.revision})"))
@@ -253,7 +261,7 @@ def topic_describe(name: str, nameserver: str) -> None:
 
 @click.group()
 def group() -> None:
-    """create | delete | list | describe consumer groups."""
+    """create | delete | list | describe consumer groups; lag | reset-offset (admin_consumers)."""
 
 
 @group.command("create")
@@ -264,7 +272,7 @@ def group() -> None:
 @click.option("--max-attempts", type=click.IntRange(1, 1000), default=17, show_default=True)
 def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attempts: int) -> None:
     """Create consumer group NAME (RocketMQ's retry levels)."""
-    _check_name(names.validate_consumer_group, name)
+    check_name(names.validate_consumer_group, name)
     request = api.CreateConsumerGroupRequest(name, cluster, fifo, max_attempts)
     response = run(
         nameserver, lambda ns: ns.create_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
@@ -277,7 +285,7 @@ def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attem
 @nameserver_option
 def group_delete(name: str, nameserver: str) -> None:
     """Delete consumer group NAME."""
-    _check_name(names.validate_consumer_group, name)
+    check_name(names.validate_consumer_group, name)
     request = api.NameRequest(name)
     response = run(
         nameserver, lambda ns: ns.delete_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
@@ -302,7 +310,7 @@ def group_list(nameserver: str, cluster: str) -> None:
 @nameserver_option
 def group_describe(name: str, nameserver: str) -> None:
     """Show consumer group NAME."""
-    _check_name(names.validate_consumer_group, name)
+    check_name(names.validate_consumer_group, name)
     request = api.NameRequest(name)
     response = run(
         nameserver, lambda ns: ns.get_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)

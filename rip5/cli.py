@@ -22,12 +22,14 @@ from typing import Any
 import click
 import uvloop
 
-from rip5 import __version__
+from connector.config import ConnectorConfig
+from rip5 import __version__, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
+from rip5 import snapshot as snapshot_commands
 from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner
+from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -42,6 +44,8 @@ BENCH_TARGETS = {
     "nameserver": "[Nameserver]",
     "e2e": "[Broker]",
     "timer": "[Broker-txn-delay]",
+    "sql_filter": "[Consumers]",
+    "spark": "[Spark]",
 }
 
 
@@ -149,6 +153,8 @@ def _role_command(role: Role) -> click.Command:
             common, config = load_role_config(role, config_path, flags)
         except ConfigError as exc:
             _fail(str(exc), EXIT_CONFIG)
+        if isinstance(config, ConnectorConfig):  # a bad rules file is refused before the start
+            connector_commands.load_rules(config.rules)
         serve = role.load_serve()
         if serve is None:
             _unavailable(f"the {role.name} role", role.issue)
@@ -168,7 +174,21 @@ def _role_command(role: Role) -> click.Command:
         metavar="FILE",
         help=f"TOML file; this role reads its [{role.name}] table [env RIP5_CONFIG]",
     )(command)
-    return click.command(name=role.name, help=role.summary)(command)
+    if role.name != "connector":
+        return click.command(name=role.name, help=role.summary)(command)
+
+    # The connector also answers questions about its rules: `rip5 connector status|translate`.
+    def run_unless_asked(config_path: str | None, **flags: Any) -> None:
+        if click.get_current_context().invoked_subcommand is None:
+            run(config_path, **flags)
+
+    run_unless_asked.__click_params__ = command.__click_params__  # type: ignore[attr-defined]
+    group = click.group(name=role.name, help=role.summary, invoke_without_command=True)(
+        run_unless_asked
+    )
+    group.add_command(connector_commands.status)
+    group.add_command(connector_commands.translate_command)
+    return group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -207,7 +227,14 @@ for _role in ROLES.values():
     type=click.IntRange(1, 65535),
     default=9876,
     show_default=True,
-    help="port of the nameserver",
+    help="port of the (first) nameserver (the next ones follow)",
+)
+@click.option(
+    "--nameservers",
+    type=click.IntRange(1, 7),
+    default=1,
+    show_default=True,
+    help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
     "--storage-port",
@@ -222,6 +249,13 @@ for _role in ROLES.values():
     default=8081,
     show_default=True,
     help="client port of the first broker (the next ones follow)",
+)
+@click.option(
+    "--remoting-port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="remoting (4.x client) port of the first broker (the next ones count down)",
 )
 @click.option(
     "--free-ports",
@@ -247,8 +281,10 @@ def dev(
     brokers: int,
     storage: int,
     nameserver_port: int,
+    nameservers: int,
     storage_port: int,
     broker_port: int,
+    remoting_port: int,
     free_ports: bool,
     auto_create: bool,
     log_level: str,
@@ -266,6 +302,8 @@ def dev(
         auto_create,
         log_level,
         free_ports=free_ports,
+        nameservers=nameservers,
+        remoting_port=remoting_port,
     )
     specs, notices = plan(layout)
 
@@ -282,7 +320,8 @@ def dev(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
         supervisor = Supervisor(specs, out=out)
-        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps)))
+        remoting = remoting_endpoints(specs)
+        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps, remoting)))
 
     try:
         code = uvloop.run(supervise())
@@ -301,17 +340,34 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_consumers.message)
+admin.add_command(admin_consumers.dlq)
+admin.add_command(snapshot_commands.snapshot)
 
 
 main.add_command(loadtest_command.loadtest)
 main.add_command(chaos_command)
 
 
+@main.command(
+    "spark",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def spark_jobs(args: tuple[str, ...]) -> None:
+    """Spark jobs over snapshots: stats, export, pipeline (``rip5 spark --help``)."""
+    # Loaded on demand: pyspark (the spark extra) is imported only by these commands.
+    from spark_batch.jobs import spark  # noqa: PLC0415
+
+    spark.main(list(args), prog_name="rip5 spark")
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e or timer.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter or spark.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

@@ -1,6 +1,7 @@
 """``rip5 dev``: a whole local cluster on 127.0.0.1 under one supervisor.
 
-Layout: one nameserver, ``storage`` storage nodes and ``brokers`` brokers,
+Layout: ``nameservers`` nameservers (one raft group; 1 by default, 3 to
+survive the loss of one), ``storage`` storage nodes and ``brokers`` brokers,
 each in its own folder under the data directory and on consecutive ports from
 the role's base port (or, with ``free_ports``, each on a port that was free
 when the plan was made: what tests use, so runs on one machine never clash).
@@ -10,7 +11,8 @@ processes (``python -m rip5 <role> ...``).
 Placement: the nameserver creates the cluster with ``storage_groups`` groups
 and a replication factor of ``min(3, storage)``, and places the groups once
 that many storage nodes registered; the storage nodes join it (``--nameserver``,
-no ``--peers``) and start the replicas it assigns them.
+no ``--peers``) and start the replicas it assigns them. Storage nodes and
+brokers are given every nameserver and follow whichever leads.
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ class DevLayout:
     storage_groups: int = 64
     secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
+    nameservers: int = 1
+    # The brokers' remoting ports count down from here, so they never meet the gRPC
+    # ports counting up from broker_port.
+    remoting_port: int = 8080
 
 
 REPLICATION_FACTOR_MAX = 3
+REMOTING_FLAG = "--remoting-listen"
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -65,16 +72,21 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     def port(base: int, i: int = 0) -> int:
         return free_port() if layout.free_ports else base + i
 
-    nameserver = f"127.0.0.1:{port(layout.nameserver_port)}"
+    if layout.nameservers < 1:
+        raise ValueError(f"a dev cluster needs at least one nameserver, not {layout.nameservers}")
+    listens = [f"127.0.0.1:{port(layout.nameserver_port, i)}" for i in range(layout.nameservers)]
+    nameserver = ",".join(listens)  # every one: the others follow the leader
     groups = str(layout.storage_groups)
     factor = str(min(REPLICATION_FACTOR_MAX, layout.storage))
-    wanted: list[tuple[str, str, tuple[str, ...]]] = [
-        (
-            "nameserver",
-            "nameserver",
-            ("--listen", nameserver, "--groups", groups, "--replication-factor", factor),
-        ),
-    ]
+    wanted: list[tuple[str, str, tuple[str, ...]]] = []
+    for i, listen in enumerate(listens):
+        flags: tuple[str, ...] = (
+            "--listen", listen, "--groups", groups, "--replication-factor", factor
+        )  # fmt: skip
+        if len(listens) > 1:
+            peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
+            flags += ("--node-id", str(i + 1), "--peers", peers)
+        wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
     # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
         wanted.append(
@@ -101,6 +113,8 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
                 (
                     "--listen",
                     f"127.0.0.1:{port(layout.broker_port, i)}",
+                    REMOTING_FLAG,
+                    f"127.0.0.1:{port(layout.remoting_port, -i)}",
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
@@ -131,13 +145,25 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     return specs, notices
 
 
-def ready_banner(endpoints: dict[str, str]) -> str:
-    """What ``rip5 dev`` prints once every child is ready."""
-    brokers = [ep for name, ep in endpoints.items() if name.startswith("broker")]
+def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
+    """Each broker's remoting endpoint (4.x clients), by child name."""
+    return {
+        spec.name: spec.argv[spec.argv.index(REMOTING_FLAG) + 1]
+        for spec in specs
+        if REMOTING_FLAG in spec.argv
+    }
+
+
+def ready_banner(endpoints: dict[str, str], remoting: dict[str, str] | None = None) -> str:
+    """What ``rip5 dev`` prints once every child is ready: the first broker's gRPC
+    endpoint, and its remoting endpoint when ``remoting`` names one."""
+    brokers = [name for name in endpoints if name.startswith("broker")]
     if brokers:
+        remoting_endpoint = (remoting or {}).get(brokers[0])
+        also = f"remoting endpoint {remoting_endpoint}; " if remoting_endpoint else ""
         return (
-            f"rip5 dev ready: client endpoint {brokers[0]} "
-            f"({len(endpoints)} processes; Ctrl-C to stop)"
+            f"rip5 dev ready: client endpoint {endpoints[brokers[0]]} "
+            f"({also}{len(endpoints)} processes; Ctrl-C to stop)"
         )
     running = ", ".join(endpoints) or "none"
     return (

@@ -93,6 +93,7 @@ def dev_cluster(
     try:
         nameserver_port = free_port()
         broker_port = free_port()
+        remoting_port = free_port()
         storage_port = free_port(span=storage_nodes)
     except OSError as exc:
         raise ClusterError(f"no free ports for the dev cluster: {exc}") from exc
@@ -104,6 +105,7 @@ def dev_cluster(
         "--nameserver-port", str(nameserver_port),
         "--storage-port", str(storage_port),
         "--broker-port", str(broker_port),
+        "--remoting-port", str(remoting_port),
         "--log-level", "warning",
         *extra_args,
     ]  # fmt: skip

@@ -9,8 +9,9 @@ PURE.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
 
+from protocol import sql92
+from protocol.filters import MATCH_ALL, FilterKind
 from protocol.records import MessageRecord, RecordCorrupted, unpack_records
 from protocol.storage_api import (
     AppendOutcome,
@@ -19,15 +20,11 @@ from protocol.storage_api import (
     ReceiveRequest,
     to_record,
 )
-from protocol.storage_api import ReceiptHandle as WireHandle
+from protocol.vocabulary import Placement
 from storage_node.errors import BadCommand
-from storage_node.partition.commands import InitialPosition, ReceiptHandle, Receive
-from storage_node.partition.queues import Placement, RecordOutcome
+from storage_node.partition.commands import InitialPosition, Receive
+from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.results import AppendResult
-
-# Both handles are named tuples of the same four fields in the same order.
-to_wire_handle: Callable[[ReceiptHandle], WireHandle] = WireHandle._make
-from_wire_handle: Callable[[WireHandle], ReceiptHandle] = ReceiptHandle._make
 
 
 def append_response(result: AppendResult, now_ms: int) -> AppendResponse:
@@ -106,10 +103,24 @@ def receive_command(request: ReceiveRequest, now_ms: int) -> Receive:
         max_messages=request.max_messages,
         invisible_duration_ms=request.invisible_duration_ms,
         max_delivery_attempts=request.max_delivery_attempts,
-        filter_expression=request.filter_expression,
+        # A SQL92 filter goes in as its verdicts (see receive_filter), its tag part as "*".
+        filter_expression=(
+            MATCH_ALL if request.filter_kind == FilterKind.SQL else request.filter_expression
+        ),
         fifo=request.fifo,
         initial_position=(
             InitialPosition.LATEST if request.start_at_latest else InitialPosition.EARLIEST
         ),
         attempt_id=request.attempt_id,
     )
+
+
+def sql_filter(filter_kind: int, filter_expression: str) -> sql92.Sql92Filter | None:
+    """The compiled SQL92 filter of a receive or read (cached by ``sql92.parse``); None
+    for a tag filter. A bad expression raises ``sql92.FilterExpressionError``
+    (ILLEGAL_FILTER_EXPRESSION, naming the position), an unknown kind BadCommand."""
+    if filter_kind == FilterKind.SQL:
+        return sql92.parse(filter_expression)
+    if filter_kind not in (FilterKind.UNSPECIFIED, FilterKind.TAG):
+        raise BadCommand(f"unknown filter kind {filter_kind}")
+    return None

@@ -56,9 +56,10 @@ class SnapshotCorrupted(StorageError):
     code = errors.DECODE_FAILED
 
 
-class NotLeader(StorageError):
-    """This replica does not lead the queue's group; ``leader_hint`` is the leader's
-    address (empty when unknown). Retry there."""
+class StorageNotLeader(StorageError):
+    """This replica does not lead the queue's group (the storage side of raft's
+    RaftNotLeader); ``leader_hint`` is the leader's address (empty when unknown).
+    Retry there."""
 
     code = errors.NOT_LEADER
 
@@ -76,5 +77,12 @@ class GroupNotHosted(StorageError):
 class BodyUnavailable(StorageError):
     """A queue entry's message body is neither in this replica's log nor in its message
     store (it was released, or a restore has not brought it yet)."""
+
+    code = errors.UNAVAILABLE
+
+
+class ExportFailed(StorageError):
+    """Message objects could not be written where a snapshot export was sent (the
+    destination refused or failed); nothing of the export is published."""
 
     code = errors.UNAVAILABLE

@@ -51,6 +51,8 @@ _log = logging.getLogger(__name__)
 CALL_TIMEOUT_MS = 2000
 JOIN_RETRY_MS = 500
 REPORT_POLL_MS = 50
+# A nameserver still unreachable this long after the node started trying is warned of.
+JOIN_WARN_AFTER_MS = 10_000
 REPORT_FULL_EVERY_HEARTBEATS = 4
 
 
@@ -59,11 +61,18 @@ class ClusterRefused(ValueError):
 
 
 async def join_cluster(
-    client: NameserverClient, config: StorageConfig, stopping: asyncio.Event
+    client: NameserverClient,
+    config: StorageConfig,
+    stopping: asyncio.Event,
+    *,
+    warn_after_ms: int = JOIN_WARN_AFTER_MS,
 ) -> api.ClusterInfo | None:
     """The node's cluster as the nameserver records it (created if missing), or None
-    if ``stopping`` was set first; see the module doc."""
+    if ``stopping`` was set first; see the module doc. An unreachable nameserver is
+    logged at INFO until ``warn_after_ms`` of trying, at WARNING after."""
     name = config.cluster
+    loop = asyncio.get_running_loop()
+    started_s = loop.time()
     while True:
         try:
             status = await client.call(
@@ -79,7 +88,11 @@ async def join_cluster(
                     f"the nameserver at {','.join(client.addresses)} refused to tell cluster "
                     f"{name!r}: {exc}"
                 ) from exc
-            _log.warning(
+            # Roles start together, so a nameserver that is not up yet is normal at
+            # first; only one that stays away past the grace period is worth a warning.
+            waited_ms = (loop.time() - started_s) * 1000
+            _log.log(
+                logging.WARNING if waited_ms >= warn_after_ms else logging.INFO,
                 "nameserver not reachable yet; retrying",
                 extra={"nameserver": ",".join(client.addresses), "error": str(exc)},
             )

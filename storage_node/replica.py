@@ -17,8 +17,8 @@ from storage_node.partition.image import IMAGE_MAGIC, decode_image, encode_image
 from storage_node.partition.queues import QueueId
 from storage_node.partition.snapshot import restore
 from storage_node.partition.state import PartitionState
-from storage_node.store.base import MessageStore
-from storage_node.store.memory import MemoryMessageStore
+from storage_node.store.base import BodyStore
+from storage_node.store.memory import MemoryBodyStore
 
 _log = logging.getLogger(__name__)
 
@@ -54,11 +54,11 @@ class GroupReplica:
     current one.
     """
 
-    def __init__(self, group_id: int, bodies: MessageStore | None = None) -> None:
+    def __init__(self, group_id: int, bodies: BodyStore | None = None) -> None:
         """An empty partition for ``group_id``; bodies in memory unless a store is given."""
         self.group_id = group_id
         self.state = PartitionState(PartitionConfig(group_id=group_id))
-        self.bodies: MessageStore = bodies if bodies is not None else MemoryMessageStore()
+        self.bodies: BodyStore = bodies if bodies is not None else MemoryBodyStore()
         self.applied_term = 0
         self.applied_index = 0
         self._waiters: dict[QueueId, asyncio.Event] = {}

@@ -73,8 +73,8 @@ from storage_node.service import (
     WAL_RETAIN_BYTES,
     StorageNode,
 )
-from storage_node.store.base import MessageStore
-from storage_node.store.segment_files import WalMessageStore
+from storage_node.store.base import BodyStore
+from storage_node.store.segment_files import WalBodyStore
 
 _log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class LocalGroups:
         transport: AngeliaTransport,
         client: NameserverClient | None,
         cluster: str,
-        bodies: MessageStore,
+        bodies: BodyStore,
     ) -> None:
         """``client`` reads peer addresses from the nameserver when an assignment needs them;
         every replica reads its message bodies through ``bodies``."""
@@ -441,7 +441,7 @@ async def _serve_groups(
     node = StorageNode(
         driver, store, {}, group_count, peers, injection.now_ms if injection else None
     )
-    groups = LocalGroups(node, transport, client, config.cluster, WalMessageStore(store))
+    groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
     if static:
         groups.start_all(sorted(peers))
     server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())

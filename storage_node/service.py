@@ -51,6 +51,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from protocol import routing
+from protocol.filters import MATCH_ALL, TagFilter
 from protocol.records import (
     MessageRecord,
     is_canonical,
@@ -69,7 +70,11 @@ from protocol.storage_api import (
     CommitOffsetRequest,
     EndTransactionRequest,
     EndTransactionResponse,
+    ExportSnapshotRequest,
+    ExportSnapshotResponse,
     GetOffsetRequest,
+    GroupProgressRequest,
+    GroupProgressResponse,
     HalfMessageInfo,
     NodeStatusRequest,
     NodeStatusResponse,
@@ -77,6 +82,8 @@ from protocol.storage_api import (
     NoteTransactionChecksResponse,
     OffsetResponse,
     PackedDelivery,
+    QueryMessagesRequest,
+    QueryMessagesResponse,
     QueueInfoRequest,
     QueueInfoResponse,
     ReadRequest,
@@ -86,34 +93,36 @@ from protocol.storage_api import (
     ReceiveResponse,
     ScanTransactionsRequest,
     ScanTransactionsResponse,
+    StoredAt,
     StoredMessage,
     from_record,
 )
 from raft.core.node import RawNode
-from raft.errors import NotLeader as RaftNotLeader
-from raft.errors import RaftError
+from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.wal.logstore import LogStore
 from storage_node.api_convert import (
     append_records,
     append_response,
-    from_wire_handle,
     receive_command,
-    to_wire_handle,
+    sql_filter,
 )
 from storage_node.append_batcher import AppendBatcher
 from storage_node.errors import (
     BadCommand,
     GroupNotHosted,
-    NotLeader,
     StorageError,
+    StorageNotLeader,
 )
+from storage_node.key_index import KeyIndex, Query, SearchResult
+from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
     Ack,
     Append,
     CancelTimer,
     ChangeInvisibleDuration,
     Command,
+    CommitConsumerOffset,
     CommitOffset,
     EndTransaction,
     NoteTransactionChecks,
@@ -142,7 +151,9 @@ from storage_node.partition.results import (
     Result,
     TransactionChecksResult,
 )
+from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
+from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
 
 _log = logging.getLogger(__name__)
@@ -207,6 +218,9 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self._exports = asyncio.Semaphore(EXPORTS_MAX)
+        self.key_index = KeyIndex()
+        """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
         wal_dir = store.directory / "wal"
         cached_segments = WAL_CACHED_BYTES // store.segment_bytes
@@ -244,7 +258,7 @@ class StorageNode:
             raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")
         node = self.driver.host.node(group_id)
         if not node.is_leader():
-            raise NotLeader(
+            raise StorageNotLeader(
                 f"node {self.driver.node_id} does not lead group {group_id}",
                 self._leader_hint(node.lead),
             )
@@ -259,7 +273,7 @@ class StorageNode:
         try:
             result = await self.driver.propose(group_id, data)
         except RaftNotLeader as exc:
-            raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+            raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         if isinstance(result, StorageError):
             raise result
         return cast(Result, result)
@@ -285,17 +299,6 @@ class StorageNode:
             if replica is not None:
                 return replica
         return await self._read_barrier(group_id)
-
-    def _stored(
-        self, group_id: int, queue: QueueId, first_offset: int, entries: Sequence[QueueEntry]
-    ) -> list[StoredMessage]:
-        """The messages of consecutive queue entries, read from the group's log."""
-        return [
-            StoredMessage(first_offset + i, entry.store_timestamp_ms, from_record(record))
-            for i, (entry, record) in enumerate(
-                zip(entries, self._records(group_id, queue, entries), strict=True)
-            )
-        ]
 
     def _records(
         self, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
@@ -329,7 +332,7 @@ class StorageNode:
             try:
                 result, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
             except RaftNotLeader as exc:
-                raise NotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+                raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
         else:
             # Alone, and decoded on apply by every replica: a record of a wrong type
             # fails alike everywhere.
@@ -348,21 +351,52 @@ class StorageNode:
         replica = await self._readable_replica(group_id, request.from_follower)
         state = replica.state
         queue = (request.topic, request.queue_id)
-        entries = state.read(
-            request.topic, request.queue_id, request.queue_offset, request.count_max
-        )
-        messages = self._stored(group_id, queue, request.queue_offset, entries)
+        sql = sql_filter(request.filter_kind, request.filter_expression)
+        tag_filter = TagFilter.parse(MATCH_ALL if sql else request.filter_expression)
+        scan_max = request.count_max
+        if sql or not tag_filter.matches_all:
+            scan_max = max(scan_max, state.config.receive_scan_max)
+        entries = state.read(request.topic, request.queue_id, request.queue_offset, scan_max)
+        if sql is None:
+            offsets, kept, next_offset = pull.matching(
+                entries, request.queue_offset, tag_filter, request.count_max
+            )
+        else:  # evaluated on the records, before any leaves the node
+            offsets, kept, next_offset = property_filter.matching(
+                entries,
+                request.queue_offset,
+                self._entry_reader(group_id),
+                group_id,
+                queue,
+                sql,
+                request.count_max,
+            )
+        first = state.first_offset(request.topic, request.queue_id)
+        end = state.end_offset(request.topic, request.queue_id)
+        if request.packed:
+            items = record_items_of(self._entry_reader(group_id), group_id, queue, kept)
+            count = fitting(map(len, items), request.bytes_max)
+            if count < len(items):
+                next_offset = offsets[count]
+            stored_at = [
+                StoredAt(offset, entry.store_timestamp_ms)
+                for offset, entry in zip(offsets[:count], kept, strict=False)
+            ]
+            return ReadResponse([], first, end, next_offset, pack_items(items[:count]), stored_at)
+        messages = [
+            StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+            for offset, entry, record in zip(
+                offsets, kept, self._records(group_id, queue, kept), strict=True
+            )
+        ]
         total = 0
         for i, stored in enumerate(messages):
             total += len(stored.message.body)
             if total > request.bytes_max and i > 0:
+                next_offset = stored.queue_offset
                 messages = messages[:i]
                 break
-        return ReadResponse(
-            messages,
-            state.first_offset(request.topic, request.queue_id),
-            state.end_offset(request.topic, request.queue_id),
-        )
+        return ReadResponse(messages, first, end, next_offset)
 
     def _idle_receive_end(
         self, group_id: int, replica: GroupReplica, request: ReceiveRequest, now_ms: int
@@ -382,21 +416,34 @@ class StorageNode:
         queue = (request.topic, request.queue_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, request.poll_ms) / 1000
+        sql = sql_filter(request.filter_kind, request.filter_expression)
         dead_lettered = 0
         while True:
             replica = self._led_replica(group_id)
             grown = replica.grown(queue)
             now_ms = self.now_ms()
             idle_end = self._idle_receive_end(group_id, replica, request, now_ms)
+            more = False
             if idle_end is not None:  # nothing to hand out or change: no log entry
                 result: Result = ReceiveResult((), (), idle_end)
             else:
-                result = await self._propose(group_id, receive_command(request, now_ms))
+                receive = receive_command(request, now_ms)
+                command: Command = receive
+                if sql is not None:  # its verdicts go into the command
+                    filtered, more = property_filter.evaluate(
+                        replica.state, self._entry_reader(group_id), receive, sql
+                    )
+                    # Go on at once only past messages this one finished (progress).
+                    more = more and bool(filtered.unmatched)
+                    command = filtered
+                result = await self._propose(group_id, command)
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
             remaining_s = deadline - loop.time()
             if result.deliveries or remaining_s <= 0:
                 break
+            if more:  # the filter's evaluation stopped short of the scan window
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(grown.wait(), remaining_s)
             if loop.time() >= deadline and not grown.is_set():
@@ -438,7 +485,7 @@ class StorageNode:
         return ReceiveResponse(
             [
                 ReceivedMessage(
-                    to_wire_handle(d.handle),
+                    d.handle,
                     d.delivery_attempt,
                     d.invisible_until_ms,
                     StoredMessage(
@@ -472,7 +519,7 @@ class StorageNode:
                 raise BadCommand(
                     f"handle of {handle.topic}:{handle.queue_id} in an ack of {topic}:{queue_id}"
                 )
-        handles = tuple(map(from_wire_handle, request.handles))
+        handles = tuple(request.handles)
         result = await self._propose(group_id, Ack(self.now_ms(), request.group, handles))
         assert isinstance(result, AckResult)
         return AckResponse(
@@ -494,21 +541,23 @@ class StorageNode:
         group_id = self._group_of(handle.topic, handle.queue_id)
         self._led_replica(group_id)
         command = ChangeInvisibleDuration(
-            self.now_ms(), request.group, from_wire_handle(handle), request.invisible_duration_ms
+            self.now_ms(), request.group, handle, request.invisible_duration_ms
         )
         result = await self._propose(group_id, command)
         assert isinstance(result, ChangeInvisibleDurationResult)
         return ChangeInvisibleResponse(
-            to_wire_handle(result.handle), result.invisible_until_ms, result.delivery_attempt
+            result.handle, result.invisible_until_ms, result.delivery_attempt
         )
 
     async def commit_offset(
         self, request: CommitOffsetRequest, context: CallContext
     ) -> OffsetResponse:
-        """Set a consumer group's position in a queue."""
+        """Set a consumer group's position in a queue: a consumer's commit
+        (``keep_leases``) or an operator's reset."""
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
-        command = CommitOffset(
+        kind = CommitConsumerOffset if request.keep_leases else CommitOffset
+        command = kind(
             self.now_ms(), request.group, request.topic, request.queue_id, request.offset
         )
         result = await self._propose(group_id, command)
@@ -516,11 +565,12 @@ class StorageNode:
         return OffsetResponse(result.offset)
 
     async def get_offset(self, request: GetOffsetRequest, context: CallContext) -> OffsetResponse:
-        """A consumer group's position in a queue (None: never consumed)."""
+        """A consumer group's committed position in a queue, past messages in flight
+        (None: never consumed)."""
         group_id = self._group_of(request.topic, request.queue_id)
         replica = await self._read_barrier(group_id)
         return OffsetResponse(
-            replica.state.consumer_offset(request.group, request.topic, request.queue_id)
+            replica.state.committed_offset(request.group, request.topic, request.queue_id)
         )
 
     async def queue_info(
@@ -631,6 +681,74 @@ class StorageNode:
         return NoteTransactionChecksResponse(
             list(result.noted), list(result.discarded), list(result.unknown)
         )
+
+    async def query_messages(
+        self, request: QueryMessagesRequest, context: CallContext
+    ) -> QueryMessagesResponse:
+        """Messages of a raft group by id or key in a time range, through the key index."""
+        try:
+            query = Query(
+                request.topic,
+                request.message_id,
+                request.key,
+                request.begin_ms,
+                request.end_ms,
+                request.limit,
+            )
+        except ValueError as exc:
+            raise BadCommand(str(exc)) from exc
+        group_id = request.group_id
+        replica = await self._read_barrier(group_id)
+        state = replica.state
+
+        def read(queue: QueueId, entries: Sequence[QueueEntry]) -> list[MessageRecord]:
+            return self._records(group_id, queue, entries)
+
+        # One chunk at a time, letting the loop run raft rounds and calls in between.
+        steps = self.key_index.steps(group_id, state, read, query)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: SearchResult = done.value
+                break
+            await asyncio.sleep(0)
+        # The hits of a queue are read together: hits in one log entry decode it once.
+        # A hit trimmed away since its step is left out.
+        by_queue: dict[QueueId, list[int]] = {}
+        for queue, offset in result.hits:
+            if offset >= state.first_offset(*queue):
+                by_queue.setdefault(queue, []).append(offset)
+        messages = []
+        for queue, offsets in by_queue.items():
+            entries = [state.entry(*queue, offset) for offset in offsets]
+            records = self._records(group_id, queue, entries)
+            messages += [
+                StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+                for offset, entry, record in zip(offsets, entries, records, strict=True)
+            ]
+        return QueryMessagesResponse(messages, result.scanned, result.complete)
+
+    async def group_progress(
+        self, request: GroupProgressRequest, context: CallContext
+    ) -> GroupProgressResponse:
+        """A consumer group's progress in the queues of a raft group (pop and pull alike)."""
+        if not request.consumer_group:
+            raise BadCommand("group progress needs a consumer group")
+        replica = await self._read_barrier(request.group_id)
+        return GroupProgressResponse(
+            group_progress(replica.state, request.consumer_group, request.topic)
+        )
+
+    async def export_snapshot(
+        self, request: ExportSnapshotRequest, context: CallContext
+    ) -> ExportSnapshotResponse:
+        """Write a group's queues as message objects up to one applied index
+        (``storage_node.snapshot_export``)."""
+        self._led_replica(request.group_id)
+        async with self._exports:
+            replica = await self._read_barrier(request.group_id)
+            return await export_group(replica, request)
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))

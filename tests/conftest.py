@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 
@@ -19,3 +22,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def rewrite(request: pytest.FixtureRequest) -> bool:
     """True when the run should rewrite scenario files instead of checking them."""
     return bool(request.config.getoption("--rewrite"))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """ONE local Spark session for the whole test run (its JVM takes seconds to start),
+    with the ``rip5`` format registered; tasks may fail and be retried (local[2, 3])."""
+    from spark_batch.session import spark_session
+
+    session = spark_session("local[2,3]", "rip5 tests")
+    yield session
+    session.stop()

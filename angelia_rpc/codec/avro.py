@@ -16,8 +16,8 @@ from typing import Any
 
 import fastavro
 
-from angelia_rpc.codec.base import Decoder, Encoder, decode_failed, encode_failed
-from angelia_rpc.codec.shapes import Shape, message_shape
+from angelia_rpc.codec.base import Decoder, Encoder, decode_failed, encode_failed, message_shape
+from protocol.shapes import Shape
 
 _AVRO_PRIMITIVE = {
     "int": "long",
@@ -47,7 +47,7 @@ def _schema(shape: Shape, named: set[str]) -> Any:
     if kind == "optional":
         assert shape.item is not None
         return ["null", _schema(shape.item, named)]
-    if kind == "list":
+    if kind in ("list", "tuple"):
         assert shape.item is not None
         return {"type": "array", "items": _schema(shape.item, named)}
     if kind == "dict":
@@ -70,14 +70,14 @@ def _to_plain(shape: Shape) -> Callable[[Any], Any] | None:
     kind = shape.kind
     if shape.is_primitive or kind == "enum":
         return None
-    if kind in ("optional", "list", "dict"):
+    if kind in ("optional", "list", "tuple", "dict"):
         assert shape.item is not None
         inner = _to_plain(shape.item)
         if inner is None:
             return None
         if kind == "optional":
             return lambda v: None if v is None else inner(v)
-        if kind == "list":
+        if kind in ("list", "tuple"):
             return lambda v: [inner(x) for x in v]
         return lambda v: {k: inner(x) for k, x in v.items()}
     pairs = [(name, _to_plain(field)) for name, field in shape.fields]
@@ -92,6 +92,12 @@ def _from_plain(shape: Shape) -> Callable[[Any], Any] | None:
         return None
     if kind == "enum":
         return shape.cls
+    if kind == "tuple":  # Avro reads every array as a list
+        assert shape.item is not None
+        item = _from_plain(shape.item)
+        if item is None:
+            return tuple
+        return lambda v: tuple(item(x) for x in v)
     if kind in ("optional", "list", "dict"):
         assert shape.item is not None
         inner = _from_plain(shape.item)

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from angelia_rpc.codec.base import Decoder, Encoder, decode_failed, encode_failed
-from angelia_rpc.codec.shapes import Shape, message_shape
+from angelia_rpc.codec.base import Decoder, Encoder, decode_failed, encode_failed, message_shape
+from protocol.shapes import Shape
 
 b2a_base64 = binascii.b2a_base64
 a2b_base64 = binascii.a2b_base64
@@ -34,7 +34,7 @@ def _to_plain(shape: Shape) -> Callable[[Any], Any]:
         assert shape.item is not None
         inner = _to_plain(shape.item)
         return lambda v: None if v is None else inner(v)
-    if kind == "list":
+    if kind in ("list", "tuple"):
         assert shape.item is not None
         inner = _to_plain(shape.item)
         return lambda v: [inner(x) for x in v]
@@ -77,10 +77,11 @@ def _from_plain(shape: Shape) -> Callable[[Any], Any]:
         assert shape.item is not None
         inner = _from_plain(shape.item)
         return lambda v: None if v is None else inner(v)
-    if kind == "list":
+    if kind in ("list", "tuple"):
         assert shape.item is not None
         inner = _from_plain(shape.item)
-        return lambda v: [inner(x) for x in v]
+        build = list if kind == "list" else tuple
+        return lambda v: build(inner(x) for x in v)
     if kind == "dict":
         assert shape.item is not None
         inner = _from_plain(shape.item)

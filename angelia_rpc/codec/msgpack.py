@@ -1,11 +1,13 @@
 """The msgpack codec: the default and the hot path (raft traffic, storage appends).
 
 A record (dataclass or NamedTuple) is encoded as a positional array of its
-fields in declaration order, so field names never go over the wire and a
-dataclass of primitive fields encodes with one ``attrgetter`` call and
-decodes with one ``cls(*array)``. A NamedTuple whose fields need no
-conversion is packed as it is (msgpack writes any tuple as an array): the
-cheapest shape for hot messages.
+fields in declaration order: the positional form of ``protocol.positional``,
+the one shared with the nameserver's and the storage groups' raft logs. Field
+names never go over the wire; a NamedTuple of plain fields is packed as it
+is, a dataclass of primitive fields with one ``attrgetter`` call. Decoding
+checks arrays, their lengths, enums and nested records but trusts the scalars'
+types (``check_scalars=False``): peers are built from the same declarations,
+and checking each scalar would cost up to a third of a small request's decode.
 Consequence: both peers must declare the same fields in the same order
 (append new fields at the end, with defaults, to stay compatible).
 
@@ -14,102 +16,16 @@ PURE.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
-from angelia_rpc.codec.base import Decoder, Encoder, decode_failed, encode_failed
-from angelia_rpc.codec.shapes import Shape, message_shape
-
-Convert = Callable[[Any], Any] | None  # None means "no conversion needed"
-
-
-def _optional(inner: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda v: None if v is None else inner(v)
-
-
-def _list(inner: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda v: [inner(x) for x in v]
-
-
-def _dict(inner: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda v: {k: inner(x) for k, x in v.items()}
-
-
-def _to_plain(shape: Shape) -> Convert:
-    kind = shape.kind
-    if shape.is_primitive or kind == "enum":
-        return None  # msgpack packs an IntEnum as its int
-    if kind == "optional":
-        assert shape.item is not None
-        inner = _to_plain(shape.item)
-        if inner is None:
-            return None
-        return _optional(inner)
-    if kind == "list":
-        assert shape.item is not None
-        inner = _to_plain(shape.item)
-        if inner is None:
-            return None
-        return _list(inner)
-    if kind == "dict":
-        assert shape.item is not None
-        inner = _to_plain(shape.item)
-        if inner is None:
-            return None
-        return _dict(inner)
-    names = [name for name, _ in shape.fields]
-    converts = [_to_plain(field) for _, field in shape.fields]
-    if shape.is_tuple and all(c is None for c in converts):
-        return None  # a NamedTuple of plain fields is its own positional array
-    if not names:
-        return lambda v: ()
-    if all(c is None for c in converts):
-        if len(names) == 1:
-            get = operator.attrgetter(names[0])
-            return lambda v: (get(v),)
-        return operator.attrgetter(*names)
-    pairs = [(name, c) for name, c in zip(names, converts, strict=True)]
-    return lambda v: [getattr(v, name) if c is None else c(getattr(v, name)) for name, c in pairs]
-
-
-def _from_plain(shape: Shape) -> Convert:
-    kind = shape.kind
-    if shape.is_primitive:
-        return None
-    if kind == "enum":
-        assert shape.cls is not None
-        return shape.cls
-    if kind == "optional":
-        assert shape.item is not None
-        inner = _from_plain(shape.item)
-        if inner is None:
-            return None
-        return _optional(inner)
-    if kind == "list":
-        assert shape.item is not None
-        inner = _from_plain(shape.item)
-        if inner is None:
-            return None
-        return _list(inner)
-    if kind == "dict":
-        assert shape.item is not None
-        inner = _from_plain(shape.item)
-        if inner is None:
-            return None
-        return _dict(inner)
-    cls = shape.cls
-    assert cls is not None
-    converts = [_from_plain(field) for _, field in shape.fields]
-    if all(c is None for c in converts):
-        return lambda v: cls(*v)
-    return lambda v: cls(*[x if c is None else c(x) for c, x in zip(converts, v, strict=True)])
+from angelia_rpc.codec.base import Decoder, Encoder, decode_failed, encode_failed, message_shape
+from protocol.positional import plain_decoder, plain_encoder
 
 
 class MsgpackCodec:
-    """msgpack with dataclasses as positional arrays."""
+    """msgpack with records as positional arrays."""
 
     name = "msgpack"
     codec_id = 1
@@ -119,7 +35,8 @@ class MsgpackCodec:
 
     def encoder(self, tp: type) -> Encoder:
         """See :meth:`angelia_rpc.codec.base.Codec.encoder`."""
-        convert = _to_plain(message_shape(tp))
+        message_shape(tp)
+        convert = plain_encoder(tp)
         pack = self._packer.pack
 
         def encode(value: Any) -> bytes:
@@ -134,8 +51,8 @@ class MsgpackCodec:
 
     def decoder(self, tp: type) -> Decoder:
         """See :meth:`angelia_rpc.codec.base.Codec.decoder`."""
-        convert = _from_plain(message_shape(tp))
-        assert convert is not None
+        message_shape(tp)
+        convert = plain_decoder(tp, check_scalars=False)
         unpackb = msgpack.unpackb
 
         def decode(data: bytes | memoryview) -> Any:

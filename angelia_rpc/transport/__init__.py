@@ -19,7 +19,7 @@ def transport_for(config: RpcConfig) -> Transport:
 
         return GrpcTransport(config.tls, config.frame_bytes_max)
     if config.transport == "http2":
-        from angelia_rpc.transport.http2 import Http2Transport  # noqa: PLC0415 - h2 loads only if used
+        from angelia_rpc.transport.http2 import Http2Transport  # noqa: PLC0415 - loads only if used
 
         return Http2Transport(config.tls, config.frame_bytes_max)
     raise LocalUsageError(

@@ -1,36 +1,48 @@
-"""The http2 transport: h2c (or h2 over TLS) with the h2 library, one stream per connection.
+"""The http2 transport: h2c (or h2 over TLS), one stream per connection.
 
 An Angelia connection is one HTTP/2 ``POST /angelia`` stream whose DATA
-frames carry whole Angelia frames in both directions. Windows are opened
-wide (connection and stream) and received data is acknowledged as it is
-consumed, so HTTP/2 flow control never stalls a healthy peer.
+frames carry whole Angelia frames in both directions. HTTP/2 is
+``protocol.http2_connection`` (the sans-IO connection the broker's gRPC
+server runs on), driven here from asyncio: windows are opened wide
+(connection and stream), received data is given back as it is consumed, and
+bytes beyond the peer's windows wait inside the connection, in order, for
+its WINDOW_UPDATE, so HTTP/2 flow control never stalls a healthy peer.
+
+SHELL: sockets and the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable
-from typing import Any
-
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
 
 from angelia_rpc.config import TlsConfig
 from angelia_rpc.errors import RemoteProtocolError
-from angelia_rpc.transport import h2_frames  # noqa: F401 - patches a costly repr
 from angelia_rpc.transport.base import LinkHandler, split_address
 from angelia_rpc.transport.tls import client_context, server_context
-from protocol import errors
+from protocol import errors, http2
+from protocol.http2_connection import Http2Connection
+from protocol.http2_events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    RequestReceived,
+    ResponseReceived,
+    StreamReset,
+    TrailersReceived,
+)
 
 log = logging.getLogger("angelia_rpc.transport.http2")
 PATH = b"/angelia"
-WINDOW = 2**31 - 1
+WINDOW = http2.WINDOW_MAX
+FRAME_BYTES = 1024 * 1024
+"""The largest HTTP/2 frame either end takes (16 KiB is HTTP/2's default): an
+Angelia batch crosses in few frames."""
+
+_CONTENT_TYPE = (b"content-type", b"application/angelia")
+_TUNNEL_OPEN = http2.header_block([(b":status", b"200"), _CONTENT_TYPE])
+_NOT_FOUND = http2.header_block([(b":status", b"404")])
 
 
 class _H2Link(asyncio.Protocol):
@@ -43,13 +55,12 @@ class _H2Link(asyncio.Protocol):
         self.handler_factory = handler_factory
         self.handler: LinkHandler | None = None
         self.authority = authority
-        self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=client_side, header_encoding=None)
+        self.h2 = Http2Connection(
+            client_side=client_side, window_bytes=WINDOW, frame_bytes_max=FRAME_BYTES
         )
         self.transport: asyncio.Transport | None = None
         self.stream_id: int | None = None
         self.peer = "?"
-        self._pending: deque[bytes] = deque()
         self._lost = False
         self._closing = False
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -60,25 +71,19 @@ class _H2Link(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         if peername:
             self.peer = f"{peername[0]}:{peername[1]}"
-        conn = self.h2
-        conn.initiate_connection()
-        # MAX_FRAME_SIZE stays at the 16 KiB default: h2 checks frames that
-        # arrive in the same read as the SETTINGS ACK against the old limit.
-        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW})
-        conn.increment_flow_control_window(WINDOW - 65535)
+        self.h2.initiate()
         if self.client_side:
-            self.stream_id = conn.get_next_available_stream_id()
             scheme = b"https" if transport.get_extra_info("sslcontext") else b"http"
-            conn.send_headers(
-                self.stream_id,
+            request = http2.header_block(
                 [
                     (b":method", b"POST"),
                     (b":scheme", scheme),
                     (b":authority", self.authority.encode()),
                     (b":path", PATH),
-                    (b"content-type", b"application/angelia"),
-                ],
+                    _CONTENT_TYPE,
+                ]
             )
+            self.stream_id = self.h2.open_stream(request)
             self._attach()
         self._send()
 
@@ -91,8 +96,9 @@ class _H2Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            log.warning("HTTP/2 protocol error from %s: %r", self.peer, exc)
+        except http2.FrameError as exc:  # the GOAWAY naming it is queued
+            log.warning("HTTP/2 protocol error from %s: %s", self.peer, exc)
+            self._send()
             if not self.ready.done():
                 self.ready.set_exception(
                     RemoteProtocolError(
@@ -104,28 +110,27 @@ class _H2Link(asyncio.Protocol):
             self._fail(f"HTTP/2 protocol error: {exc}")
             return
         for event in events:
+            if self._lost:
+                return
             self._on_event(event)
         self._send()
 
-    def _on_event(self, event: Any) -> None:
-        conn = self.h2
-        if isinstance(event, h2.events.DataReceived):
-            if event.flow_controlled_length:
-                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            if event.stream_id == self.stream_id and self.handler is not None:
-                self.handler.data_received(event.data)
-        elif isinstance(event, h2.events.RequestReceived):
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, DataReceived):
+            if event.stream_id == self.stream_id:
+                if self.handler is not None and event.data:
+                    self.handler.data_received(event.data)
+                if event.end_stream:
+                    self._fail("the peer ended the tunnel stream")
+        elif isinstance(event, RequestReceived):
             headers = dict(event.headers)
             if self.stream_id is None and headers.get(b":path") == PATH:
                 self.stream_id = event.stream_id
-                conn.send_headers(
-                    event.stream_id,
-                    [(b":status", b"200"), (b"content-type", b"application/angelia")],
-                )
+                self.h2.send_headers(event.stream_id, _TUNNEL_OPEN)
                 self._attach()
             else:
-                conn.send_headers(event.stream_id, [(b":status", b"404")], end_stream=True)
-        elif isinstance(event, h2.events.ResponseReceived):
+                self.h2.send_headers(event.stream_id, _NOT_FOUND, end_stream=True)
+        elif isinstance(event, ResponseReceived):
             status = dict(event.headers).get(b":status")
             if status != b"200":
                 if not self.ready.done():
@@ -139,13 +144,11 @@ class _H2Link(asyncio.Protocol):
                 self._fail(f"the peer answered HTTP status {status!r}, not an Angelia tunnel")
             elif not self.ready.done():
                 self.ready.set_result(None)
-        elif isinstance(event, h2.events.WindowUpdated):
-            self._drain_pending()
-        elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+        elif isinstance(event, (StreamReset, TrailersReceived)):
             if event.stream_id == self.stream_id:
                 self._fail("the peer ended the tunnel stream")
-        elif isinstance(event, h2.events.ConnectionTerminated):
-            self._closing = self._closing or event.error_code == 0
+        elif isinstance(event, ConnectionTerminated):
+            self._closing = self._closing or event.error_code == http2.NO_ERROR
             self._fail(f"the peer closed the HTTP/2 connection (error {event.error_code})")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -164,19 +167,16 @@ class _H2Link(asyncio.Protocol):
 
     # -- Link ---------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        if self._closing or self._lost:
+        if self._closing or self._lost or self.stream_id is None:
             return
-        self._pending.append(data)
-        self._drain_pending()
+        self.h2.send_data(self.stream_id, data)
         self._send()
 
     def close(self) -> None:
         if self._closing:
             return
         self._closing = True
-        self._drain_pending()
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self.h2.close_connection()
+        self.h2.close_connection(http2.NO_ERROR)
         self._send()
         if self.transport is not None:
             self.transport.close()
@@ -190,24 +190,6 @@ class _H2Link(asyncio.Protocol):
             self.transport.resume_reading()
 
     # -- internals ----------------------------------------------------------------
-    def _drain_pending(self) -> None:
-        conn = self.h2
-        stream_id = self.stream_id
-        if stream_id is None:
-            return
-        pending = self._pending
-        while pending:
-            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
-            if window <= 0:
-                return
-            data = pending[0]
-            if len(data) <= window:
-                pending.popleft()
-                conn.send_data(stream_id, data)
-            else:
-                conn.send_data(stream_id, data[:window])
-                pending[0] = data[window:]
-
     def _send(self) -> None:
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():

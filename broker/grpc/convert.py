@@ -20,15 +20,16 @@ from broker.domain import (
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
+    PulledMessage,
     QueueInfo,
     TopicInfo,
     new_message,
 )
 from broker.errors import BrokerError, Reason
-from broker.processor.filter import FilterKind, parse_filter
-from protocol.filters import TagFilter
+from broker.processor.filter import parse_filter
+from protocol.filters import FilterKind, MessageFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.vocabulary import MessageType, Permission
 
 BROKER_NAME = "rip5"
 PUBLISH_BODY_BYTES_MAX = 4 * 1024 * 1024
@@ -80,6 +81,13 @@ def _check_digest(kind: int, checksum: str, body: bytes) -> None:
 
 
 _MESSAGE_TYPES = {int(kind): kind for kind in MessageType}
+_V2_PERMISSIONS: dict[Permission, pb.Permission] = {
+    Permission.NONE: pb.NONE,
+    Permission.READ: pb.READ,
+    Permission.WRITE: pb.WRITE,
+    Permission.READ_WRITE: pb.READ_WRITE,
+}
+"""The v2 wire number of each permission (v2 numbers them apart from ``PermName``)."""
 _IDENTITY_ENCODINGS = (pb.IDENTITY, pb.ENCODING_UNSPECIFIED)
 
 
@@ -126,14 +134,14 @@ def message_from_pb(message: pb.Message) -> Message:
                 if system.HasField("delivery_timestamp")
                 else None
             ),
-            system.queue_id if system.queue_id > 0 else None,
+            system.queue_id if system.HasField("queue_id") else None,
             None,  # dead_letter_of: a sent message is nobody's dead letter
         )
     )
 
 
-def filter_from_pb(expression: pb.FilterExpression) -> TagFilter:
-    """The subscription filter of a receive request."""
+def filter_from_pb(expression: pb.FilterExpression) -> MessageFilter:
+    """The subscription filter of a receive request or a subscription setting, checked."""
     try:
         kind = FilterKind(expression.type)
     except ValueError:
@@ -203,6 +211,21 @@ def fill_delivered(
         system.dead_letter_queue.message_id = message.dead_letter_of[1]
 
 
+def fill_pulled(
+    pulled_pb: pb.Message, pulled: PulledMessage, namespace: str, store_host: str
+) -> None:
+    """Fill the empty ``pulled_pb`` with a message read by offset: with its offset, and
+    no receipt handle (a pull is not a delivery to finish)."""
+    message = pulled.message
+    _fill_stored(pulled_pb, message, pulled.store_timestamp_ms, pulled.queue.queue_id, namespace)
+    system = pulled_pb.system_properties
+    system.store_host = store_host
+    system.queue_offset = pulled.offset
+    if message.dead_letter_of is not None:
+        system.dead_letter_queue.topic = message.dead_letter_of[0]
+        system.dead_letter_queue.message_id = message.dead_letter_of[1]
+
+
 def half_message_pb(half: HalfMessage, namespace: str = "") -> pb.Message:
     """A half message as a check-back carries it to the producer (no receipt handle)."""
     stored = pb.Message()
@@ -243,7 +266,7 @@ def message_queue_pb(
     return pb.MessageQueue(
         topic=pb.Resource(resource_namespace=namespace, name=topic.name),
         id=queue.queue_id,
-        permission=int(queue.permission),  # type: ignore[arg-type]
+        permission=_V2_PERMISSIONS[queue.permission],
         broker=pb.Broker(name=BROKER_NAME, id=0, endpoints=endpoints),
         accept_message_types=sorted(int(t) for t in topic.message_types),  # type: ignore[misc]
     )

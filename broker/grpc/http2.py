@@ -12,10 +12,11 @@ of 32 messages is a few DATA frames in one write.
 Why not the h2 library: its state machine and events were more than half
 of this server's CPU per call (a SendMessage-shaped call of 32 x 1 KiB cost
 ~280-390 us of server CPU with it, ~120-140 us without; docs/benchmarks.md,
-"The broker's own HTTP/2 server"). The frames are read and
-written here with ``protocol.http2``; HPACK decoding stays with the
-``hpack`` library, and what is sent never touches HPACK's dynamic table
-(literals without indexing), so no encoder state is kept.
+"The broker's own HTTP/2 server"). HTTP/2 itself (frames, stream states,
+flow control, HPACK decoding) is ``protocol.http2_connection``, a sans-IO
+connection made for this cost; this module is its asyncio shell and the
+gRPC layer above it: request headers to a handler and a context, gRPC
+messages in and out of DATA, statuses in trailers.
 
 What it serves: the standard gRPC wire protocol over cleartext HTTP/2
 (prior knowledge, as the official clients connect), for the handlers that
@@ -28,13 +29,24 @@ broker uses, ``invocation_metadata()`` and ``time_remaining()``.
 
 Contracts:
 
-- Statuses: an unknown method gets UNIMPLEMENTED, a compressed message
-  (no encoding is negotiated) UNIMPLEMENTED, a message over
-  ``inbound_bytes_max`` RESOURCE_EXHAUSTED, a unary call without exactly one
-  request message INTERNAL, an exception escaping a handler UNKNOWN with
+- Statuses: an unknown method gets UNIMPLEMENTED, request headers over
+  ``METADATA_BYTES_MAX`` RESOURCE_EXHAUSTED, a ``grpc-encoding`` other than
+  identity UNIMPLEMENTED, a message flagged compressed anyway INTERNAL (as
+  grpcio), a message over ``inbound_bytes_max`` RESOURCE_EXHAUSTED, a unary
+  call without exactly one request message or a request ending inside a
+  message INTERNAL (grpcio answers none of these three, or OK for two
+  messages: a deliberate difference), a handler's ``context.abort(code, details)``
+  that status (nothing logged), an exception escaping a handler UNKNOWN with
   its text, a call past its ``grpc-timeout`` DEADLINE_EXCEEDED (the handler
-  is cancelled). The connection keeps serving its other calls.
+  is cancelled). A call ended before any message is answered trailers-only
+  (one HEADERS block). The connection keeps serving its other calls.
+- Stopping: every connection hears a graceful GOAWAY at once; a call that
+  crosses it gets UNAVAILABLE; the calls in flight get the grace period,
+  then a final GOAWAY names the last stream and the connection closes.
 - A stream the client resets cancels its handler; nothing more is sent on it.
+- A client's GOAWAY (grpc-js sends one when its channel closes, with calls
+  still open) ends no call: the open calls are answered, and the connection
+  closes once the last answer went out.
 - Ordering: a call's responses leave in the order the handler produced
   them; its trailers leave after its last DATA frame. Flow control is the
   peer's: bytes beyond its windows wait for its WINDOW_UPDATE.
@@ -49,7 +61,9 @@ Contracts:
   HPACK or flow-control error closes that connection after a GOAWAY naming
   the error; the server serves on.
 
-SHELL: sockets, the event loop and the clock.
+SHELL: sockets, the event loop and the clock (HTTP/2 is the pure
+``Http2Connection``; each ``data_received`` feeds it, each loop turn writes
+what it queued once).
 """
 
 from __future__ import annotations
@@ -62,12 +76,21 @@ import struct
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, cast
+from ssl import SSLContext
+from typing import Any, NoReturn, cast
 
 import grpc
-import hpack
 
 from protocol import http2
+from protocol.hpack_decoder import ENTRY_OVERHEAD_BYTES
+from protocol.http2_connection import Http2Connection
+from protocol.http2_events import (
+    ConnectionTerminated,
+    DataReceived,
+    RequestReceived,
+    StreamReset,
+    TrailersReceived,
+)
 
 log = logging.getLogger("broker.grpc.http2")
 
@@ -81,28 +104,35 @@ FRAME_BYTES_MAX = 1024 * 1024
 arrives in one frame, parsed once."""
 
 HEADER_BLOCK_BYTES_MAX = 1024 * 1024
-"""Largest request header block (CONTINUATION frames joined) a connection takes."""
+"""Largest request header block (CONTINUATION frames joined) a connection takes; also
+the largest decoded header list before the connection fails (what a block may cost)."""
+
+METADATA_BYTES_MAX = 16 * 1024
+"""Largest request header list a call takes (fields counted as HPACK counts them: name,
+value and 32 bytes each), as grpcio's default hard limit: beyond it the call gets
+RESOURCE_EXHAUSTED and the connection serves on."""
 
 _PREFIX = struct.Struct(">BI")  # a gRPC message: compressed flag, length
-_SETTINGS = http2.settings_payload(
-    (
-        (http2.SETTINGS_MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
-        (http2.SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_BYTES),
-        (http2.SETTINGS_MAX_FRAME_SIZE, FRAME_BYTES_MAX),
-    )
-)
 # ":status: 200" is entry 8 of HPACK's static table, "content-type" entry 31.
 _RESPONSE_HEADERS = b"\x88" + http2.literal_indexed_name(31, b"application/grpc")
 _STATUS_OK = http2.literal(b"grpc-status", b"0")
-_RESERVED = frozenset(
-    {"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"}
+_RESERVED = frozenset(  # request headers that are not the call's metadata
+    {
+        b"content-type",
+        b"te",
+        b"grpc-timeout",
+        b"grpc-encoding",
+        b"grpc-accept-encoding",
+        b"user-agent",
+    }
 )
 _TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _END = object()  # the end of a request stream
 
 
-class CallContext:
-    """The handler's view of its call (the subset of grpc.aio's ServicerContext it uses)."""
+class GrpcCallContext:
+    """A gRPC handler's view of its call: the subset of grpc.aio's ServicerContext the
+    broker uses. (Angelia's handlers get ``angelia_rpc.CallContext``.)"""
 
     def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], deadline: float | None):
         self._metadata = metadata
@@ -117,6 +147,20 @@ class CallContext:
         if self._deadline is None:
             return None
         return max(0.0, self._deadline - time.monotonic())
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        """End the call with ``code`` and ``details`` (grpc.aio's ``abort``): raises, and
+        the call's trailers carry the status; nothing is logged."""
+        raise CallAborted(code, details)
+
+
+class CallAborted(Exception):
+    """A handler ended its call with a status (:meth:`GrpcCallContext.abort`)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
 
 
 class Http2GrpcServer:
@@ -156,20 +200,24 @@ class Http2GrpcServer:
                 return found
         return None
 
-    async def start(self, host: str | None, port: int) -> int:
-        """Listen on ``host:port`` (host None: every interface; port 0: any free port);
-        returns the bound port."""
+    async def start(self, host: str | None, port: int, ssl: SSLContext | None = None) -> int:
+        """Listen on ``host:port`` (host None: every interface; port 0: any free port),
+        over TLS with ``ssl`` (whose ALPN must offer h2); returns the bound port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=ssl)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
     async def stop(self, grace_s: float) -> None:
-        """Stop listening and taking calls (a new call gets UNAVAILABLE), give the calls
-        in flight ``grace_s`` to finish, then send GOAWAY and close every connection."""
+        """Stop listening and taking calls: every connection hears a graceful GOAWAY at
+        once (clients open new calls elsewhere; one that crossed it gets UNAVAILABLE),
+        the calls in flight get ``grace_s`` to finish, then a final GOAWAY and every
+        connection closes."""
         self.stopping = True
         if self._server is not None:
             self._server.close()
+        for connection in self._connections:
+            connection.announce_going_away()
         draining = [c.drained.wait() for c in self._connections]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*draining), grace_s)
@@ -190,42 +238,31 @@ class _CallDetails:
 
 
 class _Call:
-    """One stream: its request bytes in, its response bytes out."""
+    """One call on its stream: its request bytes in, its response bytes out (the stream's
+    windows and state are the HTTP/2 connection's)."""
 
     __slots__ = (
         "context",
-        "half_closed",
         "handler",
         "headers_sent",
         "inbound",
         "messages",
         "outbound",
         "requests",
-        "send_window",
         "stream_id",
         "task",
         "timer",
         "trailers",
-        "unacked",
     )
 
-    def __init__(
-        self,
-        stream_id: int,
-        handler: grpc.RpcMethodHandler,
-        context: CallContext,
-        send_window: int,
-    ):
+    def __init__(self, stream_id: int, handler: grpc.RpcMethodHandler, context: GrpcCallContext):
         self.stream_id = stream_id
-        self.send_window = send_window  # what the client lets us send on this stream
-        self.unacked = 0  # received bytes not yet given back to the stream's window
-        self.half_closed = False  # the client sent END_STREAM
         self.handler = handler
         self.context = context
         self.inbound = bytearray()
         self.requests: asyncio.Queue[object] | None = None  # streaming requests
         self.messages: list[bytes] = []  # unary request: the messages received
-        self.outbound: list[bytes] = []
+        self.outbound: list[bytes] = []  # response messages not yet handed to the connection
         self.trailers: bytes | None = None  # the encoded trailer block, once decided
         self.headers_sent = False
         self.task: asyncio.Task[None] | None = None
@@ -233,39 +270,30 @@ class _Call:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: its frames, its flow-control windows and its calls."""
+    """One client connection: the socket and the calls over an :class:`Http2Connection`."""
 
     def __init__(self, server: Http2GrpcServer) -> None:
         self._server = server
-        # Request headers are read by _on_request alone: a block with uppercase names,
-        # connection headers or a repeated pseudo-header gets UNIMPLEMENTED for a wrong
-        # or missing :path, and any other name is plain metadata, which the service
-        # checks (a missing client id is refused with its status).
-        self._decoder = hpack.Decoder()
+        self._h2 = Http2Connection(
+            client_side=False,
+            window_bytes=WINDOW_BYTES,
+            frame_bytes_max=FRAME_BYTES_MAX,
+            max_concurrent_streams=MAX_CONCURRENT_STREAMS,
+            header_block_bytes_max=HEADER_BLOCK_BYTES_MAX,
+            header_list_bytes_max=HEADER_BLOCK_BYTES_MAX,
+        )
         self._calls: dict[int, _Call] = {}
-        # The calls with bytes or trailers not yet framed (each pump looks at these
-        # only, not at every open call: thousands of long polls may wait on a connection).
+        # The calls with bytes or trailers not yet handed to the HTTP/2 connection (each
+        # pump looks at these only, not at every open call: thousands of long polls may
+        # wait on a connection).
         self._sending: dict[int, _Call] = {}
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._flush_scheduled = False
         self._closed = False
-        self._going_away = False
-        self._out: list[bytes] = []
-        self._inbound = bytearray()
-        self._preface_seen = False
-        self._last_stream_id = 0
-        self._block = bytearray()  # a header block being received, CONTINUATION frames apart
-        self._block_stream = 0
-        self._block_flags = 0
-        # Flow control. Ours: received bytes not yet given back by a WINDOW_UPDATE.
-        self._unacked = 0
-        # The client's: what we may still send on the connection, a new stream's
-        # window, and the largest frame it takes.
-        self._send_window = http2.DEFAULT_WINDOW
-        self._stream_window = http2.DEFAULT_WINDOW
-        self._frame_bytes = http2.DEFAULT_FRAME_BYTES
-        self.drained = asyncio.Event()  # set while no call is open
+        self._peer_going_away = False  # the client sent GOAWAY
+        self._out: list[bytes] = []  # the HTTP/2 connection's frames, for this turn's write
+        self.drained = asyncio.Event()  # set while no call is open and nothing waits to go
         self.drained.set()
 
     # -- asyncio.Protocol -----------------------------------------------------------
@@ -273,13 +301,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._server._connections.add(self)
-        # Lenient from the start: frames up to FRAME_BYTES_MAX and our windows are
-        # accepted before the client acknowledges the settings that announce them.
-        self._write(
-            http2.frame(http2.SETTINGS, 0, 0, _SETTINGS)
-            + http2.frame(http2.WINDOW_UPDATE, 0, 0, http2.U32.pack(WINDOW_BYTES - 65_535))
-        )
-        self._flush()
+        self._h2.initiate()
+        self._send()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -291,192 +314,87 @@ class _Connection(asyncio.Protocol):
         self.drained.set()
 
     def data_received(self, data: bytes) -> None:
-        inbound = self._inbound
-        inbound += data
         try:
-            if not self._preface_seen:
-                if len(inbound) < len(http2.PREFACE):
-                    if not http2.PREFACE.startswith(bytes(inbound)):
-                        raise http2.FrameError(http2.PROTOCOL_ERROR, "not an HTTP/2 preface")
-                    return
-                if not inbound.startswith(http2.PREFACE):
-                    raise http2.FrameError(http2.PROTOCOL_ERROR, "not an HTTP/2 preface")
-                del inbound[: len(http2.PREFACE)]
-                self._preface_seen = True
-            for kind, flags, stream_id, payload in http2.split_frames(inbound, FRAME_BYTES_MAX):
-                self._on_frame(kind, flags, stream_id, payload)
-        except http2.FrameError as exc:
-            self._fail_connection(exc.code, str(exc))
-            return
-        except hpack.HPACKError as exc:
-            self._fail_connection(http2.COMPRESSION_ERROR, f"a header block: {exc}")
-            return
-        self._pump()
-        self._flush()
-
-    def _fail_connection(self, code: int, reason: str) -> None:
-        log.info("closing an HTTP/2 connection after a protocol error: %s", reason)
-        self._go_away(code, reason)
-        self._flush()
-        self.close()
-
-    # -- frames ---------------------------------------------------------------------
-
-    def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if self._block_stream and kind != http2.CONTINUATION:
-            raise http2.FrameError(http2.PROTOCOL_ERROR, "a header block broken off")
-        if kind == http2.DATA:
-            self._on_data_frame(flags, stream_id, payload)
-        elif kind == http2.HEADERS:
-            if stream_id == 0:
-                raise http2.FrameError(http2.PROTOCOL_ERROR, "HEADERS on stream 0")
-            self._block = bytearray(http2.header_fragment(flags, payload))
-            self._block_stream = stream_id
-            self._block_flags = flags
-            if flags & http2.END_HEADERS:
-                self._on_header_block()
-        elif kind == http2.CONTINUATION:
-            if stream_id == 0 or stream_id != self._block_stream:
-                raise http2.FrameError(http2.PROTOCOL_ERROR, "a CONTINUATION out of place")
-            self._block += payload
-            if len(self._block) > HEADER_BLOCK_BYTES_MAX:
-                raise http2.FrameError(http2.PROTOCOL_ERROR, "a header block over 1 MiB")
-            if flags & http2.END_HEADERS:
-                self._on_header_block()
-        elif kind == http2.WINDOW_UPDATE:
-            self._on_window_update(stream_id, payload)
-        elif kind == http2.SETTINGS:
-            if stream_id != 0:
-                raise http2.FrameError(http2.PROTOCOL_ERROR, "SETTINGS on a stream")
-            if not flags & http2.ACK:
-                self._on_settings(payload)
-                self._write(http2.frame(http2.SETTINGS, http2.ACK, 0))
-        elif kind == http2.PING:
-            if len(payload) != 8:
-                raise http2.FrameError(http2.FRAME_SIZE_ERROR, "a PING payload is 8 bytes")
-            if not flags & http2.ACK:
-                self._write(http2.frame(http2.PING, http2.ACK, 0, payload))
-        elif kind == http2.RST_STREAM:
-            call = self._calls.pop(stream_id, None)
-            self._sending.pop(stream_id, None)
-            if call is not None:
-                self._cancel(call)
-            if not self._calls:
-                self.drained.set()
-        elif kind == http2.GOAWAY:
+            events = self._h2.receive_data(data)
+        except http2.FrameError as exc:  # the GOAWAY naming it is queued
+            log.info("closing an HTTP/2 connection after a protocol error: %s", exc)
+            self._send()
             self.close()
-        elif kind == http2.PUSH_PROMISE:
-            raise http2.FrameError(http2.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
-        # PRIORITY and unknown frame types are ignored, as RFC 9113 allows.
-
-    def _on_data_frame(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id == 0:
-            raise http2.FrameError(http2.PROTOCOL_ERROR, "DATA on stream 0")
-        # Flow control counts the whole payload, padding included. Everything received
-        # is consumed at once, so both windows are given back in one update when half
-        # the connection's is used: one large request never stalls the other calls.
-        self._unacked += len(payload)
-        if self._unacked >= WINDOW_BYTES // 2:
-            self._write(http2.frame(http2.WINDOW_UPDATE, 0, 0, http2.U32.pack(self._unacked)))
-            self._unacked = 0
-        call = self._calls.get(stream_id)
-        if call is None:
-            return  # a stream already answered or reset: dropped
-        call.unacked += len(payload)
-        if call.unacked >= WINDOW_BYTES // 2 and not flags & http2.END_STREAM:
-            update = http2.U32.pack(call.unacked)
-            self._write(http2.frame(http2.WINDOW_UPDATE, 0, stream_id, update))
-            call.unacked = 0
-        data = http2.unpadded(flags, payload)
-        if data:
-            self._on_data(call, data)
-        if flags & http2.END_STREAM and self._calls.get(stream_id) is call:
-            self._on_half_close(call)
-
-    def _on_header_block(self) -> None:
-        stream_id, flags = self._block_stream, self._block_flags
-        block, self._block, self._block_stream = bytes(self._block), bytearray(), 0
-        # Every block is decoded, whatever becomes of its stream, to keep the
-        # decoder's table in step with the client's encoder.
-        headers = self._decoder.decode(block, raw=True)
-        call = self._calls.get(stream_id)
-        if call is not None:  # trailers from the client end its requests
-            if flags & http2.END_STREAM:
-                self._on_half_close(call)
             return
-        if stream_id <= self._last_stream_id or not stream_id & 1:
-            if stream_id & 1:
-                return  # a stream already answered or reset
-            raise http2.FrameError(http2.PROTOCOL_ERROR, f"a client opened stream {stream_id}")
-        self._last_stream_id = stream_id
-        if self._going_away:
-            return
-        if len(self._calls) >= MAX_CONCURRENT_STREAMS:
-            self._write(
-                http2.frame(http2.RST_STREAM, 0, stream_id, http2.U32.pack(http2.REFUSED_STREAM))
-            )
-            return
-        self._on_request(stream_id, cast(list[tuple[bytes, bytes]], headers))
-        call = self._calls.get(stream_id)
-        if call is not None and flags & http2.END_STREAM:
-            self._on_half_close(call)
+        calls = self._calls
+        for event in events:
+            if isinstance(event, DataReceived):
+                call = calls.get(event.stream_id)
+                if call is None:
+                    continue  # a call already answered: its stream is closed
+                if event.data:
+                    self._on_data(call, event.data)
+                if event.end_stream and calls.get(event.stream_id) is call:
+                    self._on_half_close(call)
+            elif isinstance(event, RequestReceived):
+                self._on_request(event.stream_id, event.headers)
+                if event.end_stream and (call := calls.get(event.stream_id)) is not None:
+                    self._on_half_close(call)
+            elif isinstance(event, TrailersReceived):  # the client's trailers end its requests
+                if event.end_stream and (call := calls.get(event.stream_id)) is not None:
+                    self._on_half_close(call)
+            elif isinstance(event, StreamReset):
+                call = calls.pop(event.stream_id, None)
+                self._sending.pop(event.stream_id, None)
+                if call is not None:
+                    self._cancel(call)
+            elif isinstance(event, ConnectionTerminated):
+                # The client opens no more streams (a client closing its channel sends
+                # this with calls still open, e.g. a Telemetry stream it just
+                # half-closed): its open calls are answered, then the connection ends.
+                self._peer_going_away = True
+        self._pump()
+        self._send()
+        self._close_if_peer_done()
 
-    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise http2.FrameError(http2.FRAME_SIZE_ERROR, "a WINDOW_UPDATE payload is 4 bytes")
-        increment = http2.U32.unpack(payload)[0] & 0x7FFFFFFF
-        if stream_id == 0:
-            self._send_window += increment
-            if self._send_window > http2.WINDOW_MAX:
-                raise http2.FrameError(http2.FLOW_CONTROL_ERROR, "connection window overflow")
-        elif (call := self._calls.get(stream_id)) is not None:
-            call.send_window += increment
-        # The pump after this chunk's frames sends what waited for the window.
-
-    def _on_settings(self, payload: bytes) -> None:
-        for key, value in http2.parse_settings(payload):
-            if key == http2.SETTINGS_INITIAL_WINDOW_SIZE:
-                if value > http2.WINDOW_MAX:
-                    raise http2.FrameError(http2.FLOW_CONTROL_ERROR, "initial window too large")
-                delta = value - self._stream_window
-                self._stream_window = value
-                for call in self._calls.values():
-                    call.send_window += delta
-            elif key == http2.SETTINGS_MAX_FRAME_SIZE:
-                if not http2.DEFAULT_FRAME_BYTES <= value <= 2**24 - 1:
-                    raise http2.FrameError(http2.PROTOCOL_ERROR, f"max frame size {value}")
-                self._frame_bytes = value
-        # SETTINGS_HEADER_TABLE_SIZE needs nothing: what we send never uses the table.
+    # -- calls ------------------------------------------------------------------------
 
     def _on_request(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        # Request headers are read here alone: a block with uppercase names, connection
+        # headers or a repeated pseudo-header gets UNIMPLEMENTED for a wrong or missing
+        # :path, and any other name is plain metadata, which the service checks (a
+        # missing client id is refused with its status).
         path = ""
         deadline: float | None = None
         metadata: list[tuple[str, str | bytes]] = []
         encoding = ""
+        list_bytes = 0
         for raw_name, raw_value in headers:
-            name = raw_name.decode("ascii", "replace")
-            if name == ":path":
-                path = raw_value.decode("ascii", "replace")
-            elif name == "grpc-timeout":
-                deadline = _deadline(raw_value.decode("ascii", "replace"))
-            elif name == "grpc-encoding":
-                encoding = raw_value.decode("ascii", "replace")
-            elif name.startswith(":") or name in _RESERVED:
-                continue
-            elif name.endswith("-bin"):
-                metadata.append((name, _unbase64(raw_value)))
+            list_bytes += len(raw_name) + len(raw_value) + ENTRY_OVERHEAD_BYTES
+            if raw_name[:1] == b":":
+                if raw_name == b":path":
+                    path = raw_value.decode("ascii", "replace")
+            elif raw_name in _RESERVED:
+                if raw_name == b"grpc-timeout":
+                    deadline = _deadline(raw_value.decode("ascii", "replace"))
+                elif raw_name == b"grpc-encoding":
+                    encoding = raw_value.decode("ascii", "replace")
             else:
-                metadata.append((name, raw_value.decode("latin-1")))
+                name = raw_name.decode("ascii", "replace")
+                if name.endswith("-bin"):
+                    metadata.append((name, _unbase64(raw_value)))
+                else:
+                    metadata.append((name, raw_value.decode("latin-1")))
         if self._server.stopping:
             self._trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+            return
+        if list_bytes > METADATA_BYTES_MAX:
+            self._trailers_only(
+                stream_id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"request headers of {list_bytes} bytes are over the limit of {METADATA_BYTES_MAX}",
+            )
             return
         handler = self._server.method(path)
         if handler is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path}")
             return
-        call = _Call(
-            stream_id, handler, CallContext(tuple(metadata), deadline), self._stream_window
-        )
+        call = _Call(stream_id, handler, GrpcCallContext(tuple(metadata), deadline))
         self._calls[stream_id] = call
         self.drained.clear()
         if encoding not in ("", "identity"):
@@ -505,8 +423,12 @@ class _Connection(asyncio.Protocol):
                 return
             if len(buffer) < _PREFIX.size + length:
                 return
-            if compressed:
-                self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "compressed messages")
+            if compressed:  # no grpc-encoding was accepted (an unknown one was refused)
+                self._finish(
+                    call,
+                    grpc.StatusCode.INTERNAL,
+                    "a request message is flagged compressed without a grpc-encoding",
+                )
                 return
             message = bytes(buffer[_PREFIX.size : _PREFIX.size + length])
             del buffer[: _PREFIX.size + length]
@@ -516,7 +438,6 @@ class _Connection(asyncio.Protocol):
                 call.messages.append(message)
 
     def _on_half_close(self, call: _Call) -> None:
-        call.half_closed = True
         if call.trailers is not None:  # already answered (an error while receiving)
             return
         if call.inbound:
@@ -567,6 +488,9 @@ class _Connection(asyncio.Protocol):
             if call.stream_id in self._calls and not self._closed:
                 self._finish(call, grpc.StatusCode.CANCELLED, "the call was cancelled")
             raise
+        except CallAborted as aborted:
+            self._finish(call, aborted.code, aborted.details)
+            return
         except Exception as exc:  # every handler failure is the call's status
             log.exception("a gRPC handler failed")
             self._finish(call, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
@@ -617,7 +541,7 @@ class _Connection(asyncio.Protocol):
 
     def _trailers_only(self, stream_id: int, code: grpc.StatusCode, message: str) -> None:
         block = _RESPONSE_HEADERS + _status_block(code, message)
-        self._write(http2.header_frames(stream_id, block, True, self._frame_bytes))
+        self._h2.send_headers(stream_id, block, end_stream=True)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -628,52 +552,42 @@ class _Connection(asyncio.Protocol):
     def _pump_and_flush(self) -> None:
         self._flush_scheduled = False
         self._pump()
-        self._flush()
+        self._send()
+        self._close_if_peer_done()
 
     def _pump(self) -> None:
-        """Frame every call's queued bytes as far as the windows allow."""
+        """Hand every call's queued bytes and trailers to the HTTP/2 connection, which
+        frames them as far as the windows allow and keeps the rest in order."""
         if self._closed:
             return
-        for call in list(self._sending.values()):
-            stream_id = call.stream_id
+        h2 = self._h2
+        calls = self._calls
+        for stream_id, call in self._sending.items():
+            outbound = call.outbound
             if not call.headers_sent:
-                self._write(
-                    http2.frame(http2.HEADERS, http2.END_HEADERS, stream_id, _RESPONSE_HEADERS)
-                )
+                if call.trailers is not None and not outbound:
+                    # No message at all: one block, trailers-only (as gRPC servers do).
+                    h2.send_headers(stream_id, _RESPONSE_HEADERS + call.trailers, end_stream=True)
+                    del calls[stream_id]
+                    continue
+                h2.send_headers(stream_id, _RESPONSE_HEADERS)
                 call.headers_sent = True
-            if call.outbound:
-                self._send_data(call)
-            if call.outbound:
-                continue  # blocked by flow control: stays for the next pump
-            del self._sending[stream_id]
+            if outbound:
+                h2.send_data(stream_id, b"".join(outbound) if len(outbound) > 1 else outbound[0])
+                outbound.clear()
             if call.trailers is not None:
-                self._write(http2.header_frames(stream_id, call.trailers, True, self._frame_bytes))
-                if not call.half_closed:  # the client may stop sending: nothing is read
-                    self._write(
-                        http2.frame(http2.RST_STREAM, 0, stream_id, http2.U32.pack(http2.NO_ERROR))
-                    )
-                self._calls.pop(stream_id, None)
-        if not self._calls:
+                h2.send_headers(stream_id, call.trailers, end_stream=True)
+                del calls[stream_id]
+        self._sending.clear()
+        if not calls and not h2.flow_blocked:
             self.drained.set()
 
-    def _send_data(self, call: _Call) -> None:
-        data = b"".join(call.outbound) if len(call.outbound) > 1 else call.outbound[0]
-        call.outbound.clear()
-        view = memoryview(data)
-        stream_id = call.stream_id
-        while view:
-            size = min(self._send_window, call.send_window, self._frame_bytes, len(view))
-            if size <= 0:
-                call.outbound.append(bytes(view))  # the rest waits for a WINDOW_UPDATE
-                return
-            self._send_window -= size
-            call.send_window -= size
-            self._write(http2.frame(http2.DATA, 0, stream_id, view[:size].tobytes()))
-            view = view[size:]
-
-    def _write(self, data: bytes) -> None:
-        """Queue frames for this loop turn's single write."""
-        self._out.append(data)
+    def _send(self) -> None:
+        """Take the HTTP/2 connection's frames for this loop turn's single write."""
+        data = self._h2.data_to_send()
+        if data:
+            self._out.append(data)
+        self._flush()
 
     def _flush(self) -> None:
         out, self._out = self._out, []
@@ -682,16 +596,21 @@ class _Connection(asyncio.Protocol):
 
     # -- closing ----------------------------------------------------------------------
 
-    def _go_away(self, code: int, reason: str = "") -> None:
-        if not self._going_away:
-            self._going_away = True
-            payload = http2.U32.pack(self._last_stream_id) + http2.U32.pack(code)
-            self._write(http2.frame(http2.GOAWAY, 0, 0, payload + reason.encode()[:256]))
+    def announce_going_away(self) -> None:
+        """Tell the client to open no more calls here; the open ones go on."""
+        self._h2.announce_going_away()
+        self._send()
 
     def go_away(self) -> None:
         """Tell the client the connection ends; calls it opens after this are not served."""
-        self._go_away(http2.NO_ERROR)
-        self._flush()
+        self._h2.close_connection(http2.NO_ERROR)
+        self._send()
+
+    def _close_if_peer_done(self) -> None:
+        """After the client's GOAWAY: close once its last call's answer went out (its
+        bytes and trailers, none left waiting for a window)."""
+        if self._peer_going_away and not self._calls and not self._h2.flow_blocked:
+            self.close()
 
     def close(self) -> None:
         """Drop the connection and cancel its calls."""
@@ -738,4 +657,4 @@ def _percent_encoded(message: str) -> bytes:
     return urllib.parse.quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
 
 
-__all__ = ["CallContext", "Http2GrpcServer"]
+__all__ = ["CallAborted", "GrpcCallContext", "Http2GrpcServer"]

@@ -15,21 +15,24 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from broker.domain import Placement
 from broker.errors import BrokerError, Reason, not_implemented, unsupported
 from broker.grpc import convert, wire
 from broker.grpc.status import ok, status_of
 from broker.grpc.telemetry import TelemetrySessions, serve_stream
+from broker.processor import recall_handle as recall_handles
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.polling import plan_poll_ms
 from broker.processor.producer import ProducerProcessor
+from broker.processor.pull import PullProcessor
 from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.services.base import Clock
+from protocol import errors as codes
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
+from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.grpc")
 
@@ -52,6 +55,17 @@ def remaining_ms(context: Any) -> int | None:
     return None if seconds is None else int(seconds * 1000)
 
 
+def poll_ms_of(request: spb.ReceiveMessageRequest | spb.PullMessageRequest, context: Any) -> int:
+    """How long a receive or pull may wait for messages (``polling.plan_poll_ms`` of
+    its ``long_polling_timeout`` and the caller's deadline)."""
+    requested_ms = (
+        convert.duration_ms(request.long_polling_timeout)
+        if request.HasField("long_polling_timeout")
+        else None
+    )
+    return plan_poll_ms(requested_ms, remaining_ms(context))
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """The gRPC v2 adapter over the processors."""
 
@@ -65,14 +79,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         endpoint: pb.Endpoints,
         sessions: TelemetrySessions | None = None,
         transactions: TransactionProcessor | None = None,
+        pulls: PullProcessor | None = None,
     ) -> None:
         self._route = route
         self._producer = producer
         self._consumer = consumer
         self.transactions = transactions
+        self.pulls = pulls
         self._clock = clock
         self._endpoint = endpoint
         self.sessions = sessions or TelemetrySessions()
+
+    @property
+    def route_processor(self) -> RouteProcessor:
+        """The route processor (shared with the other protocol adapters)."""
+        return self._route
+
+    @property
+    def producer_processor(self) -> ProducerProcessor:
+        """The producer processor (shared with the other protocol adapters)."""
+        return self._producer
 
     # -- routing ------------------------------------------------------------
 
@@ -169,6 +195,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         if result.placement is Placement.HALF
                         else ""
                     ),
+                    (
+                        recall_handles.encode(
+                            result.queue, message.message_id, message.delivery_timestamp_ms
+                        )
+                        if result.placement is Placement.DELAYED
+                        and message.delivery_timestamp_ms is not None
+                        else ""
+                    ),
                 )
                 for message, result in zip(messages, results, strict=True)
             ),
@@ -203,12 +237,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """Status, then messages, then the delivery timestamp; always before the deadline."""
         try:
             client_id_of(context)
-            requested_ms = (
-                convert.duration_ms(request.long_polling_timeout)
-                if request.HasField("long_polling_timeout")
-                else None
-            )
-            poll_ms = plan_poll_ms(requested_ms, remaining_ms(context))
+            poll_ms = poll_ms_of(request, context)
             invisible_ms = (
                 convert.duration_ms(request.invisible_duration)
                 if request.HasField("invisible_duration") and not request.auto_renew
@@ -301,35 +330,119 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status_of(error))
         return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
-    # -- not built yet: answer clearly, never hang ------------------------------
+    # -- offset-based consumption (pull consumers) ------------------------------------
+
+    def _pull_processor(self) -> PullProcessor:
+        if self.pulls is None:
+            raise not_implemented("offset-based consumption")
+        return self.pulls
 
     async def PullMessage(
         self, request: spb.PullMessageRequest, context: Any
     ) -> AsyncIterator[spb.PullMessageResponse]:
-        """Pull consumers are not built yet."""
-        yield spb.PullMessageResponse(status=status_of(not_implemented("PullMessage")))
+        """Status, then the messages, then ``next_offset`` (always, errors included);
+        long-polls up to the planned poll when nothing matches yet."""
+        queue = request.message_queue
+        try:
+            client_id_of(context)
+            poll_ms = poll_ms_of(request, context)
+            result = await self._pull_processor().pull(
+                request.group.name,
+                queue.topic.name,
+                queue.id,
+                request.offset,
+                convert.filter_from_pb(request.filter_expression),
+                batch_size=request.batch_size,
+                poll_ms=poll_ms,
+            )
+        except Exception as error:  # noqa: BLE001
+            yield spb.PullMessageResponse(status=status_of(error))
+            yield spb.PullMessageResponse(next_offset=request.offset)
+            return
+        if result.out_of_range is not None:
+            yield spb.PullMessageResponse(status=status_of(result.out_of_range))
+        elif not result.messages:
+            skipped = result.next_offset > request.offset
+            message = "no message matches the filter" if skipped else "no new message"
+            yield spb.PullMessageResponse(
+                status=pb.Status(code=pb.MESSAGE_NOT_FOUND, message=message)
+            )
+        else:
+            yield spb.PullMessageResponse(status=ok())
+            namespace = queue.topic.resource_namespace
+            store_host = convert.endpoint_text(self._endpoint)
+            for pulled in result.messages:
+                response = spb.PullMessageResponse()
+                convert.fill_pulled(response.message, pulled, namespace, store_host)
+                yield response
+        yield spb.PullMessageResponse(next_offset=result.next_offset)
 
     async def UpdateOffset(
         self, request: spb.UpdateOffsetRequest, context: Any
     ) -> spb.UpdateOffsetResponse:
-        """Pull consumers are not built yet."""
-        return spb.UpdateOffsetResponse(status=status_of(not_implemented("UpdateOffset")))
+        """Commit the group's position in the queue (shared with pop consumption)."""
+        queue = request.message_queue
+        try:
+            client_id_of(context)
+            await self._pull_processor().update_offset(
+                request.group.name, queue.topic.name, queue.id, request.offset
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.UpdateOffsetResponse(status=status_of(error))
+        return spb.UpdateOffsetResponse(status=ok())
 
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
-        """Pull consumers are not built yet."""
-        return spb.GetOffsetResponse(status=status_of(not_implemented("GetOffset")))
+        """The group's committed position in the queue (OFFSET_NOT_FOUND: none yet)."""
+        queue = request.message_queue
+        try:
+            client_id_of(context)
+            offset = await self._pull_processor().get_offset(
+                request.group.name, queue.topic.name, queue.id
+            )
+        except Exception as error:  # noqa: BLE001
+            return spb.GetOffsetResponse(status=status_of(error))
+        return spb.GetOffsetResponse(status=ok(), offset=offset)
 
     async def QueryOffset(
         self, request: spb.QueryOffsetRequest, context: Any
     ) -> spb.QueryOffsetResponse:
-        """Pull consumers are not built yet."""
-        return spb.QueryOffsetResponse(status=status_of(not_implemented("QueryOffset")))
+        """The queue's first offset (BEGINNING), end offset (END), or first offset
+        stored at or after a time (TIMESTAMP, which needs ``timestamp``)."""
+        queue = request.message_queue
+        try:
+            client_id_of(context)
+            pulls = self._pull_processor()
+            policy = request.query_offset_policy
+            if policy == pb.BEGINNING:
+                offset = await pulls.beginning_offset(queue.topic.name, queue.id)
+            elif policy == pb.END:
+                offset = await pulls.end_offset(queue.topic.name, queue.id)
+            elif policy == pb.TIMESTAMP:
+                if not request.HasField("timestamp"):
+                    raise BrokerError(
+                        codes.BAD_REQUEST, "query offset policy TIMESTAMP needs a timestamp"
+                    )
+                offset = await pulls.offset_at(
+                    queue.topic.name, queue.id, convert.timestamp_ms(request.timestamp)
+                )
+            else:
+                raise BrokerError(codes.BAD_REQUEST, f"unknown query offset policy {policy}")
+        except Exception as error:  # noqa: BLE001
+            return spb.QueryOffsetResponse(status=status_of(error))
+        return spb.QueryOffsetResponse(status=ok(), offset=offset)
+
+    # -- not built yet: answer clearly, never hang ------------------------------
 
     async def RecallMessage(
         self, request: spb.RecallMessageRequest, context: Any
     ) -> spb.RecallMessageResponse:
-        """Recalling a pending timed message is a later step (storage can cancel timers)."""
-        return spb.RecallMessageResponse(status=status_of(not_implemented("RecallMessage")))
+        """Cancel a timed message not yet due, by the recall handle its send returned."""
+        try:
+            client_id_of(context)
+            message_id = await self._producer.recall(request.topic.name, request.recall_handle)
+        except Exception as error:  # noqa: BLE001
+            return spb.RecallMessageResponse(status=status_of(error))
+        return spb.RecallMessageResponse(status=ok(), message_id=message_id)
 
     async def SyncLiteSubscription(
         self, request: spb.SyncLiteSubscriptionRequest, context: Any

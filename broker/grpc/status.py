@@ -42,6 +42,7 @@ REASON_CODES: dict[Reason, int] = {
     Reason.NO_WRITABLE_QUEUE: pb.FORBIDDEN,
     Reason.INVALID_TRANSACTION_ID: pb.INVALID_TRANSACTION_ID,
     Reason.TRANSACTION_NOT_FOUND: pb.NOT_FOUND,
+    Reason.OFFSET_NOT_FOUND: pb.OFFSET_NOT_FOUND,
 }
 
 # Shared codes without a reason. Retriable cluster conditions become codes the
@@ -68,6 +69,7 @@ SHARED_CODES: dict[str, int] = {
     codes.LEASE_NOT_HELD.name: pb.INTERNAL_SERVER_ERROR,
     codes.NOT_IMPLEMENTED.name: pb.NOT_IMPLEMENTED,
     codes.UNSUPPORTED.name: pb.UNSUPPORTED,
+    codes.ILLEGAL_FILTER_EXPRESSION.name: pb.ILLEGAL_FILTER_EXPRESSION,
 }
 
 
@@ -95,3 +97,9 @@ def status_of(error: BaseException) -> pb.Status:
     return pb.Status(
         code=pb.INTERNAL_SERVER_ERROR, message=f"internal error: {type(error).__name__}"
     )
+
+
+def bad_request(cause: str) -> pb.Status:
+    """The in-band status for a request the client got wrong before any processor saw
+    it (undecodable bytes): BAD_REQUEST naming ``cause``; nothing is logged."""
+    return status_of(BrokerError(codes.BAD_REQUEST, cause))

@@ -107,6 +107,8 @@ async def settings_reply(
         if kind is ClientKind.PRODUCER or settings.WhichOneof("pub_sub") == "publishing":
             reply = convert.producer_settings_pb(settings)
         elif kind.consumer or settings.WhichOneof("pub_sub") == "subscription":
+            for entry in settings.subscription.subscriptions:  # refused at subscribe time
+                convert.filter_from_pb(entry.expression)
             group = await consumer.group(
                 settings.subscription.group.name,
                 [entry.topic.name for entry in settings.subscription.subscriptions],

@@ -51,23 +51,26 @@ STATUS_OK = status(pb.OK, "OK")
 """The success status (its message is the code name, as the proxy writes it)."""
 
 
-def send_results(status_bytes: bytes, results: Iterable[tuple[str, int, str]]) -> bytes:
+def send_results(status_bytes: bytes, results: Iterable[tuple[str, int, str, str]]) -> bytes:
     """The repeated ``entries`` field (2) of a ``SendMessageResponse``: one
-    ``SendResultEntry`` (status 1, message_id 2, transaction_id 3, offset 4) per
-    (message id, offset, transaction id) of ``results``, each with ``status_bytes``.
+    ``SendResultEntry`` (status 1, message_id 2, transaction_id 3, offset 4,
+    recall_handle 5) per (message id, offset, transaction id, recall handle) of
+    ``results``, each with ``status_bytes``.
 
     Runs once per sent message: the status part is written once, the fields
     inline.
     """
     status_part = message_field(1, status_bytes)
     parts = []
-    for message_id, offset, transaction_id in results:
+    for message_id, offset, transaction_id, recall_handle in results:
         text = message_id.encode()
         entry = status_part + b"\x12" + varint(len(text)) + text if text else status_part
         if transaction_id:
             entry += _text(3, transaction_id)
         if offset:
             entry += b"\x20" + varint(offset)
+        if recall_handle:
+            entry += _text(5, recall_handle)
         parts.append(b"\x12" + varint(len(entry)) + entry)
     return b"".join(parts)
 

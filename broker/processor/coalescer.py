@@ -20,7 +20,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker.domain import AppendResult, Message, QueueRef
+from broker.domain import Message, QueueRef, SendResult
 from broker.services.base import MessageStore
 from broker.waiting import deal_out, fail_waiting
 
@@ -33,7 +33,7 @@ BATCH_BYTES_MAX = 4 << 20
 @dataclass(slots=True)
 class _Pending:
     messages: Sequence[Message]
-    done: asyncio.Future[list[AppendResult]]
+    done: asyncio.Future[list[SendResult]]
 
 
 class AppendCoalescer:
@@ -52,9 +52,9 @@ class AppendCoalescer:
         self._pending: dict[QueueRef, list[_Pending]] = {}
         self._flushers: dict[QueueRef, asyncio.Task[None]] = {}
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append ``messages`` to ``queue``, possibly in one store call with other senders."""
-        done: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         self._pending.setdefault(queue, []).append(_Pending(messages, done))
         if queue not in self._flushers:
             self._flushers[queue] = asyncio.create_task(self._flush(queue))

@@ -16,7 +16,7 @@ from broker.processor import receipt as receipts
 from broker.processor import validation
 from broker.processor.pop_coalescer import PopCoalescer
 from broker.services.base import Clock, MessageStore, MetadataService
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 
 DEFAULT_INVISIBLE_MS = 60_000  # auto-renew receives (push consumers) leave it to the server
 
@@ -64,7 +64,7 @@ class ConsumerProcessor:
         self,
         group_name: str,
         topic_name: str,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
         *,
         batch_size: int,
         invisible_ms: int | None,
@@ -102,7 +102,7 @@ class ConsumerProcessor:
                 readable[start:] + readable[:start],
                 batch_size=batch_size,
                 invisible_ms=invisible_ms,
-                tag_filter=tag_filter,
+                message_filter=message_filter,
             )
             deliveries: list[Delivery] = []
             known_end_offsets: dict[int, int] = {}
@@ -117,7 +117,7 @@ class ConsumerProcessor:
                     QueueRef(topic_name, queue_id),
                     batch_size=wanted,
                     invisible_ms=invisible_ms,
-                    tag_filter=tag_filter,
+                    message_filter=message_filter,
                 )
                 known_end_offsets[queue_id] = result.end_offset
                 quiet = quiet and result.leased == 0

@@ -1,30 +1,22 @@
-"""Subscription filters.
+"""Subscription filters: the broker's checks on a subscription's expression.
 
 TAG expressions are parsed and matched by ``protocol.filters`` (shared with
 the storage partition, so a filter means the same wherever it runs): ``*`` or
 empty matches every message; otherwise the expression is split on ``||``,
 each part trimmed, and a message matches when its tag equals one part
-exactly (an untagged message matches no specific tag). SQL92 expressions
-are not evaluated yet: they are refused with UNSUPPORTED rather than
-silently matching everything.
+exactly (an untagged message matches no specific tag). SQL92 expressions are
+compiled by ``protocol.sql92`` and evaluated by the storage node before
+messages leave it. A bad expression of either kind is refused here, at
+subscribe time, as ILLEGAL_FILTER_EXPRESSION with the position of the fault.
 
 PURE.
 """
 
 from __future__ import annotations
 
-import enum
-
-from broker.errors import BrokerError, Reason, unsupported
-from protocol.filters import TagFilter
-
-
-class FilterKind(enum.IntEnum):
-    """How a subscription expression is written (values match the v2 wire enum)."""
-
-    UNSPECIFIED = 0
-    TAG = 1
-    SQL = 2
+from broker.errors import BrokerError, Reason
+from protocol.filters import FilterKind, MessageFilter, TagFilter
+from protocol.sql92 import FilterExpressionError
 
 
 def parse_tag_expression(expression: str) -> TagFilter:
@@ -41,8 +33,11 @@ def parse_tag_expression(expression: str) -> TagFilter:
     return TagFilter.parse(expression)
 
 
-def parse_filter(kind: FilterKind, expression: str) -> TagFilter:
-    """The filter for a subscription; unspecified kind reads as TAG."""
-    if kind is FilterKind.SQL:
-        raise unsupported("SQL92 filter expressions")
-    return parse_tag_expression(expression)
+def parse_filter(kind: FilterKind, expression: str) -> MessageFilter:
+    """The filter for a subscription, checked; unspecified kind reads as TAG."""
+    if kind is not FilterKind.SQL:
+        return MessageFilter(FilterKind.TAG, parse_tag_expression(expression).expression())
+    try:
+        return MessageFilter.of(FilterKind.SQL, expression)
+    except FilterExpressionError as error:
+        raise BrokerError.of(Reason.ILLEGAL_FILTER_EXPRESSION, str(error)) from None

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from broker.domain import GroupInfo, PopResult, QueueRef
 from broker.services.base import MessageStore
 from broker.waiting import fail_waiting
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
 
 POP_MESSAGES_MAX = 128
 """The most messages one coalesced pop asks the store for."""
 
-_Key = tuple[GroupInfo, QueueRef, int, str]  # group, queue, invisible ms, filter expression
+_Key = tuple[GroupInfo, QueueRef, int, MessageFilter]  # group, queue, invisible ms, filter
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ class PopCoalescer:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Up to ``batch_size`` messages of ``queue`` for ``group`` (as ``MessageStore.pop``)."""
         if group.fifo:
@@ -76,13 +76,13 @@ class PopCoalescer:
                 queue,
                 batch_size=batch_size,
                 invisible_ms=invisible_ms,
-                tag_filter=tag_filter,
+                message_filter=message_filter,
             )
-        key = (group, queue, invisible_ms, tag_filter.expression())
+        key = (group, queue, invisible_ms, message_filter)
         done: asyncio.Future[PopResult] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(key, []).append(_Waiting(batch_size, done))
         if key not in self._poppers:
-            self._poppers[key] = asyncio.create_task(self._run(key, tag_filter))
+            self._poppers[key] = asyncio.create_task(self._run(key, message_filter))
         return await done
 
     def joining_first(
@@ -93,17 +93,16 @@ class PopCoalescer:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> list[int]:
         """``queue_ids`` reordered, stably, so that the queues a pop of ``batch_size``
         with these terms would join (see the module docstring) come first."""
         if not self._poppers:  # nothing in flight (FIFO pops never are)
             return list(queue_ids)
-        expression = tag_filter.expression()
         joining: list[int] = []
         rest: list[int] = []
         for queue_id in queue_ids:
-            key = (group, QueueRef(topic, queue_id), invisible_ms, expression)
+            key = (group, QueueRef(topic, queue_id), invisible_ms, message_filter)
             (joining if self._has_room(key, batch_size) else rest).append(queue_id)
         return joining + rest
 
@@ -130,8 +129,8 @@ class PopCoalescer:
             wanted += head.batch_size
         return taken
 
-    async def _run(self, key: _Key, tag_filter: TagFilter) -> None:
-        group, queue, invisible_ms, _expression = key
+    async def _run(self, key: _Key, message_filter: MessageFilter) -> None:
+        group, queue, invisible_ms, _filter = key
         try:
             while taken := self._take(key):
                 try:
@@ -140,7 +139,7 @@ class PopCoalescer:
                         queue,
                         batch_size=sum(item.batch_size for item in taken),
                         invisible_ms=invisible_ms,
-                        tag_filter=tag_filter,
+                        message_filter=message_filter,
                     )
                 except Exception as error:  # noqa: BLE001 - handed to every waiting caller
                     fail_waiting((item.done for item in taken), error)

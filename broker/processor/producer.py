@@ -24,8 +24,9 @@ import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 
-from broker.domain import AppendResult, Message, QueueRef
+from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
+from broker.processor import recall_handle as recall_handles
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
 from broker.processor.retry_placement import RetryPlacements
@@ -53,13 +54,14 @@ class ProducerProcessor:
         self._metadata = metadata
         self._delivery_ahead_ms_max = delivery_ahead_ms_max
         self._clock = clock
+        self._store = store
         self._coalescer = coalescer or AppendCoalescer(store)
         self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
         self._current: dict[str, int] = {}  # topic -> index into its writable queues
         self._join_messages_max = join_messages_max
         self._placements = RetryPlacements()
 
-    async def send(self, messages: Sequence[Message]) -> list[AppendResult]:
+    async def send(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store ``messages`` (one topic); results in request order.
 
         All-or-nothing validation: one bad message fails the request before
@@ -107,7 +109,7 @@ class ProducerProcessor:
                 for queue_id, indexes in by_queue.items()
             )
         )
-        results: list[AppendResult | None] = [None] * len(messages)
+        results: list[SendResult | None] = [None] * len(messages)
         for indexes, queue_results in zip(by_queue.values(), appended, strict=True):
             for index, result in zip(indexes, queue_results, strict=True):
                 results[index] = result
@@ -124,6 +126,32 @@ class ProducerProcessor:
         index = (index + 1) % len(writable)
         self._current[topic] = index
         return QueueRef(topic, writable[index])
+
+    async def recall(self, topic_name: str, handle: str) -> str:
+        """Cancel the timed message a send's recall handle names, before it is due; its
+        message id (RocketMQ 5.3's RecallMessage).
+
+        BAD_REQUEST for a handle that is malformed or of another topic; NOT_FOUND
+        when the message is no longer held: its delivery time has passed (it was
+        delivered) or it was recalled already.
+        """
+        validation.check_topic(topic_name)
+        target = recall_handles.decode(handle, topic_name)
+        await self._metadata.get_topic(topic_name)
+        now_ms = self._clock.now_ms()
+        if target.delivery_ms <= now_ms:
+            raise BrokerError(
+                codes.NOT_FOUND,
+                f"message {target.message_id!r} was due at {target.delivery_ms} ms, "
+                f"{now_ms - target.delivery_ms} ms ago: it was delivered and cannot be recalled",
+            )
+        if not await self._store.cancel_timer(target.queue, target.message_id):
+            raise BrokerError(
+                codes.NOT_FOUND,
+                f"message {target.message_id!r} is not held for delivery: "
+                "it was delivered or recalled already",
+            )
+        return target.message_id
 
 
 def _names_its_queue(message: Message) -> bool:

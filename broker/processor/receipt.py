@@ -30,8 +30,9 @@ import hashlib
 import hmac
 import struct
 
-from broker.domain import QueueRef, Receipt, positional
+from broker.domain import QueueRef, Receipt
 from broker.errors import BrokerError, Reason
+from protocol.positional import positional
 
 VERSION = 2
 _HEADER = struct.Struct(">BqqqiI")  # version, expiry ms, offset, generation, queue id, attempt

@@ -9,16 +9,12 @@ PURE.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from broker.domain import Message
+from protocol.routing import group_queue_index
 
-
-def group_queue_index(message_group: str, queue_count: int) -> int:
-    """The index (into the writable queues) a message group maps to."""
-    digest = hashlib.sha256(message_group.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % queue_count
+__all__ = ["group_queue_index", "select_queue"]
 
 
 def select_queue(message: Message, writable_queue_ids: Sequence[int], turn: int) -> int:

@@ -26,12 +26,19 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.domain import AppendResult, HalfMessage
+from broker.domain import HalfMessage, SendResult
 from broker.errors import BrokerError
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
 from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
-from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore
+from broker.services.base import (
+    NAMESERVER_QUIET_AT_START_MS,
+    BrokerPeers,
+    Clock,
+    Coordination,
+    MessageStore,
+)
+from protocol import errors as codes
 
 log = logging.getLogger("broker.transaction")
 
@@ -40,12 +47,28 @@ LEASE_RELEASE_TIMEOUT_S = 1.0
 
 
 class LocalProducers(Protocol):
-    """The producers connected to this broker (their Telemetry streams)."""
+    """The producers connected to this broker (gRPC Telemetry streams, remoting
+    connections)."""
 
     def maybe_send_check(self, producer_group: str, half: HalfMessage, transaction_id: str) -> bool:
         """Send a check-back of ``half`` to one connected producer of the group; whether
         one was connected."""
         ...
+
+
+class AnyProducers:
+    """Several sets of local producers as one: a check goes to the first that has a
+    producer for it (one protocol's producers, then another's)."""
+
+    def __init__(self, *producers: LocalProducers) -> None:
+        self._producers = producers
+
+    def maybe_send_check(self, producer_group: str, half: HalfMessage, transaction_id: str) -> bool:
+        """Send through the first set that has a producer of the group."""
+        return any(
+            producers.maybe_send_check(producer_group, half, transaction_id)
+            for producers in self._producers
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +106,8 @@ class TransactionProcessor:
         self._coordination = coordination
         self._peers = peers
         self.holds_lease = False
+        self._lease_warned = False  # a failing lease call was warned of (once per run)
+        self._quiet_until_ms = clock.now_ms() + NAMESERVER_QUIET_AT_START_MS
         self.delivered_local = 0  # check-backs this broker sent to its own producers
         self.delivered_via_peer = 0  # check-backs it had another broker deliver
 
@@ -94,7 +119,7 @@ class TransactionProcessor:
         commit: bool | None,
         *,
         from_check: bool = False,
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit (``True``), roll back (``False``) or leave (``None``: the producer does
         not know yet) a transaction; where a committed message went."""
         validation.check_topic(topic)
@@ -184,8 +209,26 @@ class TransactionProcessor:
                 LEASE_NAME, self.owner, self.policy.lease_ttl_ms
             )
         except BrokerError as error:
-            log.warning("transaction check lease unavailable: %s", error)
-            held = False
+            # The nameserver cannot be asked: nobody can take the lease meanwhile, so
+            # its holder goes on checking (an expiry seen by a broker that still
+            # reaches the nameserver costs at most a repeated check, as a takeover does).
+            away = error.code in (codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED)
+            held = away and self.holds_lease
+            # INFO while the broker starts, then one warning per outage, the rest DEBUG.
+            if self._lease_warned:
+                level = logging.DEBUG
+            elif self._clock.now_ms() < self._quiet_until_ms:
+                level = logging.INFO
+            else:
+                level, self._lease_warned = logging.WARNING, True
+            log.log(
+                level,
+                "transaction check lease unavailable%s: %s",
+                " (checking on while the nameserver is away)" if held else "",
+                error,
+            )
+        else:
+            self._lease_warned = False
         if held != self.holds_lease:
             log.info("transaction check-back %s", "owned here" if held else "owned elsewhere")
         self.holds_lease = held

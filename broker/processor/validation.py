@@ -12,9 +12,10 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 
-from broker.domain import Message, MessageType, TopicInfo
+from broker.domain import Message, TopicInfo
 from broker.errors import BrokerError, Reason
 from protocol import errors as codes
+from protocol.vocabulary import MessageType
 
 TOPIC_LENGTH_MAX = 127
 GROUP_LENGTH_MAX = 120

@@ -36,7 +36,7 @@ Mapping to the storage partition commands (``storage_node/partition``):
 ``append`` -> one ``Append`` of the batch's records; ``pop`` -> ``Receive``
 (``max_messages=batch_size``, ``invisible_duration_ms``,
 ``max_delivery_attempts``/``fifo`` from the GroupInfo,
-``filter_expression=tag_filter.expression()``); ``ack`` -> ``Ack``;
+``filter_expression`` and ``filter_kind`` of ``message_filter``); ``ack`` -> ``Ack``;
 ``change_invisible`` -> ``ChangeInvisibleDuration``;
 ``forward_to_dead_letter`` -> ``DeadLetter``; the (queue, offset, generation)
 triple is the storage half of the receipt handle. Routing a queue to its
@@ -64,17 +64,24 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
     PopResult,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
+from protocol.vocabulary import MessageType
+
+NAMESERVER_QUIET_AT_START_MS = 10_000
+"""A broker's periodic nameserver calls (heartbeats, the check-back lease) log their
+failures at INFO this long after it starts: roles start together, so a nameserver
+not up yet is normal at first; one still away past this is warned of."""
 
 
 class Clock(Protocol):
@@ -110,7 +117,7 @@ class MetadataService(Protocol):
 class MessageStore(Protocol):
     """Queues and their consumer state (the storage nodes)."""
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue, atomically and durably; one result per message."""
         ...
 
@@ -121,7 +128,7 @@ class MessageStore(Protocol):
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Hand up to ``batch_size`` visible messages of ``queue`` to ``group``.
 
@@ -148,7 +155,7 @@ class MessageStore(Protocol):
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Move a delivery to the group's dead-letter topic and finish it, as one step."""
         ...
 
@@ -168,13 +175,15 @@ class MessageStore(Protocol):
         """
         ...
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset: every message before it is finished."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset: where its consumption goes on, past every
+        message handed out, finished or still in flight, as RocketMQ's committed
+        offset (None: the group never consumed the queue nor committed in it)."""
         ...
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit or roll back the half message ``message_id`` of ``queue``.
 
         After a commit: where the message went; after a rollback: None. Raises
@@ -195,6 +204,30 @@ class MessageStore(Protocol):
     ) -> list[HalfMessage]:
         """Count one check-back of each half message; those then checked more than
         ``check_max`` times are rolled back and returned."""
+        ...
+
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Drop the timed message ``message_id`` held in ``queue`` before it is due; False
+        when none is held (it was queued at its time already, recalled, or never held)."""
+        ...
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
+    ) -> QueueSlice:
+        """Up to ``batch_size`` messages of ``queue`` matching ``message_filter``, from
+        ``offset`` on (a pull: no state changes). Raises OFFSET_OUT_OF_RANGE for an
+        offset outside [first, end] of the queue."""
+        ...
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's first and end offsets and, for ``timestamp_ms`` >= 0, the first
+        offset stored at or after it (the end offset if none)."""
+        ...
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """A consumer's commit of ``group``'s position in ``queue`` (clamped to
+        [first, end]; returned): pop consumption of the group resumes there; its
+        messages in flight keep their receipt handles (RocketMQ's commitOffset)."""
         ...
 
 

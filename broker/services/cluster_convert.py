@@ -14,47 +14,35 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from angelia_rpc.errors import AngeliaError
 from broker.domain import (
     NO_PROPERTIES,
     GroupInfo,
     Message,
-    MessageType,
-    Permission,
     PoppedMessage,
     QueueInfo,
     QueueRef,
     RetryPolicy,
     TopicInfo,
     new_message,
-    positional,
 )
 from broker.errors import BrokerError, Reason
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
+from protocol.positional import positional
 from protocol.records import MessageRecord
-from protocol.records import MessageType as RecordType
-
-# RocketMQ PermName bits, as the nameserver keeps them.
-_PERM_WRITE = 2
-_PERM_READ = 4
+from protocol.vocabulary import MessageType, Permission
 
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 17
 
 
 def permission_of(bits: int) -> Permission:
-    """The v2 permission of a nameserver permission bit set."""
-    readable, writable = bool(bits & _PERM_READ), bool(bits & _PERM_WRITE)
-    if readable and writable:
-        return Permission.READ_WRITE
-    if readable:
-        return Permission.READ
-    if writable:
-        return Permission.WRITE
-    return Permission.NONE
+    """The permission of a nameserver permission bit set (RocketMQ ``PermName`` bits;
+    bits other than read and write, such as inherit, are ignored)."""
+    return Permission(bits & Permission.READ_WRITE)
 
 
 def message_types_of(message_type: int) -> frozenset[MessageType]:
@@ -126,15 +114,11 @@ def message_to_record(message: Message, queue: QueueRef) -> MessageRecord:
         MessageRecord.sorted_properties(properties) if properties else (),
         message.born_timestamp_ms,
         message.delivery_timestamp_ms or 0,
-        RECORD_TYPES[message.message_type],
+        message.message_type,
         message.born_host,
         dead_topic,
         dead_id,
     )
-
-
-RECORD_TYPES: Mapping[MessageType, RecordType] = {kind: RecordType(kind) for kind in MessageType}
-"""The stored message type of each message type (the two enums share their values)."""
 
 
 def message_from_wire(message: st.Message) -> Message:
@@ -167,7 +151,7 @@ def message_from_record(record: MessageRecord) -> Message:
             record.topic,
             record.body,
             record.message_id,
-            MESSAGE_TYPES[record.message_type],
+            record.message_type,
             record.tag or None,
             record.keys,
             dict(record.properties) if record.properties else NO_PROPERTIES,
@@ -181,10 +165,6 @@ def message_from_record(record: MessageRecord) -> Message:
             else None,
         )
     )
-
-
-MESSAGE_TYPES: Mapping[RecordType, MessageType] = {RecordType(kind): kind for kind in MessageType}
-"""The message type of each stored message type."""
 
 
 def storage_handle(queue: QueueRef, offset: int, generation: int) -> st.ReceiptHandle:

@@ -28,21 +28,24 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    MessageType,
-    Placement,
     PoppedMessage,
     PopResult,
+    PulledMessage,
     QueueInfo,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
-from protocol.filters import TagFilter
+from protocol import errors as codes
+from protocol.filters import MessageFilter
+from protocol.vocabulary import MessageType, Placement
 
 
 class MemoryMetadata:
@@ -142,9 +145,33 @@ class _GroupQueue:
     def finish(self, offset: int) -> None:
         self.in_flight.pop(offset, None)
         self.finished.add(offset)
+        self._settle()
+
+    def _settle(self) -> None:
         while self.committed in self.finished:
             self.finished.discard(self.committed)
             self.committed += 1
+
+    def cursor(self, end: int) -> int:
+        """The first offset never handed out (nor finished): where pop goes on."""
+        offset = self.committed
+        while offset < end and (offset in self.finished or offset in self.in_flight):
+            offset += 1
+        return offset
+
+    def commit(self, offset: int, end: int) -> None:
+        """A consumer's commit: pop goes on at ``offset``; deliveries in flight stay.
+
+        Offsets below ``offset`` become finished unless in flight, offsets from
+        it up to the cursor fresh unless in flight, later ones keep their state
+        (``storage_node.partition.pop.GroupQueue.commit``, the same rule)."""
+        cursor = self.cursor(end)
+        if offset >= cursor:
+            self.finished.update(o for o in range(cursor, offset) if o not in self.in_flight)
+        else:
+            self.finished.difference_update(range(offset, cursor))
+            self.committed = min(self.committed, offset)
+        self._settle()
 
 
 @dataclass(slots=True)
@@ -208,20 +235,20 @@ class MemoryStore:
         """Unresolved half messages (for tests)."""
         return len(self._halves)
 
-    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+    def _queue_now(self, queue: QueueRef, message: Message, now_ms: int) -> SendResult:
         log = self._log(queue)
         log.append(_Stored(message, now_ms))
         event = self._appended.pop(queue.topic, None)
         if event is not None:
             event.set()
-        return AppendResult(queue, len(log) - 1, now_ms)
+        return SendResult(queue, len(log) - 1, now_ms)
 
-    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> AppendResult:
+    def _place(self, queue: QueueRef, message: Message, now_ms: int) -> SendResult:
         """Queue ``message`` now, or hold it until its delivery time."""
         due_ms = message.delivery_timestamp_ms
         if due_ms is not None and due_ms > now_ms:
             heapq.heappush(self._held, (due_ms, next(self._arrivals), queue, message))
-            return AppendResult(queue, -1, now_ms, Placement.DELAYED)
+            return SendResult(queue, -1, now_ms, Placement.DELAYED)
         return self._queue_now(queue, message, now_ms)
 
     def _release_due(self) -> None:
@@ -235,7 +262,7 @@ class MemoryStore:
         """When the earliest held message is due, if any."""
         return self._held[0][0] if self._held else None
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue: queued, held until due, or held as half messages."""
         self.append_calls += 1
         self._release_due()
@@ -246,14 +273,14 @@ class MemoryStore:
                 key = (queue.topic, message.message_id)
                 if key not in self._halves:
                     self._halves[key] = _Half(queue, message, now_ms)
-                results.append(AppendResult(queue, -1, now_ms, Placement.HALF))
+                results.append(SendResult(queue, -1, now_ms, Placement.HALF))
             else:
                 results.append(self._place(queue, message, now_ms))
         return results
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit (queue or hold) or roll back (forget) a half message."""
         self._release_due()
         half = self._halves.get((queue.topic, message_id))
@@ -304,7 +331,7 @@ class MemoryStore:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """Hand visible messages to ``group`` (FIFO groups: per message group order)."""
         self._release_due()
@@ -326,7 +353,10 @@ class MemoryStore:
             if flight is not None and flight.invisible_until_ms > now_ms:
                 blocked.add(key)
                 continue
-            if flight is None and not tag_filter.matches(stored.message.tag or ""):
+            message = stored.message
+            if flight is None and not message_filter.matches(
+                message.tag or "", message.user_properties.items(), message.keys
+            ):
                 state.finish(offset)
                 continue
             attempt = 1 if flight is None else flight.delivery_attempt + 1
@@ -390,7 +420,7 @@ class MemoryStore:
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Copy the message to ``%DLQ%<group>`` and finish the delivery."""
         self._flight(group.name, queue, offset, generation)
         original = self._queues[queue][offset].message
@@ -434,11 +464,72 @@ class MemoryStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue``."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue``: where pop goes on, past messages
+        in flight (None: it never consumed it)."""
         self._release_due()
         state = self._groups.get((group, queue))
-        return state.committed if state else 0
+        return state.cursor(len(self._log(queue))) if state else None
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
+    ) -> QueueSlice:
+        """Messages from ``offset`` matching ``message_filter`` (every queue starts at 0 here)."""
+        self._release_due()
+        log = self._log(queue)
+        if not 0 <= offset <= len(log):
+            raise BrokerError(
+                codes.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} outside [0, {len(log)}] of {queue.topic}:{queue.queue_id}",
+            )
+        found: list[PulledMessage] = []
+        next_offset = offset
+        while next_offset < len(log) and len(found) < batch_size:
+            stored = log[next_offset]
+            message = stored.message
+            if message_filter.matches(
+                message.tag or "", message.user_properties.items(), message.keys
+            ):
+                found.append(
+                    PulledMessage(stored.message, queue, next_offset, stored.store_timestamp_ms)
+                )
+            next_offset += 1
+        return QueueSlice(tuple(found), next_offset, 0, len(log))
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """0, the queue's length, and the first offset stored at or after ``timestamp_ms``."""
+        self._release_due()
+        log = self._log(queue)
+        at = -1
+        if timestamp_ms >= 0:
+            at = next(
+                (i for i, stored in enumerate(log) if stored.store_timestamp_ms >= timestamp_ms),
+                len(log),
+            )
+        return QueueOffsets(0, len(log), at)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """Commit the group's position on ``queue`` (clamped to the queue); its
+        deliveries in flight stay valid (see ``_GroupQueue.commit``)."""
+        self._release_due()
+        end = len(self._log(queue))
+        offset = min(max(offset, 0), end)
+        state = self._groups.get((group, queue))
+        if state is None:
+            self._groups[(group, queue)] = _GroupQueue(committed=offset)
+        else:
+            state.commit(offset, end)
+        return offset
+
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Drop a held timed message before it is due (see ``MessageStore.cancel_timer``)."""
+        self._release_due()
+        for index, (_due, _arrival, held_queue, message) in enumerate(self._held):
+            if held_queue == queue and message.message_id == message_id:
+                self._held.pop(index)
+                heapq.heapify(self._held)
+                return True
+        return False
 
 
 class MemoryCoordination:

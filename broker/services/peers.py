@@ -18,7 +18,7 @@ import logging
 from typing import Protocol
 
 from angelia_rpc import AngeliaError, CallContext, Peers
-from angelia_rpc.cluster_services import BrokerService
+from angelia_rpc.cluster_services import BrokerService, NameserverService
 from broker.domain import HalfMessage, QueueRef
 from broker.errors import BrokerError
 from broker.services import cluster_convert as convert
@@ -42,16 +42,19 @@ class ClusterCoordination:
     async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or extend the lease; False while another broker holds it."""
         request = ns.LeaseRequest(name, owner, ttl_ms)
-        try:
-            await self._link.call(
-                f"lease {name!r}",
-                lambda stub, timeout_ms: stub.acquire_lease(request, timeout_ms=timeout_ms),
-            )
-        except BrokerError as error:
-            if error.code is codes.LEASE_HELD:
-                return False
-            raise
-        return True
+
+        async def acquire(stub: NameserverService, timeout_ms: int) -> bool:
+            # LEASE_HELD is retriable (the lease frees when it expires) but here it
+            # is the answer: the link must not wait it out.
+            try:
+                await stub.acquire_lease(request, timeout_ms=timeout_ms)
+            except AngeliaError as error:
+                if error.code is codes.LEASE_HELD:
+                    return False
+                raise
+            return True
+
+        return await self._link.call(f"lease {name!r}", acquire)
 
     async def release_lease(self, name: str, owner: str) -> None:
         """Give the lease up (nothing happens if we no longer hold it)."""

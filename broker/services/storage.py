@@ -4,13 +4,18 @@ Routing: a queue is served by one raft group (``protocol.routing``; the
 nameserver's route names the group and its leader and followers). A call
 goes to the leader this broker last learned for the group, else to the
 route's leader, else to the group's other replicas and the configured seed
-storage nodes in turn. A NOT_LEADER answer names the leader when the replica
-knows it and the call goes there at once; without a hint, or when a node is
-unreachable, the route is read again and the call retried with backoff,
-all within the call's deadline. An unreachable node answers at once (stubs
-do not wait for ready), so a dead leader costs a retry, not a call timeout.
-Other failures keep their shared code, so ``broker/grpc/status.py`` answers
-the documented v2 status.
+storage nodes in turn, through :func:`angelia_rpc.failover.call_leader`,
+which decides by the error's flags alone: a replica that names the leader
+(NOT_LEADER's hint) sends the call there at once; a retriable failure
+without a hint moves it to the next replica after a pause, and once every
+replica failed the route is read again, all within the call's deadline. An
+unreachable node answers at once (stubs do not wait for ready), so a dead
+leader costs a retry, not a call timeout. Failures that are not retriable
+keep their shared code, so ``broker/grpc/status.py`` answers the documented
+v2 status.
+
+The hot path is a call to the leader last seen: it is made here, without
+the failover's state, which is built only when that call fails.
 
 Retrying is safe: appends are idempotent by message id; a receive that
 timed out leaves its grants to expire and be delivered again (at least
@@ -28,20 +33,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from itertools import repeat
 from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.failover import Failover, FailoverPolicy, attempt_timeout_ms, call_leader
 from broker.domain import (
-    AppendResult,
     GroupInfo,
     HalfMessage,
     Message,
-    Placement,
     PopResult,
+    PulledMessage,
+    QueueOffsets,
     QueueRef,
+    QueueSlice,
+    SendResult,
 )
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
@@ -51,8 +60,10 @@ from broker.waiting import deal_out, fail_waiting
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
-from protocol.filters import TagFilter
-from protocol.records import RecordCorrupted, pack_records, unpack_records
+from protocol.filters import MessageFilter
+from protocol.positional import positional
+from protocol.records import MessageRecord, RecordCorrupted, pack_records, unpack_records
+from protocol.vocabulary import Placement
 
 log = logging.getLogger("broker.storage")
 T = TypeVar("T")
@@ -63,30 +74,17 @@ REVISIT_MS = 1_000
 """The longest a long poll waits without popping again: redeliveries after an
 invisible time (which storage does not announce) are noticed within this."""
 _PLACEMENTS = {int(placement): placement for placement in Placement}
-_new_result: Callable[[tuple[object, ...]], AppendResult] = functools.partial(
-    tuple.__new__, AppendResult
-)
-"""An :class:`AppendResult` from its fields in order (one per stored message)."""
-HINTS_IN_A_ROW_MAX = 3
-"""Leader hints followed without pausing (stale hints could otherwise bounce a call)."""
+_new_result = positional(SendResult)
+"""A :class:`SendResult` from its fields in order (one per stored message)."""
+PAUSE_FIRST_S = 0.02
+PAUSE_MAX_S = 0.5
+"""A call's pauses between misses double from the first to the max."""
 GROWTH_WAIT_MS = 2_000
 """How long one storage call of a growth watch waits for its queue to grow."""
 GROWTH_WAIT_MARGIN_MS = 500
 """Kept between that wait and the call's timeout (the answer's way back)."""
 GROWTH_RETRY_MS = 50
 """A growth watch's pause after a failed call (or an early answer without growth)."""
-
-_ROUTE_AGAIN = frozenset(
-    {
-        codes.NOT_LEADER,
-        codes.UNAVAILABLE,
-        codes.DEADLINE_EXCEEDED,
-        codes.GROUP_NOT_HOSTED,
-        codes.PROPOSAL_DROPPED,
-        codes.SHUTTING_DOWN,
-        codes.OVERLOADED,
-    }
-)
 
 
 class StorageStore:
@@ -111,6 +109,9 @@ class StorageStore:
         self._seeds = list(seeds)
         self._call_timeout_ms = call_timeout_ms
         self._deadline_ms = deadline_ms
+        self._policy = FailoverPolicy(PAUSE_FIRST_S, PAUSE_MAX_S, call_timeout_ms=call_timeout_ms)
+        # A group's scan: one pass over its candidates, no pause (see _call_group).
+        self._scan_policy = FailoverPolicy(0.0, 0.0, call_timeout_ms=call_timeout_ms, passes_max=1)
         self._revisit_ms = revisit_ms
         self._growth = GrowthWatch(self._end_above, retry_ms=GROWTH_RETRY_MS)
         self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
@@ -141,20 +142,23 @@ class StorageStore:
         return list(dict.fromkeys(a for a in ordered if a))
 
     async def _route_with_replicas(
-        self, queue: QueueRef, deadline: float
+        self, queue: QueueRef, deadline: float, info: ns.QueueRouteInfo | None = None
     ) -> tuple[ns.QueueRouteInfo, list[str]]:
-        """The queue's route and the addresses to try; while the route names no replica
-        (the groups are not placed yet), read it again with backoff until ``deadline``."""
+        """The queue's route (``info`` if given) and the addresses to try, the leader last
+        seen first; while the route names no replica (the groups are not placed yet),
+        read it again with backoff until ``deadline``."""
         loop = asyncio.get_running_loop()
         delay_s = 0.05
         while True:
-            info = await self._queue_route(queue)
+            if info is None:
+                info = await self._queue_route(queue)
             candidates = self._candidates(info)
             if candidates or loop.time() + delay_s >= deadline:
                 return info, candidates
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 0.5)
             self._metadata.forget_route(queue.topic)
+            info = None
 
     async def _call(
         self,
@@ -167,49 +171,80 @@ class StorageStore:
         """``method(stub, timeout_ms)`` on the leader of ``queue``'s group (see the module)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (deadline_ms or self._deadline_ms) / 1000
-        delay_s = 0.02
-        info, candidates = await self._route_with_replicas(queue, deadline)
+        info = await self._queue_route(queue)
+        leader = self._leaders.get(info.group_id)
+        failure = None
+        if leader:  # the hot path: the leader last seen, no failover state
+            stub = self._peers.stub(StorageService, leader, wait_for_ready=False)
+            try:
+                return await method(
+                    stub, attempt_timeout_ms(self._call_timeout_ms, deadline, loop.time())
+                )
+            except AngeliaError as error:
+                failure = error
+        return await self._fail_over(queue, info, what, method, deadline, leader, failure)
+
+    async def _fail_over(
+        self,
+        queue: QueueRef,
+        info: ns.QueueRouteInfo,
+        what: str,
+        method: Callable[[StorageService, int], Awaitable[T]],
+        deadline: float,
+        leader: str | None,
+        failure: AngeliaError | None,
+    ) -> T:
+        """:meth:`_call` once its leader is unknown, or the call to it, ``leader``, failed
+        with ``failure``."""
+        info, candidates = await self._route_with_replicas(queue, deadline, info)
+        if failure is not None and leader:
+            candidates = list(dict.fromkeys([leader, *candidates]))  # the failed one first
         if not candidates:
             raise BrokerError(
                 codes.UNAVAILABLE, f"{what}: no storage node serves raft group {info.group_id}"
             )
-        turn = 0
-        hints_followed = 0
-        while True:
-            address = self._leaders.get(info.group_id) or candidates[turn % len(candidates)]
-            remaining_ms = int((deadline - loop.time()) * 1000)
+
+        async def refresh() -> list[str]:
+            self._metadata.forget_route(queue.topic)
+            return (await self._route_with_replicas(queue, deadline))[1]
+
+        failover = Failover(candidates, self._policy, deadline)
+        return await self._follow(info.group_id, failover, what, method, refresh, failure)
+
+    async def _follow(
+        self,
+        group_id: int,
+        failover: Failover,
+        what: str,
+        method: Callable[[StorageService, int], Awaitable[T]],
+        refresh: Callable[[], Awaitable[list[str]]] | None = None,
+        failure: AngeliaError | None = None,
+    ) -> T:
+        """``method`` on raft group ``group_id``'s leader as ``failover`` decides (see
+        :func:`call_leader`); the replica that answers is remembered as the leader."""
+        loop = asyncio.get_running_loop()
+
+        def attempt(address: str, timeout_ms: int) -> Awaitable[T]:
             stub = self._peers.stub(StorageService, address, wait_for_ready=False)
-            try:
-                result = await method(stub, max(1, min(self._call_timeout_ms, remaining_ms)))
-            except AngeliaError as error:
-                if error.code not in _ROUTE_AGAIN:
-                    raise convert.error_from_angelia(error, what) from None
-                if loop.time() >= deadline:
-                    raise convert.error_from_angelia(error, what) from None
-                hint = error.leader_hint if error.code is codes.NOT_LEADER else ""
-                if hint and hint != address and hints_followed < HINTS_IN_A_ROW_MAX:
-                    hints_followed += 1
-                    self._leaders[info.group_id] = hint
-                    continue  # the replica named the leader: go there now
-                hints_followed = 0
-                if self._leaders.get(info.group_id) == address:
-                    del self._leaders[info.group_id]
-                turn += 1
-                if loop.time() + delay_s >= deadline:
-                    raise convert.error_from_angelia(error, what) from None
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 0.5)
-                if turn % len(candidates) == 0:  # every candidate failed: read the route again
-                    self._metadata.forget_route(queue.topic)
-                    info, fresh = await self._route_with_replicas(queue, deadline)
-                    candidates = fresh or candidates
-                continue
-            self._leaders[info.group_id] = address
-            return result
+            return method(stub, timeout_ms)
+
+        try:
+            result = await call_leader(
+                failover,
+                attempt,
+                clock=loop.time,
+                sleep=asyncio.sleep,
+                refresh=refresh,
+                failure=failure,
+            )
+        except AngeliaError as error:
+            raise convert.error_from_angelia(error, what) from None
+        self._leaders[group_id] = failover.address
+        return result
 
     # -- the port ---------------------------------------------------------------------
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append a batch to one queue as one storage append (one raft entry)."""
         records = pack_records([convert.message_to_record(m, queue) for m in messages])
         request = st.AppendRequest(queue.topic, queue.queue_id, records=records)
@@ -235,7 +270,7 @@ class StorageStore:
             )
         else:
             results = [
-                AppendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
+                SendResult(queue, outcome.queue_offset, stored_ms, _PLACEMENTS[outcome.placement])
                 for outcome in response.listed
             ]
         if len(results) != len(messages):
@@ -253,7 +288,7 @@ class StorageStore:
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         """One storage receive (no waiting); a topic the nameserver lacks is empty."""
         request = st.ReceiveRequest(
@@ -263,7 +298,8 @@ class StorageStore:
             max_messages=batch_size,
             invisible_duration_ms=invisible_ms,
             max_delivery_attempts=group.retry.max_delivery_attempts,
-            filter_expression=tag_filter.expression(),
+            filter_expression=message_filter.expression,
+            filter_kind=int(message_filter.kind),
             fifo=group.fifo,
             packed=True,
         )
@@ -277,15 +313,7 @@ class StorageStore:
             if error.reason is Reason.TOPIC_NOT_FOUND:  # auto-create: not sent to yet
                 return PopResult((), -1)
             raise
-        try:
-            records = unpack_records(response.records).records
-        except RecordCorrupted as exc:
-            raise BrokerError(codes.DECODE_FAILED, f"receive answer: {exc}") from None
-        if len(records) != len(response.deliveries):
-            raise BrokerError(
-                codes.DECODE_FAILED,
-                f"receive answer: {len(records)} records for {len(response.deliveries)} deliveries",
-            )
+        records = _records_of(response.records, len(response.deliveries), "receive")
         popped = tuple(map(convert.popped_from_packed, response.deliveries, records))
         return PopResult(popped, response.end_offset, leased=response.leased)
 
@@ -379,7 +407,7 @@ class StorageStore:
 
     async def forward_to_dead_letter(
         self, group: GroupInfo, queue: QueueRef, offset: int, generation: int
-    ) -> AppendResult:
+    ) -> SendResult:
         """Move a delivery to ``%DLQ%<group>`` (the queue of its own raft group), then ack it."""
         generation, _ = await self.change_invisible(
             group.name, queue, offset, generation, self._deadline_ms * 2
@@ -463,8 +491,8 @@ class StorageStore:
             timeout_s = min(timeout_ms, self._revisit_ms) / 1000
         return await self._growth.wait(topic, known_end_offsets, timeout_s)
 
-    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int:
-        """The group's committed offset on ``queue`` (0 if it never consumed)."""
+    async def get_consumer_offset(self, group: str, queue: QueueRef) -> int | None:
+        """The group's committed offset on ``queue`` (None if it never consumed)."""
         response = await self._call(
             queue,
             f"offset of {group} on {queue.topic}:{queue.queue_id}",
@@ -472,13 +500,13 @@ class StorageStore:
                 st.GetOffsetRequest(group, queue.topic, queue.queue_id), timeout_ms=timeout_ms
             ),
         )
-        return response.offset or 0
+        return response.offset
 
     # -- transactions (see the MessageStore contract) ------------------------------------
 
     async def end_transaction(
         self, queue: QueueRef, message_id: str, commit: bool
-    ) -> AppendResult | None:
+    ) -> SendResult | None:
         """Commit or roll back a half message on its group's leader."""
         request = st.EndTransactionRequest(queue.topic, queue.queue_id, message_id, commit)
         try:
@@ -493,7 +521,7 @@ class StorageStore:
             raise
         if not response.committed:
             return None
-        return AppendResult(queue, response.queue_offset, 0, Placement(response.placement))
+        return SendResult(queue, response.queue_offset, 0, Placement(response.placement))
 
     async def _call_group(
         self,
@@ -503,32 +531,14 @@ class StorageStore:
         method: Callable[[StorageService, int], Awaitable[T]],
     ) -> T:
         """``method`` on the leader of raft group ``group_id``: the one last known, else
-        the candidates in turn, following NOT_LEADER hints; one pass, then the error."""
+        the candidates in turn, following leader hints without a pause; one pass, then
+        the last error."""
         known = self._leaders.get(group_id)
         ordered = list(dict.fromkeys([*([known] if known else []), *candidates]))
         if not ordered:
             raise BrokerError(codes.UNAVAILABLE, f"{what}: no storage node for group {group_id}")
-        last: AngeliaError | None = None
-        tried: set[str] = set()
-        while ordered:
-            address = ordered.pop(0)
-            if address in tried:
-                continue
-            tried.add(address)
-            stub = self._peers.stub(StorageService, address, wait_for_ready=False)
-            try:
-                result = await method(stub, self._call_timeout_ms)
-            except AngeliaError as error:
-                if error.code not in _ROUTE_AGAIN:
-                    raise convert.error_from_angelia(error, what) from None
-                last = error
-                if error.code is codes.NOT_LEADER and error.leader_hint:
-                    ordered.insert(0, error.leader_hint)
-                continue
-            self._leaders[group_id] = address
-            return result
-        assert last is not None
-        raise convert.error_from_angelia(last, what)
+        failover = Failover(ordered, self._scan_policy, math.inf)
+        return await self._follow(group_id, failover, what, method)
 
     async def orphaned_transactions(
         self, stored_before_ms: int, checked_before_ms: int, limit: int
@@ -607,6 +617,80 @@ class StorageStore:
             gone = set(response.rolled_back)
             rolled_back += [h for h in members if h.message.message_id in gone]
         return rolled_back
+
+    async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
+        """Cancel a held timed message on its group's leader (``storage.cancel_timer``)."""
+        request = st.CancelTimerRequest(queue.topic, queue.queue_id, message_id)
+        response = await self._call(
+            queue,
+            f"cancel timer {message_id!r} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.cancel_timer(request, timeout_ms=timeout_ms),
+        )
+        return response.cancelled
+
+    # -- offset reads (pull consumers) ---------------------------------------------------
+
+    async def read(
+        self, queue: QueueRef, offset: int, *, batch_size: int, message_filter: MessageFilter
+    ) -> QueueSlice:
+        """One storage read of ``queue`` from ``offset``, filtered by storage."""
+        request = st.ReadRequest(
+            queue.topic,
+            queue.queue_id,
+            offset,
+            batch_size,
+            filter_expression=message_filter.expression,
+            packed=True,
+            filter_kind=int(message_filter.kind),
+        )
+        response = await self._call(
+            queue,
+            f"read {queue.topic}:{queue.queue_id}@{offset}",
+            lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
+        )
+        records = _records_of(response.records, len(response.stored_at), "read")
+        messages = tuple(
+            PulledMessage(convert.message_from_record(record), queue, *stored_at)
+            for record, stored_at in zip(records, response.stored_at, strict=True)
+        )
+        return QueueSlice(
+            messages, response.next_offset, response.first_offset, response.end_offset
+        )
+
+    async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
+        """The queue's offsets from its group's leader (one queue-info call)."""
+        request = st.QueueInfoRequest(queue.topic, queue.queue_id, timestamp_ms)
+        info = await self._call(
+            queue,
+            f"queue info of {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.queue_info(request, timeout_ms=timeout_ms),
+        )
+        return QueueOffsets(info.first_offset, info.end_offset, info.timestamp_offset)
+
+    async def commit_consumer_offset(self, group: str, queue: QueueRef, offset: int) -> int:
+        """One storage commit-offset call (a ``CommitConsumerOffset`` in the queue's raft
+        group: the group's pop leases stay valid)."""
+        request = st.CommitOffsetRequest(group, queue.topic, queue.queue_id, offset, True)
+        response = await self._call(
+            queue,
+            f"commit offset of {group} on {queue.topic}:{queue.queue_id}",
+            lambda stub, timeout_ms: stub.commit_offset(request, timeout_ms=timeout_ms),
+        )
+        return offset if response.offset is None else response.offset
+
+
+def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:
+    """The ``count`` records of a packed storage answer to ``call``; DECODE_FAILED for
+    bytes that are no records or for another count of them."""
+    try:
+        records = unpack_records(packed).records
+    except RecordCorrupted as exc:
+        raise BrokerError(codes.DECODE_FAILED, f"{call} answer: {exc}") from None
+    if len(records) != count:
+        raise BrokerError(
+            codes.DECODE_FAILED, f"{call} answer: {len(records)} records for {count} messages"
+        )
+    return records
 
 
 async def _scan_transactions(

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from raft.core.quorum import VoteResult
 from raft.core.tracker import MembershipConfig
 from raft.errors import ProposalDropped
-from raft.types import NONE, Message, MessageType, ReadState, Role, Snapshot
+from raft.types import NONE, Message, MsgType, ReadState, Role, Snapshot
 
 if TYPE_CHECKING:
     from raft.core.replica import Raft
 
-MT = MessageType
+MT = MsgType
 
 
 def step_candidate(r: Raft, m: Message) -> None:

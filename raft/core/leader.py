@@ -16,12 +16,12 @@ from raft.core import confchange
 from raft.core.progress import Progress, ProgressState
 from raft.core.quorum import VoteResult
 from raft.errors import InvalidConfChange, ProposalDropped
-from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType
+from raft.types import NONE, ConfChange, ConfChangeV2, Entry, EntryType, Message, MsgType
 
 if TYPE_CHECKING:
     from raft.core.replica import Raft
 
-MT = MessageType
+MT = MsgType
 
 
 def step_leader(r: Raft, m: Message) -> None:

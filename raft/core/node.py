@@ -42,7 +42,7 @@ from raft.types import (
     HardState,
     LogReader,
     Message,
-    MessageType,
+    MsgType,
     ProgressStatus,
     Ready,
     Role,
@@ -52,7 +52,7 @@ from raft.types import (
 
 __all__ = ["Config", "RawNode"]
 
-MT = MessageType
+MT = MsgType
 
 _LOCAL_ONLY = frozenset({MT.HUP, MT.BEAT, MT.CHECK_QUORUM, MT.UNREACHABLE, MT.SNAP_STATUS})
 _RESPONSES = frozenset({MT.APP_RESP, MT.VOTE_RESP, MT.PRE_VOTE_RESP, MT.HEARTBEAT_RESP})

@@ -39,7 +39,7 @@ from raft.types import (
     HardState,
     LogReader,
     Message,
-    MessageType,
+    MsgType,
     ReadState,
     Role,
 )
@@ -47,10 +47,10 @@ from raft.types import (
 CAMPAIGN_TRANSFER = b"CampaignTransfer"
 """Vote context of an election forced by a leader transfer (bypasses the lease)."""
 
-MT = MessageType
+MT = MsgType
 
 
-def vote_response_type(vote_type: MessageType) -> MessageType:
+def vote_response_type(vote_type: MsgType) -> MsgType:
     """The response type of a VOTE or PRE_VOTE request."""
     return MT.VOTE_RESP if vote_type == MT.VOTE else MT.PRE_VOTE_RESP
 
@@ -304,7 +304,7 @@ class Raft:
             lo = page[-1].index + 1
         return False
 
-    def campaign(self, vote_type: MessageType, transfer: bool = False) -> None:
+    def campaign(self, vote_type: MsgType, transfer: bool = False) -> None:
         """Ask every voter for a (pre-)vote; a lone voter wins at once."""
         if vote_type == MT.PRE_VOTE:
             self.become_pre_candidate()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from raft.core.confchange import decode_entry
 from raft.core.config import Config
 from raft.core.node import RawNode
-from raft.errors import NotLeader, ProposalDropped, RaftError, StorageFailed
+from raft.errors import ProposalDropped, RaftError, RaftNotLeader, StorageFailed
 from raft.host import wire
 from raft.host.collaborators import GroupNode, StateMachine
 from raft.host.compaction import CompactionStep
@@ -181,7 +181,7 @@ class Driver:
         vote kept: see ``LogStore.drop_group``); no-op if it is not hosted.
 
         Call it once this node is no longer a member (its proposals fail with
-        NotLeader). It waits for the round under way, so the group is never
+        RaftNotLeader). It waits for the round under way, so the group is never
         removed between a round's collect and advance.
         """
         async with self._round_lock:
@@ -214,7 +214,7 @@ class Driver:
                 await task
         self._tasks = []
         await self.transport.close()
-        self._fail_waiting(NotLeader("the node is stopping"))
+        self._fail_waiting(RaftNotLeader("the node is stopping"))
         self._sync_thread.shutdown()
         self._spare_thread.shutdown(wait=True)
         self._snapshot_thread.shutdown(wait=True)
@@ -224,7 +224,7 @@ class Driver:
     def propose_nowait(self, group_id: int, data: bytes) -> asyncio.Future[object]:
         """Queue a proposal; the future ends when it is applied here (or fails).
 
-        Failures: ``NotLeader`` (with the leader hint) if this replica does not
+        Failures: ``RaftNotLeader`` (with the leader hint) if this replica does not
         lead the group, ``ProposalDropped`` if it was not appended or was
         overwritten, ``StorageFailed`` if the WAL failed.
         """
@@ -304,7 +304,7 @@ class Driver:
 
         Returns the read index once this node (the leader) confirmed it still
         leads and applied up to it: state machine reads made right after see
-        every write committed before the call. Raises ``NotLeader`` (with the
+        every write committed before the call. Raises ``RaftNotLeader`` (with the
         leader hint) on a follower, ``ProposalDropped`` if leadership could
         not be confirmed within ``timeout_ms``.
         """

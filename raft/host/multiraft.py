@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge, RaftError
+from raft.errors import ProposalDropped, ProposalTooLarge, RaftError, RaftNotLeader
 from raft.host import wire
 from raft.host.collaborators import (
     ConfChangeApplier,
@@ -62,13 +62,13 @@ from raft.types import (
     ConfState,
     Entry,
     EntryType,
-    MessageType,
+    MsgType,
     Ready,
     Snapshot,
     SnapshotMetadata,
 )
 
-_PERIODIC = frozenset({MessageType.HEARTBEAT, MessageType.HEARTBEAT_RESP})
+_PERIODIC = frozenset({MsgType.HEARTBEAT, MsgType.HEARTBEAT_RESP})
 _CONF_TYPES = frozenset({EntryType.CONF_CHANGE, EntryType.CONF_CHANGE_V2})
 
 
@@ -116,7 +116,7 @@ class MultiRaft:
 
     def remove_group(self, group_id: int) -> list[Outcome]:
         """Stop hosting ``group_id`` (no-op if not hosted); the Outcomes of its
-        queued and pending proposals and reads, all failed with NotLeader.
+        queued and pending proposals and reads, all failed with RaftNotLeader.
 
         Messages for it are dropped from now on (see :meth:`receive`). The
         caller removes it between rounds, never between collect and advance.
@@ -125,7 +125,7 @@ class MultiRaft:
         if g is None:
             return []
         self._dirty.discard(group_id)
-        error = NotLeader(f"group {group_id} is no longer hosted on node {self.node_id}")
+        error = RaftNotLeader(f"group {group_id} is no longer hosted on node {self.node_id}")
         tokens = [p.token for p in g.proposals + g.conf_changes]
         tokens += [p.token for p in g.pending.values()]
         if g.applying is not None and g.applying.first not in g.pending:
@@ -160,7 +160,7 @@ class MultiRaft:
     def _group(self, group_id: int) -> HostedGroup:
         group = self._groups.get(group_id)
         if group is None:
-            raise NotLeader(f"group {group_id} is not hosted on node {self.node_id}")
+            raise RaftNotLeader(f"group {group_id} is not hosted on node {self.node_id}")
         return group
 
     def _wake(self, g: HostedGroup) -> None:
@@ -278,7 +278,7 @@ class MultiRaft:
 
         It fails with ProposalDropped if the leader could not take it (e.g.
         another change is still in progress), InvalidConfChange if it can
-        never apply, NotLeader off the leader.
+        never apply, RaftNotLeader off the leader.
         """
         g = self._group(group_id)
         self._wake(g)
@@ -298,13 +298,13 @@ class MultiRaft:
         with ``token`` and the read index as result comes once this replica has
         applied up to that index (the read may then be served from its state).
 
-        Raises NotLeader if this replica does not lead the group. A read whose
+        Raises RaftNotLeader if this replica does not lead the group. A read whose
         confirmation is lost (leadership changes meanwhile) never ends: callers
         bound their wait.
         """
         g = self._group(group_id)
         if not g.node.is_leader():
-            raise NotLeader(f"node {self.node_id} does not lead group {group_id}", g.node.lead)
+            raise RaftNotLeader(f"node {self.node_id} does not lead group {group_id}", g.node.lead)
         self._wake(g)
         self._read_seq += 1
         context = self._read_seq.to_bytes(8, "big")
@@ -335,7 +335,7 @@ class MultiRaft:
             if proposals:
                 g.proposals = []
                 if not node.is_leader():
-                    error = NotLeader(
+                    error = RaftNotLeader(
                         f"node {self.node_id} does not lead group {group_id}", node.lead
                     )
                     rejected.extend((p.token, error) for p in proposals)
@@ -372,7 +372,7 @@ class MultiRaft:
         for p in changes:
             assert p.conf_change is not None
             if not node.is_leader():
-                error = NotLeader(
+                error = RaftNotLeader(
                     f"node {self.node_id} does not lead group {g.group_id}", node.lead
                 )
                 rejected.append((p.token, error))

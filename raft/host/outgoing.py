@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from raft.host import wire
 from raft.host.collaborators import StateMachine
 from raft.host.group_state import Round
-from raft.types import ConfState, Message, MessageType, Ready, Snapshot
+from raft.types import ConfState, Message, MsgType, Ready, Snapshot
 
-_EARLY = frozenset({MessageType.APP, MessageType.HEARTBEAT})
+_EARLY = frozenset({MsgType.APP, MsgType.HEARTBEAT})
 
 
 def needs_a_follower(conf: ConfState) -> bool:

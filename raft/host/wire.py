@@ -16,7 +16,7 @@ Layout (msgpack)::
                (consecutive indices from first_index, flattened)
     snapshot = [index, term, voters, learners, voters_outgoing, data]
 
-``type`` is a :class:`raft.types.MessageType`, or :data:`QUIESCE` for the
+``type`` is a :class:`raft.types.MsgType`, or :data:`QUIESCE` for the
 driver's own "this group is going idle" notice (never given to a raft core).
 
 PURE.
@@ -34,7 +34,7 @@ from raft.types import (
     Entry,
     EntryType,
     Message,
-    MessageType,
+    MsgType,
     Snapshot,
     SnapshotMetadata,
 )
@@ -109,7 +109,7 @@ def _flat_entries(entries: Sequence[Entry]) -> list[object]:
 
 
 _ENTRY_TYPES = {int(t): t for t in EntryType}
-_MESSAGE_TYPES = {int(t): t for t in MessageType}
+_MESSAGE_TYPES = {int(t): t for t in MsgType}
 
 
 # Per field position: the values that mean "default" and may be dropped at the tail.

@@ -22,6 +22,14 @@ servers: grpc.aio took half of the 2 cores in the receive+ack phase. Per run:
    and p99 of a receive+ack pair. Consumers then still in a long poll (the
    broker holds an empty receive for 5 s at least) finish uncounted.
 
+3. pull (``--pull-batch`` > 0): offset-based consumption of the same
+   messages again, as pull consumers read them (PullMessage of up to
+   ``pull_batch`` from an offset; no ack, nothing kept by the broker): every
+   queue's offsets of the run, from its end offset before the publish to its
+   end after the receive+ack, cut into segments of ``PULL_SEGMENT`` offsets
+   that ``in_flight`` workers each read in order: msgs/s over the time
+   until every segment is read, and p50/p99 of a pull call.
+
 Then ``runs`` times, the official Python client (rocketmq-python-client) in
 its own process: one Producer sending one message at a time for
 ``official_seconds``: its msgs/s and p99.
@@ -64,10 +72,12 @@ from loadtest.client import (
     build_message,
     check_ack,
     check_send,
+    check_status,
     endpoints_of,
     receive_request,
     received_of,
 )
+from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from rip5 import dev_cluster, shell, stats
@@ -81,6 +91,8 @@ IDLE_TOPIC = "bench-e2e-idle"
 GROUP = "bench-e2e-group"
 IDLE_POLL_MS = 5_000
 IDLE_CASE = "idle long polls"
+PULL_SEGMENT = 1024
+"""Offsets of one queue a pull worker reads in a row (the pull phase's unit of work)."""
 Metadata = Sequence[tuple[str, str]]
 METRICS = (
     harness.Metric("msgs_per_s", "msgs/s"),
@@ -101,6 +113,21 @@ class PhaseResult:
     calls: int
     errors: int
     error_names: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, msgs_per_s: float, latencies: list[float], calls: int, error_names: dict[str, int]
+    ) -> PhaseResult:
+        """A phase's figures from its rate, its calls' latencies (ms), how many calls
+        it counts and its failures by name."""
+        return cls(
+            msgs_per_s,
+            stats.percentile(latencies, 0.5),
+            stats.percentile(latencies, 0.99),
+            calls,
+            sum(error_names.values()),
+            error_names,
+        )
 
     def values(self) -> dict[str, float]:
         """The figures by metric key."""
@@ -180,20 +207,19 @@ class LeanStub:
         ):
             yield parse(answer)
 
-    async def receive_all(
+    async def call_all(
         self,
-        request: spb.ReceiveMessageRequest,
+        method: str,
+        request: Any,
+        parse: Callable[[bytes], Any],
         *,
         timeout: float,  # noqa: ASYNC109 - as the stub's calls
         metadata: Metadata,
-    ) -> list[spb.ReceiveMessageResponse]:
-        """One ReceiveMessage call: all its responses, once it ended."""
-        parse = spb.ReceiveMessageResponse.FromString
+    ) -> list[Any]:
+        """One call of ``method`` (unary or server streaming): all its responses (each
+        read by ``parse``), once it ended."""
         answers = await self._channel.call(
-            _SERVICE + "ReceiveMessage",
-            request.SerializeToString(),
-            timeout_s=timeout,
-            metadata=metadata,
+            _SERVICE + method, request.SerializeToString(), timeout_s=timeout, metadata=metadata
         )
         return [parse(answer) for answer in answers]
 
@@ -210,16 +236,25 @@ class LeanStub:
         )
 
 
-async def _receive_all(
-    stub: Any, request: spb.ReceiveMessageRequest, metadata: Metadata
-) -> list[spb.ReceiveMessageResponse]:
-    """A receive's responses, once the call ended: in one piece from the lean client,
-    gathered from grpc's stream otherwise."""
+async def _unary_answer(
+    stub: Any, method: str, request: Any, parse: Callable[[bytes], Any], metadata: Metadata
+) -> Any:
+    """The response of a unary call of ``method``, through either client."""
+    if isinstance(stub, LeanStub):  # a unary call is a call of one answer
+        (answer,) = await stub.call_all(method, request, parse, timeout=30, metadata=metadata)
+        return answer
+    return await getattr(stub, method)(request, timeout=30, metadata=metadata)
+
+
+async def _all_answers(
+    stub: Any, method: str, request: Any, parse: Callable[[bytes], Any], metadata: Metadata
+) -> list[Any]:
+    """The responses of a server-streaming call, once it ended: in one piece from the
+    lean client, gathered from grpc's stream otherwise."""
     if isinstance(stub, LeanStub):
-        return await stub.receive_all(request, timeout=10, metadata=metadata)
-    return [
-        response async for response in stub.ReceiveMessage(request, timeout=10, metadata=metadata)
-    ]
+        return await stub.call_all(method, request, parse, timeout=10, metadata=metadata)
+    call = getattr(stub, method)
+    return [response async for response in call(request, timeout=10, metadata=metadata)]
 
 
 class Generator:
@@ -298,14 +333,7 @@ class Generator:
                     measured += batch
 
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        result = PhaseResult(
-            measured / seconds,
-            stats.percentile(latencies, 0.5),
-            stats.percentile(latencies, 0.99),
-            len(latencies),
-            sum(error_names.values()),
-            error_names,
-        )
+        result = PhaseResult.of(measured / seconds, latencies, len(latencies), error_names)
         return result, stored
 
     async def consume(
@@ -350,7 +378,13 @@ class Generator:
                 try:
                     received = [
                         message
-                        for response in await _receive_all(stub, request, self.metadata)
+                        for response in await _all_answers(
+                            stub,
+                            "ReceiveMessage",
+                            request,
+                            spb.ReceiveMessageResponse.FromString,
+                            self.metadata,
+                        )
                         if (message := received_of(response)) is not None
                     ]
                     if not received:
@@ -378,13 +412,116 @@ class Generator:
         elapsed = ended - started
         if consumed < expected:
             error_names["NOT_ALL_CONSUMED"] = expected - consumed
-        result = PhaseResult(
-            counted / elapsed if elapsed > 0 else 0.0,
-            stats.percentile(latencies, 0.5),
-            stats.percentile(latencies, 0.99),
-            calls,
-            sum(error_names.values()),
-            error_names,
+        result = PhaseResult.of(
+            counted / elapsed if elapsed > 0 else 0.0, latencies, calls, error_names
+        )
+        return result, share
+
+    async def end_offsets(self) -> dict[int, int]:
+        """The end offset of every queue of the topic (its route, then QueryOffset END)."""
+        stub = self.stubs[0]
+        topic = pb.Resource(name=self.topic)
+        route = await _unary_answer(
+            stub,
+            "QueryRoute",
+            spb.QueryRouteRequest(topic=topic, endpoints=self.endpoints),
+            spb.QueryRouteResponse.FromString,
+            self.metadata,
+        )
+        check_status(route.status)
+        ends: dict[int, int] = {}
+        for queue_id in sorted({queue.id for queue in route.message_queues}):
+            answer = await _unary_answer(
+                stub,
+                "QueryOffset",
+                spb.QueryOffsetRequest(
+                    message_queue=pb.MessageQueue(topic=topic, id=queue_id),
+                    query_offset_policy=pb.END,
+                ),
+                spb.QueryOffsetResponse.FromString,
+                self.metadata,
+            )
+            check_status(answer.status)
+            ends[queue_id] = answer.offset
+        return ends
+
+    async def pull(
+        self,
+        *,
+        starts: dict[int, int],
+        ends: dict[int, int],
+        in_flight: int,
+        pull_batch: int,
+        meter: harness.CpuMeter,
+    ) -> tuple[PhaseResult, harness.CpuShare]:
+        """Pull every offset in [starts[q], ends[q]) of every queue q (see the module)."""
+        segments = iter(
+            [
+                (queue_id, offset, min(offset + PULL_SEGMENT, ends[queue_id]))
+                for queue_id, start in starts.items()
+                for offset in range(start, ends[queue_id], PULL_SEGMENT)
+            ]
+        )
+        expected = sum(ends[q] - start for q, start in starts.items())
+        meter.start()
+        clock = time.perf_counter
+        started = clock()
+        latencies: list[float] = []
+        pulled = 0
+        error_names: dict[str, int] = {}
+        topic = pb.Resource(name=self.topic)
+        group = pb.Resource(name=self.group)
+        everything = pb.FilterExpression(type=pb.TAG, expression="*")
+
+        async def worker(index: int) -> None:
+            nonlocal pulled
+            stub = self.stubs[index % len(self.stubs)]
+            for queue_id, first, end in segments:
+                queue = pb.MessageQueue(topic=topic, id=queue_id)
+                offset = first
+                while offset < end:
+                    request = spb.PullMessageRequest(
+                        group=group,
+                        message_queue=queue,
+                        offset=offset,
+                        batch_size=min(pull_batch, end - offset),
+                        filter_expression=everything,
+                    )
+                    sent = clock()
+                    try:
+                        responses = await _all_answers(
+                            stub,
+                            "PullMessage",
+                            request,
+                            spb.PullMessageResponse.FromString,
+                            self.metadata,
+                        )
+                    except (CallFailed, grpc.aio.AioRpcError) as error:
+                        await _failed(error_names, error)
+                        break  # the segment's rest counts as not pulled
+                    latencies.append((clock() - sent) * 1000)
+                    found = next_offset = 0
+                    for response in responses:
+                        which = response.WhichOneof("content")
+                        if which == "message":
+                            found += 1
+                        elif which == "next_offset":
+                            next_offset = response.next_offset
+                        elif response.status.code not in (pb.OK, pb.MESSAGE_NOT_FOUND):
+                            _count(error_names, pb.Code.Name(response.status.code))
+                    if next_offset <= offset:  # no progress: count it, skip the segment
+                        _count(error_names, "NO_PROGRESS")
+                        break
+                    pulled += min(found, end - offset)
+                    offset = next_offset
+
+        await asyncio.gather(*(worker(i) for i in range(in_flight)))
+        elapsed = clock() - started
+        share = meter.stop()
+        if pulled < expected:
+            error_names["NOT_ALL_PULLED"] = expected - pulled
+        result = PhaseResult.of(
+            pulled / elapsed if elapsed > 0 else 0.0, latencies, len(latencies), error_names
         )
         return result, share
 
@@ -423,14 +560,7 @@ class Generator:
                 latencies.append((clock() - sent) * 1000)
 
         await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        return PhaseResult(
-            0.0,
-            stats.percentile(latencies, 0.5),
-            stats.percentile(latencies, 0.99),
-            len(latencies),
-            sum(error_names.values()),
-            error_names,
-        )
+        return PhaseResult.of(0.0, latencies, len(latencies), error_names)
 
 
 def official_send(args: argparse.Namespace, endpoint: str) -> dict[str, float]:
@@ -467,6 +597,7 @@ async def _runs(
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
+            starts = await generator.end_offsets() if args.pull_batch > 0 else {}
             report.stage(f"run {run + 1}: publish")
             meter.start()
             publish, stored = await generator.publish(
@@ -496,6 +627,22 @@ async def _runs(
                 f"p99 {consume.p99_ms:.1f} ms ({stored:,} messages; "
                 f"errors {consume.error_names or 0})"
             )
+            if args.pull_batch > 0:
+                report.stage(f"run {run + 1}: pull")
+                pull, pull_cpu = await generator.pull(
+                    starts=starts,
+                    ends=await generator.end_offsets(),
+                    in_flight=args.in_flight,
+                    pull_batch=args.pull_batch,
+                    meter=meter,
+                )
+                report.record("pull", pull.values(), pull_cpu)
+                report.say(
+                    f"  run {run + 1}: pull {pull.msgs_per_s:,.0f} msgs/s "
+                    f"p50 {pull.p50_ms:.1f} ms p99 {pull.p99_ms:.1f} ms "
+                    f"({pull.calls} pulls of up to {args.pull_batch}; "
+                    f"errors {pull.error_names or 0})"
+                )
         if args.idle_seconds > 0:
             report.stage("idle long polls")
             meter.start()
@@ -568,6 +715,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=64, help="concurrent calls")
     parser.add_argument("--batch", type=int, default=32, help="messages per SendMessage")
     parser.add_argument("--receive-batch", type=int, default=32, help="messages per receive")
+    parser.add_argument(
+        "--pull-batch",
+        type=int,
+        default=32,
+        help="messages per PullMessage in the pull phase (0: skip the phase)",
+    )
     parser.add_argument("--message-bytes", type=int, default=1024, help="body size")
     parser.add_argument("--channels", type=int, default=4, help="connections to the broker")
     parser.add_argument(
@@ -628,6 +781,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.pull_batch < 0:
+        parser.error("--pull-batch must not be negative")
     if args.seconds <= 0 or min(args.warmup, args.official_seconds, args.idle_seconds) < 0:
         parser.error(
             "--seconds must be positive; --warmup, --official-seconds and --idle-seconds "
@@ -657,7 +812,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     official = 1 if args.official_seconds > 0 else 0
     try:
         idle = 1 if args.idle_seconds > 0 else 0
-        with report.progress(args.runs * (2 + official) + idle):
+        pulls = 1 if args.pull_batch > 0 else 0
+        with report.progress(args.runs * (2 + pulls + official) + idle):
             _measure(args, report)
     except (dev_cluster.ClusterError, RuntimeError) as exc:
         print(f"rip5 bench e2e: {exc}", file=sys.stderr)

@@ -5,7 +5,8 @@ is a real ``python -m rip5 storage`` process with its own data folder, on a
 port that was free when the cluster was planned; it reports readiness through
 the ``RIP5_READY_FD`` pipe of rip5/shell.py. Clients reach nodes over Angelia
 (tcp, msgpack); :meth:`LocalStorageCluster.call` routes a queue to its group,
-follows NOT_LEADER hints and retries retriable errors until a deadline.
+follows leader hints and retries retriable errors until a deadline (through
+:func:`angelia_rpc.failover.call_leader`).
 
 SHELL.
 """
@@ -23,6 +24,8 @@ from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.errors import unavailable
+from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
 from angelia_rpc.ports import free_port
 from protocol import routing
 from protocol.storage_api import NodeStatusRequest, NodeStatusResponse
@@ -31,6 +34,9 @@ from rip5.supervisor import DIE_WITH_PARENT, terminate_all
 from storage_node.service import FIRST_GROUP_ID
 
 T = TypeVar("T")
+
+_FAILOVER = FailoverPolicy(pause_first_s=0.01, pause_max_s=0.2)
+"""A call's pauses after a miss: 10 ms doubling to 200 ms."""
 
 
 class LocalStorageCluster:
@@ -193,8 +199,9 @@ class LocalStorageCluster:
         timeout_s: float = 30.0,
         group: int | None = None,
     ) -> T:
-        """``invoke(stub)`` on a live node, following NOT_LEADER hints and retrying
-        retriable errors (on the next live node when there is no hint) until ``timeout_s``.
+        """``invoke(stub)`` on a live node; when it fails, the other live nodes as
+        :func:`angelia_rpc.failover.call_leader` decides (leader hints followed,
+        retriable errors retried after a pause) until ``timeout_s``.
 
         With ``group`` (the group serving the call's queue), the call starts at the
         node that last served that group.
@@ -208,26 +215,37 @@ class LocalStorageCluster:
         address = self.addresses[first_node if first_node in self.processes else live[0]]
         if first_node is None and group is not None:
             address = self._served_by.get(group, address)
-        attempt = 0
-        while True:
-            try:
-                result = await invoke(self.stub_at(address))
-            except AngeliaError as exc:
-                if not exc.retriable or loop.time() > deadline:
-                    raise
-                attempt += 1
-                live = sorted(self.processes)
-                hinted = exc.leader_hint if exc.leader_hint in self.addresses.values() else ""
-                if hinted and any(self.addresses[n] == hinted for n in live):
-                    address = hinted
-                else:
-                    address = self.addresses[live[attempt % len(live)]]
-                if not hinted:
-                    await asyncio.sleep(min(0.01 * attempt, 0.2))
-            else:
-                if group is not None:
-                    self._served_by[group] = address
-                return result
+        failure = None
+        try:
+            result = await invoke(self.stub_at(address))
+        except AngeliaError as error:
+            failure = error
+        if failure is not None:
+
+            async def attempt(at: str, _timeout_ms: int) -> T:
+                if at not in self._live_addresses():  # a hint naming a stopped node
+                    raise unavailable(f"the storage node at {at} is stopped")
+                return await invoke(self.stub_at(at))
+
+            async def refresh() -> list[str]:
+                return self._live_addresses()
+
+            failover = Failover(starting_at(address, self._live_addresses()), _FAILOVER, deadline)
+            result = await call_leader(
+                failover,
+                attempt,
+                clock=loop.time,
+                sleep=asyncio.sleep,
+                refresh=refresh,
+                failure=failure,
+            )
+            address = failover.address
+        if group is not None:
+            self._served_by[group] = address
+        return result
+
+    def _live_addresses(self) -> list[str]:
+        return [self.addresses[n] for n in sorted(self.processes)]
 
 
 def _read_line(fd: int) -> str:

@@ -46,8 +46,8 @@ from pathlib import Path
 
 import uvloop
 
-from protocol.records import MessageType
 from protocol.storage_api import AppendRequest, Message, ReadRequest
+from protocol.vocabulary import MessageType
 from rip5 import stats
 from rip5.bench import harness
 from rip5.bench.storage_cluster import LocalStorageCluster

@@ -217,6 +217,7 @@ async def run(
         )  # fmt: skip
         say(f"waiting until the broker at {endpoint} stores a probe message")
         probes = await wait_serving(workload)
+        workload.probes = probes
         say(f"serving at {endpoint}; running {options.model} for {options.duration_s:.0f} s")
         stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
         windows: list[FaultWindow] = []

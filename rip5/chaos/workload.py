@@ -214,6 +214,8 @@ class Workload:
     attempts: int = 5
     drop_one: bool = False
     """Planted bug, for proving the checker: one consumer acks one message and forgets it."""
+    probes: set[str] = field(default_factory=set)
+    """Ids of the probe messages sent before the run (never the planted drop's victim)."""
     _random: random.Random = field(init=False)
     _dropped: bool = field(init=False, default=False)
 
@@ -355,7 +357,8 @@ class Workload:
                 at = now_ms()
                 acked = await client.ack(self.model, got)
                 for message_id, _ in got:
-                    if self.drop_one and not self._dropped and message_id in acked:
+                    planted = self.drop_one and not self._dropped and message_id not in self.probes
+                    if planted and message_id in acked:
                         self._dropped = True  # the planted bug: acked, never processed
                         continue
                     self.recorder.deliveries.append(

@@ -17,7 +17,9 @@ Wire form: one op byte, then
   ``now_ms``; the log is the commit log, so this is where message bodies live
   and readers (the storage node, Spark) decode them from here;
 - every other op: a msgpack array of the command's fields in declaration
-  order (nested handles as arrays, enums as ints, tuples as arrays).
+  order (nested handles as arrays, enums as ints, tuples as arrays): the
+  positional form of ``protocol.positional``, whose decoder checks every
+  value's type.
 
 Evolution: op codes are ONLY ADDED AT THE END of :class:`Op`, never reused;
 a command's fields are only added at the end, with a default (an older
@@ -28,18 +30,14 @@ PURE.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import functools
-import operator
-import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import msgpack
 
+from protocol.positional import Encode, ShapeMismatch, plain_decoder, plain_encoder
 from protocol.records import (
     MessageRecord,
     RecordColumns,
@@ -49,6 +47,7 @@ from protocol.records import (
     encode_batch,
     encode_packed_batch,
 )
+from protocol.storage_api import ReceiptHandle
 from storage_node.errors import BadCommand, CommandCorrupted
 
 
@@ -67,6 +66,8 @@ class Op(enum.IntEnum):
     CANCEL_TIMER = 10
     TRIM_QUEUE = 11
     RELEASE = 12
+    FILTERED_RECEIVE = 13
+    COMMIT_CONSUMER_OFFSET = 14
 
 
 class InitialPosition(enum.IntEnum):
@@ -74,25 +75,6 @@ class InitialPosition(enum.IntEnum):
 
     EARLIEST = 0  # the queue's first offset
     LATEST = 1  # the queue's end offset: only messages stored from now on
-
-
-class ReceiptHandle(NamedTuple):
-    """The storage half of a receipt handle: which delivery of which message.
-
-    ``generation`` is the log index of the command that granted the current
-    lease (a receive, or a change of invisible duration). Each grant has a new
-    generation, so a handle from an earlier grant is stale. The consumer group
-    is named by the command that presents the handle.
-
-    Immutable; a named tuple (one per delivered and per acked message, built
-    in one step) whose wire form is itself: msgpack packs it as the array
-    ``[topic, queue_id, queue_offset, generation]``.
-    """
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    generation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +136,19 @@ class Receive:
 
 
 @dataclass(frozen=True, slots=True)
+class FilteredReceive(Receive):
+    """A :class:`Receive` with a SQL92 filter's verdicts, decided by the leader before it
+    proposed (``partition.property_filter``): only fresh offsets below
+    ``evaluated_end`` are handed out, and those in ``unmatched`` are skipped for
+    the group for good. The verdicts travel in the log, so no replica reads a
+    body to apply. Its own op, so a plain Receive encodes as it always did."""
+
+    op: ClassVar[Op] = Op.FILTERED_RECEIVE
+    evaluated_end: int = 0
+    unmatched: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Ack:
     """Acknowledge deliveries to ``group``; each handle succeeds or fails on its own."""
 
@@ -202,14 +197,36 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class CommitOffset:
-    """Set ``group``'s position in a queue (pull consumers, offset resets).
+    """An operator's reset of ``group``'s position in a queue (``group reset-offset``).
 
     Every offset below ``offset`` counts as consumed and none at or above it
     does; leases of the group on the queue are dropped (their handles turn
-    invalid). The offset is clamped to the queue's [0, end].
+    invalid). The offset is clamped to the queue's [first, end]. A consumer's
+    own commit is :class:`CommitConsumerOffset`, which keeps the leases.
     """
 
     op: ClassVar[Op] = Op.COMMIT_OFFSET
+    now_ms: int
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitConsumerOffset:
+    """A consumer's commit of ``group``'s position in a queue (RocketMQ's commitOffset:
+    gRPC UpdateOffset, remoting UPDATE_CONSUMER_OFFSET, a pull's commit flag).
+
+    Pop consumption of the group resumes at ``offset`` (clamped to the queue's
+    [first, end]): offsets below it that are not in flight count as consumed,
+    offsets from it up to where pop had got count as not, offsets past that
+    keep their state. Unlike :class:`CommitOffset` (an operator's reset), the
+    group's leases are KEPT: an in-flight handle still acks, and an unacked
+    message comes back when its invisibility ends.
+    """
+
+    op: ClassVar[Op] = Op.COMMIT_CONSUMER_OFFSET
     now_ms: int
     group: str
     topic: str
@@ -294,6 +311,8 @@ Command = (
     | CancelTimer
     | TrimQueue
     | Release
+    | FilteredReceive
+    | CommitConsumerOffset
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -311,6 +330,8 @@ _BY_OP: dict[Op, type[Any]] = {
         CancelTimer,
         TrimQueue,
         Release,
+        FilteredReceive,
+        CommitConsumerOffset,
     )
 }
 
@@ -323,9 +344,12 @@ def encode(command: Command) -> bytes:
     """The log entry bytes of ``command``; equal commands give equal bytes."""
     if isinstance(command, Append):
         return _APPEND_BYTE + encode_batch(command.records, command.now_ms)
-    # The fields as they are: msgpack packs tuples (the ReceiptHandle named tuple
-    # too) as arrays and an IntEnum as its int, which is the wire form.
-    payload: bytes = msgpack.packb(_values_of(command), use_bin_type=True)
+    # The positional form: msgpack packs tuples (the ReceiptHandle named tuple too)
+    # as arrays and an IntEnum as its int.
+    to_plain = _ENCODERS.get(type(command))
+    if to_plain is None:  # a subclass of a command
+        to_plain = _encoder_of(type(command))
+    payload: bytes = msgpack.packb(to_plain(command), use_bin_type=True)
     return _OP_BYTES[command.op] + payload
 
 
@@ -340,23 +364,16 @@ _APPEND_BYTE = bytes([Op.APPEND])
 _OP_BYTES = {op: bytes([op]) for op in Op}
 
 
-def _field_values(cls: type[Any]) -> Callable[[Any], tuple[object, ...]]:
-    """A function giving a command's field values in declaration order, as a tuple."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    if len(names) == 1:
-        (name,) = names
-        return lambda command: (getattr(command, name),)
-    return operator.attrgetter(*names)
+def _encoder_of(cls: type[Any]) -> Encode:
+    """The positional encoder of a command class (every command has a field: ``now_ms``)."""
+    to_plain = plain_encoder(cls)
+    assert to_plain is not None, "a command is a dataclass: never its own plain form"
+    return to_plain
 
 
-_FIELD_VALUES = {cls: _field_values(cls) for cls in COMMAND_TYPES}
-
-
-def _values_of(command: Command) -> tuple[object, ...]:
-    values = _FIELD_VALUES.get(type(command))
-    if values is None:  # a subclass of a command
-        values = _field_values(type(command))
-    return values(command)
+# Append has a wire form of its own (a record batch).
+_ENCODERS = {cls: _encoder_of(cls) for cls in COMMAND_TYPES if cls is not Append}
+_DECODERS = {op: plain_decoder(cls) for op, cls in _BY_OP.items() if cls is not Append}
 
 
 def decode(data: bytes) -> Command:
@@ -377,7 +394,10 @@ def decode(data: bytes) -> Command:
         raw = msgpack.unpackb(data[1:], raw=False, strict_map_key=True)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise CommandCorrupted(f"{op.name}: payload is not msgpack: {exc}") from exc
-    command: Command = _from_wire(_BY_OP[op], raw)
+    try:
+        command: Command = _DECODERS[op](raw)
+    except ShapeMismatch as exc:
+        raise CommandCorrupted(f"{op.name}: {exc}") from None
     return command
 
 
@@ -391,102 +411,3 @@ def append_columns(data: bytes) -> tuple[int, RecordColumns] | None:
         return decode_columns(memoryview(data)[1:])
     except RecordCorrupted:
         return None
-
-
-Decoder = Callable[[object], Any]
-
-
-def _scalar(kind: type, name: str) -> Decoder:
-    def read(data: object) -> Any:
-        if type(data) is not kind:  # exact: a bool is not an int here
-            raise CommandCorrupted(f"expected {name}, got {type(data).__name__}")
-        return data
-
-    return read
-
-
-@cache
-def _decoder(kind: Any) -> Decoder:
-    """A function reading ``kind`` from its wire form; built once per type."""
-    if kind is bool:
-        return _scalar(bool, "a bool")
-    if kind is int:
-        return _scalar(int, "an int")
-    if kind is str:
-        return _scalar(str, "a str")
-    if isinstance(kind, type) and issubclass(kind, enum.IntEnum):
-        enum_kind = kind
-        read_int = _scalar(int, "an int")
-
-        def read_enum(data: object) -> Any:
-            try:
-                return enum_kind(read_int(data))
-            except ValueError as exc:
-                raise CommandCorrupted(f"{data!r} is not a {enum_kind.__name__}") from exc
-
-        return read_enum
-    if typing.get_origin(kind) is tuple:
-        (item_kind, _ellipsis) = typing.get_args(kind)
-        read_item = _decoder(item_kind)
-
-        def read_tuple(data: object) -> Any:
-            if not isinstance(data, list):
-                raise CommandCorrupted(f"expected an array, got {type(data).__name__}")
-            return tuple(read_item(item) for item in data)
-
-        return read_tuple
-    if isinstance(kind, type) and (dataclasses.is_dataclass(kind) or issubclass(kind, tuple)):
-        return _dataclass_decoder(kind)
-    raise TypeError(f"no wire form for {kind!r}")  # pragma: no cover - a programming error
-
-
-def _dataclass_decoder(cls: type[Any]) -> Decoder:
-    """The decoder of a dataclass or a named tuple (ReceiptHandle) from its field array."""
-    hints = typing.get_type_hints(cls)
-    if dataclasses.is_dataclass(cls):
-        declared = [
-            (
-                f.name,
-                f.default is not dataclasses.MISSING
-                or f.default_factory is not dataclasses.MISSING,
-            )
-            for f in dataclasses.fields(cls)
-        ]
-    else:
-        declared = [(name, name in cls._field_defaults) for name in cls._fields]
-    fields = [(name, _decoder(hints[name]), has_default) for name, has_default in declared]
-    required = sum(1 for _name, _read, has_default in fields if not has_default)
-    name = cls.__name__
-
-    def read(data: object) -> Any:
-        if not isinstance(data, list):
-            raise CommandCorrupted(f"{name}: expected an array, got {type(data).__name__}")
-        if len(data) > len(fields):
-            raise CommandCorrupted(f"{name}: {len(data)} fields, this version knows fewer")
-        if len(data) < required:
-            missing = fields[len(data)][0]
-            raise CommandCorrupted(f"{name}: field {missing} is missing")
-        return cls(
-            *(read_field(value) for (_n, read_field, _d), value in zip(fields, data, strict=False))
-        )
-
-    kinds = tuple(hints[field] for field, _d in declared)
-    if not all(kind in (bool, int, str) for kind in kinds):
-        return read
-    # Every field a scalar: an array of exactly the field types (a bool is not an
-    # int) is the value as ``read`` would build it; anything else goes to ``read``,
-    # which names what is wrong.
-    make: Callable[[list[object]], Any] = (
-        functools.partial(tuple.__new__, cls) if issubclass(cls, tuple) else lambda v: cls(*v)
-    )
-
-    def read_scalars(data: object) -> Any:
-        if type(data) is list and tuple(map(type, data)) == kinds:
-            return make(data)
-        return read(data)
-
-    return read_scalars
-
-
-def _from_wire(kind: Any, data: object) -> Any:
-    return _decoder(kind)(data)

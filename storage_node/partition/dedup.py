@@ -21,8 +21,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, repeat
 
+from protocol.vocabulary import Placement
 from storage_node.partition.chunks import PackedChunks
-from storage_node.partition.queues import Placement, RecordOutcome
+from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.wire import array_header, as_int, as_list, pack_items
 
 _Remembered = tuple[int, int, int, int]

@@ -83,6 +83,17 @@ class ReceivePlan:
     dead_letters: tuple[Expiry, ...]
 
 
+class FilterVerdicts(NamedTuple):
+    """A property filter's verdicts on a group's fresh offsets, decided before a receive.
+
+    Fresh offsets below ``end`` were evaluated: those in ``unmatched`` do not
+    match, the others do; offsets at or past ``end`` were not evaluated.
+    """
+
+    end: int
+    unmatched: frozenset[int]
+
+
 class GroupQueue:
     """A consumer group's consumption state of one queue (see the module docstring)."""
 
@@ -195,6 +206,28 @@ class GroupQueue:
         self.done_ahead.clear()
         self.last_attempt = ("", 0, ())
 
+    def commit(self, offset: int, end_offset: int) -> None:
+        """A consumer's commit: pop resumes at ``offset``; leases are kept.
+
+        Offsets below ``offset`` become done unless leased; offsets from
+        ``offset`` up to the old cursor become fresh unless leased; offsets
+        at or past the old cursor keep their state. A leased offset stays
+        leased wherever it lies, so its handle still acks and it comes back
+        when its invisibility ends (RocketMQ keeps pop's checkpoints across a
+        commit). The cursor then settles past leased and done offsets.
+        """
+        if offset >= self.cursor:
+            self.done_ahead = {o for o in self.done_ahead if o >= offset}
+        self.cursor = offset
+        self.settle(end_offset)
+
+    def committed_offset(self) -> int:
+        """Where the group's consumption goes on: the lowest fresh offset (the cursor).
+
+        RocketMQ's committed offset of a pop group: past every message popped,
+        acked or still in flight (in-flight ones come back by their leases)."""
+        return self.cursor
+
     def repeat_attempt(self, attempt_id: str, clock_ms: int) -> tuple[Grant, ...]:
         """The grants of the latest receive with ``attempt_id`` still in flight, if any."""
         last_id, generation, offsets = self.last_attempt
@@ -257,6 +290,7 @@ class GroupQueue:
         tag_filter: TagFilter,
         fifo: bool,
         scan_max: int,
+        verdicts: FilterVerdicts | None = None,
     ) -> ReceivePlan:
         """Hand out up to ``max_messages``, in offset order, and update the leases.
 
@@ -265,7 +299,9 @@ class GroupQueue:
         order. An expired lease at its last attempt is dead-lettered; a
         message not matching the filter becomes done; with ``fifo``, a message
         whose message group has a message in flight (or handed out earlier in
-        this receive) is skipped and stays as it is.
+        this receive) is skipped and stays as it is. With ``verdicts`` (a
+        property filter evaluated before the receive), a fresh offset at or past
+        ``verdicts.end`` stays fresh and one in ``verdicts.unmatched`` is done.
         """
         end_offset = queue.end_offset
         expired = self._expired(clock_ms)
@@ -280,7 +316,13 @@ class GroupQueue:
         dead_letters: list[Expiry] = []
         until_ms = clock_ms + invisible_duration_ms
         match_all = tag_filter.matches_all
-        fresh = self._fresh(end_offset, scan_max)
+        if verdicts is not None:
+            end_offset_fresh = min(end_offset, max(verdicts.end, self.cursor))
+            fresh = self._fresh(end_offset_fresh, scan_max)
+            unmatched = verdicts.unmatched
+        else:
+            fresh = self._fresh(end_offset, scan_max)
+            unmatched = frozenset()
         # Usually nothing has expired: the fresh offsets alone, without a merge per offset.
         candidates = heapq.merge(expired, fresh) if expired else fresh
         for offset in candidates:
@@ -290,6 +332,9 @@ class GroupQueue:
             attempt = 1 if previous is None else previous.attempt + 1
             if previous is not None and attempt > max_delivery_attempts:
                 dead_letters.append(Expiry(offset, previous.attempt))
+                self._finish_quietly(offset)
+                continue
+            if previous is None and offset in unmatched:
                 self._finish_quietly(offset)
                 continue
             entry = queue.at(offset)
@@ -357,3 +402,8 @@ class GroupQueue:
             tuple(as_int(o, "attempt offset") for o in as_list(offsets, "attempt offsets")),
         )
         return state
+
+    def fresh_offsets(self, end_offset: int, scan_max: int) -> Iterator[int]:
+        """The fresh offsets a receive would look at, in order: from the cursor, no
+        more than ``scan_max`` offsets looked at (expired leases aside)."""
+        return self._fresh(end_offset, scan_max)

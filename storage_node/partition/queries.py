@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from storage_node.errors import OffsetOutOfRange
+from storage_node.partition.commands import InitialPosition
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.pop import GroupQueue, Lease
@@ -149,6 +150,12 @@ class PartitionQueries:
         group_queue = self._groups.get((group, topic, queue_id))
         return None if group_queue is None else group_queue.consumer_offset()
 
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """Where ``group``'s consumption of the queue goes on, past messages in flight
+        (RocketMQ's committed offset; None: never consumed nor committed)."""
+        group_queue = self._groups.get((group, topic, queue_id))
+        return None if group_queue is None else group_queue.committed_offset()
+
     def backlog(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
         """(messages not yet done for ``group``, of which in flight now) in a queue.
 
@@ -213,3 +220,18 @@ class PartitionQueries:
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""
         return len(self._dedup)
+
+    def fresh_entries(
+        self, group: str, topic: str, queue_id: int, position: InitialPosition
+    ) -> Iterator[tuple[int, QueueEntry]]:
+        """The fresh offsets of a queue that a receive by ``group`` would look at, with
+        their entries, in offset order (a group that never received starts at
+        ``position``). Read them before the state changes again."""
+        index = self._queues.get((topic, queue_id))
+        if index is None:
+            return
+        group_queue = self._groups.get((group, topic, queue_id))
+        if group_queue is None:
+            group_queue = GroupQueue.starting(position, index)
+        for offset in group_queue.fresh_offsets(index.end_offset, self.config.receive_scan_max):
+            yield offset, index.at(offset)

@@ -16,14 +16,14 @@ PURE.
 from __future__ import annotations
 
 import bisect
-import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple, cast
 
+from protocol.positional import positional
 from protocol.records import MessageRecord
+from protocol.vocabulary import Placement
 from storage_node.partition.chunks import PackedChunks, Piece
 from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack_items
 
@@ -86,7 +86,7 @@ class QueueEntry(NamedTuple):
 QueueRow = tuple[int, int, int, str, str, bool]
 """A :class:`QueueEntry`'s fields as a plain tuple (a QueueEntry is one too)."""
 
-_as_entry: Callable[[QueueRow], QueueEntry] = partial(tuple.__new__, QueueEntry)
+_as_entry: Callable[[QueueRow], QueueEntry] = positional(QueueEntry)
 
 
 class QueueIndex:
@@ -244,14 +244,6 @@ def view_record(record: MessageRecord, entry: QueueEntry, queue: QueueId) -> Mes
         dead_letter_message_id=record.dead_letter_message_id or record.message_id,
         delivery_timestamp_ms=0,
     )
-
-
-class Placement(enum.IntEnum):
-    """Where an appended record went. Append-only."""
-
-    QUEUED = 0  # in its queue, at queue_offset
-    DELAYED = 1  # held until its delivery time, then queued
-    HALF = 2  # a transaction's half message, queued on commit
 
 
 class RecordOutcome(NamedTuple):

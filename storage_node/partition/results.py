@@ -8,15 +8,15 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from itertools import count, repeat
 from typing import NamedTuple
 
 from protocol.errors import ErrorCode
-from storage_node.partition.commands import ReceiptHandle
-from storage_node.partition.queues import Placement, QueueEntry, RecordOutcome
+from protocol.positional import positional
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import Placement
+from storage_node.partition.queues import QueueEntry, RecordOutcome
 
 
 class QueuedRun(NamedTuple):
@@ -107,7 +107,7 @@ class AppendResult:
         return f"AppendResult(outcomes={self.outcomes!r})"
 
 
-_new_outcome: Callable[[tuple[object, ...]], RecordOutcome] = partial(tuple.__new__, RecordOutcome)
+_new_outcome = positional(RecordOutcome)
 
 
 class Delivery(NamedTuple):

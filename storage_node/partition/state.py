@@ -37,7 +37,9 @@ from typing import cast
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType, RecordColumns
+from protocol.records import MessageRecord, RecordColumns
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import (
     BadCommand,
     InvalidReceiptHandle,
@@ -51,11 +53,12 @@ from storage_node.partition.commands import (
     CancelTimer,
     ChangeInvisibleDuration,
     Command,
+    CommitConsumerOffset,
     CommitOffset,
     DeadLetter,
     EndTransaction,
+    FilteredReceive,
     NoteTransactionChecks,
-    ReceiptHandle,
     Receive,
     Release,
     Tick,
@@ -64,10 +67,9 @@ from storage_node.partition.commands import (
     check_record,
     decode,
 )
-from storage_node.partition.pop import Grant, GroupQueue, Lease
+from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import (
-    Placement,
     QueueEntry,
     QueueId,
     QueueIndex,
@@ -156,7 +158,7 @@ class PartitionState(PartitionQueries):
             return self._change_invisible_duration(command, log_index)
         if isinstance(command, DeadLetter):
             return self._dead_letter_command(command)
-        if isinstance(command, CommitOffset):
+        if isinstance(command, (CommitOffset, CommitConsumerOffset)):
             return self._commit_offset(command)
         if isinstance(command, EndTransaction):
             return self._end_transaction(command)
@@ -384,6 +386,11 @@ class PartitionState(PartitionQueries):
             tag_filter=TagFilter.parse(command.filter_expression),
             fifo=command.fifo,
             scan_max=self.config.receive_scan_max,
+            verdicts=(
+                FilterVerdicts(command.evaluated_end, frozenset(command.unmatched))
+                if isinstance(command, FilteredReceive)
+                else None
+            ),
         )
         if command.attempt_id:
             group_queue.last_attempt = (
@@ -494,13 +501,20 @@ class PartitionState(PartitionQueries):
             )
         )
 
-    def _commit_offset(self, command: CommitOffset) -> CommitOffsetResult:
+    def _commit_offset(self, command: CommitOffset | CommitConsumerOffset) -> CommitOffsetResult:
+        """An operator's reset (leases dropped) or a consumer's commit (leases kept)."""
         _require(command.group != "", "committing an offset needs a consumer group")
         first = self.first_offset(command.topic, command.queue_id)
         end = self.end_offset(command.topic, command.queue_id)
         offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
-        self._groups.setdefault(key, GroupQueue()).reset(offset)
+        group_queue = self._groups.get(key)
+        if group_queue is None:
+            self._groups[key] = GroupQueue(offset)
+        elif isinstance(command, CommitOffset):
+            group_queue.reset(offset)
+        else:
+            group_queue.commit(offset, end)
         return CommitOffsetResult(offset)
 
     def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:

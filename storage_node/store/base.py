@@ -1,6 +1,6 @@
-"""The message store contract (see the package docstring).
+"""The body store contract (see the package docstring).
 
-Every implementation passes ``tests/contract/test_message_store.py``.
+Every implementation passes ``tests/contract/test_body_store.py``.
 
 PURE.
 """
@@ -8,10 +8,18 @@ PURE.
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-class MessageStore(Protocol):
+class EntryFileRange(NamedTuple):
+    """``length`` bytes at ``offset`` of the file at ``path``."""
+
+    path: str
+    offset: int
+    length: int
+
+
+class BodyStore(Protocol):
     """Bodies (APPEND entries) of the groups a node hosts, by (group, log index)."""
 
     def keep_applied(self, group_id: int, log_index: int, data: bytes) -> None:
@@ -25,6 +33,17 @@ class MessageStore(Protocol):
 
     def read_entry(self, group_id: int, log_index: int) -> bytes:
         """The bytes of APPEND entry ``log_index``; raises ``BodyUnavailable``."""
+
+    def entry_location(self, group_id: int, log_index: int) -> EntryFileRange | None:
+        """Where the bytes of APPEND entry ``log_index`` lie in a file this node keeps,
+        for a reader on another thread (``segment_files.read_file_ranges``); None: read them
+        with :meth:`read_entry`.
+
+        The range stays valid while the group's log keeps the entry; a reader
+        that finds the file gone or other bytes there (a collected, recycled
+        segment) falls back to :meth:`read_entry`, which then says whether the
+        entry is still held.
+        """
 
     def bodies_to_carry(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
         """The referenced bodies a local snapshot must carry to be restorable on this node.

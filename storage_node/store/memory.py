@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 from storage_node.errors import BodyUnavailable
+from storage_node.store.base import EntryFileRange
 
 
-class MemoryMessageStore:
-    """Implements :class:`storage_node.store.base.MessageStore` in memory."""
+class MemoryBodyStore:
+    """Implements :class:`storage_node.store.base.BodyStore` in memory."""
 
     def __init__(self) -> None:
         self._bodies: dict[int, dict[int, bytes]] = {}
@@ -33,6 +34,10 @@ class MemoryMessageStore:
         if data is None:
             raise BodyUnavailable(f"group {group_id} holds no body for log entry {log_index}")
         return data
+
+    def entry_location(self, group_id: int, log_index: int) -> EntryFileRange | None:
+        """None: every body is in memory (read it with :meth:`read_entry`)."""
+        return None
 
     def bodies_to_carry(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
         """Every referenced body (memory is all there is); the others are released."""

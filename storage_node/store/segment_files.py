@@ -1,6 +1,6 @@
 """The message store over the node's WAL segment files, and the sealed-segment indexer.
 
-:class:`WalMessageStore` reads a body from the WAL, where raft already
+:class:`WalBodyStore` reads a body from the WAL, where raft already
 wrote it (``LogStore``: the entry cache or one ``pread``). The only bodies
 it keeps aside are those adopted from a leader's group image: this node's
 log never held them, so they live in memory and in the group's snapshot
@@ -17,6 +17,8 @@ segment that lacks one (``protocol.segments`` layout; written to a temp
 file, fsynced, renamed) and removes indexes of collected segments.
 :func:`uncache_segments` lets the page cache go of sealed segments older
 than a window, right before a spare segment is zero-filled.
+:func:`read_file_ranges` reads entries where ``WalBodyStore.entry_location``
+says they lie, on any thread (snapshot exports read segments off the loop).
 
 SHELL (file I/O).
 """
@@ -25,21 +27,23 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 
 from protocol import segments
 from raft.errors import LogCompacted, LogUnavailable
 from raft.wal.logstore import LogStore
+from raft.wal.spares import segment_path
 from storage_node.errors import BodyUnavailable
+from storage_node.store.base import EntryFileRange
 
 INDEX_SUFFIX = ".idx"
 SEGMENT_SUFFIX = ".wal"
 _fadvise = getattr(os, "posix_fadvise", None)
 
 
-class WalMessageStore:
-    """Implements :class:`storage_node.store.base.MessageStore` over a ``LogStore``."""
+class WalBodyStore:
+    """Implements :class:`storage_node.store.base.BodyStore` over a ``LogStore``."""
 
     def __init__(self, log_store: LogStore) -> None:
         self.log_store = log_store
@@ -63,6 +67,18 @@ class WalMessageStore:
             raise BodyUnavailable(
                 f"group {group_id}: log entry {log_index} is not in this node's log ({exc})"
             ) from exc
+
+    def entry_location(self, group_id: int, log_index: int) -> EntryFileRange | None:
+        """Where the entry lies in its WAL segment (None: adopted, or not in the log)."""
+        adopted = self._adopted.get(group_id)
+        if adopted is not None and log_index in adopted:
+            return None
+        try:
+            location = self.log_store.locate(group_id, log_index)
+        except (LogCompacted, LogUnavailable):
+            return None
+        path = segment_path(self.log_store.directory / "wal", location.segment_seq)
+        return EntryFileRange(str(path), location.offset, location.length)
 
     def bodies_to_carry(self, group_id: int, referenced: Set[int]) -> dict[int, bytes]:
         """The adopted bodies still referenced (the WAL holds every other one)."""
@@ -184,3 +200,24 @@ def _write_durably(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def read_file_ranges(ranges: Iterable[tuple[int, EntryFileRange]]) -> dict[int, bytes]:
+    """The bytes of each ``(key, range)``, by key: one open per file, one ``pread``
+    per range. Safe on any thread (it shares no file descriptor); raises OSError
+    (``FileNotFoundError`` for a file gone) or ValueError for a short read."""
+    out: dict[int, bytes] = {}
+    handles: dict[str, int] = {}
+    try:
+        for key, (path, offset, length) in ranges:
+            fd = handles.get(path)
+            if fd is None:
+                fd = handles[path] = os.open(path, os.O_RDONLY)
+            data = os.pread(fd, length, offset)
+            if len(data) != length:
+                raise ValueError(f"{path}: {len(data)} bytes at {offset}, not {length}")
+            out[key] = data
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    return out

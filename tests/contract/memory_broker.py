@@ -1,9 +1,12 @@
 """A broker process over the in-memory ports, for contract tests with the official clients.
 
 Usage: ``python -m tests.contract.memory_broker PORT_FILE [--brokers N]
-[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]``. Serves on
-127.0.0.1 (free ports), writes the first broker's port to PORT_FILE (and
-every broker's, comma-separated, to PORT_FILE.all) once serving, and runs
+[--check-delay-ms MS] [--check-interval-ms MS] [--check-max N]
+[--grpc-server h2|grpcio] [--tls-cert FILE --tls-key FILE [--tls-client-ca
+FILE]]`` (SIGHUP reloads the certificate). Serves on 127.0.0.1 (free ports),
+writes the first broker's port to PORT_FILE (and every broker's,
+comma-separated, to PORT_FILE.all; their remoting ports, for 4.x clients, to
+PORT_FILE.remoting) once serving, and runs
 until SIGTERM; then writes the consumer state (per group and queue: the
 committed offset and the deliveries still in flight) as JSON to
 PORT_FILE.state, so a test can check what the clients acknowledged, and the
@@ -31,11 +34,17 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.domain import GroupInfo, MessageType, QueueInfo, RetryPolicy, TopicInfo
-from broker.grpc.server import GrpcEndpoint, Ports, build_service
+from angelia_rpc import TlsConfig
+from broker.config import BrokerConfig
+from broker.domain import GroupInfo, QueueInfo, RetryPolicy, TopicInfo
+from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
+from broker.remoting.producers import RemotingProducers
+from broker.remoting.server import RemotingServer
+from broker.remoting.service import FixedBrokers, RemotingService
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
+from protocol.vocabulary import MessageType
 
 SECRET = b"contract-test-cluster-secret"
 
@@ -52,15 +61,25 @@ class _Metadata(MemoryMetadata):
 
 
 async def _report_producers(
-    coordination: MemoryCoordination, endpoints: list[GrpcEndpoint], names: list[str]
+    coordination: MemoryCoordination,
+    endpoints: list[GrpcEndpoint],
+    remoting: list[RemotingProducers],
+    names: list[str],
 ) -> None:
     while True:
-        for name, endpoint in zip(names, endpoints, strict=True):
-            coordination.register_producers(name, endpoint.service.sessions.producer_groups)
+        for name, endpoint, producers in zip(names, endpoints, remoting, strict=True):
+            groups = {*endpoint.service.sessions.producer_groups, *producers.topics}
+            coordination.register_producers(name, sorted(groups))
         await asyncio.sleep(0.1)
 
 
-async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
+async def main(
+    port_file: Path,
+    brokers: int,
+    policy: CheckPolicy,
+    grpc_server: str = "h2",
+    tls: TlsConfig | None = None,
+) -> None:
     clock = SystemClock()
     metadata = _Metadata(
         [
@@ -77,24 +96,53 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
     peers = MemoryPeers()
     endpoints: list[GrpcEndpoint] = []
     names = [f"broker-{n}" for n in range(1, brokers + 1)]
-    for name in names:
+    producers = [RemotingProducers() for _ in names]
+    for name, remoting_producers in zip(names, producers, strict=True):
         service = build_service(
             Ports(metadata, store, clock, coordination, peers),
             receipt_secret=SECRET,
             endpoint="127.0.0.1:0",
             broker_id=name,
             check_policy=policy,
+            more_producers=remoting_producers,
         )
         assert service.transactions is not None
         peers.add(name, service.transactions)
-        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0"))
+        endpoints.append(GrpcEndpoint(service, "127.0.0.1:0", grpc_server, tls))
     ports = [await endpoint.start() for endpoint in endpoints]
-    reporter = asyncio.create_task(_report_producers(coordination, endpoints, names))
+    remoting_brokers = FixedBrokers([])
+    remoting = [
+        RemotingServer(
+            RemotingService(
+                route=endpoint.service.route_processor,
+                producer=endpoint.service.producer_processor,
+                store=store,
+                clock=clock,
+                brokers=remoting_brokers,
+                cluster="DefaultCluster",
+                address="127.0.0.1:0",
+                transactions=endpoint.service.transactions,
+                producers=remoting_producers,
+                pulls=endpoint.service.pulls,
+            ),
+            "127.0.0.1:0",
+        )
+        for endpoint, remoting_producers in zip(endpoints, producers, strict=True)
+    ]
+    remoting_ports = [await server.start() for server in remoting]
+    for server, port in zip(remoting, remoting_ports, strict=True):
+        server.service.address = server.service.producers.store_address = f"127.0.0.1:{port}"
+        remoting_brokers.addresses.append(server.service.address)
+    reporter = asyncio.create_task(_report_producers(coordination, endpoints, producers, names))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
+    for endpoint in endpoints:  # as the broker role does
+        if endpoint.tls is not None:
+            loop.add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
     for path, text in [
+        (port_file.with_suffix(".remoting"), ",".join(map(str, remoting_ports))),
         (port_file.with_suffix(".all"), ",".join(map(str, ports))),
         (port_file, str(ports[0])),
     ]:
@@ -105,6 +153,8 @@ async def main(port_file: Path, brokers: int, policy: CheckPolicy) -> None:
     reporter.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await reporter
+    for server in remoting:
+        await server.stop(0.5)
     for endpoint in endpoints:
         await endpoint.stop(0.5)
     state = [
@@ -136,6 +186,10 @@ if __name__ == "__main__":
     parser.add_argument("--check-delay-ms", type=int, default=6_000)
     parser.add_argument("--check-interval-ms", type=int, default=30_000)
     parser.add_argument("--check-max", type=int, default=15)
+    parser.add_argument("--grpc-server", choices=SERVERS, default="h2")
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
+    parser.add_argument("--tls-client-ca", default="")
     args = parser.parse_args()
     check_policy = CheckPolicy(
         delay_ms=args.check_delay_ms,
@@ -143,4 +197,7 @@ if __name__ == "__main__":
         check_max=args.check_max,
         scan_period_ms=200,
     )
-    asyncio.run(main(args.port_file, args.brokers, check_policy))
+    tls = BrokerConfig(
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca
+    )
+    asyncio.run(main(args.port_file, args.brokers, check_policy, args.grpc_server, client_tls(tls)))

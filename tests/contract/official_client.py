@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -359,7 +360,10 @@ def bad_input(port: int) -> dict[str, Any]:
         pulled = list(
             stub.PullMessage(service_pb2.PullMessageRequest(), metadata=metadata, timeout=10)
         )
-        out["pull"] = [r.status.code for r in pulled]
+        out["pull"] = [
+            r.status.code if r.HasField("status") else ["next_offset", r.next_offset]
+            for r in pulled
+        ]
 
     producer = Producer(_config(port), ("normal",))
     producer.startup()
@@ -555,7 +559,85 @@ def settle_and_receive(
     return out
 
 
+def tls_round_trip(port: int) -> dict[str, Any]:
+    """A Producer and a SimpleConsumer in the client's TLS mode (tls_enable): the server's
+    certificate is checked against GRPC_DEFAULT_SSL_ROOTS_FILE_PATH."""
+    producer = Producer(_config(port), ("normal",), tls_enable=True)
+    producer.startup()
+    try:
+        sent = [producer.send(_message("normal", b"tls-%d" % i)).message_id for i in range(3)]
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(
+        _config(port), "tls-group", {"normal": FilterExpression()}, 5, tls_enable=True
+    )
+    consumer.startup()
+    try:
+        received = _receive_until(consumer, len(sent), 30)
+        for message in received:
+            consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return {"sent": sorted(sent), "received": sorted(m.message_id for m in received)}
+
+
+def send_for_4x(port: int, topic: str, count: str) -> dict[str, Any]:
+    """Send ``count`` messages (tag, two keys, two properties each) for a 4.x consumer."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    try:
+        ids = []
+        for i in range(int(count)):
+            message = _message(topic, f"v5-{i}".encode(), tag=f"tag{i}")
+            message.keys = f"key{i}"  # the setter adds to the message's keys
+            message.keys = f"other{i}"
+            message.add_property("color", "green")
+            message.add_property("index", str(i))
+            ids.append(producer.send(message).message_id)
+    finally:
+        producer.shutdown()
+    return {"ids": ids}
+
+
+def receive_all(
+    port: int, topic: str, group: str, count: str, bodies_file: str = ""
+) -> dict[str, Any]:
+    """Receive (acking each batch at once) ``count`` messages of ``topic`` sent by another
+    client (e.g. a 4.x one over remoting), or with ``bodies_file`` (one body per line)
+    until every body in it came: everything the consumer sees of each."""
+    wanted = set(Path(bodies_file).read_text().split()) if bodies_file else None
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
+    consumer.startup()
+    got: list[Message] = []
+    seen: set[str] = set()
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while time.monotonic() < deadline and (
+            len(got) < int(count) if wanted is None else not wanted <= seen
+        ):
+            batch = consumer.receive(32, 15)
+            for message in batch:
+                consumer.ack(message)
+                seen.add(message.body.decode())
+            got.extend(batch)
+    finally:
+        consumer.shutdown()
+    return {
+        "received": [
+            {
+                **_view(message),
+                "keys": sorted(message.keys or ()),
+                "properties": dict(message.properties or {}),
+            }
+            for message in got
+        ]
+    }
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "receive_all": receive_all,
+    "send_for_4x": send_for_4x,
+    "tls_round_trip": tls_round_trip,
     "produce_and_simple_consume": produce_and_simple_consume,
     "push_consume": push_consume,
     "push_fifo_dead_letter": push_fifo_dead_letter,

@@ -7,6 +7,7 @@ answers of the RPCs that are not built yet.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,13 +15,14 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from broker.domain import GroupInfo, MessageType, QueueInfo, TopicInfo
+from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.grpc.server import SERVERS, GrpcEndpoint, Ports, build_service
 from broker.services.clock import SystemClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
+from protocol.vocabulary import MessageType
 
 pytestmark = pytest.mark.integration
 META = (("x-mq-client-id", "adapter-test-client"),)
@@ -33,23 +35,30 @@ class Broker:
     port: int
 
 
-@pytest.fixture(params=SERVERS)
-async def broker(request: pytest.FixtureRequest) -> AsyncIterator[Broker]:
+@contextlib.asynccontextmanager
+async def serving(metadata: MemoryMetadata, server: str) -> AsyncIterator[Broker]:
+    """A broker over memory ports with ``metadata``, served by ``server`` on 127.0.0.1."""
     clock = SystemClock()
-    metadata = MemoryMetadata(
-        [TopicInfo("orders", (QueueInfo(0), QueueInfo(1)), frozenset({MessageType.NORMAL}))],
-        [GroupInfo("fifo-group", fifo=True)],
-    )
     service = build_service(
         Ports(metadata, MemoryStore(clock, metadata), clock),
         receipt_secret=b"s",
         endpoint="broker.example:8081",
     )
-    endpoint = GrpcEndpoint(service, "127.0.0.1:0", request.param)
+    endpoint = GrpcEndpoint(service, "127.0.0.1:0", server)
     port = await endpoint.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield Broker(endpoint, service_pb2_grpc.MessagingServiceStub(channel), port)
     await endpoint.stop(0)
+
+
+@pytest.fixture(params=SERVERS)
+async def broker(request: pytest.FixtureRequest) -> AsyncIterator[Broker]:
+    metadata = MemoryMetadata(
+        [TopicInfo("orders", (QueueInfo(0), QueueInfo(1)), frozenset({MessageType.NORMAL}))],
+        [GroupInfo("fifo-group", fifo=True)],
+    )
+    async with serving(metadata, request.param) as served:
+        yield served
 
 
 def _message(n: int, body: bytes = b"body") -> pb.Message:
@@ -250,21 +259,20 @@ async def test_route_echoes_the_client_endpoint_or_falls_back(broker: Broker) ->
     assert [a.message_queue.id for a in assignment.assignments] == [-1]
 
 
-async def test_unbuilt_rpcs_answer_clearly(broker: Broker) -> None:
+async def test_unsupported_and_bookkeeping_rpcs_answer_clearly(broker: Broker) -> None:
     stub = broker.stub
-    answers = [
-        (await stub.UpdateOffset(spb.UpdateOffsetRequest(), metadata=META)).status,
-        (await stub.GetOffset(spb.GetOffsetRequest(), metadata=META)).status,
-        (await stub.QueryOffset(spb.QueryOffsetRequest(), metadata=META)).status,
-        (await stub.RecallMessage(spb.RecallMessageRequest(), metadata=META)).status,
-    ]
-    assert {a.code for a in answers} == {pb.NOT_IMPLEMENTED}
-    assert all("not implemented" in a.message for a in answers)
     lite = await stub.SyncLiteSubscription(spb.SyncLiteSubscriptionRequest(), metadata=META)
     assert lite.status.code == pb.UNSUPPORTED
-    pulled = [r async for r in stub.PullMessage(spb.PullMessageRequest(), metadata=META, timeout=5)]
-    assert [r.status.code for r in pulled] == [pb.NOT_IMPLEMENTED]
     heartbeat = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=META)
     assert heartbeat.status.code == pb.OK
     bye = await stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(), metadata=META)
     assert bye.status.code == pb.OK
+
+
+async def test_recall_with_a_foreign_handle_answers_clearly(broker: Broker) -> None:
+    recalled = await broker.stub.RecallMessage(
+        spb.RecallMessageRequest(topic=pb.Resource(name="orders"), recall_handle="junk"),
+        metadata=META,
+    )
+    assert recalled.status.code == pb.BAD_REQUEST
+    assert "not issued" in recalled.status.message

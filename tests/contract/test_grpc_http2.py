@@ -245,7 +245,11 @@ async def test_stopping_refuses_new_calls_and_lets_calls_in_flight_finish() -> N
         with pytest.raises(grpc.aio.AioRpcError) as refused:  # no new call while stopping
             await channel.unary_unary("/t.S/Slow")(b"", timeout=30)
         assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
-        assert "stopping" in (refused.value.details() or "")
+        # The stop's GOAWAY reached the client first (it tried a new connection, which
+        # nothing accepts), or the call crossed it and was refused naming the stop
+        # (test_grpc_conformance makes that crossing happen on purpose).
+        details = refused.value.details() or ""
+        assert "stopping" in details or "Connection refused" in details, details
         release.set()
         assert await call == b"done"
         await asyncio.wait_for(stopping, 30)

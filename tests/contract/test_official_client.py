@@ -8,11 +8,12 @@ protocol layer; the full-cluster e2e comes with storage.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +68,10 @@ class BrokerProcess:
         return state
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker process over the in-memory ports."""
-    process = BrokerProcess(tmp_path)
+@contextlib.contextmanager
+def serving_broker(tmp_path: Path, *options: str) -> Iterator[BrokerProcess]:
+    """A broker process for the block; it must still serve at the end and stop cleanly."""
+    process = BrokerProcess(tmp_path, *options)
     try:
         yield process
     finally:
@@ -79,22 +80,32 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     assert process.process.returncode == 0, process.log_path.read_text()
 
 
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker process over the in-memory ports."""
+    with serving_broker(tmp_path) as process:
+        yield process
+
+
 def _consumed(state: list[dict[str, Any]], group: str, topic: str) -> tuple[int, int]:
     """(messages finished, deliveries in flight) of ``group`` on ``topic``, over its queues."""
     rows = [row for row in state if row["group"] == group and row["topic"] == topic]
     return sum(row["committed"] for row in rows), sum(row["in_flight"] for row in rows)
 
 
-def run_official(argv: list[str], home: Path, timeout_s: float = 180) -> dict[str, Any]:
+def run_official(
+    argv: list[str], home: Path, timeout_s: float = 180, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Run the official client's script ``argv`` in its own interpreter (HOME, where the
-    client writes its logs, set to ``home``); the JSON object on its last stdout line."""
+    client writes its logs, set to ``home``; ``env`` added to the environment); the JSON
+    object on its last stdout line."""
     result = subprocess.run(
         [sys.executable, *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env={**os.environ, "HOME": str(home)},
+        env={**os.environ, "HOME": str(home), **(env or {})},
         check=False,
     )
     assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
@@ -168,7 +179,8 @@ def test_bad_input_gets_documented_status_and_server_keeps_serving(
     code, message = seen["delay_too_far"]
     assert code == pb.ILLEGAL_DELIVERY_TIME
     assert "maximum delay of 86400000 ms" in message
-    assert seen["pull"] == [pb.NOT_IMPLEMENTED]
+    # A pull without a group: the group's status, then next_offset (always sent).
+    assert seen["pull"] == [pb.ILLEGAL_CONSUMER_GROUP, ["next_offset", 0]]
     assert "route" in seen["send_unknown_topic"]
     assert seen["garbage_ack"] == pb.INVALID_RECEIPT_HANDLE
     assert seen["garbage_change"] == pb.INVALID_RECEIPT_HANDLE

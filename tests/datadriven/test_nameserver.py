@@ -21,12 +21,11 @@ from nameserver.records import (
     Change,
     ChangeKind,
     Endpoint,
-    MessageType,
-    Permission,
     RetryPolicy,
     StorageLoad,
 )
 from nameserver.state import MetadataState
+from protocol.vocabulary import MessageType, Permission
 from tests._datadriven import TestData, run_file
 
 SCENARIOS = sorted((Path(__file__).parent / "nameserver").glob("*.txt"))
@@ -106,6 +105,7 @@ class Scenario:
                 d.arg("addr"),
                 d.int_arg("now"),
                 tuple(d.arg_values("producers")),
+                d.arg("remoting", ""),
             )
         if d.cmd == "create-topic":
             return c.CreateTopic(

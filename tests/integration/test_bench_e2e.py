@@ -24,7 +24,7 @@ def test_bench_e2e_publishes_consumes_and_runs_the_official_client(tmp_path: Pat
     assert result.returncode == 0, result.stdout + result.stderr
     assert "publish median / yardstick 20,000 msgs/s = " in result.stdout
     cases = json.loads(out.read_text())["cases"]
-    for name in ("publish", "receive+ack", "official client send (1 process)"):
+    for name in ("publish", "receive+ack", "pull", "official client send (1 process)"):
         (run,) = cases[name]["runs"]
         assert run["msgs_per_s"] > 0, (name, run)
         assert run["errors"] == 0, (name, run)

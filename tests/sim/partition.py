@@ -10,8 +10,9 @@ snapshot-installed replica must still read every body back.
 
 Clients append batches (sometimes resending a batch whose outcome they never
 learned, with the same message ids), receive for a plain and a FIFO
-consumer group, ack, and change invisible durations (0 is a nack), while the
-usual faults happen. :class:`PopModel` checks every applied command against
+consumer group, ack, change invisible durations (0 is a nack) and commit
+consumer offsets (a pull consumer's commit, back or forth), while the usual
+faults happen. :class:`PopModel` checks every applied command against
 a brute-force model of the semantics, in log order, the first time any
 replica applies it, and checks that every later application of that entry
 (other replicas, restarts) returns an equal result:
@@ -23,7 +24,11 @@ replica applies it, and checks that every later application of that entry
 - FIFO: a message is delivered only when every earlier message of its
   message group is done (acked or dead-lettered) for that group;
 - a message is dead-lettered exactly when it expired at its last attempt;
-- acks and invisibility changes succeed exactly for current, unexpired handles.
+- acks and invisibility changes succeed exactly for current, unexpired handles
+  (a consumer's commit never invalidates one);
+- a consumer's commit to X (clamped to the queue) moves where pop resumes:
+  offsets from the group's first fresh offset up to X become done, or from X
+  up to it fresh again (attempts start over), except offsets in flight.
 
 At the end, every replica of a group holds the same state (equal snapshot
 bytes), no acknowledged append is lost (its offset names its message, whose
@@ -40,6 +45,8 @@ from typing import Any
 
 from protocol import errors
 from protocol.records import MessageRecord
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import Placement
 from raft.errors import ProposalDropped
 from raft.types import Entry, Ready, Role
 from storage_node.errors import InvalidReceiptHandle, StorageError
@@ -49,19 +56,20 @@ from storage_node.partition.commands import (
     Append,
     ChangeInvisibleDuration,
     Command,
-    ReceiptHandle,
+    CommitConsumerOffset,
     Receive,
     decode,
     encode,
 )
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.image import decode_image, encode_image
-from storage_node.partition.queues import Placement, dead_letter_topic
+from storage_node.partition.queues import dead_letter_topic
 from storage_node.partition.reads import record_at
 from storage_node.partition.results import (
     AckResult,
     AppendResult,
     ChangeInvisibleDurationResult,
+    CommitOffsetResult,
     Delivery,
     ReceiveResult,
 )
@@ -111,6 +119,7 @@ class _Lease:
     until_ms: int = 0
     generation: int = 0
     done: bool = False
+    across_commit: bool = False  # its current handle was in flight when a commit applied
 
 
 @dataclass(slots=True)
@@ -125,6 +134,8 @@ class _GroupModel:
     dead_letters: int = 0
     acks_ok: int = 0
     changes_ok: int = 0
+    commits: int = 0
+    acks_across_commits: int = 0
 
 
 class PopModel:
@@ -154,6 +165,8 @@ class PopModel:
             self._ack(group, model, command, result)
         elif isinstance(command, ChangeInvisibleDuration):
             self._change(group, model, command, index, result)
+        elif isinstance(command, CommitConsumerOffset):
+            self._commit(group, model, command, result)
         else:
             raise AssertionError(f"group {group}: unexpected command {command!r}")
 
@@ -260,6 +273,7 @@ class PopModel:
         lease.attempts = delivery.delivery_attempt
         lease.until_ms = delivery.invisible_until_ms
         lease.generation = index
+        lease.across_commit = False
 
     def _valid(self, model: _GroupModel, cgroup: str, handle: ReceiptHandle) -> _Lease | None:
         lease = model.leases.get((cgroup, handle.queue_offset))
@@ -279,6 +293,7 @@ class PopModel:
             if lease is not None:
                 lease.done = True
                 model.acks_ok += 1
+                model.acks_across_commits += lease.across_commit
 
     def _change(
         self,
@@ -301,6 +316,37 @@ class PopModel:
         lease.until_ms = until
         lease.generation = index
         model.changes_ok += 1
+
+    def _commit(
+        self, group: int, model: _GroupModel, command: CommitConsumerOffset, result: object
+    ) -> None:
+        queue = model.queues.get((command.topic, command.queue_id), [])
+        offset = min(max(command.offset, 0), len(queue))
+        if result != CommitOffsetResult(offset):
+            raise AssertionError(f"group {group}: commit to {command.offset} gave {result!r}")
+
+        def state(o: int) -> _Lease:
+            return self.lease(model, command.group, o)
+
+        def in_flight(lease: _Lease) -> bool:  # handed out, not done (expired or not)
+            return lease.attempts > 0 and not lease.done
+
+        cursor = next(
+            (o for o in range(len(queue)) if not state(o).attempts and not state(o).done),
+            len(queue),
+        )
+        for o in range(len(queue)):
+            if in_flight(state(o)):
+                state(o).across_commit = True
+        for o in range(min(cursor, offset), max(cursor, offset)):
+            lease = state(o)
+            if in_flight(lease):
+                continue
+            if offset > cursor:
+                lease.done = True  # skipped by the commit
+            else:
+                model.leases[(command.group, o)] = _Lease()  # fresh again
+        model.commits += 1
 
 
 # ------------------------------------------------------------------------ nodes
@@ -454,6 +500,9 @@ class PartitionClient(CommandClient[Command]):
             )
         cgroup, fifo = rng.choice(CONSUMER_GROUPS)
         topic, queue_id = queue_of(group)
+        if roll < 0.76:  # a pull consumer of the group commits, back or forth
+            stored = sum(1 for t, _ in cluster.acknowledged if t == topic)
+            return CommitConsumerOffset(0, cgroup, topic, queue_id, rng.randint(-1, stored + 1))
         return Receive(
             0,
             cgroup,
@@ -620,6 +669,8 @@ class PartitionSimCluster(SimCluster):
             dead_letters=sum(g.dead_letters for g in groups),
             acks_ok=sum(g.acks_ok for g in groups),
             changes_ok=sum(g.changes_ok for g in groups),
+            commits=sum(g.commits for g in groups),
+            acks_across_commits=sum(g.acks_across_commits for g in groups),
         )
         return stats
 

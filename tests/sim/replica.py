@@ -35,7 +35,7 @@ from raft.types import (
     EntryType,
     HardState,
     Message,
-    MessageType,
+    MsgType,
     Ready,
     Role,
     Snapshot,
@@ -369,7 +369,7 @@ class SimNode:
     def _send_raft(self, replica: Replica, message: Message) -> None:
         to = message.to
         self._send(self.id, to, (replica.group, message), True)
-        if message.type == MessageType.SNAP:
+        if message.type == MsgType.SNAP:
             self.snapshots_sent += 1
             # The transport "finished" the send; a lost one is noticed by probing.
             replica.raw.report_snapshot(to, True)

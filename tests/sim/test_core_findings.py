@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raft.types import ConfChange, ConfChangeType, Message, MessageType
+from raft.types import ConfChange, ConfChangeType, Message, MsgType
 from tests.unit.raft_core.network import Network
 
 
 def _drop_appends_to(node_id: int) -> Callable[[Message], bool]:
-    return lambda m: not (m.to == node_id and m.type == MessageType.APP)
+    return lambda m: not (m.to == node_id and m.type == MsgType.APP)
 
 
 def test_lost_appends_with_a_full_inflight_window_are_resent() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nameserver.records import MessageType
 from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType
 from rip5 import admin
 
 

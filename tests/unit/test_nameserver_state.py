@@ -23,13 +23,12 @@ from nameserver.records import (
     Broker,
     ChangeKind,
     Cluster,
-    MessageType,
-    Permission,
     RetryPolicy,
     StorageLoad,
     StorageNode,
 )
 from nameserver.state import GROUP_ID_MAX, Applied, MetadataState
+from protocol.vocabulary import MessageType, Permission
 
 CLUSTERS = ["c1", "c2"]
 NODES = [1, 2, 3, 4, 5]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from broker.domain import Message, MessageType
+from broker.domain import Message
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import FilterKind, parse_filter, parse_tag_expression
 from broker.processor.polling import plan_poll_ms
 from broker.processor.selector import select_queue
 from protocol import errors as codes
+from protocol.filters import MessageFilter
+from protocol.vocabulary import MessageType
 
 
 @pytest.mark.parametrize("expression", ["", "*", "  *  "])
@@ -36,11 +38,22 @@ def test_empty_alternatives_are_illegal() -> None:
     assert caught.value.reason is Reason.ILLEGAL_FILTER_EXPRESSION
 
 
-def test_sql_is_refused_not_ignored() -> None:
-    with pytest.raises(BrokerError) as caught:
-        parse_filter(FilterKind.SQL, "a > 1")
-    assert caught.value.code is codes.UNSUPPORTED
+def test_sql_is_checked_and_kept_as_one_value() -> None:
+    sql = parse_filter(FilterKind.SQL, "a > 1")
+    assert sql == MessageFilter(FilterKind.SQL, "a > 1")
+    assert sql.matches("", [("a", "2")], ())
+    assert not sql.matches("", [("a", "1")], ())
+    assert not sql.matches("x")  # a missing property is no match
     assert parse_filter(FilterKind.UNSPECIFIED, "x").matches("x")
+    assert parse_filter(FilterKind.TAG, " b || a ") == MessageFilter(FilterKind.TAG, "a||b")
+
+
+def test_bad_sql_is_refused_with_its_position() -> None:
+    with pytest.raises(BrokerError) as caught:
+        parse_filter(FilterKind.SQL, "a > 1 AND\n  b <")
+    assert caught.value.reason is Reason.ILLEGAL_FILTER_EXPRESSION
+    assert caught.value.code is codes.BAD_REQUEST
+    assert "line 2, column 6" in caught.value.message
 
 
 @pytest.mark.parametrize(

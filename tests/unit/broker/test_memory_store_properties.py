@@ -12,11 +12,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.domain import GroupInfo, Message, MessageType, PoppedMessage, QueueRef
+from broker.domain import GroupInfo, Message, PoppedMessage, QueueRef
 from broker.errors import BrokerError
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryStore
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
+from protocol.vocabulary import MessageType
 
 Q = QueueRef("t", 0)
 GROUPS = (GroupInfo("plain"), GroupInfo("ordered", fifo=True))
@@ -55,7 +56,11 @@ async def _run(seed: int) -> None:
             messages.extend(batch)
         elif action == "pop":
             result = await store.pop(
-                group, Q, batch_size=rng.randint(1, 4), invisible_ms=10_000, tag_filter=TagFilter()
+                group,
+                Q,
+                batch_size=rng.randint(1, 4),
+                invisible_ms=10_000,
+                message_filter=MessageFilter(),
             )
             handed: list[PoppedMessage] = []
             for popped in result.messages:
@@ -106,7 +111,7 @@ async def _run(seed: int) -> None:
         for _ in range(len(messages) * 2 + 2):
             clock.advance(10_000)
             result = await store.pop(
-                group, Q, batch_size=32, invisible_ms=10_000, tag_filter=TagFilter()
+                group, Q, batch_size=32, invisible_ms=10_000, message_filter=MessageFilter()
             )
             for popped in result.messages:
                 await store.ack(group.name, Q, popped.offset, popped.generation)

@@ -6,28 +6,20 @@ import asyncio
 
 import pytest
 
-from broker.domain import (
-    Delivery,
-    GroupInfo,
-    Message,
-    MessageType,
-    PopResult,
-    QueueInfo,
-    QueueRef,
-    TopicInfo,
-)
+from broker.domain import Delivery, GroupInfo, Message, PopResult, QueueInfo, QueueRef, TopicInfo
 from broker.errors import BrokerError
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.pop_coalescer import PopCoalescer
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
-from protocol.filters import TagFilter
+from protocol.filters import FilterKind, MessageFilter
+from protocol.vocabulary import MessageType
 from tests.waiting import async_wait_until
 
 QUEUE = QueueRef("orders", 0)
 GROUP = GroupInfo("g")
-ALL = TagFilter.parse("*")
+ALL = MessageFilter()
 
 
 class HeldStore(MemoryStore):
@@ -48,7 +40,7 @@ class HeldStore(MemoryStore):
         *,
         batch_size: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        message_filter: MessageFilter,
     ) -> PopResult:
         self.pops.append(batch_size)
         self.popped_queues.append(queue.queue_id)
@@ -56,7 +48,11 @@ class HeldStore(MemoryStore):
         if self.failure is not None:
             raise self.failure
         return await super().pop(
-            group, queue, batch_size=batch_size, invisible_ms=invisible_ms, tag_filter=tag_filter
+            group,
+            queue,
+            batch_size=batch_size,
+            invisible_ms=invisible_ms,
+            message_filter=message_filter,
         )
 
 
@@ -73,11 +69,15 @@ def _pop(
     *,
     group: GroupInfo = GROUP,
     invisible_ms: int = 10_000,
-    tag_filter: TagFilter = ALL,
+    message_filter: MessageFilter = ALL,
 ) -> asyncio.Task[PopResult]:
     return asyncio.create_task(
         coalescer.pop(
-            group, QUEUE, batch_size=batch_size, invisible_ms=invisible_ms, tag_filter=tag_filter
+            group,
+            QUEUE,
+            batch_size=batch_size,
+            invisible_ms=invisible_ms,
+            message_filter=message_filter,
         )
     )
 
@@ -107,7 +107,7 @@ async def test_waiting_pops_share_one_store_pop_dealt_in_arrival_order(store: He
 async def test_a_lone_pop_goes_at_once_and_keeps_its_batch_size(store: HeldStore) -> None:
     _open(store)
     result = await PopCoalescer(store).pop(
-        GROUP, QUEUE, batch_size=4, invisible_ms=10_000, tag_filter=ALL
+        GROUP, QUEUE, batch_size=4, invisible_ms=10_000, message_filter=ALL
     )
     assert store.pops == [4]
     assert _offsets(result) == [0, 1, 2, 3]
@@ -119,7 +119,7 @@ async def test_pops_of_different_terms_or_fifo_groups_are_not_combined(store: He
     await async_wait_until(lambda: store.pops == [1], what="the first pop")
     others = [
         _pop(coalescer, 1, invisible_ms=20_000),
-        _pop(coalescer, 1, tag_filter=TagFilter.parse("a||b")),
+        _pop(coalescer, 1, message_filter=MessageFilter(FilterKind.TAG, "a||b")),
         _pop(coalescer, 1, group=GroupInfo("g", fifo=True)),
         _pop(coalescer, 1, group=GroupInfo("other")),
     ]
@@ -191,7 +191,7 @@ def _joining_first(
     *,
     group: GroupInfo = GROUP,
     invisible_ms: int = 10_000,
-    tag_filter: TagFilter = ALL,
+    message_filter: MessageFilter = ALL,
 ) -> list[int]:
     return coalescer.joining_first(
         group,
@@ -199,7 +199,7 @@ def _joining_first(
         [2, 0, 1],
         batch_size=batch_size,
         invisible_ms=invisible_ms,
-        tag_filter=tag_filter,
+        message_filter=message_filter,
     )
 
 
@@ -219,7 +219,11 @@ async def test_queues_a_pop_could_join_come_first_while_the_next_pop_has_room(
     assert _joining_first(coalescer, 2) == [2, 0, 1]  # 5 + 2 > 6: no room left
     # Other terms, another group or a FIFO group would not share the pop.
     assert _joining_first(coalescer, 1, invisible_ms=20_000) == [2, 0, 1]
-    assert _joining_first(coalescer, 1, tag_filter=TagFilter.parse("a||b")) == [2, 0, 1]
+    assert _joining_first(coalescer, 1, message_filter=MessageFilter(FilterKind.TAG, "a||b")) == [
+        2,
+        0,
+        1,
+    ]
     assert _joining_first(coalescer, 1, group=GroupInfo("other")) == [2, 0, 1]
     assert _joining_first(coalescer, 1, group=GroupInfo("g", fifo=True)) == [2, 0, 1]
     _open(store)

@@ -10,16 +10,14 @@ from typing import Any
 import pytest
 
 from broker.domain import (
-    AppendResult,
     Delivery,
     GroupInfo,
     Message,
-    MessageType,
-    Permission,
     PopResult,
     QueueInfo,
     QueueRef,
     RetryPolicy,
+    SendResult,
     TopicInfo,
 )
 from broker.errors import BrokerError, Reason
@@ -32,7 +30,8 @@ from broker.processor.route import RouteProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
-from protocol.filters import TagFilter
+from protocol.filters import MessageFilter
+from protocol.vocabulary import MessageType, Permission
 from tests.waiting import async_wait_until
 
 SECRET = b"secret"
@@ -76,7 +75,7 @@ async def _receive(
 ) -> list[Delivery]:
     options: dict[str, object] = {"batch_size": 32, "invisible_ms": 10_000, "poll_ms": 0}
     options.update(kw)
-    return await world.consumer.receive(group, topic, TagFilter(), **options)  # type: ignore[arg-type]
+    return await world.consumer.receive(group, topic, MessageFilter(), **options)  # type: ignore[arg-type]
 
 
 async def test_send_validates_before_storing(world: World) -> None:
@@ -152,7 +151,7 @@ class SlowStore(MemoryStore):
         self.batches: list[int] = []
         self.queues: list[int] = []  # the queue id of each append
 
-    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+    async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         self.batches.append(len(messages))
         self.queues.append(queue.queue_id)
         await self.release.wait()
@@ -183,7 +182,7 @@ async def test_under_load_sends_join_the_current_queues_forming_append_until_it_
         world.metadata, store, world.clock, coalescer=coalescer, join_messages_max=2
     )
     queue_0, queue_1 = QueueRef("orders", 0), QueueRef("orders", 1)
-    sends: list[asyncio.Task[list[AppendResult]]] = []
+    sends: list[asyncio.Task[list[SendResult]]] = []
 
     async def send(n: int, arrived: Callable[[], bool], what: str) -> None:
         sends.append(asyncio.create_task(producer.send([_msg(n=n)])))
@@ -206,7 +205,7 @@ async def test_under_load_sends_join_the_current_queues_forming_append_until_it_
 
 async def test_append_failure_reaches_every_coalesced_sender(world: World) -> None:
     class Broken(MemoryStore):
-        async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[AppendResult]:
+        async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
             raise BrokerError(codes.NOT_LEADER, "moved")
 
     producer = ProducerProcessor(world.metadata, Broken(world.clock), world.clock)
@@ -343,7 +342,7 @@ async def test_a_long_poll_is_quiet_only_when_no_queue_holds_a_lease_of_the_grou
     store = LeaseReportingStore(world.clock, world.metadata, leased)
     consumer = ConsumerProcessor(world.metadata, store, world.clock, SECRET)
     got = await consumer.receive(
-        "g", "orders", TagFilter(), batch_size=32, invisible_ms=10_000, poll_ms=20
+        "g", "orders", MessageFilter(), batch_size=32, invisible_ms=10_000, poll_ms=20
     )
     assert got == []
     assert store.waits

@@ -13,8 +13,6 @@ from broker.domain import (
     Delivery,
     GroupInfo,
     Message,
-    MessageType,
-    Permission,
     PoppedMessage,
     QueueInfo,
     QueueRef,
@@ -26,6 +24,7 @@ from broker.grpc import convert
 from broker.grpc.status import REASON_CODES, code_of, status_of
 from protocol import errors as codes
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.vocabulary import MessageType, Permission
 
 
 def test_every_reason_has_a_wire_code() -> None:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from broker.domain import AppendResult, Message, Placement, QueueRef
+from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError
 from broker.services.storage import StorageStore
 from protocol import errors
 from protocol.storage_api import AppendOutcome, AppendResponse
+from protocol.vocabulary import Placement
 
 QUEUE = QueueRef("t", 3)
 
@@ -38,7 +39,7 @@ def _messages(count: int) -> list[Message]:
 async def test_the_queued_form_gives_consecutive_offsets() -> None:
     store = _store(AppendResponse([], 77, ["m0", "m1", "m2"], 10))
     assert await store.append(QUEUE, _messages(3)) == [
-        AppendResult(QUEUE, offset, 77, Placement.QUEUED) for offset in (10, 11, 12)
+        SendResult(QUEUE, offset, 77, Placement.QUEUED) for offset in (10, 11, 12)
     ]
 
 
@@ -46,8 +47,8 @@ async def test_the_listed_form_keeps_each_placement() -> None:
     listed = [AppendOutcome("m0", 0, 4, True), AppendOutcome("m1", 1, -1, False)]
     store = _store(AppendResponse(listed, 77))
     assert await store.append(QUEUE, _messages(2)) == [
-        AppendResult(QUEUE, 4, 77, Placement.QUEUED),
-        AppendResult(QUEUE, -1, 77, Placement.DELAYED),
+        SendResult(QUEUE, 4, 77, Placement.QUEUED),
+        SendResult(QUEUE, -1, 77, Placement.DELAYED),
     ]
 
 

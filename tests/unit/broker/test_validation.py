@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from broker.domain import Message, MessageType, QueueInfo, TopicInfo
+from broker.domain import Message, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.processor import validation
+from protocol.vocabulary import MessageType
 
 NOW_MS = 1_700_000_000_000
 

@@ -29,31 +29,36 @@ def test_a_status_parses_back(code: int, message: str) -> None:
 
 
 @given(
-    entries=st.lists(st.tuples(codes, texts, texts, int64s, texts), max_size=40),
+    entries=st.lists(st.tuples(codes, texts, texts, int64s, texts, texts), max_size=40),
     code=codes,
 )
 def test_send_results_parse_to_the_entries_built_field_by_field(
-    entries: list[tuple[int, str, str, int, str]], code: int
+    entries: list[tuple[int, str, str, int, str, str]], code: int
 ) -> None:
     data = wire.message_field(1, wire.status(code, "top")) + b"".join(
-        wire.send_results(wire.status(c, m), [(mid, offset, txid)])
-        for c, m, mid, offset, txid in entries
+        wire.send_results(wire.status(c, m), [(mid, offset, txid, recall)])
+        for c, m, mid, offset, txid, recall in entries
     )
     expected = spb.SendMessageResponse(status=pb.Status(code=code, message="top"))  # type: ignore[arg-type]
-    for c, m, mid, offset, txid in entries:
+    for c, m, mid, offset, txid, recall in entries:
         expected.entries.add(
             status=pb.Status(code=c, message=m),  # type: ignore[arg-type]
             message_id=mid,
             offset=offset,
             transaction_id=txid,
+            recall_handle=recall,
         )
     assert spb.SendMessageResponse.FromString(data) == expected
     assert data == expected.SerializeToString()  # field order and defaults as protobuf's own
 
 
-@given(entries=st.lists(st.tuples(texts, int64s, texts), max_size=40), code=codes, message=texts)
+@given(
+    entries=st.lists(st.tuples(texts, int64s, texts, texts), max_size=40),
+    code=codes,
+    message=texts,
+)
 def test_send_results_of_one_status_are_the_entries_one_by_one(
-    entries: list[tuple[str, int, str]], code: int, message: str
+    entries: list[tuple[str, int, str, str]], code: int, message: str
 ) -> None:
     status = wire.status(code, message)
     assert wire.send_results(status, entries) == b"".join(

@@ -14,7 +14,6 @@ from protocol import errors
 from protocol.records import (
     BATCH_MAGIC,
     MessageRecord,
-    MessageType,
     RecordCorrupted,
     decode_batch,
     decode_record_at,
@@ -26,6 +25,7 @@ from protocol.records import (
     pack_records,
     unpack_records,
 )
+from protocol.vocabulary import MessageType
 
 text = st.text(max_size=12)
 records = st.builds(

@@ -47,7 +47,7 @@ from raft.types import (
     Entry,
     EntryType,
     Message,
-    MessageType,
+    MsgType,
     Snapshot,
     SnapshotMetadata,
 )
@@ -250,7 +250,7 @@ class Interaction:
                     self.replicas[node_id].node.step(m)
                 except RaftError as exc:
                     self._emit(f"  error: {type(exc).__name__}: {exc}")
-                if m.type == MessageType.SNAP and m.from_ in self.replicas:
+                if m.type == MsgType.SNAP and m.from_ in self.replicas:
                     # The sending host learns that the snapshot arrived.
                     self.replicas[m.from_].node.report_snapshot(node_id, True)
                     self._emit(f"  {m.from_} reported snapshot to {node_id} sent")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from raft.core.confchange import decode_entry
 from raft.core.memory_log import MemoryLog
 from raft.core.node import Config, RawNode
-from raft.types import ConfState, Entry, EntryType, Message, MessageType, ReadState, Ready
+from raft.types import ConfState, Entry, EntryType, Message, MsgType, ReadState, Ready
 
 
 @dataclass
@@ -94,7 +94,7 @@ class Network:
             if ok:
                 self.replicas[message.to].node.step(message)
                 delivered += 1
-            if message.type == MessageType.SNAP and message.from_ in self.replicas:
+            if message.type == MsgType.SNAP and message.from_ in self.replicas:
                 # The sending host reports every snapshot's fate (RawNode contract).
                 self.replicas[message.from_].node.report_snapshot(message.to, ok)
         return delivered

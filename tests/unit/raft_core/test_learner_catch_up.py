@@ -9,7 +9,7 @@ beyond the learner's next entry.
 
 from __future__ import annotations
 
-from raft.types import ConfChange, ConfChangeType, ConfState, EntryType, MessageType
+from raft.types import ConfChange, ConfChangeType, ConfState, EntryType, MsgType
 from tests.unit.raft_core.network import Network
 
 
@@ -41,8 +41,8 @@ def test_a_new_learner_starts_from_the_snapshot() -> None:
     net = _group_with_entries()
     _add_learner(net, snapshot_at_change=True)
     sent = [m for _, rd in net.readys for m in rd.messages if m.to == 4]
-    first = next(m for m in sent if m.type == MessageType.SNAP or m.entries)
-    assert first.type == MessageType.SNAP  # not entries from 1
+    first = next(m for m in sent if m.type == MsgType.SNAP or m.entries)
+    assert first.type == MsgType.SNAP  # not entries from 1
     learner = net.replicas[4]
     assert learner.conf_state.voters == frozenset({1, 2, 3})
     assert learner.conf_state.learners == frozenset({4})

@@ -9,10 +9,10 @@ import pytest
 from raft.core.memory_log import MemoryLog
 from raft.core.node import Config, RawNode
 from raft.errors import BadMessage, ProposalDropped
-from raft.types import ConfState, Message, MessageType, Role
+from raft.types import ConfState, Message, MsgType, Role
 from tests.unit.raft_core.network import Network
 
-MT = MessageType
+MT = MsgType
 
 
 def test_local_only_messages_from_peers_are_refused() -> None:

@@ -23,14 +23,14 @@ from raft.types import (
     EntryType,
     HardState,
     Message,
-    MessageType,
+    MsgType,
     Role,
     Snapshot,
     SnapshotMetadata,
 )
 from tests.unit.raft_core.network import Network
 
-MT = MessageType
+MT = MsgType
 
 
 def voters(*ids: int) -> ConfState:

@@ -33,7 +33,7 @@ from raft.types import (
     ConfChangeV2,
     Entry,
     Message,
-    MessageType,
+    MsgType,
     Role,
 )
 from tests.unit.raft_core.network import Network, Replica
@@ -112,11 +112,11 @@ class Chaos:
         self.rng.shuffle(batch)
         for m in batch:
             if not self.keep(m):
-                if m.type == MessageType.SNAP and m.from_ not in self.down:
+                if m.type == MsgType.SNAP and m.from_ not in self.down:
                     # The sending host learns that the snapshot did not arrive.
                     net.node(m.from_).report_snapshot(m.to, False)
                 continue
-            if m.type == MessageType.SNAP:
+            if m.type == MsgType.SNAP:
                 net.node(m.from_).report_snapshot(m.to, True)
             if self.rng.random() < 0.05:
                 net.in_flight.append(m)  # duplicate: deliver again later

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from raft.errors import NotLeader, ProposalDropped, StorageFailed
+from raft.errors import ProposalDropped, RaftNotLeader, StorageFailed
 from raft.host.driver import Driver, DriverOptions
 from raft.host.transport import MemoryNetwork
 from raft.types import Entry, Snapshot
@@ -76,7 +76,7 @@ class Cluster:
     async def propose(self, group_id: int, data: bytes, among: Sequence[int] = NODES) -> object:
         """Propose through whichever of ``among`` leads, retrying refused proposals.
 
-        NotLeader and ProposalDropped mean the entry was not committed, so a
+        RaftNotLeader and ProposalDropped mean the entry was not committed, so a
         retry cannot duplicate it; leadership may move under a loaded machine.
         """
         loop = asyncio.get_running_loop()
@@ -90,7 +90,7 @@ class Cluster:
             if leads:
                 try:
                     return await self.drivers[leads[0]].propose(group_id, data)
-                except (NotLeader, ProposalDropped):
+                except (RaftNotLeader, ProposalDropped):
                     pass
             if loop.time() > deadline:
                 raise AssertionError(f"no leader of group {group_id} took {data!r} within 30 s")
@@ -151,7 +151,7 @@ async def test_proposals_commit_and_apply_on_every_replica(cluster: Cluster) -> 
 async def test_follower_refuses_with_a_leader_hint(cluster: Cluster) -> None:
     leaders = await cluster.wait_leaders()
     follower = next(n for n in NODES if n != leaders[3])
-    with pytest.raises(NotLeader) as info:
+    with pytest.raises(RaftNotLeader) as info:
         await cluster.drivers[follower].propose(3, b"x")
     assert info.value.leader == leaders[3]
 
@@ -268,7 +268,7 @@ async def test_a_batch_proposal_resolves_once_with_every_result(cluster: Cluster
     assert first == [1, 2, 3]
     assert second == [4]
     follower = cluster.drivers[next(n for n in NODES if n != leaders[2])]
-    with pytest.raises(NotLeader):
+    with pytest.raises(RaftNotLeader):
         await follower.propose_many_nowait(2, [b"x", b"y"])
 
 
@@ -283,7 +283,7 @@ async def test_read_index_on_the_leader_sees_every_acknowledged_write(cluster: C
         # Applied up to the read index: the state holds every acknowledged write.
         assert cluster.machines[leader, group_id].values[-1] == b"w%d" % i
         assert index >= i + 1
-    with pytest.raises(NotLeader) as refused:
+    with pytest.raises(RaftNotLeader) as refused:
         await cluster.drivers[followers[0]].read_index(group_id, timeout_ms=5000)
     assert refused.value.leader == leader
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raft.errors import NotLeader, ProposalDropped, ProposalTooLarge
+from raft.errors import ProposalDropped, ProposalTooLarge, RaftNotLeader
 from raft.host.driver import Driver
 from raft.types import ConfChange, ConfChangeType, ConfChangeV2
 from raft.wal.logstore import LogStore
@@ -234,7 +234,7 @@ async def test_a_member_joins_by_snapshot_of_an_uncompacted_log_and_the_leaver_d
     gone = c.drivers[leaving]
     await gone.remove_group(1)
     assert 1 not in gone.host.group_ids()
-    with pytest.raises(NotLeader):
+    with pytest.raises(RaftNotLeader):
         await gone.propose(1, b"not hosted")
     await c.stop_node(leaving)
     reopened = LogStore.open(tmp_path / f"n{leaving}", segment_bytes=SEGMENT_BYTES)

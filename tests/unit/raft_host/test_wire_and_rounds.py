@@ -9,7 +9,7 @@ import pytest
 
 from raft.core.config import Config
 from raft.core.node import RawNode
-from raft.errors import NotLeader
+from raft.errors import RaftNotLeader
 from raft.host import wire
 from raft.host.group_state import Outcome
 from raft.host.multiraft import MultiRaft
@@ -18,7 +18,7 @@ from raft.types import (
     Entry,
     EntryType,
     Message,
-    MessageType,
+    MsgType,
     Ready,
     Role,
     Snapshot,
@@ -38,11 +38,11 @@ def test_batch_roundtrip_keeps_every_field() -> None:
         b"image",
     )
     messages = [
-        (7, Message(MessageType.HEARTBEAT, to=2, from_=1, term=3, commit=5)),
+        (7, Message(MsgType.HEARTBEAT, to=2, from_=1, term=3, commit=5)),
         (
             8,
             Message(
-                MessageType.APP,
+                MsgType.APP,
                 to=2,
                 from_=1,
                 term=3,
@@ -52,9 +52,9 @@ def test_batch_roundtrip_keeps_every_field() -> None:
                 entries=(Entry(3, 11, EntryType.NORMAL, b"a"), Entry(3, 12, EntryType.CONF_CHANGE)),
             ),
         ),
-        (9, Message(MessageType.APP_RESP, to=2, from_=1, term=3, reject=True, reject_hint=4)),
-        (10, Message(MessageType.SNAP, to=2, from_=1, term=3, snapshot=snapshot)),
-        (11, Message(MessageType.READ_INDEX_RESP, to=2, from_=1, term=3, context=b"ctx")),
+        (9, Message(MsgType.APP_RESP, to=2, from_=1, term=3, reject=True, reject_hint=4)),
+        (10, Message(MsgType.SNAP, to=2, from_=1, term=3, snapshot=snapshot)),
+        (11, Message(MsgType.READ_INDEX_RESP, to=2, from_=1, term=3, context=b"ctx")),
     ]
     notices = [wire.QuiesceNotice(12, 3, 40, 40)]
     data = wire.encode_batch(1, 2, messages, notices)
@@ -64,9 +64,7 @@ def test_batch_roundtrip_keeps_every_field() -> None:
     assert batch.messages == messages
     assert batch.quiesce == notices
     # A heartbeat costs a handful of bytes: coalesced per node pair, not per group.
-    beats = [
-        (g, Message(MessageType.HEARTBEAT, to=2, from_=1, term=3, commit=5)) for g in range(64)
-    ]
+    beats = [(g, Message(MsgType.HEARTBEAT, to=2, from_=1, term=3, commit=5)) for g in range(64)]
     assert len(wire.encode_batch(1, 2, beats)) < 64 * 12
 
 
@@ -137,7 +135,7 @@ def test_rounds_driven_synchronously(tmp_path: Path) -> None:
     assert by_token["token-1"].error is None
     assert by_token["token-2"].error is None
     error = by_token["token-3"].error
-    assert isinstance(error, NotLeader)
+    assert isinstance(error, RaftNotLeader)
     assert error.leader == 1
     for node_id in (1, 2, 3):
         assert machines[node_id, 1].values == [b"one"]
@@ -153,7 +151,7 @@ def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
     data = b"x" * 1000
     messages = [
         Message(
-            MessageType.APP,
+            MsgType.APP,
             to=2,
             from_=1,
             term=1,
@@ -161,7 +159,7 @@ def test_outgoing_splits_a_large_catch_up_into_bounded_batches() -> None:
             entries=tuple(Entry(1, i * 10 + k + 1, EntryType.NORMAL, data) for k in range(10)),
         )
         for i in range(20)
-    ] + [Message(MessageType.HEARTBEAT, to=3, from_=1, term=1)]
+    ] + [Message(MsgType.HEARTBEAT, to=3, from_=1, term=1)]
     group = HostedGroup(7, None, None, (2, 3))  # type: ignore[arg-type]
     rnd = Round([group], [Ready(messages=messages)], False, [], {})
     sent = list(host.outgoing(rnd, batch_bytes_max=25_000))
@@ -176,9 +174,9 @@ def test_only_a_settled_leaders_appends_and_heartbeats_go_before_the_fsync() -> 
     from raft.host.group_state import HostedGroup, Round
     from raft.host.outgoing import needs_a_follower, split_early
 
-    app = Message(MessageType.APP, to=2, from_=1, term=1)
-    beat = Message(MessageType.HEARTBEAT, to=3, from_=1, term=1)
-    vote = Message(MessageType.VOTE_RESP, to=3, from_=1, term=1)
+    app = Message(MsgType.APP, to=2, from_=1, term=1)
+    beat = Message(MsgType.HEARTBEAT, to=3, from_=1, term=1)
+    vote = Message(MsgType.VOTE_RESP, to=3, from_=1, term=1)
     settled = Ready(messages=[app, beat, vote], must_sync=True)
     assert split_early(settled, True) == ([app, beat], [vote])
     assert split_early(settled, False) == ((), [app, beat, vote])

@@ -37,11 +37,11 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
 from storage_node import housekeeping
-from storage_node.errors import NotLeader
+from storage_node.errors import StorageNotLeader
 from storage_node.partition.commands import Tick, encode
 from storage_node.replica import GroupReplica
 from storage_node.service import FIRST_GROUP_ID, StorageNode
-from storage_node.store.segment_files import WalMessageStore
+from storage_node.store.segment_files import WalBodyStore
 from tests.waiting import async_wait_until
 
 CONTEXT: Any = None
@@ -87,7 +87,7 @@ async def storage_node(
         wal_retain_bytes=8192 if by_bytes else 0,
     )
     driver = Driver(node_id, store, transport, options)
-    replica = GroupReplica(GROUP, WalMessageStore(store))
+    replica = GroupReplica(GROUP, WalBodyStore(store))
     driver.add_group(GROUP, sorted(addresses), replica)
     node = StorageNode(driver, store, {GROUP: replica}, 1, addresses)
     server = None
@@ -188,7 +188,7 @@ async def test_a_replica_that_was_down_catches_up_from_a_snapshot_with_bodies(
             )
             assert (info.first_offset, info.end_offset, info.timestamp_offset) == (0, 20, 0)
             if not late.node.driver.host.node(GROUP).is_leader():
-                with pytest.raises(NotLeader):
+                with pytest.raises(StorageNotLeader):
                     await read_all(late)
         async with storage_node(tmp_path / "n3", 3, addresses) as restarted:
             await async_wait_until(

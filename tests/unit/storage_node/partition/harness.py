@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from protocol.records import MessageRecord
+from protocol.storage_api import ReceiptHandle
 from storage_node.partition import commands
-from storage_node.partition.commands import Append, Command, ReceiptHandle, Receive
+from storage_node.partition.commands import Append, Command, Receive
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import QueueEntry
 from storage_node.partition.reads import record_at

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from protocol.records import MessageRecord
+from protocol.vocabulary import Placement
 from storage_node.errors import BadCommand, CommandCorrupted, OffsetOutOfRange, OutOfOrderApply
 from storage_node.partition.commands import Append, Tick
 from storage_node.partition.config import PartitionConfig
-from storage_node.partition.queues import Placement
 from storage_node.partition.reads import record_at
 from storage_node.partition.state import PartitionState
 

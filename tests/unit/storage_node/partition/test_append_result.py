@@ -7,7 +7,8 @@ from itertools import count
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage_node.partition.queues import Placement, RecordOutcome
+from protocol.vocabulary import Placement
+from storage_node.partition.queues import RecordOutcome
 from storage_node.partition.results import AppendResult, QueuedRun
 
 runs_st = st.lists(

@@ -46,6 +46,8 @@ def test_op_codes_are_append_only() -> None:
         ("CANCEL_TIMER", 10),
         ("TRIM_QUEUE", 11),
         ("RELEASE", 12),
+        ("FILTERED_RECEIVE", 13),
+        ("COMMIT_CONSUMER_OFFSET", 14),
     ]
 
 
@@ -63,9 +65,9 @@ def test_an_older_writer_missing_defaulted_fields_is_read_with_defaults() -> Non
         (bytes([c.Op.TICK]) + msgpack.packb({"now": 1}), "expected an array"),
         (bytes([c.Op.TICK]) + msgpack.packb([]), "now_ms is missing"),
         (bytes([c.Op.TICK]) + msgpack.packb([1, 2]), "this version knows fewer"),
-        (bytes([c.Op.TICK]) + msgpack.packb(["1"]), "expected an int"),
-        (bytes([c.Op.TICK]) + msgpack.packb([True]), "expected an int"),
-        (bytes([c.Op.END_TRANSACTION]) + msgpack.packb([1, "t", "x", 1]), "expected a bool"),
+        (bytes([c.Op.TICK]) + msgpack.packb(["1"]), "expected int, got str"),
+        (bytes([c.Op.TICK]) + msgpack.packb([True]), "expected int, got bool"),
+        (bytes([c.Op.END_TRANSACTION]) + msgpack.packb([1, "t", "x", 1]), "expected bool, got int"),
         (bytes([c.Op.RECEIVE]) + msgpack.packb([1, "g", "t", 0, 1, 1, 1, "*", False, 7]), "not a"),
         (bytes([c.Op.ACK]) + msgpack.packb([1, "g", "h"]), "expected an array"),
         (bytes([c.Op.ACK]) + msgpack.packb([1, "g", [["t", 0, 0]]]), "missing"),

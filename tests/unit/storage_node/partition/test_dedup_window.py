@@ -8,9 +8,10 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.vocabulary import Placement
 from storage_node.partition import chunks
 from storage_node.partition.dedup import DedupWindow
-from storage_node.partition.queues import Placement, RecordOutcome
+from storage_node.partition.queues import RecordOutcome
 
 
 @given(

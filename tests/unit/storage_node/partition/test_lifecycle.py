@@ -41,19 +41,20 @@ from hypothesis.stateful import (
 
 from protocol import errors
 from protocol.filters import TagFilter
-from protocol.records import MessageRecord, MessageType
+from protocol.records import MessageRecord
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import InvalidReceiptHandle, NotFound
 from storage_node.partition.commands import (
     ChangeInvisibleDuration,
     CommitOffset,
     DeadLetter,
     EndTransaction,
-    ReceiptHandle,
     Tick,
     TrimQueue,
 )
 from storage_node.partition.config import PartitionConfig
-from storage_node.partition.queues import Placement, dead_letter_topic
+from storage_node.partition.queues import dead_letter_topic
 from storage_node.partition.results import (
     ChangeInvisibleDurationResult,
     DeadLetterResult,

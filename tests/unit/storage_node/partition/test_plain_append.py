@@ -18,16 +18,15 @@ from hypothesis import strategies as st
 
 from protocol.records import (
     MessageRecord,
-    MessageType,
     decode_batch,
     decode_columns,
     encode_batch,
     encode_packed_batch,
 )
+from protocol.vocabulary import MessageType, Placement
 from storage_node.partition import commands
 from storage_node.partition.commands import Append, Command, Tick
 from storage_node.partition.config import PartitionConfig
-from storage_node.partition.queues import Placement
 from storage_node.partition.results import AppendResult, Result
 from storage_node.partition.snapshot import take_snapshot
 from storage_node.partition.state import PartitionState

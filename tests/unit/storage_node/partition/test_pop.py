@@ -7,13 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol import errors
+from protocol.storage_api import ReceiptHandle
 from storage_node.errors import BadCommand, InvalidReceiptHandle
 from storage_node.partition.commands import (
     ChangeInvisibleDuration,
     CommitOffset,
     DeadLetter,
     InitialPosition,
-    ReceiptHandle,
 )
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.results import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from protocol import errors
-from protocol.records import MessageType
+from protocol.vocabulary import MessageType
 from storage_node.errors import OffsetOutOfRange
 from storage_node.partition.commands import CommitOffset, Tick, TrimQueue
 from storage_node.partition.results import CommitOffsetResult, TrimQueueResult

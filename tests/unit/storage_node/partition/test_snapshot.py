@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import MessageType
+from protocol.storage_api import ReceiptHandle
+from protocol.vocabulary import MessageType
 from storage_node.errors import SnapshotCorrupted, StorageError
 from storage_node.partition import commands as c
 from storage_node.partition.config import PartitionConfig
@@ -24,7 +25,7 @@ now_ms = st.integers(0, 200_000)
 topic = st.sampled_from(TOPICS)
 queue_id = st.just(0)
 group = st.sampled_from(GROUPS)
-handle = st.builds(c.ReceiptHandle, topic, queue_id, st.integers(0, 4), st.integers(1, 40))
+handle = st.builds(ReceiptHandle, topic, queue_id, st.integers(0, 4), st.integers(1, 40))
 
 
 @st.composite
@@ -68,6 +69,7 @@ command = st.one_of(
     st.builds(c.ChangeInvisibleDuration, now_ms, group, handle, st.sampled_from([0, 5_000])),
     st.builds(c.DeadLetter, now_ms, group, handle),
     st.builds(c.CommitOffset, now_ms, group, topic, queue_id, st.integers(-1, 6)),
+    st.builds(c.CommitConsumerOffset, now_ms, group, topic, queue_id, st.integers(-1, 6)),
     st.builds(
         c.EndTransaction,
         now_ms,

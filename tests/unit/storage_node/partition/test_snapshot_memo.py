@@ -19,12 +19,12 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import MessageType
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import StorageError
 from storage_node.partition import chunks
 from storage_node.partition import commands as c
 from storage_node.partition.config import PartitionConfig
-from storage_node.partition.queues import Placement, QueueEntry, RecordOutcome
+from storage_node.partition.queues import QueueEntry, RecordOutcome
 from storage_node.partition.snapshot import (
     SNAPSHOT_MAGIC,
     SNAPSHOT_VERSION,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from protocol.records import MessageRecord, MessageType
+from protocol.records import MessageRecord
+from protocol.vocabulary import MessageType, Placement
 from storage_node.partition.commands import CancelTimer, Tick
 from storage_node.partition.config import PartitionConfig
-from storage_node.partition.queues import Placement
 from storage_node.partition.results import CancelTimerResult, TickResult
 
 from .harness import Harness, record

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from protocol.records import MessageRecord, MessageType
+from protocol.records import MessageRecord
+from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import BadCommand, NotFound
 from storage_node.partition.commands import EndTransaction, NoteTransactionChecks, Tick
-from storage_node.partition.queues import Placement
 from storage_node.partition.results import EndTransactionResult, TransactionChecksResult
 
 from .harness import Harness, record

@@ -1,0 +1,76 @@
+"""The remoting clients connected to this broker, as their heartbeats describe them.
+
+A client (one ``clientID``) belongs to producer and consumer groups; it is
+known here while a connection it sent a heartbeat on stays open, and
+leaves a group with UNREGISTER_CLIENT. Each broker knows only its own
+clients.
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.remoting.bodies import Heartbeat
+
+
+@dataclass(slots=True)
+class RemotingClient:
+    """One client: the connection it heartbeats on and its groups."""
+
+    client_id: str
+    connection: int
+    last_heartbeat_ms: int
+    producer_groups: set[str] = field(default_factory=set)
+    consumer_groups: set[str] = field(default_factory=set)
+
+
+class RemotingClients:
+    """Clients by id (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, RemotingClient] = {}
+
+    def heartbeat(self, connection: int, beat: Heartbeat, now_ms: int) -> RemotingClient:
+        """Record a heartbeat: the client's groups are the ones it names now."""
+        client = self._clients.get(beat.client_id)
+        if client is None or client.connection != connection:
+            client = RemotingClient(beat.client_id, connection, now_ms)
+            self._clients[beat.client_id] = client
+        client.last_heartbeat_ms = now_ms
+        client.producer_groups = set(beat.producer_groups)
+        client.consumer_groups = {consumer.group for consumer in beat.consumers}
+        return client
+
+    def unregister(
+        self, client_id: str, producer_group: str | None, consumer_group: str | None
+    ) -> None:
+        """The client leaves the named groups; a client in no group is forgotten."""
+        client = self._clients.get(client_id)
+        if client is None:
+            return
+        if producer_group:
+            client.producer_groups.discard(producer_group)
+        if consumer_group:
+            client.consumer_groups.discard(consumer_group)
+        if not client.producer_groups and not client.consumer_groups:
+            del self._clients[client_id]
+
+    def connection_closed(self, connection: int) -> None:
+        """Forget every client whose heartbeats came on ``connection``."""
+        gone = [c.client_id for c in self._clients.values() if c.connection == connection]
+        for client_id in gone:
+            del self._clients[client_id]
+
+    def consumers_of(self, group: str) -> list[str]:
+        """Ids of the clients consuming in ``group``, sorted."""
+        return sorted(c.client_id for c in self._clients.values() if group in c.consumer_groups)
+
+    @property
+    def producer_groups(self) -> list[str]:
+        """Every producer group with a client here, sorted."""
+        return sorted({group for c in self._clients.values() for group in c.producer_groups})
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._clients

@@ -1,0 +1,399 @@
+"""The remoting adapter: read a request's header and body, call a processor, answer.
+
+One method per request code; each validates and converts (``convert.py``),
+calls the same processors and ports as the gRPC adapter, and builds the
+response. Errors become response codes only through ``status.py``. A code
+without a method is answered REQUEST_CODE_NOT_SUPPORTED.
+
+Name-server requests are served here too (a 4.x client may name any broker
+as its name server): a route lists every live broker's remoting address as
+one broker serving all of the topic's queues (the same queue id through any
+broker is the same queue of the cluster).
+
+Consuming by offset: PULL_MESSAGE (long polled up to the consumer's suspend
+time) and the consumer offsets, over the same pull processor as gRPC's
+PullMessage. Not built yet (answered REQUEST_CODE_NOT_SUPPORTED):
+send-back for retries, message query, queue locks. The consumer list of a
+group names only the clients connected to this broker, and a route lists
+every queue through every broker: see docs/remoting.md for what a push
+consumer's rebalance across brokers still needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.domain import QueueRef
+from broker.errors import BrokerError, Reason, not_implemented
+from broker.processor import transaction_id as transaction_ids
+from broker.processor import validation
+from broker.processor.filter import FilterKind, parse_filter
+from broker.processor.polling import plan_poll_ms
+from broker.processor.producer import ProducerProcessor
+from broker.processor.pull import PullProcessor
+from broker.processor.route import RouteProcessor
+from broker.processor.transaction import TransactionProcessor
+from broker.remoting import convert
+from broker.remoting.clients import RemotingClients
+from broker.remoting.producers import RemotingProducers
+from broker.remoting.status import code_of, remark_of, unsupported_remark
+from broker.services.base import Clock, MessageStore
+from protocol import errors as codes
+from protocol.remoting import bodies, headers
+from protocol.remoting.codes import RequestCode, ResponseCode
+from protocol.remoting.frames import RemotingCommand
+from protocol.vocabulary import MessageType, Placement
+
+log = logging.getLogger("broker.remoting")
+
+SQL92 = "SQL92"
+"""A pull's expressionType for a SQL92 subscription (TAG otherwise)."""
+HALVES_MAX = 65_536
+"""Half messages whose transaction this broker can end by message id alone."""
+
+
+class BrokerDirectory(Protocol):
+    """Where the live brokers of the cluster serve remoting clients."""
+
+    async def remoting_addresses(self) -> list[str]:
+        """host:port of every live broker's remoting endpoint (this one's included)."""
+        ...
+
+
+class FixedBrokers:
+    """A directory of a fixed list of addresses (a lone broker, tests)."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = addresses
+
+    async def remoting_addresses(self) -> list[str]:
+        """The addresses given."""
+        return list(self.addresses)
+
+
+class MessageIds:
+    """Ids for messages a client sent without one: 16 bytes in upper-case hex (the
+    form of a 4.x client's ids), a random prefix drawn once per process and a counter."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8)
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        return (self._prefix + next(self._counter).to_bytes(8, "big")).hex().upper()
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What a request knows of the connection it came on."""
+
+    connection_id: int
+    peer: str  # the client's host:port
+
+
+Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
+
+
+class RemotingService:
+    """The remoting adapter over the processors (see the module docstring).
+
+    ``address`` is this broker's remoting endpoint (host:port): the store host
+    of the offset message ids it hands out.
+    """
+
+    def __init__(
+        self,
+        *,
+        route: RouteProcessor,
+        producer: ProducerProcessor,
+        store: MessageStore,
+        clock: Clock,
+        brokers: BrokerDirectory,
+        cluster: str,
+        address: str,
+        transactions: TransactionProcessor | None = None,
+        producers: RemotingProducers | None = None,
+        pulls: PullProcessor | None = None,
+    ) -> None:
+        self._route = route
+        self._producer = producer
+        self._store = store
+        self._clock = clock
+        self.brokers = brokers
+        self._cluster = cluster
+        self.address = address
+        self._transactions = transactions
+        self.clients = RemotingClients()
+        self.producers = producers or RemotingProducers()
+        self._pulls = pulls
+        self._new_id = MessageIds()
+        # Half messages sent through this broker, oldest first (see end_transaction).
+        self._halves: dict[str, QueueRef] = {}
+        self._handlers: dict[int, Handler] = {
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+            RequestCode.SEND_MESSAGE: self.send,
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.PULL_MESSAGE: self.pull,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+        }
+
+    async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """The response to ``request`` (also computed for a oneway request: the caller
+        decides not to send it)."""
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            return request.reply(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, unsupported_remark(request.code)
+            )
+        try:
+            return await handler(request, connection)
+        except Exception as error:  # noqa: BLE001 - answered with a response code
+            return request.reply(code_of(error), remark_of(error))
+
+    # -- name server ------------------------------------------------------------------
+
+    async def route(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """GET_ROUTEINFO_BY_TOPIC: the topic's queues, served by every live broker."""
+        name = headers.topic_header(request.ext_fields)
+        try:
+            topic = await self._route.route(name)
+        except BrokerError as error:
+            if error.reason is Reason.ILLEGAL_TOPIC:  # e.g. TBW102: no such route here
+                return request.reply(ResponseCode.TOPIC_NOT_EXIST, error.message)
+            raise
+        readable = any(queue.permission.readable for queue in topic.queues)
+        writable = any(queue.permission.writable for queue in topic.queues)
+        perm = (bodies.PERM_READ if readable else 0) | (bodies.PERM_WRITE if writable else 0)
+        brokers = convert.route_brokers(await self.brokers.remoting_addresses())
+        body = bodies.route_body(self._cluster, brokers, topic.queue_count, topic.queue_count, perm)
+        return request.reply(ResponseCode.SUCCESS, body=body)
+
+    async def cluster_info(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """GET_BROKER_CLUSTER_INFO: the live brokers, all in this broker's cluster."""
+        brokers = convert.route_brokers(await self.brokers.remoting_addresses())
+        return request.reply(
+            ResponseCode.SUCCESS, body=bodies.cluster_info_body(self._cluster, brokers)
+        )
+
+    # -- producing --------------------------------------------------------------------
+
+    async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """SEND_MESSAGE (long keys), SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (short keys)."""
+        header = headers.send_header(
+            request.ext_fields,
+            short_keys=request.code
+            in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE),
+        )
+        topic = await self._route.route(header.topic)
+        messages, named = convert.messages_from_send(
+            header,
+            request.body,
+            batch=request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch,
+            born_host=connection.peer,
+            now_ms=self._clock.now_ms(),
+            new_id=self._new_id,
+            fifo_topic=MessageType.FIFO in topic.message_types,
+        )
+        results = await self._producer.send(messages)
+        for message, result in zip(messages, results, strict=True):
+            if result.placement is Placement.HALF:
+                self._remember_half(message.message_id, result.queue)
+                self.producers.sent_half(
+                    connection.connection_id, header.topic, header.producer_group
+                )
+        return request.reply(
+            ResponseCode.SUCCESS,
+            ext_fields=convert.send_response_fields(messages, named, results, self.address),
+        )
+
+    def _remember_half(self, message_id: str, queue: QueueRef) -> None:
+        self._halves[message_id] = queue
+        while len(self._halves) > HALVES_MAX:
+            self._halves.pop(next(iter(self._halves)))
+
+    async def end_transaction(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """END_TRANSACTION: commit (8), roll back (12) or leave (0) a half message.
+
+        The transaction id the send answered names the half message anywhere in
+        the cluster; the C++ client sends none back, only the message id, which
+        this broker remembers for the half messages sent through it (a broker
+        that restarted in between leaves those to the check-back).
+        """
+        if self._transactions is None:
+            raise not_implemented("END_TRANSACTION")
+        header = headers.end_transaction_header(request.ext_fields)
+        if header.transaction_id:
+            topic, transaction_id = convert.parse_transaction_id(header.transaction_id)
+        elif header.message_id in self._halves:
+            queue = self._halves[header.message_id]
+            topic, transaction_id = queue.topic, transaction_ids.encode(queue, header.message_id)
+        else:
+            raise BrokerError.of(
+                Reason.INVALID_TRANSACTION_ID,
+                f"transaction of message {header.message_id!r} is unknown here and the "
+                "request has no transactionId",
+            )
+        self._halves.pop(header.message_id, None)
+        commit = {headers.TRANSACTION_COMMIT: True, headers.TRANSACTION_ROLLBACK: False}.get(
+            header.commit_or_rollback
+        )
+        await self._transactions.end(
+            header.topic or topic,
+            "",  # the message id is inside the transaction id
+            transaction_id,
+            commit,
+            from_check=header.from_transaction_check,
+        )
+        return request.reply(ResponseCode.SUCCESS)
+
+    # -- clients ----------------------------------------------------------------------
+
+    async def heartbeat(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """HEART_BEAT: remember the client and its groups on this connection."""
+        beat = bodies.parse_heartbeat(request.body)
+        for producer_group in beat.producer_groups:
+            validation.check_group(producer_group)
+        for consumer in beat.consumers:
+            validation.check_group(consumer.group)
+        self.clients.heartbeat(connection.connection_id, beat, self._clock.now_ms())
+        return request.reply(ResponseCode.SUCCESS)
+
+    async def unregister_client(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """UNREGISTER_CLIENT: the client leaves its producer and/or consumer group."""
+        header = headers.unregister_client_header(request.ext_fields)
+        self.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
+        return request.reply(ResponseCode.SUCCESS)
+
+    async def consumer_list(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """GET_CONSUMER_LIST_BY_GROUP: the group's clients connected to this broker."""
+        group = headers.consumer_group_header(request.ext_fields)
+        validation.check_group(group)
+        return request.reply(
+            ResponseCode.SUCCESS, body=bodies.consumer_list_body(self.clients.consumers_of(group))
+        )
+
+    # -- offsets ----------------------------------------------------------------------
+
+    async def max_offset(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """GET_MAX_OFFSET: the offset the queue's next message gets."""
+        offsets = await self._store.queue_offsets(self._queue(request))
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offsets.end_offset)})
+
+    async def min_offset(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """GET_MIN_OFFSET: the queue's oldest offset still held."""
+        offsets = await self._store.queue_offsets(self._queue(request))
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offsets.first_offset)})
+
+    async def search_offset(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the first offset stored at or after the time."""
+        header = headers.search_offset_header(request.ext_fields)
+        queue = _queue_of(header.topic, header.queue_id)
+        offsets = await self._store.queue_offsets(queue, max(0, header.timestamp_ms))
+        return request.reply(
+            ResponseCode.SUCCESS, ext_fields={"offset": str(offsets.timestamp_offset)}
+        )
+
+    # -- consuming by offset ---------------------------------------------------------------
+
+    def _pull_processor(self) -> PullProcessor:
+        if self._pulls is None:
+            raise not_implemented("pulling through remoting")
+        return self._pulls
+
+    async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """PULL_MESSAGE: FOUND (SUCCESS, the messages as MessageExt records),
+        PULL_NOT_FOUND, or PULL_OFFSET_MOVED with the offset to go on from; a suspended
+        pull waits for a message up to the consumer's suspend time."""
+        pulls = self._pull_processor()
+        header = headers.pull_header(request.ext_fields)
+        queue = _queue_of(header.topic, header.queue_id)
+        if header.commits:
+            await pulls.update_offset(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        result = await pulls.pull(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            parse_filter(
+                FilterKind.SQL if header.expression_type == SQL92 else FilterKind.TAG,
+                header.subscription,
+            ),
+            batch_size=max(1, header.max_messages),
+            poll_ms=plan_poll_ms(header.suspend_timeout_ms, None) if header.suspends else 0,
+        )
+        offsets = await self._store.queue_offsets(queue)
+        fields = {
+            "nextBeginOffset": str(result.next_offset),
+            "minOffset": str(offsets.first_offset),
+            "maxOffset": str(offsets.end_offset),
+            "suggestWhichBrokerId": "0",
+        }
+        if result.out_of_range is not None:
+            return request.reply(
+                ResponseCode.PULL_OFFSET_MOVED, result.out_of_range.message, fields
+            )
+        if not result.messages:
+            return request.reply(ResponseCode.PULL_NOT_FOUND, "no new message", fields)
+        body = convert.pulled_body(result.messages, self.address)
+        return request.reply(ResponseCode.SUCCESS, ext_fields=fields, body=body)
+
+    async def query_consumer_offset(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """QUERY_CONSUMER_OFFSET: the group's committed position (QUERY_NOT_FOUND when
+        it has none: the client then starts where its consume-from setting says)."""
+        header = headers.consumer_offset_header(request.ext_fields)
+        offset = await self._pull_processor().get_offset(
+            header.consumer_group, header.topic, header.queue_id
+        )
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    async def update_consumer_offset(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """UPDATE_CONSUMER_OFFSET: commit the group's position (clamped to the queue)."""
+        header = headers.consumer_offset_header(request.ext_fields)
+        await self._pull_processor().update_offset(
+            header.consumer_group, header.topic, header.queue_id, header.commit_offset
+        )
+        return request.reply(ResponseCode.SUCCESS)
+
+    @staticmethod
+    def _queue(request: RemotingCommand) -> QueueRef:
+        header = headers.queue_header(request.ext_fields)
+        return _queue_of(header.topic, header.queue_id)
+
+
+def _queue_of(topic: str, queue_id: int) -> QueueRef:
+    """The queue a request names, checked."""
+    validation.check_topic(topic)
+    if queue_id < 0:
+        raise BrokerError(codes.BAD_REQUEST, f"queue id {queue_id} is negative")
+    return QueueRef(topic, queue_id)

@@ -1,0 +1,563 @@
+"""The connector process: copies messages between clusters by the rules file.
+
+One task per (rule, source queue), each a loop:
+
+1. pull from the queue at the rule's position (long polling, the rule's tag
+   filter applied by the source's storage);
+2. send the copies (:mod:`connector.copies`) to the target in one request,
+   retried until the target acknowledged every one;
+3. append a translation mark per target queue the batch touched;
+4. commit the position past the batch (``UpdateOffset`` of the rule's consumer
+   group on the source cluster: the checkpoint).
+
+Exactly once: the checkpoint moves only after the target acknowledged (step
+4 after step 2), so a crash loses nothing; what a crash can repeat is the
+batch between the last checkpoint and the crash, at most one pull batch (32
+messages) per source queue. Each copy keeps its message id and goes to the
+same target queue again (a stable mapping), where the target's dedup window
+(per raft group, by topic and message id: 2 minutes and 100,000 ids per group
+by default, ``storage_node/partition/config.py``) answers the resend with the
+first copy's outcome. A pending line written before each send says when it
+began; at start, a batch left unfinished longer ago than the window safely
+covers (``resend_check_after_ms``) is first sought on the target
+(:meth:`RuleCopier._copies_on_target`) and only what is missing is sent.
+
+Sharing: one connector process per rules file. Its data directory is locked
+(one process per directory), and two processes running one rule would copy
+the same queues twice (their checkpoints are one group's, not leases); run
+several connectors with disjoint rules files to spread the work.
+
+On SIGHUP the rules file is read again: rules added start, rules removed
+stop, rules changed restart; kept rules go on untouched. A bad file is
+refused (logged, counted as an error of each rule) and the old rules go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from connector.client import ClusterClient, ConnectorCallError
+from connector.config import ConnectorConfig
+from connector.copies import (
+    SOURCE_CLUSTER,
+    SOURCE_OFFSET,
+    SOURCE_QUEUE,
+    SOURCE_TOPIC,
+    copy_message,
+)
+from connector.plan import (
+    CLOCK_SKEW_MS,
+    RESEND_SAFE_MS,
+    Mark,
+    Pending,
+    Rule,
+    RulesError,
+    RuleSet,
+    format_mark,
+    format_pending,
+    last_pending,
+    parse_rules,
+    plan_reload,
+    resend_unsafe,
+)
+from protocol.rocketmq.v2 import definition_pb2 as pb
+
+log = logging.getLogger("rip5.connector")
+T = TypeVar("T")
+
+LAG_REFRESH_S = 1.0
+RETRY_DELAY_MIN_S = 0.2
+RETRY_DELAY_MAX_S = 5.0
+
+
+class Metrics:
+    """The connector's Prometheus metrics, labelled by rule, in their own registry."""
+
+    def __init__(self) -> None:
+        """Register every metric (exported with its ``_total`` suffix for counters)."""
+        self.registry = CollectorRegistry()
+        labels = ["rule"]
+        self.messages = Counter(
+            "rip5_connector_replicated_messages",
+            "messages copied to the target (acknowledged by it)",
+            labels,
+            registry=self.registry,
+        )
+        self.bytes = Counter(
+            "rip5_connector_replicated_bytes",
+            "body bytes copied to the target",
+            labels,
+            registry=self.registry,
+        )
+        self.delay = Gauge(
+            "rip5_connector_delay_milliseconds",
+            "now minus the source store time of the last message copied, when it was copied",
+            labels,
+            registry=self.registry,
+        )
+        self.last_sync = Gauge(
+            "rip5_connector_last_sync_timestamp_milliseconds",
+            "when the rule last copied messages or found its queues caught up (epoch ms)",
+            labels,
+            registry=self.registry,
+        )
+        self.lag = Gauge(
+            "rip5_connector_lag_messages",
+            "source offsets not yet passed by the rule, summed over its queues",
+            labels,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "rip5_connector_errors",
+            "failed calls and refused reloads",
+            labels,
+            registry=self.registry,
+        )
+
+    def forget(self, rule: str) -> None:
+        """Drop a removed rule's series."""
+        for metric in (
+            self.messages,
+            self.bytes,
+            self.delay,
+            self.last_sync,
+            self.lag,
+            self.errors,
+        ):
+            with contextlib.suppress(KeyError):
+                metric.remove(rule)
+
+
+class RuleCopier:
+    """The tasks copying one rule's source queues."""
+
+    def __init__(
+        self,
+        rule: Rule,
+        source: ClusterClient,
+        target: ClusterClient,
+        marks_path: Path,
+        metrics: Metrics,
+        failed: Callable[[BaseException], None],
+        resend_safe_ms: int = RESEND_SAFE_MS,
+    ) -> None:
+        """Nothing runs before :meth:`prepare` and :meth:`start`; ``failed`` hears of a
+        copy task that ended by an unexpected error (the process then stops: a queue
+        must not silently stop being copied)."""
+        self.rule = rule
+        self._failed = failed
+        self.resend_safe_ms = resend_safe_ms
+        self.source = source
+        self.target = target
+        self.marks_path = marks_path
+        self.metrics = metrics
+        self.positions: dict[int, int] = {}
+        self.target_queues: list[int] = []
+        self._lags: dict[int, int] = {}
+        # Per source queue: copies of its unfinished batch found on the target,
+        # source offset -> (target queue, target offset); they are not sent again.
+        self._found: dict[int, dict[int, tuple[int, int]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._marks: IO[str] | None = None  # the open marks file, once started
+
+    async def prepare(self) -> None:
+        """Resolve the queues and each one's starting position (committed first, so a
+        "latest" start stays where it was first taken). Raises ConnectorCallError when
+        a topic or the group is missing."""
+        rule = self.rule
+        queues = await self.source.queues(rule.topic)
+        if not queues:
+            raise ConnectorCallError(
+                "TOPIC_NOT_FOUND",
+                f"topic {rule.topic!r} has no readable queue on cluster {rule.source!r}",
+                retriable=False,
+            )
+        try:
+            self.target_queues = await self.target.queues(rule.target_topic, writable=True)
+        except ConnectorCallError as exc:
+            raise ConnectorCallError(
+                exc.name,
+                f"target topic {rule.target_topic!r} on cluster {rule.target!r}: {exc.detail}",
+                retriable=exc.retriable,
+            ) from None
+        if not self.target_queues:
+            raise ConnectorCallError(
+                "NO_WRITABLE_QUEUE",
+                f"target topic {rule.target_topic!r} on cluster {rule.target!r} "
+                "has no writable queue",
+                retriable=False,
+            )
+        for queue in queues:
+            try:
+                committed = await self.source.committed(rule.group, rule.topic, queue)
+            except ConnectorCallError as exc:
+                raise ConnectorCallError(
+                    exc.name,
+                    f"checkpoint group {rule.group!r} on cluster {rule.source!r} "
+                    f"(create it there as a consumer group): {exc.detail}",
+                    retriable=exc.retriable,
+                ) from None
+            if committed is None:
+                committed = await self.source.bound(rule.topic, queue, end=rule.start == "latest")
+                await self.source.commit(rule.group, rule.topic, queue, committed)
+            self.positions[queue] = committed
+        pending = last_pending(self._marks_text())
+        now_ms = time.time_ns() // 1_000_000
+        for queue, committed in self.positions.items():
+            unfinished = pending.get(queue)
+            if unfinished is not None and resend_unsafe(
+                unfinished, committed, now_ms, self.resend_safe_ms
+            ):
+                self._found[queue] = await self._copies_on_target(queue, unfinished)
+
+    def _header(self) -> str:
+        rule = self.rule
+        return f"# {rule.source} {rule.topic} -> {rule.target} {rule.target_topic}\n"
+
+    def _marks_text(self) -> str:
+        """The marks file of this rule's source and target ("" if none or another's)."""
+        if not self.marks_path.exists():
+            return ""
+        text = self.marks_path.read_text()
+        return text if text.startswith(self._header()) else ""
+
+    async def _copies_on_target(
+        self, queue: int, unfinished: Pending
+    ) -> dict[int, tuple[int, int]]:
+        """Copies of source ``queue`` from ``unfinished.source_offset`` on that the target
+        stored since the unfinished send began (less the clock skew), by reading every
+        target queue from then on (with the rule's group, which the target must have)."""
+        rule = self.rule
+        found: dict[int, tuple[int, int]] = {}
+        for target_queue in self.target_queues:
+            since = unfinished.sent_ms - CLOCK_SKEW_MS
+            offset = await self.target.offset_at(rule.target_topic, target_queue, since)
+            end = await self.target.bound(rule.target_topic, target_queue, end=True)
+            while offset < end:
+                try:
+                    pulled = await self.target.pull(
+                        rule.group, rule.target_topic, target_queue, offset, "*"
+                    )
+                except ConnectorCallError as exc:
+                    raise ConnectorCallError(
+                        exc.name,
+                        f"looking on cluster {rule.target!r} for copies of a batch a crash "
+                        f"left unfinished (its group {rule.group!r} must exist there too): "
+                        f"{exc.detail}",
+                        retriable=exc.retriable,
+                    ) from None
+                for message in pulled.messages:
+                    source = message.user_properties
+                    if (
+                        source.get(SOURCE_CLUSTER) == rule.source
+                        and source.get(SOURCE_TOPIC) == rule.topic
+                        and source.get(SOURCE_QUEUE) == str(queue)
+                        and int(source.get(SOURCE_OFFSET, "-1")) >= unfinished.source_offset
+                    ):
+                        target_offset = message.system_properties.queue_offset
+                        found[int(source[SOURCE_OFFSET])] = (target_queue, target_offset)
+                if pulled.next_offset <= offset:
+                    break
+                offset = pulled.next_offset
+        log.warning(
+            "a batch left unfinished by a crash is older than the target's dedup window; "
+            "its copies found on the target are not sent again",
+            extra={"rule": rule.name, "queue": queue, "found": len(found)},
+        )
+        return found
+
+    def start(self) -> None:
+        """Start one copy task per source queue."""
+        self.marks_path.parent.mkdir(parents=True, exist_ok=True)
+        rule = self.rule
+        fresh = not self._marks_text()
+        self._marks = self.marks_path.open("w" if fresh else "a")
+        if fresh:
+            self._marks.write(self._header())
+            self._marks.flush()
+        for counter in (self.metrics.messages, self.metrics.bytes, self.metrics.errors):
+            counter.labels(rule.name)  # exported from the start, at 0
+        self._tasks = [
+            asyncio.create_task(self._copy_queue(queue), name=f"copy {self.rule.name}:{queue}")
+            for queue in self.positions
+        ]
+        for task in self._tasks:
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._failed(error)
+
+    async def stop(self) -> None:
+        """Cancel the copy tasks and wait for them (a batch in flight is resent by the
+        next start and absorbed by the target's dedup)."""
+        for task in self._tasks:
+            task.cancel()
+        # A task that ended by an error was reported by _ended already.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._marks is not None:
+            self._marks.close()
+            self._marks = None
+
+    async def _retrying(self, what: str, call: Callable[..., Awaitable[T]], *args: object) -> T:
+        """``call(*args)`` until it succeeds; each failure counted and logged."""
+        delay = RETRY_DELAY_MIN_S
+        while True:
+            try:
+                return await call(*args)
+            except ConnectorCallError as exc:
+                self.metrics.errors.labels(self.rule.name).inc()
+                log.warning(
+                    "call failed, retrying",
+                    extra={"rule": self.rule.name, "call": what, "error": str(exc)},
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+
+    async def _copy_queue(self, queue: int) -> None:
+        rule, name = self.rule, self.rule.name
+        offset = self.positions[queue]
+        found = self._found.pop(queue, {})
+        lag_checked = 0.0
+        while True:
+            pulled = await self._retrying(
+                "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
+            )
+            if pulled.status == "ILLEGAL_OFFSET":
+                self.metrics.errors.labels(name).inc()
+                log.warning(
+                    "position outside the source queue; moving to its edge",
+                    extra={"rule": name, "queue": queue, "error": pulled.detail},
+                )
+            if pulled.messages:
+                copies = [
+                    copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
+                    for m in pulled.messages
+                ]
+                placed = await self._send_new(queue, offset, pulled.messages, copies, found)
+                self._mark(queue, pulled.messages, placed)
+                now_ms = time.time_ns() // 1_000_000
+                last = pulled.messages[-1].system_properties.store_timestamp
+                self.metrics.messages.labels(name).inc(len(copies))
+                self.metrics.bytes.labels(name).inc(sum(len(m.body) for m in pulled.messages))
+                self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
+                self.metrics.last_sync.labels(name).set(now_ms)
+            elif pulled.status == "MESSAGE_NOT_FOUND":
+                self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
+            if pulled.next_offset != offset:
+                next_offset = pulled.next_offset
+                await self._retrying(
+                    "commit", self.source.commit, rule.group, rule.topic, queue, next_offset
+                )
+                offset = next_offset
+                self.positions[queue] = offset
+            if time.monotonic() - lag_checked >= LAG_REFRESH_S:
+                lag_checked = time.monotonic()
+                with contextlib.suppress(ConnectorCallError):
+                    end = await self.source.bound(rule.topic, queue, end=True)
+                    self._lags[queue] = max(0, end - offset)
+                    self.metrics.lag.labels(name).set(sum(self._lags.values()))
+
+    async def _send_new(
+        self,
+        queue: int,
+        offset: int,
+        pulled: Sequence[pb.Message],
+        copies: Sequence[tuple[pb.Message, int]],
+        found: dict[int, tuple[int, int]],
+    ) -> list[tuple[int, int]]:
+        """Send the copies not ``found`` on the target, after a pending line saying the
+        batch pulled from ``offset`` is being sent; each copy's (target queue, target
+        offset), in order."""
+        fresh = [
+            copy
+            for message, (copy, _) in zip(pulled, copies, strict=True)
+            if message.system_properties.queue_offset not in found
+        ]
+        stored: list[int] = []
+        if fresh:
+            assert self._marks is not None
+            sent_ms = time.time_ns() // 1_000_000
+            self._marks.write(format_pending(Pending(queue, offset, sent_ms)))
+            self._marks.flush()
+            stored = await self._retrying("send", self.target.send, fresh)
+        placed = iter(stored)
+        return [
+            found.get(message.system_properties.queue_offset) or (target_queue, next(placed))
+            for message, (_, target_queue) in zip(pulled, copies, strict=True)
+        ]
+
+    def _mark(
+        self,
+        queue: int,
+        pulled: Sequence[pb.Message],
+        placed: Sequence[tuple[int, int]],
+    ) -> None:
+        """One mark per target queue the batch reached: its first copy there."""
+        seen: set[int] = set()
+        lines = []
+        for message, (target_queue, target_offset) in zip(pulled, placed, strict=True):
+            if target_queue in seen:
+                continue
+            seen.add(target_queue)
+            mark = Mark(queue, message.system_properties.queue_offset, target_queue, target_offset)
+            lines.append(format_mark(mark))
+        assert self._marks is not None
+        self._marks.write("".join(lines))
+        self._marks.flush()
+
+
+class Connector:
+    """The running rules: a :class:`RuleCopier` per rule, clients per cluster."""
+
+    def __init__(
+        self, rules_path: Path, data_dir: Path, metrics: Metrics, resend_safe_ms: int
+    ) -> None:
+        """Nothing runs before :meth:`load`; ``resend_safe_ms``: see :class:`RuleCopier`."""
+        self.resend_safe_ms = resend_safe_ms
+        self.rules_path = rules_path
+        self.data_dir = data_dir
+        self.metrics = metrics
+        self.rules = RuleSet({}, ())
+        self.copiers: dict[str, RuleCopier] = {}
+        self.failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+        """Set by the first copy task that ended by an unexpected error."""
+        self._clients: dict[tuple[str, tuple[str, ...]], ClusterClient] = {}
+
+    def _failed(self, error: BaseException) -> None:
+        if not self.failure.done():
+            self.failure.set_result(error)
+
+    def read_rules(self) -> RuleSet:
+        """Parse the rules file (RulesError if it is not usable)."""
+        try:
+            text = self.rules_path.read_text()
+        except OSError as exc:
+            raise RulesError(
+                str(self.rules_path), None, "(file)", exc.strerror or str(exc)
+            ) from None
+        return parse_rules(text, str(self.rules_path))
+
+    def _client(self, rules: RuleSet, cluster: str) -> ClusterClient:
+        endpoints = rules.clusters[cluster].endpoints
+        key = (cluster, endpoints)
+        if key not in self._clients:
+            self._clients[key] = ClusterClient(cluster, endpoints)
+        return self._clients[key]
+
+    async def _start_rule(self, rules: RuleSet, name: str) -> None:
+        rule = rules.rule(name)
+        copier = RuleCopier(
+            rule,
+            self._client(rules, rule.source),
+            self._client(rules, rule.target),
+            self.data_dir / "marks" / f"{name}.marks",
+            self.metrics,
+            self._failed,
+            self.resend_safe_ms,
+        )
+        await copier.prepare()
+        copier.start()
+        self.copiers[name] = copier
+        log.info(
+            "rule started",
+            extra={
+                "rule": name,
+                "positions": dict(copier.positions),
+                "target_queues": copier.target_queues,
+            },
+        )
+
+    async def load(self) -> None:
+        """Start every rule of the file; raises RulesError or ConnectorCallError."""
+        rules = self.read_rules()
+        for rule in rules.rules:
+            await self._start_rule(rules, rule.name)
+        self.rules = rules
+
+    async def reload(self) -> None:
+        """Apply the rules file again (module docstring); never raises."""
+        try:
+            new = self.read_rules()
+        except RulesError as exc:
+            log.error("rules file refused; the running rules go on", extra={"error": str(exc)})
+            for name in self.copiers:
+                self.metrics.errors.labels(name).inc()
+            return
+        plan = plan_reload(self.rules, new)
+        for name in (*plan.removed, *plan.changed):
+            copier = self.copiers.pop(name, None)
+            if copier is not None:
+                await copier.stop()
+            if name in plan.removed:
+                self.metrics.forget(name)
+            log.info("rule stopped", extra={"rule": name})
+        for name in (*plan.added, *plan.changed, *plan.kept):
+            if name in self.copiers:
+                continue
+            try:
+                await self._start_rule(new, name)
+            except ConnectorCallError as exc:
+                self.metrics.errors.labels(name).inc()
+                log.error("rule not started", extra={"rule": name, "error": str(exc)})
+        self.rules = new
+
+    async def close(self) -> None:
+        """Stop every rule and close the clients."""
+        for copier in self.copiers.values():
+            await copier.stop()
+        self.copiers = {}
+        for client in self._clients.values():
+            await client.close()
+
+
+async def serve(
+    config: ConnectorConfig,
+    data_dir: Path,
+    stopping: asyncio.Event,
+    ready: Callable[[str], None],
+) -> None:
+    """The connector role: start the rules, serve metrics, reload on SIGHUP, stop."""
+    metrics = Metrics()
+    connector = Connector(Path(config.rules), data_dir, metrics, config.resend_check_after_ms)
+    server = None
+    try:
+        await connector.load()
+        endpoint = "connector"
+        if config.metrics_listen:
+            host, _, port = config.metrics_listen.rpartition(":")
+            server, _thread = start_http_server(int(port), host or "127.0.0.1", metrics.registry)
+            endpoint = f"{host or '127.0.0.1'}:{server.server_port}"
+        loop = asyncio.get_running_loop()
+        reload_wanted = asyncio.Event()
+        loop.add_signal_handler(signal.SIGHUP, reload_wanted.set)
+        ready(endpoint)
+        stop_wait = asyncio.create_task(stopping.wait())
+        while not stopping.is_set():
+            reload_wait = asyncio.create_task(reload_wanted.wait())
+            waits: set[asyncio.Future[Any]] = {stop_wait, reload_wait, connector.failure}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            reload_wait.cancel()
+            if connector.failure.done():
+                raise connector.failure.result()
+            if reload_wanted.is_set():
+                reload_wanted.clear()
+                log.info("reloading the rules file", extra={"rules": config.rules})
+                await connector.reload()
+        loop.remove_signal_handler(signal.SIGHUP)
+    finally:
+        await connector.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()

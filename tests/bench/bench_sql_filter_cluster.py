@@ -1,0 +1,149 @@
+"""Server CPU per delivered message on a real cluster: a SQL92 filter matching 1 in 10
+against ``*``.
+
+``python -m tests.bench.bench_sql_filter_cluster [MESSAGES]`` starts a local
+cluster (1 nameserver, 3 storage nodes, 1 broker), sends MESSAGES messages of
+1 KiB (property ``n`` = index mod 10) to a topic of 4 queues, then lets 8
+receivers (ReceiveMessage batch 32, then AckMessage) drain it, first as group
+``all`` with ``*``, then as group ``sql`` with a SQL92 filter matching 1 in 10.
+For each it prints the CPU the broker and storage processes spent (from
+/proc) from the first receive until the last wanted message was acked,
+divided by the messages delivered. Indicative on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
+from protocol.rocketmq.v2 import service_pb2_grpc
+from tests.e2e.cluster import LocalCluster
+
+META = (("x-mq-client-id", "sql-filter-bench"),)
+TOPIC = "bench"
+RECEIVERS = 8
+EXPRESSION = "n = '3' AND region IN ('eu', 'us')"
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes so far."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def _send(stub: service_pb2_grpc.MessagingServiceStub, count: int) -> None:
+    body = bytes(1024)
+    for start in range(0, count, 32):
+        messages = [
+            pb.Message(
+                topic=pb.Resource(name=TOPIC),
+                body=body,
+                user_properties={"n": str(i % 10), "region": "eu"},
+                system_properties=pb.SystemProperties(
+                    message_id=uuid.uuid4().hex.upper(),
+                    message_type=pb.NORMAL,
+                    body_encoding=pb.IDENTITY,
+                ),
+            )
+            for i in range(start, min(count, start + 32))
+        ]
+        sent = await stub.SendMessage(spb.SendMessageRequest(messages=messages), metadata=META)
+        assert sent.status.code == pb.OK, sent.status
+
+
+async def _drain(
+    stub: service_pb2_grpc.MessagingServiceStub,
+    pids: list[int],
+    group: str,
+    expression: pb.FilterExpression,
+    wanted: int,
+) -> tuple[int, float, float]:
+    """Receive and ack until ``wanted`` came: (delivered, CPU s, wall s) up to then."""
+    delivered = 0
+    finished: list[tuple[float, float]] = []
+    cpu_s, started = _cpu_s(pids), time.monotonic()
+
+    async def receiver() -> None:
+        nonlocal delivered
+        while delivered < wanted:
+            request = spb.ReceiveMessageRequest(
+                group=pb.Resource(name=group),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
+                filter_expression=expression,
+                batch_size=32,
+            )
+            request.invisible_duration.FromSeconds(60)
+            request.long_polling_timeout.FromSeconds(5)
+            entries = [
+                spb.AckMessageEntry(
+                    message_id=response.message.system_properties.message_id,
+                    receipt_handle=response.message.system_properties.receipt_handle,
+                )
+                async for response in stub.ReceiveMessage(request, metadata=META, timeout=10)
+                if response.WhichOneof("content") == "message"
+            ]
+            if not entries:
+                continue
+            delivered += len(entries)
+            acked = await stub.AckMessage(
+                spb.AckMessageRequest(
+                    group=pb.Resource(name=group), topic=pb.Resource(name=TOPIC), entries=entries
+                ),
+                metadata=META,
+            )
+            assert acked.status.code == pb.OK, acked.status
+            if delivered >= wanted and not finished:
+                finished.append((_cpu_s(pids), time.monotonic()))
+
+    await asyncio.gather(*(receiver() for _ in range(RECEIVERS)))
+    end_cpu_s, end_s = finished[0]
+    return delivered, end_cpu_s - cpu_s, end_s - started
+
+
+async def _measure(cluster: LocalCluster, count: int) -> None:
+    pids = []
+    for process in [*cluster.brokers, *cluster.storage.values()]:
+        assert process.popen is not None
+        pids.append(process.popen.pid)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.broker_port()}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        await _send(stub, count)
+        for group, expression, wanted in (
+            ("all", pb.FilterExpression(type=pb.TAG, expression="*"), count),
+            ("sql", pb.FilterExpression(type=pb.SQL, expression=EXPRESSION), count // 10),
+        ):
+            delivered, cpu_s, wall_s = await _drain(stub, pids, group, expression, wanted)
+            print(
+                f"{group} {expression.expression!r}: {delivered} delivered in {wall_s:.1f} s, "
+                f"broker + storage CPU {cpu_s / delivered * 1e6:.0f} us per delivered message",
+                flush=True,
+            )
+
+
+def main() -> None:
+    """Start the cluster, measure, stop."""
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000
+    with tempfile.TemporaryDirectory() as root:
+        cluster = LocalCluster(Path(root), groups=4)
+        cluster.start()
+        try:
+            cluster.create({TOPIC: (4, 1)}, {"all": (False, 16), "sql": (False, 16)})
+            asyncio.run(_measure(cluster, count))
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""``rip5 bench spark`` runs three real storage processes, snapshots them and reads with Spark."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def test_bench_spark_measures_snapshot_writing_and_reads(tmp_path: Path) -> None:
+    args = [
+        "--messages", "3000", "--message-bytes", "200", "--groups", "2", "--queues", "4",
+        "--batch", "100", "--in-flight", "4", "--object-mb", "0.1", "--runs", "1",
+        "--master", "local[1]", "--dir", str(tmp_path), "--json", str(tmp_path / "spark.json"),
+        "--no-progress",
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "rip5", "bench", "spark", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "loaded 3,000 messages" in result.stdout
+    document = json.loads((tmp_path / "spark.json").read_text())
+    assert document["target"] == "spark"
+    cases = document["cases"]
+    (written,) = cases["snapshot write"]["runs"]
+    assert written["messages"] == 3000
+    assert written["mb_per_s"] > 0
+    (ours,) = cases["spark read rip5"]["runs"]
+    (theirs,) = cases["spark read parquet"]["runs"]
+    assert ours["seconds"] > 0
+    assert theirs["seconds"] > 0
+    assert ours["ratio"] == pytest.approx(ours["seconds"] / theirs["seconds"])

@@ -1,0 +1,69 @@
+"""What a copy keeps of the source message, what it adds, and where it goes."""
+
+from __future__ import annotations
+
+from connector.copies import SOURCE_CLUSTER, SOURCE_OFFSET, SOURCE_QUEUE, SOURCE_TOPIC, copy_message
+from protocol.rocketmq.v2 import definition_pb2 as pb
+
+
+def _pulled(**system: object) -> pb.Message:
+    message = pb.Message(topic=pb.Resource(name="Orders"), body=b"body", user_properties={"k": "v"})
+    message.system_properties.MergeFrom(
+        pb.SystemProperties(
+            message_id="01ABC",
+            keys=["key-1", "key-2"],
+            born_host="producer-1",
+            queue_offset=17,
+            queue_id=2,
+            receipt_handle="",
+            **system,  # type: ignore[arg-type]
+        )
+    )
+    message.system_properties.born_timestamp.FromMilliseconds(1_000)
+    message.system_properties.store_timestamp.FromMilliseconds(2_000)
+    return message
+
+
+def test_a_copy_keeps_the_message_and_names_its_source_and_target_queue() -> None:
+    pulled = _pulled(tag="TagA", message_type=pb.DELAY)
+    pulled.system_properties.delivery_timestamp.FromMilliseconds(9_000)
+    copy, queue = copy_message(pulled, "east", 2, "OrdersCopy", [0, 1])
+    system = copy.system_properties
+    assert queue == 0  # source queue 2 -> the 2 mod 2 = 0th target queue
+    assert system.HasField("queue_id")
+    assert system.queue_id == 0
+    assert copy.topic.name == "OrdersCopy"
+    assert copy.body == b"body"
+    assert (system.message_id, system.tag, list(system.keys)) == (
+        "01ABC",
+        "TagA",
+        ["key-1", "key-2"],
+    )
+    assert system.message_type == pb.DELAY
+    assert system.delivery_timestamp.ToMilliseconds() == 9_000
+    assert (system.born_timestamp.ToMilliseconds(), system.born_host) == (1_000, "producer-1")
+    assert not system.HasField("store_timestamp")
+    assert not system.HasField("queue_offset")
+    assert dict(copy.user_properties) == {
+        "k": "v",
+        SOURCE_CLUSTER: "east",
+        SOURCE_TOPIC: "Orders",
+        SOURCE_QUEUE: "2",
+        SOURCE_OFFSET: "17",
+    }
+
+
+def test_a_fifo_copy_keeps_its_group_and_names_no_queue() -> None:
+    copy, queue = copy_message(
+        _pulled(message_type=pb.FIFO, message_group="g-1"), "east", 0, "OrdersCopy", [0, 1, 2]
+    )
+    assert copy.system_properties.message_group == "g-1"
+    assert not copy.system_properties.HasField("queue_id")
+    assert not copy.system_properties.HasField("tag")
+    assert copy.system_properties.message_type == pb.FIFO
+    assert queue in (0, 1, 2)
+
+
+def test_a_committed_transaction_message_is_copied_as_normal() -> None:
+    copy, _ = copy_message(_pulled(message_type=pb.TRANSACTION), "east", 0, "T", [0])
+    assert copy.system_properties.message_type == pb.NORMAL

@@ -1,0 +1,197 @@
+"""A rule's copy loop against stand-in clusters: the checkpoint follows the target's
+acknowledgement, failed calls are retried, an unexpected error stops the process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from connector import runner
+from connector.client import ConnectorCallError, Pulled
+from connector.copies import copy_message
+from connector.plan import Mark, Pending, Rule, format_pending, parse_marks
+from connector.runner import Metrics, RuleCopier
+from protocol.rocketmq.v2 import definition_pb2 as pb
+
+RULE = Rule("orders", "east", "west", "Orders", "OrdersCopy", "*", "earliest", "connector-orders")
+
+
+def _message(offset: int) -> pb.Message:
+    message = pb.Message(topic=pb.Resource(name="Orders"), body=b"x" * offset)
+    message.system_properties.message_id = f"ID{offset}"
+    message.system_properties.queue_offset = offset
+    message.system_properties.store_timestamp.FromMilliseconds(1_000)
+    return message
+
+
+class Source:
+    """Two pulls' worth of messages, then nothing; records commits."""
+
+    def __init__(self, journal: list[str], error: Exception | None = None) -> None:
+        self.journal = journal
+        self.error = error
+        self.caught_up = asyncio.Event()
+        self.batches = {0: [_message(0), _message(1)], 2: [_message(2)]}
+
+    async def pull(self, group: str, topic: str, queue: int, offset: int, expr: str) -> Pulled:
+        if self.error is not None:
+            raise self.error
+        if offset in self.batches:
+            messages = self.batches[offset]
+            return Pulled(messages, offset + len(messages), "OK")
+        await asyncio.sleep(3600)  # a long poll that finds nothing
+        raise AssertionError("unreachable")
+
+    async def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
+        self.journal.append(f"commit {offset}")
+        if offset == 3:
+            self.caught_up.set()
+
+    async def bound(self, topic: str, queue: int, *, end: bool) -> int:
+        return 3
+
+    async def queues(self, topic: str, *, writable: bool = False) -> list[int]:
+        return [0]
+
+    async def committed(self, group: str, topic: str, queue: int) -> int:
+        return 0
+
+
+class Target:
+    """Fails its first ``failures`` sends (retriable), then stores at offsets from
+    ``stored``; ``existing`` copies were stored before (at 100, 101, ...)."""
+
+    def __init__(
+        self, journal: list[str], failures: int = 1, existing: list[pb.Message] | None = None
+    ) -> None:
+        self.journal = journal
+        self.failures = failures
+        self.existing = existing or []
+        self.stored = 100 + len(self.existing)
+
+    async def queues(self, topic: str, *, writable: bool = False) -> list[int]:
+        return [0]
+
+    async def offset_at(self, topic: str, queue: int, at_ms: int) -> int:
+        self.journal.append(f"scan since {at_ms}")
+        return 100
+
+    async def bound(self, topic: str, queue: int, *, end: bool) -> int:
+        return self.stored if end else 100
+
+    async def pull(self, group: str, topic: str, queue: int, offset: int, expr: str) -> Pulled:
+        messages = self.existing[offset - 100 :]
+        return Pulled(messages, offset + len(messages), "OK")
+
+    async def send(self, messages: list[pb.Message]) -> list[int]:
+        if self.failures:
+            self.failures -= 1
+            self.journal.append("send failed")
+            raise ConnectorCallError("UNAVAILABLE", "broker down", retriable=True)
+        ids = [m.system_properties.message_id for m in messages]
+        self.journal.append(f"sent {ids}")
+        offsets = list(range(self.stored, self.stored + len(messages)))
+        self.stored += len(messages)
+        return offsets
+
+
+async def _run_until(copier: RuleCopier, done: asyncio.Event) -> None:
+    """Start the copy tasks, wait (10 s at most) for ``done``, stop them."""
+    copier.start()
+    try:
+        async with asyncio.timeout(10):
+            await done.wait()
+    finally:
+        await copier.stop()
+
+
+async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "RETRY_DELAY_MIN_S", 0.01)
+    journal: list[str] = []
+    failures: list[BaseException] = []
+    metrics = Metrics()
+    source = Source(journal)
+    copier = RuleCopier(
+        RULE,
+        source,  # type: ignore[arg-type]
+        Target(journal),  # type: ignore[arg-type]
+        tmp_path / "orders.marks",
+        metrics,
+        failures.append,
+    )
+    copier.positions = {0: 0}
+    copier.target_queues = [0]
+    await _run_until(copier, source.caught_up)
+    assert journal == [
+        "send failed",
+        "sent ['ID0', 'ID1']",
+        "commit 2",
+        "sent ['ID2']",
+        "commit 3",
+    ]
+    assert parse_marks((tmp_path / "orders.marks").read_text()) == [
+        Mark(0, 0, 0, 100),
+        Mark(0, 2, 0, 102),
+    ]
+    assert metrics.messages.labels("orders")._value.get() == 3
+    assert metrics.bytes.labels("orders")._value.get() == 3
+    assert metrics.errors.labels("orders")._value.get() == 1
+    assert failures == []
+
+
+async def test_an_unexpected_error_in_a_copy_task_is_reported(tmp_path: Path) -> None:
+    journal: list[str] = []
+    failures: list[BaseException] = []
+    reported = asyncio.Event()
+
+    def failed(error: BaseException) -> None:
+        failures.append(error)
+        reported.set()
+
+    copier = RuleCopier(
+        RULE,
+        Source(journal, error=ValueError("a bug")),  # type: ignore[arg-type]
+        Target(journal),  # type: ignore[arg-type]
+        tmp_path / "orders.marks",
+        Metrics(),
+        failed,
+    )
+    copier.positions = {0: 0}
+    copier.target_queues = [0]
+    await _run_until(copier, reported)
+    assert [str(f) for f in failures] == ["a bug"]
+    assert journal == []
+
+
+async def test_copies_of_an_unfinished_batch_older_than_the_dedup_window_are_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A crash left the batch from offset 0 unfinished (sent, not committed) long ago:
+    the copies the target stored (offsets 0 and 1, not 2) are found and not resent."""
+    journal: list[str] = []
+    marks = tmp_path / "orders.marks"
+    marks.write_text("# east Orders -> west OrdersCopy\n" + format_pending(Pending(0, 0, 500_000)))
+    existing = []
+    for offset in (0, 1):
+        copy, _ = copy_message(_message(offset), "east", 0, "OrdersCopy", [0])
+        copy.system_properties.queue_offset = 100 + offset
+        existing.append(copy)
+    source = Source(journal)
+    copier = RuleCopier(
+        RULE,
+        source,  # type: ignore[arg-type]
+        Target(journal, failures=0, existing=existing),  # type: ignore[arg-type]
+        marks,
+        Metrics(),
+        journal.append,  # type: ignore[arg-type]
+        resend_safe_ms=0,
+    )
+    await copier.prepare()
+    await _run_until(copier, source.caught_up)
+    skew_ms = 30_000
+    assert journal == [f"scan since {500_000 - skew_ms}", "commit 2", "sent ['ID2']", "commit 3"]
+    assert parse_marks(marks.read_text()) == [Mark(0, 0, 0, 100), Mark(0, 2, 0, 102)]
