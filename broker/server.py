@@ -36,6 +36,7 @@ from pathlib import Path
 
 from angelia_rpc import Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import BrokerService
+from broker import fault_injection
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
@@ -98,7 +99,7 @@ async def serve(
         service = build_service(
             Ports(
                 metadata,
-                store,
+                fault_injection.wrap_store(store),  # itself unless a chaos test plants a bug
                 clock,
                 coordination=ClusterCoordination(link, metadata),
                 peers=AngeliaPeers(peers),

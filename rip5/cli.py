@@ -26,6 +26,7 @@ from rip5 import __version__, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
+from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
@@ -333,6 +334,7 @@ admin.add_command(snapshot_commands.snapshot)
 
 
 main.add_command(loadtest_command.loadtest)
+main.add_command(chaos_command)
 
 
 @main.command(
