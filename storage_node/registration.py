@@ -51,8 +51,9 @@ _log = logging.getLogger(__name__)
 CALL_TIMEOUT_MS = 2000
 JOIN_RETRY_MS = 500
 REPORT_POLL_MS = 50
-# A nameserver still unreachable this long after the node started trying is warned of.
-JOIN_WARN_AFTER_MS = 10_000
+# A nameserver unreachable this long (joining, or heartbeats failing in a row) is warned
+# of; shorter gaps (roles starting or stopping together, an election) are logged at info.
+NAMESERVER_WARN_AFTER_MS = 10_000
 REPORT_FULL_EVERY_HEARTBEATS = 4
 
 
@@ -65,7 +66,7 @@ async def join_cluster(
     config: StorageConfig,
     stopping: asyncio.Event,
     *,
-    warn_after_ms: int = JOIN_WARN_AFTER_MS,
+    warn_after_ms: int = NAMESERVER_WARN_AFTER_MS,
 ) -> api.ClusterInfo | None:
     """The node's cluster as the nameserver records it (created if missing), or None
     if ``stopping`` was set first; see the module doc. An unreachable nameserver is
@@ -144,8 +145,11 @@ class Registration:
         address: str,
         data_dir: Path,
         on_heartbeat: HeartbeatHandler | None = None,
+        *,
+        warn_after_ms: int = NAMESERVER_WARN_AFTER_MS,
     ) -> None:
-        """``address``: where this node serves (what brokers and peers are told)."""
+        """``address``: where this node serves (what brokers and peers are told).
+        Heartbeats failing in a row for ``warn_after_ms`` are warned of, at INFO before."""
         self.client = client
         self.node = node
         self.config = config
@@ -157,6 +161,8 @@ class Registration:
         )
         self._rate_at: tuple[int, int] | None = None  # (appended messages, ms)
         self.heartbeats = 0
+        self.warn_after_ms = warn_after_ms
+        self._failing_since_s: float | None = None  # loop time of the first failure in a row
 
     async def run(self) -> None:
         """Heartbeat and report until cancelled."""
@@ -178,8 +184,19 @@ class Registration:
                 lambda ns: ns.storage_heartbeat(request, timeout_ms=CALL_TIMEOUT_MS)
             )
         except AngeliaError as exc:
-            _log.warning("heartbeat failed", extra={"error": str(exc)})
+            now_s = asyncio.get_running_loop().time()
+            if self._failing_since_s is None:
+                self._failing_since_s = now_s
+            failing_ms = (now_s - self._failing_since_s) * 1000
+            _log.log(
+                logging.WARNING if failing_ms >= self.warn_after_ms else logging.INFO,
+                "heartbeat failed",
+                extra={"error": str(exc), "failing_ms": int(failing_ms)},
+            )
             return None
+        if self._failing_since_s is not None:
+            _log.info("heartbeats answered again")
+            self._failing_since_s = None
         self.heartbeats += 1
         if self.on_heartbeat is not None:
             try:
