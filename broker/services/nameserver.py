@@ -17,7 +17,8 @@ clients as a provisional topic (default queues, every message type) and
 created on its first send with that message's type; a consumer group is
 created on first use with the defaults. A dead-letter topic ``%DLQ%<group>``
 is created on first lookup whenever its group exists (the storage nodes
-write into it by themselves), auto-create or not.
+write into it by themselves), auto-create or not; so is a retry topic
+``%RETRY%<group>`` (one queue: what the group's 4.x consumers gave back).
 """
 
 from __future__ import annotations
@@ -206,11 +207,9 @@ class ClusterMetadata:
         try:
             route = await self._read_route(topic)
         except BrokerError as error:
-            if error.reason is not Reason.TOPIC_NOT_FOUND or not routing.is_dead_letter_topic(
-                topic
-            ):
+            if error.reason is not Reason.TOPIC_NOT_FOUND or not _is_group_topic(topic):
                 raise
-            route = await self._create_dead_letter_topic(topic)
+            route = await self._create_group_topic(topic)
         self._routes[topic] = route
         return route
 
@@ -240,11 +239,12 @@ class ClusterMetadata:
             lambda stub, timeout_ms: stub.route(ns.NameRequest(topic), timeout_ms=timeout_ms),
         )
 
-    async def _create_dead_letter_topic(self, topic: str) -> ns.RouteResponse:
-        group = topic[len(routing.DLQ_TOPIC_PREFIX) :]
-        await self.get_group(group)  # CONSUMER_GROUP_NOT_FOUND: no such dead-letter topic
+    async def _create_group_topic(self, topic: str) -> ns.RouteResponse:
+        prefix = routing.DLQ_TOPIC_PREFIX if routing.is_dead_letter_topic(topic) else ""
+        group = topic[len(prefix or routing.RETRY_TOPIC_PREFIX) :]
+        await self.get_group(group)  # CONSUMER_GROUP_NOT_FOUND: no such group topic
         await self._create(
-            f"create dead-letter topic {topic!r}",
+            f"create consumer group topic {topic!r}",
             lambda stub, timeout_ms: stub.create_topic(
                 ns.CreateTopicRequest(topic, self.cluster, 1), timeout_ms=timeout_ms
             ),
@@ -363,3 +363,8 @@ async def run_heartbeats(
         except BrokerError as error:
             log.warning("broker heartbeat failed", extra={"error": error.message})
         await asyncio.sleep(interval_ms / 1000)
+
+
+def _is_group_topic(topic: str) -> bool:
+    """Whether ``topic`` is a consumer group's dead-letter or retry topic."""
+    return routing.is_dead_letter_topic(topic) or routing.is_retry_topic(topic)

@@ -198,6 +198,26 @@ def test_cpp_push_consumer_receives_through_remoting(broker: BrokerProcess, tmp_
     assert len({m["id"] for m in received}) == len(received)
 
 
+def test_cpp_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The C++ push consumer fails a message once: it gives it back
+    (CONSUMER_SEND_MSG_BACK), the broker stores it in ``%RETRY%CG_RETRY`` due after
+    delay level 3 (10 s), and the consumer, subscribed to that topic by itself, gets
+    it again: the same id under its own topic, reconsumed once."""
+    seen = run_cpp(_namesrv(broker), "retry", tmp_path, "normal")
+    first, *later = seen["received"]
+    again = [m for m in later if m["body"] == first["body"]]
+    assert len(again) == 1, seen
+    (second,) = again
+    assert first["id"] == second["id"] == {m["body"]: m["id"] for m in seen["sent"]}[first["body"]]
+    assert first["reconsume_times"] == 0
+    assert second["reconsume_times"] == 1
+    assert second["topic"] == first["topic"] == "normal"
+    assert second["retry_topic"] == "normal"  # set by the broker's send-back alone
+    assert second["at"] - first["at"] >= 9.0  # level 3 is 10 s (less the clocks' grain)
+
+
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
