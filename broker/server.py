@@ -90,12 +90,13 @@ async def serve(
             config.peer_listen or f"{config.listen.rpartition(':')[0]}:0"
         )
         remoting_producers = RemotingProducers()
+        coordination = ClusterCoordination(link, metadata)
         service = build_service(
             Ports(
                 metadata,
                 store,
                 clock,
-                coordination=ClusterCoordination(link, metadata),
+                coordination=coordination,
                 peers=AngeliaPeers(peers),
             ),
             receipt_secret=config.secret.encode(),
@@ -131,6 +132,7 @@ async def serve(
                 transactions=service.transactions,
                 producers=remoting_producers,
                 pulls=service.pulls,
+                coordination=coordination,
             )
             remoting = RemotingServer(remoting_service, config.remoting_listen)
             remoting_port = await remoting.start()

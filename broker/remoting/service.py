@@ -14,7 +14,8 @@ Consuming by offset: PULL_MESSAGE (long polled up to the consumer's suspend
 time) and the consumer offsets, over the same pull processor as gRPC's
 PullMessage; a failed consume comes back through the group's retry topic
 (CONSUMER_SEND_MSG_BACK). Not built yet (answered
-REQUEST_CODE_NOT_SUPPORTED): message query, queue locks. The consumer list of a
+REQUEST_CODE_NOT_SUPPORTED): message query. Orderly consumers' queue locks
+(LOCK_BATCH_MQ) are leases through the coordination port. The consumer list of a
 group names only the clients connected to this broker, and a route lists
 every queue through every broker: see docs/remoting.md for what a push
 consumer's rebalance across brokers still needs.
@@ -43,7 +44,7 @@ from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
 from broker.remoting.producers import RemotingProducers
 from broker.remoting.status import code_of, remark_of, unsupported_remark
-from broker.services.base import Clock, MessageStore
+from broker.services.base import Clock, Coordination, MessageStore
 from protocol import errors as codes
 from protocol import routing
 from protocol.remoting import bodies, headers
@@ -57,6 +58,9 @@ SQL92 = "SQL92"
 """A pull's expressionType for a SQL92 subscription (TAG otherwise)."""
 HALVES_MAX = 65_536
 """Half messages whose transaction this broker can end by message id alone."""
+QUEUE_LOCK_TTL_MS = 60_000
+"""How long a queue lock lasts unless renewed (RocketMQ's rebalance lock lifetime:
+an orderly push consumer renews its locks every 20 s)."""
 PULLING_GROUPS_MAX = 65_536
 """Consumer groups whose pulled topics this broker remembers (for send-backs)."""
 
@@ -123,6 +127,7 @@ class RemotingService:
         transactions: TransactionProcessor | None = None,
         producers: RemotingProducers | None = None,
         pulls: PullProcessor | None = None,
+        coordination: Coordination | None = None,
     ) -> None:
         self._route = route
         self._producer = producer
@@ -135,6 +140,7 @@ class RemotingService:
         self.clients = RemotingClients()
         self.producers = producers or RemotingProducers()
         self._pulls = pulls
+        self._coordination = coordination
         self._new_id = MessageIds()
         # Half messages sent through this broker, oldest first (see end_transaction).
         self._halves: dict[str, QueueRef] = {}
@@ -158,6 +164,8 @@ class RemotingService:
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.LOCK_BATCH_MQ: self.lock_queues,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_queues,
         }
 
     async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
@@ -436,6 +444,43 @@ class RemotingService:
         await self._store.append(QueueRef(message.topic, target.queues[0].queue_id), [message])
         return request.reply(ResponseCode.SUCCESS)
 
+    # -- orderly consumers: queue locks --------------------------------------------------
+
+    def _locks(self) -> Coordination:
+        if self._coordination is None:
+            raise not_implemented("queue locks through remoting")
+        return self._coordination
+
+    async def lock_queues(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """LOCK_BATCH_MQ: lock each queue for the client, cluster wide (a lease per
+        group and queue, whatever broker it is named under: the same queue through
+        any broker is one queue); answers the queues it holds now."""
+        coordination = self._locks()
+        locks = bodies.parse_queue_locks(request.body)
+        validation.check_group(locks.group)
+        held = []
+        for queue in locks.queues:
+            validation.check_topic(queue.topic)
+            if await coordination.try_lease(
+                _lock_name(locks.group, queue), locks.client_id, QUEUE_LOCK_TTL_MS
+            ):
+                held.append(queue)
+        return request.reply(ResponseCode.SUCCESS, body=bodies.locked_queues_body(held))
+
+    async def unlock_queues(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """UNLOCK_BATCH_MQ: give up the client's locks of the queues (others' stay)."""
+        coordination = self._locks()
+        locks = bodies.parse_queue_locks(request.body)
+        validation.check_group(locks.group)
+        for queue in locks.queues:
+            validation.check_topic(queue.topic)
+            await coordination.release_lease(_lock_name(locks.group, queue), locks.client_id)
+        return request.reply(ResponseCode.SUCCESS)
+
     @staticmethod
     def _queue(request: RemotingCommand) -> QueueRef:
         header = headers.queue_header(request.ext_fields)
@@ -448,3 +493,8 @@ def _queue_of(topic: str, queue_id: int) -> QueueRef:
     if queue_id < 0:
         raise BrokerError(codes.BAD_REQUEST, f"queue id {queue_id} is negative")
     return QueueRef(topic, queue_id)
+
+
+def _lock_name(group: str, queue: bodies.LockedQueue) -> str:
+    """The lease of an orderly consumer group's lock of a queue."""
+    return f"remoting-queue-lock/{group}/{queue.topic}/{queue.queue_id}"

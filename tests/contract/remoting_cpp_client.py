@@ -260,17 +260,21 @@ def _push_session(
     consume: Callable[[Any], Any],
     done: threading.Event,
     sending: Callable[[], bool],
+    *,
+    orderly: bool = False,
 ) -> list[dict[str, Any]]:
     """Run a push consumer of group ``CG_<NAME>`` calling ``consume`` on ``topic``,
     and a producer sending ``<name>-<n>`` (tag the name's first letter) once a second
-    while ``sending()``, until ``done`` is set or the deadline passes; what was sent."""
+    while ``sending()``, until ``done`` is set or the deadline passes; what was sent.
+    ``orderly``: an orderly consumer (it locks its queues) and a producer sending
+    every message with one sharding key (one queue)."""
     from rocketmq.client import PushConsumer
 
-    consumer = PushConsumer(f"CG_{name.upper()}")
+    consumer = PushConsumer(f"CG_{name.upper()}", orderly=orderly)
     consumer.set_namesrv_addr(namesrv)
     consumer.subscribe(topic, consume)
     consumer.start()
-    producer = Producer(f"{GROUP}_{name.upper()}")
+    producer = Producer(f"{GROUP}_{name.upper()}", orderly=orderly)
     producer.set_namesrv_addr(namesrv)
     producer.start()
     sent: list[dict[str, Any]] = []
@@ -279,7 +283,12 @@ def _push_session(
         while not done.is_set() and time.monotonic() < deadline:
             if sending():
                 body = f"{name}-{len(sent)}"
-                result = producer.send_sync(_message(topic, body, name[0], f"{name[0]}k"))
+                message = _message(topic, body, name[0], f"{name[0]}k")
+                result = (
+                    producer.send_orderly_with_sharding_key(message, name)
+                    if orderly
+                    else producer.send_sync(message)
+                )
                 sent.append({"id": result.msg_id, "body": body})
             done.wait(1.0)
     finally:
@@ -323,7 +332,31 @@ def retry(namesrv: str, topic: str) -> dict[str, Any]:
         return {"sent": sent, "received": list(got)}
 
 
+def orderly(namesrv: str, topic: str, count: str) -> dict[str, Any]:
+    """An orderly push consumer (it locks each queue it consumes, LOCK_BATCH_MQ) of
+    ``topic``; an orderly producer sends one message a second, all with one sharding
+    key, until the consumer has ``count`` or the deadline passes."""
+    from rocketmq.client import ConsumeStatus
+
+    got: list[dict[str, Any]] = []
+    enough = threading.Event()
+    lock = threading.Lock()
+
+    def consume(message: Any) -> Any:
+        with lock:
+            got.append({"id": message.id, "body": message.body.decode(),
+                        "queue": message.queue_id, "offset": message.queue_offset})  # fmt: skip
+            if len(got) >= int(count):
+                enough.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    sent = _push_session(namesrv, "orderly", topic, consume, enough, lambda: True, orderly=True)
+    with lock:
+        return {"sent": sent, "received": list(got)}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "orderly": orderly,
     "push": push,
     "retry": retry,
     "pull_all": pull_all,

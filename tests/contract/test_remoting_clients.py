@@ -218,6 +218,24 @@ def test_cpp_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
     assert second["at"] - first["at"] >= 9.0  # level 3 is 10 s (less the clocks' grain)
 
 
+def test_cpp_orderly_push_consumer_locks_its_queues_and_receives_in_order(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The C++ orderly push consumer consumes a queue only once it holds its lock
+    (LOCK_BATCH_MQ, renewed by the client); what one sharding key sent arrives in
+    send order, from one queue."""
+    seen = run_cpp(_namesrv(broker), "orderly", tmp_path, "normal", "4")
+    received = seen["received"]
+    assert len(received) >= 4, seen
+    assert len({m["queue"] for m in received}) == 1
+    assert _consecutive([m["offset"] for m in received])
+    sent = {m["body"]: m["id"] for m in seen["sent"]}
+    assert all(sent[m["body"]] == m["id"] for m in received)
+    assert [m["body"] for m in received] == sorted(
+        (m["body"] for m in received), key=lambda body: int(body.rpartition("-")[2])
+    )
+
+
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:

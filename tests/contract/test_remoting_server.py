@@ -20,7 +20,7 @@ from broker.remoting import server as remoting_server
 from broker.remoting.server import RemotingServer
 from broker.remoting.service import FixedBrokers, RemotingService
 from broker.services.clock import SystemClock
-from broker.services.memory import MemoryMetadata, MemoryStore
+from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryStore
 from protocol.remoting import bodies, messages
 from protocol.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
 from protocol.remoting.frames import RemotingCommand, encode
@@ -80,6 +80,7 @@ async def broker() -> AsyncIterator[Broker]:
         address="10.0.0.1:8080",
         transactions=messaging.transactions,
         pulls=messaging.pulls,
+        coordination=MemoryCoordination(clock),
     )
     server = RemotingServer(service, "127.0.0.1:0", frame_bytes_max=FRAME_BYTES_MAX)
     port = await server.start()
@@ -299,7 +300,7 @@ async def test_offsets_of_a_queue(client: WireClient) -> None:
 
 
 async def test_unknown_codes_are_not_supported_and_the_connection_stays(client: WireClient) -> None:
-    for code in (RequestCode.LOCK_BATCH_MQ, 12345):
+    for code in (RequestCode.QUERY_MESSAGE, 12345):
         answer = await client.call(code, {"x": "y"})
         assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert answer.remark == f"request code {code} is not supported by this broker"
@@ -556,3 +557,30 @@ async def test_a_send_back_that_names_no_message_says_why(client: WireClient) ->
     assert (no_group.code, no_group.remark) == (
         ResponseCode.INVALID_PARAMETER, "header field 'group' is missing",
     )  # fmt: skip
+
+
+def _locks(client_id: str, *queue_ids: int, broker: str = "b1") -> bytes:
+    return json.dumps(
+        {"consumerGroup": "cg", "clientId": client_id,
+         "mqSet": [{"topic": "orders", "brokerName": broker, "queueId": q} for q in queue_ids]}
+    ).encode()  # fmt: skip
+
+
+async def test_orderly_consumers_lock_queues_one_client_at_a_time(client: WireClient) -> None:
+    async def lock(body: bytes) -> list[tuple[str, int]]:
+        answer = await client.call(RequestCode.LOCK_BATCH_MQ, {}, body)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return [(q["brokerName"], q["queueId"]) for q in json.loads(answer.body)["lockOKMQSet"]]
+
+    assert await lock(_locks("c1", 0, 1)) == [("b1", 0), ("b1", 1)]
+    assert await lock(_locks("c1", 0, broker="b2")) == [("b2", 0)]  # one queue, any broker
+    assert await lock(_locks("c2", 0, 1, 2)) == [("b1", 2)]
+    unlocked = await client.call(RequestCode.UNLOCK_BATCH_MQ, {}, _locks("c1", 1))
+    assert unlocked.code == ResponseCode.SUCCESS
+    assert await lock(_locks("c2", 0, 1)) == [("b1", 1)]
+    assert await lock(_locks("c1", 0)) == [("b1", 0)]  # renewed by its holder
+    bad = await client.call(RequestCode.LOCK_BATCH_MQ, {}, b'{"clientId": "c"}')
+    assert (bad.code, bad.remark) == (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "queue lock has no consumerGroup",
+    )

@@ -53,8 +53,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "ons": (4, NORMAL),
                 "failover": (4, NORMAL),
                 "retried": (4, NORMAL),
+                "ordered": (4, NORMAL),
             },
-            {"g-5x": (False, 3), "CG_RETRY": (False, 3)},
+            {"g-5x": (False, 3), "CG_RETRY": (False, 3), "CG_ORDERLY": (False, 3)},
         )
         yield local
     finally:
@@ -149,6 +150,22 @@ def test_a_failed_consume_comes_back_through_the_retry_topic_of_the_cluster(
     assert again, seen
     assert {m["id"] for m in again} == {first["id"]}
     assert {(m["topic"], m["retry_topic"]) for m in again} == {("retried", "retried")}
+
+
+def test_an_orderly_consumer_locks_queues_through_the_nameserver(cluster: LocalCluster) -> None:
+    """The C++ orderly push consumer's LOCK_BATCH_MQ takes leases through the
+    nameserver; with its locks it consumes one sharding key's messages in send order
+    (each first arrival: a queue is listed under both brokers, so it may come twice)."""
+    home = cluster.root / "cpp-orderly"
+    home.mkdir()
+    seen = run_cpp(cluster.remoting_addresses[1], "orderly", home, "ordered", "4")
+    received = seen["received"]
+    assert len(received) >= 4, seen
+    assert len({m["queue"] for m in received}) == 1
+    sent = {m["body"]: m["id"] for m in seen["sent"]}
+    assert all(sent[m["body"]] == m["id"] for m in received)
+    firsts = list(dict.fromkeys(m["body"] for m in received))
+    assert firsts == sorted(firsts, key=lambda body: int(body.rpartition("-")[2]))
 
 
 def test_a_broker_killed_under_a_cpp_producer_loses_nothing_acked(cluster: LocalCluster) -> None:
