@@ -205,7 +205,12 @@ def test_cpp_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
     (CONSUMER_SEND_MSG_BACK), the broker stores it in ``%RETRY%CG_RETRY`` due after
     delay level 3 (10 s), and the consumer, subscribed to that topic by itself, gets
     it again: the same id under its own topic, reconsumed once."""
-    seen = run_cpp(_namesrv(broker), "retry", tmp_path, "normal")
+    assert_came_back_once(run_cpp(_namesrv(broker), "retry", tmp_path, "normal"), "normal")
+
+
+def assert_came_back_once(seen: dict[str, Any], topic: str) -> None:
+    """The first message of a ``retry`` scenario came back once, from the retry topic:
+    the id it was sent with, under ``topic``, reconsumed once, after level 3."""
     first, *later = seen["received"]
     again = [m for m in later if m["body"] == first["body"]]
     assert len(again) == 1, seen
@@ -213,8 +218,8 @@ def test_cpp_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
     assert first["id"] == second["id"] == {m["body"]: m["id"] for m in seen["sent"]}[first["body"]]
     assert first["reconsume_times"] == 0
     assert second["reconsume_times"] == 1
-    assert second["topic"] == first["topic"] == "normal"
-    assert second["retry_topic"] == "normal"  # set by the broker's send-back alone
+    assert second["topic"] == first["topic"] == topic
+    assert second["retry_topic"] == topic  # set by the broker's send-back alone
     assert second["at"] - first["at"] >= 9.0  # level 3 is 10 s (less the clocks' grain)
 
 
@@ -234,6 +239,15 @@ def test_cpp_orderly_push_consumer_locks_its_queues_and_receives_in_order(
     assert [m["body"] for m in received] == sorted(
         (m["body"] for m in received), key=lambda body: int(body.rpartition("-")[2])
     )
+
+
+def test_ons_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """ali-ons gives a failed message back (JSON numbers, originTopic and originMsgId
+    in the header); it comes again from ``%RETRY%CG_ONS_RETRY`` after level 3 (10 s;
+    ali-ons's own fallback, re-sending it at once, would come sooner)."""
+    assert_came_back_once(run_ons(_namesrv(broker), "retry", tmp_path, "normal"), "normal")
 
 
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
