@@ -52,7 +52,7 @@ from angelia_rpc.framing import (
 )
 from angelia_rpc.service import Method, Service
 from angelia_rpc.transport import transport_for
-from angelia_rpc.transport.base import Transport
+from angelia_rpc.transport.base import Transport, fail_future
 from protocol import errors
 
 _HEADER_PACK = HEADER.pack
@@ -129,15 +129,13 @@ class ClientConnection(Connection):
                     f"frames and closed the connection: it is not an Angelia "
                     f"{self.transport_name} server (is it configured with another transport?)"
                 )
-            self.welcome.set_exception(error)
+            fail_future(self.welcome, error)
         unary, self.unary = self.unary, {}
         for future in unary.values():
-            if not future.done():
-                future.set_exception(error)
+            fail_future(future, error)
         waiters, self._slot_waiters = self._slot_waiters, deque()
         for waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
+            fail_future(waiter, error)
         super().failed(error)
 
     def next_call_id(self) -> int:

@@ -26,7 +26,7 @@ from angelia_rpc.framing import (
     encode_frame,
     encode_json,
 )
-from angelia_rpc.transport.base import Link
+from angelia_rpc.transport.base import Link, fail_future
 from protocol import errors
 
 # Every stream starts with this many messages of credit in each direction;
@@ -119,10 +119,8 @@ class Connection:
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             stream.fail(error)
-        waiter = self._writable
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
-            waiter.exception()  # nobody may be waiting any more; do not log it
+        if self._writable is not None:
+            fail_future(self._writable, error)
 
     def protocol_failed(self, error: AngeliaError) -> None:
         """The peer broke the protocol: tell it why (best effort), then close."""

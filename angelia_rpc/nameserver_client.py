@@ -74,8 +74,9 @@ class NameserverClient:
         return self._current
 
     def stub(self, address: str) -> NameserverService:
-        """The typed client of one replica."""
-        return self.peers.stub(NameserverService, address)
+        """The typed client of one replica. With another replica to try, a dead one
+        is passed over at once (the stub does not wait for it to come up)."""
+        return self.peers.stub(NameserverService, address, wait_for_ready=len(self.addresses) == 1)
 
     async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
         """Run ``method`` on the leader (see the module docstring); the last

@@ -74,6 +74,15 @@ class BrokerConfig:
             "replica of a queue's raft group (optional)"
         },
     )
+    route_stale_max_ms: int = field(
+        default=120_000,
+        metadata={
+            "help": "while no nameserver can be reached, how long past their last confirmation "
+            "cached routes and groups keep serving traffic (then lookups fail UNAVAILABLE "
+            "until a nameserver answers)",
+            "min": 0,
+        },
+    )
     heartbeat_interval_ms: int = field(
         default=2_000,
         metadata={"help": "how often the broker tells the nameserver it is alive", "min": 100},

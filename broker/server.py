@@ -36,6 +36,7 @@ from pathlib import Path
 
 from angelia_rpc import Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import BrokerService
+from broker import fault_injection
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
@@ -76,7 +77,12 @@ async def serve(
         )
     peers = Peers(RpcConfig())
     link = NameserverLink(addresses(config.nameserver), peers)
-    metadata = ClusterMetadata(link, cluster=config.cluster, auto_create=config.auto_create)
+    metadata = ClusterMetadata(
+        link,
+        cluster=config.cluster,
+        auto_create=config.auto_create,
+        route_stale_max_ms=config.route_stale_max_ms,
+    )
     store = StorageStore(metadata, peers, seeds=addresses(config.storage))
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
@@ -94,7 +100,7 @@ async def serve(
         service = build_service(
             Ports(
                 metadata,
-                store,
+                fault_injection.wrap_store(store),  # itself unless a chaos test plants a bug
                 clock,
                 coordination=coordination,
                 peers=AngeliaPeers(peers),

@@ -17,7 +17,10 @@ Contracts:
   ``resync_required`` and the stream goes on from the current revision.
 - Leader duties (:func:`run_leader_duties`): create the configured cluster if
   it does not exist, and propose ``Expire`` every ``expire_interval_ms`` so
-  silent storage nodes and brokers are marked down and leases expire; then
+  silent storage nodes and brokers are marked down and leases expire (not
+  before this node has led for the longer of the two timeouts: a node's
+  silence counts from when this leader could hear it, so a leader elected
+  after an outage does not mark every node down); then
   place the cluster's unplaced groups once enough storage nodes are alive
   (``SetReplicas``), and at most every ``LEADER_BALANCE_INTERVAL_MS`` plan
   leader transfers (:mod:`nameserver.balancer`). Transfers are requests held
@@ -72,6 +75,10 @@ GROUP_ID = 1
 """The nameserver's raft group id (the raft WAL reserves 0)."""
 
 READ_TIMEOUT_MS = 2000
+WATCH_IDLE_MS = 3000
+"""A watch quiet this long re-confirms (ReadIndex) and sends an empty batch: a
+stream whose replica lost touch with its group's leader ends instead of
+staying silently open, so a watcher can bound how stale its view is."""
 LEADER_BALANCE_INTERVAL_MS = 3000
 """Least time between two leader balancing plans (transfers and reports settle meanwhile)."""
 log = logging.getLogger("nameserver.service")
@@ -428,19 +435,26 @@ class NameserverImpl:
         applied log, which only ever holds committed commands in log order.
         The first batch comes at once (possibly with no changes): it confirms
         the subscription, so a client can bound how long it waits for it.
+        After ``WATCH_IDLE_MS`` without a change the stream is confirmed again
+        the same way (a ReadIndex round, then an empty batch): on a replica
+        that cannot reach its group's leader the stream ends with NOT_LEADER.
         """
         kinds = frozenset(r.ChangeKind(k) for k in request.kinds) if request.kinds else None
         await self.linearizable()
         revision = request.revision
-        first = True
+        confirm = True
         while True:
             changed = self.machine.changed()
             batch = self.machine.state.changes_since(revision, kinds)
-            if first or batch.resync_required or batch.changes:
-                first = False
+            if confirm or batch.resync_required or batch.changes:
+                confirm = False
                 yield watch_batch_info(batch)
             revision = batch.revision
-            await changed.wait()
+            try:
+                await asyncio.wait_for(changed.wait(), WATCH_IDLE_MS / 1000)
+            except TimeoutError:
+                await self.linearizable()
+                confirm = True
 
 
 def _of_cluster(
@@ -478,8 +492,17 @@ async def run_leader_duties(
     impl.evacuate_after_ms = evacuate_after_ms
     impl.moves_max = moves_max
     interval_s = expire_interval_ms / 1000
+    # A new leader (after an election, or every nameserver restarted after an outage)
+    # has heard no heartbeat yet: it expires nothing until a whole timeout has passed
+    # under it, so a node's silence counts only from when this leader could hear it
+    # (else every node would be marked down, and evacuated, on its first sweep).
+    grace_ms = max(storage_node_timeout_ms, broker_timeout_ms)
+    leading_since_ms: int | None = None
     while True:
         if impl.driver.host.node(GROUP_ID).is_leader():
+            now_ms = impl.clock()
+            if leading_since_ms is None:
+                leading_since_ms = now_ms
             await _maybe_sweep(
                 impl,
                 cluster,
@@ -487,7 +510,10 @@ async def run_leader_duties(
                 replication_factor,
                 storage_node_timeout_ms,
                 broker_timeout_ms,
+                expire=now_ms - leading_since_ms >= grace_ms,
             )
+        else:
+            leading_since_ms = None
         await asyncio.sleep(interval_s)
 
 
@@ -498,13 +524,16 @@ async def _maybe_sweep(
     replication_factor: int,
     storage_node_timeout_ms: int,
     broker_timeout_ms: int,
+    *,
+    expire: bool = True,
 ) -> None:
     with contextlib.suppress(NameserverError):
         state = await impl.linearizable()
         if cluster and cluster not in {x.name for x in state.clusters()}:
             log.info("creating cluster %s with %d groups", cluster, group_count)
             await impl.propose(c.CreateCluster(cluster, group_count, replication_factor))
-        await impl.propose(c.Expire(impl.clock(), storage_node_timeout_ms, broker_timeout_ms))
+        if expire:
+            await impl.propose(c.Expire(impl.clock(), storage_node_timeout_ms, broker_timeout_ms))
         if cluster:
             await _maybe_place(impl, cluster)
 

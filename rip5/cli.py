@@ -1,8 +1,7 @@
 """The ``rip5`` command: one subcommand per role, plus ``dev``, ``admin`` and ``bench``.
 
 Exit codes: 0 done; 1 the process failed while running; 2 bad usage or a
-rejected configuration value; 69 (EX_UNAVAILABLE) the role or command is not
-built yet.
+rejected configuration value.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from rip5 import __version__, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
+from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
@@ -34,7 +34,6 @@ from rip5.shell import run_role
 from rip5.supervisor import Supervisor
 
 EXIT_CONFIG = 2
-EXIT_UNAVAILABLE = 69
 
 BENCH_TARGETS = {
     "raft": "[Raft]",
@@ -51,10 +50,6 @@ BENCH_TARGETS = {
 def _fail(message: str, code: int) -> None:
     click.echo(f"rip5: {message}", err=True)
     sys.exit(code)
-
-
-def _unavailable(what: str, issue: str) -> None:
-    _fail(f"{what} is not available yet: it lands with issue {issue}", EXIT_UNAVAILABLE)
 
 
 def _option_decorators(specs: list[OptionSpec], section: str) -> list[Callable[..., Any]]:
@@ -154,11 +149,7 @@ def _role_command(role: Role) -> click.Command:
             _fail(str(exc), EXIT_CONFIG)
         if isinstance(config, ConnectorConfig):  # a bad rules file is refused before the start
             connector_commands.load_rules(config.rules)
-        serve = role.load_serve()
-        if serve is None:
-            _unavailable(f"the {role.name} role", role.issue)
-            return
-        sys.exit(run_role(role.name, serve, config, common))
+        sys.exit(run_role(role.name, role.load_serve(), config, common))
 
     command: Callable[..., Any] = run
     for decorator in reversed(
@@ -226,7 +217,14 @@ for _role in ROLES.values():
     type=click.IntRange(1, 65535),
     default=9876,
     show_default=True,
-    help="port of the nameserver",
+    help="port of the (first) nameserver (the next ones follow)",
+)
+@click.option(
+    "--nameservers",
+    type=click.IntRange(1, 7),
+    default=1,
+    show_default=True,
+    help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
     "--storage-port",
@@ -273,6 +271,7 @@ def dev(
     brokers: int,
     storage: int,
     nameserver_port: int,
+    nameservers: int,
     storage_port: int,
     broker_port: int,
     remoting_port: int,
@@ -293,15 +292,14 @@ def dev(
         auto_create,
         log_level,
         free_ports=free_ports,
+        nameservers=nameservers,
         remoting_port=remoting_port,
     )
-    specs, notices = plan(layout)
+    specs = plan(layout)
 
     def out(line: str) -> None:
         click.echo(line)
 
-    for notice in notices:
-        out(f"rip5 dev | {notice}")
     out(f"rip5 dev | data in {root}")
 
     async def supervise() -> int:
@@ -336,6 +334,7 @@ admin.add_command(snapshot_commands.snapshot)
 
 
 main.add_command(loadtest_command.loadtest)
+main.add_command(chaos_command)
 
 
 @main.command(

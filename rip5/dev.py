@@ -1,16 +1,17 @@
 """``rip5 dev``: a whole local cluster on 127.0.0.1 under one supervisor.
 
-Layout: one nameserver, ``storage`` storage nodes and ``brokers`` brokers,
+Layout: ``nameservers`` nameservers (one raft group; 1 by default, 3 to
+survive the loss of one), ``storage`` storage nodes and ``brokers`` brokers,
 each in its own folder under the data directory and on consecutive ports from
 the role's base port (or, with ``free_ports``, each on a port that was free
 when the plan was made: what tests use, so runs on one machine never clash).
-Roles that are not built yet are skipped with a notice; the rest run as real
-processes (``python -m rip5 <role> ...``).
+Every child runs as a real process (``python -m rip5 <role> ...``).
 
 Placement: the nameserver creates the cluster with ``storage_groups`` groups
 and a replication factor of ``min(3, storage)``, and places the groups once
 that many storage nodes registered; the storage nodes join it (``--nameserver``,
-no ``--peers``) and start the replicas it assigns them.
+no ``--peers``) and start the replicas it assigns them. Storage nodes and
+brokers are given every nameserver and follow whichever leads.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from angelia_rpc.ports import free_port
-from rip5.roles import ROLES
 from rip5.supervisor import ChildSpec
 
 
@@ -40,6 +40,7 @@ class DevLayout:
     storage_groups: int = 64
     secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
+    nameservers: int = 1
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
@@ -63,22 +64,27 @@ def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[
     )
 
 
-def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
-    """The child processes to start, and notices about roles that were skipped."""
+def plan(layout: DevLayout) -> list[ChildSpec]:
+    """The child processes to start."""
 
     def port(base: int, i: int = 0) -> int:
         return free_port() if layout.free_ports else base + i
 
-    nameserver = f"127.0.0.1:{port(layout.nameserver_port)}"
+    if layout.nameservers < 1:
+        raise ValueError(f"a dev cluster needs at least one nameserver, not {layout.nameservers}")
+    listens = [f"127.0.0.1:{port(layout.nameserver_port, i)}" for i in range(layout.nameservers)]
+    nameserver = ",".join(listens)  # every one: the others follow the leader
     groups = str(layout.storage_groups)
     factor = str(min(REPLICATION_FACTOR_MAX, layout.storage))
-    wanted: list[tuple[str, str, tuple[str, ...]]] = [
-        (
-            "nameserver",
-            "nameserver",
-            ("--listen", nameserver, "--groups", groups, "--replication-factor", factor),
-        ),
-    ]
+    wanted: list[tuple[str, str, tuple[str, ...]]] = []
+    for i, listen in enumerate(listens):
+        flags: tuple[str, ...] = (
+            "--listen", listen, "--groups", groups, "--replication-factor", factor
+        )  # fmt: skip
+        if len(listens) > 1:
+            peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
+            flags += ("--node-id", str(i + 1), "--peers", peers)
+        wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
     # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
         wanted.append(
@@ -116,25 +122,14 @@ def plan(layout: DevLayout) -> tuple[list[ChildSpec], list[str]]:
     # One secret per dev cluster: every broker signs and checks receipt handles with it.
     # It travels in the environment (not argv, which any local user can read).
     secret_env = {"RIP5_BROKER_SECRET": layout.secret or secrets.token_hex(16)}
-    specs: list[ChildSpec] = []
-    skipped: dict[str, int] = {}
-    for name, role, flags in wanted:
-        if not ROLES[role].available:
-            skipped[role] = skipped.get(role, 0) + 1
-            continue
-        specs.append(
-            ChildSpec(
-                name,
-                _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
-                secret_env if role == "broker" else {},
-            )
+    return [
+        ChildSpec(
+            name,
+            _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+            secret_env if role == "broker" else {},
         )
-    notices = [
-        f"role '{role}' is not available yet (it lands with {ROLES[role].issue}); "
-        f"skipped {count} process(es)"
-        for role, count in skipped.items()
+        for name, role, flags in wanted
     ]
-    return specs, notices
 
 
 def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
@@ -159,6 +154,6 @@ def ready_banner(endpoints: dict[str, str], remoting: dict[str, str] | None = No
         )
     running = ", ".join(endpoints) or "none"
     return (
-        f"rip5 dev ready: {len(endpoints)} processes running ({running}); the client "
-        "endpoint appears once the broker role is available; Ctrl-C to stop"
+        f"rip5 dev ready: {len(endpoints)} processes running ({running}); no broker, so "
+        "no client endpoint; Ctrl-C to stop"
     )

@@ -25,11 +25,10 @@ are read; each block's checksum is verified before it is decoded, and a
 corrupt object fails the read with an error naming the object and the
 block's first offset, never with wrong rows.
 
-Streaming (``spark.readStream.format("rip5")``) is not built yet: it waits
-for the brokers' offset API. It fits beside the batch reader: a
-``streamReader`` whose offsets are ``{"topic:queue": offset}``, one input
-partition per queue range ``[start, end)`` of a micro-batch, and rows built
-by the same :func:`to_arrow` from the records the brokers return.
+Streaming (``spark_batch.stream``)::
+
+    spark.readStream.format("rip5").option("endpoints", "host:port,...")
+      .option("topic", "T").load()
 
 Writing (``spark_batch.writer``)::
 
@@ -51,6 +50,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceWriter,
     InputPartition,
 )
@@ -357,7 +357,7 @@ class Rip5Reader(DataSourceReader):
 
 
 class Rip5DataSource(DataSource):
-    """The ``rip5`` format: reads snapshots, writes to a topic through the brokers."""
+    """The ``rip5`` format: reads snapshots, streams a live topic, writes to a topic."""
 
     @classmethod
     def name(cls) -> str:
@@ -371,6 +371,12 @@ class Rip5DataSource(DataSource):
     def reader(self, schema: StructType) -> Rip5Reader:
         """A batch reader of the snapshot given to ``load``."""
         return Rip5Reader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A stream of the live topic named by the options (``spark_batch.stream``)."""
+        from spark_batch.stream import Rip5StreamReader  # noqa: PLC0415 - grpc only when streaming
+
+        return Rip5StreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A writer into the topic named by the options (``spark_batch.writer``)."""

@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from protocol.rocketmq.v2 import definition_pb2 as pb
-from spark_batch.producer import TopicProducer, parse_endpoints
+from spark_batch.producer import TopicProducer, broker_target
 from spark_batch.source import ReadOptionError, option_value
 
 BATCH_MESSAGES = 256
@@ -78,15 +78,7 @@ class Rip5Writer(DataSourceArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         """Checks the options and columns on the driver, before any task runs."""
-        endpoints = option_value(options, "endpoints")
-        topic = option_value(options, "topic")
-        if not endpoints or not topic:
-            raise ReadOptionError('writing needs option("endpoints", ...) and option("topic", ...)')
-        try:
-            self.endpoints = parse_endpoints(endpoints)
-        except ValueError as exc:
-            raise ReadOptionError(f"option endpoints: {exc}") from exc
-        self.topic = topic
+        self.endpoints, self.topic = broker_target(options, "writing")
         self.write_id = option_value(options, "writeId") or uuid.uuid4().hex
         batch = option_value(options, "batchMessages")
         self.batch_messages = int(batch) if batch else BATCH_MESSAGES

@@ -27,6 +27,14 @@ class StorageConfig:
         default="127.0.0.1:7701",
         metadata={"help": "host:port for Angelia RPC (brokers, peers)", "kind": "address"},
     )
+    advertise: str = field(
+        default="",
+        metadata={
+            "help": "host:port brokers and peers are told to reach this node at (a relay in "
+            "front of it, as the chaos suite's fault proxies); empty: the listen address",
+            "kind": "address",
+        },
+    )
     node_id: int = field(
         default=1,
         metadata={"help": "this node's id, unique in the cluster", "min": 1, "max": 65535},
@@ -68,6 +76,15 @@ class StorageConfig:
             "help": "how often this node heartbeats (load, assignment) to the nameserver",
             "min": 50,
             "max": 60_000,
+        },
+    )
+    wal_segment_bytes: int = field(
+        default=64 << 20,
+        metadata={
+            "help": "bytes of one WAL segment file (small ones seal often: the chaos suite's "
+            "corrupt fault needs sealed segments in a short run)",
+            "min": 16 << 10,
+            "max": 1 << 30,
         },
     )
     flush: str = field(

@@ -53,7 +53,7 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
 from raft.wal.logstore import LogStore
-from storage_node import housekeeping
+from storage_node import fault_injection, housekeeping
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.reconcile import (
     LeaderView,
@@ -380,6 +380,41 @@ async def serve(
             await client.close()
 
 
+class WalFailed(Exception):
+    """This node's WAL failed, so it stopped serving (see
+    :func:`_serve_until_stopped_or_disk_failed`)."""
+
+
+async def _serve_until_stopped_or_disk_failed(driver: Driver, stopping: asyncio.Event) -> None:
+    """Return when ``stopping`` is set; raise :class:`WalFailed` if the WAL fails first.
+
+    A node whose disk failed (a write or fdatasync error: ENOSPC, EIO) has
+    stopped its raft rounds for good, so it cannot lead, vote or append. Left
+    running it would still answer and heartbeat as if healthy; it stops
+    instead (fail-stop): its process exits with an error naming the cause,
+    the nameserver sees its heartbeats end and reports it down, its groups
+    elect leaders on the other replicas, and its supervisor starts it again,
+    which recovers the WAL up to the last durable record and serves once
+    writes succeed again. No acked entry is lost: an entry is acked only
+    once a majority made it durable.
+    """
+    wal = asyncio.create_task(driver.wait_failed(), name="wal-watch")
+    stop = asyncio.create_task(stopping.wait(), name="stop-watch")
+    try:
+        done, _ = await asyncio.wait({wal, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        wal.cancel()
+        stop.cancel()
+    if wal in done and not wal.cancelled():
+        cause = wal.result()
+        _log.error(
+            "the WAL failed; this node stops serving (its groups elect leaders elsewhere) "
+            "and exits: %s",
+            cause,
+        )
+        raise WalFailed(f"the WAL failed: {cause}")
+
+
 async def _serve_groups(
     config: StorageConfig,
     data_dir: Path,
@@ -390,7 +425,7 @@ async def _serve_groups(
     group_count: int,
 ) -> None:
     static = bool(config.peers) or client is None
-    store = LogStore.open(data_dir / "wal")
+    store = LogStore.open(data_dir / "wal", segment_bytes=config.wal_segment_bytes)
     transport = AngeliaTransport(
         config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
     )
@@ -400,7 +435,12 @@ async def _serve_groups(
         wal_retain_bytes=WAL_RETAIN_BYTES,
     )
     driver = Driver(config.node_id, store, transport, options)
-    node = StorageNode(driver, store, {}, group_count, peers)
+    injection = fault_injection.from_environment()  # None outside the chaos suite
+    if injection is not None:
+        store.io_hook = injection.wal_io
+    node = StorageNode(
+        driver, store, {}, group_count, peers, injection.now_ms if injection else None
+    )
     groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
     if static:
         groups.start_all(sorted(peers))
@@ -409,6 +449,8 @@ async def _serve_groups(
     try:
         address = await server.start(config.listen)
         await driver.start()
+        if injection is not None:
+            tasks.append(asyncio.create_task(injection.run(), name="fault-injection"))
         tasks.append(asyncio.create_task(housekeeping.run_timers(node), name="storage-timers"))
         tasks.append(
             asyncio.create_task(housekeeping.run_segment_indexer(node), name="segment-indexer")
@@ -423,7 +465,8 @@ async def _serve_groups(
                     await groups.reconcile(response.groups)
                 groups.transfer_leaders(response.leader_transfers)
 
-            registration = Registration(client, node, config, address, data_dir, on_heartbeat)
+            told = config.advertise or address  # what brokers and peers dial
+            registration = Registration(client, node, config, told, data_dir, on_heartbeat)
             tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))
             if not static:
                 tasks.append(asyncio.create_task(groups.run_memberships(), name="memberships"))
@@ -437,7 +480,7 @@ async def _serve_groups(
             },
         )
         ready(address)
-        await stopping.wait()
+        await _serve_until_stopped_or_disk_failed(driver, stopping)
     finally:
         for task in tasks:
             task.cancel()

@@ -46,7 +46,7 @@ import contextlib
 import logging
 import operator
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from angelia_rpc import CallContext
@@ -203,8 +203,12 @@ class StorageNode:
         replicas: Mapping[int, GroupReplica],
         group_count: int,
         addresses: Mapping[int, str],
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        """Serve the replicas; they must already be added to ``driver``."""
+        """Serve the replicas; they must already be added to ``driver``. ``clock_ms``
+        replaces the wall clock (:meth:`now_ms`) only under fault injection."""
+        if clock_ms is not None:
+            self.now_ms = clock_ms  # type: ignore[method-assign]
         self.driver = driver
         self.store = store
         self.replicas: dict[int, GroupReplica] = {}

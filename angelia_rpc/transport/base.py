@@ -16,8 +16,18 @@ Contract of a link:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+
+def fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail ``future`` with ``error`` unless it is done, marked retrieved: a connection
+    fails its handshake, calls and waiters whether or not anybody still awaits them
+    (an awaiter still gets ``error``; nobody left, and asyncio logs nothing)."""
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
 
 
 class Link(Protocol):

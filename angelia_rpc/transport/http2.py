@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from angelia_rpc.config import TlsConfig
 from angelia_rpc.errors import RemoteProtocolError
-from angelia_rpc.transport.base import LinkHandler, split_address
+from angelia_rpc.transport.base import LinkHandler, fail_future, split_address
 from angelia_rpc.transport.tls import client_context, server_context
 from protocol import errors, http2
 from protocol.http2_connection import Http2Connection
@@ -99,14 +99,14 @@ class _H2Link(asyncio.Protocol):
         except http2.FrameError as exc:  # the GOAWAY naming it is queued
             log.warning("HTTP/2 protocol error from %s: %s", self.peer, exc)
             self._send()
-            if not self.ready.done():
-                self.ready.set_exception(
-                    RemoteProtocolError(
-                        errors.PROTOCOL_VIOLATION,
-                        f"{self.peer} does not speak HTTP/2 ({exc}): it is not an Angelia "
-                        "http2 server (is it configured with another transport?)",
-                    )
-                )
+            fail_future(
+                self.ready,
+                RemoteProtocolError(
+                    errors.PROTOCOL_VIOLATION,
+                    f"{self.peer} does not speak HTTP/2 ({exc}): it is not an Angelia "
+                    "http2 server (is it configured with another transport?)",
+                ),
+            )
             self._fail(f"HTTP/2 protocol error: {exc}")
             return
         for event in events:
@@ -133,14 +133,14 @@ class _H2Link(asyncio.Protocol):
         elif isinstance(event, ResponseReceived):
             status = dict(event.headers).get(b":status")
             if status != b"200":
-                if not self.ready.done():
-                    self.ready.set_exception(
-                        RemoteProtocolError(
-                            errors.PROTOCOL_VIOLATION,
-                            f"{self.peer} answered HTTP status {status!r} to {PATH!r}: it is "
-                            "an HTTP/2 server but not an Angelia one",
-                        )
-                    )
+                fail_future(
+                    self.ready,
+                    RemoteProtocolError(
+                        errors.PROTOCOL_VIOLATION,
+                        f"{self.peer} answered HTTP status {status!r} to {PATH!r}: it is "
+                        "an HTTP/2 server but not an Angelia one",
+                    ),
+                )
                 self._fail(f"the peer answered HTTP status {status!r}, not an Angelia tunnel")
             elif not self.ready.done():
                 self.ready.set_result(None)
@@ -153,8 +153,7 @@ class _H2Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f"{type(exc).__name__}: {exc}" if exc else "closed by the peer"
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError(reason))
+        fail_future(self.ready, ConnectionError(reason))
         self._lose(reason)
 
     def pause_writing(self) -> None:
@@ -200,8 +199,7 @@ class _H2Link(asyncio.Protocol):
             log.info("http2 link to %s failed: %s", self.peer, reason)
         if self.transport is not None:
             self.transport.close()
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError(reason))
+        fail_future(self.ready, ConnectionError(reason))
         self._lose(reason)
 
     def _lose(self, reason: str) -> None:

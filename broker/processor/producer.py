@@ -8,7 +8,9 @@ Queue choice for a request whose messages name no queue (no message group,
 no queue id): the topic has a current queue. A request joins the append
 forming there (waiting behind one in flight) while that holds fewer than
 ``JOIN_MESSAGES_MAX`` messages with it; otherwise the current queue moves
-on by one and the request goes there. Under light load no append is
+on by one and the request goes there. A retry of a request (the same
+first message id) goes where the first attempt went instead
+(``retry_placement.py``), so the storage dedup window sees it. Under light load no append is
 forming, so requests take the queues in turn and go at once; under load
 appends gather ~``JOIN_MESSAGES_MAX`` messages (the store pays per append,
 not per message) and the queues still take them in turn, so none is
@@ -27,6 +29,7 @@ from broker.errors import BrokerError, Reason
 from broker.processor import recall_handle as recall_handles
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
+from broker.processor.retry_placement import RetryPlacements
 from broker.processor.selector import select_queue
 from broker.services.base import Clock, MessageStore, MetadataService
 from protocol import errors as codes
@@ -56,6 +59,7 @@ class ProducerProcessor:
         self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
         self._current: dict[str, int] = {}  # topic -> index into its writable queues
         self._join_messages_max = join_messages_max
+        self._placements = RetryPlacements()
 
     async def send(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store ``messages`` (one topic); results in request order.
@@ -83,7 +87,15 @@ class ProducerProcessor:
         # the batch stays one append (messages with a message group or a queue
         # of their own still go where those name).
         if not any(map(_names_its_queue, messages)):  # the common batch: one append
-            queue = self._current_queue(topic_name, writable, len(messages))
+            # A retry (same first message id) goes where its first attempt went, where
+            # the storage dedup window sees it (retry_placement.py).
+            first_id = messages[0].message_id
+            placed = self._placements.queue_of(topic_name, first_id, now_ms)
+            if placed is not None and placed in writable:
+                queue = QueueRef(topic_name, placed)
+            else:
+                queue = self._current_queue(topic_name, writable, len(messages))
+                self._placements.remember(topic_name, first_id, queue.queue_id, now_ms)
             return await self._coalescer.append(queue, messages)
         turn = next(self._turns[topic_name])
         by_queue: dict[int, list[int]] = defaultdict(list)

@@ -31,7 +31,14 @@ from broker.errors import BrokerError
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
 from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
-from broker.services.base import BrokerPeers, Clock, Coordination, MessageStore
+from broker.services.base import (
+    NAMESERVER_QUIET_AT_START_MS,
+    BrokerPeers,
+    Clock,
+    Coordination,
+    MessageStore,
+)
+from protocol import errors as codes
 
 log = logging.getLogger("broker.transaction")
 
@@ -99,6 +106,8 @@ class TransactionProcessor:
         self._coordination = coordination
         self._peers = peers
         self.holds_lease = False
+        self._lease_warned = False  # a failing lease call was warned of (once per run)
+        self._quiet_until_ms = clock.now_ms() + NAMESERVER_QUIET_AT_START_MS
         self.delivered_local = 0  # check-backs this broker sent to its own producers
         self.delivered_via_peer = 0  # check-backs it had another broker deliver
 
@@ -200,8 +209,26 @@ class TransactionProcessor:
                 LEASE_NAME, self.owner, self.policy.lease_ttl_ms
             )
         except BrokerError as error:
-            log.warning("transaction check lease unavailable: %s", error)
-            held = False
+            # The nameserver cannot be asked: nobody can take the lease meanwhile, so
+            # its holder goes on checking (an expiry seen by a broker that still
+            # reaches the nameserver costs at most a repeated check, as a takeover does).
+            away = error.code in (codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED)
+            held = away and self.holds_lease
+            # INFO while the broker starts, then one warning per outage, the rest DEBUG.
+            if self._lease_warned:
+                level = logging.DEBUG
+            elif self._clock.now_ms() < self._quiet_until_ms:
+                level = logging.INFO
+            else:
+                level, self._lease_warned = logging.WARNING, True
+            log.log(
+                level,
+                "transaction check lease unavailable%s: %s",
+                " (checking on while the nameserver is away)" if held else "",
+                error,
+            )
+        else:
+            self._lease_warned = False
         if held != self.holds_lease:
             log.info("transaction check-back %s", "owned here" if held else "owned elsewhere")
         self.holds_lease = held

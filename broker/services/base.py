@@ -78,6 +78,11 @@ from broker.errors import BrokerError
 from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType
 
+NAMESERVER_QUIET_AT_START_MS = 10_000
+"""A broker's periodic nameserver calls (heartbeats, the check-back lease) log their
+failures at INFO this long after it starts: roles start together, so a nameserver
+not up yet is normal at first; one still away past this is warned of."""
+
 
 class Clock(Protocol):
     """Wall-clock time in epoch milliseconds."""

@@ -6,11 +6,29 @@ from a replica that names none and backs off while an election runs, all
 within the call's deadline, deciding by the error's flags alone.
 
 :class:`ClusterMetadata` implements the ``MetadataService`` port. Lookups
-are served from a cache while the watch stream runs (:meth:`run_watch`); a
+are served from a cache kept fresh by the watch stream (:meth:`run_watch`); a
 change of a topic, group, raft group or storage node drops what it touches,
-and a miss (or a lookup while the watch is down) is a linearizable read. So
-a topic created or changed through any nameserver client is seen by the next
-lookup after the watch delivers it, and never an older state after that.
+and a miss is a linearizable read. So a topic created or changed through any
+nameserver client is seen by the next lookup after the watch delivers it,
+and never an older state after that.
+
+Traffic outlives the nameserver. While the watch is down (every nameserver
+away, or this broker cut off from them), cached topics, groups, routes and
+the cluster status keep serving, at most ``route_stale_max_ms`` past the
+moment the cache was last known current (the watch's last batch, or the
+entry's own read since; an idle stream is confirmed every few seconds and
+one silent for ``watch_silence_max_ms`` counts as down); a route dropped
+after a failed pass over its raft group (:meth:`forget_route`) is read
+again, and kept when that read cannot reach a nameserver. Storage nodes
+elect group leaders without the nameserver and name them in NOT_LEADER
+hints, which the storage port follows. Only lookups
+the cache cannot answer (a new topic or group) need a nameserver; they fail
+at once with a retriable UNAVAILABLE that says so (the link gives up after a
+pass in which no replica answered). At the bound an entry is no longer
+trusted: each lookup reads the nameserver, and fails UNAVAILABLE while it
+cannot. When a watch stream is confirmed again it replays every change since
+the last revision seen (or asks for a resync, which clears the cache), so the
+broker reconciles without a restart.
 
 Auto-create (``rip5 dev``): a topic unknown to the nameserver is offered to
 clients as a provisional topic (default queues, every message type) and
@@ -25,6 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -34,6 +54,7 @@ from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting
 from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
+from broker.services.base import NAMESERVER_QUIET_AT_START_MS
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import routing
@@ -47,6 +68,11 @@ DEADLINE_MS = 10_000
 DEFAULT_QUEUE_COUNT = 8
 PAUSE_FIRST_S = 0.02
 PAUSE_MAX_S = 0.5
+ROUTE_STALE_MAX_MS = 120_000
+WATCH_SILENCE_MAX_MS = 10_000
+"""A watch stream silent this long is taken as broken (nameservers confirm an idle
+stream every few seconds, ``nameserver.service.WATCH_IDLE_MS``)."""
+"""How long past its last confirmation a cached entry serves while the watch is down."""
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
 
 
@@ -67,7 +93,11 @@ class NameserverLink:
         self._peers = peers
         self._current = self.addresses[0]
         self._deadline_ms = deadline_ms
-        self._policy = FailoverPolicy(PAUSE_FIRST_S, PAUSE_MAX_S, call_timeout_ms=call_timeout_ms)
+        # A pass in which no replica answered ends the call: with every nameserver
+        # away, waiting out the deadline would only stall the caller (see the module).
+        self._policy = FailoverPolicy(
+            PAUSE_FIRST_S, PAUSE_MAX_S, call_timeout_ms=call_timeout_ms, unreachable_ends=True
+        )
 
     def stub(self) -> NameserverService:
         """The typed client of the replica believed to lead."""
@@ -115,17 +145,32 @@ class ClusterMetadata:
         cluster: str,
         auto_create: bool = False,
         default_queue_count: int = DEFAULT_QUEUE_COUNT,
+        route_stale_max_ms: int = ROUTE_STALE_MAX_MS,
+        watch_silence_max_ms: int = WATCH_SILENCE_MAX_MS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``route_stale_max_ms``: how long a cached entry serves while the watch is
+        down (see the module docstring); ``watch_silence_max_ms``: a watch stream
+        silent this long counts as down; ``clock``: seconds, monotonic."""
+        if route_stale_max_ms < 0:
+            raise ValueError(f"route_stale_max_ms must not be negative, not {route_stale_max_ms}")
         self._link = link
         self.cluster = cluster
         self.auto_create = auto_create
         self.default_queue_count = default_queue_count
-        self._routes: dict[str, ns.RouteResponse] = {}
+        self.route_stale_max_s = route_stale_max_ms / 1000
+        self._watch_silence_max_s = watch_silence_max_ms / 1000
+        self._clock = clock
+        # Cached entries with the clock reading of their read (see _usable).
+        self._routes: dict[str, tuple[ns.RouteResponse, float]] = {}
+        self._forgotten: set[str] = set()  # routes to read again, kept as a fallback
         # The topic of each route last converted, by topic name (see _topic_of).
         self._topics: dict[str, tuple[ns.RouteResponse, TopicInfo]] = {}
-        self._groups: dict[str, GroupInfo] = {}
+        self._groups: dict[str, tuple[GroupInfo, float]] = {}
+        self._status: tuple[ns.ClusterStatusResponse, float] | None = None
         self._route_listeners: list[Callable[[], None]] = []
-        self.watching = False  # the cache is trusted only while the watch runs
+        self.watching = False  # a watch stream is confirmed: the cache is current
+        self._current_at = -math.inf  # when the watch last confirmed the cache
 
     # -- the port ---------------------------------------------------------------------
 
@@ -161,9 +206,9 @@ class ClusterMetadata:
     async def get_group(self, name: str, *, topics: Sequence[str] = ()) -> GroupInfo:
         """The consumer group; raises CONSUMER_GROUP_NOT_FOUND (auto-create: created,
         FIFO when one of ``topics`` is a FIFO topic)."""
-        cached = self._groups.get(name) if self.watching else None
-        if cached is not None:
-            return cached
+        cached = self._groups.get(name)
+        if cached is not None and self._usable(cached[1]):
+            return cached[0]
         try:
             response = await self._link.call(
                 f"consumer group {name!r}",
@@ -172,6 +217,8 @@ class ClusterMetadata:
                 ),
             )
         except BrokerError as error:
+            if self._away(error):
+                raise self._stale(error, f"consumer group {name!r}", cached) from None
             if error.reason is not Reason.CONSUMER_GROUP_NOT_FOUND or not self.auto_create:
                 raise
             fifo = await self._any_fifo(topics)
@@ -184,7 +231,7 @@ class ClusterMetadata:
             log.info("consumer group auto-created", extra={"group": name, "fifo": fifo})
             return await self.get_group(name)
         group = convert.group_from_info(response.group)
-        self._groups[name] = group
+        self._groups[name] = (group, self._clock())
         return group
 
     async def _any_fifo(self, topics: Sequence[str]) -> bool:
@@ -201,17 +248,56 @@ class ClusterMetadata:
 
     async def route(self, topic: str) -> ns.RouteResponse:
         """Where each queue of ``topic`` is served; raises TOPIC_NOT_FOUND."""
-        cached = self._routes.get(topic) if self.watching else None
-        if cached is not None:
-            return cached
+        cached = self._routes.get(topic)
+        if cached is not None and topic not in self._forgotten and self._usable(cached[1]):
+            return cached[0]
         try:
             route = await self._read_route(topic)
         except BrokerError as error:
+            if self._away(error):
+                if cached is not None and self._usable(cached[1]):
+                    # The read was tried: later lookups take the cache again (the next
+                    # failed pass over the group forgets it again), never a read each.
+                    self._forgotten.discard(topic)
+                    log.debug("nameserver away: the last route serves", extra={"topic": topic})
+                    return cached[0]
+                raise self._stale(error, f"topic {topic!r}", cached) from None
             if error.reason is not Reason.TOPIC_NOT_FOUND or not _is_group_topic(topic):
                 raise
             route = await self._create_group_topic(topic)
-        self._routes[topic] = route
+        self._routes[topic] = (route, self._clock())
+        self._forgotten.discard(topic)
         return route
+
+    def _usable(self, read_at: float) -> bool:
+        """Whether a cached entry read at ``read_at`` may serve: always while the
+        watch runs, else for ``route_stale_max_s`` past the later of its read and
+        the moment the watch last confirmed the cache."""
+        if self.watching:
+            return True
+        confirmed_at = max(read_at, self._current_at)
+        return self._clock() - confirmed_at <= self.route_stale_max_s
+
+    @staticmethod
+    def _away(error: BrokerError) -> bool:
+        """The nameserver could not be asked (as opposed to answering no)."""
+        return error.code in (codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED)
+
+    def _stale(self, error: BrokerError, what: str, cached: object | None) -> BrokerError:
+        """The retriable error of a lookup the cache cannot answer while the
+        nameserver is away (UNAVAILABLE; names the cause and the bound)."""
+        if cached is None:
+            cause = "this broker has no cached metadata for it"
+        else:
+            cause = (
+                f"its cached metadata is older than the bound of "
+                f"{self.route_stale_max_s:g} s (route_stale_max_ms)"
+            )
+        return BrokerError(
+            codes.UNAVAILABLE,
+            f"{what}: the nameserver cannot be reached and {cause}; "
+            f"retry once a nameserver is back ({error.message})",
+        )
 
     def _topic_of(self, name: str, route: ns.RouteResponse) -> TopicInfo:
         """The topic of ``route``, converted once per route read: every send asks."""
@@ -223,11 +309,10 @@ class ClusterMetadata:
         return topic
 
     def forget_route(self, topic: str | None = None) -> None:
-        """Drop the cached route of ``topic`` (None: every route), e.g. after NOT_LEADER."""
-        if topic is None:
-            self._routes.clear()
-        else:
-            self._routes.pop(topic, None)
+        """Read the route of ``topic`` (None: every route) again on its next lookup,
+        e.g. after a failed pass over its raft group; the old one is kept to serve
+        while the nameserver cannot be reached (see the module docstring)."""
+        self._forgotten.update(self._routes if topic is None else (topic,))
 
     def on_route_change(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` whenever leaders or storage nodes may have changed."""
@@ -278,6 +363,7 @@ class ClusterMetadata:
             self._groups.pop(change.key, None)
         else:  # a raft group's leader or a storage node changed: routes may be stale
             self._routes.clear()
+            self._forgotten.clear()
             for listener in self._route_listeners:
                 listener()
 
@@ -285,14 +371,17 @@ class ClusterMetadata:
         self._routes.clear()
         self._topics.clear()
         self._groups.clear()
+        self._forgotten.clear()
+        self._status = None
         for listener in self._route_listeners:
             listener()
 
     async def run_watch(self) -> None:
         """Forever: keep the cache fresh from the nameserver's watch stream.
 
-        The cache is used only while a stream is confirmed; after a break the
-        stream resumes from the last revision seen, so no change is missed.
+        While a stream is confirmed the cache is current; after a break it serves
+        for a bounded time (see the module docstring) while the stream resumes from
+        the last revision seen, so no change is missed.
         """
         revision = 0
         delay_s = 0.05
@@ -300,13 +389,26 @@ class ClusterMetadata:
             try:
                 stream = self._link.stub().watch(ns.WatchRequest(revision, list(WATCH_KINDS)))
                 async with stream as batches:
-                    async for batch in batches:
+                    batch_iterator = aiter(batches)
+                    while True:
+                        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can
+                        # swallow a cancellation racing the stream's end (a hung stop).
+                        try:
+                            async with asyncio.timeout(self._watch_silence_max_s):
+                                batch = await anext(batch_iterator)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            log.info("metadata watch silent too long; reconnecting")
+                            self._link.moved(AngeliaError(codes.UNAVAILABLE, "watch silent"))
+                            break
                         if batch.resync_required:
                             self._clear()
                         for change in batch.changes:
                             self._apply(change)
                         revision = batch.revision
                         self.watching = True
+                        self._current_at = self._clock()
                         delay_s = 0.05
             except AngeliaError as error:
                 log.debug("metadata watch broke", extra={"error": str(error)})
@@ -318,13 +420,25 @@ class ClusterMetadata:
 
     async def cluster_status(self) -> ns.ClusterStatusResponse:
         """The cluster's raft groups (with leaders), storage nodes and brokers (a
-        linearizable read)."""
-        return await self._link.call(
-            f"status of cluster {self.cluster!r}",
-            lambda stub, timeout_ms: stub.cluster_status(
-                ns.NameRequest(self.cluster), timeout_ms=timeout_ms
-            ),
-        )
+        linearizable read; while the nameserver cannot be reached, the last one read,
+        within the bound of the module docstring)."""
+        what = f"status of cluster {self.cluster!r}"
+        try:
+            status = await self._link.call(
+                what,
+                lambda stub, timeout_ms: stub.cluster_status(
+                    ns.NameRequest(self.cluster), timeout_ms=timeout_ms
+                ),
+            )
+        except BrokerError as error:
+            last = self._status
+            if not self._away(error):
+                raise
+            if last is not None and self._usable(last[1]):
+                return last[0]
+            raise self._stale(error, what, last) from None
+        self._status = (status, self._clock())
+        return status
 
     async def heartbeat(
         self,
@@ -354,14 +468,29 @@ async def run_heartbeats(
     interval_ms: int,
     remoting_address: str = "",
 ) -> None:
-    """Forever: a broker heartbeat every ``interval_ms`` (failures are logged, not fatal)."""
+    """Forever: a broker heartbeat every ``interval_ms`` (failures are logged, not fatal:
+    at INFO while the broker is starting (``NAMESERVER_QUIET_AT_START_MS``), then the
+    first of a run as a warning and the rest at DEBUG until one succeeds again)."""
+    loop = asyncio.get_running_loop()
+    quiet_until_s = loop.time() + NAMESERVER_QUIET_AT_START_MS / 1000
+    warned = False
     while True:
         try:
             await metadata.heartbeat(
                 broker_id, address, sorted(producer_groups()), remoting_address
             )
         except BrokerError as error:
-            log.warning("broker heartbeat failed", extra={"error": error.message})
+            if warned:
+                level = logging.DEBUG
+            elif loop.time() < quiet_until_s:
+                level = logging.INFO
+            else:
+                level, warned = logging.WARNING, True
+            log.log(level, "broker heartbeat failed", extra={"error": error.message})
+        else:
+            if warned:
+                log.info("broker heartbeats answered again")
+            warned = False
         await asyncio.sleep(interval_ms / 1000)
 
 

@@ -127,6 +127,7 @@ class Driver:
         # 64 MiB segment itself, in LogStore._start_segment).
         self._snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix=f"wal-snap-{node_id}")
         self._failed: BaseException | None = None
+        self._failed_event = asyncio.Event()
         # Held by each round (collect .. advance) and by remove_group.
         self._round_lock = asyncio.Lock()
         self._waiting: set[asyncio.Future[object]] = set()
@@ -389,9 +390,7 @@ class Driver:
                     async with self._round_lock:
                         await self._finish_compaction()
                 except StorageFailed as exc:
-                    _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
-                    self._failed = exc
-                    self._fail_waiting(exc)
+                    self._stop_for_good(exc)
                     return
             for hook in self._round_hooks:
                 hook()
@@ -426,9 +425,7 @@ class Driver:
                 self._maybe_start_compaction(loop)
                 host.advance(rnd)
             except StorageFailed as exc:
-                _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, exc)
-                self._failed = exc
-                self._fail_waiting(exc)
+                self._stop_for_good(exc)
                 return
             finally:
                 self._round_lock.release()
@@ -523,6 +520,20 @@ class Driver:
             self._preparing_spare = False
 
         loop.run_in_executor(self._spare_thread, prepare).add_done_callback(done)
+
+    def _stop_for_good(self, error: StorageFailed) -> None:
+        """The WAL failed: no more rounds; waiting proposals and :meth:`wait_failed` learn why."""
+        _log.error("node %d: the WAL failed; raft stops: %s", self.node_id, error)
+        self._failed = error
+        self._failed_event.set()
+        self._fail_waiting(error)
+
+    async def wait_failed(self) -> BaseException:
+        """Wait until rounds stop for good (the WAL failed); the failure. The node's
+        shell watches this: a node whose WAL failed must stop serving, not look healthy."""
+        await self._failed_event.wait()
+        assert self._failed is not None
+        return self._failed
 
     def _fail_waiting(self, error: RaftError) -> None:
         for future in self._waiting:

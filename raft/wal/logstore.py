@@ -33,7 +33,7 @@ Contracts:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +102,10 @@ class LogStore:
         self._failed: BaseException | None = None
         self._spares = SparePool(directory / "wal", segment_bytes, spare_segments_max)
         self.snapshot_packs = SnapshotPacks(directory / "snap")
+        # Called with "write" before each WAL write and "sync" before each fdatasync
+        # (the sync thread's); it may raise OSError or block. None outside fault
+        # injection (storage_node/fault_injection.py installs it).
+        self.io_hook: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -469,6 +473,8 @@ class LogStore:
         the round's fdatasync, and recovery cuts a torn tail at the first bad record.
         """
         self.snapshot_packs.write_open_pack()  # before any record naming it is written
+        if self.io_hook is not None:
+            self.io_hook("write")
         offset = pwrite_all(segment.fd, self._buffer, self._write_offset)
         self._write_offset = offset
         self._buffer = []
@@ -480,6 +486,8 @@ class LogStore:
         self._dirty_fds.clear()
         for fd in fds:
             try:
+                if self.io_hook is not None:
+                    self.io_hook("sync")
                 os.fdatasync(fd)
             except OSError as exc:
                 # After a failed fsync the page cache state is unknown: stop for good.

@@ -80,7 +80,7 @@ from loadtest.client import (
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
-from rip5 import dev_cluster, shell
+from rip5 import dev_cluster, shell, stats
 from rip5.admin import MESSAGE_TYPES
 from rip5.bench import harness
 from rip5.bench.grpc_lean import LeanChannel
@@ -122,8 +122,8 @@ class PhaseResult:
         it counts and its failures by name."""
         return cls(
             msgs_per_s,
-            harness.percentile(latencies, 0.5),
-            harness.percentile(latencies, 0.99),
+            stats.percentile(latencies, 0.5),
+            stats.percentile(latencies, 0.99),
             calls,
             sum(error_names.values()),
             error_names,

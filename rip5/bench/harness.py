@@ -184,14 +184,6 @@ class _Case:
     runs: list[dict[str, float]] = field(default_factory=list)
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """The value at ``fraction`` (0..1) of the sorted values (nearest rank); NaN if empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """Median, min and max (NaN-free values only; empty -> {})."""
     kept = [v for v in values if not math.isnan(v)]

@@ -37,6 +37,7 @@ from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import NameserverService
 from protocol import errors
 from protocol import nameserver_api as api
+from rip5 import stats
 from rip5.bench import harness
 from rip5.bench.storage_cluster import free_port
 from rip5.shell import READY_FD_ENV
@@ -209,8 +210,8 @@ async def _drive(
     await asyncio.gather(*(worker(i) for i in range(in_flight)))
     return PhaseResult(
         len(latencies) / seconds,
-        harness.percentile(latencies, 0.5),
-        harness.percentile(latencies, 0.99),
+        stats.percentile(latencies, 0.5),
+        stats.percentile(latencies, 0.99),
         errors_seen,
     )
 

@@ -17,7 +17,7 @@ import resource
 import sys
 import time
 
-from rip5.bench.harness import percentile
+from rip5.stats import percentile
 
 
 def _cpu_s() -> float:

@@ -31,6 +31,7 @@ from pathlib import Path
 import uvloop
 
 from angelia_rpc import AngeliaError
+from rip5 import stats
 from rip5.bench import harness
 from rip5.bench.raft_cluster import HostSpec, LocalCluster
 
@@ -107,8 +108,8 @@ async def _load(
         print(f"    errors: {error_names}", flush=True)
     return LoadResult(
         entries / seconds,
-        harness.percentile(latencies, 0.50),
-        harness.percentile(latencies, 0.99),
+        stats.percentile(latencies, 0.50),
+        stats.percentile(latencies, 0.99),
         len(latencies),
         errors,
     )

@@ -48,6 +48,7 @@ import uvloop
 
 from protocol.records import MessageRecord, pack_records, unpack_records
 from protocol.storage_api import AckRequest, AppendRequest, ReceiptHandle, ReceiveRequest
+from rip5 import stats
 from rip5.bench import harness
 from rip5.bench.nameserver import LocalNameservers
 from rip5.bench.storage_cluster import LocalStorageCluster
@@ -126,8 +127,8 @@ async def _append_phase(
     await asyncio.gather(*(worker(i) for i in range(args.in_flight)))
     return PhaseResult(
         measured / args.seconds,
-        harness.percentile(latencies, 0.5),
-        harness.percentile(latencies, 0.99),
+        stats.percentile(latencies, 0.5),
+        stats.percentile(latencies, 0.99),
         len(latencies),
     )
 
@@ -174,8 +175,8 @@ async def _consume_phase(
     elapsed = loop.time() - start
     return PhaseResult(
         consumed / elapsed if elapsed > 0 else 0.0,
-        harness.percentile(latencies, 0.5),
-        harness.percentile(latencies, 0.99),
+        stats.percentile(latencies, 0.5),
+        stats.percentile(latencies, 0.99),
         len(latencies),
     )
 

@@ -48,6 +48,7 @@ import uvloop
 
 from protocol.storage_api import AppendRequest, Message, ReadRequest
 from protocol.vocabulary import MessageType
+from rip5 import stats
 from rip5.bench import harness
 from rip5.bench.storage_cluster import LocalStorageCluster
 
@@ -156,11 +157,11 @@ async def _run(cluster: LocalStorageCluster, args: argparse.Namespace) -> RunRes
     return RunResult(
         load_s,
         pending,
-        harness.percentile(lateness, 0.5),
-        harness.percentile(lateness, 0.99),
+        stats.percentile(lateness, 0.5),
+        stats.percentile(lateness, 0.99),
         max(lateness),
-        harness.percentile(stamped, 0.5),
-        harness.percentile(stamped, 0.99),
+        stats.percentile(stamped, 0.5),
+        stats.percentile(stamped, 0.99),
         sum(1 for value in stamped if value < 0),
         len(released) / drain_s,
     )

@@ -1,7 +1,8 @@
 """A whole rip5 cluster of real processes on 127.0.0.1, for end-to-end tests.
 
-One nameserver, ``storage`` storage nodes (joining the nameserver, which places
-the raft groups on them, three replicas each, and learns their leaders) and
+One nameserver (or ``nameservers`` of them, one raft group), ``storage``
+storage nodes (joining the nameserver, which places the raft groups on them,
+three replicas each, and learns their leaders) and
 ``brokers`` brokers, each a ``python -m rip5 <role>`` process with its own
 data folder and log file under ``root``, reporting readiness through the
 ``RIP5_READY_FD`` pipe of rip5/shell.py. Ports are ephemeral: each process
@@ -114,6 +115,7 @@ class LocalCluster:
         auto_create: bool = False,
         log_level: str = "info",
         broker_flags: tuple[str, ...] = (),
+        nameservers: int = 1,
     ) -> None:
         self.root = root
         self.broker_flags = broker_flags
@@ -123,7 +125,9 @@ class LocalCluster:
         self.secret = secrets.token_hex(16)
         self.storage_addresses = {n: f"127.0.0.1:{free_port()}" for n in range(1, storage + 1)}
         self.broker_count = brokers
-        self.nameserver: Process | None = None
+        self.nameserver: Process | None = None  # the first nameserver
+        self.nameservers: dict[int, Process] = {}
+        self.nameserver_addresses = [f"127.0.0.1:{free_port()}" for _ in range(nameservers)]
         self.storage: dict[int, Process] = {}
         self.brokers: list[Process] = []
         self.remoting_addresses: list[str] = []  # each broker's, for 4.x clients
@@ -146,22 +150,29 @@ class LocalCluster:
 
     @property
     def nameserver_address(self) -> str:
-        """host:port of the nameserver."""
-        assert self.nameserver is not None
-        return self.nameserver.endpoint
+        """host:port of every nameserver, comma-separated (a ``--nameserver`` value)."""
+        return ",".join(self.nameserver_addresses)
+
+    def start_nameserver(self, node: int) -> Process:
+        """Start (or restart, on its data) nameserver ``node`` (1-based); ready when
+        this returns."""
+        flags = ["--listen", self.nameserver_addresses[node - 1], "--groups", str(self.groups)]
+        if len(self.nameserver_addresses) > 1:
+            peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
+            flags += ["--node-id", str(node), "--peers", peers]
+        name = "nameserver" if node == 1 else f"nameserver-{node}"
+        process = self._process("nameserver", name, *flags)
+        self.nameservers[node] = process
+        if node == 1:
+            self.nameserver = process
+        process.start()
+        return process
 
     def start(self) -> None:
         """Start every process, in dependency order, each once the previous is ready."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.nameserver = self._process(
-            "nameserver",
-            "nameserver",
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--groups",
-            str(self.groups),
-        )
-        self.nameserver.start()
+        for node in range(1, len(self.nameserver_addresses) + 1):
+            self.start_nameserver(node)
         for node, address in self.storage_addresses.items():
             process = self._process(
                 "storage",
@@ -211,8 +222,8 @@ class LocalCluster:
         codes: dict[str, int | None] = {}
         for process in [*self.brokers, *self.storage.values()]:
             codes[process.name] = process.stop()
-        if self.nameserver is not None:
-            codes[self.nameserver.name] = self.nameserver.stop()
+        for process in self.nameservers.values():
+            codes[process.name] = process.stop()
         return codes
 
     # -- metadata through the nameserver, as `rip5 admin` does it ------------------------
@@ -227,7 +238,7 @@ class LocalCluster:
         leader has created the cluster."""
 
         async def run() -> None:
-            client = NameserverClient([self.nameserver_address])
+            client = NameserverClient(self.nameserver_addresses)
             try:
                 deadline = time.monotonic() + READY_TIMEOUT_S
                 for name, (queues, kind) in topics.items():

@@ -54,15 +54,6 @@ def test_version() -> None:
     assert _run("--version").stdout.startswith("rip5, version ")
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES.values() if not r.available])
-def test_a_role_not_built_yet_says_so_without_a_traceback(role: object) -> None:
-    name = role.name  # type: ignore[attr-defined]
-    result = _run(name)
-    assert result.returncode == 69
-    assert f"the {name} role is not available yet" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
 def test_unknown_bench_target_is_a_usage_error() -> None:
     result = _run("bench", "warp")
     assert result.returncode == 2

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -14,6 +15,7 @@ from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import NameserverService
 from nameserver.config import NameserverConfig
 from nameserver.server import serve
+from nameserver.service import WATCH_IDLE_MS
 from protocol import errors
 from protocol import nameserver_api as api
 from tests.waiting import async_wait_until
@@ -21,17 +23,24 @@ from tests.waiting import async_wait_until
 pytestmark = pytest.mark.integration
 
 CLUSTER = "DefaultCluster"
+T = TypeVar("T")
+
+
+def _config(*, timeout_ms: int) -> NameserverConfig:
+    """One in-process nameserver sweeping every 100 ms, storage nodes and brokers
+    timing out after ``timeout_ms``."""
+    return NameserverConfig(
+        listen="127.0.0.1:0",
+        groups=4,
+        expire_interval_ms=100,
+        storage_node_timeout_ms=timeout_ms,
+        broker_timeout_ms=timeout_ms,
+    )
 
 
 @pytest.fixture
 async def nameserver(tmp_path: Path) -> AsyncIterator[NameserverService]:
-    config = NameserverConfig(
-        listen="127.0.0.1:0",
-        groups=4,
-        expire_interval_ms=100,
-        storage_node_timeout_ms=400,
-        broker_timeout_ms=400,
-    )
+    config = _config(timeout_ms=400)
     stopping = asyncio.Event()
     endpoints: list[str] = []
     task = asyncio.create_task(serve(config, tmp_path, stopping, endpoints.append))
@@ -94,7 +103,7 @@ async def test_leases_are_exclusive_until_released(nameserver: NameserverService
     assert again.lease.token > held.lease.token
 
 
-async def test_a_watch_streams_changes_in_order_and_asks_a_far_watcher_to_resync(
+async def test_a_watch_streams_changes_in_order_confirms_when_idle_and_asks_a_far_watcher_to_resync(
     nameserver: NameserverService,
 ) -> None:
     start = (await nameserver.list_topics(api.ListRequest())).revision
@@ -110,6 +119,11 @@ async def test_a_watch_streams_changes_in_order_and_asks_a_far_watcher_to_resync
             keys += [c.key for c in batch.changes]
             assert all(c.topic is not None for c in batch.changes)
         assert keys == ["W0", "W1", "W2"]
+        # Idle, the stream is confirmed every few seconds: an empty batch.
+        confirmed = await asyncio.wait_for(anext(batches), WATCH_IDLE_MS / 1000 + 10)
+        assert confirmed.changes == []
+        assert not confirmed.resync_required
+        assert confirmed.revision >= batch.revision
     async with nameserver.watch(api.WatchRequest(10**9)) as stream:
         ahead = await asyncio.wait_for(anext(aiter(stream)), 10)
         assert ahead.resync_required
@@ -157,3 +171,57 @@ async def test_topics_and_groups_list_by_cluster(nameserver: NameserverService) 
             await listing(api.ListRequest("Nowhere"))
         assert unknown.value.code is errors.NOT_FOUND
         assert "'Nowhere'" in unknown.value.message
+
+
+async def test_a_nameserver_back_from_an_outage_does_not_mark_every_node_down(
+    tmp_path: Path,
+) -> None:
+    """Restarted on its data after its storage nodes' timeout has passed, the leader
+    waits a whole timeout for their heartbeats before it marks any of them down."""
+    config = _config(timeout_ms=3_000)
+    peers = Peers(RpcConfig())
+    heartbeat = api.StorageHeartbeatRequest(7, CLUSTER, "127.0.0.1:7007", groups=3)
+
+    async def run(stopping: asyncio.Event) -> tuple[asyncio.Task[None], NameserverService]:
+        endpoints: list[str] = []
+        task = asyncio.create_task(serve(config, tmp_path, stopping, endpoints.append))
+        await async_wait_until(lambda: endpoints or task.done(), timeout_s=30, what="ready")
+        return task, NameserverService(peers.channel(endpoints[0]))
+
+    async def node_alive(stub: NameserverService) -> bool:
+        status = await stub.cluster_status(api.NameRequest(CLUSTER))
+        return status.storage_nodes[0].alive
+
+    stopping = asyncio.Event()
+    task, stub = await run(stopping)
+    await _once_served(lambda: stub.storage_heartbeat(heartbeat))
+    stopping.set()
+    await task
+    down_since = asyncio.get_running_loop().time()
+    # The outage outlasts the timeout: the heartbeat on record is older than it.
+    await async_wait_until(
+        lambda: asyncio.get_running_loop().time() - down_since > 3.5, timeout_s=10, what="outage"
+    )
+    stopping = asyncio.Event()
+    task, stub = await run(stopping)
+    try:
+        # Not marked down by the new leader's first sweeps, then kept up by a heartbeat.
+        assert await _once_served(lambda: node_alive(stub)) is True
+        await stub.storage_heartbeat(heartbeat)
+        assert await node_alive(stub) is True
+    finally:
+        stopping.set()
+        await task
+        await peers.close()
+
+
+async def _once_served(call: Callable[[], Awaitable[T]]) -> T:
+    """``call``'s answer once the nameserver serves it (it fails while no leader is
+    elected yet); 30 s at most."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        try:
+            return await call()
+        except AngeliaError:
+            assert asyncio.get_running_loop().time() < deadline, "never served"
+        await asyncio.sleep(0.02)

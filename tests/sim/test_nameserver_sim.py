@@ -10,6 +10,9 @@ import os
 
 import pytest
 
+from nameserver import commands as c
+from nameserver.records import ChangeKind, Lease
+from nameserver.state import MetadataState
 from tests.sim.nameserver import run_nameserver_seed
 
 SEEDS = int(os.environ.get("RIP5_NAMESERVER_SEEDS", "100"))
@@ -47,3 +50,60 @@ def test_nameserver_runs_are_deterministic_and_exercise_the_commands() -> None:
     for key in ("acknowledged", "changes", "lease_grants", "lease_refusals", "topics_at_end"):
         assert totals[key] > 0, f"no {key} in 8 seeds: {totals}"
     assert totals["snapshots_sent"] > 0, totals
+
+
+def _nameserver_failures(seeds: int) -> list[str]:
+    return [r.failure for r in (run_nameserver_seed(s) for s in range(seeds)) if r.failure]
+
+
+@pytest.mark.sim
+def test_a_lease_granted_over_its_holder_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the state machine on purpose: an acquire is granted even while another
+    owner holds the lease unexpired (two holders at once). The lease model must see it."""
+
+    def grant_always(self: MetadataState, command: c.AcquireLease) -> Lease:
+        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms, 1)
+        self._leases[lease.name] = lease
+        self._changed(ChangeKind.LEASE, lease.name, lease)
+        return lease
+
+    monkeypatch.setattr(MetadataState, "_acquire_lease", grant_always)
+    failures = _nameserver_failures(8)
+    assert len(failures) >= 3, failures
+    assert all("AcquireLease" in f and "granted while the model has" in f for f in failures)
+
+
+@pytest.mark.sim
+def test_a_renewal_of_an_expired_lease_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the state machine on purpose: a renewal ignores that the lease expired
+    (and may have gone to another owner since). The lease model must see it."""
+
+    def renew_always(self: MetadataState, command: c.RenewLease) -> Lease:
+        known = self._leases.get(command.name)
+        lease = Lease(
+            command.name,
+            command.owner,
+            command.now_ms + command.ttl_ms,
+            known.token if known is not None else 1,
+        )
+        self._leases[lease.name] = lease
+        self._changed(ChangeKind.LEASE, lease.name, lease)
+        return lease
+
+    monkeypatch.setattr(MetadataState, "_renew_lease", renew_always)
+    failures = _nameserver_failures(8)
+    assert len(failures) >= 3, failures
+    assert all("RenewLease" in f and "granted while the model has" in f for f in failures)
+
+
+@pytest.mark.sim
+def test_a_delete_that_keeps_the_topic_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the state machine on purpose: a topic delete answers OK and keeps the topic."""
+
+    def keep(self: MetadataState, command: c.DeleteTopic) -> None:
+        self.topic(command.name)  # still refuses an unknown topic, as the real one
+
+    monkeypatch.setattr(MetadataState, "_delete_topic", keep)
+    failures = _nameserver_failures(8)
+    assert len(failures) >= 3, failures
+    assert all("topics [" in f and "model [" in f for f in failures), failures

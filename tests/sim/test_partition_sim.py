@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from storage_node.partition.pop import GroupQueue
 from tests.sim.partition import run_partition_seed
 
 SEEDS = int(os.environ.get("RIP5_PARTITION_SEEDS", "60"))
@@ -50,3 +51,36 @@ def test_partition_runs_are_deterministic_and_exercise_the_lifecycle() -> None:
     assert totals["changes_ok"] > 0, totals
     assert totals["commits"] > 0, totals
     assert totals["acks_across_commits"] > 0, totals  # a commit left a handle valid
+
+
+@pytest.mark.sim
+def test_an_ack_that_does_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the state machine on purpose: an ack answers success but finishes nothing
+    (the message stays leased and comes back). The model must see it."""
+
+    def ack_nothing(self: GroupQueue, queue_offset: int, generation: int, clock_ms: int) -> bool:
+        lease = self.leases.get(queue_offset)
+        return lease is not None and lease.generation == generation and lease.is_invisible(clock_ms)
+
+    monkeypatch.setattr(GroupQueue, "finish_current", ack_nothing)
+    failures = [r.failure for r in (run_partition_seed(seed) for seed in range(6)) if r.failure]
+    assert len(failures) >= 3, failures
+    assert all("done" in f for f in failures), failures  # the acked one is not done
+
+
+@pytest.mark.sim
+def test_a_lease_check_ignoring_the_generation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the state machine on purpose: an ack with a stale handle (an earlier
+    delivery's generation) finishes the current lease. The model must see it."""
+
+    def any_generation(self: GroupQueue, queue_offset: int, generation: int, clock_ms: int) -> bool:
+        lease = self.leases.get(queue_offset)
+        if lease is None or not lease.is_invisible(clock_ms):
+            return False
+        self._finish_quietly(queue_offset)
+        return True
+
+    monkeypatch.setattr(GroupQueue, "finish_current", any_generation)
+    failures = [r.failure for r in (run_partition_seed(seed) for seed in range(24)) if r.failure]
+    assert len(failures) >= 3, failures
+    assert all("ack of ReceiptHandle" in f for f in failures), failures  # a stale ack succeeded

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
 
 
@@ -12,7 +14,7 @@ def _flag(argv: tuple[str, ...], name: str) -> str:
 
 
 def test_storage_children_join_the_nameserver_with_its_group_count(tmp_path: Path) -> None:
-    specs, _notices = plan(
+    specs = plan(
         DevLayout(tmp_path, storage=3, nameserver_port=7800, storage_port=7801, storage_groups=32)
     )
     (nameserver,) = [spec for spec in specs if spec.name == "nameserver"]
@@ -30,13 +32,13 @@ def test_storage_children_join_the_nameserver_with_its_group_count(tmp_path: Pat
 
 
 def test_a_single_storage_node_gets_a_replication_factor_of_one(tmp_path: Path) -> None:
-    specs, _notices = plan(DevLayout(tmp_path, storage=1))
+    specs = plan(DevLayout(tmp_path, storage=1))
     (nameserver,) = [spec for spec in specs if spec.name == "nameserver"]
     assert _flag(nameserver.argv, "--replication-factor") == "1"
 
 
 def test_free_ports_are_distinct_and_agree_between_children(tmp_path: Path) -> None:
-    specs, _notices = plan(DevLayout(tmp_path, storage=3, free_ports=True))
+    specs = plan(DevLayout(tmp_path, storage=3, free_ports=True))
     listens = [_flag(spec.argv, "--listen") for spec in specs]
     assert len(set(listens)) == len(listens)
     (nameserver,) = [spec for spec in specs if spec.name == "nameserver"]
@@ -45,10 +47,33 @@ def test_free_ports_are_distinct_and_agree_between_children(tmp_path: Path) -> N
             assert _flag(spec.argv, "--nameserver") == _flag(nameserver.argv, "--listen")
 
 
+def test_three_nameservers_form_one_group_and_every_other_child_is_given_them_all(
+    tmp_path: Path,
+) -> None:
+    specs = plan(DevLayout(tmp_path, storage=3, brokers=1, nameservers=3))
+    nameservers = [spec for spec in specs if spec.argv[3] == "nameserver"]
+    assert [spec.name for spec in nameservers] == ["nameserver", "nameserver-2", "nameserver-3"]
+    listens = [_flag(spec.argv, "--listen") for spec in nameservers]
+    assert listens == ["127.0.0.1:9876", "127.0.0.1:9877", "127.0.0.1:9878"]
+    peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
+    for node, spec in enumerate(nameservers, 1):
+        assert _flag(spec.argv, "--peers") == peers
+        assert _flag(spec.argv, "--node-id") == str(node)
+    others = [spec for spec in specs if spec not in nameservers]
+    assert len(others) == 4
+    for spec in others:
+        assert _flag(spec.argv, "--nameserver") == ",".join(listens)
+
+
+def test_a_dev_cluster_without_a_nameserver_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one nameserver"):
+        plan(DevLayout(tmp_path, nameservers=0))
+
+
 def test_brokers_get_remoting_ports_counting_down_and_the_banner_names_the_first(
     tmp_path: Path,
 ) -> None:
-    specs, _notices = plan(DevLayout(tmp_path, brokers=3, broker_port=8081, remoting_port=8080))
+    specs = plan(DevLayout(tmp_path, brokers=3, broker_port=8081, remoting_port=8080))
     remoting = remoting_endpoints(specs)
     assert remoting == {
         "broker-1": "127.0.0.1:8080", "broker-2": "127.0.0.1:8079", "broker-3": "127.0.0.1:8078",
@@ -59,5 +84,5 @@ def test_brokers_get_remoting_ports_counting_down_and_the_banner_names_the_first
     assert banner.startswith("rip5 dev ready: client endpoint 127.0.0.1:8081 ")
     assert "remoting endpoint 127.0.0.1:8080;" in banner
     assert "remoting" not in ready_banner({"broker-1": "127.0.0.1:8081"})
-    free = remoting_endpoints(plan(DevLayout(tmp_path, brokers=2, free_ports=True))[0])
+    free = remoting_endpoints(plan(DevLayout(tmp_path, brokers=2, free_ports=True)))
     assert len(set(free.values())) == 2

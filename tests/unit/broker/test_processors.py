@@ -25,6 +25,7 @@ from broker.processor import receipt
 from broker.processor.coalescer import AppendCoalescer
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.producer import ProducerProcessor
+from broker.processor.retry_placement import WINDOW_MS as RETRY_WINDOW_MS
 from broker.processor.route import RouteProcessor
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
@@ -119,6 +120,18 @@ async def test_a_batch_goes_to_one_queue_and_batches_take_turns(world: World) ->
         "id-4",
         "id-5",
     ]
+
+
+async def test_a_retried_send_goes_to_the_queue_of_its_first_attempt(world: World) -> None:
+    first = await world.producer.send([_msg(n=0), _msg(n=1)])
+    other = await world.producer.send([_msg(n=2)])
+    assert other[0].queue != first[0].queue  # the turn moved on
+    retry = await world.producer.send([_msg(n=0), _msg(n=1)])
+    assert {r.queue for r in retry} == {first[0].queue}  # where the dedup window sees it
+    world.clock.advance(RETRY_WINDOW_MS + 1)
+    assert (await world.producer.send([_msg(n=3)]))[0].queue == first[0].queue  # by turn
+    late = await world.producer.send([_msg(n=0), _msg(n=1)])
+    assert {r.queue for r in late} == {other[0].queue}  # forgotten: by turn again
 
 
 async def test_fifo_group_lands_in_one_queue(world: World) -> None:

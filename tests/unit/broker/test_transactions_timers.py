@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 
 import pytest
 
@@ -18,8 +19,10 @@ from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.producer import ProducerProcessor
 from broker.processor.transaction import CheckRound, TransactionProcessor
+from broker.services.base import NAMESERVER_QUIET_AT_START_MS
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryPeers, MemoryStore
+from protocol import errors as codes
 from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType, Placement
 
@@ -331,6 +334,87 @@ async def test_check_lease_is_exclusive_and_taken_over_when_the_owner_dies(world
     world.clock.advance(1)
     assert await brokers[1].maybe_take_lease()
     assert coordination.lease_owner(LEASE_NAME) == "b2"
+
+
+async def test_the_lease_holder_checks_on_while_the_nameserver_is_away(world: World) -> None:
+    class AwayNameserver(MemoryCoordination):
+        """Leases as the memory coordination does, or UNAVAILABLE while ``away``."""
+
+        away = False
+
+        async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+            if self.away:
+                raise BrokerError(codes.UNAVAILABLE, "lease: the nameserver cannot be reached")
+            return await super().try_lease(name, owner, ttl_ms)
+
+    coordination = AwayNameserver(world.clock)
+    brokers = [
+        TransactionProcessor(
+            world.store,
+            world.clock,
+            Producers(),
+            owner=name,
+            policy=POLICY,
+            coordination=coordination,
+        )
+        for name in ("b1", "b2")
+    ]
+    assert [await b.maybe_take_lease() for b in brokers] == [True, False]
+    coordination.away = True
+    # Nobody can take the lease meanwhile: the holder goes on, the other stays out.
+    assert [await b.maybe_take_lease() for b in brokers] == [True, False]
+    coordination.away = False
+    assert [await b.maybe_take_lease() for b in brokers] == [True, False]
+
+
+async def test_lease_failures_are_quiet_at_start_then_warned_once_per_outage(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Away(MemoryCoordination):
+        away = True
+
+        async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+            if self.away:
+                raise BrokerError(codes.UNAVAILABLE, "lease: the nameserver cannot be reached")
+            return await super().try_lease(name, owner, ttl_ms)
+
+    coordination = Away(world.clock)
+    broker = TransactionProcessor(
+        world.store, world.clock, Producers(), owner="b1", policy=POLICY, coordination=coordination
+    )
+
+    async def levels() -> list[int]:
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="broker.transaction"):
+            await broker.maybe_take_lease()
+        return [r.levelno for r in caplog.records if "lease unavailable" in r.message]
+
+    assert await levels() == [logging.INFO]  # starting: the nameserver may not be up yet
+    world.clock.advance(NAMESERVER_QUIET_AT_START_MS)
+    assert await levels() == [logging.WARNING]
+    assert await levels() == [logging.DEBUG]  # the same outage
+    coordination.away = False
+    await broker.maybe_take_lease()
+    coordination.away = True
+    assert await levels() == [logging.WARNING]  # a new one
+
+
+async def test_a_lease_refused_for_another_cause_is_not_kept(world: World) -> None:
+    class Refusing(MemoryCoordination):
+        refuse = False
+
+        async def try_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+            if self.refuse:
+                raise BrokerError(codes.NOT_FOUND, "no such cluster")
+            return await super().try_lease(name, owner, ttl_ms)
+
+    coordination = Refusing(world.clock)
+    broker = TransactionProcessor(
+        world.store, world.clock, Producers(), owner="b1", policy=POLICY, coordination=coordination
+    )
+    assert await broker.maybe_take_lease()
+    coordination.refuse = True
+    assert not await broker.maybe_take_lease()
 
 
 async def test_a_stopping_broker_does_not_wait_for_a_gone_nameserver_to_release(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from raft.errors import ProposalDropped, RaftNotLeader
+from raft.errors import ProposalDropped, RaftNotLeader, StorageFailed
 from raft.host.driver import Driver, DriverOptions
 from raft.host.transport import MemoryNetwork
 from raft.types import Entry, Snapshot
@@ -313,3 +314,25 @@ async def test_a_quiesced_leader_hands_its_group_to_the_asked_replica(cluster: C
     await async_wait_until(lambda: cluster.leader(2) == target, what="the transfer to finish")
     # The group goes on taking proposals through its new leader.
     assert await cluster.drivers[target].propose(2, b"after") == 1
+
+
+async def test_a_failed_wal_write_stops_rounds_for_good_and_says_why(cluster: Cluster) -> None:
+    """The WAL's io_hook fails a write (ENOSPC): the node's rounds stop, proposals to it
+    fail at once, wait_failed() names the cause, and the other two keep committing."""
+    leaders = await cluster.wait_leaders()
+    victim = cluster.drivers[1]
+    waiting = asyncio.create_task(victim.wait_failed())
+
+    def disk_full(operation: str) -> None:
+        if operation == "write":
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    victim.store.io_hook = disk_full
+    group_id = next(iter(leaders))
+    await cluster.propose(group_id, b"after-the-disk-filled", among=(2, 3))
+    failure = await asyncio.wait_for(waiting, 30)
+    assert "No space left on device" in str(failure)
+    assert victim.stopped
+    with pytest.raises(StorageFailed, match="the driver stopped"):
+        await victim.propose(group_id, b"refused")
+    await cluster.propose(group_id, b"still-served", among=(2, 3))

@@ -1,0 +1,179 @@
+"""``rip5 chaos``: short seeded runs of every fault against real processes, and the
+checker proven against planted bugs (a consumer that drops a message, a broker that
+acks before storing). The whole file runs in about three minutes on 2 cores."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from angelia_rpc.nameserver_client import NameserverClient
+from protocol import nameserver_api as api
+from rip5.admin import DEFAULT_CLUSTER
+from rip5.chaos.checkers import Verdict
+from rip5.chaos.cluster import ChaosCluster, ClusterShape
+from rip5.chaos.history import Outcome, from_lines
+from rip5.chaos.run import RunOptions, ensure_model, run_and_report
+from rip5.chaos.schedule import KINDS
+from rip5.chaos.workload import MODELS, Client, Recorder, Workload
+from tests.waiting import async_wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def chaos(out_dir: Path, drain_s: float = 20.0, **options: object) -> tuple[Verdict, str]:
+    """One run; its verdict and what it printed. A run that loses a message drains
+    until ``drain_s``: the planted bugs' runs give a short one."""
+    printed = io.StringIO()
+    verdict = run_and_report(
+        RunOptions(out_dir=out_dir, drain_s=drain_s, **options),  # type: ignore[arg-type]
+        Console(file=printed, width=120),
+    )
+    return verdict, printed.getvalue()
+
+
+def test_every_fault_in_turn_loses_nothing(tmp_path: Path) -> None:
+    verdict, printed = chaos(
+        tmp_path, model="queue", faults=tuple(KINDS), duration_s=2.0 + 3.0 * len(KINDS),
+        interval_s=3.0, hold_s=1.2, warmup_s=2.0, seed=11,
+    )  # fmt: skip
+    history = from_lines((tmp_path / "history.jsonl").read_text().splitlines())
+    assert [f.fault for f in history.faults] == list(KINDS)
+    assert verdict.acked > 100
+    assert verdict.lost == 0, verdict.samples
+    assert verdict.duplicated == 0, verdict.samples
+    assert verdict.unexpected == 0
+    assert len(verdict.recoveries) == len(KINDS)
+    saved = json.loads((tmp_path / "verdict.json").read_text())
+    assert saved["verdict"]["acked"] == verdict.acked
+    assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert "disk-full" in printed
+    assert "lost" in printed
+    log = (tmp_path / "cluster.log").read_text()
+    assert "No space left on device (injected" in log  # the node says why it stopped
+
+
+def test_the_checker_catches_a_consumer_that_drops_one_message(tmp_path: Path) -> None:
+    verdict, _ = chaos(tmp_path, drain_s=6.0, model="queue", duration_s=4.0, drop_one=True, seed=3)
+    assert verdict.lost == 1
+    assert not verdict.ok
+
+
+def test_the_checker_catches_a_broker_that_acks_before_storing(tmp_path: Path) -> None:
+    verdict, _ = chaos(
+        tmp_path, drain_s=6.0, model="queue", faults=("kill@broker-1",), duration_s=6.0,
+        interval_s=5.0, hold_s=1.0, warmup_s=2.5, ack_before_store_ms=1_500, seed=5,
+    )  # fmt: skip
+    assert verdict.lost > 0
+    assert not verdict.ok
+
+
+def test_fifo_keeps_each_message_group_in_order_through_a_leader_kill(tmp_path: Path) -> None:
+    verdict, _ = chaos(
+        tmp_path, model="fifo", faults=("kill@leader",), duration_s=8.0, interval_s=6.0,
+        hold_s=1.0, warmup_s=3.0, seed=7,
+    )  # fmt: skip
+    assert verdict.acked > 20
+    assert verdict.out_of_order == 0, verdict.samples
+    assert verdict.lost == 0, verdict.samples
+
+
+def test_transactions_commit_visible_and_roll_back_never(tmp_path: Path) -> None:
+    verdict, _ = chaos(
+        tmp_path, model="txn", faults=("pause@storage",), duration_s=8.0, interval_s=6.0,
+        hold_s=1.5, warmup_s=3.0, seed=9,
+    )  # fmt: skip
+    assert verdict.committed_visible > 5
+    assert verdict.rolled_back_visible == 0, verdict.samples
+    assert verdict.lost == 0, verdict.samples
+
+
+def test_timers_fire_none_early_through_a_leader_kill(tmp_path: Path) -> None:
+    verdict, _ = chaos(
+        tmp_path, model="timer", faults=("kill@leader",), duration_s=8.0, interval_s=6.0,
+        hold_s=1.0, warmup_s=3.0, seed=13,
+    )  # fmt: skip
+    assert verdict.consumed > 20
+    assert verdict.lost == 0, verdict.samples
+    assert verdict.early == 0, verdict.samples
+    assert verdict.lateness_p99_ms > 0
+
+
+async def _status(cluster: ChaosCluster) -> api.ClusterStatusResponse:
+    client = NameserverClient([cluster.nameserver])
+    try:
+        return await client.call(lambda ns: ns.cluster_status(api.NameRequest(DEFAULT_CLUSTER)))
+    finally:
+        await client.close()
+
+
+async def test_a_full_disk_stops_the_node_and_it_serves_again_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    """ENOSPC from the WAL writer (injected): the node names the cause and stops (its
+    pid goes), the others keep serving; once space returns it runs and registers again."""
+    lines: list[str] = []
+    cluster = ChaosCluster(tmp_path / "cluster", ClusterShape(), 21, lines.append)
+    await cluster.start()
+    try:
+        first_pid = cluster.pid_of("storage-1")
+        cluster.write_fault_file("storage-1", {"wal_write_error": "ENOSPC"})
+        model = MODELS["queue"]
+        await ensure_model(cluster.nameserver, model)
+        client = Client(cluster.endpoint)
+        probe = Workload(model, cluster.endpoint, Recorder(), 1).probe_message
+        try:
+            # Sends reach every group, so storage-1 must write, fail and stop.
+            for _ in range(200):
+                await client.send([probe()])
+                if any("No space left on device (injected" in line for line in lines):
+                    break
+            await async_wait_until(
+                lambda: any("this node stops serving" in line for line in lines),
+                timeout_s=60,
+                what="storage-1 to say its WAL failed",
+            )
+            await async_wait_until(
+                lambda: cluster.pid_of("storage-1") != first_pid,
+                timeout_s=30,
+                what="storage-1 to exit",
+            )
+            # The cluster still stores messages on its two healthy nodes.
+            stored = 0
+            for _ in range(50):
+                results = await client.send([probe()])
+                stored += results[0][0] is Outcome.ACKED
+                if stored >= 5:
+                    break
+            assert stored >= 5
+            cluster.write_fault_file("storage-1", {})  # space returns
+
+            async def node_1_alive_with_groups() -> bool:
+                status = await _status(cluster)
+                node = next(n for n in status.storage_nodes if n.node_id == 1)
+                return node.alive and node.groups > 0 and cluster.pid_of("storage-1") is not None
+
+            deadline = asyncio.get_running_loop().time() + 60
+            while not await node_1_alive_with_groups():
+                assert asyncio.get_running_loop().time() < deadline, "storage-1 never came back"
+                await asyncio.sleep(0.2)
+            # It serves: every group has a replica on it (3 nodes, 3 replicas), so these
+            # appends are written to its WAL, and it stays up.
+            serving_pid = cluster.pid_of("storage-1")
+            acked = 0
+            for _ in range(100):
+                results = await client.send([probe()])
+                acked += results[0][0] is Outcome.ACKED
+                if acked >= 20:
+                    break
+            assert acked >= 20
+            assert cluster.pid_of("storage-1") == serving_pid
+        finally:
+            await client.close()
+    finally:
+        await cluster.stop()
