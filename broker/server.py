@@ -96,12 +96,13 @@ async def serve(
             config.peer_listen or f"{config.listen.rpartition(':')[0]}:0"
         )
         remoting_producers = RemotingProducers()
+        coordination = ClusterCoordination(link, metadata)
         service = build_service(
             Ports(
                 metadata,
                 fault_injection.wrap_store(store),  # itself unless a chaos test plants a bug
                 clock,
-                coordination=ClusterCoordination(link, metadata),
+                coordination=coordination,
                 peers=AngeliaPeers(peers),
             ),
             receipt_secret=config.secret.encode(),
@@ -137,6 +138,7 @@ async def serve(
                 transactions=service.transactions,
                 producers=remoting_producers,
                 pulls=service.pulls,
+                coordination=coordination,
             )
             remoting = RemotingServer(remoting_service, config.remoting_listen)
             remoting_port = await remoting.start()

@@ -32,11 +32,18 @@ import zlib
 
 QUEUE_ID_MAX = 2**32 - 1
 DLQ_TOPIC_PREFIX = "%DLQ%"
+RETRY_TOPIC_PREFIX = "%RETRY%"
 
 
 def is_dead_letter_topic(topic: str) -> bool:
     """Whether ``topic`` is a consumer group's dead-letter topic."""
     return topic.startswith(DLQ_TOPIC_PREFIX)
+
+
+def is_retry_topic(topic: str) -> bool:
+    """Whether ``topic`` is a consumer group's retry topic (an ordinary topic of one
+    queue, holding what the group's 4.x consumers gave back)."""
+    return topic.startswith(RETRY_TOPIC_PREFIX)
 
 
 def group_index(topic: str, queue_id: int, group_count: int) -> int:

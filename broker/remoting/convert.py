@@ -32,17 +32,19 @@ PURE.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from broker.domain import HalfMessage, Message, PulledMessage, QueueRef, SendResult, new_message
 from broker.errors import BrokerError, Reason
 from broker.processor import transaction_id as transaction_ids
 from broker.processor.validation import BODY_BYTES_MAX, RESERVED_PROPERTY_KEYS
+from protocol import errors as codes
 from protocol.remoting import messages as wire
 from protocol.remoting.bodies import RouteBroker
 from protocol.remoting.codes import FLAG_ONEWAY, RequestCode
 from protocol.remoting.frames import RemotingCommand
-from protocol.remoting.headers import SendMessageHeader
+from protocol.remoting.headers import SendBackHeader, SendMessageHeader
+from protocol.routing import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, is_retry_topic
 from protocol.vocabulary import MessageType, Placement
 
 COMPRESSED_FLAG = 0x1
@@ -54,6 +56,14 @@ DELAY_LEVELS_MS = (
     420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
 )  # fmt: skip
 """RocketMQ's default delay levels 1..18 (``messageDelayLevel``)."""
+
+RETRY_POSITION_MARK = 1 << 62
+"""Set in the physical offset of a record pulled from a retry topic: a send-back
+names the message by that offset and its original topic alone, so the mark says
+the message lives in the group's retry topic (queue ids stay below 2**14)."""
+RETRY_DELAY_LEVEL_BASE = 3
+"""A send-back with delay level 0 waits level 3 + the times already given back
+(10 s first), as a RocketMQ broker does."""
 
 BROKER_NAME_PREFIX = "rip5-"
 _TRANSACTION_SEPARATOR = "@"
@@ -303,7 +313,91 @@ def pulled_body(pulled: Sequence[PulledMessage], store_address: str) -> bytes:
                 born_host=message.born_host if ":" in message.born_host else "0.0.0.0:0",
                 store_timestamp_ms=item.store_timestamp_ms,
                 store_host=f"{host}:{port}",
-                physical_offset=item.queue.queue_id << wire.QUEUE_OFFSET_BITS | item.offset,
+                physical_offset=physical_offset(item.queue, item.offset),
+                reconsume_times=reconsume_times(message),
             )
         )
     return bytes(out)
+
+
+def physical_offset(queue: QueueRef, offset: int) -> int:
+    """The physical offset of a pulled record: the queue id and offset (as in the
+    offset message ids), with :data:`RETRY_POSITION_MARK` in a retry topic."""
+    mark = RETRY_POSITION_MARK if is_retry_topic(queue.topic) else 0
+    return mark | queue.queue_id << wire.QUEUE_OFFSET_BITS | offset
+
+
+def retry_topic(group: str) -> str:
+    """The retry topic of a consumer group."""
+    return RETRY_TOPIC_PREFIX + group
+
+
+def given_back_position(header: SendBackHeader, pulled_topics: Set[str]) -> tuple[QueueRef, int]:
+    """Where the message a send-back names is stored: (queue, offset).
+
+    The physical offset names the queue id and offset; the topic is the group's
+    retry topic when the offset carries :data:`RETRY_POSITION_MARK`, else the
+    ``originTopic`` the client sent or, as the C++ client sends none, the one topic
+    the group pulled through this broker (``pulled_topics``). Several such topics
+    cannot be told apart: INVALID_PARAMETER (the client then retries locally).
+    """
+    physical = header.physical_offset
+    if physical < 0:
+        raise BrokerError(codes.BAD_REQUEST, f"offset {physical} of the message is negative")
+    if physical & RETRY_POSITION_MARK:
+        topic = retry_topic(header.group)
+    elif header.origin_topic:
+        topic = header.origin_topic
+    elif len(pulled_topics) == 1:
+        (topic,) = pulled_topics
+    else:
+        raise BrokerError(
+            codes.BAD_REQUEST,
+            f"the send-back names no originTopic and group {header.group!r} pulled "
+            f"{len(pulled_topics)} topics through this broker: "
+            f"{sorted(pulled_topics)[:8]}",
+        )
+    physical &= ~RETRY_POSITION_MARK
+    return QueueRef(topic, physical >> wire.QUEUE_OFFSET_BITS), physical & wire.UNQUEUED
+
+
+def reconsume_times(message: Message) -> int:
+    """How often ``message`` was given back already (0 for one never given back)."""
+    try:
+        return int(message.user_properties.get(wire.RECONSUME_TIME, "0"))
+    except ValueError:
+        return 0
+
+
+def given_back(
+    original: Message, original_topic: str, header: SendBackHeader, now_ms: int
+) -> Message:
+    """The message a send-back stores next: into the group's retry topic, due after
+    the delay level (0: :data:`RETRY_DELAY_LEVEL_BASE` + times given back), or into
+    ``%DLQ%<group>`` when it was given back ``max_reconsume_times`` times already or
+    the level is negative. The id stays; ``RETRY_TOPIC`` keeps the topic the client
+    subscribed to (the client shows the message under it), ``RECONSUME_TIME`` counts."""
+    times = reconsume_times(original)
+    properties = dict(original.user_properties)
+    properties.setdefault(wire.RETRY_TOPIC, original_topic)
+    properties.setdefault(wire.ORIGIN_MESSAGE_ID, original.message_id)
+    first_topic = properties[wire.RETRY_TOPIC]
+    if header.delay_level < 0 or times >= header.max_reconsume_times:
+        return original._replace(
+            topic=DLQ_TOPIC_PREFIX + header.group,
+            message_type=MessageType.NORMAL,
+            user_properties=properties,
+            delivery_timestamp_ms=None,
+            queue_id=None,
+            dead_letter_of=(first_topic, original.message_id),
+        )
+    level = header.delay_level or RETRY_DELAY_LEVEL_BASE + times
+    properties[wire.RECONSUME_TIME] = str(times + 1)
+    return original._replace(
+        topic=retry_topic(header.group),
+        message_type=MessageType.DELAY,
+        user_properties=properties,
+        delivery_timestamp_ms=now_ms + DELAY_LEVELS_MS[min(level, len(DELAY_LEVELS_MS)) - 1],
+        queue_id=None,
+        dead_letter_of=None,
+    )

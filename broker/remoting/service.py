@@ -12,8 +12,10 @@ broker is the same queue of the cluster).
 
 Consuming by offset: PULL_MESSAGE (long polled up to the consumer's suspend
 time) and the consumer offsets, over the same pull processor as gRPC's
-PullMessage. Not built yet (answered REQUEST_CODE_NOT_SUPPORTED):
-send-back for retries, message query, queue locks. The consumer list of a
+PullMessage; a failed consume comes back through the group's retry topic
+(CONSUMER_SEND_MSG_BACK). Not built yet (answered
+REQUEST_CODE_NOT_SUPPORTED): message query. Orderly consumers' queue locks
+(LOCK_BATCH_MQ) are leases through the coordination port. The consumer list of a
 group names only the clients connected to this broker, and a route lists
 every queue through every broker: see docs/remoting.md for what a push
 consumer's rebalance across brokers still needs.
@@ -42,8 +44,9 @@ from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
 from broker.remoting.producers import RemotingProducers
 from broker.remoting.status import code_of, remark_of, unsupported_remark
-from broker.services.base import Clock, MessageStore
+from broker.services.base import Clock, Coordination, MessageStore
 from protocol import errors as codes
+from protocol import routing
 from protocol.remoting import bodies, headers
 from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.frames import RemotingCommand
@@ -55,6 +58,11 @@ SQL92 = "SQL92"
 """A pull's expressionType for a SQL92 subscription (TAG otherwise)."""
 HALVES_MAX = 65_536
 """Half messages whose transaction this broker can end by message id alone."""
+QUEUE_LOCK_TTL_MS = 60_000
+"""How long a queue lock lasts unless renewed (RocketMQ's rebalance lock lifetime:
+an orderly push consumer renews its locks every 20 s)."""
+PULLING_GROUPS_MAX = 65_536
+"""Consumer groups whose pulled topics this broker remembers (for send-backs)."""
 
 
 class BrokerDirectory(Protocol):
@@ -119,6 +127,7 @@ class RemotingService:
         transactions: TransactionProcessor | None = None,
         producers: RemotingProducers | None = None,
         pulls: PullProcessor | None = None,
+        coordination: Coordination | None = None,
     ) -> None:
         self._route = route
         self._producer = producer
@@ -131,9 +140,13 @@ class RemotingService:
         self.clients = RemotingClients()
         self.producers = producers or RemotingProducers()
         self._pulls = pulls
+        self._coordination = coordination
         self._new_id = MessageIds()
         # Half messages sent through this broker, oldest first (see end_transaction).
         self._halves: dict[str, QueueRef] = {}
+        # The ordinary topics each group pulled through this broker, most recent group
+        # last: a send-back of the C++ client names no topic (see send_back).
+        self._pulled_topics: dict[str, set[str]] = {}
         self._handlers: dict[int, Handler] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
@@ -150,6 +163,9 @@ class RemotingService:
             RequestCode.PULL_MESSAGE: self.pull,
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.LOCK_BATCH_MQ: self.lock_queues,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_queues,
         }
 
     async def handle(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
@@ -173,7 +189,8 @@ class RemotingService:
         try:
             topic = await self._route.route(name)
         except BrokerError as error:
-            if error.reason is Reason.ILLEGAL_TOPIC:  # e.g. TBW102: no such route here
+            if error.reason in (Reason.ILLEGAL_TOPIC, Reason.CONSUMER_GROUP_NOT_FOUND):
+                # e.g. TBW102, or the retry topic of no group: no such route here
                 return request.reply(ResponseCode.TOPIC_NOT_EXIST, error.message)
             raise
         readable = any(queue.permission.readable for queue in topic.queues)
@@ -332,6 +349,7 @@ class RemotingService:
         pulls = self._pull_processor()
         header = headers.pull_header(request.ext_fields)
         queue = _queue_of(header.topic, header.queue_id)
+        self._remember_pull(header.consumer_group, header.topic)
         if header.commits:
             await pulls.update_offset(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
@@ -364,6 +382,15 @@ class RemotingService:
         body = convert.pulled_body(result.messages, self.address)
         return request.reply(ResponseCode.SUCCESS, ext_fields=fields, body=body)
 
+    def _remember_pull(self, group: str, topic: str) -> None:
+        if routing.is_retry_topic(topic):
+            return
+        topics = self._pulled_topics.pop(group, set())
+        topics.add(topic)
+        self._pulled_topics[group] = topics
+        while len(self._pulled_topics) > PULLING_GROUPS_MAX:
+            self._pulled_topics.pop(next(iter(self._pulled_topics)))
+
     async def query_consumer_offset(
         self, request: RemotingCommand, connection: Connection
     ) -> RemotingCommand:
@@ -385,6 +412,75 @@ class RemotingService:
         )
         return request.reply(ResponseCode.SUCCESS)
 
+    async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: a consumer failed a message; store it again in the
+        group's retry topic, due after the delay level, or in its dead-letter topic once
+        retried often enough (``convert.given_back``). The group's 4.x consumers pull
+        the retry topic (they subscribe to it by themselves); the message keeps its id.
+        """
+        header = headers.send_back_header(request.ext_fields)
+        validation.check_group(header.group)
+        queue, offset = convert.given_back_position(
+            header, self._pulled_topics.get(header.group, set())
+        )
+        validation.check_topic(queue.topic)
+        missing = BrokerError(
+            codes.NOT_FOUND,
+            f"no message at offset {offset} of {queue.topic} queue {queue.queue_id} to give back",
+        )
+        try:
+            found = await self._store.read(
+                queue, offset, batch_size=1, message_filter=parse_filter(FilterKind.TAG, "*")
+            )
+        except BrokerError as error:
+            if error.code is codes.OFFSET_OUT_OF_RANGE:
+                raise missing from error
+            raise
+        if not found.messages or found.messages[0].offset != offset:
+            raise missing
+        pulled = found.messages[0]
+        message = convert.given_back(pulled.message, queue.topic, header, self._clock.now_ms())
+        target = await self._route.route(message.topic)  # a group's topics exist on lookup
+        await self._store.append(QueueRef(message.topic, target.queues[0].queue_id), [message])
+        return request.reply(ResponseCode.SUCCESS)
+
+    # -- orderly consumers: queue locks --------------------------------------------------
+
+    def _locks(self) -> Coordination:
+        if self._coordination is None:
+            raise not_implemented("queue locks through remoting")
+        return self._coordination
+
+    async def lock_queues(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """LOCK_BATCH_MQ: lock each queue for the client, cluster wide (a lease per
+        group and queue, whatever broker it is named under: the same queue through
+        any broker is one queue); answers the queues it holds now."""
+        coordination = self._locks()
+        locks = bodies.parse_queue_locks(request.body)
+        validation.check_group(locks.group)
+        held = []
+        for queue in locks.queues:
+            validation.check_topic(queue.topic)
+            if await coordination.try_lease(
+                _lock_name(locks.group, queue), locks.client_id, QUEUE_LOCK_TTL_MS
+            ):
+                held.append(queue)
+        return request.reply(ResponseCode.SUCCESS, body=bodies.locked_queues_body(held))
+
+    async def unlock_queues(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """UNLOCK_BATCH_MQ: give up the client's locks of the queues (others' stay)."""
+        coordination = self._locks()
+        locks = bodies.parse_queue_locks(request.body)
+        validation.check_group(locks.group)
+        for queue in locks.queues:
+            validation.check_topic(queue.topic)
+            await coordination.release_lease(_lock_name(locks.group, queue), locks.client_id)
+        return request.reply(ResponseCode.SUCCESS)
+
     @staticmethod
     def _queue(request: RemotingCommand) -> QueueRef:
         header = headers.queue_header(request.ext_fields)
@@ -397,3 +493,8 @@ def _queue_of(topic: str, queue_id: int) -> QueueRef:
     if queue_id < 0:
         raise BrokerError(codes.BAD_REQUEST, f"queue id {queue_id} is negative")
     return QueueRef(topic, queue_id)
+
+
+def _lock_name(group: str, queue: bodies.LockedQueue) -> str:
+    """The lease of an orderly consumer group's lock of a queue."""
+    return f"remoting-queue-lock/{group}/{queue.topic}/{queue.queue_id}"

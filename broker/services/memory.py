@@ -44,6 +44,7 @@ from broker.domain import (
 from broker.errors import BrokerError, Reason
 from broker.services.base import Clock
 from protocol import errors as codes
+from protocol import routing
 from protocol.filters import MessageFilter
 from protocol.vocabulary import MessageType, Placement
 
@@ -94,6 +95,11 @@ class MemoryMetadata:
     async def get_topic(self, name: str) -> TopicInfo:
         """The topic; raises TOPIC_NOT_FOUND."""
         topic = self._topics.get(name)
+        if topic is None and (routing.is_retry_topic(name) or routing.is_dead_letter_topic(name)):
+            # A group's own topics exist once the group does (as over the nameserver).
+            group = name.removeprefix(routing.RETRY_TOPIC_PREFIX)
+            await self.get_group(group.removeprefix(routing.DLQ_TOPIC_PREFIX))
+            topic = self.ensure_topic(name)
         if topic is None:
             if not self.auto_create_topics:
                 raise BrokerError.of(Reason.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")

@@ -35,7 +35,8 @@ clients as a provisional topic (default queues, every message type) and
 created on its first send with that message's type; a consumer group is
 created on first use with the defaults. A dead-letter topic ``%DLQ%<group>``
 is created on first lookup whenever its group exists (the storage nodes
-write into it by themselves), auto-create or not.
+write into it by themselves), auto-create or not; so is a retry topic
+``%RETRY%<group>`` (one queue: what the group's 4.x consumers gave back).
 """
 
 from __future__ import annotations
@@ -261,11 +262,9 @@ class ClusterMetadata:
                     log.debug("nameserver away: the last route serves", extra={"topic": topic})
                     return cached[0]
                 raise self._stale(error, f"topic {topic!r}", cached) from None
-            if error.reason is not Reason.TOPIC_NOT_FOUND or not routing.is_dead_letter_topic(
-                topic
-            ):
+            if error.reason is not Reason.TOPIC_NOT_FOUND or not _is_group_topic(topic):
                 raise
-            route = await self._create_dead_letter_topic(topic)
+            route = await self._create_group_topic(topic)
         self._routes[topic] = (route, self._clock())
         self._forgotten.discard(topic)
         return route
@@ -325,11 +324,12 @@ class ClusterMetadata:
             lambda stub, timeout_ms: stub.route(ns.NameRequest(topic), timeout_ms=timeout_ms),
         )
 
-    async def _create_dead_letter_topic(self, topic: str) -> ns.RouteResponse:
-        group = topic[len(routing.DLQ_TOPIC_PREFIX) :]
-        await self.get_group(group)  # CONSUMER_GROUP_NOT_FOUND: no such dead-letter topic
+    async def _create_group_topic(self, topic: str) -> ns.RouteResponse:
+        prefix = routing.DLQ_TOPIC_PREFIX if routing.is_dead_letter_topic(topic) else ""
+        group = topic[len(prefix or routing.RETRY_TOPIC_PREFIX) :]
+        await self.get_group(group)  # CONSUMER_GROUP_NOT_FOUND: no such group topic
         await self._create(
-            f"create dead-letter topic {topic!r}",
+            f"create consumer group topic {topic!r}",
             lambda stub, timeout_ms: stub.create_topic(
                 ns.CreateTopicRequest(topic, self.cluster, 1), timeout_ms=timeout_ms
             ),
@@ -492,3 +492,8 @@ async def run_heartbeats(
                 log.info("broker heartbeats answered again")
             warned = False
         await asyncio.sleep(interval_ms / 1000)
+
+
+def _is_group_topic(topic: str) -> bool:
+    """Whether ``topic`` is a consumer group's dead-letter or retry topic."""
+    return routing.is_dead_letter_topic(topic) or routing.is_retry_topic(topic)

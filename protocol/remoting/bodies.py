@@ -145,6 +145,64 @@ def parse_heartbeat(body: bytes) -> Heartbeat:
     return Heartbeat(client_id, producers, tuple(consumers))
 
 
+@dataclass(frozen=True, slots=True)
+class LockedQueue:
+    """A message queue as LOCK_BATCH_MQ names it (the broker name kept to answer)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLocks:
+    """LOCK_BATCH_MQ's and UNLOCK_BATCH_MQ's body: a consumer of a group locking (or
+    unlocking) queues for orderly consumption."""
+
+    group: str
+    client_id: str
+    queues: tuple[LockedQueue, ...]
+
+
+def parse_queue_locks(body: bytes) -> QueueLocks:
+    """Read a lock or unlock body; BodyError saying what is missing or mistyped."""
+    data = _load(body, "queue lock")
+    group = data.get("consumerGroup")
+    client_id = data.get("clientId")
+    if not isinstance(group, str) or not group:
+        raise BodyError("queue lock has no consumerGroup")
+    if not isinstance(client_id, str) or not client_id:
+        raise BodyError("queue lock has no clientId")
+    queues = []
+    for item in _list(data.get("mqSet"), "mqSet"):
+        queue_id = item.get("queueId")
+        if isinstance(queue_id, str) and queue_id.isdigit():
+            queue_id = int(queue_id)
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool) or queue_id < 0:
+            raise BodyError(f"message queue has queueId {queue_id!r}, not a queue id")
+        broker_name = item.get("brokerName")
+        queues.append(
+            LockedQueue(
+                _text(item, "topic", "message queue"),
+                broker_name if isinstance(broker_name, str) else "",
+                queue_id,
+            )
+        )
+    return QueueLocks(group, client_id, tuple(queues))
+
+
+def locked_queues_body(queues: Sequence[LockedQueue]) -> bytes:
+    """LOCK_BATCH_MQ's answer: the queues the client now holds."""
+    return _dump(
+        {
+            "lockOKMQSet": [
+                {"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id}
+                for q in queues
+            ]
+        }
+    )
+
+
 def _dump(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 

@@ -292,3 +292,36 @@ def consumer_offset_header(fields: Mapping[str, str]) -> ConsumerOffsetHeader:
         integer(fields, "queueId"),
         integer(fields, "commitOffset", -1),
     )
+
+
+MAX_RECONSUME_TIMES_DEFAULT = 16
+"""How often a message is retried when the consumer names no limit (RocketMQ's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackHeader:
+    """CONSUMER_SEND_MSG_BACK: a consumer failed a message and gives it back for a retry.
+
+    ``physical_offset`` is the one the pulled MessageExt record carried; a
+    ``delay_level`` of 0 lets the broker choose by the reconsume count, a
+    negative one sends the message to the dead letters at once.
+    """
+
+    group: str
+    physical_offset: int
+    delay_level: int
+    origin_message_id: str | None
+    origin_topic: str | None
+    max_reconsume_times: int
+
+
+def send_back_header(fields: Mapping[str, str]) -> SendBackHeader:
+    """Which message a consumer gives back, and when it wants it again."""
+    return SendBackHeader(
+        group=text(fields, "group"),
+        physical_offset=integer(fields, "offset"),
+        delay_level=integer(fields, "delayLevel", 0),
+        origin_message_id=optional_text(fields, "originMsgId"),
+        origin_topic=optional_text(fields, "originTopic"),
+        max_reconsume_times=integer(fields, "maxReconsumeTimes", MAX_RECONSUME_TIMES_DEFAULT),
+    )

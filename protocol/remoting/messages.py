@@ -54,6 +54,10 @@ DELAY_SEC = "TIMER_DELAY_SEC"
 DELAY_MS = "TIMER_DELAY_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
 SHARDING_KEY = "__SHARDINGKEY"
+# ...and those the broker sets on a message given back for a retry.
+RETRY_TOPIC = "RETRY_TOPIC"  # the topic the message was first sent to
+RECONSUME_TIME = "RECONSUME_TIME"  # how often it was given back
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 KEY_SEPARATOR = " "
 
 _RECORD_HEAD = struct.Struct(">iiiii")

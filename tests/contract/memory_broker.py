@@ -124,6 +124,7 @@ async def main(
                 transactions=endpoint.service.transactions,
                 producers=remoting_producers,
                 pulls=endpoint.service.pulls,
+                coordination=coordination,
             ),
             "127.0.0.1:0",
         )

@@ -235,7 +235,7 @@ def push(namesrv: str, topic: str, count: str) -> dict[str, Any]:
     client) subscribed to ``topic``; a producer in the same process sends one message
     a second until the consumer has ``count`` (it starts from the queues' ends, the
     C++ client's default) or the deadline passes."""
-    from rocketmq.client import ConsumeStatus, PushConsumer
+    from rocketmq.client import ConsumeStatus
 
     got: list[dict[str, Any]] = []
     enough = threading.Event()
@@ -248,29 +248,117 @@ def push(namesrv: str, topic: str, count: str) -> dict[str, Any]:
                 enough.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer("CG_PUSH")
+    sent = _push_session(namesrv, "push", topic, consume, enough, lambda: True)
+    with lock:
+        return {"sent": sent, "received": list(got)}
+
+
+def _push_session(
+    namesrv: str,
+    name: str,
+    topic: str,
+    consume: Callable[[Any], Any],
+    done: threading.Event,
+    sending: Callable[[], bool],
+    *,
+    orderly: bool = False,
+) -> list[dict[str, Any]]:
+    """Run a push consumer of group ``CG_<NAME>`` calling ``consume`` on ``topic``,
+    and a producer sending ``<name>-<n>`` (tag the name's first letter) once a second
+    while ``sending()``, until ``done`` is set or the deadline passes; what was sent.
+    ``orderly``: an orderly consumer (it locks its queues) and a producer sending
+    every message with one sharding key (one queue)."""
+    from rocketmq.client import PushConsumer
+
+    consumer = PushConsumer(f"CG_{name.upper()}", orderly=orderly)
     consumer.set_namesrv_addr(namesrv)
     consumer.subscribe(topic, consume)
     consumer.start()
-    producer = Producer(GROUP + "_PUSH")
+    producer = Producer(f"{GROUP}_{name.upper()}", orderly=orderly)
     producer.set_namesrv_addr(namesrv)
     producer.start()
     sent: list[dict[str, Any]] = []
     deadline = time.monotonic() + PULL_DEADLINE_S
     try:
-        while not enough.is_set() and time.monotonic() < deadline:
-            result = producer.send_sync(_message(topic, f"push-{len(sent)}", "p", "pk"))
-            sent.append({"id": result.msg_id, "body": f"push-{len(sent)}"})
-            enough.wait(1.0)
+        while not done.is_set() and time.monotonic() < deadline:
+            if sending():
+                body = f"{name}-{len(sent)}"
+                message = _message(topic, body, name[0], f"{name[0]}k")
+                result = (
+                    producer.send_orderly_with_sharding_key(message, name)
+                    if orderly
+                    else producer.send_sync(message)
+                )
+                sent.append({"id": result.msg_id, "body": body})
+            done.wait(1.0)
     finally:
         producer.shutdown()
         consumer.shutdown()
+    return sent
+
+
+def retry(namesrv: str, topic: str) -> dict[str, Any]:
+    """A push consumer that fails the first message it gets (RECONSUME_LATER: the
+    client gives it back with CONSUMER_SEND_MSG_BACK) and takes everything after; a
+    producer sends one message a second until the consumer has had the failed one
+    again, or the deadline passes. Each delivery as the consumer saw it."""
+    from rocketmq.client import ConsumeStatus
+
+    got: list[dict[str, Any]] = []
+    again = threading.Event()
+    lock = threading.Lock()
+
+    def consume(message: Any) -> Any:
+        with lock:
+            got.append(
+                {
+                    "id": message.id,
+                    "body": message.body.decode(),
+                    "topic": message.topic,
+                    "reconsume_times": message.reconsume_times,
+                    "retry_topic": (message.get_property("RETRY_TOPIC") or b"").decode(),
+                    "at": time.monotonic(),
+                }
+            )
+            first = got[0]
+            if len(got) == 1:
+                return ConsumeStatus.RECONSUME_LATER
+            if got[-1]["body"] == first["body"] and got[-1]["reconsume_times"] > 0:
+                again.set()  # back from the retry topic (not a duplicate pull)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    sent = _push_session(namesrv, "retry", topic, consume, again, lambda: not got)
+    with lock:
+        return {"sent": sent, "received": list(got)}
+
+
+def orderly(namesrv: str, topic: str, count: str) -> dict[str, Any]:
+    """An orderly push consumer (it locks each queue it consumes, LOCK_BATCH_MQ) of
+    ``topic``; an orderly producer sends one message a second, all with one sharding
+    key, until the consumer has ``count`` or the deadline passes."""
+    from rocketmq.client import ConsumeStatus
+
+    got: list[dict[str, Any]] = []
+    enough = threading.Event()
+    lock = threading.Lock()
+
+    def consume(message: Any) -> Any:
+        with lock:
+            got.append({"id": message.id, "body": message.body.decode(),
+                        "queue": message.queue_id, "offset": message.queue_offset})  # fmt: skip
+            if len(got) >= int(count):
+                enough.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    sent = _push_session(namesrv, "orderly", topic, consume, enough, lambda: True, orderly=True)
     with lock:
         return {"sent": sent, "received": list(got)}
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "orderly": orderly,
     "push": push,
+    "retry": retry,
     "pull_all": pull_all,
     "batch_and_select": batch_and_select,
     "produce": produce,

@@ -198,6 +198,58 @@ def test_cpp_push_consumer_receives_through_remoting(broker: BrokerProcess, tmp_
     assert len({m["id"] for m in received}) == len(received)
 
 
+def test_cpp_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The C++ push consumer fails a message once: it gives it back
+    (CONSUMER_SEND_MSG_BACK), the broker stores it in ``%RETRY%CG_RETRY`` due after
+    delay level 3 (10 s), and the consumer, subscribed to that topic by itself, gets
+    it again: the same id under its own topic, reconsumed once."""
+    assert_came_back_once(run_cpp(_namesrv(broker), "retry", tmp_path, "normal"), "normal")
+
+
+def assert_came_back_once(seen: dict[str, Any], topic: str) -> None:
+    """The first message of a ``retry`` scenario came back once, from the retry topic:
+    the id it was sent with, under ``topic``, reconsumed once, after level 3."""
+    first, *later = seen["received"]
+    again = [m for m in later if m["body"] == first["body"]]
+    assert len(again) == 1, seen
+    (second,) = again
+    assert first["id"] == second["id"] == {m["body"]: m["id"] for m in seen["sent"]}[first["body"]]
+    assert first["reconsume_times"] == 0
+    assert second["reconsume_times"] == 1
+    assert second["topic"] == first["topic"] == topic
+    assert second["retry_topic"] == topic  # set by the broker's send-back alone
+    assert second["at"] - first["at"] >= 9.0  # level 3 is 10 s (less the clocks' grain)
+
+
+def test_cpp_orderly_push_consumer_locks_its_queues_and_receives_in_order(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The C++ orderly push consumer consumes a queue only once it holds its lock
+    (LOCK_BATCH_MQ, renewed by the client); what one sharding key sent arrives in
+    send order, from one queue."""
+    seen = run_cpp(_namesrv(broker), "orderly", tmp_path, "normal", "4")
+    received = seen["received"]
+    assert len(received) >= 4, seen
+    assert len({m["queue"] for m in received}) == 1
+    assert _consecutive([m["offset"] for m in received])
+    sent = {m["body"]: m["id"] for m in seen["sent"]}
+    assert all(sent[m["body"]] == m["id"] for m in received)
+    assert [m["body"] for m in received] == sorted(
+        (m["body"] for m in received), key=lambda body: int(body.rpartition("-")[2])
+    )
+
+
+def test_ons_push_consumer_gets_a_failed_message_again_through_the_retry_topic(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """ali-ons gives a failed message back (JSON numbers, originTopic and originMsgId
+    in the header); it comes again from ``%RETRY%CG_ONS_RETRY`` after level 3 (10 s;
+    ali-ons's own fallback, re-sending it at once, would come sooner)."""
+    assert_came_back_once(run_ons(_namesrv(broker), "retry", tmp_path, "normal"), "normal")
+
+
 def test_ons_client_sends_and_a_5x_consumer_receives_the_same_messages(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from broker.remoting import server as remoting_server
 from broker.remoting.server import RemotingServer
 from broker.remoting.service import FixedBrokers, RemotingService
 from broker.services.clock import SystemClock
-from broker.services.memory import MemoryMetadata, MemoryStore
+from broker.services.memory import MemoryCoordination, MemoryMetadata, MemoryStore
 from protocol.remoting import bodies, messages
 from protocol.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
 from protocol.remoting.frames import RemotingCommand, encode
@@ -80,6 +80,7 @@ async def broker() -> AsyncIterator[Broker]:
         address="10.0.0.1:8080",
         transactions=messaging.transactions,
         pulls=messaging.pulls,
+        coordination=MemoryCoordination(clock),
     )
     server = RemotingServer(service, "127.0.0.1:0", frame_bytes_max=FRAME_BYTES_MAX)
     port = await server.start()
@@ -127,10 +128,15 @@ async def test_route_lists_every_broker_serving_all_queues(client: WireClient) -
 
 
 async def test_unknown_and_system_topics_have_no_route(client: WireClient) -> None:
-    for topic in ("nope", "TBW102", "%RETRY%cg"):
+    for topic in ("nope", "TBW102"):
         answer = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         assert answer.code == ResponseCode.TOPIC_NOT_EXIST, topic
         assert answer.remark
+    # A group's retry topic exists once the group does (4.x push consumers subscribe
+    # to it by themselves): one queue.
+    retry = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%cg"})
+    assert retry.code == ResponseCode.SUCCESS
+    assert [q["readQueueNums"] for q in json.loads(retry.body)["queueDatas"]] == [1, 1]
     answer = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {})
     assert answer.code == ResponseCode.INVALID_PARAMETER
     assert answer.remark == "header field 'topic' is missing"
@@ -294,7 +300,7 @@ async def test_offsets_of_a_queue(client: WireClient) -> None:
 
 
 async def test_unknown_codes_are_not_supported_and_the_connection_stays(client: WireClient) -> None:
-    for code in (RequestCode.CONSUMER_SEND_MSG_BACK, 12345):
+    for code in (RequestCode.QUERY_MESSAGE, 12345):
         answer = await client.call(code, {"x": "y"})
         assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert answer.remark == f"request code {code} is not supported by this broker"
@@ -500,3 +506,81 @@ async def test_a_pull_with_a_sql92_subscription(client: WireClient) -> None:
     bad = await client.call(RequestCode.PULL_MESSAGE, {**pull, "subscription": "color = "})
     assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
     assert bad.remark
+
+
+async def test_a_send_back_goes_to_the_retry_topic_then_to_the_dead_letters(
+    client: WireClient,
+) -> None:
+    props = messages.format_properties({"UNIQ_KEY": "B0", "TAGS": "t"})
+    await client.call(RequestCode.SEND_MESSAGE_V2, _send_v2("orders", 1, props), b"back")
+    pull = {"consumerGroup": "cg", "topic": "orders", "queueId": "1", "queueOffset": "0",
+            "maxMsgNums": "1", "sysFlag": "0"}  # fmt: skip
+    (record,) = messages.parse_message_exts(
+        (await client.call(RequestCode.PULL_MESSAGE, pull)).body
+    )
+    # As the C++ client sends it: no originTopic (the broker knows what cg pulled).
+    back = {"group": "cg", "offset": str(record.physical_offset), "delayLevel": "1",
+            "maxReconsumeTimes": "1"}  # fmt: skip
+    answer = await client.call(RequestCode.CONSUMER_SEND_MSG_BACK, back)
+    assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
+    route = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%cg"})
+    assert route.code == ResponseCode.SUCCESS
+    retry_pull = {**pull, "topic": "%RETRY%cg", "queueId": "0", "sysFlag": "2",
+                  "suspendTimeoutMillis": "15000"}  # fmt: skip
+    found = await client.call(RequestCode.PULL_MESSAGE, retry_pull)  # due after level 1 (1 s)
+    (retried,) = messages.parse_message_exts(found.body)
+    assert (retried.topic, retried.body, retried.reconsume_times) == ("%RETRY%cg", b"back", 1)
+    assert retried.properties["UNIQ_KEY"] == "B0"
+    assert retried.properties["RETRY_TOPIC"] == "orders"
+    assert retried.properties["TAGS"] == "t"
+    # Given back again: it was reconsumed maxReconsumeTimes already, so a dead letter.
+    again = {**back, "offset": str(retried.physical_offset)}
+    assert (await client.call(RequestCode.CONSUMER_SEND_MSG_BACK, again)).code == 0
+    dead_pull = {**pull, "topic": "%DLQ%cg", "queueId": "0"}
+    dead = await client.call(RequestCode.PULL_MESSAGE, dead_pull)
+    (letter,) = messages.parse_message_exts(dead.body)
+    assert (letter.body, letter.properties["UNIQ_KEY"]) == (b"back", "B0")
+
+
+async def test_a_send_back_that_names_no_message_says_why(client: WireClient) -> None:
+    unknown = {"group": "cg", "offset": "5", "delayLevel": "0"}
+    answer = await client.call(RequestCode.CONSUMER_SEND_MSG_BACK, unknown)
+    assert answer.code == ResponseCode.INVALID_PARAMETER
+    assert answer.remark is not None
+    assert "names no originTopic" in answer.remark
+    named = {**unknown, "originTopic": "orders"}
+    missing = await client.call(RequestCode.CONSUMER_SEND_MSG_BACK, named)
+    assert (missing.code, missing.remark) == (
+        ResponseCode.QUERY_NOT_FOUND, "no message at offset 5 of orders queue 0 to give back",
+    )  # fmt: skip
+    no_group = await client.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": "5"})
+    assert (no_group.code, no_group.remark) == (
+        ResponseCode.INVALID_PARAMETER, "header field 'group' is missing",
+    )  # fmt: skip
+
+
+def _locks(client_id: str, *queue_ids: int, broker: str = "b1") -> bytes:
+    return json.dumps(
+        {"consumerGroup": "cg", "clientId": client_id,
+         "mqSet": [{"topic": "orders", "brokerName": broker, "queueId": q} for q in queue_ids]}
+    ).encode()  # fmt: skip
+
+
+async def test_orderly_consumers_lock_queues_one_client_at_a_time(client: WireClient) -> None:
+    async def lock(body: bytes) -> list[tuple[str, int]]:
+        answer = await client.call(RequestCode.LOCK_BATCH_MQ, {}, body)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return [(q["brokerName"], q["queueId"]) for q in json.loads(answer.body)["lockOKMQSet"]]
+
+    assert await lock(_locks("c1", 0, 1)) == [("b1", 0), ("b1", 1)]
+    assert await lock(_locks("c1", 0, broker="b2")) == [("b2", 0)]  # one queue, any broker
+    assert await lock(_locks("c2", 0, 1, 2)) == [("b1", 2)]
+    unlocked = await client.call(RequestCode.UNLOCK_BATCH_MQ, {}, _locks("c1", 1))
+    assert unlocked.code == ResponseCode.SUCCESS
+    assert await lock(_locks("c2", 0, 1)) == [("b1", 1)]
+    assert await lock(_locks("c1", 0)) == [("b1", 0)]  # renewed by its holder
+    bad = await client.call(RequestCode.LOCK_BATCH_MQ, {}, b'{"clientId": "c"}')
+    assert (bad.code, bad.remark) == (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "queue lock has no consumerGroup",
+    )

@@ -52,8 +52,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "txn": (2, TRANSACTION),
                 "ons": (4, NORMAL),
                 "failover": (4, NORMAL),
+                "retried": (4, NORMAL),
+                "ordered": (4, NORMAL),
             },
-            {"g-5x": (False, 3)},
+            {"g-5x": (False, 3), "CG_RETRY": (False, 3), "CG_ORDERLY": (False, 3)},
         )
         yield local
     finally:
@@ -130,6 +132,40 @@ def test_ons_client_sends_through_the_cluster_to_a_5x_consumer(cluster: LocalClu
     received = {m["body"]: m for m in _receive(cluster, "ons", 3 + 1 + 5)}
     assert_sync_sends_received(sent["sync"], received, "ons", "blue")
     assert [received[f"order-{i}"]["id"] for i in range(5)] == [r["id"] for r in sent["orderly"]]
+
+
+def test_a_failed_consume_comes_back_through_the_retry_topic_of_the_cluster(
+    cluster: LocalCluster,
+) -> None:
+    """The C++ push consumer fails a message once; the broker it pulled it from stores
+    it in ``%RETRY%CG_RETRY`` (created through the nameserver on the consumer's first
+    route lookup, auto-create off), the storage's timer holds it for delay level 3, and
+    the consumer gets it again, the same id reconsumed once. (A route lists every queue
+    through both brokers, so deliveries may repeat: see docs/remoting.md.)"""
+    home = cluster.root / "cpp-retry"
+    home.mkdir()
+    seen = run_cpp(cluster.remoting_addresses[0], "retry", home, "retried")
+    first, *later = seen["received"]
+    again = [m for m in later if m["reconsume_times"] == 1]
+    assert again, seen
+    assert {m["id"] for m in again} == {first["id"]}
+    assert {(m["topic"], m["retry_topic"]) for m in again} == {("retried", "retried")}
+
+
+def test_an_orderly_consumer_locks_queues_through_the_nameserver(cluster: LocalCluster) -> None:
+    """The C++ orderly push consumer's LOCK_BATCH_MQ takes leases through the
+    nameserver; with its locks it consumes one sharding key's messages in send order
+    (each first arrival: a queue is listed under both brokers, so it may come twice)."""
+    home = cluster.root / "cpp-orderly"
+    home.mkdir()
+    seen = run_cpp(cluster.remoting_addresses[1], "orderly", home, "ordered", "4")
+    received = seen["received"]
+    assert len(received) >= 4, seen
+    assert len({m["queue"] for m in received}) == 1
+    sent = {m["body"]: m["id"] for m in seen["sent"]}
+    assert all(sent[m["body"]] == m["id"] for m in received)
+    firsts = list(dict.fromkeys(m["body"] for m in received))
+    assert firsts == sorted(firsts, key=lambda body: int(body.rpartition("-")[2]))
 
 
 def test_a_broker_killed_under_a_cpp_producer_loses_nothing_acked(cluster: LocalCluster) -> None:

@@ -48,26 +48,62 @@ async function consume(namesrv, topic = 'normal', count = '5') {
     // travels as the UNIQ_KEY property.
     received.push({ id: message.properties.UNIQ_KEY, offsetId: message.msgId, body: message.body.toString() });
   });
+  const sent = await sendWhileConsuming(namesrv, consumer, topic, 'push',
+    () => received.length >= Number(count), () => true);
+  return { sent, received };
+}
+
+// With CONSUMER ready, a producer of group PG_ONS_<NAME> sends `ons-<name>-<n>` (tag:
+// the name's first letter) to TOPIC every half second while sending() says so, until
+// done() or 40 s passed; then both close. What was sent.
+async function sendWhileConsuming(namesrv, consumer, topic, name, done, sending) {
   await consumer.ready();
-  const producer = new Producer({ producerGroup: 'PG_ONS_PUSH', nameSrv: namesrv, httpclient });
+  const group = `PG_ONS_${name.toUpperCase()}`;
+  const producer = new Producer({ producerGroup: group, nameSrv: namesrv, httpclient });
   await producer.ready();
   const sent = [];
   const deadline = Date.now() + 40000;
   try {
-    while (received.length < Number(count) && Date.now() < deadline) {
-      const body = `ons-push-${sent.length}`;
-      const result = await producer.send(new Message(topic, 'p', body));
-      sent.push({ id: result.msgId, body });
-      await new Promise(resolve => setTimeout(resolve, 1000));
+    while (!done() && Date.now() < deadline) {
+      if (sending()) {
+        const body = `ons-${name}-${sent.length}`;
+        const result = await producer.send(new Message(topic, name[0], body));
+        sent.push({ id: result.msgId, body });
+      }
+      await new Promise(resolve => setTimeout(resolve, 500));
     }
   } finally {
     await producer.close();
     await consumer.close();
   }
+  return sent;
+}
+
+// A push consumer that fails the first message it gets (ACTION_RETRY: the client
+// gives it back with CONSUMER_SEND_MSG_BACK, or on failure re-sends it itself) and
+// takes the rest; a producer sends one message a second until the consumer has had
+// the failed one again, or 40 s passed. Each delivery as the consumer saw it.
+async function retry(namesrv, topic = 'normal') {
+  const consumer = new Consumer({ consumerGroup: 'CG_ONS_RETRY', nameSrv: namesrv, httpclient });
+  const received = [];
+  let again = false;
+  consumer.on('error', () => {});
+  consumer.subscribe(topic, '*', async message => {
+    received.push({
+      id: message.properties.UNIQ_KEY, body: message.body.toString(), topic: message.topic,
+      reconsume_times: message.reconsumeTimes, retry_topic: message.properties.RETRY_TOPIC || '',
+      at: Date.now() / 1000,
+    });
+    if (received.length === 1) return Consumer.ACTION_RETRY;
+    const last = received[received.length - 1];
+    if (last.body === received[0].body && last.reconsume_times > 0) again = true;
+  });
+  const sent = await sendWhileConsuming(namesrv, consumer, topic, 'retry',
+    () => again, () => received.length === 0);
   return { sent, received };
 }
 
-const SCENARIOS = { produce, consume };
+const SCENARIOS = { produce, consume, retry };
 
 SCENARIOS[process.argv[3]](process.argv[2], ...process.argv.slice(4)).then(out => {
   console.log(JSON.stringify(out));

@@ -18,7 +18,7 @@ from protocol.remoting import messages as wire
 from protocol.remoting.bodies import ConsumerData, Heartbeat
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.errors import BodyError, HeaderError
-from protocol.remoting.headers import SendMessageHeader
+from protocol.remoting.headers import SendBackHeader, SendMessageHeader, send_back_header
 from protocol.vocabulary import MessageType, Placement
 
 NOW_MS = 1_700_000_000_000
@@ -189,3 +189,61 @@ def test_every_reason_and_codec_error_has_a_response_code() -> None:
     assert code_of(HeaderError("x")) is ResponseCode.INVALID_PARAMETER
     assert code_of(BodyError("x")) is ResponseCode.MESSAGE_ILLEGAL
     assert code_of(RuntimeError("bug")) is ResponseCode.SYSTEM_ERROR
+
+
+def _back(**fields: str) -> SendBackHeader:
+    return send_back_header({"group": "cg", "offset": "0", **fields})
+
+
+def test_a_send_back_names_its_message_by_position_and_topic() -> None:
+    physical = convert.physical_offset(QueueRef("orders", 3), 41)
+    assert convert.given_back_position(_back(offset=str(physical)), {"orders"}) == (
+        QueueRef("orders", 3), 41,
+    )  # fmt: skip
+    named = _back(offset=str(physical), originTopic="other")
+    assert convert.given_back_position(named, {"orders"})[0] == QueueRef("other", 3)
+    retried = convert.physical_offset(QueueRef("%RETRY%cg", 0), 7)
+    assert retried & convert.RETRY_POSITION_MARK
+    assert convert.given_back_position(_back(offset=str(retried)), set()) == (
+        QueueRef("%RETRY%cg", 0), 7,
+    )  # fmt: skip
+    for topics in (set(), {"a", "b"}):
+        with pytest.raises(BrokerError, match="names no originTopic"):
+            convert.given_back_position(_back(offset=str(physical)), topics)
+    with pytest.raises(BrokerError, match="negative"):
+        convert.given_back_position(_back(offset="-1"), {"orders"})
+
+
+def test_a_message_given_back_is_retried_later_then_dead_lettered() -> None:
+    original = Message("orders", b"x", "ID1", tag="t", user_properties={"k": "v"}, queue_id=2)
+    first = convert.given_back(original, "orders", _back(), 1_000)
+    assert (first.topic, first.message_id, first.tag) == ("%RETRY%cg", "ID1", "t")
+    assert first.message_type is MessageType.DELAY
+    assert first.delivery_timestamp_ms == 1_000 + 10_000  # level 3 + 0 times
+    assert first.user_properties == {
+        "k": "v", "RETRY_TOPIC": "orders", "ORIGIN_MESSAGE_ID": "ID1", "RECONSUME_TIME": "1",
+    }  # fmt: skip
+    assert convert.reconsume_times(first) == 1
+    second = convert.given_back(first, "%RETRY%cg", _back(), 0)
+    assert second.delivery_timestamp_ms == 30_000  # level 3 + 1 time
+    assert second.user_properties["RETRY_TOPIC"] == "orders"
+    assert second.user_properties["RECONSUME_TIME"] == "2"
+    chosen = convert.given_back(original, "orders", _back(delayLevel="99"), 0)
+    assert chosen.delivery_timestamp_ms == convert.DELAY_LEVELS_MS[-1]
+    dead = convert.given_back(second, "%RETRY%cg", _back(maxReconsumeTimes="2"), 0)
+    assert (dead.topic, dead.message_type, dead.delivery_timestamp_ms) == (
+        "%DLQ%cg", MessageType.NORMAL, None,
+    )  # fmt: skip
+    assert dead.dead_letter_of == ("orders", "ID1")
+    at_once = convert.given_back(original, "orders", _back(delayLevel="-1"), 0)
+    assert at_once.topic == "%DLQ%cg"
+
+
+def test_send_back_header_fields() -> None:
+    header = send_back_header({"group": "g", "offset": "9", "delayLevel": "2",
+                               "originMsgId": "M", "originTopic": "T",
+                               "maxReconsumeTimes": "3"})  # fmt: skip
+    assert header == SendBackHeader("g", 9, 2, "M", "T", 3)
+    assert _back().max_reconsume_times == 16
+    with pytest.raises(HeaderError, match="'offset'"):
+        send_back_header({"group": "g"})

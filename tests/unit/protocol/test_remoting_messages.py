@@ -250,3 +250,32 @@ def test_cut_or_garbled_message_exts_are_a_body_error(
         messages.parse_message_exts(encoded[:cut])
     with pytest.raises(BodyError, match="magic"):
         messages.parse_message_exts(encoded[:4] + b"\x00\x00\x00\x00" + encoded[8:])
+
+
+def test_queue_lock_bodies() -> None:
+    body = json.dumps(
+        {"consumerGroup": "g", "clientId": "c", "onlyThisBroker": False,
+         "mqSet": [{"topic": "t", "brokerName": "b", "queueId": 2},
+                   {"topic": "t", "brokerName": "b", "queueId": "3"}]}
+    ).encode()  # fmt: skip
+    locks = bodies.parse_queue_locks(body)
+    assert locks == bodies.QueueLocks(
+        "g", "c", (bodies.LockedQueue("t", "b", 2), bodies.LockedQueue("t", "b", 3))
+    )
+    assert json.loads(bodies.locked_queues_body(locks.queues[:1])) == {
+        "lockOKMQSet": [{"topic": "t", "brokerName": "b", "queueId": 2}]
+    }
+    assert bodies.parse_queue_locks(b'{"consumerGroup": "g", "clientId": "c"}').queues == ()
+    bad = {
+        b"[]": "not an object",
+        b'{"clientId": "c"}': "no consumerGroup",
+        b'{"consumerGroup": "g"}': "no clientId",
+        b'{"consumerGroup": "g", "clientId": "c", "mqSet": [{"queueId": 1}]}': "no topic",
+        b'{"consumerGroup": "g", "clientId": "c", "mqSet": [{"topic": "t", "queueId": -1}]}': (
+            "not a queue id"
+        ),
+        b'{"consumerGroup": "g", "clientId": "c", "mqSet": {}}': "not a list",
+    }
+    for data, reason in bad.items():
+        with pytest.raises(BodyError, match=reason):
+            bodies.parse_queue_locks(data)
