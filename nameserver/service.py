@@ -18,9 +18,10 @@ Contracts:
 - Leader duties (:func:`run_leader_duties`): create the configured cluster if
   it does not exist, and propose ``Expire`` every ``expire_interval_ms`` so
   silent storage nodes and brokers are marked down and leases expire (not
-  before this node has led for the longer of the two timeouts: a node's
-  silence counts from when this leader could hear it, so a leader elected
-  after an outage does not mark every node down); then
+  before this node has led for a storage-node timeout, and no broker before it
+  has led for a broker timeout: a node's silence counts from when this leader
+  could hear it, so a leader elected after an outage does not mark every node
+  down); then
   place the cluster's unplaced groups once enough storage nodes are alive
   (``SetReplicas``), and at most every ``LEADER_BALANCE_INTERVAL_MS`` plan
   leader transfers (:mod:`nameserver.balancer`). Transfers are requests held
@@ -475,6 +476,10 @@ def _enum(kind: type[Any], number: int, what: str) -> Any:
         raise BadRequest(f"{what} {number} is not one of {names}") from None
 
 
+_EXPIRES_NOBODY_MS = 1 << 62
+"""A failure-detection timeout no node's silence reaches."""
+
+
 async def run_leader_duties(
     impl: NameserverImpl,
     *,
@@ -493,24 +498,25 @@ async def run_leader_duties(
     impl.moves_max = moves_max
     interval_s = expire_interval_ms / 1000
     # A new leader (after an election, or every nameserver restarted after an outage)
-    # has heard no heartbeat yet: it expires nothing until a whole timeout has passed
-    # under it, so a node's silence counts only from when this leader could hear it
-    # (else every node would be marked down, and evacuated, on its first sweep).
-    grace_ms = max(storage_node_timeout_ms, broker_timeout_ms)
+    # has heard no heartbeat yet: a node's silence counts only from when this leader
+    # could hear it (else every node would be marked down, and evacuated, on its first
+    # sweep). So it expires nothing until a storage-node timeout has passed under it,
+    # and no broker until a broker timeout has.
     leading_since_ms: int | None = None
     while True:
         if impl.driver.host.node(GROUP_ID).is_leader():
             now_ms = impl.clock()
             if leading_since_ms is None:
                 leading_since_ms = now_ms
+            led_ms = now_ms - leading_since_ms
             await _maybe_sweep(
                 impl,
                 cluster,
                 group_count,
                 replication_factor,
                 storage_node_timeout_ms,
-                broker_timeout_ms,
-                expire=now_ms - leading_since_ms >= grace_ms,
+                broker_timeout_ms if led_ms >= broker_timeout_ms else _EXPIRES_NOBODY_MS,
+                expire=led_ms >= storage_node_timeout_ms,
             )
         else:
             leading_since_ms = None
