@@ -88,6 +88,13 @@ class NameserverConfig:
         default=10_000,
         metadata={"help": "a broker silent this long is marked down", "min": 100, "max": 3_600_000},
     )
+    acl_super_user_file: str = field(
+        default="",
+        metadata={
+            "help": "ACL 2.0: a file holding NAME:SECRET of the super user the leader creates "
+            "while the cluster has no user (empty: none; ACL stays off until a user exists)",
+        },
+    )
 
 
 def parse_peers(text: str) -> dict[int, str]:

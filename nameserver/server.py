@@ -27,6 +27,7 @@ from nameserver.service import (
     NameserverImpl,
     run_leader_duties,
 )
+from protocol.acl import InvalidAcl, User, UserType, check_user
 from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
@@ -53,6 +54,25 @@ def members(config: NameserverConfig) -> dict[int, str]:
     return peers
 
 
+def super_user_of(path: str) -> User | None:
+    """The super user in ``path`` (one line ``NAME:SECRET``), None without a path;
+    :class:`ConfigRefused` if the file is unreadable or malformed."""
+    if not path:
+        return None
+    try:
+        name, colon, secret = Path(path).read_text().strip().partition(":")
+    except OSError as error:
+        raise ConfigRefused(f"--acl-super-user-file {path}: {error}") from None
+    user = User(name, secret, UserType.SUPER)
+    try:
+        if not colon:
+            raise InvalidAcl("the file holds one line NAME:SECRET")
+        check_user(user)
+    except InvalidAcl as error:
+        raise ConfigRefused(f"--acl-super-user-file {path}: {error}") from None
+    return user
+
+
 async def serve(
     config: NameserverConfig,
     data_dir: Path,
@@ -61,6 +81,7 @@ async def serve(
 ) -> None:
     """Run one nameserver replica until ``stopping`` is set."""
     addresses = members(config)
+    super_user = super_user_of(config.acl_super_user_file)
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
     transport = AngeliaTransport(config.node_id, others)
@@ -89,6 +110,7 @@ async def serve(
             broker_timeout_ms=config.broker_timeout_ms,
             evacuate_after_ms=config.evacuate_after_ms,
             moves_max=config.moves_max,
+            super_user=super_user,
         ),
         name="nameserver-leader-duties",
     )
