@@ -113,3 +113,28 @@ class BrokerConfig:
         default=15,
         metadata={"help": "check-backs of a half message before it is rolled back", "min": 1},
     )
+    acl: bool = field(
+        default=False,
+        metadata={
+            "help": "ACL 2.0: authenticate every gRPC call (the official clients' signed "
+            "authorization header) and check it against the users and policies kept by the "
+            "nameserver (rip5 admin user/acl)"
+        },
+    )
+    acl_refresh_ms: int = field(
+        default=1000,
+        metadata={
+            "help": "how often the ACL users and policies are read again from the nameserver "
+            "(the last ones stay in force while it is away)",
+            "min": 50,
+            "max": 3_600_000,
+        },
+    )
+    acl_skew_ms: int = field(
+        default=15 * 60 * 1000,
+        metadata={
+            "help": "most a signed request's x-mq-date-time may differ from this broker's clock",
+            "min": 1000,
+            "max": 86_400_000,
+        },
+    )

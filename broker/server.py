@@ -39,6 +39,8 @@ from angelia_rpc.cluster_services import BrokerService
 from broker import fault_injection
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
+from broker.errors import BrokerError
+from broker.grpc.acl_guard import AclCache, AclGuard
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
@@ -50,6 +52,9 @@ from broker.services.clock import SystemClock
 from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
 from broker.services.storage import StorageStore
+from protocol import nameserver_api as ns
+from protocol.acl import AclTables
+from protocol.acl_wire import tables_of
 
 log = logging.getLogger("broker.server")
 
@@ -118,7 +123,10 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
+        acl = await _acl_guard(config, link, tasks)
+        endpoint = GrpcEndpoint(
+            service, config.listen, config.grpc_server, client_tls(config), acl=acl
+        )
         port = await endpoint.start()
         if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
@@ -187,6 +195,31 @@ async def serve(
             await endpoint.stop(1.0)
         await peer_server.stop()
         await peers.close()
+
+
+async def _acl_guard(
+    config: BrokerConfig, link: NameserverLink, tasks: list[asyncio.Task[None]]
+) -> AclGuard | None:
+    """With ``--acl``: the guard over a cache of the nameserver's ACL tables, read once
+    now (a failure is logged: calls are refused as unavailable until a refresh works)
+    and refreshed by a task added to ``tasks``."""
+    if not config.acl:
+        return None
+
+    async def fetch() -> AclTables:
+        response = await link.call(
+            "ACL tables",
+            lambda stub, timeout_ms: stub.acl_tables(ns.AclTablesRequest(), timeout_ms=timeout_ms),
+        )
+        return tables_of(response)
+
+    cache = AclCache(fetch, config.acl_refresh_ms)
+    try:
+        await cache.refresh()
+    except BrokerError as error:
+        log.warning("ACL tables not read yet", extra={"error": error.message})
+    tasks.append(asyncio.create_task(cache.run(), name="broker-acl-refresh"))
+    return AclGuard(cache, skew_ms=config.acl_skew_ms)
 
 
 class _LateTarget:

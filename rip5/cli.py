@@ -22,13 +22,13 @@ import click
 import uvloop
 
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_consumers, connector_commands
+from rip5 import __version__, admin_acl, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
 from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
+from rip5.dev import DevLayout, acl_super_user_file, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -266,6 +266,13 @@ for _role in ROLES.values():
     show_default=True,
     help="log level of every process",
 )
+@click.option(
+    "--acl",
+    is_flag=True,
+    default=False,
+    help="ACL 2.0 on: a super user is created with the cluster (its credentials are in a "
+    "file under the data dir, printed at start) and the brokers check every call",
+)
 def dev(
     data_dir: Path | None,
     brokers: int,
@@ -278,6 +285,7 @@ def dev(
     free_ports: bool,
     auto_create: bool,
     log_level: str,
+    acl: bool,
 ) -> None:
     """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
     temp = data_dir is None
@@ -294,6 +302,7 @@ def dev(
         free_ports=free_ports,
         nameservers=nameservers,
         remoting_port=remoting_port,
+        acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
     )
     specs = plan(layout)
 
@@ -301,6 +310,11 @@ def dev(
         click.echo(line)
 
     out(f"rip5 dev | data in {root}")
+    if acl:
+        out(
+            f"rip5 dev | ACL on: the super user's NAME:SECRET is in {layout.acl_super_user_file} "
+            "(clients: Credentials(NAME, SECRET); rip5 admin: --ak NAME --sk SECRET)"
+        )
 
     async def supervise() -> int:
         stopping = asyncio.Event()
@@ -331,6 +345,8 @@ admin.add_command(admin_commands.cluster)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_acl.user)
+admin.add_command(admin_acl.acl)
 
 
 main.add_command(loadtest_command.loadtest)

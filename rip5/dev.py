@@ -44,6 +44,9 @@ class DevLayout:
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
+    # ACL 2.0: the file holding NAME:SECRET of the super user the nameserver creates
+    # first; set, the brokers check every call (``--acl``). Empty: ACL off.
+    acl_super_user_file: str = ""
 
 
 REPLICATION_FACTOR_MAX = 3
@@ -84,6 +87,8 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
         if len(listens) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
             flags += ("--node-id", str(i + 1), "--peers", peers)
+        if layout.acl_super_user_file:
+            flags += ("--acl-super-user-file", layout.acl_super_user_file)
         wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
     # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
@@ -116,6 +121,7 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
+                    *(("--acl",) if layout.acl_super_user_file else ()),
                 ),
             )
         )
@@ -130,6 +136,21 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
         )
         for name, role, flags in wanted
     ]
+
+
+ACL_SUPER_USER = "rip5-admin"
+
+
+def acl_super_user_file(root: Path) -> Path:
+    """The file of ``rip5 dev --acl``'s super user under ``root`` (``NAME:SECRET``, only
+    its owner may read it): written with a random secret unless it exists already, so a
+    cluster restarted on the same data keeps its super user."""
+    path = root / "acl-super-user"
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(f"{ACL_SUPER_USER}:{secrets.token_hex(16)}\n")
+    return path
 
 
 def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:

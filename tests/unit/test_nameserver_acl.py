@@ -55,7 +55,7 @@ def test_users_and_policies_are_created_updated_and_deleted() -> None:
 def test_bad_acl_commands_are_refused_and_change_nothing() -> None:
     state = applied(MetadataState(), c.CreateUser(ALICE), c.PutAcl("alice", (PUB_ORDERS,)))
     before = state.snapshot()
-    refused = [
+    refused: list[tuple[c.Command, type[Exception], str]] = [
         (c.CreateUser(User("alice", "x")), AlreadyExists, "exists already"),
         (c.CreateUser(User("bob", "")), BadRequest, "secret"),
         (c.UpdateUser("bob", secret="x"), NotFound, "'bob' does not exist"),

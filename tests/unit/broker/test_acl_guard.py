@@ -1,0 +1,153 @@
+"""The broker's ACL guard: demands by method, authentication, refusals as v2 statuses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from broker.errors import BrokerError
+from broker.grpc.acl_demands import GROUP, TOPIC, demand_of
+from broker.grpc.acl_guard import AclCache, AclGuard, guarded, source_ip_of
+from broker.grpc.status import status_of
+from protocol import errors
+from protocol.acl import Acl, AclTables, Action, PolicyEntry, User, parse_resource
+from protocol.acl_signature import authorization, format_date_time
+from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
+
+NOW_MS = 1_795_000_000_000
+TABLES = AclTables(
+    (User("alice", "s3cret"),),
+    (
+        Acl(
+            "alice",
+            (
+                PolicyEntry(parse_resource("Topic:orders"), (Action.PUB,)),
+                PolicyEntry(parse_resource("Group:g"), (Action.SUB,)),
+            ),
+        ),
+    ),
+)
+
+
+class Context:
+    def __init__(self, metadata: tuple[tuple[str, str], ...], peer: str = "") -> None:
+        self._metadata = metadata
+        self._peer = peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+
+def signed(user: str, secret: str, date_ms: int = NOW_MS) -> Context:
+    date_time = format_date_time(date_ms)
+    return Context(
+        (("x-mq-date-time", date_time), ("authorization", authorization(user, secret, date_time))),
+        "ipv4:10.0.0.7:5555",
+    )
+
+
+async def loaded_guard() -> AclGuard:
+    async def fetch() -> AclTables:
+        return TABLES
+
+    cache = AclCache(fetch)
+    await cache.refresh()
+    return AclGuard(cache, skew_ms=60_000, clock_ms=lambda: NOW_MS)
+
+
+def send_request(topic: str) -> spb.SendMessageRequest:
+    message = pb.Message(
+        topic=pb.Resource(name=topic), system_properties=pb.SystemProperties(message_id="m1")
+    )
+    return spb.SendMessageRequest(messages=[message])
+
+
+def test_each_method_demands_rocketmqs_action_and_resources() -> None:
+    route = demand_of("QueryRoute", spb.QueryRouteRequest(topic=pb.Resource(name="t")))
+    assert route is not None
+    assert route.actions == (Action.PUB, Action.SUB)
+    send = demand_of("SendMessage", send_request("t"))
+    assert send is not None
+    assert (send.actions, send.resources) == ((Action.PUB,), ((TOPIC, "t"),))
+    receive = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name="t"))
+    )
+    got = demand_of("ReceiveMessage", receive)
+    assert got is not None
+    assert got.resources == ((TOPIC, "t"), (GROUP, "g"))
+    ack = spb.AckMessageRequest(group=pb.Resource(name="g"), topic=pb.Resource(name="t"))
+    acked = demand_of("AckMessage", ack)
+    assert acked is not None
+    assert acked.resources == ((TOPIC, "t"), (GROUP, "g"))
+    assert demand_of("Heartbeat", spb.HeartbeatRequest()) is None
+
+
+def test_the_guard_authenticates_then_checks_the_demand() -> None:
+    guard = asyncio.run(loaded_guard())
+    guard.check("SendMessage", send_request("orders"), signed("alice", "s3cret"))
+    cases = [
+        (send_request("orders"), Context(()), errors.UNAUTHENTICATED, "header authorization"),
+        (send_request("orders"), signed("alice", "wrong"), errors.UNAUTHENTICATED, "mismatch"),
+        (send_request("orders"), signed("bob", "x"), errors.UNAUTHENTICATED, "does not exist"),
+        (
+            send_request("orders"),
+            signed("alice", "s3cret", NOW_MS - 61_000),
+            errors.UNAUTHENTICATED,
+            "more than 60 s",
+        ),
+        (send_request("payments"), signed("alice", "s3cret"), errors.PERMISSION_DENIED,
+         "may not Pub on Topic:payments"),
+    ]  # fmt: skip
+    for request, context, code, words in cases:
+        with pytest.raises(BrokerError, match=words) as raised:
+            guard.check("SendMessage", request, context)
+        assert raised.value.code is code
+    # Route lookups pass with Pub or Sub: alice may Pub on orders.
+    route = spb.QueryRouteRequest(topic=pb.Resource(name="orders"))
+    guard.check("QueryRoute", route, signed("alice", "s3cret"))
+
+
+def test_statuses_are_unauthorized_and_forbidden() -> None:
+    assert status_of(BrokerError(errors.UNAUTHENTICATED, "x")).code == pb.UNAUTHORIZED
+    assert status_of(BrokerError(errors.PERMISSION_DENIED, "x")).code == pb.FORBIDDEN
+
+
+def test_before_the_tables_are_read_calls_are_unavailable() -> None:
+    async def fetch() -> AclTables:
+        raise BrokerError(errors.UNAVAILABLE, "no nameserver")
+
+    guard = AclGuard(AclCache(fetch), clock_ms=lambda: NOW_MS)
+    with pytest.raises(BrokerError, match="not read") as raised:
+        guard.check("SendMessage", send_request("orders"), signed("alice", "s3cret"))
+    assert raised.value.code.retriable
+
+
+def test_a_refused_send_answers_one_entry_per_message_without_running_the_handler() -> None:
+    guard = asyncio.run(loaded_guard())
+    ran: list[Any] = []
+
+    async def handler(request: Any, context: Any) -> Any:
+        ran.append(request)
+        return spb.SendMessageResponse()
+
+    wrapped = guarded("SendMessage", grpc.unary_unary_rpc_method_handler(handler), guard)
+    answer = asyncio.run(wrapped.unary_unary(send_request("payments"), signed("alice", "s3cret")))
+    assert answer.status.code == pb.FORBIDDEN
+    assert [(e.status.code, e.message_id) for e in answer.entries] == [(pb.FORBIDDEN, "m1")]
+    assert not ran
+    asyncio.run(wrapped.unary_unary(send_request("orders"), signed("alice", "s3cret")))
+    assert len(ran) == 1
+
+
+def test_source_addresses_come_from_either_servers_peer() -> None:
+    assert source_ip_of(Context((), "ipv4:10.0.0.7:5555")) == "10.0.0.7"
+    assert source_ip_of(Context((), "ipv6:[::1]:5555")) == "::1"
+    assert source_ip_of(Context((), "127.0.0.1:80")) == "127.0.0.1"
+    assert source_ip_of(Context((), "")) == ""
