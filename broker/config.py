@@ -2,9 +2,11 @@
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(RpcOptions):
     """How one broker serves clients and reaches the cluster."""
 
     listen: str = field(

@@ -34,7 +34,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from angelia_rpc import Peers, RpcConfig, Server
+from angelia_rpc import Peers, Server
 from angelia_rpc.cluster_services import BrokerService
 from broker import fault_injection
 from broker.config import BrokerConfig
@@ -80,7 +80,8 @@ async def serve(
             "the broker needs the cluster secret that signs receipt handles: "
             "set RIP5_BROKER_SECRET (or --secret) to the same value on every broker"
         )
-    peers = Peers(RpcConfig())
+    rpc = config.rpc_config()
+    peers = Peers(rpc)
     link = NameserverLink(addresses(config.nameserver), peers)
     metadata = ClusterMetadata(
         link,
@@ -91,7 +92,7 @@ async def serve(
     store = StorageStore(metadata, peers, seeds=addresses(config.storage))
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
-    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
+    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], rpc)
     tasks: list[asyncio.Task[None]] = []
     endpoint: GrpcEndpoint | None = None
     remoting: RemotingServer | None = None

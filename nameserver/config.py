@@ -7,9 +7,11 @@ validation ``kind`` ("address", "addresses", "peers"),
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 
 @dataclass(frozen=True)
-class NameserverConfig:
+class NameserverConfig(RpcOptions):
     """How one nameserver process listens, finds its peers and detects failures."""
 
     listen: str = field(

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from angelia_rpc import RpcConfig, Server
+from angelia_rpc import Server
 from angelia_rpc.cluster_services import NameserverService
 from nameserver.config import NameserverConfig, parse_peers
 from nameserver.service import (
@@ -84,7 +84,8 @@ async def serve(
     super_user = super_user_of(config.acl_super_user_file)
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
-    transport = AngeliaTransport(config.node_id, others)
+    rpc = config.rpc_config()
+    transport = AngeliaTransport(config.node_id, others, config=rpc)
     options = DriverOptions(
         tick_ms=config.tick_ms,
         snapshot_entries=SNAPSHOT_ENTRIES,
@@ -94,7 +95,7 @@ async def serve(
     machine = MetadataMachine()
     driver.add_group(GROUP_ID, sorted(addresses), machine)
     impl = NameserverImpl(driver, machine, addresses)
-    server = Server([transport.binding(), NameserverService.bind(impl)], RpcConfig())
+    server = Server([transport.binding(), NameserverService.bind(impl)], rpc)
     endpoint = await server.start(config.listen)
     await driver.start()
     if len(addresses) == 1:

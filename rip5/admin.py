@@ -12,6 +12,7 @@ option value).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
@@ -21,8 +22,9 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from angelia_rpc import AngeliaError
+from angelia_rpc import AngeliaError, RpcConfig
 from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from nameserver import names
 from nameserver.errors import NameserverError
@@ -74,7 +76,7 @@ def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) ->
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
-        client = NameserverClient(addresses)
+        client = NameserverClient(addresses, rpc_config_from_environment())
         try:
             return await client.call(method)
         finally:
@@ -86,6 +88,23 @@ def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) ->
         if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
             fail(f"cannot reach the nameserver at {nameserver}: {exc.message}", EXIT_REFUSED)
         fail(f"the nameserver refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+
+
+def rpc_config_from_environment() -> RpcConfig:
+    """The internal RPC a cluster speaks, for admin commands: ``RIP5_RPC_TRANSPORT``,
+    ``RIP5_RPC_CODEC`` and ``RIP5_RPC_TLS_CERT``/``_KEY``/``_CA`` (as the roles'
+    ``--rpc-*`` options; unset: tcp, msgpack, no TLS); exit 2 if they do not fit."""
+    environ = os.environ
+    try:
+        return RpcOptions(
+            environ.get("RIP5_RPC_TRANSPORT", "tcp"),
+            environ.get("RIP5_RPC_CODEC", "msgpack"),
+            environ.get("RIP5_RPC_TLS_CERT", ""),
+            environ.get("RIP5_RPC_TLS_KEY", ""),
+            environ.get("RIP5_RPC_TLS_CA", ""),
+        ).rpc_config()
+    except (ValueError, AngeliaError) as error:
+        fail(f"RIP5_RPC_*: {error}", EXIT_USAGE)
 
 
 console = Console(width=160)

@@ -21,6 +21,7 @@ from typing import Any
 import click
 import uvloop
 
+from angelia_rpc.config import RpcOptions
 from connector.config import ConnectorConfig
 from rip5 import __version__, admin_acl, admin_consumers, connector_commands
 from rip5 import admin as admin_commands
@@ -273,6 +274,23 @@ for _role in ROLES.values():
     help="ACL 2.0 on: a super user is created with the cluster (its credentials are in a "
     "file under the data dir, printed at start) and the brokers check every call",
 )
+@click.option(
+    "--rpc-transport",
+    type=click.Choice(["tcp", "grpc", "http2"]),
+    default="tcp",
+    show_default=True,
+    help="internal RPC transport of every process",
+)
+@click.option(
+    "--rpc-codec",
+    type=click.Choice(["msgpack", "avro", "json"]),
+    default="msgpack",
+    show_default=True,
+    help="internal RPC payload codec of every process",
+)
+@click.option("--rpc-tls-cert", default="", help="mutual TLS between the processes: certificate")
+@click.option("--rpc-tls-key", default="", help="mutual TLS between the processes: private key")
+@click.option("--rpc-tls-ca", default="", help="mutual TLS between the processes: the CA")
 def dev(
     data_dir: Path | None,
     brokers: int,
@@ -286,6 +304,11 @@ def dev(
     auto_create: bool,
     log_level: str,
     acl: bool,
+    rpc_transport: str,
+    rpc_codec: str,
+    rpc_tls_cert: str,
+    rpc_tls_key: str,
+    rpc_tls_ca: str,
 ) -> None:
     """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
     temp = data_dir is None
@@ -303,7 +326,12 @@ def dev(
         nameservers=nameservers,
         remoting_port=remoting_port,
         acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
+        rpc=RpcOptions(rpc_transport, rpc_codec, rpc_tls_cert, rpc_tls_key, rpc_tls_ca),
     )
+    try:
+        layout.rpc.rpc_config()
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     specs = plan(layout)
 
     def out(line: str) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import secrets
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.ports import free_port
 from rip5.supervisor import ChildSpec
 
@@ -47,6 +48,8 @@ class DevLayout:
     # ACL 2.0: the file holding NAME:SECRET of the super user the nameserver creates
     # first; set, the brokers check every call (``--acl``). Empty: ACL off.
     acl_super_user_file: str = ""
+    # The internal RPC of every child (transport, codec, mutual TLS).
+    rpc: RpcOptions = field(default_factory=RpcOptions)
 
 
 REPLICATION_FACTOR_MAX = 3
@@ -131,7 +134,9 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
     return [
         ChildSpec(
             name,
-            _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+            _role_argv(
+                role, layout.data_dir / name, layout.log_level, *flags, *layout.rpc.rpc_flags
+            ),
             secret_env if role == "broker" else {},
         )
         for name, role, flags in wanted

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from angelia_rpc import AngeliaError, RpcConfig, Server
+from angelia_rpc import AngeliaError, Server
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
@@ -365,7 +365,11 @@ async def serve(
     if config.flush != "sync":
         raise ValueError(f"flush={config.flush} is not implemented yet; use flush=sync")
     peers = cluster_peers(config)
-    client = NameserverClient(parse_addresses(config.nameserver)) if config.nameserver else None
+    client = (
+        NameserverClient(parse_addresses(config.nameserver), config.rpc_config())
+        if config.nameserver
+        else None
+    )
     try:
         group_count = config.groups or GROUPS_DEFAULT
         if client is not None:
@@ -427,7 +431,9 @@ async def _serve_groups(
     static = bool(config.peers) or client is None
     store = LogStore.open(data_dir / "wal", segment_bytes=config.wal_segment_bytes)
     transport = AngeliaTransport(
-        config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
+        config.node_id,
+        {n: a for n, a in peers.items() if n != config.node_id},
+        config=config.rpc_config(),
     )
     options = DriverOptions(
         snapshot_entries=SNAPSHOT_ENTRIES,
@@ -444,7 +450,7 @@ async def _serve_groups(
     groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
     if static:
         groups.start_all(sorted(peers))
-    server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
+    server = Server([transport.binding(), StorageService.bind(node)], config.rpc_config())
     tasks: list[asyncio.Task[None]] = []
     try:
         address = await server.start(config.listen)

@@ -1,4 +1,5 @@
-"""ACL 2.0 scenarios run by the OFFICIAL RocketMQ Python client with credentials.
+"""Scenarios run by the OFFICIAL RocketMQ Python client with credentials (ACL 2.0; with
+ACL off the broker ignores them).
 
 Run in its own interpreter (``python -m tests.e2e.acl_client SCENARIO PORT AK SK
 ...``); prints one JSON object (the observations) as its last stdout line.
@@ -86,7 +87,14 @@ def signed_send(port: int, ak: str, sk: str, topic: str) -> dict[str, Any]:
     return {"code": response.status.code, "message": response.status.message}
 
 
+def round_trip(port: int, ak: str, sk: str, topic: str, group: str) -> dict[str, Any]:
+    """Send one message to ``topic`` and receive (and ack) it as ``group``."""
+    sent = send(port, ak, sk, topic)
+    return {**sent, **receive(port, ak, sk, topic, group, "1")}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "round_trip": round_trip,
     "send": send,
     "receive": receive,
     "signed_send": signed_send,
