@@ -228,7 +228,7 @@ def decide(
     denying = [entry for entry in best if entry.decision is Decision.DENY]
     if denying:
         return Verdict(False, f"denied by the policy entry for {denying[0].resource.text}")
-    return Verdict(True, f"allowed by the policy entry for {best[0].resource.text}")
+    return Verdict(True, "allowed by a policy entry")
 
 
 def resource_text(resource_type: ResourceType, name: str) -> str:

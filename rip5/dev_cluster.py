@@ -196,15 +196,19 @@ def ensure_resources(
 
 
 def wait_until_serving(
-    endpoint: str, topics: list[tuple[str, bool]], timeout_s: float = 90.0
+    endpoint: str,
+    topics: list[tuple[str, bool]],
+    timeout_s: float = 90.0,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> int:
     """Send one probe message to each (topic, is_fifo) until the broker stores it.
 
     A fresh cluster answers sends with a retriable status (no leader placed yet)
     for a while after ``rip5 dev`` is ready; load must not start before it
     serves. Returns the number of probe messages stored (one per topic).
+    ``metadata``: headers for every probe (an ACL signature).
     """
-    client = RocketClient(endpoint, timeout_s=5.0)
+    client = RocketClient(endpoint, timeout_s=5.0, metadata=metadata)
     deadline = time.monotonic() + timeout_s
     last = ""
     try:

@@ -82,7 +82,7 @@ from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from rip5 import dev_cluster, shell, stats
 from rip5.admin import MESSAGE_TYPES
-from rip5.bench import harness
+from rip5.bench import acl, harness
 from rip5.bench.grpc_lean import LeanChannel
 
 TOPIC = "bench-e2e"
@@ -261,14 +261,24 @@ class Generator:
     """The load generator: ``channels`` connections to one broker (see the module)."""
 
     def __init__(
-        self, endpoint: str, channels: int, topic: str, group: str, client: str = "lean"
+        self,
+        endpoint: str,
+        channels: int,
+        topic: str,
+        group: str,
+        client: str = "lean",
+        credentials: tuple[str, str] | None = None,
     ) -> None:
-        """Open the channels (connected lazily) of ``client``: "lean" or "grpcio"."""
+        """Open the channels (connected lazily) of ``client``: "lean" or "grpcio".
+        ``credentials``: sign every call as this ACL user (see :meth:`sign`)."""
         self.endpoint = endpoint
         self.topic = topic
         self.group = group
         self.endpoints = endpoints_of(endpoint)
-        self.metadata = ((CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}"),)
+        self._client_id = (CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}")
+        self.credentials = credentials
+        self.metadata: tuple[tuple[str, str], ...] = ()
+        self.sign()
         self._channels: list[Any]  # each with an async close()
         self.stubs: list[Any]
         if client == "lean":
@@ -287,6 +297,12 @@ class Generator:
             ]
             self.stubs = [service_pb2_grpc.MessagingServiceStub(c) for c in self._channels]
         self.born_host = socket.gethostname()
+
+    def sign(self) -> None:
+        """The headers of the calls from now on: the client id and, with credentials, a
+        signature of the current time (done per run: a broker accepts a signature for
+        its skew bound, 15 minutes by default)."""
+        self.metadata = (self._client_id, *acl.headers(self.credentials))
 
     async def close(self) -> None:
         """Close every channel."""
@@ -563,11 +579,14 @@ class Generator:
         return PhaseResult.of(0.0, latencies, len(latencies), error_names)
 
 
-def official_send(args: argparse.Namespace, endpoint: str) -> dict[str, float]:
+def official_send(
+    args: argparse.Namespace, endpoint: str, credentials: tuple[str, str] | None = None
+) -> dict[str, float]:
     """One run of the official client's producer in its own process; its JSON line."""
     command = [
         sys.executable, "-m", "rip5.bench.official_send", endpoint, args.topic,
         f"{args.official_seconds:g}", str(args.message_bytes), f"{args.warmup:g}",
+        *(credentials or ()),
     ]  # fmt: skip
     result = subprocess.run(
         command,
@@ -591,12 +610,14 @@ async def _runs(
     endpoint: str,
     server_pids: Callable[[], list[int]],
     probes: int,
+    credentials: tuple[str, str] | None = None,
 ) -> None:
-    generator = Generator(endpoint, args.channels, args.topic, args.group, args.client)
+    generator = Generator(endpoint, args.channels, args.topic, args.group, args.client, credentials)
     meter = harness.CpuMeter(server_pids)
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
+            generator.sign()
             starts = await generator.end_offsets() if args.pull_batch > 0 else {}
             report.stage(f"run {run + 1}: publish")
             meter.start()
@@ -644,6 +665,7 @@ async def _runs(
                     f"errors {pull.error_names or 0})"
                 )
         if args.idle_seconds > 0:
+            generator.sign()
             report.stage("idle long polls")
             meter.start()
             idle = await generator.idle(
@@ -661,10 +683,14 @@ async def _runs(
 
 
 def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
+    credentials: tuple[str, str] | None = None
+
     def go(endpoint: str, server_pids: Callable[[], list[int]]) -> None:
         report.stage("waiting for the broker to store a message")
-        probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
-        runs = _runs(args, report, endpoint, server_pids, probes)
+        probes = dev_cluster.wait_until_serving(
+            endpoint, [(args.topic, False)], metadata=acl.headers(credentials)
+        )
+        runs = _runs(args, report, endpoint, server_pids, probes, credentials)
         # The lean client on uvloop and with the servers' collector settings: less of
         # the machine goes to the generator. grpc.aio keeps the loop it was made for.
         shell.tune_gc()
@@ -676,7 +702,7 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
             report.stage(f"official client, run {run + 1}")
             meter = harness.CpuMeter(server_pids)
             meter.start()
-            values = official_send(args, endpoint)
+            values = official_send(args, endpoint, credentials)
             share = meter.stop()
             window_s = args.official_seconds + args.warmup
             # The client is the child process: its CPU comes from its own report.
@@ -693,7 +719,9 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="rip5-bench-e2e-") as root:
         report.stage("starting the dev cluster")
-        with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
+        log_path = Path(root) / "dev.log"
+        extra_args = ("--acl",) if args.acl else ()
+        with dev_cluster.dev_cluster(log_path, extra_args=extra_args) as cluster:
             dev_cluster.ensure_resources(
                 cluster.nameserver,
                 [
@@ -702,6 +730,14 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
                 ],
                 [args.group],
             )
+            if args.acl:
+                credentials = acl.create_bench_user(
+                    cluster.nameserver,
+                    acl.super_user_of_dev_log(log_path),
+                    [args.topic, args.idle_topic],
+                    args.group,
+                )
+                report.say(f"  ACL on: every call signed as the normal user {credentials[0]}")
             report.say(f"  dev cluster: broker {cluster.endpoint}, nameserver {cluster.nameserver}")
             go(cluster.endpoint, cluster.server_pids)
 
@@ -760,8 +796,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MSGS_PER_S",
         help="a peer's publish figure measured in the same sitting: report the ratio to it",
     )
+    parser.add_argument(
+        "--acl",
+        action="store_true",
+        help="ACL 2.0 on in the bench's cluster; every call signed as a normal user whose "
+        "policy allows the bench (compare with a run without: --yardstick)",
+    )
     harness.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.acl and args.endpoint:
+        parser.error("--acl sets up the bench's own cluster; it does not go with --endpoint")
     if args.endpoint and args.queues is not None:
         parser.error(
             "--queues sets up the bench's own cluster; with --endpoint the topics are used as "

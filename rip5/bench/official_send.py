@@ -27,11 +27,11 @@ def _cpu_s() -> float:
 
 def main(argv: list[str]) -> int:
     """Send for the given time; print the JSON line."""
-    endpoint, topic, seconds_text, body_text, warmup_text = argv
+    endpoint, topic, seconds_text, body_text, warmup_text, *credentials = argv
     seconds, warmup_s, body_bytes = float(seconds_text), float(warmup_text), int(body_text)
     from rocketmq import ClientConfiguration, Credentials, Message, Producer  # noqa: PLC0415
 
-    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+    producer = Producer(ClientConfiguration(endpoint, Credentials(*credentials)), (topic,))
     producer.startup()
     body = os.urandom(body_bytes)
     latencies: list[float] = []

@@ -151,3 +151,29 @@ def test_source_addresses_come_from_either_servers_peer() -> None:
     assert source_ip_of(Context((), "ipv6:[::1]:5555")) == "::1"
     assert source_ip_of(Context((), "127.0.0.1:80")) == "127.0.0.1"
     assert source_ip_of(Context((), "")) == ""
+
+
+def test_a_verified_signature_is_reused_only_within_the_skew_and_the_same_tables() -> None:
+    now = [NOW_MS]
+    current = [TABLES]
+
+    async def fetch() -> AclTables:
+        return current[0]
+
+    async def guard_of() -> AclGuard:
+        cache = AclCache(fetch)
+        await cache.refresh()
+        return AclGuard(cache, skew_ms=60_000, clock_ms=lambda: now[0])
+
+    guard = asyncio.run(guard_of())
+    context = signed("alice", "s3cret")
+    guard.check("SendMessage", send_request("orders"), context)
+    guard.check("SendMessage", send_request("orders"), context)  # remembered
+    now[0] += 61_000  # the same header, now stale: refused though remembered
+    with pytest.raises(BrokerError, match="more than 60 s"):
+        guard.check("SendMessage", send_request("orders"), context)
+    now[0] = NOW_MS
+    current[0] = AclTables((User("alice", "n3w"),), TABLES.acls)  # the secret changed
+    asyncio.run(guard.cache.refresh())
+    with pytest.raises(BrokerError, match="signature mismatch"):
+        guard.check("SendMessage", send_request("orders"), context)
