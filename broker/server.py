@@ -37,10 +37,10 @@ from pathlib import Path
 from angelia_rpc import Peers, Server
 from angelia_rpc.cluster_services import BrokerService
 from broker import fault_injection
+from broker.acl import AclCache, AclGuard
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.errors import BrokerError
-from broker.grpc.acl_guard import AclCache, AclGuard
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
@@ -148,6 +148,7 @@ async def serve(
                 producers=remoting_producers,
                 pulls=service.pulls,
                 coordination=coordination,
+                acl=acl,
             )
             remoting = RemotingServer(remoting_service, config.remoting_listen)
             remoting_port = await remoting.start()

@@ -14,13 +14,20 @@ within that window). The clients format their local time with a ``Z``
 suffix, so the bound must also cover a client whose clock is set to a local
 zone; the broker's default bound is 15 minutes.
 
+Classic (4.x remoting) clients sign differently: ext fields ``AccessKey`` and
+``Signature``, the signature being the base64 HMAC-SHA1 of every other ext
+field's value, in key order, followed by the body (:func:`classic_signature`).
+No date is signed, so nothing bounds a replay.
+
 PURE: the caller passes the current time in.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -31,6 +38,8 @@ DATE_TIME_HEADER = "x-mq-date-time"
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 SKEW_MS_DEFAULT = 15 * 60 * 1000
+CLASSIC_ACCESS_KEY = "AccessKey"
+CLASSIC_SIGNATURE = "Signature"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,4 +128,22 @@ def verify(credential: Credential, secret: str, date_time: str, now_ms: int, ske
     if not hmac.compare_digest(sign(secret, date_time), credential.signature.lower()):
         raise Unauthenticated(
             f"signature mismatch for user {credential.access_key!r} (wrong secret?)"
+        )
+
+
+def classic_signature(fields: Mapping[str, str], body: bytes, secret: str) -> str:
+    """The signature a classic client puts in ext field ``Signature``: base64 HMAC-SHA1,
+    keyed by the secret, of every other ext field's value in key order, then the body."""
+    content = "".join(value for key, value in sorted(fields.items()) if key != CLASSIC_SIGNATURE)
+    digest = hmac.new(secret.encode(), content.encode() + body, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+def verify_classic(fields: Mapping[str, str], body: bytes, secret: str) -> None:
+    """Raise :class:`Unauthenticated` unless ``fields`` carry the classic signature of
+    themselves and ``body`` with ``secret``."""
+    expected = classic_signature(fields, body, secret)
+    if not hmac.compare_digest(expected, fields.get(CLASSIC_SIGNATURE, "")):
+        raise Unauthenticated(
+            f"signature mismatch for user {fields.get(CLASSIC_ACCESS_KEY, '')!r} (wrong secret?)"
         )

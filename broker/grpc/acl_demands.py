@@ -16,22 +16,10 @@ PURE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from broker.acl_demand import GROUP, TOPIC, Demand
 from protocol.acl import Action, ResourceType
-
-TOPIC = ResourceType.TOPIC
-GROUP = ResourceType.GROUP
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """Any one of ``actions`` on every one of ``resources`` lets the call through."""
-
-    actions: tuple[Action, ...]
-    resources: tuple[tuple[ResourceType, str], ...]
-
 
 _AUTHENTICATE_ONLY = frozenset({"Heartbeat", "Telemetry", "NotifyClientTermination"})
 _CONSUMING = frozenset(

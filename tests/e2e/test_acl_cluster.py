@@ -10,6 +10,8 @@ admin CLI, signed by the super user; the client runs in its own interpreter
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -26,11 +28,13 @@ from protocol.acl_wire import entry_info
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from rip5.admin_acl import signed_by
 from tests.contract.test_official_client import run_official
+from tests.contract.test_remoting_clients import CPP_SITE
 from tests.e2e.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+CPP_ACL_CLIENT = Path(__file__).with_name("acl_cpp_client.py")
 SUPER = ("root", "r00t-secret")
 NORMAL = 1
 
@@ -120,6 +124,21 @@ async def _grant(cluster: LocalCluster) -> None:
         await nameserver.close()
 
 
+def run_cpp_script(script: Path, *args: str, home: Path) -> dict[str, Any]:
+    """A script of the classic C++ client (installed by ``make remoting-clients``)."""
+    assert (CPP_SITE / "rocketmq" / "librocketmq.so").exists(), (
+        f"the 4.x client in {CPP_SITE} is not installed: run `make remoting-clients`"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=home, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "HOME": str(home), "PYTHONPATH": str(CPP_SITE)},
+    )  # fmt: skip
+    assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
+    observed: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return observed
+
+
 def client(cluster: LocalCluster, scenario: str, *args: str) -> dict[str, Any]:
     """One scenario of the official client, against the broker."""
     home = cluster.root / "home"
@@ -184,6 +203,32 @@ def test_a_deny_beats_the_allow_that_covers_it(cluster: LocalCluster) -> None:
     assert "denied by the policy entry for Topic:acl-orders" in denied["message"]
     allowed = client(cluster, "send", "mixed", "m-secret", "acl-other")
     assert allowed["sent"], allowed
+
+
+def test_classic_clients_sign_on_the_remoting_port(cluster: LocalCluster) -> None:
+    """The C++ client's session credentials (AccessKey/Signature ext fields)."""
+
+    def cpp(ak: str, sk: str, sitting: str) -> tuple[dict[str, Any], str]:
+        """The send's observation, and the client's log (where it writes the remarks
+        of the responses it retried)."""
+        home = cluster.root / f"cpp-{sitting}"
+        home.mkdir()
+        namesrv = cluster.remoting_addresses[0]
+        seen = run_cpp_script(CPP_ACL_CLIENT, namesrv, "acl-orders", ak, sk, home=home)
+        logs = "".join(p.read_text() for p in (home / "logs").rglob("*") if p.is_file())
+        return seen, logs
+
+    allowed, _ = cpp("writer", "w-secret", "allowed")
+    assert allowed["status"] == 0, allowed  # SendStatus.OK
+    # The C++ client reports every refusal as a missing route after its retries; the
+    # broker's answers (NO_PERMISSION, 16) are in its log.
+    wrong, wrong_log = cpp("writer", "not-the-secret", "wrong")
+    assert wrong["status"] is None
+    assert "signature mismatch for user 'writer' (wrong secret?),16" in wrong_log
+    forbidden, forbidden_log = cpp("reader", "r-secret", "forbidden")
+    assert forbidden["status"] is None
+    assert "user 'reader' may not Pub on Topic:acl-orders" in forbidden_log
+    assert "error code:16" in forbidden_log
 
 
 def test_enforcement_goes_on_with_the_nameserver_down(cluster: LocalCluster) -> None:

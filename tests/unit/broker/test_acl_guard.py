@@ -8,13 +8,33 @@ from typing import Any
 import grpc
 import pytest
 
+from broker.acl import AclCache, AclGuard
 from broker.errors import BrokerError
 from broker.grpc.acl_demands import GROUP, TOPIC, demand_of
-from broker.grpc.acl_guard import AclCache, AclGuard, guarded, source_ip_of
+from broker.grpc.acl_guard import check_call, guarded, source_ip_of
 from broker.grpc.status import status_of
+from broker.remoting.acl_demands import demand_of as remoting_demand_of
+from broker.remoting.status import code_of as status_code_of
 from protocol import errors
-from protocol.acl import Acl, AclTables, Action, PolicyEntry, User, parse_resource
-from protocol.acl_signature import authorization, format_date_time
+from protocol.acl import (
+    Acl,
+    AclTables,
+    Action,
+    Forbidden,
+    PolicyEntry,
+    Unauthenticated,
+    User,
+    parse_resource,
+)
+from protocol.acl_signature import (
+    CLASSIC_ACCESS_KEY,
+    CLASSIC_SIGNATURE,
+    authorization,
+    classic_signature,
+    format_date_time,
+)
+from protocol.remoting.codes import RequestCode, ResponseCode
+from protocol.remoting.frames import RemotingCommand
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 
@@ -91,7 +111,7 @@ def test_each_method_demands_rocketmqs_action_and_resources() -> None:
 
 def test_the_guard_authenticates_then_checks_the_demand() -> None:
     guard = asyncio.run(loaded_guard())
-    guard.check("SendMessage", send_request("orders"), signed("alice", "s3cret"))
+    check_call(guard, "SendMessage", send_request("orders"), signed("alice", "s3cret"))
     cases = [
         (send_request("orders"), Context(()), errors.UNAUTHENTICATED, "header authorization"),
         (send_request("orders"), signed("alice", "wrong"), errors.UNAUTHENTICATED, "mismatch"),
@@ -107,11 +127,11 @@ def test_the_guard_authenticates_then_checks_the_demand() -> None:
     ]  # fmt: skip
     for request, context, code, words in cases:
         with pytest.raises(BrokerError, match=words) as raised:
-            guard.check("SendMessage", request, context)
+            check_call(guard, "SendMessage", request, context)
         assert raised.value.code is code
     # Route lookups pass with Pub or Sub: alice may Pub on orders.
     route = spb.QueryRouteRequest(topic=pb.Resource(name="orders"))
-    guard.check("QueryRoute", route, signed("alice", "s3cret"))
+    check_call(guard, "QueryRoute", route, signed("alice", "s3cret"))
 
 
 def test_statuses_are_unauthorized_and_forbidden() -> None:
@@ -125,7 +145,7 @@ def test_before_the_tables_are_read_calls_are_unavailable() -> None:
 
     guard = AclGuard(AclCache(fetch), clock_ms=lambda: NOW_MS)
     with pytest.raises(BrokerError, match="not read") as raised:
-        guard.check("SendMessage", send_request("orders"), signed("alice", "s3cret"))
+        check_call(guard, "SendMessage", send_request("orders"), signed("alice", "s3cret"))
     assert raised.value.code.retriable
 
 
@@ -167,13 +187,54 @@ def test_a_verified_signature_is_reused_only_within_the_skew_and_the_same_tables
 
     guard = asyncio.run(guard_of())
     context = signed("alice", "s3cret")
-    guard.check("SendMessage", send_request("orders"), context)
-    guard.check("SendMessage", send_request("orders"), context)  # remembered
+    check_call(guard, "SendMessage", send_request("orders"), context)
+    check_call(guard, "SendMessage", send_request("orders"), context)  # remembered
     now[0] += 61_000  # the same header, now stale: refused though remembered
     with pytest.raises(BrokerError, match="more than 60 s"):
-        guard.check("SendMessage", send_request("orders"), context)
+        check_call(guard, "SendMessage", send_request("orders"), context)
     now[0] = NOW_MS
     current[0] = AclTables((User("alice", "n3w"),), TABLES.acls)  # the secret changed
     asyncio.run(guard.cache.refresh())
     with pytest.raises(BrokerError, match="signature mismatch"):
-        guard.check("SendMessage", send_request("orders"), context)
+        check_call(guard, "SendMessage", send_request("orders"), context)
+
+
+# -- the remoting port (classic clients) ---------------------------------------------
+
+
+def classic_request(code: int, fields: dict[str, str], user: str, secret: str) -> RemotingCommand:
+    signed_fields = {**fields, CLASSIC_ACCESS_KEY: user}
+    signed_fields[CLASSIC_SIGNATURE] = classic_signature(signed_fields, b"body", secret)
+    return RemotingCommand(code, 7, ext_fields=signed_fields, body=b"body")
+
+
+def test_classic_requests_are_authenticated_by_their_signed_ext_fields() -> None:
+    guard = asyncio.run(loaded_guard())
+    send_v2 = {"a": "producers", "b": "orders"}  # SEND_MESSAGE_V2's short keys
+    request = classic_request(RequestCode.SEND_MESSAGE_V2, send_v2, "alice", "s3cret")
+    user, tables = guard.authenticate_classic(request.ext_fields, request.body)
+    demand = remoting_demand_of(request)
+    assert demand is not None
+    assert demand.resources == ((TOPIC, "orders"),)
+    guard.authorize(user, tables, demand, "10.0.0.7")
+    tampered = {**request.ext_fields, "b": "payments"}
+    with pytest.raises(Unauthenticated, match="signature mismatch"):
+        guard.authenticate_classic(tampered, request.body)
+    with pytest.raises(Unauthenticated, match="AccessKey and Signature"):
+        guard.authenticate_classic(send_v2, b"")
+    other = classic_request(RequestCode.SEND_MESSAGE_V2, {**send_v2, "b": "x"}, "alice", "s3cret")
+    with pytest.raises(Forbidden, match="may not Pub on Topic:x"):
+        guard.authorize(user, tables, remoting_demand_of(other), "10.0.0.7")
+
+
+def test_classic_demands_follow_rocketmq_and_retry_topics_are_their_groups() -> None:
+    pull = RemotingCommand(
+        RequestCode.PULL_MESSAGE, 1, ext_fields={"topic": "%RETRY%g", "consumerGroup": "g"}
+    )
+    demand = remoting_demand_of(pull)
+    assert demand is not None
+    assert demand.resources == ((GROUP, "g"), (GROUP, "g"))
+    route = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1, ext_fields={"topic": "TBW102"})
+    assert remoting_demand_of(route) is None
+    assert status_code_of(BrokerError(errors.PERMISSION_DENIED, "x")) == ResponseCode.NO_PERMISSION
+    assert status_code_of(BrokerError(errors.UNAUTHENTICATED, "x")) == ResponseCode.NO_PERMISSION
