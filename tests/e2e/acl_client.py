@@ -93,11 +93,21 @@ def round_trip(port: int, ak: str, sk: str, topic: str, group: str) -> dict[str,
     return {**sent, **receive(port, ak, sk, topic, group, "1")}
 
 
-SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+def each(scenario: Callable[..., dict[str, Any]]) -> Callable[..., list[dict[str, Any]]]:
+    """``scenario`` once per (AK, SK, TOPIC) triple of the arguments, in one process."""
+
+    def run(port: int, *args: str) -> list[dict[str, Any]]:
+        triples = [args[i : i + 3] for i in range(0, len(args), 3)]
+        return [scenario(port, *triple) for triple in triples]
+
+    return run
+
+
+SCENARIOS: dict[str, Callable[..., Any]] = {
     "round_trip": round_trip,
-    "send": send,
+    "sends": each(send),
     "receive": receive,
-    "signed_send": signed_send,
+    "signed_sends": each(signed_send),
 }
 
 if __name__ == "__main__":

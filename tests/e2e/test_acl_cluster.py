@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.nameserver_client import NameserverClient
+from protocol import errors
 from protocol import nameserver_api as api
 from protocol.acl import PolicyEntry, parse_actions, parse_decision, parse_resource
 from protocol.acl_wire import entry_info
@@ -139,7 +141,7 @@ def run_cpp_script(script: Path, *args: str, home: Path) -> dict[str, Any]:
     return observed
 
 
-def client(cluster: LocalCluster, scenario: str, *args: str) -> dict[str, Any]:
+def client(cluster: LocalCluster, scenario: str, *args: str) -> Any:
     """One scenario of the official client, against the broker."""
     home = cluster.root / "home"
     home.mkdir(exist_ok=True)
@@ -151,22 +153,26 @@ def test_admin_changes_need_a_super_users_signature(cluster: LocalCluster) -> No
     unsigned = admin(cluster, "user", "create", "eve", "--secret", "x", signed=False)
     assert unsigned.returncode == 1
     assert "UNAUTHENTICATED" in unsigned.stderr
-    as_writer = subprocess.run(
-        [sys.executable, "-m", "rip5", "admin", "user", "create", "eve", "--secret", "x",
-         "--nameserver", cluster.nameserver_address, "--ak", "writer", "--sk", "w-secret"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert as_writer.returncode == 1
-    assert "PERMISSION_DENIED" in as_writer.stderr
-    assert "not a super user" in as_writer.stderr
     listed = admin(cluster, "acl", "list", "--subject", "mixed", signed=False)
     assert listed.returncode == 0
     assert "Topic:acl-orders" in listed.stdout
     assert "Deny" in listed.stdout
 
+    async def as_writer() -> None:
+        nameserver = NameserverClient(cluster.nameserver_addresses)
+        request = api.UserRequest(api.UserInfo("eve", "x", 0), signed_by("writer", "w-secret"))
+        try:
+            await nameserver.call(lambda ns: ns.create_user(request))
+        finally:
+            await nameserver.close()
+
+    with pytest.raises(AngeliaError, match="not a super user") as refused:
+        asyncio.run(as_writer())
+    assert refused.value.code is errors.PERMISSION_DENIED
+
 
 def test_allowed_pub_and_sub_work(cluster: LocalCluster) -> None:
-    sent = client(cluster, "send", "writer", "w-secret", "acl-orders")
+    (sent,) = client(cluster, "sends", "writer", "w-secret", "acl-orders")
     assert sent["sent"], sent
     got = client(cluster, "receive", "reader", "r-secret", "acl-orders", "acl-readers", "1")
     assert got["received"] == ["from writer"], got
@@ -176,32 +182,36 @@ def test_a_missing_permission_is_forbidden_naming_resource_and_action(
     cluster: LocalCluster,
 ) -> None:
     # The reader may Sub, so it may look the route up, but not Pub.
-    seen = client(cluster, "send", "reader", "r-secret", "acl-orders")
+    (seen,) = client(cluster, "sends", "reader", "r-secret", "acl-orders")
     assert seen["code"] == pb.FORBIDDEN, seen
     assert "may not Pub on Topic:acl-orders" in seen["message"]
 
 
 def test_a_wrong_secret_is_unauthorized(cluster: LocalCluster) -> None:
     # The Producer cannot even look the route up, and says only that.
-    seen = client(cluster, "send", "writer", "not-the-secret", "acl-orders")
+    (seen,) = client(cluster, "sends", "writer", "not-the-secret", "acl-orders")
     assert seen.get("sent") is None, seen
     assert "route" in seen["message"]
-    # The status behind it, for a call signed by the client's own code.
-    status = client(cluster, "signed_send", "writer", "not-the-secret", "acl-orders")
-    assert status["code"] == pb.UNAUTHORIZED, status
-    assert "signature mismatch for user 'writer'" in status["message"]
-    unknown = client(cluster, "signed_send", "nobody", "x", "acl-orders")
+    # The statuses behind it, for calls signed by the client's own code.
+    wrong, unknown, right = client(
+        cluster, "signed_sends",
+        "writer", "not-the-secret", "acl-orders",
+        "nobody", "x", "acl-orders",
+        "writer", "w-secret", "acl-orders",
+    )  # fmt: skip
+    assert wrong["code"] == pb.UNAUTHORIZED, wrong
+    assert "signature mismatch for user 'writer'" in wrong["message"]
     assert unknown["code"] == pb.UNAUTHORIZED, unknown
     assert "'nobody' does not exist" in unknown["message"]
-    right = client(cluster, "signed_send", "writer", "w-secret", "acl-orders")
     assert right["code"] == pb.OK, right
 
 
 def test_a_deny_beats_the_allow_that_covers_it(cluster: LocalCluster) -> None:
-    denied = client(cluster, "send", "mixed", "m-secret", "acl-orders")
+    denied, allowed = client(
+        cluster, "sends", "mixed", "m-secret", "acl-orders", "mixed", "m-secret", "acl-other"
+    )
     assert denied["code"] == pb.FORBIDDEN, denied
     assert "denied by the policy entry for Topic:acl-orders" in denied["message"]
-    allowed = client(cluster, "send", "mixed", "m-secret", "acl-other")
     assert allowed["sent"], allowed
 
 
@@ -234,9 +244,12 @@ def test_classic_clients_sign_on_the_remoting_port(cluster: LocalCluster) -> Non
 def test_enforcement_goes_on_with_the_nameserver_down(cluster: LocalCluster) -> None:
     assert cluster.nameserver is not None
     cluster.nameserver.kill()
-    sent = client(cluster, "send", "writer", "w-secret", "acl-orders")
-    assert sent["sent"], sent
-    refused = client(cluster, "signed_send", "writer", "not-the-secret", "acl-orders")
+    sent, refused, forbidden = client(
+        cluster, "signed_sends",
+        "writer", "w-secret", "acl-orders",
+        "writer", "not-the-secret", "acl-orders",
+        "reader", "r-secret", "acl-orders",
+    )  # fmt: skip
+    assert sent["code"] == pb.OK, sent
     assert refused["code"] == pb.UNAUTHORIZED, refused
-    forbidden = client(cluster, "signed_send", "reader", "r-secret", "acl-orders")
     assert forbidden["code"] == pb.FORBIDDEN, forbidden
