@@ -59,6 +59,11 @@ from protocol.acl_wire import tables_of
 log = logging.getLogger("broker.server")
 
 
+ACL_FIRST_READ_S = 10.0
+"""How long a starting broker with --acl tries to read the ACL tables before serving."""
+ACL_RETRY_S = 0.2
+
+
 class ConfigRefused(ValueError):
     """The configuration cannot describe a working broker (the message says why)."""
 
@@ -216,10 +221,18 @@ async def _acl_guard(
         return tables_of(response)
 
     cache = AclCache(fetch, config.acl_refresh_ms)
-    try:
-        await cache.refresh()
-    except BrokerError as error:
-        log.warning("ACL tables not read yet", extra={"error": error.message})
+    # The nameserver may still be starting (rip5 dev starts every child at once): try
+    # for a while before serving, then serve anyway (calls wait for the refresh task).
+    deadline = asyncio.get_running_loop().time() + ACL_FIRST_READ_S
+    while True:
+        try:
+            await cache.refresh()
+            break
+        except BrokerError as error:
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("ACL tables not read yet", extra={"error": error.message})
+                break
+        await asyncio.sleep(ACL_RETRY_S)
     tasks.append(asyncio.create_task(cache.run(), name="broker-acl-refresh"))
     return AclGuard(cache, skew_ms=config.acl_skew_ms)
 
