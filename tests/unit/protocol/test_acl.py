@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol import errors
 from protocol.acl import (
@@ -30,13 +32,17 @@ from protocol.acl import (
     parse_user_type,
 )
 from protocol.acl_signature import (
+    CLASSIC_ACCESS_KEY,
+    CLASSIC_SIGNATURE,
     DATE_TIME_HEADER,
     authorization,
+    classic_signature,
     date_time_ms,
     format_date_time,
     parse_authorization,
     sign,
     verify,
+    verify_classic,
 )
 
 ALICE = User("alice", "s3cret")
@@ -211,3 +217,44 @@ def test_a_wrong_secret_a_stale_date_or_a_malformed_header_is_unauthenticated() 
         with pytest.raises(Unauthenticated, match=words) as raised:
             call()
         assert raised.value.code is errors.UNAUTHENTICATED
+
+
+# -- what a client or operator may send: parsed or refused, nothing else -----------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=120))
+def test_any_authorization_header_parses_or_is_unauthenticated(header: str) -> None:
+    try:
+        credential = parse_authorization(header)
+    except Unauthenticated:
+        return
+    assert credential.access_key
+    with pytest.raises(Unauthenticated):
+        verify(credential, "secret", "not a date", NOW_MS, SKEW_MS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_any_resource_text_parses_to_what_it_prints_or_is_refused(text: str) -> None:
+    try:
+        resource = parse_resource(text)
+    except InvalidAcl:
+        return
+    assert parse_resource(resource.text) == resource
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=6),
+    st.binary(max_size=64),
+    st.text(min_size=1, max_size=16),
+)
+def test_a_classic_signature_verifies_only_its_own_fields_and_body(
+    fields: dict[str, str], body: bytes, secret: str
+) -> None:
+    signed = {**fields, CLASSIC_ACCESS_KEY: "alice"}
+    signed[CLASSIC_SIGNATURE] = classic_signature(signed, body, secret)
+    verify_classic(signed, body, secret)
+    with pytest.raises(Unauthenticated):
+        verify_classic(signed, body + b"x", secret)

@@ -23,6 +23,7 @@ from nameserver.records import RetryPolicy, StorageLoad, TopicRoute
 from nameserver.state import MetadataState
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
+from protocol.acl import Action, Decision, PolicyEntry, User, UserType, parse_resource
 from protocol.records import MessageRecord
 from protocol.vocabulary import MessageType, Permission
 from storage_node.partition import commands as partition
@@ -130,6 +131,21 @@ NAMESERVER_COMMANDS: list[tuple[str, ns_commands.Command]] = [
     ("release-lease", ns_commands.ReleaseLease("l", "b1")),
     ("remove-broker", ns_commands.RemoveBroker("b1")),
     ("remove-storage-node", ns_commands.RemoveStorageNode(4)),
+    ("create-user", ns_commands.CreateUser(User("alice", "s3cret", UserType.SUPER))),
+    ("update-user", ns_commands.UpdateUser("alice", None, UserType.NORMAL)),
+    ("delete-user", ns_commands.DeleteUser("alice")),
+    (
+        "put-acl",
+        ns_commands.PutAcl(
+            "alice",
+            (
+                PolicyEntry(parse_resource("Topic:ord*"), (Action.PUB, Action.SUB)),
+                PolicyEntry(parse_resource("*"), (Action.ALL,), Decision.DENY, ("10.0.0.0/8",)),
+            ),
+            create=True,
+        ),
+    ),
+    ("delete-acl", ns_commands.DeleteAcl("alice", (parse_resource("Group:g"),))),
 ]
 
 
@@ -250,6 +266,13 @@ GOLDEN_HEX: dict[str, str] = {
     "nameserver/release-lease": "920f92a16ca26231",
     "nameserver/remove-broker": "921091a26231",
     "nameserver/remove-storage-node": "92119104",
+    "nameserver/create-user": "92129193a5616c696365a673336372657401",
+    "nameserver/update-user": "921393a5616c696365c002",
+    "nameserver/delete-user": "921491a5616c696365",
+    "nameserver/put-acl": (
+        "921593a5616c6963659294930303a36f7264920203019094930101a091010291aa31302e302e302e302f38c3"
+    ),
+    "nameserver/delete-acl": "921692a5616c69636591930402a167",
     "nameserver/route": (
         "9396a174a263310802ce0036ee80029895000500c0939301ad31302e302e302e313a37373030c393"
         "02ad31302e302e302e333a37373030c39303ad31302e302e302e343a37373030c395010300c09393"
@@ -286,6 +309,11 @@ GOLDEN_HEX: dict[str, str] = {
         "04a263319301020300009090940a06a1359705a263319301020300009090940a06a1369706a26331"
         "9301020300009090940a06a1379707a263319301020300009090940a06a1389708a2633193010203"
         "00009090940b06a1319701a263319301020302079090940c07a16c94a16ca26231690c"
+    ),
+    # A snapshot with ACL users and policies: their tables as a fourth item.
+    "nameserver/snapshot-acl": (
+        "94019a0000019090909090909090929193a5616c696365a6733363726574019192a5616c6963659294"
+        "930303a36f7264920203019094930101a091010291aa31302e302e302e302f38"
     ),
     "angelia/append-request-messages": (
         "94a66f726465727303919ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d"
@@ -328,6 +356,14 @@ GOLDEN_HEX: dict[str, str] = {
 }
 
 
+def _acl_state() -> MetadataState:
+    """A state with users and a policy (their snapshot tail)."""
+    state = MetadataState()
+    for name in ("create-user", "put-acl"):
+        state.apply(dict(NAMESERVER_COMMANDS)[name])
+    return state
+
+
 def _cases() -> list[tuple[str, Callable[[], bytes], Callable[[bytes], Any], object]]:
     cases: list[tuple[str, Callable[[], bytes], Callable[[bytes], Any], object]] = []
     for name, command in PARTITION_COMMANDS:
@@ -351,6 +387,14 @@ def _cases() -> list[tuple[str, Callable[[], bytes], Callable[[bytes], Any], obj
         (
             "nameserver/snapshot",
             lambda: _metadata_state().snapshot(),
+            lambda data: MetadataState.restore(data).snapshot(),
+            None,
+        )
+    )
+    cases.append(
+        (
+            "nameserver/snapshot-acl",
+            lambda: _acl_state().snapshot(),
             lambda data: MetadataState.restore(data).snapshot(),
             None,
         )
