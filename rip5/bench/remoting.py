@@ -43,8 +43,8 @@ from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.frames import FrameDecoder, RemotingCommand, encode
 from rip5 import dev_cluster, shell
 from rip5.admin import MESSAGE_TYPES
-from rip5.bench import harness
-from rip5.bench.e2e import METRICS, Generator, PhaseResult
+from rip5.bench import harness, publish_load
+from rip5.bench.e2e import Generator, PhaseResult
 
 TOPIC = "bench-remoting"
 QUEUES = 16
@@ -263,32 +263,10 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the options and run the benchmark."""
-    parser = argparse.ArgumentParser(prog="rip5 bench remoting", description=__doc__)
-    parser.add_argument("--runs", type=int, default=3, help="runs of both protocols")
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured window per case")
-    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per case")
-    parser.add_argument("--in-flight", type=int, default=64, help="concurrent sends")
-    parser.add_argument("--batch", type=int, default=32, help="messages per send")
-    parser.add_argument("--message-bytes", type=int, default=1024, help="body size")
-    parser.add_argument("--channels", type=int, default=4, help="connections per protocol")
-    parser.add_argument("--queues", type=int, default=QUEUES, help="queues of the topic")
-    parser.add_argument("--topic", default=TOPIC, help="the NORMAL topic (created)")
-    harness.add_arguments(parser)
-    args = parser.parse_args(argv)
-    for name in ("runs", "in_flight", "batch", "message_bytes", "channels", "queues"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.seconds <= 0 or args.warmup < 0:
-        parser.error("--seconds must be positive and --warmup not negative")
-    params = {k: v for k, v in vars(args).items() if k not in ("json", "no_progress")}
-    report = harness.BenchReport(
-        "remoting",
-        list(argv or []),
-        METRICS,
-        params=params,
-        json_path=args.json,
-        show_progress=not args.no_progress,
+    parser = publish_load.parser_of(
+        "remoting", description=__doc__, runs=3, topic=TOPIC, queues=QUEUES
     )
+    args, report = publish_load.report_of("remoting", parser, argv)
     report.note(
         "dev cluster: 1 nameserver, 3 storage nodes (every group on all three, fsync on), "
         f"1 broker; {args.message_bytes} B messages, {args.batch} per send, {args.in_flight} "
