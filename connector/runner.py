@@ -45,7 +45,7 @@ from typing import IO, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from connector.client import ClusterClient, ConnectorCallError
+from connector.client import ClusterClient, ConnectorCallError, Pulled
 from connector.config import ConnectorConfig
 from connector.copies import (
     SOURCE_CLUSTER,
@@ -372,48 +372,76 @@ class RuleCopier:
             delay = min(delay * 2, RETRY_DELAY_MAX_S)
 
     async def _copy_queue(self, queue: int) -> None:
-        rule, name = self.rule, self.rule.name
+        rule = self.rule
         offset = self.positions[queue]
         found = self._found.pop(queue, {})
         lag_checked = 0.0
-        while True:
-            pulled = await self._retrying(
-                "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
+        # The checkpoint of a batch overlaps the pull of the next one; it is done before
+        # that one is sent (and its pending line written), so a queue's checkpoint is
+        # always at the batch in flight, as the resend check at start expects.
+        checkpoint: asyncio.Task[None] | None = None
+        try:
+            while True:
+                pulled = await self._retrying(
+                    "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
+                )
+                if checkpoint is not None:
+                    await checkpoint
+                    checkpoint = None
+                offset, lag_checked = await self._copy_pulled(
+                    queue, offset, pulled, found, lag_checked
+                )
+                if self.positions[queue] != offset:
+                    self.positions[queue] = offset
+                    checkpoint = asyncio.create_task(
+                        self._retrying(
+                            "commit", self.source.commit, rule.group, rule.topic, queue, offset
+                        )
+                    )
+        finally:
+            if checkpoint is not None:
+                checkpoint.cancel()
+
+    async def _copy_pulled(
+        self,
+        queue: int,
+        offset: int,
+        pulled: Pulled,
+        found: dict[int, tuple[int, int]],
+        lag_checked: float,
+    ) -> tuple[int, float]:
+        """Copy what one pull at ``offset`` found; where the queue goes on, and when its
+        lag was last read."""
+        rule, name = self.rule, self.rule.name
+        if pulled.status == "ILLEGAL_OFFSET":
+            self.metrics.errors.labels(name).inc()
+            log.warning(
+                "position outside the source queue; moving to its edge",
+                extra={"rule": name, "queue": queue, "error": pulled.detail},
             )
-            if pulled.status == "ILLEGAL_OFFSET":
-                self.metrics.errors.labels(name).inc()
-                log.warning(
-                    "position outside the source queue; moving to its edge",
-                    extra={"rule": name, "queue": queue, "error": pulled.detail},
-                )
-            if pulled.messages:
-                copies = [
-                    copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
-                    for m in pulled.messages
-                ]
-                placed = await self._send_new(queue, offset, pulled.messages, copies, found)
-                self._mark(queue, pulled.messages, placed)
-                now_ms = time.time_ns() // 1_000_000
-                last = pulled.messages[-1].system_properties.store_timestamp
-                self.metrics.messages.labels(name).inc(len(copies))
-                self.metrics.bytes.labels(name).inc(sum(len(m.body) for m in pulled.messages))
-                self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
-                self.metrics.last_sync.labels(name).set(now_ms)
-            elif pulled.status == "MESSAGE_NOT_FOUND":
-                self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
-            if pulled.next_offset != offset:
-                next_offset = pulled.next_offset
-                await self._retrying(
-                    "commit", self.source.commit, rule.group, rule.topic, queue, next_offset
-                )
-                offset = next_offset
-                self.positions[queue] = offset
-            if time.monotonic() - lag_checked >= LAG_REFRESH_S:
-                lag_checked = time.monotonic()
-                with contextlib.suppress(ConnectorCallError):
-                    end = await self.source.bound(rule.topic, queue, end=True)
-                    self._lags[queue] = max(0, end - offset)
-                    self.metrics.lag.labels(name).set(sum(self._lags.values()))
+        if pulled.messages:
+            copies = [
+                copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
+                for m in pulled.messages
+            ]
+            placed = await self._send_new(queue, offset, pulled.messages, copies, found)
+            self._mark(queue, pulled.messages, placed)
+            now_ms = time.time_ns() // 1_000_000
+            last = pulled.messages[-1].system_properties.store_timestamp
+            self.metrics.messages.labels(name).inc(len(copies))
+            self.metrics.bytes.labels(name).inc(sum(len(m.body) for m in pulled.messages))
+            self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
+            self.metrics.last_sync.labels(name).set(now_ms)
+        elif pulled.status == "MESSAGE_NOT_FOUND":
+            self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
+        offset = pulled.next_offset
+        if time.monotonic() - lag_checked >= LAG_REFRESH_S:
+            lag_checked = time.monotonic()
+            with contextlib.suppress(ConnectorCallError):
+                end = await self.source.bound(rule.topic, queue, end=True)
+                self._lags[queue] = max(0, end - offset)
+                self.metrics.lag.labels(name).set(sum(self._lags.values()))
+        return offset, lag_checked
 
     async def _send_new(
         self,
