@@ -295,6 +295,17 @@ def check_request(
     )
 
 
+def consumer_ids_changed(group: str, opaque: int) -> RemotingCommand:
+    """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a consumer of ``group``: the group's
+    consumers changed, so rebalance now rather than at the next periodic rebalance."""
+    return RemotingCommand(
+        code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+        opaque=opaque,
+        flag=FLAG_ONEWAY,
+        ext_fields={"consumerGroup": group},
+    )
+
+
 def pulled_body(pulled: Sequence[PulledMessage], store_address: str) -> bytes:
     """A pull answer's body: one MessageExt record per message, in offset order. The
     physical offset is the queue id and offset, as in the offset message ids."""

@@ -46,7 +46,7 @@ from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
-from broker.remoting.producers import RemotingProducers
+from broker.remoting.producers import RemotingProducers, Write
 from broker.remoting.status import code_of, remark_of, unsupported_remark
 from broker.services.base import Clock, Coordination, MessageStore
 from protocol import errors as codes
@@ -176,6 +176,9 @@ class RemotingService:
         self._pulls = pulls
         self._coordination = coordination
         self._new_id = MessageIds()
+        # Open connections: how to send a command of the broker's own on each.
+        self._writers: dict[int, Write] = {}
+        self._opaques = itertools.count(1)
         # Half messages sent through this broker, oldest first (see end_transaction).
         self._halves: dict[str, QueueRef] = {}
         # The ordinary topics each group pulled through this broker, most recent group
@@ -320,22 +323,53 @@ class RemotingService:
 
     # -- clients ----------------------------------------------------------------------
 
+    def connected(self, connection_id: int, write: Write) -> None:
+        """A connection opened; ``write`` sends a command of the broker's own on it."""
+        self._writers[connection_id] = write
+        self.producers.connected(connection_id, write)
+
+    def closed(self, connection_id: int) -> None:
+        """A connection closed: its clients are gone; their groups' other consumers are
+        told to rebalance."""
+        self._writers.pop(connection_id, None)
+        self.producers.closed(connection_id)
+        for group in sorted(self.clients.connection_closed(connection_id)):
+            self._consumers_changed(group)
+
+    def _consumers_changed(self, group: str, but: str = "") -> None:
+        """Tell ``group``'s consumers here (but client ``but``) that its consumers
+        changed (NOTIFY_CONSUMER_IDS_CHANGED, as a RocketMQ broker does): they rebalance
+        at once, so a joining consumer's queues are given up within moments, not at
+        the next periodic rebalance (20 s), and no queue is consumed twice meanwhile."""
+        for connection_id in self.clients.consumer_connections(group, but=but):
+            write = self._writers.get(connection_id)
+            if write is not None:
+                write(convert.consumer_ids_changed(group, next(self._opaques)))
+
     async def heartbeat(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        """HEART_BEAT: remember the client and its groups on this connection."""
+        """HEART_BEAT: remember the client and its groups on this connection; the other
+        consumers of a group it joins are told to rebalance."""
         beat = bodies.parse_heartbeat(request.body)
         for producer_group in beat.producer_groups:
             validation.check_group(producer_group)
         for consumer in beat.consumers:
             validation.check_group(consumer.group)
+        known = self.clients.consumer_groups_of(beat.client_id)
         self.clients.heartbeat(connection.connection_id, beat, self._clock.now_ms())
+        for group in sorted({consumer.group for consumer in beat.consumers} - known):
+            self._consumers_changed(group, but=beat.client_id)
         return request.reply(ResponseCode.SUCCESS)
 
     async def unregister_client(
         self, request: RemotingCommand, connection: Connection
     ) -> RemotingCommand:
-        """UNREGISTER_CLIENT: the client leaves its producer and/or consumer group."""
+        """UNREGISTER_CLIENT: the client leaves its producer and/or consumer group (the
+        group's other consumers are told to rebalance)."""
         header = headers.unregister_client_header(request.ext_fields)
+        left = header.consumer_group in self.clients.consumer_groups_of(header.client_id)
         self.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
+        if left and header.consumer_group:
+            self._consumers_changed(header.consumer_group)
         return request.reply(ResponseCode.SUCCESS)
 
     async def consumer_list(

@@ -9,6 +9,7 @@ PULL_NOT_FOUND at the group's committed offset, their commits are not stored.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -124,3 +125,35 @@ async def test_a_broker_serves_consumers_only_its_share_of_the_queues(
     assert found.code == ResponseCode.QUERY_NOT_FOUND
     found = await client.call(RequestCode.QUERY_MESSAGE, _query("k0"))
     assert len(messages.parse_message_exts(found.body)) == 3
+
+
+def _beat(client_id: str) -> bytes:
+    consumer = {"groupName": "cg", "consumeType": 1, "messageModel": 1,
+                "subscriptionDataSet": [{"topic": "orders", "subString": "*"}]}  # fmt: skip
+    return json.dumps({"clientID": client_id, "consumerDataSet": [consumer]}).encode()
+
+
+async def test_a_groups_consumers_are_told_when_a_consumer_joins_or_leaves(
+    broker: Broker, client: WireClient
+) -> None:
+    """NOTIFY_CONSUMER_IDS_CHANGED (oneway, to the group's other consumers): on a join,
+    on UNREGISTER_CLIENT and when a consumer's connection closes."""
+    assert (await client.call(RequestCode.HEART_BEAT, {}, _beat("first"))).code == 0
+    # Its own heartbeat again changes nothing: no notice.
+    assert (await client.call(RequestCode.HEART_BEAT, {}, _beat("first"))).code == 0
+    other = await WireClient.connect(broker.port)
+    assert (await other.call(RequestCode.HEART_BEAT, {}, _beat("second"))).code == 0
+    notice = await client.read()
+    assert (notice.code, notice.is_oneway, notice.is_response) == (
+        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, True, False,
+    )  # fmt: skip
+    assert notice.ext_fields == {"consumerGroup": "cg"}
+    leave = {"clientID": "second", "consumerGroup": "cg"}
+    assert (await other.call(RequestCode.UNREGISTER_CLIENT, leave)).code == 0
+    assert (await client.read()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+    assert (await other.call(RequestCode.HEART_BEAT, {}, _beat("second"))).code == 0
+    assert (await client.read()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+    await other.close()
+    assert (await client.read()).ext_fields == {"consumerGroup": "cg"}
+    listed = await client.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cg"})
+    assert json.loads(listed.body) == {"consumerIdList": ["first"]}
