@@ -17,9 +17,11 @@ from connector.plan import (
     plan_reload,
     resend_unsafe,
     target_queue,
+    target_type,
     translate,
 )
 from protocol.routing import group_queue_index
+from protocol.vocabulary import MessageType
 
 GOOD = """\
 [clusters.east]
@@ -208,3 +210,10 @@ def test_create_takes_the_target_clusters_nameservers() -> None:
     assert rules.clusters["west"].nameservers == ()
     assert rules.clusters["west"].storage_cluster == "DefaultCluster"
     assert (rules.rule("audit").create, rules.rule("orders").create) == (True, False)
+
+
+def test_a_created_target_topic_takes_the_sources_kind_of_messages() -> None:
+    assert target_type(frozenset({MessageType.FIFO})) is MessageType.FIFO
+    assert target_type(frozenset({MessageType.DELAY, MessageType.NORMAL})) is MessageType.DELAY
+    assert target_type(frozenset({MessageType.TRANSACTION})) is MessageType.NORMAL
+    assert target_type(frozenset()) is MessageType.NORMAL
