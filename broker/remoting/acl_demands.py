@@ -2,8 +2,9 @@
 
 As ``broker/grpc/acl_demands.py`` for the same operations: sends, transaction
 ends Pub on the topic; pulls, offsets, send-backs, consumer lists and queue
-locks Sub on the topic and/or the group; a group's retry or dead-letter topic
-counts as its group. Route and cluster lookups, heartbeats and unregistering
+locks Sub on the topic and/or the group; message queries (QUERY_MESSAGE,
+VIEW_MESSAGE_BY_ID) Sub or Get on the topic; a group's retry or dead-letter
+topic counts as its group. Route and cluster lookups, heartbeats and unregistering
 need only authentication (clients look routes up for topics they never use,
 such as TBW102). A request code not listed demands All on the cluster
 resource named after it.
@@ -70,6 +71,12 @@ def demand_of(request: RemotingCommand) -> Demand | None:
         if header.origin_topic:
             resources.insert(0, topic_resource(header.origin_topic))
         return Demand((Action.SUB,), tuple(resources))
+    if code == RequestCode.QUERY_MESSAGE:
+        topic = headers.query_message_header(fields).topic
+        return Demand((Action.SUB, Action.GET), (topic_resource(topic),))
+    if code == RequestCode.VIEW_MESSAGE_BY_ID:
+        viewed = headers.view_message_header(fields).topic
+        return Demand((Action.SUB, Action.GET), (topic_resource(viewed),)) if viewed else None
     if code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
         return Demand((Action.SUB,), ((GROUP, bodies.parse_queue_locks(request.body).group),))
     return Demand((Action.ALL,), ((ResourceType.CLUSTER, f"remoting request {code}"),))
