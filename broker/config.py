@@ -132,6 +132,14 @@ class BrokerConfig(RpcOptions):
             "max": 3_600_000,
         },
     )
+    acl_inner_user_file: str = field(
+        default="",
+        metadata={
+            "help": "ACL 2.0: a file holding NAME:SECRET of the user this broker signs its "
+            "own nameserver writes as (auto-created topics and groups, retry and dead-letter "
+            "topics); a super user, or one allowed Create on them"
+        },
+    )
     acl_skew_ms: int = field(
         default=15 * 60 * 1000,
         metadata={

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,8 +54,8 @@ from broker.services.nameserver import ClusterMetadata, NameserverLink, run_hear
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
 from broker.services.storage import StorageStore
 from protocol import nameserver_api as ns
-from protocol.acl import AclTables
-from protocol.acl_wire import tables_of
+from protocol.acl import AclTables, InvalidAcl, parse_credentials_line
+from protocol.acl_wire import signed_by, tables_of
 
 log = logging.getLogger("broker.server")
 
@@ -93,6 +94,7 @@ async def serve(
         cluster=config.cluster,
         auto_create=config.auto_create,
         route_stale_max_ms=config.route_stale_max_ms,
+        signer=inner_signer(config.acl_inner_user_file),
     )
     store = StorageStore(metadata, peers, seeds=addresses(config.storage))
     clock = SystemClock()
@@ -202,6 +204,19 @@ async def serve(
             await endpoint.stop(1.0)
         await peer_server.stop()
         await peers.close()
+
+
+def inner_signer(path: str) -> Callable[[], ns.SignedBy]:
+    """What signs this broker's own nameserver writes: the user in ``path`` (one line
+    NAME:SECRET), or nothing without a path; :class:`ConfigRefused` naming a bad file."""
+    if not path:
+        return ns.SignedBy
+    try:
+        user = parse_credentials_line(Path(path).read_text())
+    except (OSError, InvalidAcl) as error:
+        raise ConfigRefused(f"--acl-inner-user-file {path}: {error}") from None
+
+    return lambda: signed_by(user.name, user.secret, int(time.time() * 1000))
 
 
 async def _acl_guard(

@@ -27,7 +27,7 @@ from nameserver.service import (
     NameserverImpl,
     run_leader_duties,
 )
-from protocol.acl import InvalidAcl, User, UserType, check_user
+from protocol.acl import InvalidAcl, User, UserType, parse_credentials_line
 from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
@@ -60,17 +60,9 @@ def super_user_of(path: str) -> User | None:
     if not path:
         return None
     try:
-        name, colon, secret = Path(path).read_text().strip().partition(":")
-    except OSError as error:
+        return parse_credentials_line(Path(path).read_text(), UserType.SUPER)
+    except (OSError, InvalidAcl) as error:
         raise ConfigRefused(f"--acl-super-user-file {path}: {error}") from None
-    user = User(name, secret, UserType.SUPER)
-    try:
-        if not colon:
-            raise InvalidAcl("the file holds one line NAME:SECRET")
-        check_user(user)
-    except InvalidAcl as error:
-        raise ConfigRefused(f"--acl-super-user-file {path}: {error}") from None
-    return user
 
 
 async def serve(

@@ -65,7 +65,7 @@ from nameserver.moves import (
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
-from protocol.acl import Forbidden, Unauthenticated, User, UserType
+from protocol.acl import Action, Forbidden, ResourceType, Unauthenticated, User, UserType
 from protocol.acl_signature import DATE_TIME_HEADER, SKEW_MS_DEFAULT, Credential, verify
 from protocol.acl_wire import acl_of, tables_response, user_of, user_type_of
 from protocol.vocabulary import MessageType, Permission
@@ -224,6 +224,7 @@ class NameserverImpl:
         self, request: api.CreateTopicRequest, context: CallContext
     ) -> api.TopicResponse:
         """Create a topic."""
+        self._authenticate_admin(request.signed, Action.CREATE, (ResourceType.TOPIC, request.name))
         applied = await self.propose(
             c.CreateTopic(
                 request.name,
@@ -241,6 +242,7 @@ class NameserverImpl:
         self, request: api.UpdateTopicRequest, context: CallContext
     ) -> api.TopicResponse:
         """Change a topic."""
+        self._authenticate_admin(request.signed, Action.UPDATE, (ResourceType.TOPIC, request.name))
         applied = await self.propose(
             c.UpdateTopic(
                 request.name,
@@ -261,6 +263,7 @@ class NameserverImpl:
         self, request: api.NameRequest, context: CallContext
     ) -> api.RevisionResponse:
         """Delete a topic."""
+        self._authenticate_admin(request.signed, Action.DELETE, (ResourceType.TOPIC, request.name))
         applied = await self.propose(c.DeleteTopic(request.name))
         return api.RevisionResponse(applied.revision)
 
@@ -283,6 +286,7 @@ class NameserverImpl:
         self, request: api.CreateConsumerGroupRequest, context: CallContext
     ) -> api.ConsumerGroupResponse:
         """Create a consumer group."""
+        self._authenticate_admin(request.signed, Action.CREATE, (ResourceType.GROUP, request.name))
         retry = r.RETRY_DEFAULT if request.retry is None else retry_policy(request.retry)
         applied = await self.propose(
             c.CreateConsumerGroup(
@@ -296,6 +300,7 @@ class NameserverImpl:
         self, request: api.UpdateConsumerGroupRequest, context: CallContext
     ) -> api.ConsumerGroupResponse:
         """Change a consumer group."""
+        self._authenticate_admin(request.signed, Action.UPDATE, (ResourceType.GROUP, request.name))
         retry = None if request.retry is None else retry_policy(request.retry)
         applied = await self.propose(
             c.UpdateConsumerGroup(request.name, request.fifo, request.max_delivery_attempts, retry)
@@ -307,6 +312,7 @@ class NameserverImpl:
         self, request: api.NameRequest, context: CallContext
     ) -> api.RevisionResponse:
         """Delete a consumer group."""
+        self._authenticate_admin(request.signed, Action.DELETE, (ResourceType.GROUP, request.name))
         applied = await self.propose(c.DeleteConsumerGroup(request.name))
         return api.RevisionResponse(applied.revision)
 
@@ -327,10 +333,19 @@ class NameserverImpl:
         return api.ConsumerGroupListResponse(list(map(consumer_group_info, groups)), state.revision)
 
     # -- access control (ACL 2.0) ---------------------------------------------------------
-    # Writes are authenticated once any user exists: the request must be signed by a
-    # super user (``protocol.acl_signature``), within the signature's skew of our clock.
+    # Writes are authenticated once any user exists (``protocol.acl_signature``, within
+    # the signature's skew of our clock): users and policies by a super user, topics
+    # and consumer groups by a user allowed Create, Update or Delete on them (brokers
+    # that auto-create sign as their --acl-inner-user-file's user).
 
-    def _authenticate_admin(self, signed: api.SignedBy) -> None:
+    def _authenticate_admin(
+        self,
+        signed: api.SignedBy,
+        action: Action | None = None,
+        resource: tuple[ResourceType, str] | None = None,
+    ) -> None:
+        """Once any user exists, refuse a write not signed by a super user, or (given
+        ``action`` and ``resource``) by a user whose policy allows it."""
         tables = self.machine.state.acl_tables()
         if not tables.users:
             return  # no user yet: the cluster is open (ACL off); the first may be created
@@ -341,7 +356,9 @@ class NameserverImpl:
             raise Unauthenticated(f"user {signed.access_key!r} does not exist")
         credential = Credential(signed.access_key, (DATE_TIME_HEADER,), signed.signature)
         verify(credential, user.secret, signed.date_time, self.clock(), SKEW_MS_DEFAULT)
-        if user.user_type is not UserType.SUPER:
+        if resource is not None and action is not None:
+            tables.check(user, (resource,), action)
+        elif user.user_type is not UserType.SUPER:
             raise Forbidden(
                 f"user {user.name!r} may not change users or policies: not a super user"
             )

@@ -311,6 +311,17 @@ def check_user(user: User) -> None:
         raise InvalidAcl(f"user {user.name!r}: a secret is 1 to 256 characters")
 
 
+def parse_credentials_line(text: str, user_type: UserType = UserType.NORMAL) -> User:
+    """The user of a credentials file's one line ``NAME:SECRET``; :class:`InvalidAcl`
+    naming what is wrong."""
+    name, colon, secret = text.strip().partition(":")
+    if not colon:
+        raise InvalidAcl("a credentials file holds one line NAME:SECRET")
+    user = User(name, secret, user_type)
+    check_user(user)
+    return user
+
+
 def check_acl(acl: Acl) -> None:
     """Refuse a policy without a subject or with an entry that covers no action."""
     if not acl.subject:

@@ -23,6 +23,13 @@ from protocol.acl import (
     parse_resource,
     parse_source_cidrs,
 )
+from protocol.acl_signature import format_date_time, sign
+
+
+def signed_by(access_key: str, secret: str, now_ms: int) -> api.SignedBy:
+    """The signature of a nameserver write sent at ``now_ms`` by ``access_key``."""
+    date_time = format_date_time(now_ms)
+    return api.SignedBy(access_key, date_time, sign(secret, date_time))
 
 
 def user_info(user: User) -> api.UserInfo:

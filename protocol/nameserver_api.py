@@ -179,10 +179,21 @@ class ChangeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SignedBy:
+    """Who sends a request, as the ``authorization`` header says it: the access key,
+    the ``x-mq-date-time`` it signed and the signature (all "": unsigned)."""
+
+    access_key: str = ""
+    date_time: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class NameRequest:
     """Names one topic, consumer group or cluster."""
 
     name: str
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +230,7 @@ class CreateTopicRequest:
     message_type: int = MESSAGE_TYPE_NORMAL
     retention_ms: int = 0
     permission: int = PERMISSION_READ_WRITE
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +242,7 @@ class UpdateTopicRequest:
     message_type: int | None = None
     retention_ms: int | None = None
     permission: int | None = None
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +277,7 @@ class CreateConsumerGroupRequest:
     fifo: bool = False
     max_delivery_attempts: int = 17
     retry: RetryInfo | None = None
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +288,7 @@ class UpdateConsumerGroupRequest:
     fifo: bool | None = None
     max_delivery_attempts: int | None = None
     retry: RetryInfo | None = None
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,16 +451,6 @@ class WatchBatchInfo:
 # decision). Brokers read them whole with ``acl_tables``; writes carry ``signed``, the
 # admin's signature, which the nameserver checks once any user exists (it must be a
 # super user's).
-
-
-@dataclass(frozen=True, slots=True)
-class SignedBy:
-    """Who sends a request, as the ``authorization`` header says it: the access key,
-    the ``x-mq-date-time`` it signed and the signature (all "": unsigned)."""
-
-    access_key: str = ""
-    date_time: str = ""
-    signature: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
@@ -30,6 +31,7 @@ from nameserver import names
 from nameserver.errors import NameserverError
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.acl_wire import signed_by
 from protocol.vocabulary import MessageType, Permission
 
 EXIT_REFUSED = 1
@@ -105,6 +107,15 @@ def rpc_config_from_environment() -> RpcConfig:
         ).rpc_config()
     except (ValueError, AngeliaError) as error:
         fail(f"RIP5_RPC_*: {error}", EXIT_USAGE)
+
+
+def signed_from_environment() -> api.SignedBy:
+    """The signature of a write, as the user ``RIP5_ACL_AK`` with secret ``RIP5_ACL_SK``
+    (unsigned without them: enough while the cluster has no ACL user)."""
+    access_key = os.environ.get("RIP5_ACL_AK", "")
+    if not access_key:
+        return api.SignedBy()
+    return signed_by(access_key, os.environ.get("RIP5_ACL_SK", ""), int(time.time() * 1000))
 
 
 console = Console(width=160)
@@ -198,7 +209,13 @@ def topic_create(
     """Create topic NAME."""
     check_name(names.validate_topic, name)
     request = api.CreateTopicRequest(
-        name, cluster, queues, MESSAGE_TYPES[message_type], retention_ms or 0, PERMISSIONS[perm]
+        name,
+        cluster,
+        queues,
+        MESSAGE_TYPES[message_type],
+        retention_ms or 0,
+        PERMISSIONS[perm],
+        signed_from_environment(),
     )
     response = run(nameserver, lambda ns: ns.create_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"created (revision {response.revision})"))
@@ -233,6 +250,7 @@ def topic_update(
         None if message_type is None else MESSAGE_TYPES[message_type],
         retention_ms,
         None if perm is None else PERMISSIONS[perm],
+        signed_from_environment(),
     )
     response = run(nameserver, lambda ns: ns.update_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"updated (revision {response.revision})"))
@@ -244,7 +262,7 @@ def topic_update(
 def topic_delete(name: str, nameserver: str) -> None:
     """Delete topic NAME."""
     check_name(names.validate_topic, name)
-    request = api.NameRequest(name)
+    request = api.NameRequest(name, signed_from_environment())
     response = run(nameserver, lambda ns: ns.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     click.echo(f"deleted topic {name} (revision {response.revision})")
 
@@ -292,7 +310,9 @@ def group() -> None:
 def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attempts: int) -> None:
     """Create consumer group NAME (RocketMQ's retry levels)."""
     check_name(names.validate_consumer_group, name)
-    request = api.CreateConsumerGroupRequest(name, cluster, fifo, max_attempts)
+    request = api.CreateConsumerGroupRequest(
+        name, cluster, fifo, max_attempts, signed=signed_from_environment()
+    )
     response = run(
         nameserver, lambda ns: ns.create_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
     )
@@ -305,7 +325,7 @@ def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attem
 def group_delete(name: str, nameserver: str) -> None:
     """Delete consumer group NAME."""
     check_name(names.validate_consumer_group, name)
-    request = api.NameRequest(name)
+    request = api.NameRequest(name, signed_from_environment())
     response = run(
         nameserver, lambda ns: ns.delete_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
     )

@@ -36,8 +36,8 @@ from protocol.acl import (
     parse_source_cidrs,
     parse_user_type,
 )
-from protocol.acl_signature import format_date_time, sign
 from protocol.acl_wire import entry_info, entry_of
+from protocol.acl_wire import signed_by as signed_at
 from rip5.admin import CALL_TIMEOUT_MS, EXIT_USAGE, _print, fail, nameserver_option, run
 
 T = TypeVar("T")
@@ -56,8 +56,7 @@ def signed_by(ak: str, sk: str) -> api.SignedBy:
         return api.SignedBy()
     if not sk:
         fail("--ak needs --sk (the user's secret)", EXIT_USAGE)
-    date_time = format_date_time(int(time.time() * 1000))
-    return api.SignedBy(ak, date_time, sign(sk, date_time))
+    return signed_at(ak, sk, int(time.time() * 1000))
 
 
 def _parsed(parse: Callable[[str], T], text: str) -> T:

@@ -124,7 +124,12 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
-                    *(("--acl",) if layout.acl_super_user_file else ()),
+                    # The brokers sign what they create (retry topics...) as the super user.
+                    *(
+                        ("--acl", "--acl-inner-user-file", layout.acl_super_user_file)
+                        if layout.acl_super_user_file
+                        else ()
+                    ),
                 ),
             )
         )

@@ -167,14 +167,19 @@ def ensure_resources(
     nameserver: str,
     topics: list[tuple[str, int, int]],
     groups: list[str],
+    signed: api.SignedBy | None = None,
 ) -> None:
     """Create ``topics`` ((name, queue count, message type)) and consumer ``groups``
-    through the nameserver; ones that exist already are left as they are."""
+    through the nameserver; ones that exist already are left as they are. ``signed``:
+    an ACL user's signature (a cluster with ACL on)."""
+    signature = signed or api.SignedBy()
     requests: list[api.CreateTopicRequest | api.CreateConsumerGroupRequest] = [
-        api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, message_type)
+        api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, message_type, signed=signature)
         for name, queues, message_type in topics
     ]
-    requests += [api.CreateConsumerGroupRequest(name, DEFAULT_CLUSTER) for name in groups]
+    requests += [
+        api.CreateConsumerGroupRequest(name, DEFAULT_CLUSTER, signed=signature) for name in groups
+    ]
 
     async def create_all() -> None:
         client = NameserverClient([nameserver])

@@ -70,6 +70,13 @@ def create_bench_user(
     return BENCH_USER, secret
 
 
+def signed(credentials: tuple[str, str] | None) -> api.SignedBy:
+    """The signature of a nameserver write made now with ``credentials`` (none without)."""
+    if credentials is None:
+        return api.SignedBy()
+    return signed_by(*credentials)
+
+
 def headers(credentials: tuple[str, str] | None) -> tuple[tuple[str, str], ...]:
     """The signature headers of a call made now with ``credentials`` (none without)."""
     if credentials is None:

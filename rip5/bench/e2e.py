@@ -722,6 +722,7 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         log_path = Path(root) / "dev.log"
         extra_args = ("--acl",) if args.acl else ()
         with dev_cluster.dev_cluster(log_path, extra_args=extra_args) as cluster:
+            super_user = acl.super_user_of_dev_log(log_path) if args.acl else None
             dev_cluster.ensure_resources(
                 cluster.nameserver,
                 [
@@ -729,11 +730,12 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
                     (args.idle_topic, args.queues, MESSAGE_TYPES["normal"]),
                 ],
                 [args.group],
+                acl.signed(super_user),
             )
-            if args.acl:
+            if super_user is not None:
                 credentials = acl.create_bench_user(
                     cluster.nameserver,
-                    acl.super_user_of_dev_log(log_path),
+                    super_user,
                     [args.topic, args.idle_topic],
                     args.group,
                 )

@@ -235,20 +235,24 @@ class LocalCluster:
         self,
         topics: dict[str, tuple[int, int]],
         groups: dict[str, tuple[bool, int]],
+        signed: api.SignedBy | None = None,
     ) -> None:
         """Create ``topics`` (name -> (queue count, message type)) and ``groups``
         (name -> (fifo, max delivery attempts)), retrying until the nameserver's
-        leader has created the cluster."""
+        leader has created the cluster; ``signed``: an ACL user's signature."""
+        signature = signed or api.SignedBy()
 
         async def run() -> None:
             client = NameserverClient(self.nameserver_addresses)
             try:
                 deadline = time.monotonic() + READY_TIMEOUT_S
                 for name, (queues, kind) in topics.items():
-                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind)
+                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind, signed=signature)
                     await _until(deadline, client, lambda s, r=request: s.create_topic(r))
                 for name, (fifo, attempts) in groups.items():
-                    group = api.CreateConsumerGroupRequest(name, CLUSTER, fifo, attempts)
+                    group = api.CreateConsumerGroupRequest(
+                        name, CLUSTER, fifo, attempts, signed=signature
+                    )
                     await _until(deadline, client, lambda s, r=group: s.create_consumer_group(r))
             finally:
                 await client.close()

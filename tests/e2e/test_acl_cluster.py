@@ -63,7 +63,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         root / "cluster",
         storage=1,
         groups=2,
-        broker_flags=("--acl", "--acl-refresh-ms", "200"),
+        broker_flags=(
+            "--acl",
+            "--acl-refresh-ms",
+            "200",
+            "--acl-inner-user-file",
+            str(super_file),
+        ),
         nameserver_flags=(
             "--acl-super-user-file",
             str(super_file),
@@ -76,6 +82,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.create(
             {"acl-orders": (2, NORMAL), "acl-other": (2, NORMAL)},
             {"acl-readers": (False, 3)},
+            signed_by(*SUPER),
         )
         # The first user through the CLI (its signing), the rest through the API.
         done = admin(local, "user", "create", "writer", "--secret", "w-secret")
@@ -158,17 +165,26 @@ def test_admin_changes_need_a_super_users_signature(cluster: LocalCluster) -> No
     assert "Topic:acl-orders" in listed.stdout
     assert "Deny" in listed.stdout
 
-    async def as_writer() -> None:
+    writer = signed_by("writer", "w-secret")
+
+    async def call(method: Callable[[NameserverService], Awaitable[object]]) -> None:
         nameserver = NameserverClient(cluster.nameserver_addresses)
-        request = api.UserRequest(api.UserInfo("eve", "x", 0), signed_by("writer", "w-secret"))
         try:
-            await nameserver.call(lambda ns: ns.create_user(request))
+            await nameserver.call(method)
         finally:
             await nameserver.close()
 
+    user = api.UserRequest(api.UserInfo("eve", "x", 0), writer)
     with pytest.raises(AngeliaError, match="not a super user") as refused:
-        asyncio.run(as_writer())
+        asyncio.run(call(lambda ns: ns.create_user(user)))
     assert refused.value.code is errors.PERMISSION_DENIED
+    # Topics and groups: a user needs Create (Update, Delete) on them; unsigned is refused.
+    topic = api.CreateTopicRequest("acl-new", "DefaultCluster", 1, signed=writer)
+    with pytest.raises(AngeliaError, match="'writer' may not Create on Topic:acl-new"):
+        asyncio.run(call(lambda ns: ns.create_topic(topic)))
+    unsigned_delete = admin(cluster, "topic", "delete", "acl-other", signed=False)
+    assert unsigned_delete.returncode == 1
+    assert "UNAUTHENTICATED" in unsigned_delete.stderr
 
 
 def test_allowed_pub_and_sub_work(cluster: LocalCluster) -> None:

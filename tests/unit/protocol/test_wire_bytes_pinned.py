@@ -347,8 +347,8 @@ GOLDEN_HEX: dict[str, str] = {
         "9191939ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a13111"
         "0004a168a0a00502"
     ),
-    "angelia/create-group-request": "95a167a26331c3059464cd03e8cb4000000000000000920102",
-    "angelia/update-topic-request": "95a174c002c004",
+    "angelia/create-group-request": ("96a167a26331c3059464cd03e8cb400000000000000092010293a0a0a0"),
+    "angelia/update-topic-request": "96a174c002c00493a0a0a0",
     "angelia/route-response": (
         "9396a174a263310101cd03e80691950001039301a3683a31c3919302a3683a32c209"
     ),
@@ -461,6 +461,9 @@ OLDER_HEX: dict[str, str] = {
     ),
     # ReceiveRequest before filter_kind (SQL92 filters).
     "angelia/receive-request": "9ca167a66f72646572730320cd753010a12ac2c2a000c3",
+    # Nameserver write requests before signed (an ACL admin's signature).
+    "angelia/create-group-request": "95a167a26331c3059464cd03e8cb4000000000000000920102",
+    "angelia/update-topic-request": "95a174c002c004",
     # CommitOffsetRequest before keep_leases (every commit was an operator's reset).
     "angelia/commit-offset-request": "94a167a66f72646572730364",
 }
