@@ -130,10 +130,13 @@ class RpcOptions:
 
     @property
     def rpc_flags(self) -> tuple[str, ...]:
-        """These options as command-line flags (for the children of ``rip5 dev``)."""
-        flags: tuple[str, ...] = (
-            "--rpc-transport", self.rpc_transport, "--rpc-codec", self.rpc_codec
-        )  # fmt: skip
+        """These options as command-line flags (for the children of ``rip5 dev``); the
+        defaults are left out."""
+        flags: tuple[str, ...] = ()
+        if self.rpc_transport != "tcp":
+            flags += ("--rpc-transport", self.rpc_transport)
+        if self.rpc_codec != "msgpack":
+            flags += ("--rpc-codec", self.rpc_codec)
         if self.rpc_tls_cert:
             flags += ("--rpc-tls-cert", self.rpc_tls_cert, "--rpc-tls-key", self.rpc_tls_key)
             flags += ("--rpc-tls-ca", self.rpc_tls_ca)

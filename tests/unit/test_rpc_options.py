@@ -39,6 +39,7 @@ def test_rip5_dev_gives_every_child_the_same_rpc_and_the_acl_flags(tmp_path: Pat
     assert "--acl" not in roles["storage-1"]
     plain = plan(DevLayout(tmp_path))
     assert not any("--acl" in spec.argv for spec in plain)
+    assert not any("--rpc-transport" in spec.argv for spec in plain)  # defaults left out
 
 
 def test_the_dev_super_user_is_made_once_and_read_by_the_nameserver(tmp_path: Path) -> None:
