@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from angelia_rpc import AngeliaError
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.ports import free_port
 from protocol import errors
 from protocol import nameserver_api as api
@@ -117,7 +118,10 @@ class LocalCluster:
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
         nameserver_flags: tuple[str, ...] = (),
+        rpc: RpcOptions | None = None,
     ) -> None:
+        """``rpc``: the internal RPC of every process (default: tcp, msgpack)."""
+        self.rpc = rpc or RpcOptions()
         self.root = root
         self.broker_flags = broker_flags
         self.nameserver_flags = nameserver_flags
@@ -143,6 +147,7 @@ class LocalCluster:
             "--log-level",
             self.log_level,
             *flags,
+            *self.rpc.rpc_flags,
         ]
 
     def _process(
@@ -243,7 +248,7 @@ class LocalCluster:
         signature = signed or api.SignedBy()
 
         async def run() -> None:
-            client = NameserverClient(self.nameserver_addresses)
+            client = NameserverClient(self.nameserver_addresses, self.rpc.rpc_config())
             try:
                 deadline = time.monotonic() + READY_TIMEOUT_S
                 for name, (queues, kind) in topics.items():

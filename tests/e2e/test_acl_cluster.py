@@ -22,6 +22,7 @@ import pytest
 
 from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.nameserver_client import NameserverClient
 from protocol import errors
 from protocol import nameserver_api as api
@@ -50,6 +51,8 @@ def admin(
         [sys.executable, "-m", "rip5", "admin", *args, "--nameserver",
          cluster.nameserver_address, *credentials],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "RIP5_RPC_TRANSPORT": cluster.rpc.rpc_transport,
+             "RIP5_RPC_CODEC": cluster.rpc.rpc_codec},
     )  # fmt: skip
 
 
@@ -76,6 +79,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "--replication-factor",
             "1",
         ),
+        # The internal RPC on http2 with the json codec (every process, and the admin CLI
+        # through RIP5_RPC_*): test_rpc_transports.py covers grpc, every other cluster tcp.
+        rpc=RpcOptions("http2", "json"),
     )
     try:
         local.start()
@@ -104,7 +110,7 @@ def _entry(resource: str, actions: str, decision: str = "Allow") -> api.PolicyEn
 async def _grant(cluster: LocalCluster) -> None:
     """The users and policies of the tests, signed by the super user."""
     signed = signed_by(*SUPER)
-    nameserver = NameserverClient(cluster.nameserver_addresses)
+    nameserver = NameserverClient(cluster.nameserver_addresses, cluster.rpc.rpc_config())
     calls: list[Callable[[NameserverService], Awaitable[object]]] = [
         *(
             lambda ns, name=name: ns.create_user(
@@ -168,7 +174,7 @@ def test_admin_changes_need_a_super_users_signature(cluster: LocalCluster) -> No
     writer = signed_by("writer", "w-secret")
 
     async def call(method: Callable[[NameserverService], Awaitable[object]]) -> None:
-        nameserver = NameserverClient(cluster.nameserver_addresses)
+        nameserver = NameserverClient(cluster.nameserver_addresses, cluster.rpc.rpc_config())
         try:
             await nameserver.call(method)
         finally:

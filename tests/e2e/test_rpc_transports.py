@@ -1,6 +1,7 @@
-"""Internal RPC chosen by configuration: a ``rip5 dev`` cluster on each transport other
-than the default tcp (and each codec other than the default msgpack, with mutual TLS
-between the processes on one) serves the official Python client.
+"""Internal RPC chosen by configuration: a ``rip5 dev`` cluster on grpc with the avro
+codec and mutual TLS between the processes serves the official Python client. (The
+default tcp with msgpack is every other e2e test's cluster; http2 with json is
+``test_acl_cluster.py``'s; tcp with TLS is in ``tests/contract/test_angelia_tls.py``.)
 
 Each case starts ``rip5 dev --rpc-transport T --rpc-codec C [--rpc-tls-*]`` with
 one storage node, sends one message and receives it (topic and group created
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize(
     ("transport", "codec", "tls"),
     # tcp with msgpack is every other e2e test's cluster (and tcp with TLS is checked
-    # in tests/contract/test_angelia_tls.py): the other transports and codecs here.
-    [("grpc", "avro", True), ("http2", "json", False)],
+    # in tests/contract/test_angelia_tls.py); http2 with json is test_acl_cluster.py's.
+    [("grpc", "avro", True)],
 )
 def test_the_official_client_round_trips_over_each_internal_transport(
     tmp_path: Path, transport: str, codec: str, tls: bool
