@@ -44,6 +44,7 @@ BENCH_TARGETS = {
     "timer": "[Broker-txn-delay]",
     "sql_filter": "[Consumers]",
     "spark": "[Spark]",
+    "placement": "[Scale]",
 }
 
 
@@ -355,10 +356,12 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter or spark.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark or
+    placement.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``placement`` is a seeded simulation instead: it prints its tables.
     ``rip5 bench TARGET --help`` lists a target's options.
     """
     # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.
