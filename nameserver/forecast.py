@@ -26,6 +26,7 @@ PURE: steps come in as arguments.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -84,7 +85,7 @@ class LoadForecaster:
         self.params = params
         self.level = 0.0
         self.trend = 0.0
-        self.seasonal = [0.0] * params.season_steps
+        self.seasonal = array("d", bytes(8 * params.season_steps))  # 8 bytes a slot
         self._last_step: int | None = None
         self._first_step: int | None = None
         # The samples of the first season (slot -> value), until it is complete.
@@ -123,9 +124,10 @@ class LoadForecaster:
             if len(first) < p.season_steps and step - self._first_step < p.season_steps:
                 return False
             # Complete (or, with gaps, a season old): offsets from the slots seen.
-            self.seasonal = [
-                first[slot] - self.level if slot in first else 0.0 for slot in range(p.season_steps)
-            ]
+            self.seasonal = array(
+                "d",
+                [first.get(slot, self.level) - self.level for slot in range(p.season_steps)],
+            )
             self._first_season = None
             return True
         if self._last_step is None:

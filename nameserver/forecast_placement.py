@@ -32,6 +32,9 @@ caller records placements and finished moves in the book); node forecasts are
 then O(horizon) each. Plans are deterministic: ties go to fewer replicas,
 then the lower node id.
 
+:class:`AvoidingDegraded` wraps any policy (the count-based one by default
+in the nameserver) with the same treatment of degraded nodes.
+
 PURE.
 """
 
@@ -46,6 +49,7 @@ from nameserver.placement import (
     LeaderTransfer,
     LoadBalancedPlacement,
     NodeLoad,
+    PlacementPolicy,
     ReplicaMove,
     check_replication_factor,
 )
@@ -294,3 +298,53 @@ def _counts(
 def _add(into: list[float], values: Sequence[float]) -> None:
     for i, value in enumerate(values):
         into[i] += value
+
+
+class AvoidingDegraded:
+    """Another policy's plans, minus degraded nodes: they get no new replicas (while
+    enough healthy nodes are given) and no leadership (:func:`plan_leaders_avoiding`).
+    Replicas already on them stay: a slow node still holds data safely."""
+
+    def __init__(self, base: PlacementPolicy, degraded: frozenset[int]) -> None:
+        """Wrap ``base``; ``degraded``: the nodes marked now."""
+        self.base = base
+        self.degraded = degraded
+
+    def _healthy(self, nodes: Sequence[NodeLoad], needed: int) -> Sequence[NodeLoad]:
+        healthy = [n for n in nodes if n.node_id not in self.degraded]
+        return healthy if len(healthy) >= needed else nodes
+
+    def place_groups(
+        self, group_ids: Sequence[int], nodes: Sequence[NodeLoad], replication_factor: int
+    ) -> dict[int, tuple[int, ...]]:
+        """The base placement over the healthy nodes."""
+        healthy = self._healthy(nodes, replication_factor)
+        return self.base.place_groups(group_ids, healthy, replication_factor)
+
+    def plan_rebalance(
+        self,
+        assignment: Mapping[int, tuple[int, ...]],
+        nodes: Sequence[NodeLoad],
+        replication_factor: int,
+    ) -> list[ReplicaMove]:
+        """The base rebalance, without moves onto degraded nodes."""
+        moves = self.base.plan_rebalance(assignment, nodes, replication_factor)
+        return [m for m in moves if m.to_node not in self.degraded]
+
+    def plan_evacuation(
+        self,
+        assignment: Mapping[int, tuple[int, ...]],
+        nodes: Sequence[NodeLoad],
+        leaving: frozenset[int],
+    ) -> list[ReplicaMove]:
+        """The base evacuation onto the healthy nodes (all given ones if too few)."""
+        return self.base.plan_evacuation(assignment, self._healthy(nodes, 1), leaving)
+
+    def plan_leaders(
+        self,
+        assignment: Mapping[int, tuple[int, ...]],
+        leaders: Mapping[int, int],
+        nodes: Sequence[NodeLoad],
+    ) -> list[LeaderTransfer]:
+        """Leadership off degraded nodes, then balanced over the healthy ones."""
+        return plan_leaders_avoiding(assignment, leaders, nodes, self.degraded)

@@ -218,6 +218,8 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self.appended_by_group: dict[int, int] = {}
+        """The same, per group (the per-group load it reports)."""
         self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
@@ -341,6 +343,7 @@ class StorageNode:
             assert isinstance(appended, AppendResult)
             result = appended
         self.appended_messages += len(records)
+        self.appended_by_group[group_id] = self.appended_by_group.get(group_id, 0) + len(records)
         return append_response(result, now_ms)
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:

@@ -10,6 +10,7 @@ not an edit of this table.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -154,6 +155,9 @@ _MESSAGE = st.Message(
 )
 _DELIVERY = st.PackedDelivery("orders", 3, 41, 977, 1, 1_700_000_030_000, 1_700_000_000_000)
 _RETRY = ns.RetryInfo(100, 1000, 2.0, [1, 2])
+_HEARTBEAT = ns.StorageHeartbeatRequest(
+    1, "c1", "10.0.0.1:7700", 3, 1, 10, 5, 2**33, [ns.GroupMembershipInfo(4, [1, 2, 3], [5])]
+)
 
 ANGELIA_VALUES: list[tuple[str, object]] = [
     ("append-request-messages", st.AppendRequest("orders", 3, [_MESSAGE])),
@@ -207,6 +211,11 @@ ANGELIA_VALUES: list[tuple[str, object]] = [
         ),
     ),
     ("report-leaders-response", ns.ReportLeadersResponse([True, False], 9)),
+    ("storage-heartbeat-request", _HEARTBEAT),
+    (
+        "storage-heartbeat-request-load",
+        dataclasses.replace(_HEARTBEAT, fsync_p99_us=2500, group_loads=[ns.GroupLoadInfo(4, 120)]),
+    ),
 ]
 
 GOLDEN_HEX: dict[str, str] = {
@@ -325,6 +334,13 @@ GOLDEN_HEX: dict[str, str] = {
         "9396a174a263310101cd03e80691950001039301a3683a31c3919302a3683a32c209"
     ),
     "angelia/report-leaders-response": "9292c3c209",
+    "angelia/storage-heartbeat-request": (
+        "9b01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090"
+    ),
+    "angelia/storage-heartbeat-request-load": (
+        "9b01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+        "cd09c491920478"
+    ),
 }
 
 
@@ -417,6 +433,10 @@ OLDER_HEX: dict[str, str] = {
     ),
     # ReceiveRequest before filter_kind (SQL92 filters).
     "angelia/receive-request": "9ca167a66f72646572730320cd753010a12ac2c2a000c3",
+    # StorageHeartbeatRequest before fsync_p99_us and group_loads (load figures).
+    "angelia/storage-heartbeat-request": (
+        "9901a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+    ),
     # CommitOffsetRequest before keep_leases (every commit was an operator's reset).
     "angelia/commit-offset-request": "94a167a66f72646572730364",
 }
