@@ -357,7 +357,8 @@ def cluster_status(nameserver: str, name: str) -> None:
 
 
 def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
-    """Storage nodes: health, the groups they host and lead, and their load."""
+    """Storage nodes: health (DOWN; DEGRADED: its fsync latency is an outlier among its
+    peers, so it leads nothing), the groups they host and lead, and their load."""
     table = Table(title="storage nodes")
     for column in (
         "id",
@@ -375,7 +376,7 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
         table.add_row(
             str(n.node_id),
             n.address,
-            "up" if n.alive else "DOWN",
+            "DOWN" if not n.alive else "DEGRADED" if n.degraded else "up",
             str(n.groups),
             str(n.leaders),
             str(n.bytes),
