@@ -32,8 +32,9 @@ caller records placements and finished moves in the book); node forecasts are
 then O(horizon) each. Plans are deterministic: ties go to fewer replicas,
 then the lower node id.
 
-:class:`AvoidingDegraded` wraps any policy (the count-based one by default
-in the nameserver) with the same treatment of degraded nodes.
+:class:`AvoidingNodes` wraps any policy (the count-based one by default
+in the nameserver) with the same treatment of degraded nodes, and of
+draining ones.
 
 PURE.
 """
@@ -300,18 +301,19 @@ def _add(into: list[float], values: Sequence[float]) -> None:
         into[i] += value
 
 
-class AvoidingDegraded:
-    """Another policy's plans, minus degraded nodes: they get no new replicas (while
-    enough healthy nodes are given) and no leadership (:func:`plan_leaders_avoiding`).
-    Replicas already on them stay: a slow node still holds data safely."""
+class AvoidingNodes:
+    """Another policy's plans, kept off some nodes (degraded or draining ones): they
+    get no new replicas (while enough other nodes are given) and no leadership
+    (:func:`plan_leaders_avoiding`). Replicas already on them stay (a slow node
+    still holds data safely; a draining one is emptied by evacuation moves)."""
 
-    def __init__(self, base: PlacementPolicy, degraded: frozenset[int]) -> None:
-        """Wrap ``base``; ``degraded``: the nodes marked now."""
+    def __init__(self, base: PlacementPolicy, avoided: frozenset[int]) -> None:
+        """Wrap ``base``; ``avoided``: the nodes to keep new work off now."""
         self.base = base
-        self.degraded = degraded
+        self.avoided = avoided
 
     def _healthy(self, nodes: Sequence[NodeLoad], needed: int) -> Sequence[NodeLoad]:
-        healthy = [n for n in nodes if n.node_id not in self.degraded]
+        healthy = [n for n in nodes if n.node_id not in self.avoided]
         return healthy if len(healthy) >= needed else nodes
 
     def place_groups(
@@ -327,9 +329,9 @@ class AvoidingDegraded:
         nodes: Sequence[NodeLoad],
         replication_factor: int,
     ) -> list[ReplicaMove]:
-        """The base rebalance, without moves onto degraded nodes."""
+        """The base rebalance, without moves onto avoided nodes."""
         moves = self.base.plan_rebalance(assignment, nodes, replication_factor)
-        return [m for m in moves if m.to_node not in self.degraded]
+        return [m for m in moves if m.to_node not in self.avoided]
 
     def plan_evacuation(
         self,
@@ -346,5 +348,5 @@ class AvoidingDegraded:
         leaders: Mapping[int, int],
         nodes: Sequence[NodeLoad],
     ) -> list[LeaderTransfer]:
-        """Leadership off degraded nodes, then balanced over the healthy ones."""
-        return plan_leaders_avoiding(assignment, leaders, nodes, self.degraded)
+        """Leadership off avoided nodes, then balanced over the others."""
+        return plan_leaders_avoiding(assignment, leaders, nodes, self.avoided)

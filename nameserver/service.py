@@ -57,7 +57,7 @@ from nameserver.api_convert import (
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader
-from nameserver.forecast_placement import AvoidingDegraded
+from nameserver.forecast_placement import AvoidingNodes
 from nameserver.load_monitor import LoadMonitor
 from nameserver.moves import (
     EVACUATE_AFTER_MS_DEFAULT,
@@ -163,9 +163,11 @@ class NameserverImpl:
         self.monitor = LoadMonitor()
 
     def effective_policy(self) -> PlacementPolicy:
-        """The placement policy, kept off the nodes marked degraded now."""
-        degraded = self.monitor.degraded
-        return AvoidingDegraded(self.policy, degraded) if degraded else self.policy
+        """The placement policy, kept off the nodes degraded or draining now (no new
+        replica, no leadership)."""
+        draining = {n.node_id for n in self.machine.state.storage_nodes() if n.draining}
+        avoided = self.monitor.degraded | draining
+        return AvoidingNodes(self.policy, avoided) if avoided else self.policy
 
     def leader_memberships(self) -> dict[int, Membership]:
         """Group -> membership, as reported by the node the state records as its leader."""
@@ -412,6 +414,29 @@ class NameserverImpl:
                 request.remoting_address,
             )
         )
+        return api.RevisionResponse(applied.revision)
+
+    async def drain_storage_node(
+        self, request: api.StorageNodeRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Start (``draining``) or stop moving every replica and leadership off a
+        storage node; the leader's sweeps carry the moves out (:mod:`nameserver.moves`)."""
+        applied = await self.propose(c.DrainStorageNode(request.node_id, request.draining))
+        return api.RevisionResponse(applied.revision)
+
+    async def remove_storage_node(
+        self, request: api.StorageNodeRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Forget a storage node that is down and hosts no replica (drain it, stop
+        it, then remove it: a live one would register again with its next heartbeat)."""
+        state = await self.linearizable()
+        if state.storage_node(request.node_id).alive:
+            raise BadRequest(
+                f"storage node {request.node_id} is alive: stop it first "
+                "(it would register again with its next heartbeat)"
+            )
+        applied = await self.propose(c.RemoveStorageNode(request.node_id))
+        self.monitor.forget(request.node_id)
         return api.RevisionResponse(applied.revision)
 
     async def report_leaders(

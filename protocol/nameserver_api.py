@@ -118,6 +118,7 @@ class StorageNodeInfo:
     disk_free_bytes: int = 0
     degraded: bool = False  # its latency is an outlier among its peers: it leads no group
     fsync_p99_us: int = 0  # as it last reported
+    draining: bool = False  # its replicas are being moved off before it is removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,15 @@ class NameRequest:
     """Names one topic, consumer group or cluster."""
 
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StorageNodeRequest:
+    """Names one storage node; ``draining`` says whether to start (True) or stop
+    (False) draining it, where that applies."""
+
+    node_id: int
+    draining: bool = True
 
 
 @dataclass(frozen=True, slots=True)

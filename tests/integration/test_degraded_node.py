@@ -23,19 +23,15 @@ from pathlib import Path
 import pytest
 
 from angelia_rpc import AngeliaError
-from angelia_rpc.nameserver_client import NameserverClient
 from protocol import nameserver_api as api
-from rip5.bench.storage_cluster import LocalStorageCluster
 from storage_node.fault_injection import FAULT_FILE_ENV
 from tests.integration.test_replica_moves import (
     CLUSTER,
-    GROUPS,
-    LOG_LEVEL,
     QUEUES,
     TOPICS,
     Moves,
-    _nameserver,
     _wait,
+    four_node_cluster,
 )
 
 pytestmark = pytest.mark.integration
@@ -48,26 +44,12 @@ DETECTION_BOUND_S = 30.0
 async def moves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Moves]:
     fault_file = tmp_path / "faults.json"
     fault_file.write_text("{}")
-    async with _nameserver(tmp_path) as nameserver:
-        storage = LocalStorageCluster(
-            tmp_path,
-            nodes=4,
-            groups=GROUPS,
-            nameserver=nameserver,
-            static=False,
-            log_level=LOG_LEVEL,
-        )
-        client = NameserverClient([nameserver])
-        try:
-            await asyncio.gather(*(storage.start_node(n) for n in (1, 2, 4)))
-            # Only the slow node reads a fault file (the environment is copied at spawn).
-            monkeypatch.setenv(FAULT_FILE_ENV, str(fault_file))
-            await storage.start_node(SLOW)
-            monkeypatch.delenv(FAULT_FILE_ENV)
-            yield Moves(client, storage)
-        finally:
-            await storage.stop()
-            await client.close()
+    async with four_node_cluster(tmp_path, (1, 2, 4)) as cluster:
+        # Only the slow node reads a fault file (the environment is copied at spawn).
+        monkeypatch.setenv(FAULT_FILE_ENV, str(fault_file))
+        await cluster.storage.start_node(SLOW)
+        monkeypatch.delenv(FAULT_FILE_ENV)
+        yield cluster
 
 
 async def _load(moves: Moves, stop: asyncio.Event) -> int:

@@ -1,12 +1,12 @@
 """nameserver.load_monitor: degraded marks from heartbeat windows, load history by step;
-forecast_placement.AvoidingDegraded keeps another policy off degraded nodes."""
+forecast_placement.AvoidingNodes keeps another policy off degraded nodes."""
 
 from __future__ import annotations
 
 import pytest
 
 from nameserver.anomaly import DegradationTracker
-from nameserver.forecast_placement import AvoidingDegraded
+from nameserver.forecast_placement import AvoidingNodes
 from nameserver.load_monitor import LoadMonitor
 from nameserver.placement import LoadBalancedPlacement, NodeLoad
 
@@ -84,7 +84,7 @@ def test_the_default_history_is_hourly_with_a_daily_season() -> None:
 
 def test_avoiding_degraded_places_and_leads_only_on_healthy_nodes() -> None:
     nodes = [NodeLoad(n) for n in range(1, 6)]
-    policy = AvoidingDegraded(LoadBalancedPlacement(), frozenset({2}))
+    policy = AvoidingNodes(LoadBalancedPlacement(), frozenset({2}))
     placed = policy.place_groups(range(1, 11), nodes, 3)
     assert all(2 not in replicas for replicas in placed.values())
     assignment = dict.fromkeys(range(1, 5), (1, 2, 3))
@@ -98,5 +98,5 @@ def test_avoiding_degraded_places_and_leads_only_on_healthy_nodes() -> None:
     uneven = dict.fromkeys(range(1, 7), (1, 3, 4))
     assert all(m.to_node != 2 for m in policy.plan_rebalance(uneven, nodes, 3))
     # Too few healthy nodes: the base plan over all of them.
-    crowded = AvoidingDegraded(LoadBalancedPlacement(), frozenset({1, 2, 3}))
+    crowded = AvoidingNodes(LoadBalancedPlacement(), frozenset({1, 2, 3}))
     assert crowded.place_groups([1], nodes[:3], 3) == {1: (1, 2, 3)}

@@ -1,0 +1,198 @@
+"""Elastic storage on real processes: drain a storage node under load, then remove it.
+
+One nameserver (at most 4 groups moving at once) and four storage nodes, 12
+groups of 3 replicas; a producer appends to every queue all along. ``rip5
+admin node drain 4`` records the drain and shows its progress until node 4
+hosts nothing: each of its replicas was replaced (learner, catch-up,
+promotion, removal) and it leads nothing. ``rip5 admin node remove 4`` is
+refused while node 4 runs; once it is stopped and marked down, it is
+forgotten. Every acknowledged message reads back from every replica of its
+queue's group. The append latency before and during the drain is printed
+(not asserted: this machine is shared).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from angelia_rpc import AngeliaError
+from angelia_rpc.cluster_services import StorageService
+from protocol import nameserver_api as api
+from protocol.storage_api import AppendRequest, AppendResponse, Message, ReadRequest
+from tests.integration.test_replica_moves import (
+    CLUSTER,
+    QUEUES,
+    TOPICS,
+    Moves,
+    _wait,
+    four_node_cluster,
+)
+
+pytestmark = pytest.mark.integration
+
+LEAVING = 4
+
+
+@pytest.fixture
+async def moves(tmp_path: Path) -> AsyncIterator[Moves]:
+    async with four_node_cluster(tmp_path, (1, 2, 3, 4)) as cluster:
+        yield cluster
+
+
+async def _admin(nameserver: str, *args: str) -> tuple[int, str]:
+    """Run ``rip5 admin node ARGS``; its exit code and output (stdout and stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rip5",
+        *("admin", "node", *args, "--nameserver", nameserver),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 180)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+class Producer:
+    """Appends one message to each queue per round, recording acknowledged ids and
+    each append's latency."""
+
+    def __init__(self, moves: Moves) -> None:
+        self.moves = moves
+        self.acked: dict[tuple[str, int], list[str]] = {}
+        self.latencies_s: list[tuple[float, float]] = []  # (when, latency)
+        self.failed = 0
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        round_ = 0
+        while not self.stopping.is_set():
+            round_ += 1
+            for topic in TOPICS:
+                for queue_id in range(QUEUES):
+                    await self._append(topic, queue_id, f"{topic}-{queue_id}-{round_}")
+
+    async def _append(self, topic: str, queue_id: int, message_id: str) -> None:
+        request = AppendRequest(
+            topic, queue_id, [Message(topic, queue_id, message_id, message_id.encode())]
+        )
+
+        async def append(stub: StorageService) -> AppendResponse:
+            return await stub.append(request)
+
+        started = time.monotonic()
+        try:
+            await self.moves.storage.call(
+                append, group=self.moves.storage.group_of(topic, queue_id)
+            )
+        except AngeliaError:
+            self.failed += 1  # not acknowledged: nothing to find later
+            return
+        self.latencies_s.append((started, time.monotonic() - started))
+        self.acked.setdefault((topic, queue_id), []).append(message_id)
+
+    def p99_ms(self, since: float, until: float) -> float:
+        window = [lat for when, lat in self.latencies_s if since <= when < until]
+        if len(window) < 2:
+            return 0.0
+        return statistics.quantiles(window, n=100)[98] * 1000
+
+
+async def test_a_storage_node_drained_under_load_is_emptied_and_removed(moves: Moves) -> None:
+    nameserver = moves.client.addresses[0]
+    for topic in TOPICS:
+        request = api.CreateTopicRequest(topic, CLUSTER, QUEUES)
+        await moves.client.call(
+            lambda ns, r=request: ns.create_topic(r, timeout_ms=5000)  # type: ignore[misc]
+        )
+    # Placed when the first three nodes register, then rebalanced onto the fourth.
+    await _wait(lambda: moves.settled({1, 2, 3, 4}), 120, "the initial placement")
+    producer = Producer(moves)
+    load = asyncio.create_task(producer.run())
+    try:
+        await _wait(lambda: _true_after(producer, 60), 60, "a first load")
+        drain_started = time.monotonic()
+        code, out = await _admin(nameserver, "drain", str(LEAVING), "--timeout-s", "150")
+        drained_at = time.monotonic()
+        assert code == 0, out
+        print(out)
+        assert f"node {LEAVING}: draining" in out
+        assert out.rstrip().endswith(": drained")
+        # A drained node that still runs cannot be removed: it would register again.
+        code, out = await _admin(nameserver, "remove", str(LEAVING))
+        assert code == 1
+        assert "alive: stop it first" in out
+    finally:
+        producer.stopping.set()
+        await asyncio.wait_for(load, 60)
+    status = await moves.status()
+    assert all(LEAVING not in g.replicas for g in status.groups)
+    assert all(len(set(g.replicas)) == 3 and not g.joining for g in status.groups)
+    assert all(g.leader not in (0, LEAVING) for g in status.groups)
+    node = next(n for n in status.storage_nodes if n.node_id == LEAVING)
+    assert node.draining
+    assert node.groups == 0
+
+    moves.storage.kill(LEAVING)
+
+    async def down() -> bool:
+        status = await moves.status()
+        return not next(n for n in status.storage_nodes if n.node_id == LEAVING).alive
+
+    await _wait(down, 30, f"node {LEAVING} marked down")
+    code, out = await _admin(nameserver, "remove", str(LEAVING))
+    assert code == 0, out
+    status = await moves.status()
+    assert LEAVING not in {n.node_id for n in status.storage_nodes}
+
+    # Nothing acknowledged was lost: every acked message is on every replica.
+    moves.acked = producer.acked
+    await _read_back_acked(moves, status)
+    before = producer.p99_ms(0.0, drain_started)
+    during = producer.p99_ms(drain_started, drained_at)
+    print(
+        f"drain took {drained_at - drain_started:.1f} s; {sum(map(len, producer.acked.values()))}"
+        f" appends acked, {producer.failed} failed; append p99 {before:.1f} ms before,"
+        f" {during:.1f} ms during the drain"
+    )
+
+
+async def _true_after(producer: Producer, appends: int) -> bool:
+    return len(producer.latencies_s) >= appends
+
+
+async def _read_back_acked(moves: Moves, status: api.ClusterStatusResponse) -> None:
+    """Every acknowledged message, in order, from every replica of its queue's group
+    (a message stored but not acknowledged may be there too)."""
+    replicas = {g.group_id: g.replicas for g in status.groups}
+    for (topic, queue_id), ids in moves.acked.items():
+        group = moves.storage.group_of(topic, queue_id)
+        for node_id in replicas[group]:
+
+            async def stored(
+                n: int = node_id,
+                t: str = topic,
+                q: int = queue_id,
+                want: frozenset[str] = frozenset(ids),
+            ) -> list[str]:
+                try:
+                    read = await moves.storage.stub(n).read(
+                        ReadRequest(t, q, 0, count_max=10_000, from_follower=True),
+                        timeout_ms=2000,
+                    )
+                except AngeliaError:
+                    return []
+                got = [m.message.message_id for m in read.messages]
+                return got if want <= set(got) else []
+
+            got = await _wait(stored, 30, f"{topic}/{queue_id} on node {node_id}")
+            assert isinstance(got, list)
+            assert [m for m in got if m in set(ids)] == ids, f"{topic}/{queue_id} on {node_id}"
