@@ -1,31 +1,43 @@
-"""Elastic storage on real processes: drain a storage node under load, then remove it.
+"""Storage nodes on real processes: a slow disk is demoted, and a node is drained and removed.
 
 One nameserver (at most 4 groups moving at once) and four storage nodes, 12
-groups of 3 replicas; a producer appends to every queue all along. ``rip5
-admin node drain 4`` records the drain and shows its progress until node 4
-hosts nothing: each of its replicas was replaced (learner, catch-up,
-promotion, removal) and it leads nothing. ``rip5 admin node remove 4`` is
-refused while node 4 runs; once it is stopped and marked down, it is
-forgotten. Every acknowledged message reads back from every replica of its
-queue's group. The append latency before and during the drain is printed
-(not asserted: this machine is shared).
+groups of 3 replicas, shared by the tests of this module; a producer appends
+to every queue all along (so every node syncs its WAL).
+
+- Slow disk: node 3's fault-injection file makes every one of its WAL
+  fdatasyncs take 200 ms longer (``storage_node/fault_injection.py``). Its
+  heartbeats report the fsync p99; the nameserver leader finds it an outlier
+  among its peers (median/MAD, three windows in a row:
+  ``nameserver/load_monitor.py``), marks it degraded and hands its
+  leaderships to healthy replicas: within 30 s it leads no group.
+- Drain and remove (the slow node is replaced): ``rip5 admin node drain 3``
+  records the drain and shows its progress until node 3 hosts nothing; each
+  of its replicas was replaced (learner, catch-up, promotion, removal).
+  ``rip5 admin node remove 3`` is refused while node 3 runs; once it is
+  stopped and marked down, it is forgotten. Every acknowledged message reads
+  back from every replica of its queue's group. The append p99 before and
+  during the drain is printed (not asserted: this machine is shared).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import StorageService
 from protocol import nameserver_api as api
 from protocol.storage_api import AppendRequest, AppendResponse, Message, ReadRequest
+from storage_node.fault_injection import FAULT_FILE_ENV
 from tests.integration.test_replica_moves import (
     CLUSTER,
     QUEUES,
@@ -35,15 +47,46 @@ from tests.integration.test_replica_moves import (
     four_node_cluster,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-LEAVING = 4
+SLOW = 3
+DETECTION_BOUND_S = 30.0
 
 
-@pytest.fixture
-async def moves(tmp_path: Path) -> AsyncIterator[Moves]:
-    async with four_node_cluster(tmp_path, (1, 2, 3, 4)) as cluster:
-        yield cluster
+@dataclass
+class Cluster:
+    """The module's cluster, its producer and node 3's fault file."""
+
+    moves: Moves
+    producer: Producer
+    fault_file: Path
+    slowed_at: float | None = None  # when node 3's disk was made slow
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
+    root = tmp_path_factory.mktemp("elasticity")
+    fault_file = root / "faults.json"
+    fault_file.write_text("{}")
+    async with four_node_cluster(root, (1, 2, 4)) as moves:
+        # Only the slow node reads a fault file (the environment is copied at spawn).
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(FAULT_FILE_ENV, str(fault_file))
+            await moves.storage.start_node(SLOW)
+        for topic in TOPICS:
+            request = api.CreateTopicRequest(topic, CLUSTER, QUEUES)
+            await moves.client.call(
+                lambda ns, r=request: ns.create_topic(r, timeout_ms=5000)  # type: ignore[misc]
+            )
+        await _wait(lambda: moves.settled({1, 2, 3, 4}), 120, "the initial placement")
+        producer = Producer(moves)
+        load = asyncio.create_task(producer.run())
+        try:
+            await _wait(lambda: _true_after(producer, 60), 60, "a first load")
+            yield Cluster(moves, producer, fault_file)
+        finally:
+            producer.stopping.set()
+            await asyncio.wait_for(load, 60)
 
 
 async def _admin(nameserver: str, *args: str) -> tuple[int, str]:
@@ -106,62 +149,81 @@ class Producer:
         return statistics.quantiles(window, n=100)[98] * 1000
 
 
-async def test_a_storage_node_drained_under_load_is_emptied_and_removed(moves: Moves) -> None:
+async def test_a_slow_disk_marks_its_node_degraded_and_takes_its_leaders(cluster: Cluster) -> None:
+    moves = cluster.moves
+
+    async def slow_node_leads() -> bool:
+        status = await moves.status()
+        return any(g.leader == SLOW for g in status.groups)
+
+    await _wait(slow_node_leads, 60, f"node {SLOW} leading some groups")
+    cluster.fault_file.write_text(json.dumps({"wal_sync_delay_ms": 200}))
+    slowed_at = cluster.slowed_at = time.monotonic()
+
+    async def degraded_and_leaderless() -> api.ClusterStatusResponse | None:
+        status = await moves.status()
+        node = next(n for n in status.storage_nodes if n.node_id == SLOW)
+        if not node.degraded or node.leaders or any(g.leader == SLOW for g in status.groups):
+            return None
+        return status
+
+    status = await _wait(degraded_and_leaderless, DETECTION_BOUND_S + 10, "the demotion")
+    elapsed_s = time.monotonic() - slowed_at
+    assert isinstance(status, api.ClusterStatusResponse)
+    figures = {n.node_id: (n.degraded, n.fsync_p99_us, n.leaders) for n in status.storage_nodes}
+    print(f"node {SLOW} degraded and leaderless {elapsed_s:.1f} s after its disk slowed: {figures}")
+    assert elapsed_s <= DETECTION_BOUND_S
+    slow = next(n for n in status.storage_nodes if n.node_id == SLOW)
+    assert slow.fsync_p99_us >= 200_000
+    # Its groups are led by healthy replicas; it still holds its replicas.
+    assert all(g.leader not in (0, SLOW) for g in status.groups)
+    assert any(SLOW in g.replicas for g in status.groups)
+
+
+async def test_a_node_drained_under_load_is_emptied_and_removed(cluster: Cluster) -> None:
+    moves, producer = cluster.moves, cluster.producer
     nameserver = moves.client.addresses[0]
-    for topic in TOPICS:
-        request = api.CreateTopicRequest(topic, CLUSTER, QUEUES)
-        await moves.client.call(
-            lambda ns, r=request: ns.create_topic(r, timeout_ms=5000)  # type: ignore[misc]
-        )
-    # Placed when the first three nodes register, then rebalanced onto the fourth.
-    await _wait(lambda: moves.settled({1, 2, 3, 4}), 120, "the initial placement")
-    producer = Producer(moves)
-    load = asyncio.create_task(producer.run())
-    try:
-        await _wait(lambda: _true_after(producer, 60), 60, "a first load")
-        drain_started = time.monotonic()
-        code, out = await _admin(nameserver, "drain", str(LEAVING), "--timeout-s", "150")
-        drained_at = time.monotonic()
-        assert code == 0, out
-        print(out)
-        assert f"node {LEAVING}: draining" in out
-        assert out.rstrip().endswith(": drained")
-        # A drained node that still runs cannot be removed: it would register again.
-        code, out = await _admin(nameserver, "remove", str(LEAVING))
-        assert code == 1
-        assert "alive: stop it first" in out
-    finally:
-        producer.stopping.set()
-        await asyncio.wait_for(load, 60)
+    drain_started = time.monotonic()
+    code, out = await _admin(nameserver, "drain", str(SLOW), "--timeout-s", "150")
+    drained_at = time.monotonic()
+    assert code == 0, out
+    print(out)
+    assert f"node {SLOW}: draining" in out
+    assert out.rstrip().endswith(": drained")
+    # A drained node that still runs cannot be removed: it would register again.
+    code, out = await _admin(nameserver, "remove", str(SLOW))
+    assert code == 1
+    assert "alive: stop it first" in out
     status = await moves.status()
-    assert all(LEAVING not in g.replicas for g in status.groups)
+    assert all(SLOW not in g.replicas for g in status.groups)
     assert all(len(set(g.replicas)) == 3 and not g.joining for g in status.groups)
-    assert all(g.leader not in (0, LEAVING) for g in status.groups)
-    node = next(n for n in status.storage_nodes if n.node_id == LEAVING)
+    assert all(g.leader not in (0, SLOW) for g in status.groups)
+    node = next(n for n in status.storage_nodes if n.node_id == SLOW)
     assert node.draining
     assert node.groups == 0
 
-    moves.storage.kill(LEAVING)
+    moves.storage.kill(SLOW)
 
     async def down() -> bool:
         status = await moves.status()
-        return not next(n for n in status.storage_nodes if n.node_id == LEAVING).alive
+        return not next(n for n in status.storage_nodes if n.node_id == SLOW).alive
 
-    await _wait(down, 30, f"node {LEAVING} marked down")
-    code, out = await _admin(nameserver, "remove", str(LEAVING))
+    await _wait(down, 30, f"node {SLOW} marked down")
+    code, out = await _admin(nameserver, "remove", str(SLOW))
     assert code == 0, out
     status = await moves.status()
-    assert LEAVING not in {n.node_id for n in status.storage_nodes}
+    assert SLOW not in {n.node_id for n in status.storage_nodes}
 
     # Nothing acknowledged was lost: every acked message is on every replica.
-    moves.acked = producer.acked
+    moves.acked = dict(producer.acked)
     await _read_back_acked(moves, status)
-    before = producer.p99_ms(0.0, drain_started)
+    # The baseline: the appends before node 3's disk turned slow (if it did).
+    before = producer.p99_ms(0.0, cluster.slowed_at or drain_started)
     during = producer.p99_ms(drain_started, drained_at)
     print(
         f"drain took {drained_at - drain_started:.1f} s; {sum(map(len, producer.acked.values()))}"
-        f" appends acked, {producer.failed} failed; append p99 {before:.1f} ms before,"
-        f" {during:.1f} ms during the drain"
+        f" appends acked, {producer.failed} failed; append p99 {before:.1f} ms with healthy"
+        f" disks, {during:.1f} ms during the drain"
     )
 
 
