@@ -193,6 +193,7 @@ ANGELIA_VALUES: list[tuple[str, object]] = [
     ("offset-none", st.OffsetResponse(None)),
     ("offset", st.OffsetResponse(12)),
     ("node-status", st.NodeStatusResponse(1, 1, [1, 0, 2], [1])),
+    ("node-status-reads", st.NodeStatusResponse(1, 1, [1, 0, 2], [1], 300)),
     (
         "scan-transactions",
         st.ScanTransactionsResponse([st.HalfMessageInfo(_MESSAGE, 5, 2)]),
@@ -326,7 +327,8 @@ GOLDEN_HEX: dict[str, str] = {
     "angelia/commit-offset-request-consumer": "95a167a66f72646572730364c3",
     "angelia/offset-none": "91c0",
     "angelia/offset": "910c",
-    "angelia/node-status": "940101930100029101",
+    "angelia/node-status": "95010193010002910100",
+    "angelia/node-status-reads": "950101930100029101cd012c",
     "angelia/scan-transactions": (
         "9191939ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a13111"
         "0004a168a0a00502"
@@ -464,6 +466,8 @@ OLDER_HEX: dict[str, str] = {
     "angelia/storage-heartbeat-request": (
         "9901a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
     ),
+    # NodeStatusResponse before reads (read replicas).
+    "angelia/node-status": "940101930100029101",
     # CommitOffsetRequest before keep_leases (every commit was an operator's reset).
     "angelia/commit-offset-request": "94a167a66f72646572730364",
 }
