@@ -44,6 +44,8 @@ BENCH_TARGETS = {
     "timer": "[Broker-txn-delay]",
     "sql_filter": "[Consumers]",
     "spark": "[Spark]",
+    "remoting": "[Remoting]",
+    "connector": "[Connector]",
     "placement": "[Scale]",
 }
 
@@ -357,8 +359,8 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark or
-    placement.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
+    remoting, connector or placement.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

@@ -709,6 +709,48 @@ class StorageStore:
         )
         return offset if response.offset is None else response.offset
 
+    # -- message query (operators' lookups) ----------------------------------------------
+
+    async def query_messages(
+        self,
+        topic: str,
+        *,
+        key: str = "",
+        message_id: str = "",
+        begin_ms: int = 0,
+        end_ms: int,
+        limit: int,
+    ) -> list[PulledMessage]:
+        """Every raft group serving ``topic`` searched at once on its leader
+        (``storage.query_messages``, the node's key index); oldest first."""
+        a_queue: dict[int, QueueRef] = {}  # raft group id -> one of the topic's queues in it
+        for info in (await self._metadata.route(topic)).queues:
+            a_queue.setdefault(info.group_id, QueueRef(topic, info.queue_id))
+
+        async def one(group_id: int, queue: QueueRef) -> st.QueryMessagesResponse:
+            request = st.QueryMessagesRequest(
+                group_id, topic, message_id, key, begin_ms, end_ms, limit
+            )
+            return await self._call(
+                queue,
+                f"query messages of {topic} in group {group_id}",
+                lambda stub, timeout_ms: stub.query_messages(request, timeout_ms=timeout_ms),
+            )
+
+        answers = await asyncio.gather(*(one(g, q) for g, q in sorted(a_queue.items())))
+        found = [
+            PulledMessage(
+                convert.message_from_wire(stored.message),
+                QueueRef(stored.message.topic, stored.message.queue_id),
+                stored.queue_offset,
+                stored.store_timestamp_ms,
+            )
+            for answer in answers
+            for stored in answer.messages
+        ]
+        found.sort(key=lambda pulled: (pulled.store_timestamp_ms, pulled.queue.queue_id))
+        return found[:limit]
+
 
 def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:
     """The ``count`` records of a packed storage answer to ``call``; DECODE_FAILED for
