@@ -96,7 +96,14 @@ async def serve(
         route_stale_max_ms=config.route_stale_max_ms,
         signer=inner_signer(config.acl_inner_user_file),
     )
-    store = StorageStore(metadata, peers, seeds=addresses(config.storage))
+    store = StorageStore(
+        metadata,
+        peers,
+        seeds=addresses(config.storage),
+        read_replica_topics=frozenset(
+            t.strip() for t in config.read_replica_topics.split(",") if t.strip()
+        ),
+    )
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
     peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], rpc)

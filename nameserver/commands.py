@@ -55,11 +55,12 @@ class OpCode(enum.IntEnum):
     RELEASE_LEASE = 15
     REMOVE_BROKER = 16
     REMOVE_STORAGE_NODE = 17
-    CREATE_USER = 18
-    UPDATE_USER = 19
-    DELETE_USER = 20
-    PUT_ACL = 21
-    DELETE_ACL = 22
+    DRAIN_STORAGE_NODE = 18
+    CREATE_USER = 19
+    UPDATE_USER = 20
+    DELETE_USER = 21
+    PUT_ACL = 22
+    DELETE_ACL = 23
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +274,16 @@ class RemoveStorageNode:
 
 
 @dataclass(frozen=True, slots=True)
+class DrainStorageNode:
+    """Mark a storage node draining (or not any more): while marked, the leader
+    moves every replica off it and gives it no replica and no leadership."""
+
+    op: ClassVar[OpCode] = OpCode.DRAIN_STORAGE_NODE
+    node_id: int
+    draining: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class CreateUser:
     """Add an ACL user (refused if the name is taken)."""
 
@@ -338,6 +349,7 @@ Command = (
     | ReleaseLease
     | RemoveBroker
     | RemoveStorageNode
+    | DrainStorageNode
     | CreateUser
     | UpdateUser
     | DeleteUser
@@ -365,6 +377,7 @@ COMMAND_OF_OP: dict[OpCode, type[Command]] = {
         ReleaseLease,
         RemoveBroker,
         RemoveStorageNode,
+        DrainStorageNode,
         CreateUser,
         UpdateUser,
         DeleteUser,

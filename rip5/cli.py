@@ -23,7 +23,7 @@ import uvloop
 
 from angelia_rpc.config import RpcOptions
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_acl, admin_consumers, connector_commands
+from rip5 import __version__, admin_acl, admin_consumers, admin_nodes, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -47,6 +47,7 @@ BENCH_TARGETS = {
     "spark": "[Spark]",
     "remoting": "[Remoting]",
     "connector": "[Connector]",
+    "placement": "[Scale]",
 }
 
 
@@ -375,6 +376,7 @@ admin.add_command(admin_commands.cluster)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_nodes.node)
 admin.add_command(admin_acl.user)
 admin.add_command(admin_acl.acl)
 
@@ -402,10 +404,11 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
-    remoting or connector.
+    remoting, connector or placement.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``placement`` is a seeded simulation instead: it prints its tables.
     ``rip5 bench TARGET --help`` lists a target's options.
     """
     # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.
