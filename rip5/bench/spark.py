@@ -182,7 +182,8 @@ def _reads(args: argparse.Namespace, report: harness.BenchReport, snapshot: Path
     parquet = snapshot.parent / "anchor.parquet"
     report.stage("parquet copy")
     _parquet_copy(snapshot, parquet)
-    spark = spark_session(args.master, "rip5 bench spark")
+    # Warm reads of a million rows: a driver JVM with its full compiler.
+    spark = spark_session(args.master, "rip5 bench spark", quick_start=False)
     try:
         ours = spark.read.format("rip5").load(str(snapshot))
         theirs = spark.read.parquet(str(parquet))
