@@ -13,6 +13,7 @@ takes a port that was free a moment before (the configuration refuses port
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import select
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import NameserverClient
 from rip5.shell import READY_FD_ENV
+from tests.contract.test_official_client import run_official
 
 RIP5 = [sys.executable, "-m", "rip5"]
 READY_TIMEOUT_S = 60.0
@@ -263,6 +266,42 @@ class LocalCluster:
                 await client.close()
 
         asyncio.run(run())
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: Path,
+    topics: dict[str, tuple[int, int]],
+    consumer_groups: dict[str, tuple[bool, int]],
+    /,
+    **options: Any,
+) -> Iterator[LocalCluster]:
+    """A started :class:`LocalCluster` under ``root`` (``options`` as its constructor
+    takes them, e.g. ``groups``: raft groups) holding ``topics`` and
+    ``consumer_groups`` (as :meth:`LocalCluster.create` takes them); on leaving,
+    every process is stopped and must have exited cleanly (AssertionError naming
+    those that did not, and where their logs are)."""
+    local = LocalCluster(root, **options)
+    try:
+        local.start()
+        local.create(topics, consumer_groups)
+        yield local
+    finally:
+        codes = local.stop()
+    died = {name: code for name, code in codes.items() if code != 0}
+    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
+
+
+def official_client_step(
+    cluster: LocalCluster, module: str, scenario: str, *args: object
+) -> dict[str, Any]:
+    """One scenario of the official client's script ``module`` (``python -m MODULE
+    SCENARIO BROKER_PORT ARGS...``, in its own interpreter) against the cluster's
+    first broker: the JSON object it printed last."""
+    home = cluster.root / "home"
+    home.mkdir(exist_ok=True)
+    argv = ["-m", module, scenario, str(cluster.broker_port()), *map(str, args)]
+    return run_official(argv, home, timeout_s=120)
 
 
 async def _until(deadline: float, client: NameserverClient, method: Any) -> None:
