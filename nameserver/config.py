@@ -31,6 +31,13 @@ class NameserverConfig:
         default=1,
         metadata={"help": "this nameserver's id in --peers", "min": 1, "max": 1_000_000},
     )
+    join: bool = field(
+        default=False,
+        metadata={
+            "help": "start empty and wait to be added to the running group "
+            "(rip5 admin nameserver add); --peers names the running members and this one"
+        },
+    )
     cluster: str = field(
         default="DefaultCluster",
         metadata={"help": "the storage cluster the leader creates if missing (empty: none)"},

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from angelia_rpc import RpcConfig, Server
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from nameserver.config import NameserverConfig, parse_peers
+from nameserver.ensemble import ControlImpl
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
@@ -71,12 +72,27 @@ async def serve(
     )
     driver = Driver(config.node_id, store, transport, options)
     machine = MetadataMachine()
-    driver.add_group(GROUP_ID, sorted(addresses), machine)
     impl = NameserverImpl(driver, machine, addresses)
-    server = Server([transport.binding(), NameserverService.bind(impl)], RpcConfig())
+
+    def learn(recorded: dict[int, str]) -> None:
+        # Members added after bootstrap (their addresses are in the group's state).
+        for node_id, address in recorded.items():
+            impl.addresses[node_id] = address
+            if node_id != config.node_id:
+                transport.addresses[node_id] = address
+
+    machine.on_addresses = learn
+    # Joining: no membership of its own; the leader's snapshot brings it (and the peers).
+    driver.add_group(GROUP_ID, [] if config.join else sorted(addresses), machine)
+    services = [
+        transport.binding(),
+        NameserverService.bind(impl),
+        ControlService.bind(ControlImpl(impl)),
+    ]
+    server = Server(services, RpcConfig())
     endpoint = await server.start(config.listen)
     await driver.start()
-    if len(addresses) == 1:
+    if len(addresses) == 1 and not config.join:
         driver.campaign(GROUP_ID)  # alone: no reason to wait for an election timeout
     duties = asyncio.create_task(
         run_leader_duties(

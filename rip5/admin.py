@@ -24,6 +24,7 @@ from rich.table import Table
 from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
+from angelia_rpc.service import Service
 from nameserver import names
 from nameserver.errors import NameserverError
 from protocol import errors
@@ -45,6 +46,7 @@ PERMISSIONS = {
 }
 MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
+S = TypeVar("S", bound=Service)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -71,12 +73,17 @@ def check_name(validate: Callable[[str], None], name: str) -> None:
 
 def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) -> T:
     """Call the nameserver once (following the leader); exit 1 with the reason on failure."""
+    return run_service(nameserver, NameserverService, method)
+
+
+def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
+    """:func:`run`, for another service the nameservers serve (``ControlService``)."""
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
         client = NameserverClient(addresses)
         try:
-            return await client.call(method)
+            return await client.call_service(service, method)
         finally:
             await client.close()
 

@@ -22,7 +22,7 @@ import click
 import uvloop
 
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_consumers, connector_commands
+from rip5 import __version__, admin_consumers, admin_nameserver, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -328,6 +328,7 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_nameserver.nameserver)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
