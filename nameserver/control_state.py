@@ -22,6 +22,7 @@ from nameserver import controller
 from nameserver.codec import from_wire, pack, to_wire, unpack_raw
 from nameserver.controller import ReplicaSet
 from nameserver.errors import BadRequest, DecodeFailed, NotFound
+from protocol import control_api as ctl
 
 SNAPSHOT_VERSION = 1
 
@@ -139,3 +140,15 @@ def unwrap_snapshot(data: bytes) -> tuple[ControlState, bytes]:
     ):
         raise DecodeFailed(f"a {SNAPSHOT_TAG} snapshot is [tag, control bytes, metadata bytes]")
     return ControlState.restore(raw[1]), raw[2]
+
+
+def replica_set_info(group: ReplicaSet) -> ctl.ReplicaSetInfo:
+    """The wire form of a controller record."""
+    return ctl.ReplicaSetInfo(
+        group.group_id,
+        list(group.replicas),
+        group.master,
+        group.epoch,
+        list(group.sync_state_set),
+        group.sync_state_set_epoch,
+    )

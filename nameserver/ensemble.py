@@ -28,6 +28,7 @@ from typing import cast
 
 from angelia_rpc import CallContext
 from nameserver import control_commands as cc
+from nameserver.control_state import replica_set_info
 from nameserver.controller import ReplicaSet
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader, NotFound
 from nameserver.service import GROUP_ID, NameserverImpl
@@ -48,18 +49,6 @@ class MemberNotReady(NameserverError):
     """An added nameserver did not catch up in time (not running, or not with --join)."""
 
     code = errors.UNAVAILABLE
-
-
-def replica_set_info(group: ReplicaSet) -> ctl.ReplicaSetInfo:
-    """The wire form of a controller record."""
-    return ctl.ReplicaSetInfo(
-        group.group_id,
-        list(group.replicas),
-        group.master,
-        group.epoch,
-        list(group.sync_state_set),
-        group.sync_state_set_epoch,
-    )
 
 
 class ControlImpl:
