@@ -34,6 +34,9 @@ from nameserver.errors import BadRequest, NameserverError
 from protocol import errors
 
 NO_MASTER = 0
+REPLICAS_MAX = 3
+"""Most replicas of a controller-mode group (``storage_node.controlled_node`` commits
+on every member of a SyncStateSet of at most three)."""
 
 
 class Fenced(NameserverError):
@@ -100,9 +103,10 @@ def needs_election(group: ReplicaSet, alive: frozenset[int]) -> bool:
 def elect_master(group: ReplicaSet, alive: frozenset[int]) -> ReplicaSet:
     """The group after an election among ``alive``.
 
-    A live master stays (nothing changes). Otherwise the lowest eligible node id
-    becomes master at ``epoch + 1`` with a SyncStateSet of itself alone: the
-    slaves rejoin it once they hold its log (the master expands the set).
+    A live master stays (nothing changes). Otherwise an eligible node becomes
+    master at ``epoch + 1`` with a SyncStateSet of itself alone: the slaves
+    rejoin it once they hold its log (the master expands the set). Which one
+    rotates with the group id, so a cluster's masters spread over its nodes.
     Raises :class:`NoEligibleMaster` when no member of the SyncStateSet is alive.
     """
     if group.master != NO_MASTER and group.master in alive:
@@ -113,7 +117,7 @@ def elect_master(group: ReplicaSet, alive: frozenset[int]) -> ReplicaSet:
             f"group {group.group_id}: no live replica of the SyncStateSet "
             f"{list(group.sync_state_set)} may become master (alive: {sorted(alive)})"
         )
-    master = candidates[0]
+    master = candidates[group.group_id % len(candidates)]
     return replace(
         group,
         master=master,

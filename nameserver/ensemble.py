@@ -16,6 +16,12 @@ one node at a time, on the leader:
 
 Controller: the groups' records (:mod:`nameserver.controller`) are read after
 a ReadIndex round like any read; a SyncStateSet change is a control command.
+A storage node's read names it: the leader keeps when it last heard each
+node (in memory: a new leader counts every node alive for a whole
+``dead_after_ms`` first). :func:`run_controller_duties` places the records of
+a controller-mode cluster's groups once they are placed, and elects a master
+(:func:`nameserver.controller.elect_master`) for a group whose master has
+been silent for ``dead_after_ms``.
 
 SHELL.
 """
@@ -23,11 +29,14 @@ SHELL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import cast
 
 from angelia_rpc import CallContext
 from nameserver import control_commands as cc
+from nameserver import controller
 from nameserver.control_state import replica_set_info
 from nameserver.controller import ReplicaSet
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader, NotFound
@@ -58,6 +67,9 @@ class ControlImpl:
         """Serves beside ``impl`` (its driver, state machine and addresses)."""
         self.impl = impl
         self._changing = asyncio.Lock()  # one membership change at a time
+        # Controller liveness, on the leader: storage node -> when its last read came
+        # (this process's monotonic clock, ms).
+        self.heard_ms: dict[int, int] = {}
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -194,8 +206,10 @@ class ControlImpl:
     async def replica_sets(
         self, request: ctl.ReplicaSetsRequest, context: CallContext
     ) -> ctl.ReplicaSetsResponse:
-        """The controller's groups (linearizable)."""
+        """The controller's groups (linearizable); a storage node's read is its heartbeat."""
         await self.impl.linearizable()
+        if request.node_id:
+            self.heard_ms[request.node_id] = monotonic_ms()
         control = self.impl.machine.control
         wanted = request.group_ids or sorted(control.replica_sets)
         return ctl.ReplicaSetsResponse([replica_set_info(control.replica_set(g)) for g in wanted])
@@ -215,3 +229,63 @@ class ControlImpl:
         )
         assert isinstance(group, ReplicaSet)
         return ctl.ReplicaSetResponse(replica_set_info(group))
+
+
+DEAD_AFTER_MS_DEFAULT = 1000
+CONTROLLER_INTERVAL_MS = 100
+
+
+def monotonic_ms() -> int:
+    """The leader's clock for liveness (never stamped into a command)."""
+    return int(time.monotonic() * 1000)
+
+
+async def run_controller_duties(
+    control: ControlImpl,
+    cluster: str,
+    dead_after_ms: int = DEAD_AFTER_MS_DEFAULT,
+    interval_ms: int = CONTROLLER_INTERVAL_MS,
+) -> None:
+    """While this node leads: record the placed groups of ``cluster`` for the
+    controller, and elect a master for each group whose master went silent."""
+    leading_since_ms: int | None = None
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        if not control._raft().is_leader():
+            leading_since_ms = None
+            continue
+        now_ms = monotonic_ms()
+        if leading_since_ms is None:
+            leading_since_ms = now_ms
+        with contextlib.suppress(NameserverError):
+            await _controller_round(control, cluster, dead_after_ms, leading_since_ms, now_ms)
+
+
+async def _controller_round(
+    control: ControlImpl, cluster: str, dead_after_ms: int, since_ms: int, now_ms: int
+) -> None:
+    impl = control.impl
+    state = impl.machine.state
+    records = impl.machine.control.replica_sets
+    if cluster in {c.name for c in state.clusters()}:
+        for group in state.raft_groups(cluster):
+            if group.replicas and group.group_id not in records:
+                await control.propose(cc.PlaceReplicaSet(group.group_id, tuple(group.replicas)))
+    for record in list(records.values()):
+        alive = frozenset(
+            n for n in record.replicas if now_ms - control.heard_ms.get(n, since_ms) < dead_after_ms
+        )
+        if not controller.needs_election(record, alive):
+            continue
+        elected = await control.propose(cc.ElectMaster(record.group_id, tuple(sorted(alive))))
+        assert isinstance(elected, ReplicaSet)
+        log.info(
+            "master elected",
+            extra={
+                "group": elected.group_id,
+                "master": elected.master,
+                "epoch": elected.epoch,
+                "was": record.master,
+                "alive": sorted(alive),
+            },
+        )

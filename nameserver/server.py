@@ -21,7 +21,8 @@ from pathlib import Path
 from angelia_rpc import RpcConfig, Server
 from angelia_rpc.cluster_services import ControlService, NameserverService
 from nameserver.config import NameserverConfig, parse_peers
-from nameserver.ensemble import ControlImpl
+from nameserver.controller import REPLICAS_MAX
+from nameserver.ensemble import ControlImpl, run_controller_duties
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
@@ -62,6 +63,11 @@ async def serve(
 ) -> None:
     """Run one nameserver replica until ``stopping`` is set."""
     addresses = members(config)
+    if config.replication == "controller" and config.replication_factor > REPLICAS_MAX:
+        raise ConfigRefused(
+            f"--replication controller holds at most {REPLICAS_MAX} replicas per group "
+            f"(--replication-factor is {config.replication_factor})"
+        )
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
     transport = AngeliaTransport(config.node_id, others)
@@ -84,11 +90,8 @@ async def serve(
     machine.on_addresses = learn
     # Joining: no membership of its own; the leader's snapshot brings it (and the peers).
     driver.add_group(GROUP_ID, [] if config.join else sorted(addresses), machine)
-    services = [
-        transport.binding(),
-        NameserverService.bind(impl),
-        ControlService.bind(ControlImpl(impl)),
-    ]
+    control = ControlImpl(impl)
+    services = [transport.binding(), NameserverService.bind(impl), ControlService.bind(control)]
     server = Server(services, RpcConfig())
     endpoint = await server.start(config.listen)
     await driver.start()
@@ -108,13 +111,22 @@ async def serve(
         ),
         name="nameserver-leader-duties",
     )
+    if config.replication == "controller" and config.cluster:
+        controlling = asyncio.create_task(
+            run_controller_duties(control, config.cluster, config.controller_dead_after_ms),
+            name="nameserver-controller",
+        )
+    else:
+        controlling = None
     log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
     ready(endpoint)
     try:
         await stopping.wait()
     finally:
-        duties.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await duties
+        for task in (duties, controlling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.stop()
         await driver.stop()

@@ -76,9 +76,11 @@ class ReplicaSetInfo:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSetsRequest:
-    """The controller's groups (all of them when ``group_ids`` is empty)."""
+    """The controller's groups (all of them when ``group_ids`` is empty). A storage
+    node names itself (``node_id``): its reads are its heartbeats to the controller."""
 
     group_ids: list[int] = field(default_factory=list)
+    node_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)

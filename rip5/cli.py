@@ -227,6 +227,14 @@ for _role in ROLES.values():
     help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
+    "--replication",
+    type=click.Choice(["raft", "controller"]),
+    default="raft",
+    show_default=True,
+    help="how storage groups replicate: raft, or controller (RIP-44: the nameservers "
+    "name each group's master; 2 replicas suffice)",
+)
+@click.option(
     "--storage-port",
     type=click.IntRange(1, 65535),
     default=7701,
@@ -272,6 +280,7 @@ def dev(
     storage: int,
     nameserver_port: int,
     nameservers: int,
+    replication: str,
     storage_port: int,
     broker_port: int,
     remoting_port: int,
@@ -294,6 +303,7 @@ def dev(
         free_ports=free_ports,
         nameservers=nameservers,
         remoting_port=remoting_port,
+        replication=replication,
     )
     specs = plan(layout)
 

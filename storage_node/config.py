@@ -94,3 +94,12 @@ class StorageConfig:
             "choices": ["sync", "async"],
         },
     )
+    replication: str = field(
+        default="raft",
+        metadata={
+            "help": "how groups replicate: raft (elections by majority) or controller "
+            "(RIP-44: the nameserver's controller names each group's master; acks wait "
+            "for the SyncStateSet); the same for every node of a cluster",
+            "choices": ["raft", "controller"],
+        },
+    )

@@ -34,6 +34,7 @@ PURE.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from protocol.control_api import AlterSyncStateSetRequest as AlterRequest
@@ -90,12 +91,69 @@ class AppendReply:
 
 
 @dataclass(slots=True)
-class _Peer:
-    next_index: int
+class PeerSync:
+    """What a master knows of one slave's sync: its match, when it last answered,
+    since when it has been behind the master's log."""
+
+    next_index: int = 1
     match: int = 0
     heard_ms: int = 0  # when it last answered (accepted), or this master took over
     answered: bool = False  # it accepted an append of this master
     behind_since_ms: int | None = None  # since when its match has been below our last
+
+    def observe(self, match: int, last_index: int, now_ms: int) -> None:
+        """The slave holds the master's log up to ``match`` (an accepted append)."""
+        self.heard_ms = now_ms
+        self.answered = True
+        self.match = max(self.match, match)
+        self.next_index = max(self.next_index, self.match + 1)
+        if self.match >= last_index:
+            self.behind_since_ms = None
+        elif self.behind_since_ms is None:
+            self.behind_since_ms = now_ms
+
+    def lags(self, now_ms: int, lag_ms: int) -> bool:
+        """Silent, or behind the master's log, for ``lag_ms`` or longer."""
+        silent = now_ms - self.heard_ms >= lag_ms
+        behind = self.behind_since_ms is not None and now_ms - self.behind_since_ms >= lag_ms
+        return silent or behind
+
+    def caught_up(self, commit: int, last_index: int, now_ms: int, lag_ms: int) -> bool:
+        """Holds every committed entry, is close to the log's end, and answers."""
+        return (
+            self.answered
+            and self.match >= commit
+            and self.match >= last_index - APPEND_ENTRIES_MAX
+            and now_ms - self.heard_ms < lag_ms
+        )
+
+
+def commit_set(sync_state_set: Iterable[int], asked: Iterable[int] | None) -> frozenset[int]:
+    """Who must hold an entry before the master commits it: the controller's set,
+    joined with the set a change under way asks for (see the module docstring)."""
+    return frozenset(sync_state_set) | frozenset(asked or ())
+
+
+def plan_sync_state_set(
+    me: int,
+    sync_state_set: Iterable[int],
+    peers: Mapping[int, PeerSync],
+    commit: int,
+    last_index: int,
+    now_ms: int,
+    lag_ms: int,
+) -> list[int] | None:
+    """The SyncStateSet the master should ask for now, or None: the first member
+    that lags is dropped; else the first caught-up replica outside it is added."""
+    members = set(sync_state_set)
+    for n in sorted(members - {me}):
+        peer = peers.get(n)
+        if peer is not None and peer.lags(now_ms, lag_ms):
+            return sorted(members - {n})
+    for n, peer in sorted(peers.items()):
+        if n not in members and peer.caught_up(commit, last_index, now_ms, lag_ms):
+            return sorted(members | {n})
+    return None
 
 
 @dataclass(slots=True)
@@ -115,7 +173,7 @@ class MasterSlaveReplica:
     sync_state_set: tuple[int, ...] = ()
     sync_state_set_epoch: int = 0
     asked: AlterRequest | None = None  # the change under way
-    peers: dict[int, _Peer] = field(default_factory=dict)
+    peers: dict[int, PeerSync] = field(default_factory=dict)
 
     # -- the log ----------------------------------------------------------------------
 
@@ -151,7 +209,7 @@ class MasterSlaveReplica:
             if view.master == self.node_id:
                 self.role = Role.MASTER
                 self.peers = {
-                    n: _Peer(self.last_index + 1, heard_ms=now_ms, behind_since_ms=now_ms)
+                    n: PeerSync(self.last_index + 1, heard_ms=now_ms, behind_since_ms=now_ms)
                     for n in self.replicas
                     if n != self.node_id
                 }
@@ -185,52 +243,32 @@ class MasterSlaveReplica:
         self.asked = None
 
     def commit_set(self) -> frozenset[int]:
-        """Who must hold an entry before it commits (see the module docstring)."""
-        members = set(self.sync_state_set)
-        if self.asked is not None:
-            members |= set(self.asked.sync_state_set)
-        return frozenset(members)
+        """Who must hold an entry before it commits (:func:`commit_set`)."""
+        return commit_set(
+            self.sync_state_set, None if self.asked is None else self.asked.sync_state_set
+        )
 
     def sync_state_request(self, now_ms: int) -> AlterRequest | None:
         """The SyncStateSet change to ask of the controller now, if any (the master
         asks for one at a time; the shell sends it and reports the answer)."""
         if self.role is not Role.MASTER or self.asked is not None:
             return None
-        members = set(self.sync_state_set)
-        lagging = [
-            n
-            for n in sorted(members - {self.node_id})
-            if n in self.peers and self._lags(self.peers[n], now_ms)
-        ]
-        if lagging:
-            members.discard(lagging[0])
-        else:
-            caught_up = [
-                n
-                for n, peer in sorted(self.peers.items())
-                if n not in members
-                and peer.answered
-                and peer.match >= self.commit
-                and peer.match >= self.last_index - APPEND_ENTRIES_MAX
-                and now_ms - peer.heard_ms < self.lag_ms
-            ]
-            if not caught_up:
-                return None
-            members.add(caught_up[0])
-        self.asked = AlterRequest(
-            self.group_id,
+        members = plan_sync_state_set(
             self.node_id,
-            self.epoch,
-            self.sync_state_set_epoch,
-            sorted(members),
+            self.sync_state_set,
+            self.peers,
+            self.commit,
+            self.last_index,
+            now_ms,
+            self.lag_ms,
+        )
+        if members is None:
+            return None
+        self.asked = AlterRequest(
+            self.group_id, self.node_id, self.epoch, self.sync_state_set_epoch, members
         )
         self._advance_commit()
         return self.asked
-
-    def _lags(self, peer: _Peer, now_ms: int) -> bool:
-        silent = now_ms - peer.heard_ms >= self.lag_ms
-        behind = peer.behind_since_ms is not None and now_ms - peer.behind_since_ms >= self.lag_ms
-        return silent or behind
 
     # -- the master -------------------------------------------------------------------
 
@@ -288,14 +326,7 @@ class MasterSlaveReplica:
         if not reply.accepted:
             peer.next_index = max(1, min(reply.hint + 1, peer.next_index - 1))
             return
-        peer.heard_ms = now_ms
-        peer.answered = True
-        peer.match = max(peer.match, reply.match)
-        peer.next_index = max(peer.next_index, peer.match + 1)
-        if peer.match >= self.last_index:
-            peer.behind_since_ms = None
-        elif peer.behind_since_ms is None:
-            peer.behind_since_ms = now_ms
+        peer.observe(reply.match, self.last_index, now_ms)
         self._advance_commit()
 
     def _advance_commit(self) -> None:

@@ -21,13 +21,18 @@ def _group(sync_state_set: tuple[int, ...] = (1, 2)) -> ReplicaSet:
 # -- elections ------------------------------------------------------------------------------
 
 
-def test_first_election_takes_the_lowest_live_replica() -> None:
+def test_first_election_takes_a_live_replica_rotating_with_the_group() -> None:
     group = controller.place(7, (2, 1))
     assert group.replicas == (1, 2)
     assert group.master == controller.NO_MASTER
     elected = controller.elect_master(group, frozenset({2}))
     assert (elected.master, elected.epoch, elected.sync_state_set) == (2, 1, (2,))
     assert elected.sync_state_set_epoch == 1
+    masters = {
+        controller.elect_master(controller.place(g, (1, 2)), frozenset({1, 2})).master
+        for g in range(4)
+    }
+    assert masters == {1, 2}
 
 
 def test_a_live_master_is_not_replaced() -> None:
@@ -126,12 +131,12 @@ def test_the_control_state_applies_a_group_s_life() -> None:
     assert state.apply(cc.PlaceReplicaSet(7, (3, 4))) == placed  # placed once
     elected = state.apply(cc.ElectMaster(7, (1, 2)))
     assert isinstance(elected, ReplicaSet)
-    assert elected.master == 1
-    grown = state.apply(cc.AlterSyncStateSet(7, 1, 1, 1, (1, 2)))
+    assert elected.master == 2  # 7 % 2 picks the second candidate
+    grown = state.apply(cc.AlterSyncStateSet(7, 2, 1, 1, (1, 2)))
     assert isinstance(grown, ReplicaSet)
     assert grown.sync_state_set == (1, 2)
     with pytest.raises(Fenced):
-        state.apply(cc.AlterSyncStateSet(7, 2, 1, 2, (2,)))
+        state.apply(cc.AlterSyncStateSet(7, 1, 1, 2, (1,)))
     assert state.replica_set(7) == grown  # a refused command changes nothing
     with pytest.raises(NotFound, match="group 8 is not a controller-mode group"):
         state.apply(cc.ElectMaster(8, (1,)))
