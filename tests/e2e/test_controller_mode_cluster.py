@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,7 +39,7 @@ from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from protocol.storage_api import AppendRequest, Message, ReadRequest
 from rip5.admin import NameserverClient
-from tests.e2e.cluster import LocalCluster
+from tests.e2e.cluster import RIP5, LocalCluster
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -287,6 +290,28 @@ def test_a_killed_master_is_replaced_within_two_seconds(cluster: LocalCluster) -
         timeout_s=30,
         what="the restarted node back in the SyncStateSet",
     )
+    record = _records(cluster)[2]
+    status = subprocess.run(
+        [*RIP5, "admin", "cluster", "status", "--nameserver", cluster.nameserver_address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "replication: controller" in status.stdout
+    controller_table = status.stdout.split("controller groups", 1)[1]
+    row = next(line for line in controller_table.splitlines() if re.match(r"\W*2\W+1,2\W", line))
+    cells = re.findall(r"[\w,-]+", row)
+    assert cells == [
+        "2",
+        "1,2",
+        str(record.master),
+        str(record.epoch),
+        "1,2",
+        str(record.sync_state_set_epoch),
+    ], row
 
 
 async def _steady(appender: Appender) -> None:
