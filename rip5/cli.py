@@ -44,6 +44,7 @@ BENCH_TARGETS = {
     "timer": "[Broker-txn-delay]",
     "sql_filter": "[Consumers]",
     "spark": "[Spark]",
+    "replication": "[Control plane]",
 }
 
 
@@ -366,7 +367,8 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter or spark.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark or
+    replication.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

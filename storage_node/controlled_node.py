@@ -124,7 +124,8 @@ class ControlledNode(RawNode):
             self.asked = None  # the change was recorded (or another one: ask anew)
         self.view = view
         if view.master != raft.id:
-            if raft.term < view.epoch or raft.role == Role.LEADER:
+            if raft.term < view.epoch or raft.role == Role.LEADER or raft.lead != view.master:
+                # Same epoch and an unknown leader (restarted): the vote is kept.
                 raft.become_follower(view.epoch, view.master)
             return
         if raft.role != Role.LEADER and not self._lead(view.epoch, now_ms):
@@ -160,6 +161,15 @@ class ControlledNode(RawNode):
         wanted = commit_config(self.raft.id, members, self._replicas())
         if self.raft.tracker.config != wanted:
             self.raft.switch_to_config(wanted)
+
+    def behind(self) -> bool:
+        """As master: some replica lacks part of the log (the host keeps the group
+        awake: a quiesced leader sends a restarted slave nothing to catch up with)."""
+        raft = self.raft
+        if raft.role != Role.LEADER:
+            return False
+        last = raft.log.last_index()
+        return any(p.match < last for p in raft.tracker.progress.values())
 
     def on_fenced(self, master: int, epoch: int) -> None:
         """The controller knows a newer epoch: stop leading."""

@@ -94,8 +94,10 @@ class ControllerFollower:
                 self._sending[group_id] = asyncio.create_task(
                     self._alter(group_id, request), name=f"alter-sync-state-set-{group_id}"
                 )
-            if (raft.raft.role, raft.raft.term, raft.raft.tracker.config) != before:
+            changed = (raft.raft.role, raft.raft.term, raft.raft.tracker.config) != before
+            if changed or raft.behind():
                 host.touch(group_id)
+            if changed:
                 _log.info(
                     "controller record applied",
                     extra={
