@@ -1,6 +1,6 @@
 """Seeded simulation runs of controller mode (tests/sim/controller_mode.py).
 
-``make test`` runs seeds 0..(RIP5_CONTROLLER_SEEDS, default 16)-1 with two
+``make test`` runs seeds 0..(RIP5_CONTROLLER_SEEDS, default 12)-1 with two
 replicas and a few with three; a failure names its seed and the command that
 replays it with its trace.
 """
@@ -13,7 +13,7 @@ import pytest
 
 from tests.sim.controller_mode import run_controller_seed
 
-SEEDS = int(os.environ.get("RIP5_CONTROLLER_SEEDS", "16"))
+SEEDS = int(os.environ.get("RIP5_CONTROLLER_SEEDS", "12"))
 REPLAY_SEED = int(os.environ.get("RIP5_SIM_SEED", "0"))
 TRACE_LINES = int(os.environ.get("RIP5_SIM_TRACE", "40"))
 REPLAY_TEST = "tests/sim/test_controller_mode_sim.py::test_controller_replay"
