@@ -103,3 +103,12 @@ class StorageConfig:
             "choices": ["raft", "controller"],
         },
     )
+    min_in_sync: int = field(
+        default=1,
+        metadata={
+            "help": "controller mode: a master acknowledges a write once at least this many "
+            "replicas hold it (1: alone, when its SyncStateSet is itself)",
+            "min": 1,
+            "max": 3,
+        },
+    )

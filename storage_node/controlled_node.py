@@ -24,6 +24,8 @@ differently, and only here:
   keep receiving the log): a majority of two is both, and three members are
   two pairs joined (``voters`` and ``voters_outgoing``), whose joint commit
   is the minimum of all three. Controller mode has at most three replicas.
+  A commit set smaller than ``min_in_sync`` counts every replica instead:
+  nothing is acknowledged on fewer members than that.
 - **SyncStateSet changes** are planned by :func:`master_slave.plan_sync_state_set`
   from the leader's progress (:meth:`ControlledNode.sync_state_request`); the
   shell sends them to the controller and reports the answer.
@@ -44,7 +46,12 @@ from raft.core.node import Config, RawNode
 from raft.core.tracker import MembershipConfig
 from raft.errors import InvalidConfChange
 from raft.types import NONE, ConfChange, ConfChangeV2, LogReader, Message, MsgType, Role
-from storage_node.master_slave import PeerSync, commit_set, plan_sync_state_set
+from storage_node.master_slave import (
+    MIN_IN_SYNC_DEFAULT,
+    PeerSync,
+    commit_set,
+    plan_sync_state_set,
+)
 
 _DROPPED = frozenset(
     {
@@ -80,6 +87,8 @@ class ControlledNode(RawNode):
     def __init__(self, config: Config, log: LogReader, rand_int: Callable[[int], int]) -> None:
         """As :class:`RawNode`, without the leader's quorum check."""
         super().__init__(dataclasses.replace(config, check_quorum=False), log, rand_int)
+        self.min_in_sync = MIN_IN_SYNC_DEFAULT
+        """Below this many members in the commit set, every replica must hold an entry."""
         self.view: ReplicaSetInfo | None = None
         self.asked: AlterSyncStateSetRequest | None = None
         self.peers: dict[int, PeerSync] = {}
@@ -158,6 +167,8 @@ class ControlledNode(RawNode):
         members = commit_set(
             self.view.sync_state_set, None if self.asked is None else self.asked.sync_state_set
         )
+        if len(members) < self.min_in_sync:
+            members = self._replicas() | {self.raft.id}  # nothing commits on fewer
         wanted = commit_config(self.raft.id, members, self._replicas())
         if self.raft.tracker.config != wanted:
             self.raft.switch_to_config(wanted)

@@ -127,6 +127,7 @@ class LocalGroups:
         self._transfer_asked_ms: dict[int, int] = {}
         # Controller mode: ControlledNode (the controller names leaders; no elections).
         self.node_class: type[RawNode] = RawNode
+        self.min_in_sync = 1
 
     @property
     def group_ids(self) -> range:
@@ -166,6 +167,9 @@ class LocalGroups:
                 _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
         self.node.driver.add_group(group_id, members, replica, self.node_class)
+        raft = self.node.driver.host.node(group_id)
+        if isinstance(raft, ControlledNode):
+            raft.min_in_sync = self.min_in_sync
         self.node.adopt(group_id, replica)
 
     def start_all(self, members: list[int]) -> None:
@@ -453,6 +457,7 @@ async def _serve_groups(
         if client is None or config.peers:
             raise ValueError("--replication controller needs --nameserver (the controller)")
         groups.node_class = ControlledNode
+        groups.min_in_sync = config.min_in_sync
     if static:
         groups.start_all(sorted(peers))
     server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())

@@ -126,3 +126,16 @@ def test_three_members_commit_on_all_of_them() -> None:
     assert config.voters_outgoing == frozenset({1, 3})
     with pytest.raises(ValueError, match="at most 3 replicas"):
         commit_config(1, frozenset({1, 2, 3, 4}), frozenset({1, 2, 3, 4}))
+
+
+def test_below_min_in_sync_every_replica_must_hold_an_entry() -> None:
+    pair = Pair()
+    pair.node(1).min_in_sync = 2
+    pair.view(1, 1, [1], 1)
+    pair.pump()
+    master = pair.node(1)
+    assert master.raft.tracker.config.voters == frozenset({1, 2})
+    pair.cut = {2}
+    master.propose(b"a")
+    pair.pump()
+    assert master.raft.log.committed < master.raft.log.last_index()
