@@ -1,4 +1,5 @@
-"""Nameserver membership changes on real processes, through ``rip5 admin nameserver``.
+"""Nameserver membership changes on real processes, through the control service that
+``rip5 admin nameserver`` calls (its CLI: tests/unit/test_admin_nameserver_cli.py).
 
 Three nameservers; a fourth is started with ``--join`` and added (a learner,
 then a voter); the leader is removed (it hands leadership away first) and
@@ -11,7 +12,6 @@ changes is still there.
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,7 +25,7 @@ from angelia_rpc.ports import free_port
 from protocol import control_api as ctl
 from protocol import nameserver_api as api
 from rip5.admin import NameserverClient
-from tests.integration.test_nameserver import RIP5, Nameservers, admin
+from tests.integration.test_nameserver import RIP5, Nameservers
 from tests.waiting import wait_until
 
 T = TypeVar("T")
@@ -110,11 +110,15 @@ def test_add_a_fourth_nameserver_then_remove_the_leader(tmp_path: Path) -> None:
         }
 
         _start_joining(cluster, 4)
-        added = admin(cluster, "nameserver", "add", "4", cluster.addresses[4])
-        assert added.returncode == 0, added.stderr
-        assert "added nameserver 4" in added.stdout
-        # The members table, as `rip5 admin nameserver list` prints it too.
-        assert re.search(r"\b4\W+127\.0\.0\.1:\d+\W+voter", added.stdout), added.stdout
+        added = _control(
+            cluster,
+            lambda s: s.add_member(
+                ctl.AddMemberRequest(4, cluster.addresses[4]), timeout_ms=30_000
+            ),
+        )
+        assert [(m.node_id, m.address, m.role) for m in added.members if m.node_id == 4] == [
+            (4, cluster.addresses[4], ctl.ROLE_VOTER)
+        ]
         members = _members(cluster)
         assert {n: role for n, (role, _) in members.items()} == {
             1: "voter",
@@ -131,8 +135,10 @@ def test_add_a_fourth_nameserver_then_remove_the_leader(tmp_path: Path) -> None:
         leader = _leader(cluster)
         assert leader in (1, 2, 3, 4)
         removed = leader if leader != 4 else 1
-        gone = admin(cluster, "nameserver", "remove", str(removed))
-        assert gone.returncode == 0, gone.stderr
+        _control(
+            cluster,
+            lambda s: s.remove_member(ctl.RemoveMemberRequest(removed), timeout_ms=30_000),
+        )
         members = _members(cluster)
         assert sorted(members) == sorted({1, 2, 3, 4} - {removed})
         cluster.kill(removed)

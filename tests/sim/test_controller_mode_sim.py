@@ -41,7 +41,7 @@ def test_controller_runs_are_deterministic_and_exercise_failover() -> None:
     """A seed fixes the run; across seeds, every fault, elections and fencing happen."""
     assert run_controller_seed(5).trace_digest == run_controller_seed(5).trace_digest
     totals: dict[str, int] = {}
-    for seed in range(8):
+    for seed in range(5):
         for key, value in run_controller_seed(seed).stats.items():
             totals[key] = totals.get(key, 0) + value
     for key in (
@@ -55,5 +55,5 @@ def test_controller_runs_are_deterministic_and_exercise_failover() -> None:
         "fault_delay",
         "fault_controller_down",
     ):
-        assert totals.get(key, 0) > 0, f"no {key} in 8 seeds: {totals}"
+        assert totals.get(key, 0) > 0, f"no {key} in 5 seeds: {totals}"
     assert totals.get("fenced_by_slave", 0) + totals.get("fenced_by_controller", 0) > 0, totals
