@@ -119,8 +119,12 @@ class LocalCluster:
         log_level: str = "info",
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
+        replication: str = "raft",
     ) -> None:
+        """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
+        group on all of them)."""
         self.root = root
+        self.replication = replication
         self.broker_flags = broker_flags
         self.groups = groups
         self.log_level = log_level
@@ -160,6 +164,9 @@ class LocalCluster:
         """Start (or restart, on its data) nameserver ``node`` (1-based); ready when
         this returns."""
         flags = ["--listen", self.nameserver_addresses[node - 1], "--groups", str(self.groups)]
+        if self.replication != "raft":
+            factor = str(len(self.storage_addresses))
+            flags += ["--replication", self.replication, "--replication-factor", factor]
         if len(self.nameserver_addresses) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
             flags += ["--node-id", str(node), "--peers", peers]
@@ -188,6 +195,7 @@ class LocalCluster:
                 self.nameserver_address,
                 "--groups",
                 str(self.groups),
+                *(("--replication", self.replication) if self.replication != "raft" else ()),
             )
             process.start()
             self.storage[node] = process
