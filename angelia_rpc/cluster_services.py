@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from angelia_rpc.service import ServerStream, Service, Unary
 from protocol import broker_api as br
+from protocol import control_api as ctl
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 
@@ -76,6 +77,16 @@ class NameserverService(Service, name="nameserver"):
     update_acl = Unary(ns.AclRequest, ns.RevisionResponse)
     delete_acl = Unary(ns.AclRequest, ns.RevisionResponse)
     acl_tables = Unary(ns.AclTablesRequest, ns.AclTablesResponse)
+
+
+class ControlService(Service, name="control"):
+    """The nameserver's own membership and the RIP-44 controller (``protocol.control_api``)."""
+
+    members = Unary(ctl.MembersRequest, ctl.MembersResponse)
+    add_member = Unary(ctl.AddMemberRequest, ctl.MembersResponse)
+    remove_member = Unary(ctl.RemoveMemberRequest, ctl.MembersResponse)
+    replica_sets = Unary(ctl.ReplicaSetsRequest, ctl.ReplicaSetsResponse)
+    alter_sync_state_set = Unary(ctl.AlterSyncStateSetRequest, ctl.ReplicaSetResponse)
 
 
 class BrokerService(Service, name="broker"):

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from angelia_rpc import Server
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from nameserver.config import NameserverConfig, parse_peers
+from nameserver.controller import REPLICAS_MAX
+from nameserver.ensemble import ControlImpl, run_controller_duties
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
@@ -74,6 +76,11 @@ async def serve(
     """Run one nameserver replica until ``stopping`` is set."""
     addresses = members(config)
     super_user = super_user_of(config.acl_super_user_file)
+    if config.replication == "controller" and config.replication_factor > REPLICAS_MAX:
+        raise ConfigRefused(
+            f"--replication controller holds at most {REPLICAS_MAX} replicas per group "
+            f"(--replication-factor is {config.replication_factor})"
+        )
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
     rpc = config.rpc_config()
@@ -85,12 +92,24 @@ async def serve(
     )
     driver = Driver(config.node_id, store, transport, options)
     machine = MetadataMachine()
-    driver.add_group(GROUP_ID, sorted(addresses), machine)
     impl = NameserverImpl(driver, machine, addresses)
-    server = Server([transport.binding(), NameserverService.bind(impl)], rpc)
+
+    def learn(recorded: dict[int, str]) -> None:
+        # Members added after bootstrap (their addresses are in the group's state).
+        for node_id, address in recorded.items():
+            impl.addresses[node_id] = address
+            if node_id != config.node_id:
+                transport.addresses[node_id] = address
+
+    machine.on_addresses = learn
+    # Joining: no membership of its own; the leader's snapshot brings it (and the peers).
+    driver.add_group(GROUP_ID, [] if config.join else sorted(addresses), machine)
+    control = ControlImpl(impl)
+    services = [transport.binding(), NameserverService.bind(impl), ControlService.bind(control)]
+    server = Server(services, rpc)
     endpoint = await server.start(config.listen)
     await driver.start()
-    if len(addresses) == 1:
+    if len(addresses) == 1 and not config.join:
         driver.campaign(GROUP_ID)  # alone: no reason to wait for an election timeout
     duties = asyncio.create_task(
         run_leader_duties(
@@ -107,13 +126,22 @@ async def serve(
         ),
         name="nameserver-leader-duties",
     )
+    if config.replication == "controller" and config.cluster:
+        controlling = asyncio.create_task(
+            run_controller_duties(control, config.cluster, config.controller_dead_after_ms),
+            name="nameserver-controller",
+        )
+    else:
+        controlling = None
     log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
     ready(endpoint)
     try:
         await stopping.wait()
     finally:
-        duties.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await duties
+        for task in (duties, controlling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.stop()
         await driver.stop()

@@ -56,6 +56,9 @@ from nameserver.api_convert import (
     watch_batch_info,
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
+from nameserver.control_commands import ForgetNameserver, SetNameserverAddress, is_control
+from nameserver.control_commands import decode as decode_control
+from nameserver.control_state import ControlState, unwrap_snapshot, wrap_snapshot
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader
 from nameserver.forecast_placement import AvoidingNodes
 from nameserver.load_monitor import LoadMonitor
@@ -98,15 +101,24 @@ class MetadataMachine:
     :class:`NameserverError` (as a value: every replica refuses the same
     command, and the driver must go on). ``changed`` is woken after every
     command that bumped the revision.
+
+    Control commands (:mod:`nameserver.control_commands`: nameserver addresses,
+    the RIP-44 controller) share the log and go to ``control``;
+    ``on_addresses`` is called with the ensemble's recorded addresses after
+    each one and after a snapshot is restored.
     """
 
     def __init__(self) -> None:
         """An empty state."""
         self.state = MetadataState()
+        self.control = ControlState()
+        self.on_addresses: Callable[[dict[int, str]], None] | None = None
         self._changed = asyncio.Event()
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command."""
+        if is_control(entry.data):
+            return self._apply_control(entry.data)
         try:
             applied = self.state.apply(c.decode(entry.data))
         except NameserverError as exc:
@@ -115,14 +127,29 @@ class MetadataMachine:
             self._wake()
         return applied
 
+    def _apply_control(self, data: bytes) -> object:
+        try:
+            command = decode_control(data)
+            answer = self.control.apply(command)
+        except NameserverError as exc:
+            return exc
+        if self.on_addresses is not None and isinstance(
+            command, SetNameserverAddress | ForgetNameserver
+        ):
+            self.on_addresses(dict(self.control.addresses))
+        return answer
+
     def restore(self, snapshot: Snapshot) -> None:
         """Take a snapshot's state."""
-        self.state = MetadataState.restore(snapshot.data)
+        self.control, metadata = unwrap_snapshot(snapshot.data)
+        self.state = MetadataState.restore(metadata)
+        if self.on_addresses is not None:
+            self.on_addresses(dict(self.control.addresses))
         self._wake()
 
     def snapshot_data(self) -> bytes:
         """The state's snapshot bytes."""
-        return self.state.snapshot()
+        return wrap_snapshot(self.control, self.state.snapshot())
 
     def _wake(self) -> None:
         self._changed.set()

@@ -24,11 +24,13 @@ from rich.console import Console
 from rich.table import Table
 
 from angelia_rpc import AngeliaError, RpcConfig
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from angelia_rpc.config import RpcOptions
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
+from angelia_rpc.service import Service
 from nameserver import names
 from nameserver.errors import NameserverError
+from protocol import control_api as ctl
 from protocol import errors
 from protocol import nameserver_api as api
 from protocol.acl_wire import signed_by
@@ -49,6 +51,7 @@ PERMISSIONS = {
 }
 MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
+S = TypeVar("S", bound=Service)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -75,12 +78,17 @@ def check_name(validate: Callable[[str], None], name: str) -> None:
 
 def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) -> T:
     """Call the nameserver once (following the leader); exit 1 with the reason on failure."""
+    return run_service(nameserver, NameserverService, method)
+
+
+def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
+    """:func:`run`, for another service the nameservers serve (``ControlService``)."""
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
         client = NameserverClient(addresses, rpc_config_from_environment())
         try:
-            return await client.call(method)
+            return await client.call_service(service, method)
         finally:
             await client.close()
 
@@ -393,6 +401,38 @@ def cluster_status(nameserver: str, name: str) -> None:
         f"raft groups: {placed} of {len(status.groups)} placed, "
         f"{len(status.groups) - len(leaderless)} with a known leader"
     )
+    ids = {g.group_id for g in status.groups}
+    records = run_service(
+        nameserver,
+        ControlService,
+        lambda s: s.replica_sets(ctl.ReplicaSetsRequest(), timeout_ms=CALL_TIMEOUT_MS),
+    )
+    ours = [r for r in records.groups if r.group_id in ids]
+    if not ours:
+        click.echo("replication: raft (each group elects its leader by majority)")
+        return
+    click.echo(
+        "replication: controller (RIP-44: the nameserver names each group's master; "
+        "a write is acknowledged once every SyncStateSet member holds it)"
+    )
+    _print(replica_sets_table(ours))
+
+
+def replica_sets_table(records: list[ctl.ReplicaSetInfo]) -> Table:
+    """Controller-mode groups: master and its epoch, SyncStateSet and its epoch."""
+    table = Table(title="controller groups")
+    for column in ("group", "replicas", "master", "epoch", "sync_state_set", "set_epoch"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            str(r.group_id),
+            ",".join(map(str, r.replicas)),
+            str(r.master) if r.master else "-",
+            str(r.epoch),
+            ",".join(map(str, r.sync_state_set)) or "-",
+            str(r.sync_state_set_epoch),
+        )
+    return table
 
 
 def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:

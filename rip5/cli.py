@@ -23,7 +23,14 @@ import uvloop
 
 from angelia_rpc.config import RpcOptions
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_acl, admin_consumers, admin_nodes, connector_commands
+from rip5 import (
+    __version__,
+    admin_acl,
+    admin_consumers,
+    admin_nameserver,
+    admin_nodes,
+    connector_commands,
+)
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -48,6 +55,7 @@ BENCH_TARGETS = {
     "remoting": "[Remoting]",
     "connector": "[Connector]",
     "placement": "[Scale]",
+    "replication": "[Control plane]",
 }
 
 
@@ -231,6 +239,14 @@ for _role in ROLES.values():
     help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
+    "--replication",
+    type=click.Choice(["raft", "controller"]),
+    default="raft",
+    show_default=True,
+    help="how storage groups replicate: raft, or controller (RIP-44: the nameservers "
+    "name each group's master; 2 replicas suffice)",
+)
+@click.option(
     "--storage-port",
     type=click.IntRange(1, 65535),
     default=7701,
@@ -300,6 +316,7 @@ def dev(
     storage: int,
     nameserver_port: int,
     nameservers: int,
+    replication: str,
     storage_port: int,
     broker_port: int,
     remoting_port: int,
@@ -330,6 +347,7 @@ def dev(
         remoting_port=remoting_port,
         acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
         rpc=RpcOptions(rpc_transport, rpc_codec, rpc_tls_cert, rpc_tls_key, rpc_tls_ca),
+        replication=replication,
     )
     try:
         layout.rpc.rpc_config()
@@ -373,6 +391,7 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_nameserver.nameserver)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
@@ -404,7 +423,7 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
-    remoting, connector or placement.
+    remoting, connector, placement or replication.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

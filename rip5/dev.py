@@ -45,6 +45,7 @@ class DevLayout:
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
+    replication: str = "raft"  # or "controller" (RIP-44): nameservers and storage nodes
     # ACL 2.0: the file holding NAME:SECRET of the super user the nameserver creates
     # first; set, the brokers check every call (``--acl``). Empty: ACL off.
     acl_super_user_file: str = ""
@@ -90,6 +91,8 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
         if len(listens) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
             flags += ("--node-id", str(i + 1), "--peers", peers)
+        if layout.replication != "raft":
+            flags += ("--replication", layout.replication)
         if layout.acl_super_user_file:
             flags += ("--acl-super-user-file", layout.acl_super_user_file)
         wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
@@ -108,6 +111,11 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     nameserver,
                     "--groups",
                     groups,
+                    *(
+                        ()
+                        if layout.replication == "raft"
+                        else ("--replication", layout.replication)
+                    ),
                 ),
             )
         )

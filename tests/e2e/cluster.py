@@ -121,11 +121,15 @@ class LocalCluster:
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
         nameserver_flags: tuple[str, ...] = (),
+        replication: str = "raft",
         rpc: RpcOptions | None = None,
     ) -> None:
-        """``rpc``: the internal RPC of every process (default: tcp, msgpack)."""
+        """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
+        group on all of them); ``rpc``: the internal RPC of every process (default: tcp,
+        msgpack)."""
         self.rpc = rpc or RpcOptions()
         self.root = root
+        self.replication = replication
         self.broker_flags = broker_flags
         self.nameserver_flags = nameserver_flags
         self.groups = groups
@@ -167,6 +171,9 @@ class LocalCluster:
         """Start (or restart, on its data) nameserver ``node`` (1-based); ready when
         this returns."""
         flags = ["--listen", self.nameserver_addresses[node - 1], "--groups", str(self.groups)]
+        if self.replication != "raft":
+            factor = str(len(self.storage_addresses))
+            flags += ["--replication", self.replication, "--replication-factor", factor]
         flags += self.nameserver_flags
         if len(self.nameserver_addresses) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
@@ -196,6 +203,7 @@ class LocalCluster:
                 self.nameserver_address,
                 "--groups",
                 str(self.groups),
+                *(("--replication", self.replication) if self.replication != "raft" else ()),
             )
             process.start()
             self.storage[node] = process
