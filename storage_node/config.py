@@ -94,3 +94,13 @@ class StorageConfig:
             "choices": ["sync", "async"],
         },
     )
+    retention_check_ms: int = field(
+        default=10_000,
+        metadata={
+            "help": "how often the leader of each group applies its topics' retention "
+            "(retention_ms, retention_bytes) and drops the data of deleted topics "
+            "(topics read from the nameserver; without one, nothing is trimmed)",
+            "min": 100,
+            "max": 3_600_000,
+        },
+    )

@@ -53,7 +53,7 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
 from raft.wal.logstore import LogStore
-from storage_node import fault_injection, housekeeping
+from storage_node import fault_injection, housekeeping, retention
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.reconcile import (
     LeaderView,
@@ -380,6 +380,20 @@ async def serve(
             await client.close()
 
 
+def _topic_lister(client: NameserverClient, cluster: str) -> housekeeping.TopicLister:
+    """The cluster's topics and their limits, read from the nameserver leader."""
+
+    async def listed() -> dict[str, retention.TopicLimits]:
+        request = api.ListRequest(cluster)
+        response = await client.call(lambda ns: ns.list_topics(request, timeout_ms=CALL_TIMEOUT_MS))
+        return {
+            topic.name: retention.TopicLimits(topic.retention_ms, topic.retention_bytes)
+            for topic in response.topics
+        }
+
+    return listed
+
+
 class WalFailed(Exception):
     """This node's WAL failed, so it stopped serving (see
     :func:`_serve_until_stopped_or_disk_failed`)."""
@@ -465,6 +479,14 @@ async def _serve_groups(
                     await groups.reconcile(response.groups)
                 groups.transfer_leaders(response.leader_transfers)
 
+            tasks.append(
+                asyncio.create_task(
+                    housekeeping.run_retention(
+                        node, _topic_lister(client, config.cluster), config.retention_check_ms
+                    ),
+                    name="retention",
+                )
+            )
             told = config.advertise or address  # what brokers and peers dial
             registration = Registration(client, node, config, told, data_dir, on_heartbeat)
             tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))

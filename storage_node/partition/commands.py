@@ -68,6 +68,7 @@ class Op(enum.IntEnum):
     RELEASE = 12
     FILTERED_RECEIVE = 13
     COMMIT_CONSUMER_OFFSET = 14
+    DROP_TOPIC = 15
 
 
 class InitialPosition(enum.IntEnum):
@@ -298,6 +299,24 @@ class TrimQueue:
     before_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class DropTopic:
+    """Topic deletion: forget everything this group keeps of ``topic``.
+
+    Its queues (messages and offsets), every consumer group's position and
+    leases in them, its held timers and its unresolved half messages go; the
+    log entries they named are no longer referenced, so the truncate floor
+    passes them. A topic created again with the same name starts empty, at
+    offset 0 (the old receipt handles stay invalid: a new lease's generation
+    is a later log index). The leader proposes it once the topic is gone from
+    the nameserver.
+    """
+
+    op: ClassVar[Op] = Op.DROP_TOPIC
+    now_ms: int
+    topic: str
+
+
 Command = (
     Append
     | Receive
@@ -313,6 +332,7 @@ Command = (
     | Release
     | FilteredReceive
     | CommitConsumerOffset
+    | DropTopic
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -332,6 +352,7 @@ _BY_OP: dict[Op, type[Any]] = {
         Release,
         FilteredReceive,
         CommitConsumerOffset,
+        DropTopic,
     )
 }
 

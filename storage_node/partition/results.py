@@ -236,6 +236,18 @@ class TrimQueueResult:
     first_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class DropTopicResult:
+    """What a topic's drop freed in this group: queues, messages, consumer group
+    positions, held timers and half messages."""
+
+    queues: int
+    messages: int
+    consumer_queues: int
+    timers: int
+    halves: int
+
+
 Result = (
     AppendResult
     | ReceiveResult
@@ -249,4 +261,5 @@ Result = (
     | CancelTimerResult
     | TrimQueueResult
     | ReleaseResult
+    | DropTopicResult
 )

@@ -56,6 +56,7 @@ from storage_node.partition.commands import (
     CommitConsumerOffset,
     CommitOffset,
     DeadLetter,
+    DropTopic,
     EndTransaction,
     FilteredReceive,
     NoteTransactionChecks,
@@ -87,6 +88,7 @@ from storage_node.partition.results import (
     DeadLettered,
     DeadLetterResult,
     Delivery,
+    DropTopicResult,
     EndTransactionResult,
     QueuedRun,
     ReceiveResult,
@@ -174,6 +176,8 @@ class PartitionState(PartitionQueries):
             return self._trim_queue(command)
         if isinstance(command, Release):
             return self._release(command, log_index)
+        if isinstance(command, DropTopic):
+            return self._drop_topic(command)
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
     def _advance_clock(self, now_ms: int) -> int:
@@ -526,6 +530,25 @@ class PartitionState(PartitionQueries):
             if (topic, queue_id) == (command.topic, command.queue_id):
                 group_queue.trim(first, index.end_offset)
         return TrimQueueResult(first)
+
+    def _drop_topic(self, command: DropTopic) -> DropTopicResult:
+        _require(command.topic != "", "dropping a topic needs its name")
+        topic = command.topic
+        queues = [queue for queue in self._queues if queue[0] == topic]
+        messages = 0
+        for queue in queues:
+            index = self._queues.pop(queue)
+            messages += index.end_offset - index.first_offset
+        consumer_queues = [key for key in self._groups if key[1] == topic]
+        for key in consumer_queues:
+            del self._groups[key]
+        held = [h.message_id for h in self._timers.unordered() if h.topic == topic]
+        for message_id in held:
+            self._timers.cancel(topic, message_id)
+        halves = [half.transaction_id for half in self._halves if half.topic == topic]
+        for transaction_id in halves:
+            self._halves.resolve(transaction_id)
+        return DropTopicResult(len(queues), messages, len(consumer_queues), len(held), len(halves))
 
     # ------------------------------------------------------------------ transactions
 

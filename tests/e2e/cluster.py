@@ -116,9 +116,11 @@ class LocalCluster:
         log_level: str = "info",
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
+        storage_flags: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.broker_flags = broker_flags
+        self.storage_flags = storage_flags
         self.groups = groups
         self.log_level = log_level
         self.auto_create = auto_create
@@ -185,6 +187,7 @@ class LocalCluster:
                 self.nameserver_address,
                 "--groups",
                 str(self.groups),
+                *self.storage_flags,
             )
             process.start()
             self.storage[node] = process

@@ -87,6 +87,7 @@ command = st.one_of(
     st.builds(c.CancelTimer, now_ms, topic, st.sampled_from([f"m{i}" for i in range(13)])),
     st.builds(c.TrimQueue, now_ms, topic, queue_id, st.integers(-1, 8)),
     st.builds(c.Release, now_ms, group, st.lists(handle, max_size=3).map(tuple)),
+    st.builds(c.DropTopic, now_ms, topic),
 )
 
 
