@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from protocol.message_objects import ObjectEntry
 from protocol.positional import Encode, ShapeMismatch, plain_decoder, plain_encoder
 from protocol.records import (
     MessageRecord,
@@ -69,6 +70,8 @@ class Op(enum.IntEnum):
     FILTERED_RECEIVE = 13
     COMMIT_CONSUMER_OFFSET = 14
     DROP_TOPIC = 15
+    RECORD_UPLOAD = 16
+    EXPIRE_TIER = 17
 
 
 class InitialPosition(enum.IntEnum):
@@ -317,6 +320,33 @@ class DropTopic:
     topic: str
 
 
+@dataclass(frozen=True, slots=True)
+class RecordUpload:
+    """The tier holds a queue's offsets ``[object.first_offset, object.end_offset)`` in
+    ``object`` (``protocol.message_objects``: its name, size, CRC32C of all its bytes
+    and store time range): the upload point moves to its end. Refused (changing
+    nothing) unless it starts where the queue's recorded objects end
+    (``partition.tier``)."""
+
+    op: ClassVar[Op] = Op.RECORD_UPLOAD
+    now_ms: int
+    topic: str
+    queue_id: int
+    object: ObjectEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTier:
+    """Tier retention: forget a queue's recorded objects that end at or below
+    ``before_offset`` (the leader then deletes their bytes). The upload point stays."""
+
+    op: ClassVar[Op] = Op.EXPIRE_TIER
+    now_ms: int
+    topic: str
+    queue_id: int
+    before_offset: int
+
+
 Command = (
     Append
     | Receive
@@ -333,6 +363,8 @@ Command = (
     | FilteredReceive
     | CommitConsumerOffset
     | DropTopic
+    | RecordUpload
+    | ExpireTier
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -353,6 +385,8 @@ _BY_OP: dict[Op, type[Any]] = {
         FilteredReceive,
         CommitConsumerOffset,
         DropTopic,
+        RecordUpload,
+        ExpireTier,
     )
 }
 

@@ -246,6 +246,25 @@ class DropTopicResult:
     consumer_queues: int
     timers: int
     halves: int
+    tier_objects: tuple[str, ...] = ()
+    """The names of the topic's tier objects, no longer recorded: the leader deletes them."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUploadResult:
+    """Whether the object was recorded (else ``refusal`` says why), and the queue's
+    upload point after the command."""
+
+    recorded: bool
+    upload_point: int
+    refusal: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTierResult:
+    """The names of the objects no longer recorded (the leader deletes their bytes)."""
+
+    expired: tuple[str, ...]
 
 
 Result = (
@@ -262,4 +281,6 @@ Result = (
     | TrimQueueResult
     | ReleaseResult
     | DropTopicResult
+    | RecordUploadResult
+    | ExpireTierResult
 )

@@ -58,9 +58,11 @@ from storage_node.partition.commands import (
     DeadLetter,
     DropTopic,
     EndTransaction,
+    ExpireTier,
     FilteredReceive,
     NoteTransactionChecks,
     Receive,
+    RecordUpload,
     Release,
     Tick,
     TrimQueue,
@@ -90,14 +92,17 @@ from storage_node.partition.results import (
     Delivery,
     DropTopicResult,
     EndTransactionResult,
+    ExpireTierResult,
     QueuedRun,
     ReceiveResult,
+    RecordUploadResult,
     ReleaseResult,
     Result,
     TickResult,
     TransactionChecksResult,
     TrimQueueResult,
 )
+from storage_node.partition.tier import upload_refusal
 from storage_node.partition.timers import HeldMessage
 from storage_node.partition.transactions import HalfMessage
 
@@ -178,6 +183,11 @@ class PartitionState(PartitionQueries):
             return self._release(command, log_index)
         if isinstance(command, DropTopic):
             return self._drop_topic(command)
+        if isinstance(command, RecordUpload):
+            return self._record_upload(command)
+        if isinstance(command, ExpireTier):
+            expired = self.tier.expire((command.topic, command.queue_id), command.before_offset)
+            return ExpireTierResult(tuple(entry.name for entry in expired))
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
     def _advance_clock(self, now_ms: int) -> int:
@@ -548,7 +558,24 @@ class PartitionState(PartitionQueries):
         halves = [half.transaction_id for half in self._halves if half.topic == topic]
         for transaction_id in halves:
             self._halves.resolve(transaction_id)
-        return DropTopicResult(len(queues), messages, len(consumer_queues), len(held), len(halves))
+        tier_objects = tuple(entry.name for entry in self.tier.drop_topic(topic))
+        return DropTopicResult(
+            len(queues), messages, len(consumer_queues), len(held), len(halves), tier_objects
+        )
+
+    def _record_upload(self, command: RecordUpload) -> RecordUploadResult:
+        queue = (command.topic, command.queue_id)
+        refusal = upload_refusal(
+            self.tier.end_offset(queue),
+            self.first_offset(*queue),
+            self.end_offset(*queue),
+            command.object.first_offset,
+            command.object.end_offset,
+        )
+        if not refusal:
+            self.tier.record(queue, command.object)
+        point = self.tier.end_offset(queue)
+        return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
 
     # ------------------------------------------------------------------ transactions
 

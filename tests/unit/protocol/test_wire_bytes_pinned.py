@@ -23,6 +23,7 @@ from nameserver.records import RetryPolicy, StorageLoad, TopicRoute
 from nameserver.state import MetadataState
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
+from protocol.message_objects import ObjectEntry
 from protocol.records import MessageRecord
 from protocol.vocabulary import MessageType, Permission
 from storage_node.partition import commands as partition
@@ -94,6 +95,11 @@ PARTITION_COMMANDS: list[tuple[str, partition.Command]] = [
     ("cancel-timer", partition.CancelTimer(12, "orders", "m-1")),
     ("trim-queue", partition.TrimQueue(13, "orders", 3, 64)),
     ("drop-topic", partition.DropTopic(15, "orders")),
+    (
+        "record-upload",
+        partition.RecordUpload(16, "orders", 3, ObjectEntry("o/1", 0, 10, 100, 200, 4096, 77)),
+    ),
+    ("expire-tier", partition.ExpireTier(17, "orders", 3, 10)),
 ]
 
 NAMESERVER_COMMANDS: list[tuple[str, ns_commands.Command]] = [
@@ -233,6 +239,8 @@ GOLDEN_HEX: dict[str, str] = {
     "partition/cancel-timer": "0a930ca66f7264657273a36d2d31",
     "partition/trim-queue": "0b940da66f72646572730340",
     "partition/drop-topic": "0f920fa66f7264657273",
+    "partition/record-upload": "109410a66f72646572730397a36f2f31000a64ccc8cd10004d",
+    "partition/expire-tier": "119411a66f7264657273030a",
     "nameserver/create-cluster": "920193a263310803",
     "nameserver/storage-heartbeat": (
         "92029501a26331ad31302e302e302e313a37373030639503010a05cf0000000200000000"
