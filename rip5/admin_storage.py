@@ -221,7 +221,7 @@ class ClusterAdmin:
             still = []
             for group_id, queue_id in left:
                 try:
-                    answer = await self.call_group(group_id, _queue_info(topic, queue_id))
+                    answer = await self.call_group(group_id, queue_info_call(topic, queue_id))
                 except AngeliaError:
                     still.append((group_id, queue_id))  # no leader now: asked again
                     continue
@@ -462,7 +462,7 @@ class ClusterAdmin:
         return sum(1 for outcome in response.outcomes if outcome.duplicate)
 
 
-def _queue_info(
+def queue_info_call(
     topic: str, queue_id: int
 ) -> Callable[[StorageService, int], Awaitable[st.QueueInfoResponse]]:
     """A ``call_group`` method asking a queue's offsets."""

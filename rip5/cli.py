@@ -22,7 +22,7 @@ import click
 import uvloop
 
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_consumers, connector_commands
+from rip5 import __version__, admin_consumers, admin_tier, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -331,6 +331,7 @@ admin.add_command(admin_commands.cluster)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_tier.tier)
 
 
 main.add_command(loadtest_command.loadtest)

@@ -21,10 +21,13 @@ from protocol.segments import SegmentCorrupted
 from raft.errors import RaftError
 from storage_node import retention
 from storage_node.errors import StorageError
-from storage_node.partition.commands import DropTopic, Tick, encode
+from storage_node.partition.commands import Command, DropTopic, Tick, encode
+from storage_node.partition.results import DropTopicResult, ExpireTierResult
 from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
 from storage_node.service import StorageNode
 from storage_node.store.segment_files import index_segments
+from storage_node.tier_plan import plan_expiry, upload_start
+from storage_node.tier_store import Tier
 
 _log = logging.getLogger(__name__)
 
@@ -97,9 +100,13 @@ TopicLister = Callable[[], Awaitable[Mapping[str, retention.TopicLimits]]]
 """Every topic of the cluster with its limits (from the nameserver); raises if unknown now."""
 
 
-async def run_retention(node: StorageNode, list_topics: TopicLister, interval_ms: int) -> None:
+async def run_retention(
+    node: StorageNode, list_topics: TopicLister, interval_ms: int, tier: Tier | None = None
+) -> None:
     """Forever, every ``interval_ms``: on the groups ``node`` leads, propose the trims and
-    topic drops ``storage_node.retention.plan`` decides (one at a time, awaited).
+    topic drops ``storage_node.retention.plan`` decides (one at a time, awaited); with a
+    tier, local trims stop at the upload point and follow the local limits, tier objects
+    past the whole limits expire, and the bytes of expired or dropped objects are deleted.
 
     A round whose topic list cannot be read does nothing (a nameserver that is
     away must never look like every topic deleted).
@@ -107,12 +114,14 @@ async def run_retention(node: StorageNode, list_topics: TopicLister, interval_ms
     while True:
         await asyncio.sleep(interval_ms / 1000)
         try:
-            await retention_round(node, list_topics)
+            await retention_round(node, list_topics, tier)
         except AngeliaError as exc:
             _log.info("retention skipped: the topic list is unknown now: %s", exc)
 
 
-async def retention_round(node: StorageNode, list_topics: TopicLister) -> int:
+async def retention_round(
+    node: StorageNode, list_topics: TopicLister, tier: Tier | None = None
+) -> int:
     """One round of :func:`run_retention`; how many commands were applied."""
     led = {g: r for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()}
     # Read before the list: a topic held now and unlisted after was deleted (or the
@@ -124,9 +133,19 @@ async def retention_round(node: StorageNode, list_topics: TopicLister) -> int:
         replica = node.replicas.get(group_id)
         if replica is None or not node.driver.host.node(group_id).is_leader():
             continue
-        commands = retention.plan(
-            replica.state, topics, held, node.now_ms(), _entry_bytes(replica, group_id)
-        )
+        state = replica.state
+        now_ms = node.now_ms()
+        sizes = entry_bytes_of(replica, group_id)
+        commands: list[Command]
+        if tier is None:
+            commands = [*retention.plan(state, topics, held, now_ms, sizes)]
+        else:
+            local = {name: limits.local() for name, limits in topics.items()}
+            keep_from = {queue: upload_start(state, queue) for queue in state.queue_ids()}
+            commands = [
+                *retention.plan(state, local, held, now_ms, sizes, keep_from),
+                *plan_expiry(state, topics, now_ms),
+            ]
         for command in commands:
             try:
                 result = await node.driver.propose(group_id, encode(command))
@@ -136,6 +155,16 @@ async def retention_round(node: StorageNode, list_topics: TopicLister) -> int:
                 _log.info("retention of group %d stopped: %s", group_id, result)
                 break
             applied += 1
+            names: tuple[str, ...] = ()
+            if isinstance(result, DropTopicResult):
+                names = result.tier_objects
+            elif isinstance(result, ExpireTierResult):
+                names = result.expired
+            if tier is not None and names:
+                try:
+                    await asyncio.to_thread(tier.delete_objects, group_id, list(names))
+                except OSError as exc:
+                    _log.warning("deleting tier objects of group %d failed: %s", group_id, exc)
             if isinstance(command, DropTopic):
                 _log.info(
                     "dropped the data of deleted topic %s in group %d", command.topic, group_id
@@ -143,7 +172,7 @@ async def retention_round(node: StorageNode, list_topics: TopicLister) -> int:
     return applied
 
 
-def _entry_bytes(replica: GroupReplica, group_id: int) -> retention.EntryBytes:
+def entry_bytes_of(replica: GroupReplica, group_id: int) -> retention.EntryBytes:
     """A log entry's size from where it lies in the WAL (read only if it lies elsewhere)."""
     bodies = replica.bodies
 

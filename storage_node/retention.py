@@ -12,7 +12,7 @@ proposes what :func:`plan` returns:
   (``entry_bytes``, from the WAL index: no entry is read); an entry shared by
   several queues counts for each, so a byte limit errs on the side of
   trimming. Trimming never passes ``keep_from`` (a queue's offset still
-  needed, e.g. not yet in the tier).
+  needed: with a tier, the upload point, and the limits are the local ones).
 - ``DropTopic`` for a topic the group holds that the nameserver no longer
   lists, only if the group held it before the list was read (``held_before``):
   a topic created after the listing cannot be taken for a deleted one. System
@@ -41,10 +41,20 @@ SYSTEM_TOPIC_PREFIX = "%"
 
 @dataclass(frozen=True, slots=True)
 class TopicLimits:
-    """How much of a topic's queues is kept (0 bytes: no byte limit)."""
+    """How much of a topic's queues is kept (0 bytes: no byte limit), and of that how much
+    on the storage nodes' disks once the rest is in the tier (0: as the whole limits)."""
 
     retention_ms: int
     retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
+
+    def local(self) -> TopicLimits:
+        """The limits of what stays on local disk (with a tier)."""
+        return TopicLimits(
+            self.local_retention_ms or self.retention_ms,
+            self.local_retention_bytes or self.retention_bytes,
+        )
 
 
 EntryBytes = Callable[[int], int]

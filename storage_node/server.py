@@ -75,6 +75,9 @@ from storage_node.service import (
 )
 from storage_node.store.base import BodyStore
 from storage_node.store.segment_files import WalBodyStore
+from storage_node.tier_plan import UploadPolicy
+from storage_node.tier_store import Tier
+from storage_node.tier_uploader import Uploader
 
 _log = logging.getLogger(__name__)
 
@@ -380,6 +383,19 @@ async def serve(
             await client.close()
 
 
+TIER_ROUND_MS = 200
+"""How often the uploader looks for pending uploads (the batch limits decide when one goes)."""
+
+
+async def _open_tier(config: StorageConfig) -> Tier | None:
+    """The tier of ``--tier-url`` (None without one); an unusable URL stops the node."""
+    if not config.tier_url:
+        return None
+    tier = await asyncio.to_thread(Tier, config.tier_url)
+    _log.info("tier on", extra={"tier": config.tier_url})
+    return tier
+
+
 def _topic_lister(client: NameserverClient, cluster: str) -> housekeeping.TopicLister:
     """The cluster's topics and their limits, read from the nameserver leader."""
 
@@ -387,7 +403,12 @@ def _topic_lister(client: NameserverClient, cluster: str) -> housekeeping.TopicL
         request = api.ListRequest(cluster)
         response = await client.call(lambda ns: ns.list_topics(request, timeout_ms=CALL_TIMEOUT_MS))
         return {
-            topic.name: retention.TopicLimits(topic.retention_ms, topic.retention_bytes)
+            topic.name: retention.TopicLimits(
+                topic.retention_ms,
+                topic.retention_bytes,
+                topic.local_retention_ms,
+                topic.local_retention_bytes,
+            )
             for topic in response.topics
         }
 
@@ -472,6 +493,17 @@ async def _serve_groups(
         tasks.append(
             asyncio.create_task(housekeeping.run_floor_keeper(node), name="truncate-floors")
         )
+        tier = await _open_tier(config)
+        if tier is not None:
+            uploader = Uploader(
+                node,
+                tier,
+                UploadPolicy(
+                    batch_messages_min=config.tier_batch_messages,
+                    batch_wait_ms=config.tier_batch_wait_ms,
+                ),
+            )
+            tasks.append(asyncio.create_task(uploader.run(TIER_ROUND_MS), name="tier-uploads"))
         if client is not None:
 
             async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:
@@ -482,7 +514,10 @@ async def _serve_groups(
             tasks.append(
                 asyncio.create_task(
                     housekeeping.run_retention(
-                        node, _topic_lister(client, config.cluster), config.retention_check_ms
+                        node,
+                        _topic_lister(client, config.cluster),
+                        config.retention_check_ms,
+                        tier,
                     ),
                     name="retention",
                 )

@@ -14,19 +14,15 @@ empty at offset 0.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import TypeVar
 
 import pytest
-from click.testing import CliRunner
 
 from angelia_rpc import AngeliaError
-from angelia_rpc.cluster_services import StorageService
 from protocol import storage_api as st
-from rip5 import cli
-from rip5.admin_storage import ClusterAdmin
-from tests.e2e.cluster import CLUSTER, LocalCluster
+from tests.e2e.cluster import LocalCluster
+from tests.e2e.storage_calls import admin_cli, append, on_queue, queue_info, read, running
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -44,68 +40,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         groups=4,
         storage_flags=("--retention-check-ms", str(RETENTION_CHECK_MS)),
     )
-    try:
-        local.start()
-        yield local
-    finally:
-        local.stop()
+    yield from running(local)
 
 
 def admin(cluster: LocalCluster, *argv: str, code: int = 0) -> str:
     """``rip5 admin ARGV`` against the cluster; its output."""
-    result = CliRunner().invoke(
-        cli.main, ["admin", *argv, "--nameserver", cluster.nameserver_address]
-    )
-    assert result.exit_code == code, f"{argv}: exit {result.exit_code}\n{result.output}"
-    return result.output
-
-
-def on_queue(
-    cluster: LocalCluster,
-    topic: str,
-    queue_id: int,
-    method: Callable[[StorageService, int], Awaitable[T]],
-) -> T:
-    """``method(stub, timeout_ms)`` on the leader of the group serving the queue."""
-
-    async def action(admin: ClusterAdmin) -> T:
-        route = await admin.route(topic)
-        (info,) = [q for q in route.queues if q.queue_id == queue_id]
-        return await admin.call_group(info.group_id, method)
-
-    return asyncio.run(ClusterAdmin.using(cluster.nameserver_addresses, CLUSTER, action))
-
-
-def append(cluster: LocalCluster, topic: str, queue_id: int, ids: list[str]) -> list[int]:
-    """Store one message per id in one append; their offsets. Retried until the group
-    has a leader (right after the cluster starts, placement may still be going on)."""
-    messages = [st.Message(topic, queue_id, i, f"body of {i} ".encode() * 40) for i in ids]
-    request = st.AppendRequest(topic, queue_id, messages)
-
-    def attempt() -> list[int] | None:
-        try:
-            response = on_queue(
-                cluster, topic, queue_id, lambda s, t: s.append(request, timeout_ms=t)
-            )
-        except AngeliaError as exc:
-            if not exc.retriable:
-                raise
-            return None
-        return [o.queue_offset for o in response.outcomes]
-
-    offsets = wait_until(attempt, timeout_s=30, what=f"an append to {topic}:{queue_id}")
-    assert isinstance(offsets, list)
-    return offsets
-
-
-def queue_info(cluster: LocalCluster, topic: str, queue_id: int) -> st.QueueInfoResponse:
-    request = st.QueueInfoRequest(topic, queue_id)
-    return on_queue(cluster, topic, queue_id, lambda s, t: s.queue_info(request, timeout_ms=t))
-
-
-def read(cluster: LocalCluster, topic: str, queue_id: int, offset: int) -> st.ReadResponse:
-    request = st.ReadRequest(topic, queue_id, offset, count_max=100)
-    return on_queue(cluster, topic, queue_id, lambda s, t: s.read(request, timeout_ms=t))
+    return admin_cli(*argv, "--nameserver", cluster.nameserver_address, code=code)
 
 
 def test_messages_past_the_retention_time_are_trimmed(cluster: LocalCluster) -> None:
