@@ -76,6 +76,7 @@ from storage_node.service import (
 from storage_node.store.base import BodyStore
 from storage_node.store.segment_files import WalBodyStore
 from storage_node.tier_plan import UploadPolicy
+from storage_node.tier_reads import TierReader
 from storage_node.tier_store import Tier
 from storage_node.tier_uploader import Uploader
 
@@ -495,6 +496,7 @@ async def _serve_groups(
         )
         tier = await _open_tier(config)
         if tier is not None:
+            node.tier_reader = TierReader(tier)
             uploader = Uploader(
                 node,
                 tier,

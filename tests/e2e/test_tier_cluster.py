@@ -9,7 +9,8 @@ The topic keeps 1 ms locally: what is in the tier leaves the local disks.
 Checked: every acknowledged message reaches the tier exactly once, in offset
 order, in intact objects (``rip5 admin tier verify``: no gap, no overlap,
 checksums); the local first offset follows the upload point and never passes
-it; after a leader is SIGKILLed during uploads (a few times), the new leader
+it; a reader from offset 0 gets every message (the old ones from the tier);
+after a leader is SIGKILLed during uploads (a few times), the new leader
 resumes from the recorded upload point: still no gap and no duplicate, and any
 object the dead leader wrote but did not record is left unrecorded.
 """
@@ -28,7 +29,7 @@ import pytest
 from protocol.message_objects import block_records, decode_block, decode_footer
 from rip5.admin_tier import group_manifests
 from tests.e2e.cluster import LocalCluster
-from tests.e2e.storage_calls import admin_cli, append, leader_of, queue_info, running
+from tests.e2e.storage_calls import admin_cli, append, leader_of, queue_info, read, running
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -97,6 +98,19 @@ def verify(cluster: LocalCluster, tier: Path) -> dict[str, Any]:
     return report
 
 
+def read_all(cluster: LocalCluster, queue_id: int) -> list[str]:
+    """Every message id of the queue from its first offset, read as a pull consumer does."""
+    ids: list[str] = []
+    offset = queue_info(cluster, TOPIC, queue_id).first_offset
+    while True:
+        response = read(cluster, TOPIC, queue_id, offset)
+        ids += [m.message.message_id for m in response.messages]
+        if response.next_offset >= response.end_offset:
+            return ids
+        assert response.next_offset > offset, "a read made no progress"
+        offset = response.next_offset
+
+
 def _publish(cluster: LocalCluster, serial: int, batches: int) -> dict[int, list[str]]:
     sent: dict[int, list[str]] = {}
     for batch in range(batches):
@@ -130,12 +144,17 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     wait_until(lambda: _all_uploaded(cluster, tier, sent), timeout_s=30, what="the uploads")
     # Local data goes once it is in the tier (local retention 1 ms), never past it.
     wait_until(
-        lambda: all(queue_info(cluster, TOPIC, q).first_offset == 160 for q in range(QUEUES)),
+        lambda: all(queue_info(cluster, TOPIC, q).local_first_offset == 160 for q in range(QUEUES)),
         timeout_s=20,
         what="the local trims up to the upload point",
     )
     report = verify(cluster, tier)
     assert report["messages"] >= 2 * 160
+    # A reader from offset 0 (the first offset reported: the tier's) gets every
+    # message, from the tier below the local first offset.
+    for queue_id in range(QUEUES):
+        assert queue_info(cluster, TOPIC, queue_id).first_offset == 0
+        assert read_all(cluster, queue_id) == sent[queue_id]
 
     rng = random.Random(34)
     for serial in range(1, KILLS + 1):
