@@ -92,6 +92,7 @@ def group_manifests(fs: Any, root: str) -> dict[int, Manifest]:
     """Every group's manifest in the tier at ``root`` (a damaged one raises
     ``ObjectCorrupted``)."""
     manifests = {}
+    fs.invalidate_cache()  # listings cached by an earlier call in this process are stale
     base = f"{root}/{TIER_GROUPS}"
     if not fs.exists(base):
         return {}

@@ -163,7 +163,7 @@ async def retention_round(
             if tier is not None and names:
                 try:
                     await asyncio.to_thread(tier.delete_objects, group_id, list(names))
-                except OSError as exc:
+                except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
                     _log.warning("deleting tier objects of group %d failed: %s", group_id, exc)
             if isinstance(command, DropTopic):
                 _log.info(

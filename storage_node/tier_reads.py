@@ -9,7 +9,8 @@ and footers are kept in a read cache bounded in bytes (least recently used go
 first), so consumers reading the same old range one after the other read the
 tier once.
 
-A tier that cannot be read (an outage, a missing object) raises
+A tier that cannot be read (an outage, a missing object, no answer within
+:data:`READ_TIMEOUT_MS`) raises
 :class:`storage_node.errors.TierUnavailable` (UNAVAILABLE, retriable) naming
 the object: a consumer of old data retries, while reads of local data and
 appends go on unaffected.
@@ -28,7 +29,6 @@ from typing import TypeVar
 from protocol.message_objects import (
     TRAILER_BYTES,
     BlockInfo,
-    ObjectCorrupted,
     ObjectEntry,
     ObjectFooter,
     block_records,
@@ -41,6 +41,10 @@ from storage_node.errors import TierUnavailable
 from storage_node.tier_store import Tier
 
 T = TypeVar("T")
+
+READ_TIMEOUT_MS = 2_000
+"""The longest one ranged read of the tier may take before the read answers UNAVAILABLE
+(drivers retry an unreachable endpoint for much longer on their own)."""
 
 CACHE_BYTES = 64 << 20
 """The read cache's bound: decoded blocks (counted by their bytes in the object)."""
@@ -135,8 +139,10 @@ class TierReader:
     async def _io(self, read: Callable[..., T], group_id: int, *args: object) -> T:
         """``read`` in a worker thread; a failure is :class:`TierUnavailable`."""
         try:
-            return await asyncio.to_thread(read, group_id, *args)
-        except (OSError, ObjectCorrupted) as exc:
+            return await asyncio.wait_for(
+                asyncio.to_thread(read, group_id, *args), READ_TIMEOUT_MS / 1000
+            )
+        except Exception as exc:
             raise TierUnavailable(
                 f"the tier at {self.tier.url} cannot serve group {group_id}'s old messages "
                 f"now: {type(exc).__name__}: {exc}"

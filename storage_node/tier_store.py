@@ -64,5 +64,6 @@ class Tier:
 
     def read_range(self, group_id: int, entry: ObjectEntry, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a recorded object of the group."""
-        data: bytes = self.fs.cat_file(f"{self.group_root(group_id)}/{entry.name}", start, end)
+        path = f"{self.group_root(group_id)}/{entry.name}"
+        data: bytes = self.fs.cat_file(path, start=start, end=end)
         return data

@@ -26,7 +26,6 @@ SHELL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -41,7 +40,6 @@ from protocol.message_objects import (
 )
 from raft.core.node import RawNode
 from raft.errors import RaftError
-from storage_node.errors import StorageError
 from storage_node.housekeeping import entry_bytes_of
 from storage_node.partition.commands import RecordUpload, encode
 from storage_node.partition.results import RecordUploadResult
@@ -123,7 +121,7 @@ class Uploader:
         for upload in uploads:
             try:
                 entry = await self._write_object(replica, upload, term)
-            except (OSError, ValueError, StorageError) as exc:
+            except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
                 status.last_error = f"{type(exc).__name__}: {exc}"
                 status.retry_ms = min(max(status.retry_ms * 2, RETRY_MS_MIN), RETRY_MS_MAX)
                 status.retry_at_ms = self.node.now_ms() + status.retry_ms
@@ -183,8 +181,10 @@ class Uploader:
             return True
         status.refused += 1
         _log.info("tier object %s of group %d not recorded: %s", entry.name, group_id, result)
-        with contextlib.suppress(OSError):
+        try:
             await asyncio.to_thread(self.tier.delete_objects, group_id, [entry.name])
+        except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
+            _log.info("unrecorded tier object %s stays (garbage to readers): %s", entry.name, exc)
         return False
 
     async def _write_manifest(self, replica: GroupReplica, status: GroupUploads) -> None:
@@ -215,5 +215,5 @@ class Uploader:
         )
         try:
             await asyncio.to_thread(self.tier.write_manifest, manifest, replica.group_id)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
             status.last_error = f"manifest: {exc}"
