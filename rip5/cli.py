@@ -266,6 +266,12 @@ for _role in ROLES.values():
     show_default=True,
     help="log level of every process",
 )
+@click.option(
+    "--tier-url",
+    default="",
+    help="fsspec URL of a tier for every storage node (file:///path, s3://bucket/prefix; "
+    "credentials from the environment); empty: no tier",
+)
 def dev(
     data_dir: Path | None,
     brokers: int,
@@ -278,6 +284,7 @@ def dev(
     free_ports: bool,
     auto_create: bool,
     log_level: str,
+    tier_url: str,
 ) -> None:
     """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
     temp = data_dir is None
@@ -294,6 +301,7 @@ def dev(
         free_ports=free_ports,
         nameservers=nameservers,
         remoting_port=remoting_port,
+        tier_url=tier_url,
     )
     specs = plan(layout)
 

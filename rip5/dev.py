@@ -44,6 +44,7 @@ class DevLayout:
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
+    tier_url: str = ""  # every storage node's --tier-url; empty: no tier
 
 
 REPLICATION_FACTOR_MAX = 3
@@ -100,6 +101,7 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     nameserver,
                     "--groups",
                     groups,
+                    *(("--tier-url", layout.tier_url) if layout.tier_url else ()),
                 ),
             )
         )
