@@ -37,10 +37,16 @@ def on_queue(
     return asyncio.run(ClusterAdmin.using(cluster.nameserver_addresses, CLUSTER, action))
 
 
-def append(cluster: LocalCluster, topic: str, queue_id: int, ids: list[str]) -> list[int]:
-    """Store one message per id in one append; their offsets. Retried until the group
-    has a leader (right after the cluster starts, placement may still be going on)."""
-    messages = [st.Message(topic, queue_id, i, f"body of {i} ".encode() * 40) for i in ids]
+def append(
+    cluster: LocalCluster, topic: str, queue_id: int, ids: list[str], body_bytes: int = 0
+) -> list[int]:
+    """Store one message per id in one append (bodies of about 500 bytes, or
+    ``body_bytes``); their offsets. Retried until the group has a leader (right after
+    the cluster starts, placement may still be going on)."""
+    messages = [
+        st.Message(topic, queue_id, i, _body(i, body_bytes) if body_bytes else _body(i, 500))
+        for i in ids
+    ]
     request = st.AppendRequest(topic, queue_id, messages)
 
     def attempt() -> list[int] | None:
@@ -99,3 +105,9 @@ def admin_cli(*argv: str, code: int = 0) -> str:
     result = CliRunner().invoke(cli.main, ["admin", *argv])
     assert result.exit_code == code, f"{argv}: exit {result.exit_code}\n{result.output}"
     return result.output
+
+
+def _body(message_id: str, size: int) -> bytes:
+    """``size`` bytes that name the message."""
+    unit = f"body of {message_id} ".encode()
+    return (unit * (size // len(unit) + 1))[:size]

@@ -18,6 +18,7 @@ object the dead leader wrote but did not record is left unrecorded.
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,8 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
+LARGE_MB = int(os.environ.get("RIP5_TIER_TEST_MB", "0"))
+"""Megabytes more to publish, upload and read back (0 in ``make test``)."""
 TOPIC = "archived"
 QUEUES = 2
 KILLS = 3
@@ -121,6 +124,17 @@ def _publish(cluster: LocalCluster, serial: int, batches: int) -> dict[int, list
     return sent
 
 
+def _publish_bulk(cluster: LocalCluster, megabytes: int) -> dict[int, list[str]]:
+    """``megabytes`` MB of 64 KiB messages, 16 per append, over the queues in turn."""
+    sent: dict[int, list[str]] = {}
+    for batch in range(megabytes):
+        queue_id = batch % QUEUES
+        ids = [f"bulk-b{batch}-m{i}" for i in range(16)]
+        append(cluster, TOPIC, queue_id, ids, body_bytes=64 << 10)
+        sent.setdefault(queue_id, []).extend(ids)
+    return sent
+
+
 def _all_uploaded(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) -> bool:
     return tiered_ids(tier) == sent
 
@@ -187,3 +201,15 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     final = tiered_ids(tier)
     for queue_id in range(QUEUES):
         assert len(final[queue_id]) == len(set(final[queue_id])), "a message is tiered twice"
+    if LARGE_MB:  # the larger run: docs/storage-node.md, "Tiered storage"
+        bulk = _publish_bulk(cluster, LARGE_MB)
+        for queue_id in range(QUEUES):
+            sent[queue_id] += bulk[queue_id]
+        wait_until(
+            lambda: _all_uploaded(cluster, tier, sent),
+            timeout_s=60 + 3 * LARGE_MB,
+            what=f"{LARGE_MB} MB in the tier",
+        )
+        verify(cluster, tier)
+        for queue_id in range(QUEUES):
+            assert read_all(cluster, queue_id) == sent[queue_id]
