@@ -13,7 +13,9 @@ earlier leader recorded):
    leader recorded those offsets first) or a lost one (this node was deposed)
    leaves the object unrecorded: it is deleted at once when possible, and is
    garbage to every reader otherwise;
-4. after a round that recorded something, write the group's manifest.
+4. write the group's manifest whenever the recorded objects differ from the
+   last manifest this node wrote (its own records, a previous leader's, or
+   retention's expiry).
 
 A failed write (tier outage) is retried with exponential backoff per group
 (``RETRY_MS_MIN`` doubling up to ``RETRY_MS_MAX``); appends and reads of local
@@ -68,6 +70,8 @@ class GroupUploads:
     last_upload_ms: int = 0
     retry_at_ms: int = 0
     retry_ms: int = 0
+    manifest_of: tuple[tuple[str, int, int | None, int | None], ...] | None = None
+    """What the manifest this node last wrote held (None: none written)."""
 
 
 @dataclass
@@ -97,9 +101,10 @@ class Uploader:
             now_ms = self.node.now_ms()
             if now_ms < status.retry_at_ms:
                 continue
-            done = await self._upload_group(replica, term, status)
-            if done:
-                recorded += done
+            recorded += await self._upload_group(replica, term, status)
+            # Also when another leader recorded objects (or retention expired some) and
+            # did not write the manifest: it always follows the raft state.
+            if _manifest_key(replica) != status.manifest_of:
                 await self._write_manifest(replica, status)
         return recorded
 
@@ -122,21 +127,26 @@ class Uploader:
             try:
                 entry = await self._write_object(replica, upload, term)
             except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
-                status.last_error = f"{type(exc).__name__}: {exc}"
-                status.retry_ms = min(max(status.retry_ms * 2, RETRY_MS_MIN), RETRY_MS_MAX)
-                status.retry_at_ms = self.node.now_ms() + status.retry_ms
-                _log.warning(
-                    "tier upload of group %d failed (retry in %d ms): %s",
-                    group_id,
-                    status.retry_ms,
-                    status.last_error,
-                )
+                self._failed(group_id, status, "upload", exc)
                 return recorded
             status.retry_ms = 0
             status.last_error = ""
             if await self._record(replica, upload, entry, status):
                 recorded += 1
         return recorded
+
+    def _failed(self, group_id: int, status: GroupUploads, what: str, exc: Exception) -> None:
+        """Note a failed tier call: the group waits (doubling) before trying again."""
+        status.last_error = f"{what}: {type(exc).__name__}: {exc}"
+        status.retry_ms = min(max(status.retry_ms * 2, RETRY_MS_MIN), RETRY_MS_MAX)
+        status.retry_at_ms = self.node.now_ms() + status.retry_ms
+        _log.warning(
+            "tier %s of group %d failed (retry in %d ms): %s",
+            what,
+            group_id,
+            status.retry_ms,
+            status.last_error,
+        )
 
     async def _write_object(self, replica: GroupReplica, upload: Upload, term: int) -> ObjectEntry:
         """Write the object of ``upload`` (in a worker thread, a slice at a time)."""
@@ -213,7 +223,16 @@ class Uploader:
             queues,
             [GroupPoint(replica.group_id, replica.applied_index)],
         )
+        key = _manifest_key(replica)
         try:
             await asyncio.to_thread(self.tier.write_manifest, manifest, replica.group_id)
+            status.manifest_of = key
         except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
-            status.last_error = f"manifest: {exc}"
+            self._failed(replica.group_id, status, "manifest write", exc)
+
+
+def _manifest_key(replica: GroupReplica) -> tuple[tuple[str, int, int | None, int | None], ...]:
+    """What a manifest of the group's tier state holds, in short: per queue its first
+    offset in the tier and its upload point."""
+    tier = replica.state.tier
+    return tuple((q[0], q[1], tier.first_offset(q), tier.end_offset(q)) for q in tier.queues())
