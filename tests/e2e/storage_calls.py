@@ -111,3 +111,20 @@ def _body(message_id: str, size: int) -> bytes:
     """``size`` bytes that name the message."""
     unit = f"body of {message_id} ".encode()
     return (unit * (size // len(unit) + 1))[:size]
+
+
+def read_ids(
+    cluster: LocalCluster, topic: str, queue_id: int, offset: int | None = None
+) -> list[str]:
+    """Every message id of a queue from ``offset`` (default: its first offset, the tier's
+    when it holds older messages), read page by page as a pull consumer does."""
+    if offset is None:
+        offset = queue_info(cluster, topic, queue_id).first_offset
+    ids: list[str] = []
+    while True:
+        response = read(cluster, topic, queue_id, offset)
+        ids += [m.message.message_id for m in response.messages]
+        if response.next_offset >= response.end_offset:
+            return ids
+        assert response.next_offset > offset, "a read made no progress"
+        offset = response.next_offset

@@ -13,6 +13,13 @@ it; a reader from offset 0 gets every message (the old ones from the tier);
 after a leader is SIGKILLed during uploads (a few times), the new leader
 resumes from the recorded upload point: still no gap and no duplicate, and any
 object the dead leader wrote but did not record is left unrecorded.
+
+Retention and topic deletion on the same cluster (its tier on): messages older
+than a topic's ``retention_ms`` are trimmed locally and in the tier (reads of
+them fail, the first offset moves up), a queue keeps about ``retention_bytes``
+locally and in the tier, and a deleted topic's messages, consumer offsets, pop
+state and tier objects are gone, so the topic created again with the same name
+starts empty at offset 0.
 """
 
 from __future__ import annotations
@@ -27,10 +34,21 @@ from typing import Any
 import fsspec
 import pytest
 
+from angelia_rpc import AngeliaError
+from protocol import storage_api as st
 from protocol.message_objects import block_records, decode_block, decode_footer
 from rip5.admin_tier import group_manifests
 from tests.e2e.cluster import LocalCluster
-from tests.e2e.storage_calls import admin_cli, append, leader_of, queue_info, read, running
+from tests.e2e.storage_calls import (
+    admin_cli,
+    append,
+    leader_of,
+    on_queue,
+    queue_info,
+    read,
+    read_ids,
+    running,
+)
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -101,19 +119,6 @@ def verify(cluster: LocalCluster, tier: Path) -> dict[str, Any]:
     return report
 
 
-def read_all(cluster: LocalCluster, queue_id: int) -> list[str]:
-    """Every message id of the queue from its first offset, read as a pull consumer does."""
-    ids: list[str] = []
-    offset = queue_info(cluster, TOPIC, queue_id).first_offset
-    while True:
-        response = read(cluster, TOPIC, queue_id, offset)
-        ids += [m.message.message_id for m in response.messages]
-        if response.next_offset >= response.end_offset:
-            return ids
-        assert response.next_offset > offset, "a read made no progress"
-        offset = response.next_offset
-
-
 def _publish(cluster: LocalCluster, serial: int, batches: int) -> dict[int, list[str]]:
     sent: dict[int, list[str]] = {}
     for batch in range(batches):
@@ -168,7 +173,7 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     # message, from the tier below the local first offset.
     for queue_id in range(QUEUES):
         assert queue_info(cluster, TOPIC, queue_id).first_offset == 0
-        assert read_all(cluster, queue_id) == sent[queue_id]
+        assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
 
     rng = random.Random(34)
     for serial in range(1, KILLS + 1):
@@ -212,4 +217,120 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
         )
         verify(cluster, tier)
         for queue_id in range(QUEUES):
-            assert read_all(cluster, queue_id) == sent[queue_id]
+            assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+
+
+# -- retention and topic deletion (on the same cluster: its tier is on) -------------------
+
+
+def ns(cluster: LocalCluster) -> tuple[str, str]:
+    return ("--nameserver", cluster.nameserver_address)
+
+
+def test_messages_past_the_retention_time_are_trimmed(cluster: LocalCluster) -> None:
+    admin(
+        cluster,
+        "topic",
+        "create",
+        "expiring",
+        "--queues",
+        "2",
+        "--retention-ms",
+        "1500",
+        *ns(cluster),
+    )
+    assert append(cluster, "expiring", 0, ["e0", "e1", "e2"]) == [0, 1, 2]
+    assert append(cluster, "expiring", 1, ["e3"]) == [0]
+    # Within the retention time nothing goes; past it, everything old does.
+    assert queue_info(cluster, "expiring", 0).first_offset == 0
+    wait_until(
+        lambda: (
+            queue_info(cluster, "expiring", 0).first_offset == 3
+            and queue_info(cluster, "expiring", 1).first_offset == 1
+        ),
+        timeout_s=20,
+        what="the expired messages to be trimmed",
+    )
+    with pytest.raises(AngeliaError) as gone:
+        read(cluster, "expiring", 0, 0)
+    assert "outside" in gone.value.message
+    # New messages get new offsets (never reused) and stay for the retention time.
+    assert append(cluster, "expiring", 0, ["e4"]) == [3]
+    assert [m.message.message_id for m in read(cluster, "expiring", 0, 3).messages] == ["e4"]
+    # Longer retention from now on: the next message is kept.
+    admin(cluster, "topic", "update", "expiring", "--retention-ms", "3600000", *ns(cluster))
+    listed = admin(cluster, "topic", "list", *ns(cluster))
+    assert "3600000" in listed
+
+
+def test_a_queue_keeps_at_most_its_retention_bytes(cluster: LocalCluster) -> None:
+    admin(
+        cluster,
+        "topic",
+        "create",
+        "bounded",
+        "--queues",
+        "1",
+        "--retention-bytes",
+        "3000",
+        *ns(cluster),
+    )
+    described = admin(cluster, "topic", "describe", "bounded", *ns(cluster))
+    assert "retention_bytes=3000" in described
+    for i in range(12):  # one log entry each, about 500 bytes
+        append(cluster, "bounded", 0, [f"b{i}"])
+    # Both the local log (entries) and the tier (objects) are cut to about 3000 bytes.
+    info = wait_until(
+        lambda: (info := queue_info(cluster, "bounded", 0)).first_offset > 0 and info,
+        timeout_s=20,
+        what="the queue to be trimmed to its byte limit",
+    )
+    assert isinstance(info, st.QueueInfoResponse)
+    assert info.end_offset == 12
+    kept = read_ids(cluster, "bounded", 0, info.first_offset)
+    assert 2 <= len(kept) < 12, f"kept {len(kept)} messages of about 500 bytes for 3000"
+    assert kept == [f"b{i}" for i in range(12 - len(kept), 12)]
+
+
+def test_a_deleted_topic_leaves_no_data_and_starts_again_empty(
+    cluster: LocalCluster, tier: Path
+) -> None:
+    admin(cluster, "topic", "create", "doomed", "--queues", "2", *ns(cluster))
+    admin(cluster, "group", "create", "readers", *ns(cluster))
+    append(cluster, "doomed", 0, ["d0", "d1", "d2"])
+    append(cluster, "doomed", 1, ["d3"])
+    # A consumer group with a committed offset on one queue and leases on the other.
+    commit = st.CommitOffsetRequest("readers", "doomed", 0, 2)
+    on_queue(cluster, "doomed", 0, lambda s, t: s.commit_offset(commit, timeout_ms=t))
+    receive = st.ReceiveRequest("readers", "doomed", 1, 4, 60_000)
+    received = on_queue(cluster, "doomed", 1, lambda s, t: s.receive(receive, timeout_ms=t))
+    assert [m.message.message.message_id for m in received.messages] == ["d3"]
+
+    wait_until(
+        lambda: list(tier.glob("groups/*/objects/doomed/*/*.r5mo")),
+        timeout_s=20,
+        what="the topic's messages in the tier",
+    )
+    output = admin(cluster, "topic", "delete", "doomed", "--wait-ms", "20000", *ns(cluster))
+    assert "dropped from every queue" in output
+    # Its tier objects go too (deleted by the leaders that dropped the topic).
+    wait_until(
+        lambda: not list(tier.glob("groups/*/objects/doomed/*/*.r5mo")),
+        timeout_s=20,
+        what="the deleted topic's tier objects to go",
+    )
+    admin(cluster, "topic", "create", "doomed", "--queues", "2", *ns(cluster))
+    for queue_id in (0, 1):
+        info = queue_info(cluster, "doomed", queue_id)
+        assert (info.first_offset, info.end_offset) == (0, 0)
+    get = st.GetOffsetRequest("readers", "doomed", 0)
+    offset = on_queue(cluster, "doomed", 0, lambda s, t: s.get_offset(get, timeout_ms=t))
+    assert offset.offset is None  # the group's position went with the topic
+    # The old lease is gone: its handle no longer acks.
+    ack = st.AckRequest("readers", "doomed", 1, [received.messages[0].handle])
+    acked = on_queue(cluster, "doomed", 1, lambda s, t: s.ack(ack, timeout_ms=t))
+    assert acked.outcomes[0].error_code != 0
+    # Created again: offsets from 0, and the group sees only the new message.
+    assert append(cluster, "doomed", 1, ["n0"]) == [0]
+    again = on_queue(cluster, "doomed", 1, lambda s, t: s.receive(receive, timeout_ms=t))
+    assert [m.message.message.message_id for m in again.messages] == ["n0"]

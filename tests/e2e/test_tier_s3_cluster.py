@@ -26,7 +26,7 @@ from angelia_rpc import AngeliaError
 from angelia_rpc.ports import free_port
 from rip5.admin_tier import group_manifests
 from tests.e2e.cluster import LocalCluster
-from tests.e2e.storage_calls import admin_cli, append, queue_info, read, running
+from tests.e2e.storage_calls import admin_cli, append, queue_info, read, read_ids, running
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -93,16 +93,6 @@ def tiered_end(queue_id: int) -> int:
     return 0
 
 
-def read_ids(cluster: LocalCluster, queue_id: int, offset: int) -> list[str]:
-    ids: list[str] = []
-    while True:
-        response = read(cluster, TOPIC, queue_id, offset)
-        ids += [m.message.message_id for m in response.messages]
-        if response.next_offset >= response.end_offset:
-            return ids
-        offset = response.next_offset
-
-
 def publish(cluster: LocalCluster, serial: int, batches: int) -> list[str]:
     sent = []
     for batch in range(batches):
@@ -133,7 +123,7 @@ def test_uploads_to_s3_survive_an_outage(cluster: LocalCluster, s3: ThreadedMoto
         assert outage.value.retriable
         assert "tier" in outage.value.message
         during = publish(cluster, 1, 4)  # appends go on
-        assert read_ids(cluster, 0, len(sent)) == during  # and so do recent reads
+        assert read_ids(cluster, TOPIC, 0, len(sent)) == during  # and so do recent reads
         # Nothing is trimmed past the upload point while uploads fail.
         assert queue_info(cluster, TOPIC, 0).local_first_offset == len(sent)
     finally:
@@ -144,4 +134,4 @@ def test_uploads_to_s3_survive_an_outage(cluster: LocalCluster, s3: ThreadedMoto
     assert report["clean"], report
     assert report["messages"] == len(sent), report
     assert queue_info(cluster, TOPIC, 0).first_offset == 0
-    assert read_ids(cluster, 0, 0) == sent
+    assert read_ids(cluster, TOPIC, 0, 0) == sent
