@@ -160,6 +160,14 @@ class ClusterClient:
         wanted = (pb.WRITE, pb.READ_WRITE) if writable else (pb.READ, pb.READ_WRITE)
         return sorted({q.id for q in answer.message_queues if q.permission in wanted})
 
+    async def message_types(self, topic: str) -> frozenset[int]:
+        """The message types ``topic``'s queues accept (v2 ``MessageType`` numbers)."""
+        answer = await self._call(
+            "QueryRoute", spb.QueryRouteRequest(topic=pb.Resource(name=topic))
+        )
+        _check(answer.status)
+        return frozenset(t for q in answer.message_queues for t in q.accept_message_types)
+
     async def pull(
         self, group: str, topic: str, queue_id: int, offset: int, expression: str
     ) -> Pulled:

@@ -437,7 +437,9 @@ def cluster_status(nameserver: str, name: str) -> None:
 
 
 def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
-    """Storage nodes: health, the groups they host and lead, and their load."""
+    """Storage nodes: health (DOWN; DEGRADED: its fsync latency is an outlier among its
+    peers, so it leads nothing; DRAINING: its replicas are moving off), the groups
+    they host and lead, and their load."""
     table = Table(title="storage nodes")
     for column in (
         "id",
@@ -455,7 +457,7 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
         table.add_row(
             str(n.node_id),
             n.address,
-            "up" if n.alive else "DOWN",
+            _health(n),
             str(n.groups),
             str(n.leaders),
             str(n.bytes),
@@ -464,6 +466,11 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
             str(n.last_heartbeat_ms),
         )
     return table
+
+
+def _health(node: api.StorageNodeInfo) -> str:
+    marks = [m for m, on in (("DEGRADED", node.degraded), ("DRAINING", node.draining)) if on]
+    return ", ".join(["up" if node.alive else "DOWN", *marks])
 
 
 def raft_groups_table(

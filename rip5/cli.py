@@ -22,7 +22,7 @@ import click
 import uvloop
 
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_consumers, admin_tier, connector_commands
+from rip5 import __version__, admin_consumers, admin_nodes, admin_tier, connector_commands
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -44,6 +44,9 @@ BENCH_TARGETS = {
     "timer": "[Broker-txn-delay]",
     "sql_filter": "[Consumers]",
     "spark": "[Spark]",
+    "remoting": "[Remoting]",
+    "connector": "[Connector]",
+    "placement": "[Scale]",
 }
 
 
@@ -340,6 +343,7 @@ admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
 admin.add_command(admin_tier.tier)
+admin.add_command(admin_nodes.node)
 
 
 main.add_command(loadtest_command.loadtest)
@@ -364,10 +368,12 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter or spark.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
+    remoting, connector or placement.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``placement`` is a seeded simulation instead: it prints its tables.
     ``rip5 bench TARGET --help`` lists a target's options.
     """
     # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.
