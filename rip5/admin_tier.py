@@ -57,8 +57,6 @@ from rip5.admin import (
     parse_nameservers,
 )
 from rip5.admin_storage import ClusterAdmin, queue_info_call
-from storage_node.errors import BadCommand
-from storage_node.snapshot_export import open_filesystem
 
 
 @dataclass
@@ -83,9 +81,14 @@ class TierReport:
 def open_tier(url: str) -> tuple[Any, str]:
     """The fsspec filesystem and root of a tier URL; exit 2 if none takes it."""
     try:
-        return open_filesystem(url, {})
-    except BadCommand as exc:
-        fail(str(exc), EXIT_USAGE)
+        import fsspec  # noqa: PLC0415 - optional (the tiered extra): only tier commands need it
+    except ImportError:
+        fail("the tier commands need fsspec (pip install 'rip5[tiered]')", EXIT_USAGE)
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError, TypeError) as exc:
+        fail(f"cannot open {url!r}: {exc}", EXIT_USAGE)
+    return fs, str(root).rstrip("/")
 
 
 def group_manifests(fs: Any, root: str) -> dict[int, Manifest]:
