@@ -29,6 +29,7 @@ from rip5 import (
     admin_consumers,
     admin_nameserver,
     admin_nodes,
+    admin_tier,
     connector_commands,
 )
 from rip5 import admin as admin_commands
@@ -287,6 +288,12 @@ for _role in ROLES.values():
     help="log level of every process",
 )
 @click.option(
+    "--tier-url",
+    default="",
+    help="fsspec URL of a tier for every storage node (file:///path, s3://bucket/prefix; "
+    "credentials from the environment); empty: no tier",
+)
+@click.option(
     "--acl",
     is_flag=True,
     default=False,
@@ -323,6 +330,7 @@ def dev(
     free_ports: bool,
     auto_create: bool,
     log_level: str,
+    tier_url: str,
     acl: bool,
     rpc_transport: str,
     rpc_codec: str,
@@ -348,6 +356,7 @@ def dev(
         acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
         rpc=RpcOptions(rpc_transport, rpc_codec, rpc_tls_cert, rpc_tls_key, rpc_tls_ca),
         replication=replication,
+        tier_url=tier_url,
     )
     try:
         layout.rpc.rpc_config()
@@ -395,6 +404,7 @@ admin.add_command(admin_nameserver.nameserver)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_tier.tier)
 admin.add_command(admin_nodes.node)
 admin.add_command(admin_acl.user)
 admin.add_command(admin_acl.acl)

@@ -46,6 +46,7 @@ class DevLayout:
     # ports counting up from broker_port.
     remoting_port: int = 8080
     replication: str = "raft"  # or "controller" (RIP-44): nameservers and storage nodes
+    tier_url: str = ""  # every storage node's --tier-url; empty: no tier
     # ACL 2.0: the file holding NAME:SECRET of the super user the nameserver creates
     # first; set, the brokers check every call (``--acl``). Empty: ACL off.
     acl_super_user_file: str = ""
@@ -116,6 +117,7 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                         if layout.replication == "raft"
                         else ("--replication", layout.replication)
                     ),
+                    *(("--tier-url", layout.tier_url) if layout.tier_url else ()),
                 ),
             )
         )

@@ -122,6 +122,7 @@ class LocalCluster:
         nameservers: int = 1,
         nameserver_flags: tuple[str, ...] = (),
         replication: str = "raft",
+        storage_flags: tuple[str, ...] = (),
         rpc: RpcOptions | None = None,
     ) -> None:
         """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
@@ -131,6 +132,7 @@ class LocalCluster:
         self.root = root
         self.replication = replication
         self.broker_flags = broker_flags
+        self.storage_flags = storage_flags
         self.nameserver_flags = nameserver_flags
         self.groups = groups
         self.log_level = log_level
@@ -204,6 +206,7 @@ class LocalCluster:
                 "--groups",
                 str(self.groups),
                 *(("--replication", self.replication) if self.replication != "raft" else ()),
+                *self.storage_flags,
             )
             process.start()
             self.storage[node] = process
