@@ -70,6 +70,13 @@ class NameserverService(Service, name="nameserver"):
     renew_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
     release_lease = Unary(ns.LeaseRequest, ns.RevisionResponse)
     watch = ServerStream(ns.WatchRequest, ns.WatchBatchInfo)
+    create_user = Unary(ns.UserRequest, ns.RevisionResponse)
+    update_user = Unary(ns.UserRequest, ns.RevisionResponse)
+    delete_user = Unary(ns.UserRequest, ns.RevisionResponse)
+    create_acl = Unary(ns.AclRequest, ns.RevisionResponse)
+    update_acl = Unary(ns.AclRequest, ns.RevisionResponse)
+    delete_acl = Unary(ns.AclRequest, ns.RevisionResponse)
+    acl_tables = Unary(ns.AclTablesRequest, ns.AclTablesResponse)
 
 
 class ControlService(Service, name="control"):

@@ -7,9 +7,11 @@ validation ``kind`` ("address", "addresses", "peers"),
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 
 @dataclass(frozen=True)
-class NameserverConfig:
+class NameserverConfig(RpcOptions):
     """How one nameserver process listens, finds its peers and detects failures."""
 
     listen: str = field(
@@ -111,6 +113,13 @@ class NameserverConfig:
     broker_timeout_ms: int = field(
         default=10_000,
         metadata={"help": "a broker silent this long is marked down", "min": 100, "max": 3_600_000},
+    )
+    acl_super_user_file: str = field(
+        default="",
+        metadata={
+            "help": "ACL 2.0: a file holding NAME:SECRET of the super user the leader creates "
+            "while the cluster has no user (empty: none; ACL stays off until a user exists)",
+        },
     )
 
 

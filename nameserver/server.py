@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from angelia_rpc import RpcConfig, Server
+from angelia_rpc import Server
 from angelia_rpc.cluster_services import ControlService, NameserverService
 from nameserver.config import NameserverConfig, parse_peers
 from nameserver.controller import REPLICAS_MAX
@@ -29,6 +29,7 @@ from nameserver.service import (
     NameserverImpl,
     run_leader_duties,
 )
+from protocol.acl import InvalidAcl, User, UserType, parse_credentials_line
 from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
@@ -55,6 +56,17 @@ def members(config: NameserverConfig) -> dict[int, str]:
     return peers
 
 
+def super_user_of(path: str) -> User | None:
+    """The super user in ``path`` (one line ``NAME:SECRET``), None without a path;
+    :class:`ConfigRefused` if the file is unreadable or malformed."""
+    if not path:
+        return None
+    try:
+        return parse_credentials_line(Path(path).read_text(), UserType.SUPER)
+    except (OSError, InvalidAcl) as error:
+        raise ConfigRefused(f"--acl-super-user-file {path}: {error}") from None
+
+
 async def serve(
     config: NameserverConfig,
     data_dir: Path,
@@ -63,6 +75,7 @@ async def serve(
 ) -> None:
     """Run one nameserver replica until ``stopping`` is set."""
     addresses = members(config)
+    super_user = super_user_of(config.acl_super_user_file)
     if config.replication == "controller" and config.replication_factor > REPLICAS_MAX:
         raise ConfigRefused(
             f"--replication controller holds at most {REPLICAS_MAX} replicas per group "
@@ -70,7 +83,8 @@ async def serve(
         )
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
-    transport = AngeliaTransport(config.node_id, others)
+    rpc = config.rpc_config()
+    transport = AngeliaTransport(config.node_id, others, config=rpc)
     options = DriverOptions(
         tick_ms=config.tick_ms,
         snapshot_entries=SNAPSHOT_ENTRIES,
@@ -92,7 +106,7 @@ async def serve(
     driver.add_group(GROUP_ID, [] if config.join else sorted(addresses), machine)
     control = ControlImpl(impl)
     services = [transport.binding(), NameserverService.bind(impl), ControlService.bind(control)]
-    server = Server(services, RpcConfig())
+    server = Server(services, rpc)
     endpoint = await server.start(config.listen)
     await driver.start()
     if len(addresses) == 1 and not config.join:
@@ -108,6 +122,7 @@ async def serve(
             broker_timeout_ms=config.broker_timeout_ms,
             evacuate_after_ms=config.evacuate_after_ms,
             moves_max=config.moves_max,
+            super_user=super_user,
         ),
         name="nameserver-leader-duties",
     )

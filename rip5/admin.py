@@ -12,7 +12,9 @@ option value).
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
@@ -21,7 +23,7 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from angelia_rpc import AngeliaError
+from angelia_rpc import AngeliaError, RpcConfig
 from angelia_rpc.cluster_services import ControlService, NameserverService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from angelia_rpc.service import Service
@@ -30,7 +32,9 @@ from nameserver.errors import NameserverError
 from protocol import control_api as ctl
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.acl_wire import signed_by
 from protocol.vocabulary import MessageType, Permission
+from rip5 import rpc_environment
 from rip5.admin_storage import ClusterAdmin
 
 EXIT_REFUSED = 1
@@ -83,7 +87,7 @@ def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitab
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
-        client = NameserverClient(addresses)
+        client = NameserverClient(addresses, rpc_config_from_environment())
         try:
             return await client.call_service(service, method)
         finally:
@@ -95,6 +99,24 @@ def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitab
         if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
             fail(f"cannot reach the nameserver at {nameserver}: {exc.message}", EXIT_REFUSED)
         fail(f"the nameserver refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+
+
+def rpc_config_from_environment() -> RpcConfig:
+    """The internal RPC a cluster speaks, for admin commands (``rip5/rpc_environment.py``:
+    ``RIP5_RPC_*``); exit 2 if the variables do not fit."""
+    try:
+        return rpc_environment.rpc_config_from_environment()
+    except (ValueError, AngeliaError) as error:
+        fail(f"RIP5_RPC_*: {error}", EXIT_USAGE)
+
+
+def signed_from_environment() -> api.SignedBy:
+    """The signature of a write, as the user ``RIP5_ACL_AK`` with secret ``RIP5_ACL_SK``
+    (unsigned without them: enough while the cluster has no ACL user)."""
+    access_key = os.environ.get("RIP5_ACL_AK", "")
+    if not access_key:
+        return api.SignedBy()
+    return signed_by(access_key, os.environ.get("RIP5_ACL_SK", ""), int(time.time() * 1000))
 
 
 console = Console(width=160)
@@ -238,6 +260,7 @@ def topic_create(
         retention_bytes or 0,
         local_retention_ms or 0,
         local_retention_bytes or 0,
+        signed_from_environment(),
     )
     response = run(nameserver, lambda ns: ns.create_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"created (revision {response.revision})"))
@@ -279,6 +302,7 @@ def topic_update(
         retention_bytes,
         local_retention_ms,
         local_retention_bytes,
+        signed_from_environment(),
     )
     response = run(nameserver, lambda ns: ns.update_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"updated (revision {response.revision})"))
@@ -305,7 +329,11 @@ def topic_delete(name: str, nameserver: str, cluster: str, wait_ms: int) -> None
     addresses = parse_nameservers(nameserver)
     try:
         revision, dropped = uvloop.run(
-            ClusterAdmin.using(addresses, cluster, lambda a: a.delete_topic(name, wait_ms))
+            ClusterAdmin.using(
+                addresses,
+                cluster,
+                lambda a: a.delete_topic(name, wait_ms, signed_from_environment()),
+            )
         )
     except AngeliaError as exc:
         if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
@@ -361,7 +389,9 @@ def group() -> None:
 def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attempts: int) -> None:
     """Create consumer group NAME (RocketMQ's retry levels)."""
     check_name(names.validate_consumer_group, name)
-    request = api.CreateConsumerGroupRequest(name, cluster, fifo, max_attempts)
+    request = api.CreateConsumerGroupRequest(
+        name, cluster, fifo, max_attempts, signed=signed_from_environment()
+    )
     response = run(
         nameserver, lambda ns: ns.create_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
     )
@@ -374,7 +404,7 @@ def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attem
 def group_delete(name: str, nameserver: str) -> None:
     """Delete consumer group NAME."""
     check_name(names.validate_consumer_group, name)
-    request = api.NameRequest(name)
+    request = api.NameRequest(name, signed_from_environment())
     response = run(
         nameserver, lambda ns: ns.delete_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
     )

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader
 from angelia_rpc.nameserver_client import NameserverClient
@@ -43,6 +43,7 @@ from broker.processor.selector import group_queue_index
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.vocabulary import MessageType
+from rip5.rpc_environment import rpc_config_from_environment
 from storage_node.partition.queues import dead_letter_topic
 
 T = TypeVar("T")
@@ -127,8 +128,8 @@ class ClusterAdmin:
         cls, addresses: Sequence[str], cluster: str, action: Callable[[ClusterAdmin], Awaitable[T]]
     ) -> T:
         """``action`` with a new admin on ``addresses``; its connections closed after."""
-        nameserver = NameserverClient(list(addresses))
-        peers = Peers(RpcConfig(call_timeout_ms=CALL_TIMEOUT_MS))
+        nameserver = NameserverClient(list(addresses), rpc_config_from_environment())
+        peers = Peers(rpc_config_from_environment(call_timeout_ms=CALL_TIMEOUT_MS))
         try:
             return await action(cls(nameserver, peers, cluster))
         finally:
@@ -199,14 +200,17 @@ class ClusterAdmin:
 
     # -- topic deletion --------------------------------------------------------------
 
-    async def delete_topic(self, topic: str, wait_ms: int) -> tuple[int, bool]:
-        """Delete ``topic`` at the nameserver; then, unless ``wait_ms`` is 0, wait (at
+    async def delete_topic(
+        self, topic: str, wait_ms: int, signed: ns.SignedBy | None = None
+    ) -> tuple[int, bool]:
+        """Delete ``topic`` at the nameserver (``signed``: by an ACL user); then, unless
+        ``wait_ms`` is 0, wait (at
         most that long) until every queue it had is empty on its group's leader
         (the leaders drop a deleted topic's data in their retention rounds:
         ``storage_node.retention``). The revision of the deletion, and whether the
         data was seen gone."""
         queues = (await self.route(topic)).queues
-        request = ns.NameRequest(topic)
+        request = ns.NameRequest(topic, signed or ns.SignedBy())
         deleted = await self._nameserver.call(
             lambda s: s.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )

@@ -21,9 +21,11 @@ from typing import Any
 import click
 import uvloop
 
+from angelia_rpc.config import RpcOptions
 from connector.config import ConnectorConfig
 from rip5 import (
     __version__,
+    admin_acl,
     admin_consumers,
     admin_nameserver,
     admin_nodes,
@@ -35,7 +37,7 @@ from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
 from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
+from rip5.dev import DevLayout, acl_super_user_file, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -291,6 +293,30 @@ for _role in ROLES.values():
     help="fsspec URL of a tier for every storage node (file:///path, s3://bucket/prefix; "
     "credentials from the environment); empty: no tier",
 )
+@click.option(
+    "--acl",
+    is_flag=True,
+    default=False,
+    help="ACL 2.0 on: a super user is created with the cluster (its credentials are in a "
+    "file under the data dir, printed at start) and the brokers check every call",
+)
+@click.option(
+    "--rpc-transport",
+    type=click.Choice(["tcp", "grpc", "http2"]),
+    default="tcp",
+    show_default=True,
+    help="internal RPC transport of every process",
+)
+@click.option(
+    "--rpc-codec",
+    type=click.Choice(["msgpack", "avro", "json"]),
+    default="msgpack",
+    show_default=True,
+    help="internal RPC payload codec of every process",
+)
+@click.option("--rpc-tls-cert", default="", help="mutual TLS between the processes: certificate")
+@click.option("--rpc-tls-key", default="", help="mutual TLS between the processes: private key")
+@click.option("--rpc-tls-ca", default="", help="mutual TLS between the processes: the CA")
 def dev(
     data_dir: Path | None,
     brokers: int,
@@ -305,6 +331,12 @@ def dev(
     auto_create: bool,
     log_level: str,
     tier_url: str,
+    acl: bool,
+    rpc_transport: str,
+    rpc_codec: str,
+    rpc_tls_cert: str,
+    rpc_tls_key: str,
+    rpc_tls_ca: str,
 ) -> None:
     """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
     temp = data_dir is None
@@ -321,15 +353,26 @@ def dev(
         free_ports=free_ports,
         nameservers=nameservers,
         remoting_port=remoting_port,
+        acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
+        rpc=RpcOptions(rpc_transport, rpc_codec, rpc_tls_cert, rpc_tls_key, rpc_tls_ca),
         replication=replication,
         tier_url=tier_url,
     )
+    try:
+        layout.rpc.rpc_config()
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     specs = plan(layout)
 
     def out(line: str) -> None:
         click.echo(line)
 
     out(f"rip5 dev | data in {root}")
+    if acl:
+        out(
+            f"rip5 dev | ACL on: the super user's NAME:SECRET is in {layout.acl_super_user_file} "
+            "(clients: Credentials(NAME, SECRET); rip5 admin: --ak NAME --sk SECRET)"
+        )
 
     async def supervise() -> int:
         stopping = asyncio.Event()
@@ -363,6 +406,8 @@ admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
 admin.add_command(admin_tier.tier)
 admin.add_command(admin_nodes.node)
+admin.add_command(admin_acl.user)
+admin.add_command(admin_acl.acl)
 
 
 main.add_command(loadtest_command.loadtest)

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 GROUPS_DEFAULT = 64
 """The group count of a cluster created without one (issue 5; the nameserver agrees)."""
 
@@ -20,7 +22,7 @@ def parse_peers(text: str) -> dict[int, str]:
 
 
 @dataclass(frozen=True)
-class StorageConfig:
+class StorageConfig(RpcOptions):
     """How one storage node listens, identifies itself and reaches the nameserver."""
 
     listen: str = field(

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from angelia_rpc import AngeliaError, RpcConfig, Server
+from angelia_rpc import AngeliaError, Server
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
@@ -379,7 +379,11 @@ async def serve(
     if config.flush != "sync":
         raise ValueError(f"flush={config.flush} is not implemented yet; use flush=sync")
     peers = cluster_peers(config)
-    client = NameserverClient(parse_addresses(config.nameserver)) if config.nameserver else None
+    client = (
+        NameserverClient(parse_addresses(config.nameserver), config.rpc_config())
+        if config.nameserver
+        else None
+    )
     try:
         group_count = config.groups or GROUPS_DEFAULT
         if client is not None:
@@ -473,7 +477,9 @@ async def _serve_groups(
     static = bool(config.peers) or client is None
     store = LogStore.open(data_dir / "wal", segment_bytes=config.wal_segment_bytes)
     transport = AngeliaTransport(
-        config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
+        config.node_id,
+        {n: a for n, a in peers.items() if n != config.node_id},
+        config=config.rpc_config(),
     )
     options = DriverOptions(
         snapshot_entries=SNAPSHOT_ENTRIES,
@@ -496,7 +502,7 @@ async def _serve_groups(
         groups.min_in_sync = config.min_in_sync
     if static:
         groups.start_all(sorted(peers))
-    server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
+    server = Server([transport.binding(), StorageService.bind(node)], config.rpc_config())
     tasks: list[asyncio.Task[None]] = []
     try:
         address = await server.start(config.listen)

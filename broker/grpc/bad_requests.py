@@ -35,6 +35,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from broker.grpc.acl_guard import AclGuard, guarded_handlers
+from broker.grpc.screening import screened
 from broker.grpc.status import bad_request
 from protocol.rocketmq.v2 import service_pb2 as spb
 
@@ -91,9 +93,13 @@ class CheckedRegistration:
     """Stands for a gRPC server while generated code registers MessagingService: each
     method's handler passes to ``server`` with the checks of this module."""
 
-    def __init__(self, server: Any, bad_requests: BadRequests) -> None:
+    def __init__(
+        self, server: Any, bad_requests: BadRequests, guard: AclGuard | None = None
+    ) -> None:
+        """``guard``: ACL 2.0 checks each decoded request first (None: ACL off)."""
         self._server = server
         self._bad_requests = bad_requests
+        self._guard = guard
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         """Ignored: the same methods come by name (add_registered_method_handlers), and
@@ -106,7 +112,8 @@ class CheckedRegistration:
         if service != SERVICE:
             raise ValueError(f"only {SERVICE} is checked, not {service}")
         checked_handlers = {
-            name: checked(name, handler, self._bad_requests) for name, handler in handlers.items()
+            name: checked(name, handler, self._bad_requests)
+            for name, handler in guarded_handlers(handlers, self._guard).items()
         }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, checked_handlers),)
@@ -125,30 +132,15 @@ def checked(
     decode = _lenient(handler.request_deserializer, request_type)
     serialize = handler.response_serializer
 
-    def refused(request: UndecodableRequest) -> Message:
+    def refused(request: Any, context: Any) -> Message | None:
+        if not isinstance(request, UndecodableRequest):
+            return None
         bad_requests.note(name, request.cause, time.monotonic())
         return response_class(status=bad_request(request.cause))
 
-    if handler.unary_unary is not None:
-        unary = handler.unary_unary
-
-        async def unary_call(request: Any, context: Any) -> Any:
-            if isinstance(request, UndecodableRequest):
-                return refused(request)
-            return await unary(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(unary_call, decode, serialize)
-    if handler.unary_stream is not None:
-        streamed = handler.unary_stream
-
-        async def unary_stream_call(request: Any, context: Any) -> AsyncIterator[Any]:
-            if isinstance(request, UndecodableRequest):
-                yield refused(request)
-                return
-            async for response in streamed(request, context):
-                yield response
-
-        return grpc.unary_stream_rpc_method_handler(unary_stream_call, decode, serialize)
+    single = screened(handler, refused, decode)
+    if single is not None:
+        return single
     assert handler.stream_stream is not None, f"{name}: no client-streaming unary methods"
     both = handler.stream_stream
 

@@ -47,6 +47,11 @@ the idle run in ``rip5.bench.e2e_idle``, the official client's run in
 Client and server CPU are recorded separately (server: every process of the
 dev cluster, from /proc). ``--yardstick MSGS_PER_S`` adds the publish
 median's ratio to that figure (measure the yardstick in the same sitting).
+
+``--acl``: the bench's cluster runs with ACL 2.0 on (``rip5 dev --acl``) and
+every call (load generator, probes, official client) is signed as a normal user
+whose policy allows the bench's topics and group (``rip5/bench/acl.py``):
+compare its publish figure with a run without, in the same sitting.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ from loadtest.client import (
 from protocol.rocketmq.v2 import service_pb2 as spb
 from rip5 import dev_cluster, shell
 from rip5.admin import MESSAGE_TYPES
-from rip5.bench import harness, official_send
+from rip5.bench import acl, harness, official_send
 from rip5.bench.e2e_client import Clients, LeanStub, PhaseResult, all_answers, failed
 from rip5.bench.e2e_idle import IDLE_CASE
 from rip5.bench.e2e_idle import idle as idle_phase
@@ -230,12 +235,14 @@ async def _runs(
     endpoint: str,
     server_pids: Callable[[], list[int]],
     probes: int,
+    credentials: tuple[str, str] | None = None,
 ) -> None:
-    generator = Generator(endpoint, args.channels, args.topic, args.group, args.client)
+    generator = Generator(endpoint, args.channels, args.topic, args.group, args.client, credentials)
     meter = harness.CpuMeter(server_pids)
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
+            generator.sign()
             starts = await end_offsets(generator) if args.pull_batch > 0 else {}
             report.stage(f"run {run + 1}: publish")
             meter.start()
@@ -284,6 +291,7 @@ async def _runs(
                     f"errors {pull.error_names or 0})"
                 )
         if args.idle_seconds > 0:
+            generator.sign()
             report.stage("idle long polls")
             meter.start()
             idle = await idle_phase(
@@ -304,10 +312,14 @@ async def _runs(
 
 
 def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
+    credentials: tuple[str, str] | None = None
+
     def go(endpoint: str, server_pids: Callable[[], list[int]]) -> None:
         report.stage("waiting for the broker to store a message")
-        probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
-        runs = _runs(args, report, endpoint, server_pids, probes)
+        probes = dev_cluster.wait_until_serving(
+            endpoint, [(args.topic, False)], metadata=acl.headers(credentials)
+        )
+        runs = _runs(args, report, endpoint, server_pids, probes, credentials)
         # The lean client on uvloop and with the servers' collector settings: less of
         # the machine goes to the generator. grpc.aio keeps the loop it was made for.
         shell.tune_gc()
@@ -319,7 +331,7 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
             report.stage(f"official client, run {run + 1}")
             meter = harness.CpuMeter(server_pids)
             meter.start()
-            values = official_send.run(args, endpoint)
+            values = official_send.run(args, endpoint, credentials)
             share = meter.stop()
             window_s = args.official_seconds + args.warmup
             # The client is the child process: its CPU comes from its own report.
@@ -336,7 +348,10 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="rip5-bench-e2e-") as root:
         report.stage("starting the dev cluster")
-        with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
+        log_path = Path(root) / "dev.log"
+        extra_args = ("--acl",) if args.acl else ()
+        with dev_cluster.dev_cluster(log_path, extra_args=extra_args) as cluster:
+            super_user = acl.super_user_of_dev_log(log_path) if args.acl else None
             dev_cluster.ensure_resources(
                 cluster.nameserver,
                 [
@@ -344,7 +359,13 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
                     (args.idle_topic, args.queues, MESSAGE_TYPES["normal"]),
                 ],
                 [args.group],
+                acl.signed(super_user),
             )
+            if super_user is not None:
+                credentials = acl.create_bench_user(
+                    cluster.nameserver, super_user, [args.topic, args.idle_topic], args.group
+                )
+                report.say(f"  ACL on: every call signed as the normal user {credentials[0]}")
             report.say(f"  dev cluster: broker {cluster.endpoint}, nameserver {cluster.nameserver}")
             go(cluster.endpoint, cluster.server_pids)
 
@@ -403,8 +424,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MSGS_PER_S",
         help="a peer's publish figure measured in the same sitting: report the ratio to it",
     )
+    parser.add_argument(
+        "--acl",
+        action="store_true",
+        help="ACL 2.0 on in the bench's cluster; every call signed as a normal user whose "
+        "policy allows the bench (compare with a run without: --yardstick)",
+    )
     harness.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.acl and args.endpoint:
+        parser.error("--acl sets up the bench's own cluster; it does not go with --endpoint")
     if args.endpoint and args.queues is not None:
         parser.error(
             "--queues sets up the bench's own cluster; with --endpoint the topics are used as "

@@ -20,6 +20,7 @@ from loadtest.client import CLIENT_ID_HEADER, CallFailed, endpoints_of
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from rip5 import stats
+from rip5.bench import acl
 from rip5.bench.grpc_lean import LeanChannel
 
 Metadata = Sequence[tuple[str, str]]
@@ -184,14 +185,24 @@ class Clients:
     client of ``topic`` and consumer group ``group``."""
 
     def __init__(
-        self, endpoint: str, channels: int, topic: str, group: str, client: str = "lean"
+        self,
+        endpoint: str,
+        channels: int,
+        topic: str,
+        group: str,
+        client: str = "lean",
+        credentials: tuple[str, str] | None = None,
     ) -> None:
-        """Open the channels (connected lazily) of ``client``: "lean" or "grpcio"."""
+        """Open the channels (connected lazily) of ``client``: "lean" or "grpcio".
+        ``credentials``: sign every call as this ACL user (see :meth:`sign`)."""
         self.endpoint = endpoint
         self.topic = topic
         self.group = group
         self.endpoints = endpoints_of(endpoint)
-        self.metadata = ((CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}"),)
+        self._client_id = (CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}")
+        self.credentials = credentials
+        self.metadata: tuple[tuple[str, str], ...] = ()
+        self.sign()
         self._channels: list[Any]  # each with an async close()
         self.stubs: list[Any]
         if client == "lean":
@@ -210,6 +221,12 @@ class Clients:
             ]
             self.stubs = [service_pb2_grpc.MessagingServiceStub(c) for c in self._channels]
         self.born_host = socket.gethostname()
+
+    def sign(self) -> None:
+        """The headers of the calls from now on: the client id and, with credentials, a
+        signature of the current time (done per run: a broker accepts a signature for
+        its skew bound, 15 minutes by default)."""
+        self.metadata = (self._client_id, *acl.headers(self.credentials))
 
     async def close(self) -> None:
         """Close every channel."""

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from angelia_rpc import AngeliaError
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.ports import free_port
 from protocol import errors
 from protocol import nameserver_api as api
@@ -119,15 +120,20 @@ class LocalCluster:
         log_level: str = "info",
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
+        nameserver_flags: tuple[str, ...] = (),
         replication: str = "raft",
         storage_flags: tuple[str, ...] = (),
+        rpc: RpcOptions | None = None,
     ) -> None:
         """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
-        group on all of them)."""
+        group on all of them); ``rpc``: the internal RPC of every process (default: tcp,
+        msgpack)."""
+        self.rpc = rpc or RpcOptions()
         self.root = root
         self.replication = replication
         self.broker_flags = broker_flags
         self.storage_flags = storage_flags
+        self.nameserver_flags = nameserver_flags
         self.groups = groups
         self.log_level = log_level
         self.auto_create = auto_create
@@ -150,6 +156,7 @@ class LocalCluster:
             "--log-level",
             self.log_level,
             *flags,
+            *self.rpc.rpc_flags,
         ]
 
     def _process(
@@ -169,6 +176,7 @@ class LocalCluster:
         if self.replication != "raft":
             factor = str(len(self.storage_addresses))
             flags += ["--replication", self.replication, "--replication-factor", factor]
+        flags += self.nameserver_flags
         if len(self.nameserver_addresses) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
             flags += ["--node-id", str(node), "--peers", peers]
@@ -246,20 +254,24 @@ class LocalCluster:
         self,
         topics: dict[str, tuple[int, int]],
         groups: dict[str, tuple[bool, int]],
+        signed: api.SignedBy | None = None,
     ) -> None:
         """Create ``topics`` (name -> (queue count, message type)) and ``groups``
         (name -> (fifo, max delivery attempts)), retrying until the nameserver's
-        leader has created the cluster."""
+        leader has created the cluster; ``signed``: an ACL user's signature."""
+        signature = signed or api.SignedBy()
 
         async def run() -> None:
-            client = NameserverClient(self.nameserver_addresses)
+            client = NameserverClient(self.nameserver_addresses, self.rpc.rpc_config())
             try:
                 deadline = time.monotonic() + READY_TIMEOUT_S
                 for name, (queues, kind) in topics.items():
-                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind)
+                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind, signed=signature)
                     await _until(deadline, client, lambda s, r=request: s.create_topic(r))
                 for name, (fifo, attempts) in groups.items():
-                    group = api.CreateConsumerGroupRequest(name, CLUSTER, fifo, attempts)
+                    group = api.CreateConsumerGroupRequest(
+                        name, CLUSTER, fifo, attempts, signed=signature
+                    )
                     await _until(deadline, client, lambda s, r=group: s.create_consumer_group(r))
             finally:
                 await client.close()

@@ -24,6 +24,7 @@ from nameserver.records import RetryPolicy, StorageLoad, TopicRoute
 from nameserver.state import MetadataState
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
+from protocol.acl import Action, Decision, PolicyEntry, User, UserType, parse_resource
 from protocol.message_objects import ObjectEntry
 from protocol.records import MessageRecord
 from protocol.vocabulary import MessageType, Permission
@@ -139,6 +140,21 @@ NAMESERVER_COMMANDS: list[tuple[str, ns_commands.Command]] = [
     ("remove-broker", ns_commands.RemoveBroker("b1")),
     ("remove-storage-node", ns_commands.RemoveStorageNode(4)),
     ("drain-storage-node", ns_commands.DrainStorageNode(4)),
+    ("create-user", ns_commands.CreateUser(User("alice", "s3cret", UserType.SUPER))),
+    ("update-user", ns_commands.UpdateUser("alice", None, UserType.NORMAL)),
+    ("delete-user", ns_commands.DeleteUser("alice")),
+    (
+        "put-acl",
+        ns_commands.PutAcl(
+            "alice",
+            (
+                PolicyEntry(parse_resource("Topic:ord*"), (Action.PUB, Action.SUB)),
+                PolicyEntry(parse_resource("*"), (Action.ALL,), Decision.DENY, ("10.0.0.0/8",)),
+            ),
+            create=True,
+        ),
+    ),
+    ("delete-acl", ns_commands.DeleteAcl("alice", (parse_resource("Group:g"),))),
 ]
 
 
@@ -272,6 +288,13 @@ GOLDEN_HEX: dict[str, str] = {
     "nameserver/remove-broker": "921091a26231",
     "nameserver/remove-storage-node": "92119104",
     "nameserver/drain-storage-node": "92129204c3",
+    "nameserver/create-user": "92139193a5616c696365a673336372657401",
+    "nameserver/update-user": "921493a5616c696365c002",
+    "nameserver/delete-user": "921591a5616c696365",
+    "nameserver/put-acl": (
+        "921693a5616c6963659294930303a36f7264920203019094930101a091010291aa31302e302e302e302f38c3"
+    ),
+    "nameserver/delete-acl": "921792a5616c69636591930402a167",
     "nameserver/route": (
         "9399a174a263310802ce0036ee80020000009895000500c0939301ad31302e302e302e313a373730"
         "30c39302ad31302e302e302e333a37373030c39303ad31302e302e302e343a37373030c395010300"
@@ -310,6 +333,11 @@ GOLDEN_HEX: dict[str, str] = {
         "90940a06a1389708a263319301020300009090940b06a1319701a263319301020302079090940c07"
         "a16c94a16ca26231690c"
     ),
+    # A snapshot with ACL users and policies: their tables as a fourth item.
+    "nameserver/snapshot-acl": (
+        "94019a0000019090909090909090929193a5616c696365a6733363726574019192a5616c6963659294"
+        "930303a36f7264920203019094930101a091010291aa31302e302e302e302f38"
+    ),
     "angelia/append-request-messages": (
         "94a66f726465727303919ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d"
         "6781a161a131110004a168a0a0c400"
@@ -343,8 +371,8 @@ GOLDEN_HEX: dict[str, str] = {
         "9191939ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a13111"
         "0004a168a0a00502"
     ),
-    "angelia/create-group-request": "95a167a26331c3059464cd03e8cb4000000000000000920102",
-    "angelia/update-topic-request": "98a174c002c004c0c0c0",
+    "angelia/create-group-request": ("96a167a26331c3059464cd03e8cb400000000000000092010293a0a0a0"),
+    "angelia/update-topic-request": "99a174c002c004c0c0c093a0a0a0",
     "angelia/route-response": (
         "9399a174a263310101cd03e80600000091950001039301a3683a31c3919302a3683a32c209"
     ),
@@ -357,6 +385,14 @@ GOLDEN_HEX: dict[str, str] = {
         "cd09c491920478"
     ),
 }
+
+
+def _acl_state() -> MetadataState:
+    """A state with users and a policy (their snapshot tail)."""
+    state = MetadataState()
+    for name in ("create-user", "put-acl"):
+        state.apply(dict(NAMESERVER_COMMANDS)[name])
+    return state
 
 
 def _cases() -> list[tuple[str, Callable[[], bytes], Callable[[bytes], Any], object]]:
@@ -382,6 +418,14 @@ def _cases() -> list[tuple[str, Callable[[], bytes], Callable[[bytes], Any], obj
         (
             "nameserver/snapshot",
             lambda: _metadata_state().snapshot(),
+            lambda data: MetadataState.restore(data).snapshot(),
+            None,
+        )
+    )
+    cases.append(
+        (
+            "nameserver/snapshot-acl",
+            lambda: _acl_state().snapshot(),
             lambda data: MetadataState.restore(data).snapshot(),
             None,
         )
@@ -478,6 +522,8 @@ OLDER_HEX: dict[str, str] = {
     ),
     # NodeStatusResponse before reads (read replicas).
     "angelia/node-status": "940101930100029101",
+    # A consumer group request before signed (an ACL admin's signature).
+    "angelia/create-group-request": "95a167a26331c3059464cd03e8cb4000000000000000920102",
     # CommitOffsetRequest before keep_leases (every commit was an operator's reset).
     "angelia/commit-offset-request": "94a167a66f72646572730364",
     # Before the retention limits beside retention_ms (retention_bytes, local_retention_*):
