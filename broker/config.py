@@ -113,3 +113,10 @@ class BrokerConfig:
         default=15,
         metadata={"help": "check-backs of a half message before it is rolled back", "min": 1},
     )
+    metrics_listen: str = field(
+        default="127.0.0.1:5557",
+        metadata={
+            "help": "host:port serving Prometheus metrics at /metrics "
+            "(RocketMQ's RIP-46 names, as RocketMQ's broker; port 0: any free port; empty: none)"
+        },
+    )

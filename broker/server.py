@@ -34,12 +34,16 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from angelia_rpc import Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import BrokerService
+from angelia_rpc.metrics_export import exported, refresh_every
 from broker import fault_injection
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
+from broker.metrics import BrokerMetrics
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting.brokers import ClusterBrokers
@@ -88,6 +92,7 @@ async def serve(
     transactions: list[TransactionProcessor] = []
     peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
     tasks: list[asyncio.Task[None]] = []
+    registry = CollectorRegistry()
     endpoint: GrpcEndpoint | None = None
     remoting: RemotingServer | None = None
     remoting_address = ""
@@ -118,12 +123,23 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
+        metrics = None
+        if config.metrics_listen:
+            metrics = BrokerMetrics(registry, config.cluster, node_id=peer_address)
+            service.producer_processor.metrics = metrics
+            service.consumer_processor.metrics = metrics
+            service.transactions.metrics = metrics
+            if service.pulls is not None:
+                service.pulls.metrics = metrics
+        endpoint = GrpcEndpoint(
+            service, config.listen, config.grpc_server, client_tls(config), metrics
+        )
         port = await endpoint.start()
         if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
+        remoting_service: RemotingService | None = None
         if config.remoting_listen:
             # Both addresses are known once the port is bound (the listen port may be 0).
             brokers = ClusterBrokers(metadata, own_address=config.remoting_listen)
@@ -146,6 +162,15 @@ async def serve(
             remoting_service.address = brokers.own_address = remoting_address
             remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
+        if metrics is not None:
+            remoting_clients = remoting_service.clients if remoting_service else None
+            metrics.watch_connections(
+                lambda: [
+                    *service.sessions.connections(),
+                    *(remoting_clients.connections() if remoting_clients else ()),
+                ]
+            )
+            tasks.append(asyncio.create_task(refresh_every(metrics.refresh), name="metrics"))
         tasks.append(
             asyncio.create_task(
                 run_heartbeats(
@@ -174,7 +199,8 @@ async def serve(
             },
         )
         ready(address)
-        await stopping.wait()
+        with exported(registry, config.metrics_listen):
+            await stopping.wait()
     finally:
         for task in tasks:
             task.cancel()

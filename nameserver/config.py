@@ -88,6 +88,13 @@ class NameserverConfig:
         default=10_000,
         metadata={"help": "a broker silent this long is marked down", "min": 100, "max": 3_600_000},
     )
+    metrics_listen: str = field(
+        default="127.0.0.1:5558",
+        metadata={
+            "help": "host:port serving Prometheus metrics at /metrics "
+            "(rip5_nameserver_*, rip5_raft_*; port 0: any free port; empty: none)"
+        },
+    )
 
 
 def parse_peers(text: str) -> dict[int, str]:

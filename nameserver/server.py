@@ -18,9 +18,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from angelia_rpc import RpcConfig, Server
 from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.metrics_export import exported, refresh_every
 from nameserver.config import NameserverConfig, parse_peers
+from nameserver.metrics import NameserverMetrics
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
@@ -92,13 +96,26 @@ async def serve(
         ),
         name="nameserver-leader-duties",
     )
+    registry = CollectorRegistry()
+    refresh: asyncio.Task[None] | None = None
+    if config.metrics_listen:
+        labels = {
+            "cluster": config.cluster,
+            "node_type": "nameserver",
+            "node_id": str(config.node_id),
+        }
+        metrics = NameserverMetrics(registry, driver, GROUP_ID, lambda: machine.state, labels)
+        refresh = asyncio.create_task(refresh_every(metrics.refresh), name="metrics")
     log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
     ready(endpoint)
     try:
-        await stopping.wait()
+        with exported(registry, config.metrics_listen):
+            await stopping.wait()
     finally:
-        duties.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await duties
+        for task in (duties, refresh):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.stop()
         await driver.stop()

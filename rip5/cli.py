@@ -28,7 +28,14 @@ from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
 from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
+from rip5.dev import (
+    DevLayout,
+    metrics_banner,
+    metrics_endpoints,
+    plan,
+    ready_banner,
+    remoting_endpoints,
+)
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -309,7 +316,13 @@ def dev(
             loop.add_signal_handler(signum, stopping.set)
         supervisor = Supervisor(specs, out=out)
         remoting = remoting_endpoints(specs)
-        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps, remoting)))
+        metrics = metrics_endpoints(specs)
+
+        def on_ready(endpoints: dict[str, str]) -> None:
+            out(ready_banner(endpoints, remoting))
+            out(metrics_banner(metrics))
+
+        return await supervisor.run(stopping, on_ready)
 
     try:
         code = uvloop.run(supervise())

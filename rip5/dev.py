@@ -7,6 +7,10 @@ the role's base port (or, with ``free_ports``, each on a port that was free
 when the plan was made: what tests use, so runs on one machine never clash).
 Every child runs as a real process (``python -m rip5 <role> ...``).
 
+Metrics: every child serves its Prometheus metrics on a port that was free
+when the plan was made (``--metrics-listen``; :func:`metrics_endpoints`), which
+``rip5 dev`` prints once the cluster is ready.
+
 Placement: the nameserver creates the cluster with ``storage_groups`` groups
 and a replication factor of ``min(3, storage)``, and places the groups once
 that many storage nodes registered; the storage nodes join it (``--nameserver``,
@@ -48,6 +52,7 @@ class DevLayout:
 
 REPLICATION_FACTOR_MAX = 3
 REMOTING_FLAG = "--remoting-listen"
+METRICS_FLAG = "--metrics-listen"
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -125,20 +130,38 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
     return [
         ChildSpec(
             name,
-            _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+            _role_argv(
+                role,
+                layout.data_dir / name,
+                layout.log_level,
+                *flags,
+                METRICS_FLAG,
+                f"127.0.0.1:{free_port()}",
+            ),
             secret_env if role == "broker" else {},
         )
         for name, role, flags in wanted
     ]
 
 
+def _flag_values(specs: list[ChildSpec], flag: str) -> dict[str, str]:
+    return {spec.name: spec.argv[spec.argv.index(flag) + 1] for spec in specs if flag in spec.argv}
+
+
 def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
     """Each broker's remoting endpoint (4.x clients), by child name."""
-    return {
-        spec.name: spec.argv[spec.argv.index(REMOTING_FLAG) + 1]
-        for spec in specs
-        if REMOTING_FLAG in spec.argv
-    }
+    return _flag_values(specs, REMOTING_FLAG)
+
+
+def metrics_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
+    """Each child's Prometheus metrics endpoint (host:port, path /metrics), by child name."""
+    return _flag_values(specs, METRICS_FLAG)
+
+
+def metrics_banner(endpoints: dict[str, str]) -> str:
+    """What ``rip5 dev`` prints after :func:`ready_banner`: where each child's metrics are."""
+    listed = ", ".join(f"{name} http://{address}/metrics" for name, address in endpoints.items())
+    return f"rip5 dev metrics: {listed}"
 
 
 def ready_banner(endpoints: dict[str, str], remoting: dict[str, str] | None = None) -> str:

@@ -36,6 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from broker.grpc.status import bad_request
+from broker.metrics import BrokerMetrics, timed
 from protocol.rocketmq.v2 import service_pb2 as spb
 
 log = logging.getLogger("broker.grpc.bad_requests")
@@ -91,9 +92,13 @@ class CheckedRegistration:
     """Stands for a gRPC server while generated code registers MessagingService: each
     method's handler passes to ``server`` with the checks of this module."""
 
-    def __init__(self, server: Any, bad_requests: BadRequests) -> None:
+    def __init__(
+        self, server: Any, bad_requests: BadRequests, metrics: BrokerMetrics | None = None
+    ) -> None:
+        """``metrics``: also time each call (``rocketmq_rpc_latency``, broker/metrics.py)."""
         self._server = server
         self._bad_requests = bad_requests
+        self._metrics = metrics
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         """Ignored: the same methods come by name (add_registered_method_handlers), and
@@ -108,6 +113,11 @@ class CheckedRegistration:
         checked_handlers = {
             name: checked(name, handler, self._bad_requests) for name, handler in handlers.items()
         }
+        if self._metrics is not None:
+            metrics = self._metrics
+            checked_handlers = {
+                name: timed(name, handler, metrics) for name, handler in checked_handlers.items()
+            }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, checked_handlers),)
         )

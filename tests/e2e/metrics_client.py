@@ -1,0 +1,96 @@
+"""Load for the metrics tests, by the OFFICIAL RocketMQ Python client (its own interpreter,
+as tests/e2e/e2e_client.py; prints one JSON object as its last stdout line).
+
+``python -m tests.e2e.metrics_client load PORT TOPIC GROUP STOP_FILE CONSUMED``:
+sends messages to TOPIC until STOP_FILE exists (at most ``LOAD_MAX_S``); once
+it has sent CONSUMED of them, a simple consumer of GROUP receives and acks
+exactly CONSUMED, then stops, so the group has consumed the topic and lags
+behind it by every later message.
+``consume PORT TOPIC GROUP STOP_FILE``: receives and acks until STOP_FILE exists
+(at most ``LOAD_MAX_S``). Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rocketmq import FilterExpression, Producer, SimpleConsumer
+
+from tests.contract.official_client import DEADLINE_S, _config, _message
+
+INVISIBLE_S = 30
+LOAD_MAX_S = 120.0
+"""The longest a scenario runs when its stop file never comes."""
+
+
+def _running(stop: Path, end: float) -> bool:
+    return not stop.exists() and time.monotonic() < end
+
+
+def _consume_exactly(port: int, topic: str, group: str, count: int) -> int:
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
+    consumer.startup()
+    acked = 0
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while acked < count and time.monotonic() < deadline:
+            for message in consumer.receive(min(32, count - acked), INVISIBLE_S):
+                consumer.ack(message)
+                acked += 1
+    finally:
+        consumer.shutdown()
+    return acked
+
+
+def load(port: int, topic: str, group: str, stop: Path, consumed: int) -> dict[str, Any]:
+    """Send until ``stop`` exists; a consumer of ``group`` takes ``consumed`` of them on
+    the way."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    sent = acked = 0
+    try:
+        end = time.monotonic() + LOAD_MAX_S
+        while _running(stop, end) or sent < consumed:
+            producer.send(_message(topic, f"m{sent}".encode() * 8))
+            sent += 1
+            if sent == consumed:
+                acked = _consume_exactly(port, topic, group, consumed)
+    finally:
+        producer.shutdown()
+    return {"sent": sent, "acked": acked}
+
+
+def consume(port: int, topic: str, group: str, stop: Path) -> dict[str, Any]:
+    """Receive and ack until ``stop`` exists."""
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 2)
+    consumer.startup()
+    acked = 0
+    try:
+        end = time.monotonic() + LOAD_MAX_S
+        while _running(stop, end):
+            for message in consumer.receive(4, INVISIBLE_S):
+                consumer.ack(message)
+                acked += 1
+    finally:
+        consumer.shutdown()
+    return {"acked": acked}
+
+
+def main() -> None:
+    """Run the scenario named by argv[1]; print its JSON."""
+    scenario, port, topic, group, stop, *rest = sys.argv[1:]
+    if scenario == "load":
+        out = load(int(port), topic, group, Path(stop), int(rest[0]))
+    elif scenario == "consume":
+        out = consume(int(port), topic, group, Path(stop))
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
