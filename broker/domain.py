@@ -235,17 +235,3 @@ class QueueOffsets:
     first_offset: int
     end_offset: int
     timestamp_offset: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class ClientConnection:
-    """A client connected to this broker, as the connection metrics count it and the
-    admin views list it: a consumer has a ``group``, a producer none. Empty strings
-    stand for what the client did not say."""
-
-    client_id: str
-    group: str = ""
-    language: str = ""
-    version: str = ""
-    consume_mode: str = ""  # push, simple, pull (v2); empty for a remoting consumer
-    protocol: str = "grpc"  # or "remoting"

@@ -34,7 +34,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.domain import ClientConnection, Delivery, Message
+from broker.domain import Delivery, Message
+from protocol.broker_api import ClientConnection
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.routing import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 

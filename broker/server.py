@@ -54,6 +54,7 @@ from broker.services.clock import SystemClock
 from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
 from broker.services.storage import StorageStore
+from protocol.broker_api import ClientConnection
 
 log = logging.getLogger("broker.server")
 
@@ -90,7 +91,8 @@ async def serve(
     store = StorageStore(metadata, peers, seeds=addresses(config.storage))
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
-    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
+    peer_handler = PeerHandler(_LateTarget(transactions))
+    peer_server = Server([BrokerService.bind(peer_handler)], RpcConfig())
     tasks: list[asyncio.Task[None]] = []
     registry = CollectorRegistry()
     endpoint: GrpcEndpoint | None = None
@@ -162,14 +164,15 @@ async def serve(
             remoting_service.address = brokers.own_address = remoting_address
             remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
+        remoting_clients = remoting_service.clients if remoting_service else None
+
+        def connections() -> list[ClientConnection]:
+            grpc_clients = service.sessions.connections()
+            return grpc_clients + (remoting_clients.connections() if remoting_clients else [])
+
+        peer_handler.connections = connections  # rip5 dashboard lists them
         if metrics is not None:
-            remoting_clients = remoting_service.clients if remoting_service else None
-            metrics.watch_connections(
-                lambda: [
-                    *service.sessions.connections(),
-                    *(remoting_clients.connections() if remoting_clients else ()),
-                ]
-            )
+            metrics.watch_connections(connections)
             tasks.append(asyncio.create_task(refresh_every(metrics.refresh), name="metrics"))
         tasks.append(
             asyncio.create_task(

@@ -30,6 +30,7 @@ from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import (
     DevLayout,
+    dashboard_banner,
     metrics_banner,
     metrics_endpoints,
     plan,
@@ -261,6 +262,19 @@ for _role in ROLES.values():
     help="give every process a port free at start instead of the base ports (for tests)",
 )
 @click.option(
+    "--dashboard/--no-dashboard",
+    default=True,
+    show_default=True,
+    help="also run rip5 dashboard (the web console)",
+)
+@click.option(
+    "--dashboard-port",
+    type=click.IntRange(1, 65535),
+    default=8088,
+    show_default=True,
+    help="port of the dashboard",
+)
+@click.option(
     "--auto-create/--no-auto-create",
     default=True,
     show_default=True,
@@ -283,6 +297,8 @@ def dev(
     broker_port: int,
     remoting_port: int,
     free_ports: bool,
+    dashboard: bool,
+    dashboard_port: int,
     auto_create: bool,
     log_level: str,
 ) -> None:
@@ -301,6 +317,8 @@ def dev(
         free_ports=free_ports,
         nameservers=nameservers,
         remoting_port=remoting_port,
+        dashboard=dashboard,
+        dashboard_port=dashboard_port,
     )
     specs = plan(layout)
 
@@ -321,6 +339,9 @@ def dev(
         def on_ready(endpoints: dict[str, str]) -> None:
             out(ready_banner(endpoints, remoting))
             out(metrics_banner(metrics))
+            dashboard = dashboard_banner(endpoints)
+            if dashboard is not None:
+                out(dashboard)
 
         return await supervisor.run(stopping, on_ready)
 

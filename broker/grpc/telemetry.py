@@ -23,11 +23,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from broker.domain import ClientConnection, ClientKind, HalfMessage
+from broker.domain import ClientKind, HalfMessage
 from broker.errors import BrokerError, Reason
 from broker.grpc import convert
 from broker.grpc.status import ok, status_of
 from broker.processor.consumer import ConsumerProcessor
+from protocol.broker_api import ClientConnection
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from broker.domain import ClientConnection
+from protocol.broker_api import ClientConnection
 from protocol.remoting.bodies import Heartbeat
 
 

@@ -6,8 +6,10 @@ sends messages to TOPIC until STOP_FILE exists (at most ``LOAD_MAX_S``); once
 it has sent CONSUMED of them, a simple consumer of GROUP receives and acks
 exactly CONSUMED, then stops, so the group has consumed the topic and lags
 behind it by every later message.
-``consume PORT TOPIC GROUP STOP_FILE``: receives and acks until STOP_FILE exists
-(at most ``LOAD_MAX_S``). Every wait has a deadline.
+``consume PORT TOPIC GROUP STOP_FILE COUNT``: receives and acks exactly COUNT
+messages, then stays connected (idle) until STOP_FILE exists (at most
+``LOAD_MAX_S``). ``send PORT TOPIC - STOP_FILE COUNT``: sends COUNT messages
+(keys ``key-<n>``) and prints their ids. Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -64,20 +66,39 @@ def load(port: int, topic: str, group: str, stop: Path, consumed: int) -> dict[s
     return {"sent": sent, "acked": acked}
 
 
-def consume(port: int, topic: str, group: str, stop: Path) -> dict[str, Any]:
-    """Receive and ack until ``stop`` exists."""
+def consume(port: int, topic: str, group: str, stop: Path, count: int) -> dict[str, Any]:
+    """Receive and ack ``count`` messages, then stay connected until ``stop`` exists."""
     consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 2)
     consumer.startup()
     acked = 0
     try:
-        end = time.monotonic() + LOAD_MAX_S
-        while _running(stop, end):
-            for message in consumer.receive(4, INVISIBLE_S):
+        deadline = time.monotonic() + DEADLINE_S
+        while acked < count and time.monotonic() < deadline:
+            for message in consumer.receive(min(16, count - acked), INVISIBLE_S):
                 consumer.ack(message)
                 acked += 1
+        print(json.dumps({"acked": acked}), flush=True)  # the test reads this line first
+        end = time.monotonic() + LOAD_MAX_S
+        while _running(stop, end):
+            time.sleep(0.2)  # idle and connected: the client's heartbeats go on meanwhile
     finally:
         consumer.shutdown()
     return {"acked": acked}
+
+
+def send(port: int, topic: str, count: int) -> dict[str, Any]:
+    """Send ``count`` messages with keys ``key-<n>``; their ids."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    try:
+        ids = []
+        for n in range(count):
+            message = _message(topic, f"body of message {n}".encode())
+            message.keys = f"key-{n}"
+            ids.append(producer.send(message).message_id)
+    finally:
+        producer.shutdown()
+    return {"ids": ids}
 
 
 def main() -> None:
@@ -86,7 +107,9 @@ def main() -> None:
     if scenario == "load":
         out = load(int(port), topic, group, Path(stop), int(rest[0]))
     elif scenario == "consume":
-        out = consume(int(port), topic, group, Path(stop))
+        out = consume(int(port), topic, group, Path(stop), int(rest[0]))
+    elif scenario == "send":
+        out = send(int(port), topic, int(rest[0]))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print(json.dumps(out))
