@@ -36,7 +36,7 @@ import uvloop
 
 from rip5 import logs
 from rip5.config import CommonConfig, describe
-from rip5.metrics_endpoint import start_metrics_endpoint
+from rip5.metrics_endpoint import READY, start_metrics_endpoint
 
 ServeFn = Callable[[Any, Path, asyncio.Event, Callable[[str], None]], Coroutine[Any, Any, None]]
 READY_FD_ENV = "RIP5_READY_FD"
@@ -74,6 +74,7 @@ def hold_data_dir(path: Path) -> Iterator[Path]:
 
 def _notify_ready(endpoint: str) -> None:
     log.info("ready", extra={"endpoint": endpoint})
+    READY.set(1)
     fd_text = os.environ.pop(READY_FD_ENV, "")
     if fd_text.isdigit():
         with contextlib.suppress(OSError):
