@@ -83,12 +83,11 @@ class BatchHistogram(Collector):
 
     def observe_all(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
         """Count every value of ``values`` under ``labels``."""
-        bounds = self._bounds
-        counts = [0] * (len(bounds) + 1)
-        total = 0.0
-        for value in values:
-            counts[bisect.bisect_left(bounds, value)] += 1
-            total += value
+        # Sorted once (in C), each bound is one bisection: the cost per value is the sort's.
+        ordered = sorted(values)
+        at_most = [bisect.bisect_right(ordered, bound) for bound in self._bounds]
+        counts = [b - a for a, b in zip([0, *at_most], [*at_most, len(ordered)], strict=True)]
+        total = float(sum(ordered))
         with self._lock:
             series = self._series.get(labels)
             if series is None:
@@ -203,6 +202,10 @@ class BrokerMetrics:
             ),
             registry=registry,
         )
+        # Label children by key, made once: prometheus-client's labels() checks and locks.
+        self._stored_children: dict[tuple[str, int], tuple[Any, Any, tuple[str, ...]]] = {}
+        self._delivered_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._rpc_children: dict[tuple[str, str, str, bool], Any] = {}
         self._connections: Callable[[], Iterable[ClientConnection]] = list
         self._reported_producers: set[tuple[str, ...]] = set()
         self._reported_consumers: set[tuple[str, ...]] = set()
@@ -220,29 +223,43 @@ class BrokerMetrics:
             for one in messages:
                 self.stored((one,))
             return
-        labels = (
-            *self._base,
-            topic,
-            _TYPE_NAMES.get(message_type, "normal"),
-            _flag(_is_system_topic(topic)),
-        )
+        children = self._stored_children.get((topic, message_type))
+        if children is None:
+            series: tuple[str, ...] = (
+                *self._base,
+                topic,
+                _TYPE_NAMES.get(message_type, "normal"),
+                _flag(_is_system_topic(topic)),
+            )
+            children = (
+                self._messages_in.labels(*series),
+                self._throughput_in.labels(*series),
+                series,
+            )
+            self._stored_children[(topic, message_type)] = children
+        count, size, labels = children
         sizes = [len(message.body) for message in messages]
-        self._messages_in.labels(*labels).inc(len(sizes))
-        self._throughput_in.labels(*labels).inc(sum(sizes))
+        count.inc(len(sizes))
+        size.inc(sum(sizes))
         self._message_size.observe_all(labels, sizes)
 
     def delivered(self, consumer_group: str, topic: str, bodies: int, body_bytes: int) -> None:
         """A receive or pull request handed ``bodies`` messages of ``body_bytes`` to a
         consumer of ``consumer_group``."""
-        labels = (
-            *self._base,
-            topic,
-            consumer_group,
-            _flag(_is_system_topic(topic)),
-            _flag(topic.startswith(RETRY_TOPIC_PREFIX)),
-        )
-        self._messages_out.labels(*labels).inc(bodies)
-        self._throughput_out.labels(*labels).inc(body_bytes)
+        children = self._delivered_children.get((topic, consumer_group))
+        if children is None:
+            labels = (
+                *self._base,
+                topic,
+                consumer_group,
+                _flag(_is_system_topic(topic)),
+                _flag(topic.startswith(RETRY_TOPIC_PREFIX)),
+            )
+            children = (self._messages_out.labels(*labels), self._throughput_out.labels(*labels))
+            self._delivered_children[(topic, consumer_group)] = children
+        count, size = children
+        count.inc(bodies)
+        size.inc(body_bytes)
 
     def deliveries(self, consumer_group: str, topic: str, deliveries: Sequence[Delivery]) -> None:
         """:meth:`delivered` for the deliveries of one receive."""
@@ -263,14 +280,19 @@ class BrokerMetrics:
         self, protocol: str, request: str, response: str, latency_ms: float, *, failed: bool
     ) -> None:
         """One request answered after ``latency_ms``."""
-        self._rpc_latency.labels(
-            *self._base,
-            protocol,
-            request,
-            response,
-            _flag(request in LONG_POLLING_METHODS),
-            "process_request_failed" if failed else "success",
-        ).observe(latency_ms)
+        key = (protocol, request, response, failed)
+        child = self._rpc_children.get(key)
+        if child is None:
+            child = self._rpc_latency.labels(
+                *self._base,
+                protocol,
+                request,
+                response,
+                _flag(request in LONG_POLLING_METHODS),
+                "process_request_failed" if failed else "success",
+            )
+            self._rpc_children[key] = child
+        child.observe(latency_ms)
 
     # -- the gauges, read on the event loop -----------------------------------------
 

@@ -268,6 +268,12 @@ for _role in ROLES.values():
     help="also run rip5 dashboard (the web console)",
 )
 @click.option(
+    "--metrics/--no-metrics",
+    default=True,
+    show_default=True,
+    help="every process serves Prometheus metrics on a free port (printed once ready)",
+)
+@click.option(
     "--dashboard-port",
     type=click.IntRange(1, 65535),
     default=8088,
@@ -298,6 +304,7 @@ def dev(
     remoting_port: int,
     free_ports: bool,
     dashboard: bool,
+    metrics: bool,
     dashboard_port: int,
     auto_create: bool,
     log_level: str,
@@ -319,6 +326,7 @@ def dev(
         remoting_port=remoting_port,
         dashboard=dashboard,
         dashboard_port=dashboard_port,
+        metrics=metrics,
     )
     specs = plan(layout)
 

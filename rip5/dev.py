@@ -52,6 +52,8 @@ class DevLayout:
     # The web console (rip5 dashboard) at dashboard_port (a free port with free_ports).
     dashboard: bool = False
     dashboard_port: int = 8088
+    # Every child serves its metrics on a free port; False: none does (nothing counted).
+    metrics: bool = True
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
@@ -144,7 +146,7 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                 layout.log_level,
                 *flags,
                 METRICS_FLAG,
-                f"127.0.0.1:{free_port()}",
+                f"127.0.0.1:{free_port()}" if layout.metrics else "",
             ),
             secret_env if role == "broker" else {},
         )
@@ -180,14 +182,15 @@ def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
 
 
 def metrics_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
-    """Each child's Prometheus metrics endpoint (host:port, path /metrics), by child name."""
-    return _flag_values(specs, METRICS_FLAG)
+    """Each child's Prometheus metrics endpoint (host:port, path /metrics), by child name
+    (none when the children serve no metrics)."""
+    return {name: value for name, value in _flag_values(specs, METRICS_FLAG).items() if value}
 
 
 def metrics_banner(endpoints: dict[str, str]) -> str:
     """What ``rip5 dev`` prints after :func:`ready_banner`: where each child's metrics are."""
     listed = ", ".join(f"{name} http://{address}/metrics" for name, address in endpoints.items())
-    return f"rip5 dev metrics: {listed}"
+    return f"rip5 dev metrics: {listed or 'none (--no-metrics)'}"
 
 
 def dashboard_banner(endpoints: dict[str, str]) -> str | None:
