@@ -9,6 +9,11 @@ as ``rip5 admin group lag`` (storage_node/progress.py) and summed per (consumer
 group, topic). Summing a metric over the cluster's storage nodes gives the
 group's figure: a group's queues are reported by its leader only.
 
+The leader also reports ``rocketmq_half_messages`` (transactional messages not
+yet committed or rolled back) and ``rocketmq_timing_messages`` (delayed messages
+not yet due) per topic. Counting them walks every such message, so they are
+read every ``SLOW_REFRESHES``-th refresh only.
+
 Everything here is read by :meth:`StorageMetrics.refresh` on the event loop
 (angelia_rpc/metrics_export.py, ``refresh_every``); the scrape thread reads
 only the metric objects. The series of a (consumer group, topic) that no longer
@@ -24,9 +29,13 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Gauge
 
 from protocol.routing import RETRY_TOPIC_PREFIX
+from protocol.storage_api import TIME_MAX_MS
 from raft.host.metrics import RaftMetrics
 from storage_node.progress import queue_progress
 from storage_node.service import StorageNode
+
+SLOW_REFRESHES = 10
+"""The half and timing message counts are read every this many refreshes."""
 
 CONSUMER_LABELS = ("consumer_group", "topic", "is_retry", "is_system")
 """The labels RIP-46 gives the consumer gauges (no consumer group of rip5 is a system
@@ -73,7 +82,21 @@ class StorageMetrics:
             consumer,
             registry=registry,
         )
+        self._half = Gauge(
+            "rocketmq_half_messages",
+            "Transactional messages neither committed nor rolled back yet",
+            (*names, "topic"),
+            registry=registry,
+        )
+        self._timing = Gauge(
+            "rocketmq_timing_messages",
+            "Delayed messages not due yet",
+            (*names, "topic"),
+            registry=registry,
+        )
         self._reported: set[tuple[str, str]] = set()
+        self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
+        self._refreshes = 0
 
     def refresh(self) -> None:
         """Read every gauge from the node (on the event loop)."""
@@ -113,6 +136,30 @@ class StorageMetrics:
             oldest = oldest_ms.get(key)
             self._lag_latency.labels(*labels).set(0 if oldest is None else max(0, now_ms - oldest))
         self._reported = set(lag)
+        if self._refreshes % SLOW_REFRESHES == 0:
+            self._refresh_waiting()
+        self._refreshes += 1
+
+    def _refresh_waiting(self) -> None:
+        """Half and timing messages per topic, in the groups led here."""
+        node = self._node
+        counts: dict[tuple[str, str], int] = {}
+        for group_id, replica in list(node.replicas.items()):
+            if node.driver.leader_of(group_id) != node.driver.node_id:
+                continue
+            state = replica.state
+            for half in state.half_messages_due(TIME_MAX_MS, TIME_MAX_MS, limit=2**62):
+                key = ("half", half.topic)
+                counts[key] = counts.get(key, 0) + 1
+            for held in state.held_messages():
+                key = ("timing", held.topic)
+                counts[key] = counts.get(key, 0) + 1
+        gauges = {"half": self._half, "timing": self._timing}
+        for kind, topic in self._waiting_topics - counts.keys():
+            gauges[kind].remove(*self._values, topic)
+        for (kind, topic), count in counts.items():
+            gauges[kind].labels(*self._values, topic).set(count)
+        self._waiting_topics = set(counts)
 
     def _consumer_labels(self, key: tuple[str, str]) -> tuple[str, ...]:
         consumer_group, topic = key

@@ -9,7 +9,8 @@ behind it by every later message.
 ``consume PORT TOPIC GROUP STOP_FILE COUNT``: receives and acks exactly COUNT
 messages, then stays connected (idle) until STOP_FILE exists (at most
 ``LOAD_MAX_S``). ``send PORT TOPIC - STOP_FILE COUNT``: sends COUNT messages
-(keys ``key-<n>``) and prints their ids. Every wait has a deadline.
+(keys ``key-<n>``) and prints their ids; ``delayed PORT TOPIC - STOP_FILE COUNT``
+sends COUNT messages due in an hour. Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -101,6 +102,20 @@ def send(port: int, topic: str, count: int) -> dict[str, Any]:
     return {"ids": ids}
 
 
+def delayed(port: int, topic: str, count: int) -> dict[str, Any]:
+    """Send ``count`` messages due in an hour (they wait in the storage's timers)."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    try:
+        for n in range(count):
+            message = _message(topic, f"later {n}".encode())
+            message.delivery_timestamp = int(time.time()) + 3600
+            producer.send(message)
+    finally:
+        producer.shutdown()
+    return {"sent": count}
+
+
 def main() -> None:
     """Run the scenario named by argv[1]; print its JSON."""
     scenario, port, topic, group, stop, *rest = sys.argv[1:]
@@ -110,6 +125,8 @@ def main() -> None:
         out = consume(int(port), topic, group, Path(stop), int(rest[0]))
     elif scenario == "send":
         out = send(int(port), topic, int(rest[0]))
+    elif scenario == "delayed":
+        out = delayed(int(port), topic, int(rest[0]))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print(json.dumps(out))

@@ -42,6 +42,9 @@ GROUPS = 8
 TOPIC = "metered"
 GROUP = "metered-group"
 CONSUMED = 40  # the group acks this many, then lags behind the rest
+DELAYED_TOPIC = "later"
+DELAYED = 5
+DELAY = 3
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.start()
         # One queue: the group's lag covers the queues it has consumption state in
         # (docs/metrics.md), and it consumes this one.
-        local.create({TOPIC: (1, NORMAL)}, {GROUP: (False, 3)})
+        local.create({TOPIC: (1, NORMAL), DELAYED_TOPIC: (2, DELAY)}, {GROUP: (False, 3)})
         yield local
     finally:
         codes = local.stop()
@@ -129,6 +132,12 @@ def test_prometheus_scrapes_every_role_and_queries_rates_and_lag_under_load(
     assert (scraper.value(age) or 0) > 0
     sends = 'sum(rocketmq_rpc_latency_milliseconds_count{request_code="SendMessage"})'
     assert (scraper.value(sends) or 0) >= sent
+
+    # Delayed messages wait in the storage's timers, counted per topic.
+    later = client(cluster, "delayed", DELAYED_TOPIC, "-", cluster.root / "later.stop", DELAYED)
+    assert finish(later, cluster.root / "later.stop") == {"sent": DELAYED}
+    timing = f'sum(rocketmq_timing_messages{{topic="{DELAYED_TOPIC}"}})'
+    scraper.wait_for("the delayed messages", timing, lambda v: v == DELAYED)
 
     # Storage and nameserver figures of their own.
     assert scraper.value('sum(rip5_raft_leaders{node_type="storage"})') == GROUPS
