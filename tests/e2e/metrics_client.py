@@ -26,6 +26,8 @@ from rocketmq import FilterExpression, Producer, SimpleConsumer
 from tests.contract.official_client import DEADLINE_S, _config, _message
 
 INVISIBLE_S = 30
+AWAIT_S = 5  # the consumers' long poll: a shorter one leaves the call under the broker's
+# minimum poll once the client's request timeout is counted (BAD_REQUEST)
 LOAD_MAX_S = 120.0
 """The longest a scenario runs when its stop file never comes."""
 
@@ -35,7 +37,7 @@ def _running(stop: Path, end: float) -> bool:
 
 
 def _consume_exactly(port: int, topic: str, group: str, count: int) -> int:
-    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, AWAIT_S)
     consumer.startup()
     acked = 0
     try:
@@ -69,7 +71,7 @@ def load(port: int, topic: str, group: str, stop: Path, consumed: int) -> dict[s
 
 def consume(port: int, topic: str, group: str, stop: Path, count: int) -> dict[str, Any]:
     """Receive and ack ``count`` messages, then stay connected until ``stop`` exists."""
-    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 2)
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, AWAIT_S)
     consumer.startup()
     acked = 0
     try:
