@@ -212,3 +212,5 @@ class ConsumerProcessor:
         await self._store.forward_to_dead_letter(
             group, receipt.queue, receipt.offset, receipt.generation
         )
+        if self.metrics is not None:
+            self.metrics.dead_lettered(group.name, topic_name)

@@ -30,10 +30,8 @@ from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import BrokerService
 from angelia_rpc.nameserver_client import NameserverClient
 from protocol import broker_api as br
-from protocol import errors
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
-from protocol.routing import DLQ_TOPIC_PREFIX
 from rip5.admin_storage import (
     CALL_TIMEOUT_MS,
     ClusterAdmin,
@@ -43,6 +41,7 @@ from rip5.admin_storage import (
     Resent,
 )
 from rip5.dashboard.chart import Sample, Throughput
+from storage_node.partition.queues import dead_letter_topic
 
 log = logging.getLogger("rip5.dashboard")
 
@@ -164,22 +163,18 @@ class DashboardCluster:
 
     async def dead_letters(self, group: str) -> list[Found]:
         """The oldest :data:`DEAD_LETTERS_SHOWN` messages still in ``group``'s dead-letter
-        topic ([] if it has none)."""
+        queues: one per raft group, each in its own group (``rip5 admin dlq resend``
+        reads the same queues)."""
         admin = self.admin()
         await admin.require_group(group)
-        try:
-            route = await admin.route(DLQ_TOPIC_PREFIX + group)
-        except AngeliaError as error:
-            if error.code in (errors.NOT_FOUND, errors.TOPIC_NOT_FOUND):
-                return []  # no message of the group was ever dead-lettered
-            raise
+        topic = dead_letter_topic(group)
         found: list[Found] = []
-        for info in route.queues:
+        for group_id in await admin.group_ids():
             wanted = DEAD_LETTERS_SHOWN - len(found)
             if wanted <= 0:
                 break
-            letters = await _read_oldest(admin, info.group_id, route.topic.name, info, wanted)
-            found.extend(Found(info.group_id, stored) for stored in letters)
+            letters = await _read_oldest(admin, group_id, topic, group_id, wanted)
+            found.extend(Found(group_id, stored) for stored in letters)
         return found
 
     async def resend_dead_letters(self, group: str) -> Resent:
@@ -207,16 +202,17 @@ class DashboardCluster:
 
 
 async def _read_oldest(
-    admin: ClusterAdmin, group_id: int, topic: str, info: ns.QueueRouteInfo, count: int
+    admin: ClusterAdmin, group_id: int, topic: str, queue_id: int, count: int
 ) -> list[st.StoredMessage]:
-    """Up to ``count`` of the oldest messages kept in queue ``info`` of ``topic``."""
-    asked = st.QueueInfoRequest(topic, info.queue_id)
+    """Up to ``count`` of the oldest messages kept in queue ``queue_id`` of ``topic``
+    (served by raft group ``group_id``)."""
+    asked = st.QueueInfoRequest(topic, queue_id)
     offsets = await admin.call_group(
         group_id, lambda stub, ms: stub.queue_info(asked, timeout_ms=ms)
     )
     if offsets.first_offset >= offsets.end_offset:
         return []
-    read = st.ReadRequest(topic, info.queue_id, offsets.first_offset, count)
+    read = st.ReadRequest(topic, queue_id, offsets.first_offset, count)
     batch = await admin.call_group(group_id, lambda stub, ms: stub.read(read, timeout_ms=ms))
     return list(batch.messages)
 

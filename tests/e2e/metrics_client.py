@@ -10,7 +10,11 @@ behind it by every later message.
 messages, then stays connected (idle) until STOP_FILE exists (at most
 ``LOAD_MAX_S``). ``send PORT TOPIC - STOP_FILE COUNT``: sends COUNT messages
 (keys ``key-<n>``) and prints their ids; ``delayed PORT TOPIC - STOP_FILE COUNT``
-sends COUNT messages due in an hour. Every wait has a deadline.
+sends COUNT messages due in an hour; ``dead_letter PORT TOPIC GROUP STOP_FILE 1``
+sends one message and lets GROUP (one delivery attempt allowed) receive it
+and cut its invisibility to 1 s without acking it, so that the next receive
+moves it to ``%DLQ%GROUP``; it prints the message's id. Every wait has a
+deadline.
 """
 
 from __future__ import annotations
@@ -118,6 +122,32 @@ def delayed(port: int, topic: str, count: int) -> dict[str, Any]:
     return {"sent": count}
 
 
+def dead_letter(port: int, topic: str, group: str) -> dict[str, Any]:
+    """One message of ``topic`` delivered to ``group`` once, never acked, then moved to
+    the group's dead-letter topic by the next receive (the group allows one attempt)."""
+    producer = Producer(_config(port), (topic,))
+    producer.startup()
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, AWAIT_S)
+    consumer.startup()
+    try:
+        message_id = producer.send(_message(topic, b"nobody wants me")).message_id
+        deadline = time.monotonic() + DEADLINE_S
+        first: list[Any] = []
+        while not first and time.monotonic() < deadline:
+            first = consumer.receive(1, INVISIBLE_S)
+        (delivered,) = first
+        consumer.change_invisible_duration(delivered, 1)
+        visible_at = time.monotonic() + 1
+        # A long poll wakes when a queue grows, not when a message turns visible again:
+        # the receive that dead-letters it (attempt 2 past the group's one) starts after.
+        time.sleep(max(0.0, visible_at + 0.5 - time.monotonic()))
+        again = consumer.receive(1, INVISIBLE_S)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"id": message_id, "redelivered": len(again)}
+
+
 def main() -> None:
     """Run the scenario named by argv[1]; print its JSON."""
     scenario, port, topic, group, stop, *rest = sys.argv[1:]
@@ -129,6 +159,8 @@ def main() -> None:
         out = send(int(port), topic, int(rest[0]))
     elif scenario == "delayed":
         out = delayed(int(port), topic, int(rest[0]))
+    elif scenario == "dead_letter":
+        out = dead_letter(int(port), topic, group)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print(json.dumps(out))

@@ -325,6 +325,31 @@ def test_a_groups_lag_and_its_grpc_consumer_show_while_it_runs(
     screenshot(browser, "messages")
     visit(browser, f"{dashboard}/dlq?group={WATCHERS}")
     assert "no dead letter" in text_of(browser, "dead-letters")
-    submit(browser, browser.find_element(By.CSS_SELECTOR, "#resend button"))
-    assert text_of(browser, "note") == f"resent 0 dead letters of {WATCHERS}"
+
+
+def test_a_dead_letter_is_shown_and_resent_from_the_page(
+    browser: WebDriver, dashboard: str, cluster: LocalCluster
+) -> None:
+    cluster.create({"doomed": (1, NORMAL)}, {"picky": (False, 1)})  # one attempt only
+    stop = cluster.root / "doomed.stop"
+    done = finish(client(cluster, "dead_letter", "doomed", "picky", stop), stop)
+    assert done["redelivered"] == 0  # dead-lettered instead
+
+    def listed() -> bool:
+        visit(browser, f"{dashboard}/dlq?group=picky")
+        return done["id"] in text_of(browser, "dead-letters")
+
+    wait_until(listed, timeout_s=30, what="the dead letter on the page")
+    letters = text_of(browser, "dead-letters")
+    assert "doomed" in letters  # its original topic
+    assert "nobody wants me" in letters
     screenshot(browser, "dlq")
+    submit(browser, browser.find_element(By.CSS_SELECTOR, "#resend button"))
+    assert text_of(browser, "note") == "resent 1 dead letters of picky"
+
+    # Resent: the message is in its topic again (a new id, its origin in a property).
+    def waiting_again() -> bool:
+        visit(browser, f"{dashboard}/groups/picky")
+        return text_of(browser, "total-lag") == "1"
+
+    wait_until(waiting_again, timeout_s=30, what="the resent message waiting for the group")
