@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from angelia_rpc.service import ServerStream, Service, Unary
 from protocol import broker_api as br
+from protocol import control_api as ctl
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 
@@ -63,10 +64,22 @@ class NameserverService(Service, name="nameserver"):
     storage_heartbeat = Unary(ns.StorageHeartbeatRequest, ns.StorageHeartbeatResponse)
     broker_heartbeat = Unary(ns.BrokerHeartbeatRequest, ns.RevisionResponse)
     report_leaders = Unary(ns.ReportLeadersRequest, ns.ReportLeadersResponse)
+    drain_storage_node = Unary(ns.StorageNodeRequest, ns.RevisionResponse)
+    remove_storage_node = Unary(ns.StorageNodeRequest, ns.RevisionResponse)
     acquire_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
     renew_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
     release_lease = Unary(ns.LeaseRequest, ns.RevisionResponse)
     watch = ServerStream(ns.WatchRequest, ns.WatchBatchInfo)
+
+
+class ControlService(Service, name="control"):
+    """The nameserver's own membership and the RIP-44 controller (``protocol.control_api``)."""
+
+    members = Unary(ctl.MembersRequest, ctl.MembersResponse)
+    add_member = Unary(ctl.AddMemberRequest, ctl.MembersResponse)
+    remove_member = Unary(ctl.RemoveMemberRequest, ctl.MembersResponse)
+    replica_sets = Unary(ctl.ReplicaSetsRequest, ctl.ReplicaSetsResponse)
+    alter_sync_state_set = Unary(ctl.AlterSyncStateSetRequest, ctl.ReplicaSetResponse)
 
 
 class BrokerService(Service, name="broker"):

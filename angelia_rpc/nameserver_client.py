@@ -26,8 +26,10 @@ from angelia_rpc.channel import Peers
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.config import RpcConfig
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
+from angelia_rpc.service import Service
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Service)
 
 ATTEMPTS_MAX = 20
 RETRY_BACKOFF_MS = 100
@@ -81,10 +83,16 @@ class NameserverClient:
     async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
         """Run ``method`` on the leader (see the module docstring); the last
         :class:`AngeliaError` when that cannot be done."""
+        return await self.call_service(NameserverService, method)
+
+    async def call_service(self, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
+        """:meth:`call`, for another service the nameservers serve (``ControlService``)."""
         failover = Failover(starting_at(self._current, self.addresses), self.policy, math.inf)
+        wait = len(self.addresses) == 1
 
         def attempt(address: str, _timeout_ms: int) -> Awaitable[T]:
-            return method(self.stub(address))  # the method brings its own timeout
+            stub = self.peers.stub(service, address, wait_for_ready=wait)
+            return method(stub)  # the method brings its own timeout
 
         try:
             return await call_leader(

@@ -88,7 +88,14 @@ async def serve(
         auto_create=config.auto_create,
         route_stale_max_ms=config.route_stale_max_ms,
     )
-    store = StorageStore(metadata, peers, seeds=addresses(config.storage))
+    store = StorageStore(
+        metadata,
+        peers,
+        seeds=addresses(config.storage),
+        read_replica_topics=frozenset(
+            t.strip() for t in config.read_replica_topics.split(",") if t.strip()
+        ),
+    )
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
     peer_handler = PeerHandler(_LateTarget(transactions))

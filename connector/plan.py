@@ -1,9 +1,10 @@
 """The connector's rules and the decisions made from them: what to copy, where to.
 
 - **Rules file** (TOML): ``[clusters.NAME]`` tables (``endpoints``: the
-  brokers' client endpoints, gRPC v2) and ``[[rules]]`` tables (``name``,
+  brokers' client endpoints, gRPC v2; optional ``nameservers`` and
+  ``storage_cluster``, for creating topics) and ``[[rules]]`` tables (``name``,
   ``from``, ``to``, ``topic``; optional ``target_topic``, ``filter``,
-  ``start``, ``group``). Other keys are allowed and ignored. A bad file is
+  ``start``, ``group``, ``create``). Other keys are allowed and ignored. A bad file is
   refused with a :class:`RulesError` naming the line and the key at fault.
 - **Reload**: :func:`plan_reload` says which rules a new file adds, removes,
   changes and keeps (a kept rule keeps its place: its copy tasks go on).
@@ -31,12 +32,15 @@ from dataclasses import dataclass
 
 from protocol.filters import TagFilter
 from protocol.routing import group_queue_index
+from protocol.vocabulary import MessageType
 
 START_POSITIONS = ("latest", "earliest")
 _NAME = re.compile(r"[a-zA-Z0-9_-]+")
 _TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+")
 _TOPIC_LENGTH_MAX = 127
 _ENDPOINT = re.compile(r"[^\s:]+:\d{1,5}")
+DEFAULT_STORAGE_CLUSTER = "DefaultCluster"
+"""Where a created topic goes unless the cluster names ``storage_cluster``."""
 GROUP_PREFIX = "connector-"
 """The default checkpoint group of a rule is ``connector-<rule name>``."""
 
@@ -62,6 +66,11 @@ class Cluster:
 
     name: str
     endpoints: tuple[str, ...]
+    nameservers: tuple[str, ...] = ()
+    """The nameserver replicas (host:port): only a rule that creates its target topic
+    on this cluster needs them (the client protocol cannot create topics)."""
+    storage_cluster: str = DEFAULT_STORAGE_CLUSTER
+    """The storage cluster a created topic is placed in."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,9 @@ class Rule:
     group: str
     """The consumer group, on the source cluster, whose committed offsets are the
     rule's checkpoints."""
+    create: bool = False
+    """Create the target topic when it is missing (through the target's nameservers),
+    with the source topic's queue count and message type."""
 
 
 @dataclass(frozen=True)
@@ -206,21 +218,32 @@ def parse_rules(text: str, file_name: str = "rules file") -> RuleSet:
         table = ("clusters", name)
         if not isinstance(body, dict):
             raise fail(("clusters",), name, f"clusters.{name}", "must be a table")
-        endpoints = body.get("endpoints")
-        path = f"clusters.{name}.endpoints"
-        if (
-            not isinstance(endpoints, list)
-            or not endpoints
-            or not all(isinstance(e, str) for e in endpoints)
-        ):
-            raise fail(table, "endpoints", path, 'must be a list of "host:port" strings')
-        for endpoint in endpoints:
+        addresses: dict[str, tuple[str, ...]] = {}
+        for key in ("endpoints", "nameservers"):
+            listed = body.get(key, [] if key == "nameservers" else None)
+            path = f"clusters.{name}.{key}"
             if (
-                not _ENDPOINT.fullmatch(endpoint)
-                or not 0 < int(endpoint.rpartition(":")[2]) < 65536
+                not isinstance(listed, list)
+                or (key == "endpoints" and not listed)
+                or not all(isinstance(e, str) for e in listed)
             ):
-                raise fail(table, "endpoints", path, f"{endpoint!r} is not host:port")
-        clusters[name] = Cluster(name, tuple(endpoints))
+                raise fail(table, key, path, 'must be a list of "host:port" strings')
+            for address in listed:
+                if (
+                    not _ENDPOINT.fullmatch(address)
+                    or not 0 < int(address.rpartition(":")[2]) < 65536
+                ):
+                    raise fail(table, key, path, f"{address!r} is not host:port")
+            addresses[key] = tuple(listed)
+        storage_cluster = _text(
+            body,
+            "storage_cluster",
+            DEFAULT_STORAGE_CLUSTER,
+            _failing(file_name, lines, table, f"clusters.{name}"),
+        )
+        clusters[name] = Cluster(
+            name, addresses["endpoints"], addresses["nameservers"], storage_cluster
+        )
 
     rules_list = document.get("rules")
     if not isinstance(rules_list, list) or not rules_list:
@@ -259,15 +282,21 @@ def parse_rules(text: str, file_name: str = "rules file") -> RuleSet:
         start = _text(body, "start", "latest", at)
         if start not in START_POSITIONS:
             raise at("start", f"{start!r} is not 'latest' or 'earliest'")
-        if "create" in body and body["create"] is not False:
+        create = body.get("create", False)
+        if not isinstance(create, bool):
+            raise at("create", f"must be true or false, not {create!r}")
+        if create and not clusters[target].nameservers:
             raise at(
                 "create",
-                "creating the target topic is not supported: create it on the target cluster",
+                f"creating the target topic needs the nameservers of cluster {target!r} "
+                f"(clusters.{target}.nameservers): the client protocol cannot create topics",
             )
         group = _text(body, "group", GROUP_PREFIX + name, at)
         if not _TOPIC.fullmatch(group):
             raise at("group", f"{group!r} is not a group name")
-        rules.append(Rule(name, source, target, topic, target_topic, filter_text, start, group))
+        rules.append(
+            Rule(name, source, target, topic, target_topic, filter_text, start, group, create)
+        )
     return RuleSet(clusters, tuple(rules))
 
 
@@ -292,6 +321,17 @@ def plan_reload(old: RuleSet, new: RuleSet) -> Reload:
         changed=changed,
         kept=tuple(name for name in new_names if name in old_names and name not in changed),
     )
+
+
+def target_type(source_types: frozenset[MessageType]) -> MessageType:
+    """The message type a created target topic takes (``create``) for a source topic
+    accepting ``source_types``: the source's own (FIFO and DELAY copies keep their
+    kind), NORMAL for a transactional or normal one (committed transaction messages
+    are copied as NORMAL ones)."""
+    for kind in (MessageType.FIFO, MessageType.DELAY):
+        if kind in source_types:
+            return kind
+    return MessageType.NORMAL
 
 
 # -- where copies go ----------------------------------------------------------------

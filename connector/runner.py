@@ -45,7 +45,7 @@ from typing import IO, Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from connector.client import ClusterClient, ConnectorCallError
+from connector.client import ClusterClient, ConnectorCallError, Pulled
 from connector.config import ConnectorConfig
 from connector.copies import (
     SOURCE_CLUSTER,
@@ -57,6 +57,7 @@ from connector.copies import (
 from connector.plan import (
     CLOCK_SKEW_MS,
     RESEND_SAFE_MS,
+    Cluster,
     Mark,
     Pending,
     Rule,
@@ -68,13 +69,22 @@ from connector.plan import (
     parse_rules,
     plan_reload,
     resend_unsafe,
+    target_type,
 )
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.vocabulary import MessageType
 
 log = logging.getLogger("rip5.connector")
 T = TypeVar("T")
+TopicCreator = Callable[[Cluster, str, int, MessageType], Awaitable[bool]]
+"""Creates a topic on a cluster (its nameservers: the client protocol cannot) with a
+queue count and message type; False when it existed already. Given by the process
+that runs the connector (``rip5 connector``), so this package stays a pure client."""
 
 LAG_REFRESH_S = 1.0
+CREATED_ROUTE_WAIT_S = 30.0
+CREATED_ROUTE_POLL_S = 0.2
+"""A created target topic is looked for this often, this long, until its brokers route it."""
 RETRY_DELAY_MIN_S = 0.2
 RETRY_DELAY_MAX_S = 5.0
 
@@ -149,11 +159,16 @@ class RuleCopier:
         metrics: Metrics,
         failed: Callable[[BaseException], None],
         resend_safe_ms: int = RESEND_SAFE_MS,
+        target_cluster: Cluster | None = None,
+        create_topic: TopicCreator | None = None,
     ) -> None:
         """Nothing runs before :meth:`prepare` and :meth:`start`; ``failed`` hears of a
         copy task that ended by an unexpected error (the process then stops: a queue
-        must not silently stop being copied)."""
+        must not silently stop being copied). ``target_cluster`` and ``create_topic``:
+        where and how a rule with ``create`` creates its missing target topic."""
         self.rule = rule
+        self.target_cluster = target_cluster
+        self.create_topic = create_topic
         self._failed = failed
         self.resend_safe_ms = resend_safe_ms
         self.source = source
@@ -182,7 +197,7 @@ class RuleCopier:
                 retriable=False,
             )
         try:
-            self.target_queues = await self.target.queues(rule.target_topic, writable=True)
+            self.target_queues = await self._target_queues(len(queues))
         except ConnectorCallError as exc:
             raise ConnectorCallError(
                 exc.name,
@@ -218,6 +233,37 @@ class RuleCopier:
                 unfinished, committed, now_ms, self.resend_safe_ms
             ):
                 self._found[queue] = await self._copies_on_target(queue, unfinished)
+
+    async def _target_queues(self, source_queue_count: int) -> list[int]:
+        """The target topic's writable queues; a missing topic is created first when the
+        rule says ``create`` (then waited for until the target's brokers route it)."""
+        rule = self.rule
+        try:
+            return await self.target.queues(rule.target_topic, writable=True)
+        except ConnectorCallError as exc:
+            if exc.name != "TOPIC_NOT_FOUND" or not rule.create:
+                raise
+        if self.target_cluster is None or self.create_topic is None:
+            raise ConnectorCallError(
+                "UNSUPPORTED", "this connector cannot create topics", retriable=False
+            )
+        source_types = await self.source.message_types(rule.topic)
+        message_type = target_type(frozenset(MessageType(t) for t in source_types))
+        if await self.create_topic(
+            self.target_cluster, rule.target_topic, source_queue_count, message_type
+        ):
+            log.info(
+                "created the target topic",
+                extra={"rule": rule.name, "topic": rule.target_topic, "type": message_type.name},
+            )
+        deadline = time.monotonic() + CREATED_ROUTE_WAIT_S
+        while True:  # the brokers learn of the topic through the nameserver's watch
+            try:
+                return await self.target.queues(rule.target_topic, writable=True)
+            except ConnectorCallError as exc:
+                if exc.name != "TOPIC_NOT_FOUND" or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(CREATED_ROUTE_POLL_S)
 
     def _header(self) -> str:
         rule = self.rule
@@ -326,48 +372,76 @@ class RuleCopier:
             delay = min(delay * 2, RETRY_DELAY_MAX_S)
 
     async def _copy_queue(self, queue: int) -> None:
-        rule, name = self.rule, self.rule.name
+        rule = self.rule
         offset = self.positions[queue]
         found = self._found.pop(queue, {})
         lag_checked = 0.0
-        while True:
-            pulled = await self._retrying(
-                "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
+        # The checkpoint of a batch overlaps the pull of the next one; it is done before
+        # that one is sent (and its pending line written), so a queue's checkpoint is
+        # always at the batch in flight, as the resend check at start expects.
+        checkpoint: asyncio.Task[None] | None = None
+        try:
+            while True:
+                pulled = await self._retrying(
+                    "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
+                )
+                if checkpoint is not None:
+                    await checkpoint
+                    checkpoint = None
+                offset, lag_checked = await self._copy_pulled(
+                    queue, offset, pulled, found, lag_checked
+                )
+                if self.positions[queue] != offset:
+                    self.positions[queue] = offset
+                    checkpoint = asyncio.create_task(
+                        self._retrying(
+                            "commit", self.source.commit, rule.group, rule.topic, queue, offset
+                        )
+                    )
+        finally:
+            if checkpoint is not None:
+                checkpoint.cancel()
+
+    async def _copy_pulled(
+        self,
+        queue: int,
+        offset: int,
+        pulled: Pulled,
+        found: dict[int, tuple[int, int]],
+        lag_checked: float,
+    ) -> tuple[int, float]:
+        """Copy what one pull at ``offset`` found; where the queue goes on, and when its
+        lag was last read."""
+        rule, name = self.rule, self.rule.name
+        if pulled.status == "ILLEGAL_OFFSET":
+            self.metrics.errors.labels(name).inc()
+            log.warning(
+                "position outside the source queue; moving to its edge",
+                extra={"rule": name, "queue": queue, "error": pulled.detail},
             )
-            if pulled.status == "ILLEGAL_OFFSET":
-                self.metrics.errors.labels(name).inc()
-                log.warning(
-                    "position outside the source queue; moving to its edge",
-                    extra={"rule": name, "queue": queue, "error": pulled.detail},
-                )
-            if pulled.messages:
-                copies = [
-                    copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
-                    for m in pulled.messages
-                ]
-                placed = await self._send_new(queue, offset, pulled.messages, copies, found)
-                self._mark(queue, pulled.messages, placed)
-                now_ms = time.time_ns() // 1_000_000
-                last = pulled.messages[-1].system_properties.store_timestamp
-                self.metrics.messages.labels(name).inc(len(copies))
-                self.metrics.bytes.labels(name).inc(sum(len(m.body) for m in pulled.messages))
-                self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
-                self.metrics.last_sync.labels(name).set(now_ms)
-            elif pulled.status == "MESSAGE_NOT_FOUND":
-                self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
-            if pulled.next_offset != offset:
-                next_offset = pulled.next_offset
-                await self._retrying(
-                    "commit", self.source.commit, rule.group, rule.topic, queue, next_offset
-                )
-                offset = next_offset
-                self.positions[queue] = offset
-            if time.monotonic() - lag_checked >= LAG_REFRESH_S:
-                lag_checked = time.monotonic()
-                with contextlib.suppress(ConnectorCallError):
-                    end = await self.source.bound(rule.topic, queue, end=True)
-                    self._lags[queue] = max(0, end - offset)
-                    self.metrics.lag.labels(name).set(sum(self._lags.values()))
+        if pulled.messages:
+            copies = [
+                copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
+                for m in pulled.messages
+            ]
+            placed = await self._send_new(queue, offset, pulled.messages, copies, found)
+            self._mark(queue, pulled.messages, placed)
+            now_ms = time.time_ns() // 1_000_000
+            last = pulled.messages[-1].system_properties.store_timestamp
+            self.metrics.messages.labels(name).inc(len(copies))
+            self.metrics.bytes.labels(name).inc(sum(len(m.body) for m in pulled.messages))
+            self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
+            self.metrics.last_sync.labels(name).set(now_ms)
+        elif pulled.status == "MESSAGE_NOT_FOUND":
+            self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
+        offset = pulled.next_offset
+        if time.monotonic() - lag_checked >= LAG_REFRESH_S:
+            lag_checked = time.monotonic()
+            with contextlib.suppress(ConnectorCallError):
+                end = await self.source.bound(rule.topic, queue, end=True)
+                self._lags[queue] = max(0, end - offset)
+                self.metrics.lag.labels(name).set(sum(self._lags.values()))
+        return offset, lag_checked
 
     async def _send_new(
         self,
@@ -422,10 +496,17 @@ class Connector:
     """The running rules: a :class:`RuleCopier` per rule, clients per cluster."""
 
     def __init__(
-        self, rules_path: Path, data_dir: Path, metrics: Metrics, resend_safe_ms: int
+        self,
+        rules_path: Path,
+        data_dir: Path,
+        metrics: Metrics,
+        resend_safe_ms: int,
+        create_topic: TopicCreator | None = None,
     ) -> None:
-        """Nothing runs before :meth:`load`; ``resend_safe_ms``: see :class:`RuleCopier`."""
+        """Nothing runs before :meth:`load`; ``resend_safe_ms``, ``create_topic``: see
+        :class:`RuleCopier`."""
         self.resend_safe_ms = resend_safe_ms
+        self.create_topic = create_topic
         self.rules_path = rules_path
         self.data_dir = data_dir
         self.metrics = metrics
@@ -466,6 +547,8 @@ class Connector:
             self.metrics,
             self._failed,
             self.resend_safe_ms,
+            rules.clusters[rule.target],
+            self.create_topic,
         )
         await copier.prepare()
         copier.start()
@@ -527,10 +610,14 @@ async def serve(
     data_dir: Path,
     stopping: asyncio.Event,
     ready: Callable[[str], None],
+    create_topic: TopicCreator | None = None,
 ) -> None:
-    """The connector role: start the rules, serve metrics, reload on SIGHUP, stop."""
+    """The connector role: start the rules, serve metrics, reload on SIGHUP, stop.
+    ``create_topic``: how rules with ``create`` create target topics (none: they fail)."""
     metrics = Metrics()
-    connector = Connector(Path(config.rules), data_dir, metrics, config.resend_check_after_ms)
+    connector = Connector(
+        Path(config.rules), data_dir, metrics, config.resend_check_after_ms, create_topic
+    )
     exported = False
     try:
         await connector.load()

@@ -88,6 +88,7 @@ def storage_node_info(node: r.StorageNode) -> api.StorageNodeInfo:
         load.bytes,
         load.msgs_per_s,
         load.disk_free_bytes,
+        draining=node.draining,
     )
 
 

@@ -54,6 +54,7 @@ class OpCode(enum.IntEnum):
     RELEASE_LEASE = 15
     REMOVE_BROKER = 16
     REMOVE_STORAGE_NODE = 17
+    DRAIN_STORAGE_NODE = 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +267,16 @@ class RemoveStorageNode:
     node_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class DrainStorageNode:
+    """Mark a storage node draining (or not any more): while marked, the leader
+    moves every replica off it and gives it no replica and no leadership."""
+
+    op: ClassVar[OpCode] = OpCode.DRAIN_STORAGE_NODE
+    node_id: int
+    draining: bool = True
+
+
 Command = (
     CreateCluster
     | StorageHeartbeat
@@ -284,6 +295,7 @@ Command = (
     | ReleaseLease
     | RemoveBroker
     | RemoveStorageNode
+    | DrainStorageNode
 )
 
 COMMAND_OF_OP: dict[OpCode, type[Command]] = {
@@ -306,6 +318,7 @@ COMMAND_OF_OP: dict[OpCode, type[Command]] = {
         ReleaseLease,
         RemoveBroker,
         RemoveStorageNode,
+        DrainStorageNode,
     )
 }
 

@@ -31,6 +31,30 @@ class NameserverConfig:
         default=1,
         metadata={"help": "this nameserver's id in --peers", "min": 1, "max": 1_000_000},
     )
+    replication: str = field(
+        default="raft",
+        metadata={
+            "help": "how the groups of --cluster replicate: raft, or controller (RIP-44: "
+            "this nameserver group is their controller; give storage nodes the same flag)",
+            "choices": ["raft", "controller"],
+        },
+    )
+    controller_dead_after_ms: int = field(
+        default=1000,
+        metadata={
+            "help": "controller mode: a storage node whose reads stopped this long is dead "
+            "(its groups' masters are replaced; nodes read every 100 ms)",
+            "min": 200,
+            "max": 600_000,
+        },
+    )
+    join: bool = field(
+        default=False,
+        metadata={
+            "help": "start empty and wait to be added to the running group "
+            "(rip5 admin nameserver add); --peers names the running members and this one"
+        },
+    )
     cluster: str = field(
         default="DefaultCluster",
         metadata={"help": "the storage cluster the leader creates if missing (empty: none)"},

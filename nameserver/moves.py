@@ -21,7 +21,9 @@ Which moves (:func:`plan_moves`), each sweep:
 
 - evacuation: replicas on storage nodes down for at least
   ``evacuate_after_ms`` (judged by the leader's ``now_ms`` against the last
-  heartbeat) are moved to live nodes (``PlacementPolicy.plan_evacuation``);
+  heartbeat), and on nodes marked draining (``DrainStorageNode``, alive or
+  not), are moved to live nodes that are not draining
+  (``PlacementPolicy.plan_evacuation``);
 - otherwise, once no down node holds replicas, a rebalance over the live
   nodes (``PlacementPolicy.plan_rebalance``): under-replicated groups are
   topped up and replica counts evened out (a joined node gets its share);
@@ -136,12 +138,12 @@ def _start_moves(
     """Step 1 of the policy's moves of settled groups, one per group, in plan order."""
     groups = {g.group_id: g for g in state.raft_groups(cluster)}
     nodes = [n for n in state.storage_nodes() if n.cluster == cluster]
-    live = [NodeLoad(n.node_id, n.load) for n in nodes if n.alive]
+    live = [NodeLoad(n.node_id, n.load) for n in nodes if n.alive and not n.draining]
     hosting = {r for g in groups.values() for r in g.replicas}
     down = [n for n in nodes if not n.alive and n.node_id in hosting]
     expired = frozenset(
         n.node_id for n in down if now_ms - n.last_heartbeat_ms >= evacuate_after_ms
-    )
+    ) | frozenset(n.node_id for n in nodes if n.draining and n.node_id in hosting)
     target = {
         g.group_id: tuple(r for r in g.replicas if r not in g.leaving) for g in groups.values()
     }
@@ -152,7 +154,7 @@ def _start_moves(
         moves = policy.plan_rebalance(target, live, state.cluster(cluster).replication_factor)
     else:
         return []  # a node is down but not for long: wait for it or its evacuation
-    alive = {n.node_id for n in live}
+    alive = {n.node_id for n in nodes if n.alive}  # a draining leader still runs its moves
     started: list[c.ReplicaAssignment] = []
     seen: set[int] = set()
     for move in moves:

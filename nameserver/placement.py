@@ -117,7 +117,7 @@ class LoadBalancedPlacement:
         self, group_ids: Sequence[int], nodes: Sequence[NodeLoad], replication_factor: int
     ) -> dict[int, tuple[int, ...]]:
         """Each group in turn takes the ``replication_factor`` least-used nodes."""
-        _check_factor(replication_factor)
+        check_replication_factor(replication_factor)
         counts = {n.node_id: 0 for n in nodes}
         weight = _weights(nodes)
         placed: dict[int, tuple[int, ...]] = {}
@@ -135,7 +135,7 @@ class LoadBalancedPlacement:
         replication_factor: int,
     ) -> list[ReplicaMove]:
         """Top-ups first, then moves from the fullest to the emptiest node."""
-        _check_factor(replication_factor)
+        check_replication_factor(replication_factor)
         weight = _weights(nodes)
         replicas = {g: set(r) for g, r in assignment.items()}
         counts = {n.node_id: 0 for n in nodes}
@@ -294,6 +294,7 @@ def _weights(nodes: Sequence[NodeLoad]) -> dict[int, tuple[int, int, int]]:
     return weights
 
 
-def _check_factor(replication_factor: int) -> None:
+def check_replication_factor(replication_factor: int) -> None:
+    """Refuse a replication factor below 1."""
     if replication_factor < 1:
         raise ValueError(f"replication_factor must be >= 1, got {replication_factor}")

@@ -77,6 +77,7 @@ class StorageNode:
     alive: bool
     last_heartbeat_ms: int
     load: StorageLoad = NO_LOAD
+    draining: bool = False  # its replicas are being moved off before it is removed
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from angelia_rpc import RpcConfig, Server
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from angelia_rpc.metrics_export import exported, refresh_every
 from nameserver.config import NameserverConfig, parse_peers
+from nameserver.controller import REPLICAS_MAX
+from nameserver.ensemble import ControlImpl, run_controller_duties
 from nameserver.metrics import NameserverMetrics
 from nameserver.service import (
     GROUP_ID,
@@ -65,6 +67,11 @@ async def serve(
 ) -> None:
     """Run one nameserver replica until ``stopping`` is set."""
     addresses = members(config)
+    if config.replication == "controller" and config.replication_factor > REPLICAS_MAX:
+        raise ConfigRefused(
+            f"--replication controller holds at most {REPLICAS_MAX} replicas per group "
+            f"(--replication-factor is {config.replication_factor})"
+        )
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
     transport = AngeliaTransport(config.node_id, others)
@@ -75,12 +82,24 @@ async def serve(
     )
     driver = Driver(config.node_id, store, transport, options)
     machine = MetadataMachine()
-    driver.add_group(GROUP_ID, sorted(addresses), machine)
     impl = NameserverImpl(driver, machine, addresses)
-    server = Server([transport.binding(), NameserverService.bind(impl)], RpcConfig())
+
+    def learn(recorded: dict[int, str]) -> None:
+        # Members added after bootstrap (their addresses are in the group's state).
+        for node_id, address in recorded.items():
+            impl.addresses[node_id] = address
+            if node_id != config.node_id:
+                transport.addresses[node_id] = address
+
+    machine.on_addresses = learn
+    # Joining: no membership of its own; the leader's snapshot brings it (and the peers).
+    driver.add_group(GROUP_ID, [] if config.join else sorted(addresses), machine)
+    control = ControlImpl(impl)
+    services = [transport.binding(), NameserverService.bind(impl), ControlService.bind(control)]
+    server = Server(services, RpcConfig())
     endpoint = await server.start(config.listen)
     await driver.start()
-    if len(addresses) == 1:
+    if len(addresses) == 1 and not config.join:
         driver.campaign(GROUP_ID)  # alone: no reason to wait for an election timeout
     duties = asyncio.create_task(
         run_leader_duties(
@@ -106,13 +125,20 @@ async def serve(
         }
         metrics = NameserverMetrics(registry, driver, GROUP_ID, lambda: machine.state, labels)
         refresh = asyncio.create_task(refresh_every(metrics.refresh), name="metrics")
+    if config.replication == "controller" and config.cluster:
+        controlling = asyncio.create_task(
+            run_controller_duties(control, config.cluster, config.controller_dead_after_ms),
+            name="nameserver-controller",
+        )
+    else:
+        controlling = None
     log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
     ready(endpoint)
     try:
         with exported(registry, config.metrics_listen):
             await stopping.wait()
     finally:
-        for task in (duties, refresh):
+        for task in (duties, controlling, refresh):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

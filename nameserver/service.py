@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -55,7 +56,12 @@ from nameserver.api_convert import (
     watch_batch_info,
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
+from nameserver.control_commands import ForgetNameserver, SetNameserverAddress, is_control
+from nameserver.control_commands import decode as decode_control
+from nameserver.control_state import ControlState, unwrap_snapshot, wrap_snapshot
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader
+from nameserver.forecast_placement import AvoidingNodes
+from nameserver.load_monitor import LoadMonitor
 from nameserver.moves import (
     EVACUATE_AFTER_MS_DEFAULT,
     MOVES_MAX_DEFAULT,
@@ -92,15 +98,24 @@ class MetadataMachine:
     :class:`NameserverError` (as a value: every replica refuses the same
     command, and the driver must go on). ``changed`` is woken after every
     command that bumped the revision.
+
+    Control commands (:mod:`nameserver.control_commands`: nameserver addresses,
+    the RIP-44 controller) share the log and go to ``control``;
+    ``on_addresses`` is called with the ensemble's recorded addresses after
+    each one and after a snapshot is restored.
     """
 
     def __init__(self) -> None:
         """An empty state."""
         self.state = MetadataState()
+        self.control = ControlState()
+        self.on_addresses: Callable[[dict[int, str]], None] | None = None
         self._changed = asyncio.Event()
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command."""
+        if is_control(entry.data):
+            return self._apply_control(entry.data)
         try:
             applied = self.state.apply(c.decode(entry.data))
         except NameserverError as exc:
@@ -109,14 +124,29 @@ class MetadataMachine:
             self._wake()
         return applied
 
+    def _apply_control(self, data: bytes) -> object:
+        try:
+            command = decode_control(data)
+            answer = self.control.apply(command)
+        except NameserverError as exc:
+            return exc
+        if self.on_addresses is not None and isinstance(
+            command, SetNameserverAddress | ForgetNameserver
+        ):
+            self.on_addresses(dict(self.control.addresses))
+        return answer
+
     def restore(self, snapshot: Snapshot) -> None:
         """Take a snapshot's state."""
-        self.state = MetadataState.restore(snapshot.data)
+        self.control, metadata = unwrap_snapshot(snapshot.data)
+        self.state = MetadataState.restore(metadata)
+        if self.on_addresses is not None:
+            self.on_addresses(dict(self.control.addresses))
         self._wake()
 
     def snapshot_data(self) -> bytes:
         """The state's snapshot bytes."""
-        return self.state.snapshot()
+        return wrap_snapshot(self.control, self.state.snapshot())
 
     def _wake(self) -> None:
         self._changed.set()
@@ -156,6 +186,15 @@ class NameserverImpl:
         self.memberships: dict[int, tuple[int, Membership]] = {}
         self.evacuate_after_ms = EVACUATE_AFTER_MS_DEFAULT
         self.moves_max = MOVES_MAX_DEFAULT
+        # Soft: latency outliers (degraded nodes) and per-group load history.
+        self.monitor = LoadMonitor()
+
+    def effective_policy(self) -> PlacementPolicy:
+        """The placement policy, kept off the nodes degraded or draining now (no new
+        replica, no leadership)."""
+        draining = {n.node_id for n in self.machine.state.storage_nodes() if n.draining}
+        avoided = self.monitor.degraded | draining
+        return AvoidingNodes(self.policy, avoided) if avoided else self.policy
 
     def leader_memberships(self) -> dict[int, Membership]:
         """Group -> membership, as reported by the node the state records as its leader."""
@@ -335,7 +374,17 @@ class NameserverImpl:
     ) -> api.ClusterStatusResponse:
         """Everything known about a cluster (linearizable)."""
         state = await self.linearizable()
-        return cluster_status_response(state.cluster_status(request.name))
+        response = cluster_status_response(state.cluster_status(request.name))
+        degraded = self.monitor.degraded
+        nodes = [
+            dataclasses.replace(
+                n,
+                degraded=n.node_id in degraded,
+                fsync_p99_us=self.monitor.fsync_p99_us(n.node_id),
+            )
+            for n in response.storage_nodes
+        ]
+        return dataclasses.replace(response, storage_nodes=nodes)
 
     # -- membership --------------------------------------------------------------------
 
@@ -355,6 +404,15 @@ class NameserverImpl:
                 request.node_id, request.cluster, request.address, self.clock(), load
             )
         )
+        try:
+            self.monitor.heartbeat(
+                request.node_id,
+                self.clock(),
+                request.fsync_p99_us,
+                {g.group_id: g.msgs_per_s for g in request.group_loads},
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         for info in request.memberships:
             self.memberships[info.group_id] = (
                 request.node_id,
@@ -383,6 +441,29 @@ class NameserverImpl:
                 request.remoting_address,
             )
         )
+        return api.RevisionResponse(applied.revision)
+
+    async def drain_storage_node(
+        self, request: api.StorageNodeRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Start (``draining``) or stop moving every replica and leadership off a
+        storage node; the leader's sweeps carry the moves out (:mod:`nameserver.moves`)."""
+        applied = await self.propose(c.DrainStorageNode(request.node_id, request.draining))
+        return api.RevisionResponse(applied.revision)
+
+    async def remove_storage_node(
+        self, request: api.StorageNodeRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Forget a storage node that is down and hosts no replica (drain it, stop
+        it, then remove it: a live one would register again with its next heartbeat)."""
+        state = await self.linearizable()
+        if state.storage_node(request.node_id).alive:
+            raise BadRequest(
+                f"storage node {request.node_id} is alive: stop it first "
+                "(it would register again with its next heartbeat)"
+            )
+        applied = await self.propose(c.RemoveStorageNode(request.node_id))
+        self.monitor.forget(request.node_id)
         return api.RevisionResponse(applied.revision)
 
     async def report_leaders(
@@ -547,7 +628,15 @@ async def _maybe_sweep(
 async def _maybe_place(impl: NameserverImpl, cluster: str) -> None:
     """Place unplaced groups; plan leader transfers when the last plan is old enough."""
     state = impl.machine.state
-    placement = plan_placement(state, cluster, impl.policy)
+    before = impl.monitor.degraded
+    degraded = impl.monitor.tick(impl.clock())
+    if degraded != before:
+        log.warning(
+            "degraded storage nodes (fsync latency an outlier among peers): %s",
+            sorted(degraded) or "none",
+        )
+    policy = impl.effective_policy()
+    placement = plan_placement(state, cluster, policy)
     if placement is not None:
         log.info("placing %d groups of %s", len(placement.assignments), cluster)
         await impl.propose(placement)
@@ -556,7 +645,7 @@ async def _maybe_place(impl: NameserverImpl, cluster: str) -> None:
     moves = plan_moves(
         state,
         cluster,
-        impl.policy,
+        policy,
         impl.leader_memberships(),
         now_ms,
         evacuate_after_ms=impl.evacuate_after_ms,
@@ -578,7 +667,7 @@ async def _maybe_place(impl: NameserverImpl, cluster: str) -> None:
     if now_ms - impl.last_balance_ms < LEADER_BALANCE_INTERVAL_MS:
         return
     impl.last_balance_ms = now_ms
-    transfers = plan_leader_balance(state, cluster, impl.policy)
+    transfers = plan_leader_balance(state, cluster, policy)
     impl.pending_transfers = {}
     for transfer in transfers:
         impl.pending_transfers.setdefault(transfer.from_node, []).append(transfer)

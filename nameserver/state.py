@@ -145,6 +145,7 @@ class MetadataState(MetadataQueries):
             c.ReleaseLease: self._release_lease,
             c.RemoveBroker: self._remove_broker,
             c.RemoveStorageNode: self._remove_storage_node,
+            c.DrainStorageNode: self._drain_storage_node,
         }
 
     # -- applying ------------------------------------------------------------------
@@ -277,6 +278,12 @@ class MetadataState(MetadataQueries):
         del self._storage_nodes[command.node_id]
         self._changed(ChangeKind.STORAGE_NODE, command.node_id, None)
         self._forget_leaderships(command.node_id)
+
+    def _drain_storage_node(self, command: c.DrainStorageNode) -> StorageNode:
+        node = replace(self.storage_node(command.node_id), draining=command.draining)
+        self._storage_nodes[node.node_id] = node
+        self._changed(ChangeKind.STORAGE_NODE, node.node_id, node)
+        return node
 
     # -- topics and consumer groups ----------------------------------------------------
 

@@ -116,6 +116,9 @@ class StorageNodeInfo:
     bytes: int = 0
     msgs_per_s: int = 0
     disk_free_bytes: int = 0
+    degraded: bool = False  # its latency is an outlier among its peers: it leads no group
+    fsync_p99_us: int = 0  # as it last reported
+    draining: bool = False  # its replicas are being moved off before it is removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +186,15 @@ class NameRequest:
     """Names one topic, consumer group or cluster."""
 
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StorageNodeRequest:
+    """Names one storage node; ``draining`` says whether to start (True) or stop
+    (False) draining it, where that applies."""
+
+    node_id: int
+    draining: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,8 +336,18 @@ class GroupMembershipInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupLoadInfo:
+    """The message rate appended to a group through its leader since the last heartbeat."""
+
+    group_id: int
+    msgs_per_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class StorageHeartbeatRequest:
-    """A storage node is alive (the first heartbeat registers it), with its load."""
+    """A storage node is alive (the first heartbeat registers it), with its load:
+    ``fsync_p99_us`` is the p99 of its WAL syncs since its last heartbeat (0: none
+    ran), ``group_loads`` the rates of the groups it leads (those not at 0)."""
 
     node_id: int
     cluster: str
@@ -336,6 +358,8 @@ class StorageHeartbeatRequest:
     msgs_per_s: int = 0
     disk_free_bytes: int = 0
     memberships: list[GroupMembershipInfo] = field(default_factory=list)
+    fsync_p99_us: int = 0
+    group_loads: list[GroupLoadInfo] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

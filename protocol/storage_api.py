@@ -486,12 +486,14 @@ class NodeStatusRequest:
 @dataclass(frozen=True, slots=True)
 class NodeStatusResponse:
     """``leaders[i]`` is the leader node id this node knows for group ``first_group_id + i``
-    (0: none); ``led`` the groups this node leads and serves."""
+    (0: none); ``led`` the groups this node leads and serves; ``reads`` the offset reads
+    (``storage.read``) it served since it started, as leader or follower."""
 
     node_id: int
     first_group_id: int
     leaders: list[int]
     led: list[int]
+    reads: int = 0
 
 
 # ---------------------------------------------------------- transactions, timers

@@ -22,10 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from angelia_rpc import AngeliaError
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
+from angelia_rpc.service import Service
 from nameserver import names
 from nameserver.errors import NameserverError
+from protocol import control_api as ctl
 from protocol import errors
 from protocol import nameserver_api as api
 from protocol.vocabulary import MessageType, Permission
@@ -45,6 +47,7 @@ PERMISSIONS = {
 }
 MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
+S = TypeVar("S", bound=Service)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -71,12 +74,17 @@ def check_name(validate: Callable[[str], None], name: str) -> None:
 
 def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) -> T:
     """Call the nameserver once (following the leader); exit 1 with the reason on failure."""
+    return run_service(nameserver, NameserverService, method)
+
+
+def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
+    """:func:`run`, for another service the nameservers serve (``ControlService``)."""
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
         client = NameserverClient(addresses)
         try:
-            return await client.call(method)
+            return await client.call_service(service, method)
         finally:
             await client.close()
 
@@ -354,10 +362,44 @@ def cluster_status(nameserver: str, name: str) -> None:
         f"raft groups: {placed} of {len(status.groups)} placed, "
         f"{len(status.groups) - len(leaderless)} with a known leader"
     )
+    ids = {g.group_id for g in status.groups}
+    records = run_service(
+        nameserver,
+        ControlService,
+        lambda s: s.replica_sets(ctl.ReplicaSetsRequest(), timeout_ms=CALL_TIMEOUT_MS),
+    )
+    ours = [r for r in records.groups if r.group_id in ids]
+    if not ours:
+        click.echo("replication: raft (each group elects its leader by majority)")
+        return
+    click.echo(
+        "replication: controller (RIP-44: the nameserver names each group's master; "
+        "a write is acknowledged once every SyncStateSet member holds it)"
+    )
+    _print(replica_sets_table(ours))
+
+
+def replica_sets_table(records: list[ctl.ReplicaSetInfo]) -> Table:
+    """Controller-mode groups: master and its epoch, SyncStateSet and its epoch."""
+    table = Table(title="controller groups")
+    for column in ("group", "replicas", "master", "epoch", "sync_state_set", "set_epoch"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            str(r.group_id),
+            ",".join(map(str, r.replicas)),
+            str(r.master) if r.master else "-",
+            str(r.epoch),
+            ",".join(map(str, r.sync_state_set)) or "-",
+            str(r.sync_state_set_epoch),
+        )
+    return table
 
 
 def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
-    """Storage nodes: health, the groups they host and lead, and their load."""
+    """Storage nodes: health (DOWN; DEGRADED: its fsync latency is an outlier among its
+    peers, so it leads nothing; DRAINING: its replicas are moving off), the groups
+    they host and lead, and their load."""
     table = Table(title="storage nodes")
     for column in (
         "id",
@@ -375,7 +417,7 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
         table.add_row(
             str(n.node_id),
             n.address,
-            "up" if n.alive else "DOWN",
+            _health(n),
             str(n.groups),
             str(n.leaders),
             str(n.bytes),
@@ -384,6 +426,11 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
             str(n.last_heartbeat_ms),
         )
     return table
+
+
+def _health(node: api.StorageNodeInfo) -> str:
+    marks = [m for m, on in (("DEGRADED", node.degraded), ("DRAINING", node.draining)) if on]
+    return ", ".join(["up" if node.alive else "DOWN", *marks])
 
 
 def raft_groups_table(

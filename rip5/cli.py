@@ -22,7 +22,13 @@ import click
 import uvloop
 
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_consumers, connector_commands
+from rip5 import (
+    __version__,
+    admin_consumers,
+    admin_nameserver,
+    admin_nodes,
+    connector_commands,
+)
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
@@ -52,6 +58,10 @@ BENCH_TARGETS = {
     "timer": "[Broker-txn-delay]",
     "sql_filter": "[Consumers]",
     "spark": "[Spark]",
+    "remoting": "[Remoting]",
+    "connector": "[Connector]",
+    "placement": "[Scale]",
+    "replication": "[Control plane]",
 }
 
 
@@ -235,6 +245,14 @@ for _role in ROLES.values():
     help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
+    "--replication",
+    type=click.Choice(["raft", "controller"]),
+    default="raft",
+    show_default=True,
+    help="how storage groups replicate: raft, or controller (RIP-44: the nameservers "
+    "name each group's master; 2 replicas suffice)",
+)
+@click.option(
     "--storage-port",
     type=click.IntRange(1, 65535),
     default=7701,
@@ -299,6 +317,7 @@ def dev(
     storage: int,
     nameserver_port: int,
     nameservers: int,
+    replication: str,
     storage_port: int,
     broker_port: int,
     remoting_port: int,
@@ -327,6 +346,7 @@ def dev(
         dashboard=dashboard,
         dashboard_port=dashboard_port,
         metrics=metrics,
+        replication=replication,
     )
     specs = plan(layout)
 
@@ -370,9 +390,11 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_nameserver.nameserver)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_nodes.node)
 
 
 main.add_command(loadtest_command.loadtest)
@@ -397,10 +419,12 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("target", type=click.Choice(sorted(BENCH_TARGETS)))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
-    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter or spark.
+    """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
+    remoting, connector, placement or replication.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.
+    ``placement`` is a seeded simulation instead: it prints its tables.
     ``rip5 bench TARGET --help`` lists a target's options.
     """
     # Each target is a module rip5.bench.<target> with main(argv) -> exit code, loaded on demand.

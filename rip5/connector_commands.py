@@ -11,6 +11,11 @@ rules file's replication, answered by the clusters (and the connector's marks).
 
 Exit codes: 0 done; 1 a cluster could not answer; 2 a bad rules file.
 
+The role itself (:func:`serve`) is ``connector.runner.serve`` given the one thing
+the client-only ``connector`` package cannot do: create a rule's missing target
+topic (``create = true``) through the target cluster's nameservers
+(:func:`create_topic`, as ``rip5 admin topic create`` does).
+
 SHELL.
 """
 
@@ -18,12 +23,30 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from angelia_rpc import AngeliaError
+from angelia_rpc.nameserver_client import NameserverClient
+from connector import runner
 from connector.client import ClusterClient, ConnectorCallError
-from connector.plan import Rule, RulesError, RuleSet, parse_marks, parse_rules, translate
+from connector.config import ConnectorConfig
+from connector.plan import (
+    Cluster,
+    Rule,
+    RulesError,
+    RuleSet,
+    parse_marks,
+    parse_rules,
+    translate,
+)
+from protocol import errors
+from protocol import nameserver_api as ns
+from protocol.vocabulary import MessageType
+
+CREATE_TIMEOUT_MS = 5_000
 
 rules_option = click.option(
     "--rules", "rules_path", required=True, type=click.Path(dir_okay=False), help="TOML rules file"
@@ -151,3 +174,45 @@ def translate_command(rules_path: str, rule_name: str | None, group: str, data_d
 
 
 translate_command.name = "translate"
+
+
+async def create_topic(
+    cluster: Cluster, topic: str, queue_count: int, message_type: MessageType
+) -> bool:
+    """Create ``topic`` on ``cluster`` through its nameservers, in its storage cluster;
+    False when it existed already (created meanwhile by someone else: taken as it is).
+    A refusal raises :class:`ConnectorCallError` with the nameserver's code."""
+    if not cluster.nameservers:
+        raise ConnectorCallError(
+            "NO_NAMESERVERS",
+            f"cluster {cluster.name!r} names no nameservers to create topic {topic!r} with",
+            retriable=False,
+        )
+    client = NameserverClient(list(cluster.nameservers))
+    request = ns.CreateTopicRequest(
+        topic, cluster.storage_cluster, max(1, queue_count), int(message_type)
+    )
+    try:
+        await client.call(lambda stub: stub.create_topic(request, timeout_ms=CREATE_TIMEOUT_MS))
+    except AngeliaError as error:
+        if error.code is errors.ALREADY_EXISTS:
+            return False
+        raise ConnectorCallError(
+            error.code.name,
+            f"creating topic {topic!r} on cluster {cluster.name!r}: {error.message}",
+            retriable=error.retriable,
+        ) from None
+    finally:
+        await client.close()
+    return True
+
+
+async def serve(
+    config: ConnectorConfig,
+    data_dir: Path,
+    stopping: asyncio.Event,
+    ready: Callable[[str], None],
+) -> None:
+    """The connector role (``connector.runner.serve``), creating topics with
+    :func:`create_topic`."""
+    await runner.serve(config, data_dir, stopping, ready, create_topic)

@@ -57,6 +57,7 @@ class DevLayout:
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
+    replication: str = "raft"  # or "controller" (RIP-44): nameservers and storage nodes
 
 
 REPLICATION_FACTOR_MAX = 3
@@ -99,6 +100,8 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
         if len(listens) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
             flags += ("--node-id", str(i + 1), "--peers", peers)
+        if layout.replication != "raft":
+            flags += ("--replication", layout.replication)
         wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
     # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
@@ -115,6 +118,11 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     nameserver,
                     "--groups",
                     groups,
+                    *(
+                        ()
+                        if layout.replication == "raft"
+                        else ("--replication", layout.replication)
+                    ),
                 ),
             )
         )

@@ -79,6 +79,8 @@ class DevCluster:
     nameserver: str
     endpoint: str
     log_path: Path
+    remoting: str = ""
+    """The broker's remoting endpoint (4.x clients)."""
 
     def server_pids(self) -> list[int]:
         """The role processes (the supervisor's descendants)."""
@@ -143,7 +145,13 @@ def dev_cluster(
                 EXIT_UNAVAILABLE,
             )
         endpoint = line.split(ENDPOINT_MARK, 1)[1].split()[0]
-        yield DevCluster(process, f"127.0.0.1:{nameserver_port}", endpoint, log_path)
+        yield DevCluster(
+            process,
+            f"127.0.0.1:{nameserver_port}",
+            endpoint,
+            log_path,
+            f"127.0.0.1:{remoting_port}",
+        )
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -59,7 +59,7 @@ ROLES: dict[str, Role] = {
             "connector",
             "Replicates messages from one cluster to another.",
             ConnectorConfig,
-            "connector.runner:serve",
+            "rip5.connector_commands:serve",
         ),
         Role(
             "dashboard",

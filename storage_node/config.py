@@ -94,6 +94,24 @@ class StorageConfig:
             "choices": ["sync", "async"],
         },
     )
+    replication: str = field(
+        default="raft",
+        metadata={
+            "help": "how groups replicate: raft (elections by majority) or controller "
+            "(RIP-44: the nameserver's controller names each group's master; acks wait "
+            "for the SyncStateSet); the same for every node of a cluster",
+            "choices": ["raft", "controller"],
+        },
+    )
+    min_in_sync: int = field(
+        default=1,
+        metadata={
+            "help": "controller mode: a master acknowledges a write once at least this many "
+            "replicas hold it (1: alone, when its SyncStateSet is itself)",
+            "min": 1,
+            "max": 3,
+        },
+    )
     metrics_listen: str = field(
         default="127.0.0.1:5559",
         metadata={

@@ -28,6 +28,7 @@ SHELL.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -43,7 +44,13 @@ from protocol import errors
 from protocol import nameserver_api as api
 from raft.core.node import RawNode
 from storage_node.config import GROUPS_DEFAULT, StorageConfig
-from storage_node.reporting import LeaderReporter, ReportBatch, rate_per_s
+from storage_node.reporting import (
+    LeaderReporter,
+    ReportBatch,
+    group_rates_per_s,
+    percentile_us,
+    rate_per_s,
+)
 from storage_node.service import FIRST_GROUP_ID, StorageNode
 
 _log = logging.getLogger(__name__)
@@ -55,6 +62,8 @@ REPORT_POLL_MS = 50
 # of; shorter gaps (roles starting or stopping together, an election) are logged at info.
 NAMESERVER_WARN_AFTER_MS = 10_000
 REPORT_FULL_EVERY_HEARTBEATS = 4
+SYNC_SAMPLES_MAX = 4096
+"""WAL sync durations kept between two heartbeats (the newest; enough for a p99)."""
 
 
 class ClusterRefused(ValueError):
@@ -160,12 +169,17 @@ class Registration:
             full_interval_ms=config.heartbeat_interval_ms * REPORT_FULL_EVERY_HEARTBEATS
         )
         self._rate_at: tuple[int, int] | None = None  # (appended messages, ms)
+        self._group_counts_at: tuple[dict[int, int], int] | None = None  # (per group, ms)
+        # WAL sync durations (ns) since the last heartbeat, appended by the sync thread
+        # (deque appends and pops are atomic); bounded, the newest kept.
+        self._sync_durations_ns: collections.deque[int] = collections.deque(maxlen=SYNC_SAMPLES_MAX)
         self.heartbeats = 0
         self.warn_after_ms = warn_after_ms
         self._failing_since_s: float | None = None  # loop time of the first failure in a row
 
     async def run(self) -> None:
         """Heartbeat and report until cancelled."""
+        self.node.store.sync_observer = self._sync_durations_ns.append
         await asyncio.gather(self._run_heartbeats(), self._run_reports())
 
     # -- heartbeats --------------------------------------------------------------------
@@ -224,6 +238,15 @@ class Registration:
         if self._rate_at is not None:
             msgs_per_s = rate_per_s(self._rate_at[0], self._rate_at[1], appended, now_ms)
         self._rate_at = (appended, now_ms)
+        led_ids = {m.group_id for m in memberships}
+        counts = {g: n for g, n in node.appended_by_group.items() if g in led_ids}
+        group_loads: dict[int, int] = {}
+        if self._group_counts_at is not None:
+            before, before_ms = self._group_counts_at
+            group_loads = group_rates_per_s(before, before_ms, counts, now_ms)
+        self._group_counts_at = (counts, now_ms)
+        durations = self._sync_durations_ns
+        fsync_ns = [durations.popleft() for _ in range(len(durations))]
         return api.StorageHeartbeatRequest(
             node.driver.node_id,
             self.config.cluster,
@@ -234,6 +257,8 @@ class Registration:
             msgs_per_s=msgs_per_s,
             disk_free_bytes=shutil.disk_usage(self.data_dir).free,
             memberships=memberships,
+            fsync_p99_us=percentile_us(fsync_ns),
+            group_loads=[api.GroupLoadInfo(g, r) for g, r in sorted(group_loads.items())],
         )
 
     # -- leader reports ----------------------------------------------------------------

@@ -14,14 +14,17 @@ group (leader, term), which views to send:
 - a view counts as sent only once the caller confirms it (:meth:`sent`):
   a batch that failed goes out again on the next occasion.
 
-Also :func:`rate_per_s`, the message rate of the load a node reports.
+Also the load figures a node reports in its heartbeats: :func:`rate_per_s`
+(its message rate), :func:`group_rates_per_s` (the rate of each group it
+leads) and :func:`percentile_us` (its fsync latency over the last interval).
 
 PURE: time comes in as ``now_ms``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 COALESCE_MS_DEFAULT = 200
@@ -97,3 +100,28 @@ def rate_per_s(count_before: int, ms_before: int, count_now: int, ms_now: int) -
     if elapsed_ms <= 0 or count_now <= count_before:
         return 0
     return (count_now - count_before) * 1000 // elapsed_ms
+
+
+def group_rates_per_s(
+    counts_before: Mapping[int, int], ms_before: int, counts_now: Mapping[int, int], ms_now: int
+) -> dict[int, int]:
+    """Each group's rate between two readings of its growing counter (group ->
+    count); a group absent before counts from 0. Groups at rate 0 are left out."""
+    rates: dict[int, int] = {}
+    for group_id, count in counts_now.items():
+        rate = rate_per_s(counts_before.get(group_id, 0), ms_before, count, ms_now)
+        if rate:
+            rates[group_id] = rate
+    return rates
+
+
+def percentile_us(durations_ns: Sequence[int], fraction: float = 0.99) -> int:
+    """The ``fraction`` percentile (nearest rank) of durations, in microseconds;
+    0 for no durations (no figure: nothing was measured)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if not durations_ns:
+        return 0
+    ordered = sorted(durations_ns)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1] // 1000

@@ -58,6 +58,8 @@ from raft.types import ConfChange, ConfChangeType
 from raft.wal.logstore import LogStore
 from storage_node import fault_injection, housekeeping
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
+from storage_node.controlled_node import ControlledNode
+from storage_node.controller_follower import ControllerFollower
 from storage_node.metrics import StorageMetrics
 from storage_node.reconcile import (
     LeaderView,
@@ -127,6 +129,9 @@ class LocalGroups:
         # Groups whose membership change (or leader transfer) this node has under way.
         self._changing: dict[int, asyncio.Future[object] | None] = {}
         self._transfer_asked_ms: dict[int, int] = {}
+        # Controller mode: ControlledNode (the controller names leaders; no elections).
+        self.node_class: type[RawNode] = RawNode
+        self.min_in_sync = 1
 
     @property
     def group_ids(self) -> range:
@@ -165,7 +170,10 @@ class LocalGroups:
                 store.drop_group(group_id)
                 _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
-        self.node.driver.add_group(group_id, members, replica)
+        self.node.driver.add_group(group_id, members, replica, self.node_class)
+        raft = self.node.driver.host.node(group_id)
+        if isinstance(raft, ControlledNode):
+            raft.min_in_sync = self.min_in_sync
         self.node.adopt(group_id, replica)
 
     def start_all(self, members: list[int]) -> None:
@@ -346,6 +354,8 @@ class LocalGroups:
     def transfer_leaders(self, transfers: list[api.LeaderTransferInfo]) -> int:
         """Start the asked leader transfers of groups this node leads; how many started."""
         started = 0
+        if self.node_class is not RawNode:
+            return 0  # controller mode: only the controller moves mastership
         for transfer in transfers:
             group_id = transfer.group_id
             if group_id not in self.node.replicas:
@@ -446,6 +456,12 @@ async def _serve_groups(
         driver, store, {}, group_count, peers, injection.now_ms if injection else None
     )
     groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
+    controlled = config.replication == "controller"
+    if controlled:
+        if client is None or config.peers:
+            raise ValueError("--replication controller needs --nameserver (the controller)")
+        groups.node_class = ControlledNode
+        groups.min_in_sync = config.min_in_sync
     if static:
         groups.start_all(sorted(peers))
     server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
@@ -472,7 +488,10 @@ async def _serve_groups(
             told = config.advertise or address  # what brokers and peers dial
             registration = Registration(client, node, config, told, data_dir, on_heartbeat)
             tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))
-            if not static:
+            if controlled:
+                follower = ControllerFollower(node, client)
+                tasks.append(asyncio.create_task(follower.run(), name="controller-follower"))
+            elif not static:
                 tasks.append(asyncio.create_task(groups.run_memberships(), name="memberships"))
         _log.info(
             "serving",

@@ -218,6 +218,10 @@ class StorageNode:
         self.addresses = dict(addresses)
         self.appended_messages = 0
         """Messages appended through this node since it started (the load it reports)."""
+        self.appended_by_group: dict[int, int] = {}
+        """The same, per group (the per-group load it reports)."""
+        self.reads_served = 0
+        """Offset reads served since it started (leader or follower: read replicas)."""
         self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
@@ -341,6 +345,7 @@ class StorageNode:
             assert isinstance(appended, AppendResult)
             result = appended
         self.appended_messages += len(records)
+        self.appended_by_group[group_id] = self.appended_by_group.get(group_id, 0) + len(records)
         return append_response(result, now_ms)
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:
@@ -349,6 +354,7 @@ class StorageNode:
             raise BadCommand("count_max and bytes_max must be at least 1")
         group_id = self._group_of(request.topic, request.queue_id)
         replica = await self._readable_replica(group_id, request.from_follower)
+        self.reads_served += 1
         state = replica.state
         queue = (request.topic, request.queue_id)
         sql = sql_filter(request.filter_kind, request.filter_expression)
@@ -617,7 +623,9 @@ class StorageNode:
         groups = range(FIRST_GROUP_ID, FIRST_GROUP_ID + self.group_count)
         leaders = [host.leader_of(g) if g in self.replicas else 0 for g in groups]
         led = [g for g in groups if g in self.replicas and host.node(g).is_leader()]
-        return NodeStatusResponse(self.driver.node_id, FIRST_GROUP_ID, leaders, led)
+        return NodeStatusResponse(
+            self.driver.node_id, FIRST_GROUP_ID, leaders, led, self.reads_served
+        )
 
     async def end_transaction(
         self, request: EndTransactionRequest, context: CallContext

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from protocol.message_objects import ObjectBuilder, ObjectEntry, QueueManifest, object_name
+from protocol.object_store import LocationUnavailable, open_location
 from protocol.storage_api import ExportSnapshotRequest, ExportSnapshotResponse
 from storage_node.errors import BadCommand, CommandCorrupted, ExportFailed
 from storage_node.partition.queues import QueueEntry, QueueId
@@ -60,20 +61,15 @@ BLOCK_BYTES_MIN = 1024
 
 
 def open_filesystem(url: str, storage_options: dict[str, str]) -> tuple[Any, str]:
-    """The fsspec filesystem and root path of ``url`` (a folder path or any fsspec URL).
+    """The fsspec filesystem and root path of ``url`` (``protocol.object_store``).
 
     Raises BadCommand if fsspec cannot open such a URL (an unknown protocol, a
-    missing driver such as s3fs).
+    missing driver such as s3fs) or is not installed here.
     """
     try:
-        import fsspec  # noqa: PLC0415 - optional: only snapshots and the tier need it
-    except ImportError as exc:
-        raise BadCommand("snapshots need fsspec on the storage nodes (pip install fsspec)") from exc
-    try:
-        fs, root = fsspec.core.url_to_fs(url, **storage_options)
-    except (ValueError, ImportError, TypeError) as exc:
-        raise BadCommand(f"cannot open {url!r}: {exc}") from exc
-    return fs, str(root).rstrip("/")
+        return open_location(url, storage_options)
+    except LocationUnavailable as exc:
+        raise BadCommand(str(exc)) from exc
 
 
 class QueueObjectSink:

@@ -50,3 +50,7 @@ class ClusterBrokers:
                 ]
                 self._read_at = loop.time()
         return sorted({self.own_address, *self._addresses})
+
+    async def serving_addresses(self) -> list[str]:
+        """Every live broker serves its share of the queues (``queue_owner``)."""
+        return await self.remoting_addresses()

@@ -58,11 +58,28 @@ class RemotingClients:
         if not client.producer_groups and not client.consumer_groups:
             del self._clients[client_id]
 
-    def connection_closed(self, connection: int) -> None:
-        """Forget every client whose heartbeats came on ``connection``."""
-        gone = [c.client_id for c in self._clients.values() if c.connection == connection]
-        for client_id in gone:
-            del self._clients[client_id]
+    def connection_closed(self, connection: int) -> set[str]:
+        """Forget every client whose heartbeats came on ``connection``; the consumer
+        groups they were in."""
+        gone = [c for c in self._clients.values() if c.connection == connection]
+        for client in gone:
+            del self._clients[client.client_id]
+        return {group for client in gone for group in client.consumer_groups}
+
+    def consumer_groups_of(self, client_id: str) -> set[str]:
+        """The consumer groups ``client_id`` is in here (none if unknown)."""
+        client = self._clients.get(client_id)
+        return set(client.consumer_groups) if client is not None else set()
+
+    def consumer_connections(self, group: str, *, but: str = "") -> list[int]:
+        """The connections of ``group``'s consumers here (but client ``but``'s)."""
+        return sorted(
+            {
+                c.connection
+                for c in self._clients.values()
+                if group in c.consumer_groups and c.client_id != but
+            }
+        )
 
     def consumers_of(self, group: str) -> list[str]:
         """Ids of the clients consuming in ``group``, sorted."""

@@ -295,6 +295,17 @@ def check_request(
     )
 
 
+def consumer_ids_changed(group: str, opaque: int) -> RemotingCommand:
+    """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a consumer of ``group``: the group's
+    consumers changed, so rebalance now rather than at the next periodic rebalance."""
+    return RemotingCommand(
+        code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+        opaque=opaque,
+        flag=FLAG_ONEWAY,
+        ext_fields={"consumerGroup": group},
+    )
+
+
 def pulled_body(pulled: Sequence[PulledMessage], store_address: str) -> bytes:
     """A pull answer's body: one MessageExt record per message, in offset order. The
     physical offset is the queue id and offset, as in the offset message ids."""
@@ -342,8 +353,6 @@ def given_back_position(header: SendBackHeader, pulled_topics: Set[str]) -> tupl
     cannot be told apart: INVALID_PARAMETER (the client then retries locally).
     """
     physical = header.physical_offset
-    if physical < 0:
-        raise BrokerError(codes.BAD_REQUEST, f"offset {physical} of the message is negative")
     if physical & RETRY_POSITION_MARK:
         topic = retry_topic(header.group)
     elif header.origin_topic:
@@ -357,6 +366,14 @@ def given_back_position(header: SendBackHeader, pulled_topics: Set[str]) -> tupl
             f"{len(pulled_topics)} topics through this broker: "
             f"{sorted(pulled_topics)[:8]}",
         )
+    return viewed_position(topic, physical)
+
+
+def viewed_position(topic: str, physical: int) -> tuple[QueueRef, int]:
+    """(queue, offset) of the message a view names by ``topic`` and the physical offset
+    of its offset message id (the queue id and offset; a retry topic's mark dropped)."""
+    if physical < 0:
+        raise BrokerError(codes.BAD_REQUEST, f"offset {physical} of the message is negative")
     physical &= ~RETRY_POSITION_MARK
     return QueueRef(topic, physical >> wire.QUEUE_OFFSET_BITS), physical & wire.UNQUEUED
 

@@ -120,7 +120,7 @@ class RemotingServer:
             writer.write(encode(command))
             return True
 
-        self.service.producers.connected(connection_id, write)
+        self.service.connected(connection_id, write)
         self._open[connection_id] = (writer, requests)
         try:
             while True:
@@ -160,8 +160,7 @@ class RemotingServer:
         finally:
             for request in requests:
                 request.cancel()
-            self.service.clients.connection_closed(connection_id)
-            self.service.producers.closed(connection_id)
+            self.service.closed(connection_id)
             self._open.pop(connection_id, None)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):

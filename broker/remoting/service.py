@@ -13,24 +13,28 @@ broker is the same queue of the cluster).
 Consuming by offset: PULL_MESSAGE (long polled up to the consumer's suspend
 time) and the consumer offsets, over the same pull processor as gRPC's
 PullMessage; a failed consume comes back through the group's retry topic
-(CONSUMER_SEND_MSG_BACK). Not built yet (answered
-REQUEST_CODE_NOT_SUPPORTED): message query. Orderly consumers' queue locks
-(LOCK_BATCH_MQ) are leases through the coordination port. The consumer list of a
-group names only the clients connected to this broker, and a route lists
-every queue through every broker: see docs/remoting.md for what a push
-consumer's rebalance across brokers still needs.
+(CONSUMER_SEND_MSG_BACK). Orderly consumers' queue locks (LOCK_BATCH_MQ) are
+leases through the coordination port. A route lists every queue through every
+broker, but each queue is served to consumers through one broker
+(:func:`queue_owner`): a pull of another broker's queue is held and answered
+PULL_NOT_FOUND at the group's committed offset, and its commits are not stored.
+The consumer list of a group names only the clients connected to this broker.
+
+Operators' lookups: QUERY_MESSAGE (by key, or by id) through the storage's key
+index, and VIEW_MESSAGE_BY_ID (an offset message id and the topic).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.domain import QueueRef
+from broker.domain import PulledMessage, QueueRef
 from broker.errors import BrokerError, Reason, not_implemented
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
@@ -42,7 +46,7 @@ from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting import convert
 from broker.remoting.clients import RemotingClients
-from broker.remoting.producers import RemotingProducers
+from broker.remoting.producers import RemotingProducers, Write
 from broker.remoting.status import code_of, remark_of, unsupported_remark
 from broker.services.base import Clock, Coordination, MessageStore
 from protocol import errors as codes
@@ -61,6 +65,10 @@ HALVES_MAX = 65_536
 QUEUE_LOCK_TTL_MS = 60_000
 """How long a queue lock lasts unless renewed (RocketMQ's rebalance lock lifetime:
 an orderly push consumer renews its locks every 20 s)."""
+OWNER_RECHECK_MS = 1_000
+"""How often a pull held by a broker that does not serve its queue looks again."""
+QUERY_MESSAGES_MAX = 64
+"""The most messages one QUERY_MESSAGE answers (a query by id asks for this many)."""
 PULLING_GROUPS_MAX = 65_536
 """Consumer groups whose pulled topics this broker remembers (for send-backs)."""
 
@@ -72,16 +80,42 @@ class BrokerDirectory(Protocol):
         """host:port of every live broker's remoting endpoint (this one's included)."""
         ...
 
+    async def serving_addresses(self) -> list[str]:
+        """The brokers the queues are shared out among for consumers (see
+        :func:`queue_owner`); empty: every broker serves every queue."""
+        ...
+
 
 class FixedBrokers:
-    """A directory of a fixed list of addresses (a lone broker, tests)."""
+    """A directory of a fixed list of addresses (a lone broker, tests); ``serving``:
+    the brokers queues are shared out among (none by default: no sharing out)."""
 
-    def __init__(self, addresses: list[str]) -> None:
+    def __init__(self, addresses: list[str], serving: Sequence[str] = ()) -> None:
         self.addresses = addresses
+        self.serving = list(serving)
 
     async def remoting_addresses(self) -> list[str]:
         """The addresses given."""
         return list(self.addresses)
+
+    async def serving_addresses(self) -> list[str]:
+        """The serving addresses given."""
+        return list(self.serving)
+
+
+def queue_owner(queue_id: int, serving: Sequence[str]) -> str | None:
+    """The broker through which consumers get queue ``queue_id`` of any topic: the
+    ``queue_id mod n``-th of the ``n`` serving brokers in address order (None when none
+    are named: every broker serves it).
+
+    A route lists every queue under every broker and a 4.x consumer's rebalance shares
+    out (broker, queue) pairs, so without an owner one queue would be consumed through
+    every broker. Brokers that briefly disagree on the live set may both serve a queue
+    (a message delivered twice) or neither (a pause): never a message skipped."""
+    if not serving:
+        return None
+    ordered = sorted(set(serving))
+    return ordered[queue_id % len(ordered)]
 
 
 class MessageIds:
@@ -142,6 +176,9 @@ class RemotingService:
         self._pulls = pulls
         self._coordination = coordination
         self._new_id = MessageIds()
+        # Open connections: how to send a command of the broker's own on each.
+        self._writers: dict[int, Write] = {}
+        self._opaques = itertools.count(1)
         # Half messages sent through this broker, oldest first (see end_transaction).
         self._halves: dict[str, QueueRef] = {}
         # The ordinary topics each group pulled through this broker, most recent group
@@ -164,6 +201,8 @@ class RemotingService:
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.QUERY_MESSAGE: self.query_messages,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
             RequestCode.LOCK_BATCH_MQ: self.lock_queues,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_queues,
         }
@@ -284,22 +323,53 @@ class RemotingService:
 
     # -- clients ----------------------------------------------------------------------
 
+    def connected(self, connection_id: int, write: Write) -> None:
+        """A connection opened; ``write`` sends a command of the broker's own on it."""
+        self._writers[connection_id] = write
+        self.producers.connected(connection_id, write)
+
+    def closed(self, connection_id: int) -> None:
+        """A connection closed: its clients are gone; their groups' other consumers are
+        told to rebalance."""
+        self._writers.pop(connection_id, None)
+        self.producers.closed(connection_id)
+        for group in sorted(self.clients.connection_closed(connection_id)):
+            self._consumers_changed(group)
+
+    def _consumers_changed(self, group: str, but: str = "") -> None:
+        """Tell ``group``'s consumers here (but client ``but``) that its consumers
+        changed (NOTIFY_CONSUMER_IDS_CHANGED, as a RocketMQ broker does): they rebalance
+        at once, so a joining consumer's queues are given up within moments, not at
+        the next periodic rebalance (20 s), and no queue is consumed twice meanwhile."""
+        for connection_id in self.clients.consumer_connections(group, but=but):
+            write = self._writers.get(connection_id)
+            if write is not None:
+                write(convert.consumer_ids_changed(group, next(self._opaques)))
+
     async def heartbeat(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        """HEART_BEAT: remember the client and its groups on this connection."""
+        """HEART_BEAT: remember the client and its groups on this connection; the other
+        consumers of a group it joins are told to rebalance."""
         beat = bodies.parse_heartbeat(request.body)
         for producer_group in beat.producer_groups:
             validation.check_group(producer_group)
         for consumer in beat.consumers:
             validation.check_group(consumer.group)
+        known = self.clients.consumer_groups_of(beat.client_id)
         self.clients.heartbeat(connection.connection_id, beat, self._clock.now_ms())
+        for group in sorted({consumer.group for consumer in beat.consumers} - known):
+            self._consumers_changed(group, but=beat.client_id)
         return request.reply(ResponseCode.SUCCESS)
 
     async def unregister_client(
         self, request: RemotingCommand, connection: Connection
     ) -> RemotingCommand:
-        """UNREGISTER_CLIENT: the client leaves its producer and/or consumer group."""
+        """UNREGISTER_CLIENT: the client leaves its producer and/or consumer group (the
+        group's other consumers are told to rebalance)."""
         header = headers.unregister_client_header(request.ext_fields)
+        left = header.consumer_group in self.clients.consumer_groups_of(header.client_id)
         self.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
+        if left and header.consumer_group:
+            self._consumers_changed(header.consumer_group)
         return request.reply(ResponseCode.SUCCESS)
 
     async def consumer_list(
@@ -349,6 +419,13 @@ class RemotingService:
         pulls = self._pull_processor()
         header = headers.pull_header(request.ext_fields)
         queue = _queue_of(header.topic, header.queue_id)
+        poll_ms = plan_poll_ms(header.suspend_timeout_ms, None) if header.suspends else 0
+        if not await self._serves(queue.queue_id):
+            if not await self._await_serving(
+                queue.queue_id, min(poll_ms, header.suspend_timeout_ms)
+            ):
+                return await self._pull_elsewhere(request, header, queue)
+            poll_ms = 0  # the wait used the consumer's suspend time
         self._remember_pull(header.consumer_group, header.topic)
         if header.commits:
             await pulls.update_offset(
@@ -364,7 +441,7 @@ class RemotingService:
                 header.subscription,
             ),
             batch_size=max(1, header.max_messages),
-            poll_ms=plan_poll_ms(header.suspend_timeout_ms, None) if header.suspends else 0,
+            poll_ms=poll_ms,
         )
         offsets = await self._store.queue_offsets(queue)
         fields = {
@@ -381,6 +458,50 @@ class RemotingService:
             return request.reply(ResponseCode.PULL_NOT_FOUND, "no new message", fields)
         body = convert.pulled_body(result.messages, self.address)
         return request.reply(ResponseCode.SUCCESS, ext_fields=fields, body=body)
+
+    async def _serves(self, queue_id: int) -> bool:
+        """Whether consumers get queue ``queue_id`` through this broker (``queue_owner``)."""
+        owner = queue_owner(queue_id, await self.brokers.serving_addresses())
+        return owner is None or owner == self.address
+
+    async def _await_serving(self, queue_id: int, poll_ms: int) -> bool:
+        """Hold a pull of a queue another broker serves for up to ``poll_ms``, looking
+        again every :data:`OWNER_RECHECK_MS` (the owner may die meanwhile); whether this
+        broker serves the queue by then."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + poll_ms / 1000
+        while (remaining_s := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(remaining_s, OWNER_RECHECK_MS / 1000))
+            if await self._serves(queue_id):
+                return True
+        return False
+
+    async def _pull_elsewhere(
+        self, request: RemotingCommand, header: headers.PullMessageHeader, queue: QueueRef
+    ) -> RemotingCommand:
+        """PULL_NOT_FOUND for a queue another broker serves; the consumer's next offset
+        follows the group's committed one, so if this broker serves the queue later (its
+        owner died) the consumer resumes there, not where it first asked."""
+        pulls = self._pull_processor()
+        try:
+            committed = await pulls.get_offset(header.consumer_group, header.topic, header.queue_id)
+        except BrokerError as error:
+            if error.reason is not Reason.OFFSET_NOT_FOUND:
+                raise
+            committed = header.queue_offset
+        offsets = await self._store.queue_offsets(queue)
+        next_offset = min(max(header.queue_offset, committed), offsets.end_offset)
+        owner = queue_owner(queue.queue_id, await self.brokers.serving_addresses())
+        return request.reply(
+            ResponseCode.PULL_NOT_FOUND,
+            f"queue {queue.queue_id} is served to consumers through broker {owner}",
+            {
+                "nextBeginOffset": str(next_offset),
+                "minOffset": str(offsets.first_offset),
+                "maxOffset": str(offsets.end_offset),
+                "suggestWhichBrokerId": "0",
+            },
+        )
 
     def _remember_pull(self, group: str, topic: str) -> None:
         if routing.is_retry_topic(topic):
@@ -407,9 +528,14 @@ class RemotingService:
     ) -> RemotingCommand:
         """UPDATE_CONSUMER_OFFSET: commit the group's position (clamped to the queue)."""
         header = headers.consumer_offset_header(request.ext_fields)
-        await self._pull_processor().update_offset(
-            header.consumer_group, header.topic, header.queue_id, header.commit_offset
-        )
+        validation.check_topic(header.topic)
+        if await self._serves(header.queue_id):
+            await self._pull_processor().update_offset(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        # else: a consumer holding the queue under another broker name, which this
+        # broker does not serve it through, persists the offset it was given; the
+        # serving broker's commits are the group's position.
         return request.reply(ResponseCode.SUCCESS)
 
     async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
@@ -424,9 +550,81 @@ class RemotingService:
             header, self._pulled_topics.get(header.group, set())
         )
         validation.check_topic(queue.topic)
+        pulled = await self._read_one(queue, offset, " to give back")
+        message = convert.given_back(pulled.message, queue.topic, header, self._clock.now_ms())
+        target = await self._route.route(message.topic)  # a group's topics exist on lookup
+        await self._store.append(QueueRef(message.topic, target.queues[0].queue_id), [message])
+        return request.reply(ResponseCode.SUCCESS)
+
+    # -- operators' lookups ----------------------------------------------------------------
+
+    async def query_messages(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """QUERY_MESSAGE: the topic's messages by key (or by id, ``_UNIQUE_KEY_QUERY``)
+        stored in the time range, through the storage's key index; QUERY_NOT_FOUND when
+        none. A client asks every broker of the route and merges the answers, so each
+        broker answers the queues it serves (``queue_owner``): each message once."""
+        header = headers.query_message_header(request.ext_fields)
+        validation.check_topic(header.topic)
+        if not header.key:
+            raise BrokerError(codes.BAD_REQUEST, "a message query needs a key")
+        limit = QUERY_MESSAGES_MAX if header.by_id else header.max_messages
+        limit = min(max(1, limit), QUERY_MESSAGES_MAX)
+        serving = await self.brokers.serving_addresses()
+        found = await self._store.query_messages(
+            header.topic,
+            key="" if header.by_id else header.key,
+            message_id=header.key if header.by_id else "",
+            begin_ms=max(0, header.begin_ms),
+            end_ms=max(0, header.end_ms),
+            limit=limit,
+        )
+        found = [
+            pulled
+            for pulled in found
+            if queue_owner(pulled.queue.queue_id, serving) in (None, self.address)
+        ]
+        if not found:
+            return request.reply(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"no message of {header.topic} with {'id' if header.by_id else 'key'} "
+                f"{header.key!r} stored in [{header.begin_ms}, {header.end_ms}] through "
+                f"this broker",
+            )
+        fields = {
+            "indexLastUpdateTimestamp": str(max(p.store_timestamp_ms for p in found)),
+            "indexLastUpdatePhyoffset": "0",
+        }
+        return request.reply(
+            ResponseCode.SUCCESS, ext_fields=fields, body=convert.pulled_body(found, self.address)
+        )
+
+    async def view_message(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand:
+        """VIEW_MESSAGE_BY_ID: the message an offset message id names, as one MessageExt
+        record. Its physical offset names the queue id and offset but no topic, so the
+        request must carry ``topic`` (newer clients send it); older clients that get
+        an error fall back to a query by the message's id."""
+        header = headers.view_message_header(request.ext_fields)
+        if header.topic is None:
+            raise BrokerError(
+                codes.BAD_REQUEST,
+                f"offset {header.physical_offset} names a queue and an offset but no "
+                "topic: send the topic, or query by the message id",
+            )
+        queue, offset = convert.viewed_position(header.topic, header.physical_offset)
+        validation.check_topic(queue.topic)
+        pulled = await self._read_one(queue, offset)
+        return request.reply(ResponseCode.SUCCESS, body=convert.pulled_body([pulled], self.address))
+
+    async def _read_one(self, queue: QueueRef, offset: int, purpose: str = "") -> PulledMessage:
+        """The message at ``offset`` of ``queue``; NOT_FOUND (naming it, and ``purpose``)
+        when the queue holds none there."""
         missing = BrokerError(
             codes.NOT_FOUND,
-            f"no message at offset {offset} of {queue.topic} queue {queue.queue_id} to give back",
+            f"no message at offset {offset} of {queue.topic} queue {queue.queue_id}{purpose}",
         )
         try:
             found = await self._store.read(
@@ -438,11 +636,7 @@ class RemotingService:
             raise
         if not found.messages or found.messages[0].offset != offset:
             raise missing
-        pulled = found.messages[0]
-        message = convert.given_back(pulled.message, queue.topic, header, self._clock.now_ms())
-        target = await self._route.route(message.topic)  # a group's topics exist on lookup
-        await self._store.append(QueueRef(message.topic, target.queues[0].queue_id), [message])
-        return request.reply(ResponseCode.SUCCESS)
+        return found.messages[0]
 
     # -- orderly consumers: queue locks --------------------------------------------------
 

@@ -68,6 +68,7 @@ from broker.domain import (
     HalfMessage,
     Message,
     PopResult,
+    PulledMessage,
     QueueOffsets,
     QueueRef,
     QueueSlice,
@@ -228,6 +229,21 @@ class MessageStore(Protocol):
         """A consumer's commit of ``group``'s position in ``queue`` (clamped to
         [first, end]; returned): pop consumption of the group resumes there; its
         messages in flight keep their receipt handles (RocketMQ's commitOffset)."""
+        ...
+
+    async def query_messages(
+        self,
+        topic: str,
+        *,
+        key: str = "",
+        message_id: str = "",
+        begin_ms: int = 0,
+        end_ms: int,
+        limit: int,
+    ) -> list[PulledMessage]:
+        """Up to ``limit`` messages of ``topic`` with key ``key`` or id ``message_id``
+        (exactly one given) stored in ``[begin_ms, end_ms]``, oldest first (an
+        operator's lookup: the storage's key index, ``storage.query_messages``)."""
         ...
 
 

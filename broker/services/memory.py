@@ -527,6 +527,34 @@ class MemoryStore:
             state.commit(offset, end)
         return offset
 
+    async def query_messages(
+        self,
+        topic: str,
+        *,
+        key: str = "",
+        message_id: str = "",
+        begin_ms: int = 0,
+        end_ms: int,
+        limit: int,
+    ) -> list[PulledMessage]:
+        """The topic's queued messages with ``key`` or id ``message_id`` stored in
+        ``[begin_ms, end_ms]``, oldest first (a scan: the store is small)."""
+        self._release_due()
+        found = [
+            PulledMessage(stored.message, queue, offset, stored.store_timestamp_ms)
+            for queue, log in self._queues.items()
+            if queue.topic == topic
+            for offset, stored in enumerate(log)
+            if begin_ms <= stored.store_timestamp_ms <= end_ms
+            and (
+                stored.message.message_id == message_id
+                if message_id
+                else key in stored.message.keys
+            )
+        ]
+        found.sort(key=lambda pulled: (pulled.store_timestamp_ms, pulled.queue.queue_id))
+        return found[:limit]
+
     async def cancel_timer(self, queue: QueueRef, message_id: str) -> bool:
         """Drop a held timed message before it is due (see ``MessageStore.cancel_timer``)."""
         self._release_due()

@@ -51,6 +51,7 @@ from typing import TypeVar
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
+from broker.config import BrokerConfig
 from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
@@ -68,11 +69,9 @@ DEADLINE_MS = 10_000
 DEFAULT_QUEUE_COUNT = 8
 PAUSE_FIRST_S = 0.02
 PAUSE_MAX_S = 0.5
-ROUTE_STALE_MAX_MS = 120_000
 WATCH_SILENCE_MAX_MS = 10_000
 """A watch stream silent this long is taken as broken (nameservers confirm an idle
 stream every few seconds, ``nameserver.service.WATCH_IDLE_MS``)."""
-"""How long past its last confirmation a cached entry serves while the watch is down."""
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
 
 
@@ -145,12 +144,13 @@ class ClusterMetadata:
         cluster: str,
         auto_create: bool = False,
         default_queue_count: int = DEFAULT_QUEUE_COUNT,
-        route_stale_max_ms: int = ROUTE_STALE_MAX_MS,
+        route_stale_max_ms: int = BrokerConfig.route_stale_max_ms,
         watch_silence_max_ms: int = WATCH_SILENCE_MAX_MS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``route_stale_max_ms``: how long a cached entry serves while the watch is
-        down (see the module docstring); ``watch_silence_max_ms``: a watch stream
+        """``route_stale_max_ms``: how long past its last confirmation a cached entry
+        serves while the watch is down (see the module docstring; the broker option's
+        default unless given); ``watch_silence_max_ms``: a watch stream
         silent this long counts as down; ``clock``: seconds, monotonic."""
         if route_stale_max_ms < 0:
             raise ValueError(f"route_stale_max_ms must not be negative, not {route_stale_max_ms}")

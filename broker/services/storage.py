@@ -31,6 +31,7 @@ same raft group, ack.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
@@ -53,6 +54,7 @@ from broker.domain import (
     SendResult,
 )
 from broker.errors import BrokerError, Reason
+from broker.processor.replica_reads import ReadSpread, usable_answer
 from broker.services import cluster_convert as convert
 from broker.services.growth import GrowthWatch
 from broker.services.nameserver import ClusterMetadata
@@ -103,8 +105,10 @@ class StorageStore:
         call_timeout_ms: int = CALL_TIMEOUT_MS,
         deadline_ms: int = DEADLINE_MS,
         revisit_ms: int = REVISIT_MS,
+        read_replica_topics: frozenset[str] = frozenset(),
     ) -> None:
         self._metadata = metadata
+        self._spread = ReadSpread(read_replica_topics)
         self._peers = peers
         self._seeds = list(seeds)
         self._call_timeout_ms = call_timeout_ms
@@ -643,11 +647,15 @@ class StorageStore:
             packed=True,
             filter_kind=int(message_filter.kind),
         )
-        response = await self._call(
-            queue,
-            f"read {queue.topic}:{queue.queue_id}@{offset}",
-            lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
-        )
+        response = None
+        if self._spread.spreads(queue.topic):
+            response = await self._read_replica(queue, request)
+        if response is None:
+            response = await self._call(
+                queue,
+                f"read {queue.topic}:{queue.queue_id}@{offset}",
+                lambda stub, timeout_ms: stub.read(request, timeout_ms=timeout_ms),
+            )
         records = _records_of(response.records, len(response.stored_at), "read")
         messages = tuple(
             PulledMessage(convert.message_from_record(record), queue, *stored_at)
@@ -656,6 +664,29 @@ class StorageStore:
         return QueueSlice(
             messages, response.next_offset, response.first_offset, response.end_offset
         )
+
+    async def _read_replica(
+        self, queue: QueueRef, request: st.ReadRequest
+    ) -> st.ReadResponse | None:
+        """``request`` on the next replica of the queue's group in turn (read replicas,
+        :mod:`broker.processor.replica_reads`); None when the leader must answer (no
+        replica known, the replica failed, or it has not applied up to the offset)."""
+        info = await self._queue_route(queue)
+        replicas = [f.address for f in info.followers if f.alive]
+        if info.leader is not None and info.leader.alive:
+            replicas.append(info.leader.address)
+        address = self._spread.pick(info.group_id, replicas)
+        if address is None:
+            return None
+        stub = self._peers.stub(StorageService, address, wait_for_ready=False)
+        try:
+            response = await stub.read(
+                dataclasses.replace(request, from_follower=True),
+                timeout_ms=self._call_timeout_ms,
+            )
+        except AngeliaError:
+            return None
+        return response if usable_answer(request.queue_offset, response.end_offset) else None
 
     async def queue_offsets(self, queue: QueueRef, timestamp_ms: int = -1) -> QueueOffsets:
         """The queue's offsets from its group's leader (one queue-info call)."""
@@ -677,6 +708,48 @@ class StorageStore:
             lambda stub, timeout_ms: stub.commit_offset(request, timeout_ms=timeout_ms),
         )
         return offset if response.offset is None else response.offset
+
+    # -- message query (operators' lookups) ----------------------------------------------
+
+    async def query_messages(
+        self,
+        topic: str,
+        *,
+        key: str = "",
+        message_id: str = "",
+        begin_ms: int = 0,
+        end_ms: int,
+        limit: int,
+    ) -> list[PulledMessage]:
+        """Every raft group serving ``topic`` searched at once on its leader
+        (``storage.query_messages``, the node's key index); oldest first."""
+        a_queue: dict[int, QueueRef] = {}  # raft group id -> one of the topic's queues in it
+        for info in (await self._metadata.route(topic)).queues:
+            a_queue.setdefault(info.group_id, QueueRef(topic, info.queue_id))
+
+        async def one(group_id: int, queue: QueueRef) -> st.QueryMessagesResponse:
+            request = st.QueryMessagesRequest(
+                group_id, topic, message_id, key, begin_ms, end_ms, limit
+            )
+            return await self._call(
+                queue,
+                f"query messages of {topic} in group {group_id}",
+                lambda stub, timeout_ms: stub.query_messages(request, timeout_ms=timeout_ms),
+            )
+
+        answers = await asyncio.gather(*(one(g, q) for g, q in sorted(a_queue.items())))
+        found = [
+            PulledMessage(
+                convert.message_from_wire(stored.message),
+                QueueRef(stored.message.topic, stored.message.queue_id),
+                stored.queue_offset,
+                stored.store_timestamp_ms,
+            )
+            for answer in answers
+            for stored in answer.messages
+        ]
+        found.sort(key=lambda pulled: (pulled.store_timestamp_ms, pulled.queue.queue_id))
+        return found[:limit]
 
 
 def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:

@@ -325,3 +325,46 @@ def send_back_header(fields: Mapping[str, str]) -> SendBackHeader:
         origin_topic=optional_text(fields, "originTopic"),
         max_reconsume_times=integer(fields, "maxReconsumeTimes", MAX_RECONSUME_TIMES_DEFAULT),
     )
+
+
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+"""Set "true" in a QUERY_MESSAGE whose key is a message id (the client's unique key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessageHeader:
+    """QUERY_MESSAGE: messages of ``topic`` by key (or by id, ``by_id``) stored in
+    ``[begin_ms, end_ms]``, at most ``max_messages``."""
+
+    topic: str
+    key: str
+    max_messages: int
+    begin_ms: int
+    end_ms: int
+    by_id: bool
+
+
+def query_message_header(fields: Mapping[str, str]) -> QueryMessageHeader:
+    """What a message query asks for."""
+    return QueryMessageHeader(
+        topic=text(fields, "topic"),
+        key=text(fields, "key"),
+        max_messages=integer(fields, "maxNum"),
+        begin_ms=integer(fields, "beginTimestamp"),
+        end_ms=integer(fields, "endTimestamp"),
+        by_id=boolean(fields, UNIQUE_KEY_QUERY),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ViewMessageHeader:
+    """VIEW_MESSAGE_BY_ID: the message at a physical offset (the last 8 bytes of an
+    offset message id); ``topic`` as newer clients send it, None from older ones."""
+
+    physical_offset: int
+    topic: str | None
+
+
+def view_message_header(fields: Mapping[str, str]) -> ViewMessageHeader:
+    """Which message a view names."""
+    return ViewMessageHeader(integer(fields, "offset"), optional_text(fields, "topic"))

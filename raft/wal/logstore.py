@@ -33,6 +33,7 @@ Contracts:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,10 @@ class LogStore:
         # (the sync thread's); it may raise OSError or block. None outside fault
         # injection (storage_node/fault_injection.py installs it).
         self.io_hook: Callable[[str], None] | None = None
+        # Called (in the thread that ran it) with the nanoseconds each sync() took,
+        # hook included, when it had something to sync. None unless the storage node
+        # reports its fsync latency (storage_node/registration.py installs it).
+        self.sync_observer: Callable[[int], None] | None = None
 
     # ------------------------------------------------------------- opening
     @classmethod
@@ -484,6 +489,7 @@ class LogStore:
         """fdatasync what was flushed. The only method safe to call from another thread."""
         fds = list(self._dirty_fds)
         self._dirty_fds.clear()
+        started_ns = time.monotonic_ns()
         for fd in fds:
             try:
                 if self.io_hook is not None:
@@ -493,6 +499,8 @@ class LogStore:
                 # After a failed fsync the page cache state is unknown: stop for good.
                 self._failed = exc
                 raise StorageFailed(f"WAL fdatasync failed: {exc}") from exc
+        if fds and self.sync_observer is not None:
+            self.sync_observer(time.monotonic_ns() - started_ns)
 
     def commit(self) -> None:
         """flush, sync and collect garbage: the synchronous form of one round's write."""

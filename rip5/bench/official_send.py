@@ -6,14 +6,17 @@ with ours in one process. One Producer sends ``BODY_BYTES`` messages one
 after another (synchronous ``send``, as an application would) for
 ``WARMUP_S`` then ``SECONDS``; the last stdout line is one JSON object with
 the measured ``msgs_per_s``, ``p50_ms``, ``p99_ms``, ``errors`` and the
-process's CPU seconds over the measured window.
+process's CPU seconds over the measured window. :func:`run` is how ``rip5 bench
+e2e`` starts it and reads that line.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -23,6 +26,28 @@ from rip5.stats import percentile
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def run(args: argparse.Namespace, endpoint: str) -> dict[str, float]:
+    """One run of the official client's producer in its own process; its JSON line."""
+    command = [
+        sys.executable, "-m", "rip5.bench.official_send", endpoint, args.topic,
+        f"{args.official_seconds:g}", str(args.message_bytes), f"{args.warmup:g}",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=args.official_seconds + args.warmup + 120,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"the official client failed (exit {result.returncode}): {result.stderr[-2000:]}"
+        )
+    values: dict[str, float] = json.loads(lines[-1])
+    return values
 
 
 def main(argv: list[str]) -> int:

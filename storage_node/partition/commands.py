@@ -31,19 +31,21 @@ PURE.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgpack
 
 from protocol.positional import Encode, ShapeMismatch, plain_decoder, plain_encoder
 from protocol.records import (
+    FilterColumns,
     MessageRecord,
     RecordColumns,
     RecordCorrupted,
     decode_batch,
     decode_columns,
+    decode_filter_columns,
     encode_batch,
     encode_packed_batch,
 )
@@ -405,9 +407,27 @@ def append_columns(data: bytes) -> tuple[int, RecordColumns] | None:
     """For an APPEND entry whose records decode on the fast path
     (``protocol.records.decode_columns``): its ``now_ms`` and its records as
     columns. None for any other entry, or a corrupt one (:func:`decode` it)."""
+    return _append_decoded(data, decode_columns)
+
+
+def append_filter_columns(data: bytes) -> FilterColumns | None:
+    """For an APPEND entry whose records' tags, keys and properties decode on the
+    fast path (``protocol.records.decode_filter_columns``): those columns. None
+    for any other entry, or a corrupt one (read its records one by one)."""
+    return _append_decoded(data, decode_filter_columns)
+
+
+_Decoded = TypeVar("_Decoded")
+
+
+def _append_decoded(
+    data: bytes, decoder: Callable[[memoryview], _Decoded | None]
+) -> _Decoded | None:
+    """``decoder`` applied to the record batch of an APPEND entry; None for any other
+    entry or a corrupt batch."""
     if not data or data[0] != Op.APPEND:
         return None
     try:
-        return decode_columns(memoryview(data)[1:])
+        return decoder(memoryview(data)[1:])
     except RecordCorrupted:
         return None

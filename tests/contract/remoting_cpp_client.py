@@ -355,7 +355,45 @@ def orderly(namesrv: str, topic: str, count: str) -> dict[str, Any]:
         return {"sent": sent, "received": list(got)}
 
 
+STOP_FILE = "stop"
+CONSUME_DEADLINE_S = 300.0
+
+
+def consume_stream(namesrv: str, topic: str, group: str) -> dict[str, Any]:
+    """A push consumer of ``group`` on ``topic`` that prints ``got BODY ID`` for each
+    message as it is consumed, until a file named ``stop`` appears in the working
+    folder (the test's signal) or the deadline passes."""
+    from pathlib import Path
+
+    from rocketmq.client import ConsumeStatus, PushConsumer
+
+    lock = threading.Lock()
+    count = 0
+
+    def consume(message: Any) -> Any:
+        nonlocal count
+        with lock:
+            count += 1
+            print(f"got {message.body.decode()} {message.id}", flush=True)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe(topic, consume)
+    consumer.start()
+    print("started", flush=True)
+    deadline = time.monotonic() + CONSUME_DEADLINE_S
+    try:
+        while not Path(STOP_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the test's signal is a file: looked for until the deadline
+    finally:
+        consumer.shutdown()
+    with lock:
+        return {"consumed": count}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "consume_stream": consume_stream,
     "orderly": orderly,
     "push": push,
     "retry": retry,

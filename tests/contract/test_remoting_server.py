@@ -300,7 +300,7 @@ async def test_offsets_of_a_queue(client: WireClient) -> None:
 
 
 async def test_unknown_codes_are_not_supported_and_the_connection_stays(client: WireClient) -> None:
-    for code in (RequestCode.QUERY_MESSAGE, 12345):
+    for code in (RequestCode.GET_KV_CONFIG_BY_VALUE, 12345):
         answer = await client.call(code, {"x": "y"})
         assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert answer.remark == f"request code {code} is not supported by this broker"

@@ -14,6 +14,7 @@ metrics on a port of its own too (:attr:`LocalCluster.metrics_addresses`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import select
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import NameserverClient
 from rip5.shell import READY_FD_ENV
+from tests.contract.test_official_client import run_official
 
 RIP5 = [sys.executable, "-m", "rip5"]
 READY_TIMEOUT_S = 60.0
@@ -117,8 +120,12 @@ class LocalCluster:
         log_level: str = "info",
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
+        replication: str = "raft",
     ) -> None:
+        """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
+        group on all of them)."""
         self.root = root
+        self.replication = replication
         self.broker_flags = broker_flags
         self.groups = groups
         self.log_level = log_level
@@ -162,6 +169,9 @@ class LocalCluster:
         """Start (or restart, on its data) nameserver ``node`` (1-based); ready when
         this returns."""
         flags = ["--listen", self.nameserver_addresses[node - 1], "--groups", str(self.groups)]
+        if self.replication != "raft":
+            factor = str(len(self.storage_addresses))
+            flags += ["--replication", self.replication, "--replication-factor", factor]
         if len(self.nameserver_addresses) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
             flags += ["--node-id", str(node), "--peers", peers]
@@ -190,6 +200,7 @@ class LocalCluster:
                 self.nameserver_address,
                 "--groups",
                 str(self.groups),
+                *(("--replication", self.replication) if self.replication != "raft" else ()),
             )
             process.start()
             self.storage[node] = process
@@ -256,6 +267,42 @@ class LocalCluster:
                 await client.close()
 
         asyncio.run(run())
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: Path,
+    topics: dict[str, tuple[int, int]],
+    consumer_groups: dict[str, tuple[bool, int]],
+    /,
+    **options: Any,
+) -> Iterator[LocalCluster]:
+    """A started :class:`LocalCluster` under ``root`` (``options`` as its constructor
+    takes them, e.g. ``groups``: raft groups) holding ``topics`` and
+    ``consumer_groups`` (as :meth:`LocalCluster.create` takes them); on leaving,
+    every process is stopped and must have exited cleanly (AssertionError naming
+    those that did not, and where their logs are)."""
+    local = LocalCluster(root, **options)
+    try:
+        local.start()
+        local.create(topics, consumer_groups)
+        yield local
+    finally:
+        codes = local.stop()
+    died = {name: code for name, code in codes.items() if code != 0}
+    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
+
+
+def official_client_step(
+    cluster: LocalCluster, module: str, scenario: str, *args: object
+) -> dict[str, Any]:
+    """One scenario of the official client's script ``module`` (``python -m MODULE
+    SCENARIO BROKER_PORT ARGS...``, in its own interpreter) against the cluster's
+    first broker: the JSON object it printed last."""
+    home = cluster.root / "home"
+    home.mkdir(exist_ok=True)
+    argv = ["-m", module, scenario, str(cluster.broker_port()), *map(str, args)]
+    return run_official(argv, home, timeout_s=120)
 
 
 async def _until(deadline: float, client: NameserverClient, method: Any) -> None:

@@ -12,6 +12,7 @@ minute): the 100,000-message run with crashes belongs to a larger opt-in run.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -43,14 +44,27 @@ FIFO_MESSAGES = int(os.environ.get("RIP5_E2E_CONNECTOR_MESSAGES", "200"))
 (``RIP5_E2E_CONNECTOR_MESSAGES=100000 pytest tests/e2e/test_connector_clusters.py``)."""
 Stub = service_pb2_grpc.MessagingServiceStub
 
-EAST_TOPICS = {"Orders": (2, NORMAL), "Late": (1, NORMAL), "Fifo": (2, FIFO), "Added": (1, NORMAL)}
+EAST_TOPICS = {
+    "Orders": (2, NORMAL),
+    "Late": (1, NORMAL),
+    "Fifo": (2, FIFO),
+    "Added": (1, NORMAL),
+    "Made": (2, FIFO),
+}
 WEST_TOPICS = {
     "OrdersCopy": (3, NORMAL),
     "Late": (1, NORMAL),
     "Fifo": (3, FIFO),
     "Added": (1, NORMAL),
 }
-GROUPS = ("connector-orders", "connector-late", "connector-fifo", "connector-added", "moving")
+GROUPS = (
+    "connector-orders",
+    "connector-late",
+    "connector-fifo",
+    "connector-added",
+    "connector-made",
+    "moving",
+)
 
 
 def _rules(east: LocalCluster, west: LocalCluster, *, added: bool = False) -> str:
@@ -437,6 +451,53 @@ def test_sighup_adds_a_rule_without_disturbing_the_others(
     _until("the kept rule's copies", lambda: _ids(_copies(west, "Late", 1))[-2:] == late)
     assert connector.process.alive
     assert connector.process.popen.pid == pid
+
+
+def test_a_rule_with_create_makes_its_missing_target_topic(
+    clusters: tuple[LocalCluster, LocalCluster], stubs: tuple[Stub, Stub]
+) -> None:
+    """``create = true``: the target topic is missing, so the connector creates it
+    through the target's nameservers, with the source's queue count and type (FIFO)."""
+    east_cluster, west_cluster = clusters
+    east, west = stubs
+    root = east_cluster.root.parent / "made"
+    root.mkdir()
+    rules_path = root / "rules.toml"
+    rules_path.write_text(
+        f"""
+[clusters.east]
+endpoints = ["127.0.0.1:{east_cluster.broker_port(1)}"]
+[clusters.west]
+endpoints = ["127.0.0.1:{west_cluster.broker_port(1)}"]
+nameservers = {json.dumps(west_cluster.nameserver_addresses)}
+
+[[rules]]
+name = "made"
+from = "east"
+to = "west"
+topic = "Made"
+target_topic = "MadeCopy"
+start = "earliest"
+create = true
+"""
+    )
+    sent = _send(east, "Made", [("", 3)], group="made-group")
+    process = Connector(root, rules_path)
+    process.start()  # ready once its rules are prepared: the target topic exists
+    try:
+        route = west.QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name="MadeCopy")), metadata=META, timeout=20
+        )
+        assert route.status.code == pb.OK, route.status
+        assert sorted({q.id for q in route.message_queues}) == [0, 1]
+        assert {t for q in route.message_queues for t in q.accept_message_types} == {pb.FIFO}
+        _until(
+            "the copies in the created topic", lambda: len(_ids(_copies(west, "MadeCopy", 2))) >= 3
+        )
+        assert sorted(_ids(_copies(west, "MadeCopy", 2))) == sorted(sent)
+    finally:
+        assert process.process is not None
+        assert process.process.stop() == 0, (root / "connector.log").read_text()[-3000:]
 
 
 def test_translate_gives_target_offsets_where_a_moved_group_resumes_without_a_gap(

@@ -177,11 +177,13 @@ class Moves:
                 assert got == ids, f"{topic}/{queue_id} on node {node_id}"
 
 
-@pytest.fixture
-async def moves(tmp_path: Path) -> AsyncIterator[Moves]:
-    async with _nameserver(tmp_path) as nameserver:
+@contextlib.asynccontextmanager
+async def four_node_cluster(root: Path, started: tuple[int, ...]) -> AsyncIterator[Moves]:
+    """A nameserver and room for storage nodes 1-4 under ``root``; the ``started``
+    ones run (the others can be started later)."""
+    async with _nameserver(root) as nameserver:
         storage = LocalStorageCluster(
-            tmp_path,
+            root,
             nodes=4,
             groups=GROUPS,
             nameserver=nameserver,
@@ -190,11 +192,17 @@ async def moves(tmp_path: Path) -> AsyncIterator[Moves]:
         )
         client = NameserverClient([nameserver])
         try:
-            await asyncio.gather(*(storage.start_node(n) for n in (1, 2, 3)))
+            await asyncio.gather(*(storage.start_node(n) for n in started))
             yield Moves(client, storage)
         finally:
             await storage.stop()
             await client.close()
+
+
+@pytest.fixture
+async def moves(tmp_path: Path) -> AsyncIterator[Moves]:
+    async with four_node_cluster(tmp_path, (1, 2, 3)) as cluster:
+        yield cluster
 
 
 async def test_a_joining_node_takes_its_share_and_a_dead_one_is_evacuated(moves: Moves) -> None:

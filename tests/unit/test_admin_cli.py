@@ -88,3 +88,14 @@ def test_a_bad_type_is_a_usage_error_naming_the_allowed_ones(
     for kind in MessageType:
         assert repr(kind.name.lower()) in result.output
     assert nameserver.requests == []
+
+
+def test_the_storage_table_shows_down_degraded_and_healthy_nodes() -> None:
+    nodes = [
+        api.StorageNodeInfo(1, "c1", "h:1", True, 5),
+        api.StorageNodeInfo(2, "c1", "h:2", True, 5, degraded=True, fsync_p99_us=250_000),
+        api.StorageNodeInfo(3, "c1", "h:3", False, 5, draining=True),
+    ]
+    table = admin.storage_nodes_table(nodes)
+    health = next(c for c in table.columns if c.header == "health")
+    assert list(health.cells) == ["up", "up, DEGRADED", "DOWN, DRAINING"]

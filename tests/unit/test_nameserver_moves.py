@@ -8,7 +8,7 @@ import pytest
 
 from nameserver import commands as c
 from nameserver.balancer import plan_placement
-from nameserver.errors import BadRequest
+from nameserver.errors import BadRequest, NotFound
 from nameserver.moves import Membership, plan_moves
 from nameserver.placement import LoadBalancedPlacement
 from nameserver.records import NO_NODE
@@ -219,3 +219,38 @@ def test_set_replicas_refuses_moves_outside_the_replicas() -> None:
     group = model.state.raft_group(1)
     assert group.joining == ()
     assert group.leader != NO_NODE
+
+
+def test_a_draining_node_is_emptied_while_alive_then_removed_and_gets_nothing_back() -> None:
+    model = Model(nodes=4)
+    model.run()
+    assert model.state.groups_of_node(4) != ()
+    drained = model.state.apply(c.DrainStorageNode(4)).value
+    assert drained is not None
+    assert model.state.storage_node(4).draining
+    first = model.plan(moves_max=3)
+    assert first is not None
+    assert len(first.assignments) == 3  # bounded
+    assert all(a.leaving == (4,) and 4 not in a.joining for a in first.assignments)
+    model.state.apply(first)
+    model.converge()
+    model.run(moves_max=3)
+    assert model.most_moving <= 3
+    model.check_settled({1, 2, 3})
+    assert model.state.groups_of_node(4) == ()
+    assert model.plan() is None  # still draining: the rebalance leaves it empty
+    with pytest.raises(NotFound, match="storage node 9 is not registered"):
+        model.state.apply(c.DrainStorageNode(9))
+    model.state.apply(c.RemoveStorageNode(4))
+    assert 4 not in {n.node_id for n in model.state.storage_nodes()}
+
+
+def test_stopping_a_drain_lets_the_rebalance_give_the_node_its_share_again() -> None:
+    model = Model(nodes=4)
+    model.run()
+    model.state.apply(c.DrainStorageNode(4))
+    model.run()
+    assert model.state.groups_of_node(4) == ()
+    model.state.apply(c.DrainStorageNode(4, draining=False))
+    model.run()
+    model.check_settled({1, 2, 3, 4})

@@ -17,9 +17,11 @@ from connector.plan import (
     plan_reload,
     resend_unsafe,
     target_queue,
+    target_type,
     translate,
 )
 from protocol.routing import group_queue_index
+from protocol.vocabulary import MessageType
 
 GOOD = """\
 [clusters.east]
@@ -71,7 +73,21 @@ def test_the_issue_example_parses_with_its_defaults() -> None:
             'topic = "Audit"\ncreate = true\n',
             20,
             "rules[1] (audit).create",
-            "not supported",
+            "needs the nameservers of cluster 'east'",
+        ),
+        (
+            'topic = "Audit"\n',
+            'topic = "Audit"\ncreate = "yes"\n',
+            20,
+            "rules[1] (audit).create",
+            "must be true or false",
+        ),
+        (
+            '"127.0.0.1:8081"]',
+            '"127.0.0.1:8081"]\nnameservers = ["ns"]',
+            3,
+            "clusters.east.nameservers",
+            "'ns' is not host:port",
         ),
     ],
 )
@@ -180,3 +196,24 @@ def test_a_resend_is_unsafe_only_for_an_unfinished_batch_older_than_the_safe_spa
     assert not resend_unsafe(pending, 64, 10**12, RESEND_SAFE_MS)  # that batch was committed
     assert not resend_unsafe(None, 32, 10**12, RESEND_SAFE_MS)
     assert RESEND_SAFE_MS == 90_000  # 2 minutes of dedup window less 30 s of clock skew
+
+
+def test_create_takes_the_target_clusters_nameservers() -> None:
+    text = GOOD.replace(
+        '"127.0.0.1:8081"]',
+        '"127.0.0.1:8081"]\nnameservers = ["127.0.0.1:9876"]\nstorage_cluster = "east-store"',
+        1,
+    ).replace('topic = "Audit"\n', 'topic = "Audit"\ncreate = true\n')
+    rules = parse_rules(text, "rules.toml")
+    east = rules.clusters["east"]
+    assert (east.nameservers, east.storage_cluster) == (("127.0.0.1:9876",), "east-store")
+    assert rules.clusters["west"].nameservers == ()
+    assert rules.clusters["west"].storage_cluster == "DefaultCluster"
+    assert (rules.rule("audit").create, rules.rule("orders").create) == (True, False)
+
+
+def test_a_created_target_topic_takes_the_sources_kind_of_messages() -> None:
+    assert target_type(frozenset({MessageType.FIFO})) is MessageType.FIFO
+    assert target_type(frozenset({MessageType.DELAY, MessageType.NORMAL})) is MessageType.DELAY
+    assert target_type(frozenset({MessageType.TRANSACTION})) is MessageType.NORMAL
+    assert target_type(frozenset()) is MessageType.NORMAL

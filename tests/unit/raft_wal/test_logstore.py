@@ -384,3 +384,17 @@ def test_a_flush_of_many_chunks_and_short_writes_keep_every_byte(
     again = open_store(tmp_path, segment_bytes=1 << 20)
     assert all_entries(again, 1) == written
     again.close()
+
+
+def test_the_sync_observer_hears_each_sync_with_something_to_sync(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    heard: list[int] = []
+    store.sync_observer = heard.append
+    store.sync()  # nothing flushed: nothing synced, nothing heard
+    assert heard == []
+    store.io_hook = lambda operation: None
+    store.append(7, entries(1, 1, 3))
+    store.commit()
+    assert len(heard) == 1
+    assert heard[0] > 0
+    store.close()

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from storage_node.reporting import LeaderReporter, LeaderView, rate_per_s
+from storage_node.reporting import (
+    LeaderReporter,
+    LeaderView,
+    group_rates_per_s,
+    percentile_us,
+    rate_per_s,
+)
 
 
 def _groups(batch: object) -> dict[int, tuple[int, int]]:
@@ -75,3 +81,18 @@ def test_bad_intervals_are_refused() -> None:
 )
 def test_rate_per_s(before: tuple[int, int], now: tuple[int, int], expected: int) -> None:
     assert rate_per_s(before[0], before[1], now[0], now[1]) == expected
+
+
+def test_group_rates_leave_out_idle_groups_and_count_new_ones_from_zero() -> None:
+    rates = group_rates_per_s({1: 100, 2: 50}, 0, {1: 300, 2: 50, 3: 20}, 2000)
+    assert rates == {1: 100, 3: 10}
+
+
+def test_percentile_us_is_the_nearest_rank_in_microseconds() -> None:
+    durations_ns = [1_000_000 * n for n in range(1, 101)]  # 1..100 ms
+    assert percentile_us(durations_ns) == 99_000
+    assert percentile_us(durations_ns, 0.5) == 50_000
+    assert percentile_us([7_500]) == 7
+    assert percentile_us([]) == 0
+    with pytest.raises(ValueError, match="fraction"):
+        percentile_us([1], 0.0)

@@ -1,0 +1,163 @@
+"""``rip5 admin node``: take a storage node out of a cluster (drain, then remove).
+
+- ``node drain N`` records node N as draining (replicated: a nameserver
+  failover carries on with it). The nameserver leader's sweeps then move
+  every replica off it, at most ``--moves-max`` groups at a time (the
+  nameserver's option), each as a raft membership change: the new replica
+  joins as a learner, is caught up by snapshot and log, is promoted, and
+  only then is N's replica removed (N hands leadership away first when it
+  leads). N gets no new replica and no leadership while draining. The
+  command shows the progress until N hosts nothing (``--no-wait``: return
+  at once).
+- ``node undrain N`` stops a drain; the rebalance gives N its share again.
+- ``node remove N`` forgets a node that is down and hosts nothing: drain it,
+  stop its process, then remove it (a live node would register again with
+  its next heartbeat, so that is refused).
+
+SHELL (the nameserver over Angelia; a clock for the progress display).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import click
+import uvloop
+
+from angelia_rpc import AngeliaError
+from angelia_rpc.nameserver_client import NameserverClient
+from protocol import nameserver_api as api
+from rip5.admin import (
+    CALL_TIMEOUT_MS,
+    DEFAULT_CLUSTER,
+    EXIT_REFUSED,
+    fail,
+    nameserver_option,
+    parse_nameservers,
+    run,
+)
+
+POLL_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DrainProgress:
+    """Where a drain stands, from one cluster status."""
+
+    node_id: int
+    replicas: int  # groups N is still a replica of (a move away under way counts)
+    moving: int  # of those, groups with a move under way
+    leaders: int  # groups N leads, as the state records them
+    hosted: int  # replicas N itself reports hosting (its last heartbeat)
+    alive: bool
+
+    @property
+    def done(self) -> bool:
+        """N is a replica of nothing, and (if alive) reports hosting nothing."""
+        return self.replicas == 0 and (self.hosted == 0 or not self.alive)
+
+    def line(self) -> str:
+        """One line for the operator."""
+        return (
+            f"node {self.node_id}: {self.replicas} replicas left ({self.moving} moving), "
+            f"leads {self.leaders}, hosts {self.hosted}"
+            + ("" if self.alive else ", down")
+            + (": drained" if self.done else "")
+        )
+
+
+def drain_progress(status: api.ClusterStatusResponse, node_id: int) -> DrainProgress:
+    """The progress of draining ``node_id``; ValueError if the status has no such node."""
+    node = next((n for n in status.storage_nodes if n.node_id == node_id), None)
+    if node is None:
+        raise ValueError(f"storage node {node_id} is not registered")
+    groups = [g for g in status.groups if node_id in g.replicas]
+    return DrainProgress(
+        node_id,
+        replicas=len(groups),
+        moving=sum(1 for g in groups if g.joining or g.leaving),
+        leaders=sum(1 for g in status.groups if g.leader == node_id),
+        hosted=node.groups,
+        alive=node.alive,
+    )
+
+
+@click.group()
+def node() -> None:
+    """drain | undrain | remove a storage node."""
+
+
+@node.command("drain")
+@click.argument("node_id", type=click.IntRange(min=1))
+@nameserver_option
+@click.option("--cluster", "cluster", default=DEFAULT_CLUSTER, show_default=True)
+@click.option("--wait/--no-wait", default=True, show_default=True, help="show progress until done")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=3600, show_default=True)
+def drain(node_id: int, nameserver: str, cluster: str, wait: bool, timeout_s: float) -> None:
+    """Move every replica and leadership off storage node NODE_ID."""
+    request = api.StorageNodeRequest(node_id, draining=True)
+    run(nameserver, lambda ns: ns.drain_storage_node(request, timeout_ms=CALL_TIMEOUT_MS))
+    click.echo(f"node {node_id}: draining")
+    if not wait:
+        return
+    progress = uvloop.run(_follow(parse_nameservers(nameserver), cluster, node_id, timeout_s))
+    if not progress.done:
+        fail(f"{progress.line()}; not drained after {timeout_s:g} s", EXIT_REFUSED)
+
+
+@node.command("undrain")
+@click.argument("node_id", type=click.IntRange(min=1))
+@nameserver_option
+def undrain(node_id: int, nameserver: str) -> None:
+    """Stop draining NODE_ID: it takes its share of replicas again."""
+    request = api.StorageNodeRequest(node_id, draining=False)
+    run(nameserver, lambda ns: ns.drain_storage_node(request, timeout_ms=CALL_TIMEOUT_MS))
+    click.echo(f"node {node_id}: no longer draining")
+
+
+@node.command("remove")
+@click.argument("node_id", type=click.IntRange(min=1))
+@nameserver_option
+def remove(node_id: int, nameserver: str) -> None:
+    """Forget NODE_ID, once it is drained and stopped."""
+    request = api.StorageNodeRequest(node_id)
+    run(nameserver, lambda ns: ns.remove_storage_node(request, timeout_ms=CALL_TIMEOUT_MS))
+    click.echo(f"node {node_id}: removed")
+
+
+async def _follow(
+    addresses: list[str], cluster: str, node_id: int, timeout_s: float
+) -> DrainProgress:
+    """Print the drain's progress whenever it changes, until done or ``timeout_s``;
+    the last progress seen. A nameserver briefly unreachable (an election) is waited
+    out."""
+    client = NameserverClient(addresses)
+    request = api.NameRequest(cluster)
+    deadline = time.monotonic() + timeout_s
+    shown = ""
+    progress: DrainProgress | None = None
+    try:
+        while True:
+            try:
+                status = await client.call(
+                    lambda ns: ns.cluster_status(request, timeout_ms=CALL_TIMEOUT_MS)
+                )
+                progress = drain_progress(status, node_id)
+            except AngeliaError as exc:
+                click.echo(f"(nameserver: {exc.message}; retrying)", err=True)
+            except ValueError as exc:
+                fail(str(exc), EXIT_REFUSED)
+            if progress is not None:
+                line = progress.line()
+                if line != shown:
+                    click.echo(line)
+                    shown = line
+                if progress.done or time.monotonic() >= deadline:
+                    return progress
+            elif time.monotonic() >= deadline:
+                fail(f"no answer from the nameserver in {timeout_s:g} s", EXIT_REFUSED)
+            await asyncio.sleep(POLL_INTERVAL_S)
+    finally:
+        await client.close()

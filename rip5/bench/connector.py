@@ -1,0 +1,344 @@
+"""``rip5 bench connector``: replication msgs/s between two clusters on one machine,
+and the replication delay at half that rate, beside one cluster's publish rate
+measured in the same sitting.
+
+Setup: two ``rip5 dev`` clusters on free ports ("east" and "west", each 1
+nameserver, 3 storage nodes with fsync on, 1 broker), topic ``bench-connector``
+(``queues`` queues, NORMAL) on both and the rule's checkpoint group on east, and a
+``rip5 connector`` process with one rule east -> west (``start = "earliest"``).
+Each run:
+
+1. **publish** (the yardstick): east alone, as ``rip5 bench e2e`` publishes
+   (``in_flight`` SendMessage calls of ``batch`` messages of ``message_bytes``):
+   msgs/s over ``seconds`` after ``warmup``; what it stores is the backlog;
+2. **replication**: the connector copies the backlog (on the first run it starts
+   now; later runs find it caught up and idle): msgs/s from its first copy of the
+   run to the last, read from its ``rip5_connector_replicated_messages_total``
+   every 100 ms;
+3. **delay at half rate**: east gets messages at half the replication rate (sends
+   of ``batch`` on a fixed schedule) for ``seconds`` after ``warmup``, while the
+   connector copies them; p50/p99 of ``rip5_connector_delay_milliseconds`` (now
+   minus the source store time of the last message copied) read every 100 ms
+   whenever the copied count moved since the last read.
+
+Targets (issue [Connector]): replication >= 50% of the publish rate; delay p99
+<= 1 s at half load. Figures are indicative on a shared machine: both clusters,
+the connector and the load generator share its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import uvloop
+
+from angelia_rpc.ports import free_port
+from loadtest.client import CallFailed, SendRequests, build_message, check_send
+from rip5 import dev_cluster, shell, stats
+from rip5.admin import MESSAGE_TYPES
+from rip5.bench import harness, publish_load
+from rip5.bench.e2e import Generator, PhaseResult
+
+TOPIC = "bench-connector"
+QUEUES = 8
+RULE = "bench"
+GROUP = "connector-bench"
+SAMPLE_S = 0.1
+CONNECTOR_READY_S = 60.0
+COPY_TIMEOUT_S = 300.0
+PUBLISH_CASE = "publish (one cluster)"
+REPLICATION_CASE = "replication"
+DELAY_CASE = "delay at half rate"
+
+
+def _rules(east: str, west: str, topic: str) -> str:
+    return f"""
+[clusters.east]
+endpoints = ["{east}"]
+[clusters.west]
+endpoints = ["{west}"]
+
+[[rules]]
+name = "{RULE}"
+from = "east"
+to = "west"
+topic = "{topic}"
+start = "earliest"
+group = "{GROUP}"
+"""
+
+
+class ConnectorProcess:
+    """A ``rip5 connector`` child process and its metrics."""
+
+    def __init__(self, root: Path, rules: str) -> None:
+        rules_path = root / "rules.toml"
+        rules_path.write_text(rules)
+        self.port = free_port()
+        self.log = (root / "connector.log").open("w")
+        argv = [
+            sys.executable, "-m", "rip5", "connector", "--rules", str(rules_path),
+            "--data-dir", str(root / "connector"),
+            "--metrics-listen", f"127.0.0.1:{self.port}", "--log-level", "warning",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """The rule's metrics by name (empty until the connector serves them)."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        try:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError:
+            return {}
+        values = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition(f'{{rule="{RULE}"}} ')
+            if rest and not line.startswith("#"):
+                values[name] = float(rest)
+        return values
+
+    def wait_ready(self) -> None:
+        """Until the connector serves its rule's metrics (it prepared the rule)."""
+        deadline = time.monotonic() + CONNECTOR_READY_S
+        while "rip5_connector_replicated_messages_total" not in self.metrics():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the connector did not start (exit {self.process.poll()}): see its log"
+                )
+            time.sleep(SAMPLE_S)
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM, then SIGKILL after 30 s)."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+async def _replication(connector: ConnectorProcess, copied_before: float, backlog: int) -> float:
+    """msgs/s of copying ``backlog`` messages past ``copied_before`` copies, from the
+    first copy seen to the last."""
+    deadline = time.monotonic() + COPY_TIMEOUT_S
+    first: tuple[float, float] | None = None
+    while True:
+        copied = (await asyncio.to_thread(connector.metrics)).get(
+            "rip5_connector_replicated_messages_total", 0.0
+        )
+        now = time.perf_counter()
+        if first is None and copied > copied_before:
+            first = (now, copied)
+        if copied >= copied_before + backlog and first is not None:
+            elapsed = now - first[0]
+            return (copied - first[1]) / elapsed if elapsed > 0 else 0.0
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the connector copied {copied - copied_before:.0f} of {backlog} messages "
+                f"in {COPY_TIMEOUT_S:.0f} s"
+            )
+        await asyncio.sleep(SAMPLE_S)
+
+
+async def _paced_delay(
+    generator: Generator,
+    connector: ConnectorProcess,
+    *,
+    rate: float,
+    batch: int,
+    body: bytes,
+    seconds: float,
+    warmup_s: float,
+) -> PhaseResult:
+    """Sends at ``rate`` msgs/s (``batch`` a call, on a fixed schedule) for ``warmup_s``
+    + ``seconds``; the delay samples of the measured part (see the module docstring),
+    with the rate achieved."""
+    clock = time.perf_counter
+    interval_s = batch / rate
+    start = clock()
+    measure_from = start + warmup_s
+    end = measure_from + seconds
+    slots = iter(range(10**12))
+    sent = 0
+    error_names: dict[str, int] = {}
+
+    async def sender(index: int) -> None:
+        nonlocal sent
+        stub = generator.stubs[index % len(generator.stubs)]
+        requests = SendRequests(
+            [build_message(generator.topic, body, generator.born_host) for _ in range(batch)]
+        )
+        while (due := start + next(slots) * interval_s) < end:
+            await asyncio.sleep(max(0.0, due - clock()))
+            try:
+                check_send(
+                    await stub.SendMessage(
+                        requests.next(), timeout=30, metadata=generator.metadata
+                    ),
+                    batch,
+                )
+            except CallFailed as error:
+                name = type(error).__name__
+                error_names[name] = error_names.get(name, 0) + 1
+                continue
+            if due >= measure_from:
+                sent += batch
+
+    async def sampler() -> list[float]:
+        samples: list[float] = []
+        last_copied = -1.0
+        while clock() < end:
+            values = await asyncio.to_thread(connector.metrics)
+            copied = values.get("rip5_connector_replicated_messages_total", 0.0)
+            if clock() >= measure_from and copied != last_copied and last_copied >= 0:
+                samples.append(values.get("rip5_connector_delay_milliseconds", 0.0))
+            last_copied = copied
+            await asyncio.sleep(SAMPLE_S)
+        return samples
+
+    # Enough senders that the schedule holds while calls take up to a few hundred ms.
+    senders = max(1, min(64, int(rate / batch) + 1))
+    sampling = asyncio.create_task(sampler())
+    await asyncio.gather(*(sender(i) for i in range(senders)))
+    samples = await sampling
+    return PhaseResult(
+        sent / seconds,
+        stats.percentile(samples, 0.5),
+        stats.percentile(samples, 0.99),
+        len(samples),
+        sum(error_names.values()),
+        error_names,
+    )
+
+
+async def _runs(
+    args: argparse.Namespace,
+    report: harness.BenchReport,
+    east: str,
+    connector: ConnectorProcess,
+    server_pids: Callable[[], list[int]],
+) -> None:
+    generator = Generator(east, args.channels, args.topic, GROUP, "lean")
+    meter = harness.CpuMeter(server_pids)
+    body = os.urandom(args.message_bytes)
+    try:
+        for run in range(args.runs):
+            report.stage(f"run {run + 1}: publish (one cluster)")
+            copied_before = connector.metrics().get("rip5_connector_replicated_messages_total", 0)
+            meter.start()
+            publish, stored = await generator.publish(
+                in_flight=args.in_flight,
+                batch=args.batch,
+                body=body,
+                seconds=args.seconds,
+                warmup_s=args.warmup,
+            )
+            report.record(PUBLISH_CASE, publish.values(), meter.stop())
+            report.say(
+                f"  run {run + 1}: publish {publish.msgs_per_s:,.0f} msgs/s "
+                f"p99 {publish.p99_ms:.1f} ms ({stored:,} messages)"
+            )
+            report.stage(f"run {run + 1}: replication")
+            meter.start()
+            rate = await _replication(connector, copied_before, stored)
+            report.record(REPLICATION_CASE, {"msgs_per_s": rate}, meter.stop())
+            report.say(f"  run {run + 1}: replication {rate:,.0f} msgs/s ({stored:,} messages)")
+            report.stage(f"run {run + 1}: delay at half rate")
+            meter.start()
+            delay = await _paced_delay(
+                generator,
+                connector,
+                rate=max(1.0, rate / 2),
+                batch=args.batch,
+                body=body,
+                seconds=args.seconds,
+                warmup_s=args.warmup,
+            )
+            report.record(DELAY_CASE, delay.values(), meter.stop())
+            report.say(
+                f"  run {run + 1}: at {delay.msgs_per_s:,.0f} msgs/s the delay is p50 "
+                f"{delay.p50_ms:.0f} ms p99 {delay.p99_ms:.0f} ms ({delay.calls} samples; "
+                f"errors {delay.error_names or 0})"
+            )
+    finally:
+        await generator.close()
+
+
+def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="rip5-bench-connector-") as root_name,
+        ExitStack() as stack,
+    ):
+        root = Path(root_name)
+        report.stage("starting the two dev clusters")
+        east = stack.enter_context(dev_cluster.dev_cluster(root / "east.log"))
+        west = stack.enter_context(dev_cluster.dev_cluster(root / "west.log"))
+        topics = [(args.topic, args.queues, MESSAGE_TYPES["normal"])]
+        dev_cluster.ensure_resources(east.nameserver, topics, [GROUP])
+        dev_cluster.ensure_resources(west.nameserver, topics, [])
+        report.say(f"  east: broker {east.endpoint}; west: broker {west.endpoint}")
+        report.stage("waiting for the brokers to store a message")
+        dev_cluster.wait_until_serving(east.endpoint, [(args.topic, False)])
+        dev_cluster.wait_until_serving(west.endpoint, [(args.topic, False)])
+        connector = ConnectorProcess(root, _rules(east.endpoint, west.endpoint, args.topic))
+        stack.callback(connector.stop)
+        connector.wait_ready()
+
+        def servers() -> list[int]:
+            return [*east.server_pids(), *west.server_pids(), connector.process.pid]
+
+        shell.tune_gc()
+        uvloop.run(_runs(args, report, east.endpoint, connector, servers))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options and run the benchmark."""
+    parser = publish_load.parser_of(
+        "connector", description=__doc__, runs=1, topic=TOPIC, queues=QUEUES
+    )
+    args, report = publish_load.report_of("connector", parser, argv)
+    report.note(
+        "two dev clusters (each 1 nameserver, 3 storage nodes with fsync on, 1 broker) and "
+        f"the connector on one machine; {args.message_bytes} B messages, {args.batch} per "
+        f"SendMessage; server CPU: both clusters and the connector"
+    )
+    try:
+        with report.progress(args.runs * 3):
+            _measure(args, report)
+    except (dev_cluster.ClusterError, RuntimeError) as exc:
+        print(f"rip5 bench connector: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 1)
+    cases = report.cases
+
+    def median(case: str, key: str) -> float:
+        return harness.summarize([r[key] for r in cases[case].runs])["median"]
+
+    publish = median(PUBLISH_CASE, "msgs_per_s")
+    if publish > 0:
+        report.note(
+            f"replication / one cluster's publish = "
+            f"{median(REPLICATION_CASE, 'msgs_per_s') / publish:.2f} (target >= 0.50); "
+            f"delay p99 at half rate {median(DELAY_CASE, 'p99_ms'):.0f} ms (target <= 1000)"
+        )
+    report.finish()
+    failed = sum(run.get("errors", 0) for case in cases.values() for run in case.runs)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
