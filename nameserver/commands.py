@@ -107,6 +107,9 @@ class CreateTopic:
     message_type: MessageType = MessageType.NORMAL
     retention_ms: int = RETENTION_MS_DEFAULT
     permission: Permission = Permission.READ_WRITE
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +123,14 @@ class UpdateTopic:
     message_type: MessageType | None = None
     retention_ms: int | None = None
     permission: Permission | None = None
+    retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteTopic:
-    """Delete a topic (its messages age out of the groups by retention)."""
+    """Delete a topic (the storage groups' leaders then drop its data: partition DropTopic)."""
 
     op: ClassVar[OpCode] = OpCode.DELETE_TOPIC
     name: str

@@ -268,6 +268,9 @@ class NameserverImpl:
                 _enum(MessageType, request.message_type, "message_type"),
                 request.retention_ms or r.RETENTION_MS_DEFAULT,
                 _enum(Permission, request.permission, "permission"),
+                request.retention_bytes,
+                request.local_retention_ms,
+                request.local_retention_bytes,
             )
         )
         assert isinstance(applied.value, r.Topic)
@@ -288,6 +291,9 @@ class NameserverImpl:
                 None
                 if request.permission is None
                 else _enum(Permission, request.permission, "permission"),
+                request.retention_bytes,
+                request.local_retention_ms,
+                request.local_retention_bytes,
             )
         )
         assert isinstance(applied.value, r.Topic)

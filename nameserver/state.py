@@ -300,6 +300,9 @@ class MetadataState(MetadataQueries):
             command.message_type,
             command.retention_ms,
             command.permission,
+            command.retention_bytes,
+            command.local_retention_ms,
+            command.local_retention_bytes,
         )
         check_topic(topic)
         if command.name in self._topics:
@@ -316,6 +319,9 @@ class MetadataState(MetadataQueries):
             message_type=_or(command.message_type, known.message_type),
             retention_ms=_or(command.retention_ms, known.retention_ms),
             permission=_or(command.permission, known.permission),
+            retention_bytes=_or(command.retention_bytes, known.retention_bytes),
+            local_retention_ms=_or(command.local_retention_ms, known.local_retention_ms),
+            local_retention_bytes=_or(command.local_retention_bytes, known.local_retention_bytes),
         )
         check_topic(topic)
         if topic.queue_count != known.queue_count and routing.is_dead_letter_topic(topic.name):

@@ -59,6 +59,9 @@ class TopicInfo:
     message_type: int
     retention_ms: int
     permission: int
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +226,8 @@ class ClusterResponse:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequest:
-    """Create a topic. ``retention_ms`` 0 means the default (three days)."""
+    """Create a topic. ``retention_ms`` 0 means the default (three days); the other
+    retention limits 0 mean none (see ``TopicInfo``)."""
 
     name: str
     cluster: str
@@ -231,6 +235,9 @@ class CreateTopicRequest:
     message_type: int = MESSAGE_TYPE_NORMAL
     retention_ms: int = 0
     permission: int = PERMISSION_READ_WRITE
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +249,9 @@ class UpdateTopicRequest:
     message_type: int | None = None
     retention_ms: int | None = None
     permission: int | None = None
+    retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

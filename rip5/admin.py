@@ -31,6 +31,7 @@ from protocol import control_api as ctl
 from protocol import errors
 from protocol import nameserver_api as api
 from protocol.vocabulary import MessageType, Permission
+from rip5.admin_storage import ClusterAdmin
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -113,7 +114,7 @@ def _name_of(mapping: dict[str, int], number: int) -> str:
 def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
     """Topics as a table."""
     table = Table(title=title)
-    for column in ("name", "cluster", "queues", "type", "retention_ms", "perm"):
+    for column in ("name", "cluster", "queues", "type", "retention_ms", "perm", "limits"):
         table.add_column(column)
     for t in topics:
         table.add_row(
@@ -123,8 +124,45 @@ def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
             _name_of(MESSAGE_TYPES, t.message_type),
             str(t.retention_ms),
             _name_of(PERMISSIONS, t.permission),
+            _limits(t),
         )
     return table
+
+
+def _limits(topic: api.TopicInfo) -> str:
+    """The retention limits beside retention_ms that are set (0 is none)."""
+    limits = [
+        f"{what}={value}"
+        for what, value in (
+            ("retention_bytes", topic.retention_bytes),
+            ("local_retention_ms", topic.local_retention_ms),
+            ("local_retention_bytes", topic.local_retention_bytes),
+        )
+        if value
+    ]
+    return " ".join(limits) or "-"
+
+
+_RETENTION_LIMITS = (
+    ("--retention-bytes", "most bytes a queue keeps, the tier's too (0: no limit)"),
+    (
+        "--local-retention-ms",
+        "how long messages stay on the storage nodes' disks once in the tier "
+        "(0: as --retention-ms)",
+    ),
+    (
+        "--local-retention-bytes",
+        "most bytes a queue keeps on the storage nodes' disks once in the tier "
+        "(0: as --retention-bytes)",
+    ),
+)
+
+
+def retention_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The retention limits beside ``--retention-ms`` (0 means none)."""
+    for flag, help_text in reversed(_RETENTION_LIMITS):
+        command = click.option(flag, type=click.IntRange(0), default=None, help=help_text)(command)
+    return command
 
 
 def groups_table(groups: list[api.ConsumerGroupInfo], title: str = "consumer groups") -> Table:
@@ -174,6 +212,7 @@ def topic() -> None:
     help="what the topic carries, in any case (NORMAL, FIFO, DELAY, TRANSACTION)",
 )
 @click.option("--retention-ms", type=click.IntRange(1), default=None, help="default: 3 days")
+@retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default="rw", show_default=True)
 def topic_create(
     name: str,
@@ -182,12 +221,23 @@ def topic_create(
     queues: int,
     message_type: str,
     retention_ms: int | None,
+    retention_bytes: int | None,
+    local_retention_ms: int | None,
+    local_retention_bytes: int | None,
     perm: str,
 ) -> None:
     """Create topic NAME."""
     check_name(names.validate_topic, name)
     request = api.CreateTopicRequest(
-        name, cluster, queues, MESSAGE_TYPES[message_type], retention_ms or 0, PERMISSIONS[perm]
+        name,
+        cluster,
+        queues,
+        MESSAGE_TYPES[message_type],
+        retention_ms or 0,
+        PERMISSIONS[perm],
+        retention_bytes or 0,
+        local_retention_ms or 0,
+        local_retention_bytes or 0,
     )
     response = run(nameserver, lambda ns: ns.create_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"created (revision {response.revision})"))
@@ -205,6 +255,7 @@ def topic_create(
     help="what the topic carries, in any case (NORMAL, FIFO, DELAY, TRANSACTION)",
 )
 @click.option("--retention-ms", type=click.IntRange(1), default=None)
+@retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default=None)
 def topic_update(
     name: str,
@@ -212,6 +263,9 @@ def topic_update(
     queues: int | None,
     message_type: str | None,
     retention_ms: int | None,
+    retention_bytes: int | None,
+    local_retention_ms: int | None,
+    local_retention_bytes: int | None,
     perm: str | None,
 ) -> None:
     """Change topic NAME (only the options given)."""
@@ -222,6 +276,9 @@ def topic_update(
         None if message_type is None else MESSAGE_TYPES[message_type],
         retention_ms,
         None if perm is None else PERMISSIONS[perm],
+        retention_bytes,
+        local_retention_ms,
+        local_retention_bytes,
     )
     response = run(nameserver, lambda ns: ns.update_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"updated (revision {response.revision})"))
@@ -230,12 +287,35 @@ def topic_update(
 @topic.command("delete")
 @click.argument("name")
 @nameserver_option
-def topic_delete(name: str, nameserver: str) -> None:
-    """Delete topic NAME."""
+@cluster_option
+@click.option(
+    "--wait-ms",
+    type=click.IntRange(0),
+    default=60_000,
+    show_default=True,
+    help="wait at most this long until the storage groups dropped the topic's data "
+    "(0: do not wait)",
+)
+def topic_delete(name: str, nameserver: str, cluster: str, wait_ms: int) -> None:
+    """Delete topic NAME: its metadata at once; the leaders of the storage groups then drop
+    its messages, offsets and consumer state in their next retention round (``rip5 storage
+    --retention-check-ms``), which this waits for. A topic created again with the same name
+    after that starts empty (one created again sooner keeps the old messages)."""
     check_name(names.validate_topic, name)
-    request = api.NameRequest(name)
-    response = run(nameserver, lambda ns: ns.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS))
-    click.echo(f"deleted topic {name} (revision {response.revision})")
+    addresses = parse_nameservers(nameserver)
+    try:
+        revision, dropped = uvloop.run(
+            ClusterAdmin.using(addresses, cluster, lambda a: a.delete_topic(name, wait_ms))
+        )
+    except AngeliaError as exc:
+        if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
+            fail(f"cannot reach the cluster: {exc.message}", EXIT_REFUSED)
+        fail(f"the cluster refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+    click.echo(f"deleted topic {name} (revision {revision})")
+    if wait_ms and not dropped:
+        fail(f"topic {name}'s data was not seen dropped within {wait_ms} ms", EXIT_REFUSED)
+    if dropped:
+        click.echo("its data is dropped from every queue it had")
 
 
 @topic.command("list")

@@ -27,6 +27,7 @@ from rip5 import (
     admin_consumers,
     admin_nameserver,
     admin_nodes,
+    admin_tier,
     connector_commands,
 )
 from rip5 import admin as admin_commands
@@ -311,6 +312,12 @@ for _role in ROLES.values():
     show_default=True,
     help="log level of every process",
 )
+@click.option(
+    "--tier-url",
+    default="",
+    help="fsspec URL of a tier for every storage node (file:///path, s3://bucket/prefix; "
+    "credentials from the environment); empty: no tier",
+)
 def dev(
     data_dir: Path | None,
     brokers: int,
@@ -327,6 +334,7 @@ def dev(
     dashboard_port: int,
     auto_create: bool,
     log_level: str,
+    tier_url: str,
 ) -> None:
     """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
     temp = data_dir is None
@@ -347,6 +355,7 @@ def dev(
         dashboard_port=dashboard_port,
         metrics=metrics,
         replication=replication,
+        tier_url=tier_url,
     )
     specs = plan(layout)
 
@@ -394,6 +403,7 @@ admin.add_command(admin_nameserver.nameserver)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_tier.tier)
 admin.add_command(admin_nodes.node)
 
 

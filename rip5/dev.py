@@ -58,6 +58,7 @@ class DevLayout:
     # ports counting up from broker_port.
     remoting_port: int = 8080
     replication: str = "raft"  # or "controller" (RIP-44): nameservers and storage nodes
+    tier_url: str = ""  # every storage node's --tier-url; empty: no tier
 
 
 REPLICATION_FACTOR_MAX = 3
@@ -123,6 +124,7 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                         if layout.replication == "raft"
                         else ("--replication", layout.replication)
                     ),
+                    *(("--tier-url", layout.tier_url) if layout.tier_url else ()),
                 ),
             )
         )

@@ -112,6 +112,43 @@ class StorageConfig:
             "max": 3,
         },
     )
+    retention_check_ms: int = field(
+        default=10_000,
+        metadata={
+            "help": "how often the leader of each group applies its topics' retention "
+            "(retention_ms, retention_bytes) and drops the data of deleted topics "
+            "(topics read from the nameserver; without one, nothing is trimmed)",
+            "min": 100,
+            "max": 3_600_000,
+        },
+    )
+    tier_url: str = field(
+        default="",
+        metadata={
+            "help": "fsspec URL of the tier (file:///path, s3://bucket/prefix, gs://..., "
+            "hdfs://...): group leaders upload committed messages there and local data is "
+            "trimmed only once uploaded; credentials from the environment or the driver's "
+            "config files (S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL); "
+            "empty: no tier"
+        },
+    )
+    tier_batch_messages: int = field(
+        default=1000,
+        metadata={
+            "help": "pending messages of a queue that make a tier object at once",
+            "min": 1,
+            "max": 1_000_000,
+        },
+    )
+    tier_batch_wait_ms: int = field(
+        default=2000,
+        metadata={
+            "help": "the longest a committed message waits before its queue's pending "
+            "messages are uploaded (fewer than --tier-batch-messages)",
+            "min": 10,
+            "max": 3_600_000,
+        },
+    )
     metrics_listen: str = field(
         default="127.0.0.1:5559",
         metadata={

@@ -56,7 +56,7 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
 from raft.wal.logstore import LogStore
-from storage_node import fault_injection, housekeeping
+from storage_node import fault_injection, housekeeping, retention
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.controlled_node import ControlledNode
 from storage_node.controller_follower import ControllerFollower
@@ -81,6 +81,10 @@ from storage_node.service import (
 )
 from storage_node.store.base import BodyStore
 from storage_node.store.segment_files import WalBodyStore
+from storage_node.tier_plan import UploadPolicy
+from storage_node.tier_reads import TierReader
+from storage_node.tier_store import Tier
+from storage_node.tier_uploader import Uploader
 
 _log = logging.getLogger(__name__)
 
@@ -394,6 +398,38 @@ async def serve(
             await client.close()
 
 
+TIER_ROUND_MS = 200
+"""How often the uploader looks for pending uploads (the batch limits decide when one goes)."""
+
+
+async def _open_tier(config: StorageConfig) -> Tier | None:
+    """The tier of ``--tier-url`` (None without one); an unusable URL stops the node."""
+    if not config.tier_url:
+        return None
+    tier = await asyncio.to_thread(Tier, config.tier_url)
+    _log.info("tier on", extra={"tier": config.tier_url})
+    return tier
+
+
+def _topic_lister(client: NameserverClient, cluster: str) -> housekeeping.TopicLister:
+    """The cluster's topics and their limits, read from the nameserver leader."""
+
+    async def listed() -> dict[str, retention.TopicLimits]:
+        request = api.ListRequest(cluster)
+        response = await client.call(lambda ns: ns.list_topics(request, timeout_ms=CALL_TIMEOUT_MS))
+        return {
+            topic.name: retention.TopicLimits(
+                topic.retention_ms,
+                topic.retention_bytes,
+                topic.local_retention_ms,
+                topic.local_retention_bytes,
+            )
+            for topic in response.topics
+        }
+
+    return listed
+
+
 class WalFailed(Exception):
     """This node's WAL failed, so it stopped serving (see
     :func:`_serve_until_stopped_or_disk_failed`)."""
@@ -478,6 +514,18 @@ async def _serve_groups(
         tasks.append(
             asyncio.create_task(housekeeping.run_floor_keeper(node), name="truncate-floors")
         )
+        tier = await _open_tier(config)
+        if tier is not None:
+            node.tier_reader = TierReader(tier)
+            uploader = Uploader(
+                node,
+                tier,
+                UploadPolicy(
+                    batch_messages_min=config.tier_batch_messages,
+                    batch_wait_ms=config.tier_batch_wait_ms,
+                ),
+            )
+            tasks.append(asyncio.create_task(uploader.run(TIER_ROUND_MS), name="tier-uploads"))
         if client is not None:
 
             async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:
@@ -485,6 +533,17 @@ async def _serve_groups(
                     await groups.reconcile(response.groups)
                 groups.transfer_leaders(response.leader_transfers)
 
+            tasks.append(
+                asyncio.create_task(
+                    housekeeping.run_retention(
+                        node,
+                        _topic_lister(client, config.cluster),
+                        config.retention_check_ms,
+                        tier,
+                    ),
+                    name="retention",
+                )
+            )
             told = config.advertise or address  # what brokers and peers dial
             registration = Registration(client, node, config, told, data_dir, on_heartbeat)
             tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))

@@ -121,12 +121,14 @@ class LocalCluster:
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
         replication: str = "raft",
+        storage_flags: tuple[str, ...] = (),
     ) -> None:
         """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
         group on all of them)."""
         self.root = root
         self.replication = replication
         self.broker_flags = broker_flags
+        self.storage_flags = storage_flags
         self.groups = groups
         self.log_level = log_level
         self.auto_create = auto_create
@@ -201,6 +203,7 @@ class LocalCluster:
                 "--groups",
                 str(self.groups),
                 *(("--replication", self.replication) if self.replication != "raft" else ()),
+                *self.storage_flags,
             )
             process.start()
             self.storage[node] = process

@@ -119,3 +119,13 @@ def test_every_child_gets_a_metrics_port_and_the_dashboard_charts_the_brokers(
         "rip5 dev metrics: broker-1 http://127.0.0.1:5557/metrics"
     )
     assert all(spec.name != "dashboard" for spec in plan(DevLayout(tmp_path)))
+
+
+def test_a_tier_url_goes_to_every_storage_node_only(tmp_path: Path) -> None:
+    specs = plan(DevLayout(tmp_path, tier_url="file:///srv/tier"))
+    for spec in specs:
+        if spec.name.startswith("storage-"):
+            assert _flag(spec.argv, "--tier-url") == "file:///srv/tier"
+        else:
+            assert "--tier-url" not in spec.argv
+    assert all("--tier-url" not in spec.argv for spec in plan(DevLayout(tmp_path)))
