@@ -10,7 +10,8 @@ CONSTRAINTS := constraints.txt
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 # System tools as command:Debian-package pairs; `make system-deps` installs the
 # missing ones with apt-get when run as root, and otherwise stops naming them.
-SYSTEM_DEPS ?= openssl:openssl node:nodejs npm:npm prometheus:prometheus
+SYSTEM_DEPS ?= openssl:openssl node:nodejs npm:npm prometheus:prometheus chromium:chromium \
+	chromedriver:chromium-driver docker-compose:docker-compose
 EXTRAS ?= dev,spark,loadtest,tiered
 # The pure modules (mypy --strict, no I/O): ONE list, the import contract "pure" in
 # pyproject.toml, read by tests/pure_modules.py when typecheck runs.

@@ -93,3 +93,4 @@ class BrokerService(Service, name="broker"):
     """What one broker asks of another (types in ``protocol.broker_api``)."""
 
     deliver_orphan_check = Unary(br.OrphanCheckRequest, br.OrphanCheckResponse)
+    clients = Unary(br.ClientsRequest, br.ClientsResponse)

@@ -156,3 +156,10 @@ class BrokerConfig(RpcOptions):
             "max": 86_400_000,
         },
     )
+    metrics_listen: str = field(
+        default="127.0.0.1:5557",
+        metadata={
+            "help": "host:port serving Prometheus metrics at /metrics "
+            "(RocketMQ's RIP-46 names, as RocketMQ's broker; port 0: any free port; empty: none)"
+        },
+    )

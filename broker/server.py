@@ -35,14 +35,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from angelia_rpc import Peers, Server
 from angelia_rpc.cluster_services import BrokerService
+from angelia_rpc.metrics_export import exported, refresh_every
 from broker import fault_injection
 from broker.acl import AclCache, AclGuard
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.errors import BrokerError
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
+from broker.metrics import BrokerMetrics
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
 from broker.remoting.brokers import ClusterBrokers
@@ -56,6 +60,7 @@ from broker.services.storage import StorageStore
 from protocol import nameserver_api as ns
 from protocol.acl import AclTables, InvalidAcl, parse_credentials_line
 from protocol.acl_wire import signed_by, tables_of
+from protocol.broker_api import ClientConnection
 
 log = logging.getLogger("broker.server")
 
@@ -106,8 +111,10 @@ async def serve(
     )
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
-    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], rpc)
+    peer_handler = PeerHandler(_LateTarget(transactions))
+    peer_server = Server([BrokerService.bind(peer_handler)], rpc)
     tasks: list[asyncio.Task[None]] = []
+    registry = CollectorRegistry()
     endpoint: GrpcEndpoint | None = None
     remoting: RemotingServer | None = None
     remoting_address = ""
@@ -138,15 +145,24 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
+        metrics = None
+        if config.metrics_listen:
+            metrics = BrokerMetrics(registry, config.cluster, node_id=peer_address)
+            service.producer_processor.metrics = metrics
+            service.consumer_processor.metrics = metrics
+            service.transactions.metrics = metrics
+            if service.pulls is not None:
+                service.pulls.metrics = metrics
         acl = await _acl_guard(config, link, tasks)
         endpoint = GrpcEndpoint(
-            service, config.listen, config.grpc_server, client_tls(config), acl=acl
+            service, config.listen, config.grpc_server, client_tls(config), acl=acl, metrics=metrics
         )
         port = await endpoint.start()
         if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
+        remoting_service: RemotingService | None = None
         if config.remoting_listen:
             # Both addresses are known once the port is bound (the listen port may be 0).
             brokers = ClusterBrokers(metadata, own_address=config.remoting_listen)
@@ -170,6 +186,16 @@ async def serve(
             remoting_service.address = brokers.own_address = remoting_address
             remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
+        remoting_clients = remoting_service.clients if remoting_service else None
+
+        def connections() -> list[ClientConnection]:
+            grpc_clients = service.sessions.connections()
+            return grpc_clients + (remoting_clients.connections() if remoting_clients else [])
+
+        peer_handler.connections = connections  # rip5 dashboard lists them
+        if metrics is not None:
+            metrics.watch_connections(connections)
+            tasks.append(asyncio.create_task(refresh_every(metrics.refresh), name="metrics"))
         tasks.append(
             asyncio.create_task(
                 run_heartbeats(
@@ -198,7 +224,8 @@ async def serve(
             },
         )
         ready(address)
-        await stopping.wait()
+        with exported(registry, config.metrics_listen):
+            await stopping.wait()
     finally:
         for task in tasks:
             task.cancel()

@@ -34,6 +34,6 @@ class ConnectorConfig:
         default="",
         metadata={
             "help": "host:port serving Prometheus metrics at /metrics (port 0: any free "
-            "port, reported as the ready endpoint); empty: no metrics server"
+            "port, logged); empty: no metrics server"
         },
     )

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from connector.client import ClusterClient, ConnectorCallError, Pulled
 from connector.config import ConnectorConfig
@@ -618,18 +618,17 @@ async def serve(
     connector = Connector(
         Path(config.rules), data_dir, metrics, config.resend_check_after_ms, create_topic
     )
-    server = None
+    exported = False
     try:
         await connector.load()
-        endpoint = "connector"
         if config.metrics_listen:
-            host, _, port = config.metrics_listen.rpartition(":")
-            server, _thread = start_http_server(int(port), host or "127.0.0.1", metrics.registry)
-            endpoint = f"{host or '127.0.0.1'}:{server.server_port}"
+            # The process shell serves the process registry there (rip5/metrics_endpoint.py).
+            REGISTRY.register(metrics.registry)
+            exported = True
         loop = asyncio.get_running_loop()
         reload_wanted = asyncio.Event()
         loop.add_signal_handler(signal.SIGHUP, reload_wanted.set)
-        ready(endpoint)
+        ready("connector")
         stop_wait = asyncio.create_task(stopping.wait())
         while not stopping.is_set():
             reload_wait = asyncio.create_task(reload_wanted.wait())
@@ -645,6 +644,5 @@ async def serve(
         loop.remove_signal_handler(signal.SIGHUP)
     finally:
         await connector.close()
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        if exported:
+            REGISTRY.unregister(metrics.registry)

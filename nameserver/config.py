@@ -121,6 +121,13 @@ class NameserverConfig(RpcOptions):
             "while the cluster has no user (empty: none; ACL stays off until a user exists)",
         },
     )
+    metrics_listen: str = field(
+        default="127.0.0.1:5558",
+        metadata={
+            "help": "host:port serving Prometheus metrics at /metrics "
+            "(rip5_nameserver_*, rip5_raft_*; port 0: any free port; empty: none)"
+        },
+    )
 
 
 def parse_peers(text: str) -> dict[int, str]:

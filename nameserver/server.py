@@ -18,11 +18,15 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from angelia_rpc import Server
 from angelia_rpc.cluster_services import ControlService, NameserverService
+from angelia_rpc.metrics_export import exported, refresh_every
 from nameserver.config import NameserverConfig, parse_peers
 from nameserver.controller import REPLICAS_MAX
 from nameserver.ensemble import ControlImpl, run_controller_duties
+from nameserver.metrics import NameserverMetrics
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
@@ -126,6 +130,16 @@ async def serve(
         ),
         name="nameserver-leader-duties",
     )
+    registry = CollectorRegistry()
+    refresh: asyncio.Task[None] | None = None
+    if config.metrics_listen:
+        labels = {
+            "cluster": config.cluster,
+            "node_type": "nameserver",
+            "node_id": str(config.node_id),
+        }
+        metrics = NameserverMetrics(registry, driver, GROUP_ID, lambda: machine.state, labels)
+        refresh = asyncio.create_task(refresh_every(metrics.refresh), name="metrics")
     if config.replication == "controller" and config.cluster:
         controlling = asyncio.create_task(
             run_controller_duties(control, config.cluster, config.controller_dead_after_ms),
@@ -136,9 +150,10 @@ async def serve(
     log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
     ready(endpoint)
     try:
-        await stopping.wait()
+        with exported(registry, config.metrics_listen):
+            await stopping.wait()
     finally:
-        for task in (duties, controlling):
+        for task in (duties, controlling, refresh):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -2,7 +2,8 @@
 
 Brokers call each other for what only a particular broker can do: reach a
 client whose stream is open on it. Today that is the check-back of an
-orphaned transaction, sent to a producer of the transaction's group.
+orphaned transaction, sent to a producer of the transaction's group. Operators'
+tools (``rip5 dashboard``) ask a broker which clients are connected to it.
 
 Evolution: fields are only added at the end of a type.
 
@@ -34,3 +35,32 @@ class OrphanCheckResponse:
     """Whether a producer of the group was connected and was sent the check."""
 
     delivered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """A client connected to a broker, as the connection metrics count it and the
+    operators' views list it: a consumer has a ``group``, a producer none. Empty
+    strings stand for what the client did not say."""
+
+    client_id: str
+    group: str = ""
+    language: str = ""
+    version: str = ""
+    consume_mode: str = ""  # push, simple, pull (gRPC); empty for a remoting consumer
+    protocol: str = "grpc"  # or "remoting"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientsRequest:
+    """List the clients connected to the called broker (``group`` not empty: only that
+    consumer group's)."""
+
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientsResponse:
+    """The clients connected to the called broker."""
+
+    clients: list[ClientConnection]

@@ -37,7 +37,16 @@ from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
 from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, acl_super_user_file, plan, ready_banner, remoting_endpoints
+from rip5.dev import (
+    DevLayout,
+    acl_super_user_file,
+    dashboard_banner,
+    metrics_banner,
+    metrics_endpoints,
+    plan,
+    ready_banner,
+    remoting_endpoints,
+)
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -275,6 +284,25 @@ for _role in ROLES.values():
     help="give every process a port free at start instead of the base ports (for tests)",
 )
 @click.option(
+    "--dashboard/--no-dashboard",
+    default=True,
+    show_default=True,
+    help="also run rip5 dashboard (the web console)",
+)
+@click.option(
+    "--metrics/--no-metrics",
+    default=True,
+    show_default=True,
+    help="every process serves Prometheus metrics on a free port (printed once ready)",
+)
+@click.option(
+    "--dashboard-port",
+    type=click.IntRange(1, 65535),
+    default=8088,
+    show_default=True,
+    help="port of the dashboard",
+)
+@click.option(
     "--auto-create/--no-auto-create",
     default=True,
     show_default=True,
@@ -328,6 +356,9 @@ def dev(
     broker_port: int,
     remoting_port: int,
     free_ports: bool,
+    dashboard: bool,
+    metrics: bool,
+    dashboard_port: int,
     auto_create: bool,
     log_level: str,
     tier_url: str,
@@ -355,6 +386,9 @@ def dev(
         remoting_port=remoting_port,
         acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
         rpc=RpcOptions(rpc_transport, rpc_codec, rpc_tls_cert, rpc_tls_key, rpc_tls_ca),
+        dashboard=dashboard,
+        dashboard_port=dashboard_port,
+        metrics=metrics,
         replication=replication,
         tier_url=tier_url,
     )
@@ -381,7 +415,16 @@ def dev(
             loop.add_signal_handler(signum, stopping.set)
         supervisor = Supervisor(specs, out=out)
         remoting = remoting_endpoints(specs)
-        return await supervisor.run(stopping, lambda eps: out(ready_banner(eps, remoting)))
+        metrics = metrics_endpoints(specs)
+
+        def on_ready(endpoints: dict[str, str]) -> None:
+            out(ready_banner(endpoints, remoting))
+            out(metrics_banner(metrics))
+            dashboard = dashboard_banner(endpoints)
+            if dashboard is not None:
+                out(dashboard)
+
+        return await supervisor.run(stopping, on_ready)
 
     try:
         code = uvloop.run(supervise())

@@ -7,6 +7,14 @@ the role's base port (or, with ``free_ports``, each on a port that was free
 when the plan was made: what tests use, so runs on one machine never clash).
 Every child runs as a real process (``python -m rip5 <role> ...``).
 
+Dashboard (``dashboard``, what ``rip5 dev`` asks for): one more child,
+``rip5 dashboard`` on ``dashboard_port`` (8088) over the nameservers, charting
+the brokers' metrics.
+
+Metrics: every child serves its Prometheus metrics on a port that was free
+when the plan was made (``--metrics-listen``; :func:`metrics_endpoints`), which
+``rip5 dev`` prints once the cluster is ready.
+
 Placement: the nameserver creates the cluster with ``storage_groups`` groups
 and a replication factor of ``min(3, storage)``, and places the groups once
 that many storage nodes registered; the storage nodes join it (``--nameserver``,
@@ -42,6 +50,11 @@ class DevLayout:
     secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
     nameservers: int = 1
+    # The web console (rip5 dashboard) at dashboard_port (a free port with free_ports).
+    dashboard: bool = False
+    dashboard_port: int = 8088
+    # Every child serves its metrics on a free port; False: none does (nothing counted).
+    metrics: bool = True
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
@@ -56,6 +69,8 @@ class DevLayout:
 
 REPLICATION_FACTOR_MAX = 3
 REMOTING_FLAG = "--remoting-listen"
+METRICS_FLAG = "--metrics-listen"
+DASHBOARD_FLAG = "--listen"
 
 
 def _role_argv(role: str, data_dir: Path, log_level: str, *flags: str) -> tuple[str, ...]:
@@ -146,16 +161,44 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
     # One secret per dev cluster: every broker signs and checks receipt handles with it.
     # It travels in the environment (not argv, which any local user can read).
     secret_env = {"RIP5_BROKER_SECRET": layout.secret or secrets.token_hex(16)}
-    return [
+    specs = [
         ChildSpec(
             name,
             _role_argv(
-                role, layout.data_dir / name, layout.log_level, *flags, *layout.rpc.rpc_flags
+                role,
+                layout.data_dir / name,
+                layout.log_level,
+                *flags,
+                *layout.rpc.rpc_flags,
+                METRICS_FLAG,
+                f"127.0.0.1:{free_port()}" if layout.metrics else "",
             ),
             secret_env if role == "broker" else {},
         )
         for name, role, flags in wanted
     ]
+    if layout.dashboard:
+        brokers = ",".join(v for n, v in metrics_endpoints(specs).items() if n.startswith("broker"))
+        flags = (
+            DASHBOARD_FLAG,
+            f"127.0.0.1:{port(layout.dashboard_port)}",
+            "--nameserver",
+            nameserver,
+            "--broker-metrics",
+            brokers,
+        )
+        specs.append(
+            ChildSpec(
+                "dashboard",
+                _role_argv("dashboard", layout.data_dir / "dashboard", layout.log_level, *flags),
+                {},
+            )
+        )
+    return specs
+
+
+def _flag_values(specs: list[ChildSpec], flag: str) -> dict[str, str]:
+    return {spec.name: spec.argv[spec.argv.index(flag) + 1] for spec in specs if flag in spec.argv}
 
 
 ACL_SUPER_USER = "rip5-admin"
@@ -175,11 +218,25 @@ def acl_super_user_file(root: Path) -> Path:
 
 def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
     """Each broker's remoting endpoint (4.x clients), by child name."""
-    return {
-        spec.name: spec.argv[spec.argv.index(REMOTING_FLAG) + 1]
-        for spec in specs
-        if REMOTING_FLAG in spec.argv
-    }
+    return _flag_values(specs, REMOTING_FLAG)
+
+
+def metrics_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
+    """Each child's Prometheus metrics endpoint (host:port, path /metrics), by child name
+    (none when the children serve no metrics)."""
+    return {name: value for name, value in _flag_values(specs, METRICS_FLAG).items() if value}
+
+
+def metrics_banner(endpoints: dict[str, str]) -> str:
+    """What ``rip5 dev`` prints after :func:`ready_banner`: where each child's metrics are."""
+    listed = ", ".join(f"{name} http://{address}/metrics" for name, address in endpoints.items())
+    return f"rip5 dev metrics: {listed or 'none (--no-metrics)'}"
+
+
+def dashboard_banner(endpoints: dict[str, str]) -> str | None:
+    """Where the dashboard serves (from its ready endpoint), if the cluster has one."""
+    address = endpoints.get("dashboard")
+    return None if address is None else f"rip5 dev dashboard: http://{address}/"
 
 
 def ready_banner(endpoints: dict[str, str], remoting: dict[str, str] | None = None) -> str:

@@ -109,6 +109,7 @@ def dev_cluster(
         "--broker-port", str(broker_port),
         "--remoting-port", str(remoting_port),
         "--log-level", "warning",
+        "--no-dashboard",  # its fixed port could clash with another run's
         *extra_args,
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)

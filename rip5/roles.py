@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from broker.config import BrokerConfig
 from connector.config import ConnectorConfig
 from nameserver.config import NameserverConfig
+from rip5.dashboard.config import DashboardConfig
 from rip5.shell import ServeFn
 from storage_node.config import StorageConfig
 
@@ -59,6 +60,12 @@ ROLES: dict[str, Role] = {
             "Replicates messages from one cluster to another.",
             ConnectorConfig,
             "rip5.connector_commands:serve",
+        ),
+        Role(
+            "dashboard",
+            "Web console: nodes, raft groups, topics, groups and lag, clients, messages.",
+            DashboardConfig,
+            "rip5.dashboard.server:serve",
         ),
     )
 }

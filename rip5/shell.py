@@ -11,7 +11,9 @@ A role's serve function has the signature::
                     ready: Callable[[str], None]) -> None
 
 It calls ``ready(endpoint)`` once it accepts work, watches ``stopping``, and
-returns when it has stopped. ``ready`` logs the event and, when the process was
+returns when it has stopped. When the role's config has a non-empty
+``metrics_listen``, the shell serves its Prometheus metrics there for the life
+of ``serve`` (rip5/metrics_endpoint.py). ``ready`` logs the event and, when the process was
 started by ``rip5 dev``, tells the supervisor through the pipe named by
 ``RIP5_READY_FD``.
 """
@@ -34,6 +36,7 @@ import uvloop
 
 from rip5 import logs
 from rip5.config import CommonConfig, describe
+from rip5.metrics_endpoint import READY, start_metrics_endpoint
 
 ServeFn = Callable[[Any, Path, asyncio.Event, Callable[[str], None]], Coroutine[Any, Any, None]]
 READY_FD_ENV = "RIP5_READY_FD"
@@ -71,6 +74,7 @@ def hold_data_dir(path: Path) -> Iterator[Path]:
 
 def _notify_ready(endpoint: str) -> None:
     log.info("ready", extra={"endpoint": endpoint})
+    READY.set(1)
     fd_text = os.environ.pop(READY_FD_ENV, "")
     if fd_text.isdigit():
         with contextlib.suppress(OSError):
@@ -83,6 +87,22 @@ async def _main(serve: ServeFn, config: object, data_dir: Path, timeout_ms: int)
     stopping = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
+    listen = str(getattr(config, "metrics_listen", ""))
+    try:
+        metrics = start_metrics_endpoint(listen) if listen else None
+    except ValueError as exc:
+        log.error(str(exc))
+        return 1
+    try:
+        return await _run_serve(serve, config, data_dir, stopping, timeout_ms)
+    finally:
+        if metrics is not None:
+            metrics.stop()
+
+
+async def _run_serve(
+    serve: ServeFn, config: object, data_dir: Path, stopping: asyncio.Event, timeout_ms: int
+) -> int:
     task = asyncio.create_task(serve(config, data_dir, stopping, _notify_ready))
     stop_wait = asyncio.create_task(stopping.wait())
     await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -151,3 +151,11 @@ class StorageConfig(RpcOptions):
             "max": 3_600_000,
         },
     )
+    metrics_listen: str = field(
+        default="127.0.0.1:5559",
+        metadata={
+            "help": "host:port serving Prometheus metrics at /metrics "
+            "(rip5_raft_*, rip5_storage_*, consumer lag of the groups led here; "
+            "port 0: any free port; empty: none)"
+        },
+    )

@@ -43,8 +43,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+from prometheus_client import CollectorRegistry
+
 from angelia_rpc import AngeliaError, Server
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.metrics_export import exported, refresh_every
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
 from raft.core.node import RawNode
@@ -57,6 +60,7 @@ from storage_node import fault_injection, housekeeping, retention
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.controlled_node import ControlledNode
 from storage_node.controller_follower import ControllerFollower
+from storage_node.metrics import StorageMetrics
 from storage_node.reconcile import (
     LeaderView,
     MembershipStep,
@@ -563,8 +567,18 @@ async def _serve_groups(
                 "nodes": len(peers),
             },
         )
+        registry = CollectorRegistry()
+        if config.metrics_listen:
+            labels = {
+                "cluster": config.cluster,
+                "node_type": "storage",
+                "node_id": str(config.node_id),
+            }
+            metrics = StorageMetrics(registry, node, labels)
+            tasks.append(asyncio.create_task(refresh_every(metrics.refresh), name="metrics"))
         ready(address)
-        await _serve_until_stopped_or_disk_failed(driver, stopping)
+        with exported(registry, config.metrics_listen):
+            await _serve_until_stopped_or_disk_failed(driver, stopping)
     finally:
         for task in tasks:
             task.cancel()

@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError, Message
 from broker.grpc.acl_guard import AclGuard, guarded_handlers
 from broker.grpc.screening import screened
 from broker.grpc.status import bad_request
+from broker.metrics import BrokerMetrics, timed
 from protocol.rocketmq.v2 import service_pb2 as spb
 
 log = logging.getLogger("broker.grpc.bad_requests")
@@ -94,12 +95,18 @@ class CheckedRegistration:
     method's handler passes to ``server`` with the checks of this module."""
 
     def __init__(
-        self, server: Any, bad_requests: BadRequests, guard: AclGuard | None = None
+        self,
+        server: Any,
+        bad_requests: BadRequests,
+        guard: AclGuard | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
-        """``guard``: ACL 2.0 checks each decoded request first (None: ACL off)."""
+        """``guard``: ACL 2.0 checks each decoded request first (None: ACL off).
+        ``metrics``: also time each call (``rocketmq_rpc_latency``, broker/metrics.py)."""
         self._server = server
         self._bad_requests = bad_requests
         self._guard = guard
+        self._metrics = metrics
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         """Ignored: the same methods come by name (add_registered_method_handlers), and
@@ -115,6 +122,11 @@ class CheckedRegistration:
             name: checked(name, handler, self._bad_requests)
             for name, handler in guarded_handlers(handlers, self._guard).items()
         }
+        if self._metrics is not None:
+            metrics = self._metrics
+            checked_handlers = {
+                name: timed(name, handler, metrics) for name, handler in checked_handlers.items()
+            }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, checked_handlers),)
         )

@@ -96,6 +96,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return self._route
 
     @property
+    def consumer_processor(self) -> ConsumerProcessor:
+        """The consumer processor (the broker role gives it its metrics)."""
+        return self._consumer
+
+    @property
     def producer_processor(self) -> ProducerProcessor:
         """The producer processor (shared with the other protocol adapters)."""
         return self._producer

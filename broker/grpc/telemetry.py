@@ -28,10 +28,35 @@ from broker.errors import BrokerError, Reason
 from broker.grpc import convert
 from broker.grpc.status import ok, status_of
 from broker.processor.consumer import ConsumerProcessor
+from protocol.broker_api import ClientConnection
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 
 log = logging.getLogger("broker.grpc.telemetry")
+
+
+_LANGUAGES = {number: name for name, number in pb.Language.items()}
+_CONSUME_MODES = {
+    pb.PUSH_CONSUMER: "push",
+    pb.SIMPLE_CONSUMER: "simple",
+    pb.PULL_CONSUMER: "pull",
+}
+
+
+def client_connection(client_id: str, settings: pb.Settings) -> ClientConnection:
+    """A client as its Telemetry settings describe it (language and version from its user
+    agent; a consumer's group from its subscription)."""
+    agent = settings.user_agent
+    language = _LANGUAGES.get(agent.language, str(agent.language)) if agent.language else ""
+    if settings.client_type in _CONSUME_MODES:
+        return ClientConnection(
+            client_id,
+            group=settings.subscription.group.name,
+            language=language,
+            version=agent.version,
+            consume_mode=_CONSUME_MODES[settings.client_type],
+        )
+    return ClientConnection(client_id, language=language, version=agent.version)
 
 
 class TelemetrySessions:
@@ -40,6 +65,7 @@ class TelemetrySessions:
     def __init__(self) -> None:
         self._outbound: dict[str, asyncio.Queue[spb.TelemetryCommand | None]] = {}
         self._published: dict[str, tuple[str, ...]] = {}  # client id -> topics it publishes
+        self._clients: dict[str, ClientConnection] = {}  # client id -> what its settings said
         self._turn = 0
 
     def open(self, client_id: str) -> asyncio.Queue[spb.TelemetryCommand | None]:
@@ -56,11 +82,19 @@ class TelemetrySessions:
         if self._outbound.get(client_id) is queue:
             del self._outbound[client_id]
             self._published.pop(client_id, None)
+            self._clients.pop(client_id, None)
 
     def note_settings(self, client_id: str, settings: pb.Settings) -> None:
         """Remember the topics a producer client publishes to (its producer groups)."""
-        if settings.WhichOneof("pub_sub") == "publishing" and client_id in self._outbound:
+        if client_id not in self._outbound:
+            return
+        if settings.WhichOneof("pub_sub") == "publishing":
             self._published[client_id] = tuple(t.name for t in settings.publishing.topics)
+        self._clients[client_id] = client_connection(client_id, settings)
+
+    def connections(self) -> list[ClientConnection]:
+        """The clients with an open stream here, as their settings described them."""
+        return list(self._clients.values())
 
     @property
     def producer_groups(self) -> list[str]:

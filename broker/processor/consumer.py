@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from broker.domain import Delivery, GroupInfo, PoppedMessage, QueueRef, Receipt
 from broker.errors import BrokerError, Reason
+from broker.metrics import BrokerMetrics
 from broker.processor import receipt as receipts
 from broker.processor import validation
 from broker.processor.pop_coalescer import PopCoalescer
@@ -42,6 +43,7 @@ class ConsumerProcessor:
         self._secret = receipt_secret
         self._default_invisible_ms = default_invisible_ms
         self._turn = 0
+        self.metrics: BrokerMetrics | None = None  # set by the broker role when it exports them
 
     def _handle(self, group: str, popped: PoppedMessage) -> str:
         return receipts.encode_fields(
@@ -130,9 +132,13 @@ class ConsumerProcessor:
                         await self._store.forward_to_dead_letter(
                             group, popped.queue, popped.offset, popped.generation
                         )
+                        if self.metrics is not None:
+                            self.metrics.dead_lettered(group.name, topic_name)
                         continue
                     deliveries.append(Delivery(popped, self._handle(group.name, popped)))
             if deliveries:
+                if self.metrics is not None:
+                    self.metrics.deliveries(group.name, topic_name, deliveries)
                 return deliveries
             wait_s = deadline - loop.time()
             if wait_s <= 0:
@@ -206,3 +212,5 @@ class ConsumerProcessor:
         await self._store.forward_to_dead_letter(
             group, receipt.queue, receipt.offset, receipt.generation
         )
+        if self.metrics is not None:
+            self.metrics.dead_lettered(group.name, topic_name)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from broker.domain import Message, QueueRef, SendResult
 from broker.errors import BrokerError, Reason
+from broker.metrics import BrokerMetrics
 from broker.processor import recall_handle as recall_handles
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
@@ -60,6 +61,7 @@ class ProducerProcessor:
         self._current: dict[str, int] = {}  # topic -> index into its writable queues
         self._join_messages_max = join_messages_max
         self._placements = RetryPlacements()
+        self.metrics: BrokerMetrics | None = None  # set by the broker role when it exports them
 
     async def send(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store ``messages`` (one topic); results in request order.
@@ -67,6 +69,12 @@ class ProducerProcessor:
         All-or-nothing validation: one bad message fails the request before
         anything is stored.
         """
+        results = await self._send(messages)
+        if self.metrics is not None:
+            self.metrics.stored(messages)
+        return results
+
+    async def _send(self, messages: Sequence[Message]) -> list[SendResult]:
         if not messages:
             raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "send request carries no message")
         now_ms = self._clock.now_ms()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from broker.domain import PulledMessage, QueueOffsets, QueueRef
 from broker.errors import BrokerError, Reason
+from broker.metrics import BrokerMetrics
 from broker.processor import validation
 from broker.services.base import MessageStore, MetadataService
 from protocol import errors as codes
@@ -72,6 +73,7 @@ class PullProcessor:
     """Protocol-agnostic pull and offset path (see the module docstring)."""
 
     def __init__(self, metadata: MetadataService, store: MessageStore) -> None:
+        self.metrics: BrokerMetrics | None = None  # set by the broker role when it exports them
         self._metadata = metadata
         self._store = store
 
@@ -133,6 +135,9 @@ class PullProcessor:
                     continue  # the queue grew (or was trimmed) between the two calls
                 return out_of_range(queue, offset, offsets)
             if found.messages:
+                if self.metrics is not None:
+                    size = sum(len(pulled.message.body) for pulled in found.messages)
+                    self.metrics.delivered(group_name, topic_name, len(found.messages), size)
                 return PullResult(found.messages, found.next_offset)
             offset = found.next_offset
             remaining_s = deadline - loop.time()

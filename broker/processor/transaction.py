@@ -28,6 +28,7 @@ from typing import Protocol
 
 from broker.domain import HalfMessage, SendResult
 from broker.errors import BrokerError
+from broker.metrics import BrokerMetrics
 from broker.processor import transaction_id as transaction_ids
 from broker.processor import validation
 from broker.processor.checkback import LEASE_NAME, CheckPolicy, plan_round
@@ -110,6 +111,7 @@ class TransactionProcessor:
         self._quiet_until_ms = clock.now_ms() + NAMESERVER_QUIET_AT_START_MS
         self.delivered_local = 0  # check-backs this broker sent to its own producers
         self.delivered_via_peer = 0  # check-backs it had another broker deliver
+        self.metrics: BrokerMetrics | None = None  # set by the broker role when it exports them
 
     async def end(
         self,
@@ -128,6 +130,8 @@ class TransactionProcessor:
             log.info("transaction %s left unresolved by its producer", transaction_id)
             return None
         result = await self._store.end_transaction(queue, message_id, commit)
+        if self.metrics is not None:
+            self.metrics.ended(topic, commit)
         if from_check:
             log.info(
                 "transaction %s %s by a check-back answer",

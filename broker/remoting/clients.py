@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocol.broker_api import ClientConnection
 from protocol.remoting.bodies import Heartbeat
 
 
@@ -88,6 +89,20 @@ class RemotingClients:
     def producer_groups(self) -> list[str]:
         """Every producer group with a client here, sorted."""
         return sorted({group for c in self._clients.values() for group in c.producer_groups})
+
+    def connections(self) -> list[ClientConnection]:
+        """Every client: one entry per consumer group it consumes in, and one as a
+        producer if it produces (the remoting protocol carries no client language or
+        version in heartbeats)."""
+        found: list[ClientConnection] = []
+        for client in self._clients.values():
+            found.extend(
+                ClientConnection(client.client_id, group=group, protocol="remoting")
+                for group in sorted(client.consumer_groups)
+            )
+            if client.producer_groups:
+                found.append(ClientConnection(client.client_id, protocol="remoting"))
+        return found
 
     def __contains__(self, client_id: object) -> bool:
         return client_id in self._clients

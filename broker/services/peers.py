@@ -15,6 +15,7 @@ or failing peer answers "not delivered", so the caller tries the next one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from angelia_rpc import AngeliaError, CallContext, Peers
@@ -120,6 +121,13 @@ class PeerHandler:
 
     def __init__(self, target: LocalCheckTarget) -> None:
         self._target = target
+        # The clients connected here (set by the broker role once its endpoints exist).
+        self.connections: Callable[[], Sequence[br.ClientConnection]] = tuple
+
+    async def clients(self, request: br.ClientsRequest, context: CallContext) -> br.ClientsResponse:
+        """The clients connected to this broker (of ``request.group``, if named)."""
+        found = [c for c in self.connections() if not request.group or c.group == request.group]
+        return br.ClientsResponse(found)
 
     async def deliver_orphan_check(
         self, request: br.OrphanCheckRequest, context: CallContext

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 from raft.core.confchange import decode_entry
 from raft.core.config import Config
@@ -39,6 +40,16 @@ from raft.wal.logstore import LogStore
 from raft.wal.snapshot_packs import SnapshotPack
 
 _log = logging.getLogger(__name__)
+
+
+class RoundObserver(Protocol):
+    """What a driver reports as it works (metrics); called on the event loop."""
+
+    def synced(self, seconds: float) -> None:
+        """One WAL fdatasync took ``seconds``."""
+
+    def committed(self, seconds: float) -> None:
+        """One proposal was applied (or failed) ``seconds`` after it was submitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +155,8 @@ class Driver:
         self.rounds = 0
         self.syncs = 0
         self.sync_s = 0.0
+        # Told of every fdatasync and proposal when set (rip5's metrics); None: no cost.
+        self.observer: RoundObserver | None = None
 
     # ---------------------------------------------------------------- setup
     def add_group(
@@ -275,6 +288,12 @@ class Driver:
             return future
         self._waiting.add(future)
         self._work.set()
+        observer = self.observer
+        if observer is not None:
+            submitted = time.perf_counter()
+            future.add_done_callback(
+                lambda _done: observer.committed(time.perf_counter() - submitted)
+            )
         return future
 
     def before_each_round(self, hook: Callable[[], None]) -> None:
@@ -422,6 +441,8 @@ class Driver:
                     else:
                         store.sync()
                     self.syncs += 1
+                    if self.observer is not None:
+                        self.observer.synced(time.perf_counter() - t0)
                     store.maybe_collect_garbage()
                 self.sync_s += time.perf_counter() - t0
                 for to_node, data in host.outgoing(rnd, part="late" if early else "all"):

@@ -350,6 +350,8 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         report.stage("starting the dev cluster")
         log_path = Path(root) / "dev.log"
         extra_args = ("--acl",) if args.acl else ()
+        if args.metrics != "on":
+            extra_args = (*extra_args, "--no-metrics")
         with dev_cluster.dev_cluster(log_path, extra_args=extra_args) as cluster:
             super_user = acl.super_user_of_dev_log(log_path) if args.acl else None
             dev_cluster.ensure_resources(
@@ -406,6 +408,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="official client send window per run (0: skip it)",
     )
     parser.add_argument("--endpoint", default=None, help="a running broker [default: rip5 dev]")
+    parser.add_argument(
+        "--metrics",
+        choices=("on", "off"),
+        default="on",
+        help="whether the bench's own cluster serves and counts its metrics (docs/metrics.md; "
+        "compare both in one sitting for their overhead)",
+    )
     parser.add_argument("--topic", default=TOPIC, help="the NORMAL topic (created in dev)")
     parser.add_argument("--group", default=GROUP, help="the consumer group (created in dev)")
     parser.add_argument(
@@ -474,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "as that cluster has them)"
         if args.endpoint
         else "dev cluster: 1 nameserver, 3 storage nodes (every group on all three, fsync on), "
-        "1 broker"
+        f"1 broker, metrics {args.metrics}"
     )
     report.note(
         f"{where}; {args.message_bytes} B messages, {args.batch} per SendMessage, "

@@ -7,7 +7,8 @@ three replicas each, and learns their leaders) and
 data folder and log file under ``root``, reporting readiness through the
 ``RIP5_READY_FD`` pipe of rip5/shell.py. Ports are ephemeral: each process
 takes a port that was free a moment before (the configuration refuses port
-0) and reports the address it serves on.
+0) and reports the address it serves on. Each process serves its Prometheus
+metrics on a port of its own too (:attr:`LocalCluster.metrics_addresses`).
 """
 
 from __future__ import annotations
@@ -146,8 +147,10 @@ class LocalCluster:
         self.storage: dict[int, Process] = {}
         self.brokers: list[Process] = []
         self.remoting_addresses: list[str] = []  # each broker's, for 4.x clients
+        self.metrics_addresses: dict[str, str] = {}  # process name -> its /metrics host:port
 
     def _argv(self, role: str, name: str, *flags: str) -> list[str]:
+        metrics = self.metrics_addresses.setdefault(name, f"127.0.0.1:{free_port()}")
         return [
             *RIP5,
             role,
@@ -155,6 +158,8 @@ class LocalCluster:
             str(self.root / name),
             "--log-level",
             self.log_level,
+            "--metrics-listen",
+            metrics,
             *flags,
             *self.rpc.rpc_flags,
         ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -23,7 +22,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -34,6 +32,7 @@ from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from tests.e2e.cluster import RIP5, LocalCluster, Process
+from tests.e2e.prometheus import prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -121,10 +120,11 @@ class Connector:
             "--rules",
             str(self.rules_path),
             "--metrics-listen",
-            "127.0.0.1:0",
+            f"127.0.0.1:{free_port()}",
         ]
         self.process = Process("connector", argv, self.root / "connector.log", {})
-        self.metrics = self.process.start()
+        self.process.start()
+        self.metrics = argv[-1]
 
     def command(self, *args: str) -> str:
         done = subprocess.run(
@@ -350,37 +350,8 @@ def test_a_prometheus_server_scrapes_the_metrics_and_answers_queries(
     connector: Connector, tmp_path: Path
 ) -> None:
     """Debian's prometheus (SYSTEM_DEPS) scrapes /metrics; its query API gives them back."""
-    prometheus = shutil.which("prometheus")
-    assert prometheus, "prometheus is missing: run make system-deps"
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n"
-        "scrape_configs:\n  - job_name: connector\n"
-        f"    static_configs:\n      - targets: ['{connector.metrics}']\n"
-    )
-    address = f"127.0.0.1:{free_port()}"
-    with (tmp_path / "prometheus.log").open("wb") as log:
-        server = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address={address}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-
-        def query(expression: str) -> list[dict[str, Any]]:
-            url = f"http://{address}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
-            try:
-                answer = json.loads(urllib.request.urlopen(url, timeout=5).read())
-            except OSError:
-                return []  # not up yet
-            assert answer["status"] == "success", answer
-            return list(answer["data"]["result"])
-
+    with prometheus(tmp_path, {"connector": [connector.metrics]}) as server:
+        query = server.query
         copied = 'rip5_connector_replicated_messages_total{job="connector",rule="orders"}'
         _until("prometheus to scrape the connector", lambda: bool(query(copied)))
         assert float(query(copied)[0]["value"][1]) == 8
@@ -397,9 +368,6 @@ def test_a_prometheus_server_scrapes_the_metrics_and_answers_queries(
         tps = 'rate(rip5_connector_replicated_messages_total{rule="orders"}[1m])'
         _until("a rate over two scrapes", lambda: bool(query(tps)))
         assert float(query(tps)[0]["value"][1]) >= 0
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_a_sigkilled_connector_and_killed_brokers_lose_and_double_nothing(

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
+from rip5.dev import (
+    DevLayout,
+    dashboard_banner,
+    metrics_banner,
+    metrics_endpoints,
+    plan,
+    ready_banner,
+    remoting_endpoints,
+)
 
 
 def _flag(argv: tuple[str, ...], name: str) -> str:
@@ -86,6 +94,31 @@ def test_brokers_get_remoting_ports_counting_down_and_the_banner_names_the_first
     assert "remoting" not in ready_banner({"broker-1": "127.0.0.1:8081"})
     free = remoting_endpoints(plan(DevLayout(tmp_path, brokers=2, free_ports=True)))
     assert len(set(free.values())) == 2
+
+
+def test_every_child_gets_a_metrics_port_and_the_dashboard_charts_the_brokers(
+    tmp_path: Path,
+) -> None:
+    specs = plan(DevLayout(tmp_path, brokers=2, dashboard=True, dashboard_port=8088))
+    metrics = metrics_endpoints(specs)
+    assert set(metrics) == {spec.name for spec in specs} - {"dashboard"}
+    assert len(set(metrics.values())) == len(metrics)
+    (dashboard,) = (spec for spec in specs if spec.name == "dashboard")
+    assert dashboard.argv[3] == "dashboard"
+    assert _flag(dashboard.argv, "--listen") == "127.0.0.1:8088"
+    assert _flag(dashboard.argv, "--nameserver") == _flag(specs[0].argv, "--listen")
+    assert _flag(dashboard.argv, "--broker-metrics") == ",".join(
+        (metrics["broker-1"], metrics["broker-2"])
+    )
+    assert "--metrics-listen" not in dashboard.argv
+    assert dashboard_banner({"dashboard": "127.0.0.1:8088"}) == (
+        "rip5 dev dashboard: http://127.0.0.1:8088/"
+    )
+    assert dashboard_banner({"broker-1": "127.0.0.1:8081"}) is None
+    assert metrics_banner({"broker-1": "127.0.0.1:5557"}) == (
+        "rip5 dev metrics: broker-1 http://127.0.0.1:5557/metrics"
+    )
+    assert all(spec.name != "dashboard" for spec in plan(DevLayout(tmp_path)))
 
 
 def test_a_tier_url_goes_to_every_storage_node_only(tmp_path: Path) -> None:

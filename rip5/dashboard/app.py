@@ -1,0 +1,238 @@
+"""The dashboard's pages: a Starlette app rendering Jinja2 templates on the server.
+
+Reads are GET pages; changes (topic create, update, delete; dead-letter
+resend) are HTML form POSTs answered with a redirect (303) to the page that
+shows the result, with a note. Bad input gets status 400 and a page naming
+the field and the cause; a refusal by the cluster shows the code and message
+of the cluster's error (404 for a topic or group that does not exist, 400 for
+anything else the request asked, 502 when the cluster could not be reached).
+No page needs a script; the overview reloads itself every 5 s for its chart.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from jinja2 import StrictUndefined
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from angelia_rpc import AngeliaError
+from nameserver import names
+from nameserver.errors import NameserverError
+from protocol import errors
+from protocol import nameserver_api as ns
+from protocol.vocabulary import MessageType, Permission
+from rip5.admin_consumers import ago, body_preview
+from rip5.dashboard.chart import svg_chart
+from rip5.dashboard.cluster import DashboardCluster
+
+HERE = Path(__file__).parent
+MESSAGE_TYPES = {kind.name.lower(): int(kind) for kind in MessageType}
+PERMISSIONS = {"rw": int(Permission.READ_WRITE), "r": int(Permission.READ)}
+PERMISSIONS.update({"w": int(Permission.WRITE), "none": int(Permission.NONE)})
+UNREACHABLE = (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED)
+MISSING = (errors.NOT_FOUND, errors.TOPIC_NOT_FOUND, errors.CONSUMER_GROUP_NOT_FOUND)
+
+
+class BadInput(ValueError):
+    """A form or query field the dashboard refuses (the message names it)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _name_of(mapping: dict[str, int], number: int) -> str:
+    return next((name for name, value in mapping.items() if value == number), str(number))
+
+
+def _whole(text: str, field: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInput(f"{field}: {text!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise BadInput(f"{field}: {value} is not in {low}..{high}")
+    return value
+
+
+def _choice(text: str, field: str, choices: dict[str, int]) -> int:
+    if text not in choices:
+        raise BadInput(f"{field}: {text!r} is not one of {', '.join(sorted(choices))}")
+    return choices[text]
+
+
+def _topic_name(text: str) -> str:
+    try:
+        names.validate_topic(text)
+    except NameserverError as error:
+        raise BadInput(f"topic: {error}") from None
+    return text
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the last value of each)."""
+    fields = urllib.parse.parse_qs((await request.body()).decode(), keep_blank_values=True)
+    return {name: values[-1].strip() for name, values in fields.items()}
+
+
+def build_app(cluster: DashboardCluster) -> Starlette:
+    """The dashboard over ``cluster``."""
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.undefined = StrictUndefined  # a misspelt field fails, never renders empty
+    templates.env.globals.update(
+        ago=ago,
+        type_name=lambda n: _name_of(MESSAGE_TYPES, n),
+        perm_name=lambda n: _name_of(PERMISSIONS, n),
+        preview=body_preview,
+        cluster_name=cluster.cluster,
+    )
+
+    def page(request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        context.setdefault("note", request.query_params.get("note", ""))
+        context["now_ms"] = _now_ms()
+        return templates.TemplateResponse(request, template, context, status_code=status)
+
+    def back(url: str, note: str, **params: str) -> RedirectResponse:
+        query = urllib.parse.urlencode({**params, "note": note})
+        return RedirectResponse(f"{url}?{query}", 303)
+
+    async def overview(request: Request) -> Response:
+        status = await cluster.status()
+        chart = Markup(svg_chart(cluster.throughput.rates()))
+        return page(request, "overview.html", cluster=status, chart=chart)
+
+    async def topics(request: Request) -> Response:
+        return page(
+            request,
+            "topics.html",
+            topics=await cluster.topics(),
+            types=sorted(MESSAGE_TYPES),
+            perms=list(PERMISSIONS),
+        )
+
+    async def topic_create(request: Request) -> Response:
+        form = await _form(request)
+        created = ns.CreateTopicRequest(
+            _topic_name(form.get("name", "")),
+            cluster.cluster,
+            _whole(form.get("queues", ""), "queues", 1, 1024),
+            _choice(form.get("type", "normal"), "type", MESSAGE_TYPES),
+            0,
+            _choice(form.get("perm", "rw"), "perm", PERMISSIONS),
+        )
+        response = await cluster.create_topic(created)
+        return back("/topics", f"created topic {response.topic.name}")
+
+    async def topic_update(request: Request) -> Response:
+        name = _topic_name(request.path_params["name"])
+        form = await _form(request)
+        queues = form.get("queues", "")
+        perm = form.get("perm", "")
+        update = ns.UpdateTopicRequest(
+            name,
+            _whole(queues, "queues", 1, 1024) if queues else None,
+            None,
+            None,
+            _choice(perm, "perm", PERMISSIONS) if perm else None,
+        )
+        await cluster.update_topic(update)
+        return back("/topics", f"updated topic {name}")
+
+    async def topic_delete(request: Request) -> Response:
+        name = _topic_name(request.path_params["name"])
+        await cluster.delete_topic(name)
+        return back("/topics", f"deleted topic {name}")
+
+    async def groups(request: Request) -> Response:
+        return page(request, "groups.html", groups=await cluster.groups())
+
+    async def group(request: Request) -> Response:
+        name = request.path_params["name"]
+        rows = await cluster.group_lag(name)
+        clients, failed = await cluster.clients(name)
+        return page(
+            request,
+            "group.html",
+            name=name,
+            rows=rows,
+            total_lag=sum(row.queue.lag for row in rows),
+            clients=clients,
+            failed=failed,
+        )
+
+    async def clients(request: Request) -> Response:
+        found, failed = await cluster.clients()
+        return page(request, "clients.html", clients=found, failed=failed)
+
+    async def messages(request: Request) -> Response:
+        topic = request.query_params.get("topic", "").strip()
+        key = request.query_params.get("key", "").strip()
+        message_id = request.query_params.get("id", "").strip()
+        outcome = None
+        if key and message_id:
+            raise BadInput("give a message id or a key, not both")
+        if key and not topic:
+            raise BadInput("topic: a query by key needs the topic")
+        if key or message_id:
+            if topic:
+                _topic_name(topic)
+            outcome = await cluster.query(topic=topic, message_id=message_id, key=key)
+        return page(
+            request, "messages.html", topic=topic, key=key, message_id=message_id, outcome=outcome
+        )
+
+    async def dead_letters(request: Request) -> Response:
+        name = request.query_params.get("group", "").strip()
+        letters = await cluster.dead_letters(name) if name else None
+        return page(request, "dlq.html", name=name, letters=letters, groups=await cluster.groups())
+
+    async def dead_letters_resend(request: Request) -> Response:
+        name = request.path_params["name"]
+        resent = await cluster.resend_dead_letters(name)
+        note = f"resent {resent.count} dead letters of {name}"
+        if resent.duplicates:
+            note += f" ({resent.duplicates} were there already)"
+        return back("/dlq", note, group=name)
+
+    async def health(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def refused(request: Request, error: Exception) -> Response:
+        if isinstance(error, BadInput):
+            return page(request, "error.html", 400, title="bad input", message=str(error))
+        assert isinstance(error, AngeliaError)
+        status = 502 if error.code in UNREACHABLE else 404 if error.code in MISSING else 400
+        what = "cannot reach the cluster" if status == 502 else "the cluster refused"
+        message = f"{error.code.name}: {error.message}"
+        return page(request, "error.html", status, title=what, message=message)
+
+    return Starlette(
+        routes=[
+            Route("/", overview),
+            Route("/topics", topics),
+            Route("/topics", topic_create, methods=["POST"]),
+            Route("/topics/{name}/update", topic_update, methods=["POST"]),
+            Route("/topics/{name}/delete", topic_delete, methods=["POST"]),
+            Route("/groups", groups),
+            Route("/groups/{name}", group),
+            Route("/clients", clients),
+            Route("/messages", messages),
+            Route("/dlq", dead_letters),
+            Route("/dlq/{name}/resend", dead_letters_resend, methods=["POST"]),
+            Route("/healthz", health),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ],
+        exception_handlers={BadInput: refused, AngeliaError: refused},
+    )

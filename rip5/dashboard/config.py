@@ -1,0 +1,33 @@
+"""Options of the dashboard role (metadata conventions: see nameserver/config.py)."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """Where the dashboard listens and which cluster it shows."""
+
+    listen: str = field(
+        default="127.0.0.1:8088",
+        metadata={"help": "host:port of the web pages", "kind": "address"},
+    )
+    nameserver: str = field(
+        default="127.0.0.1:9876",
+        metadata={"help": "comma-separated host:port of the nameservers", "kind": "addresses"},
+    )
+    cluster: str = field(
+        default="DefaultCluster",
+        metadata={"help": "the storage cluster shown"},
+    )
+    broker_metrics: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated host:port of the brokers' --metrics-listen: the "
+            "throughput chart samples them (empty: no chart)",
+            "kind": "addresses",
+        },
+    )
+    sample_interval_ms: int = field(
+        default=2_000,
+        metadata={"help": "how often the chart samples the brokers' metrics", "min": 100},
+    )

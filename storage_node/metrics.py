@@ -1,0 +1,167 @@
+"""A storage node's Prometheus metrics: ``rip5_raft_*`` (raft/host/metrics.py),
+``rip5_storage_*``, and the consumer figures of RocketMQ's RIP-46 names.
+
+Consumer lag lives where the queues are: each group's leader reports, for the
+consumer groups that consumed its queues, ``rocketmq_consumer_lag_messages``,
+``rocketmq_consumer_lag_latency_milliseconds`` (the age of the oldest message not
+yet done) and ``rocketmq_consumer_inflight_messages``, read with the same query
+as ``rip5 admin group lag`` (storage_node/progress.py) and summed per (consumer
+group, topic). Summing a metric over the cluster's storage nodes gives the
+group's figure: a group's queues are reported by its leader only.
+
+The leader also reports ``rocketmq_half_messages`` (transactional messages not
+yet committed or rolled back) and ``rocketmq_timing_messages`` (delayed messages
+not yet due) per topic. Counting them walks every such message, so they are
+read every ``SLOW_REFRESHES``-th refresh only.
+
+Everything here is read by :meth:`StorageMetrics.refresh` on the event loop
+(angelia_rpc/metrics_export.py, ``refresh_every``); the scrape thread reads
+only the metric objects. The series of a (consumer group, topic) that no longer
+has a queue led here are removed at the next refresh.
+
+SHELL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from protocol.routing import RETRY_TOPIC_PREFIX
+from protocol.storage_api import TIME_MAX_MS
+from raft.host.metrics import RaftMetrics
+from storage_node.progress import queue_progress
+from storage_node.service import StorageNode
+
+SLOW_REFRESHES = 10
+"""The half and timing message counts are read every this many refreshes."""
+
+CONSUMER_LABELS = ("consumer_group", "topic", "is_retry", "is_system")
+"""The labels RIP-46 gives the consumer gauges (no consumer group of rip5 is a system
+one: ``is_system`` is always "false")."""
+
+
+class StorageMetrics:
+    """The metrics of one storage node, registered in ``registry``."""
+
+    def __init__(
+        self, registry: CollectorRegistry, node: StorageNode, labels: Mapping[str, str]
+    ) -> None:
+        """Register the metrics of ``node``; ``labels``: cluster, node_type, node_id."""
+        self._node = node
+        self._values = tuple(labels.values())
+        names = tuple(labels)
+        self.raft = RaftMetrics(registry, node.driver, labels)
+        self._queues = Gauge(
+            "rip5_storage_queues", "Queues of the raft groups led here", names, registry=registry
+        ).labels(*self._values)
+        self._messages = Gauge(
+            "rip5_storage_messages",
+            "Messages kept in the queues of the raft groups led here",
+            names,
+            registry=registry,
+        ).labels(*self._values)
+        consumer = (*names, *CONSUMER_LABELS)
+        self._lag = Gauge(
+            "rocketmq_consumer_lag_messages",
+            "Messages of the topic not yet consumed by the group",
+            consumer,
+            registry=registry,
+        )
+        self._lag_latency = Gauge(
+            "rocketmq_consumer_lag_latency",
+            "Age of the oldest message the group has not consumed yet",
+            consumer,
+            registry=registry,
+            unit="milliseconds",
+        )
+        self._inflight = Gauge(
+            "rocketmq_consumer_inflight_messages",
+            "Messages delivered to the group and not acked yet (still invisible)",
+            consumer,
+            registry=registry,
+        )
+        self._half = Gauge(
+            "rocketmq_half_messages",
+            "Transactional messages neither committed nor rolled back yet",
+            (*names, "topic"),
+            registry=registry,
+        )
+        self._timing = Gauge(
+            "rocketmq_timing_messages",
+            "Delayed messages not due yet",
+            (*names, "topic"),
+            registry=registry,
+        )
+        self._reported: set[tuple[str, str]] = set()
+        self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
+        self._refreshes = 0
+
+    def refresh(self) -> None:
+        """Read every gauge from the node (on the event loop)."""
+        self.raft.refresh()
+        node = self._node
+        me = node.driver.node_id
+        now_ms = node.now_ms()
+        queues = messages = 0
+        lag: dict[tuple[str, str], int] = {}
+        inflight: dict[tuple[str, str], int] = {}
+        oldest_ms: dict[tuple[str, str], int] = {}
+        for group_id, replica in list(node.replicas.items()):
+            if node.driver.leader_of(group_id) != me:
+                continue
+            state = replica.state
+            for topic, queue_id in state.queue_ids():
+                queues += 1
+                messages += state.end_offset(topic, queue_id) - state.first_offset(topic, queue_id)
+            for consumer_group, topic, queue_id in state.group_queues():
+                key = (consumer_group, topic)
+                progress = queue_progress(state, consumer_group, topic, queue_id)
+                lag[key] = lag.get(key, 0) + progress.lag
+                inflight[key] = inflight.get(key, 0) + progress.in_flight
+                waiting = max(progress.consumer_offset, progress.first_offset)
+                if progress.lag > 0 and waiting < progress.end_offset:
+                    stored_ms = state.entry(topic, queue_id, waiting).store_timestamp_ms
+                    oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
+        self._queues.set(queues)
+        self._messages.set(messages)
+        for key in self._reported - lag.keys():
+            for gauge in (self._lag, self._lag_latency, self._inflight):
+                gauge.remove(*self._consumer_labels(key))
+        for key, count in lag.items():
+            labels = self._consumer_labels(key)
+            self._lag.labels(*labels).set(count)
+            self._inflight.labels(*labels).set(inflight[key])
+            oldest = oldest_ms.get(key)
+            self._lag_latency.labels(*labels).set(0 if oldest is None else max(0, now_ms - oldest))
+        self._reported = set(lag)
+        if self._refreshes % SLOW_REFRESHES == 0:
+            self._refresh_waiting()
+        self._refreshes += 1
+
+    def _refresh_waiting(self) -> None:
+        """Half and timing messages per topic, in the groups led here."""
+        node = self._node
+        counts: dict[tuple[str, str], int] = {}
+        for group_id, replica in list(node.replicas.items()):
+            if node.driver.leader_of(group_id) != node.driver.node_id:
+                continue
+            state = replica.state
+            for half in state.half_messages_due(TIME_MAX_MS, TIME_MAX_MS, limit=2**62):
+                key = ("half", half.topic)
+                counts[key] = counts.get(key, 0) + 1
+            for held in state.held_messages():
+                key = ("timing", held.topic)
+                counts[key] = counts.get(key, 0) + 1
+        gauges = {"half": self._half, "timing": self._timing}
+        for kind, topic in self._waiting_topics - counts.keys():
+            gauges[kind].remove(*self._values, topic)
+        for (kind, topic), count in counts.items():
+            gauges[kind].labels(*self._values, topic).set(count)
+        self._waiting_topics = set(counts)
+
+    def _consumer_labels(self, key: tuple[str, str]) -> tuple[str, ...]:
+        consumer_group, topic = key
+        is_retry = "true" if topic.startswith(RETRY_TOPIC_PREFIX) else "false"
+        return (*self._values, consumer_group, topic, is_retry, "false")

@@ -1,0 +1,355 @@
+"""Operating a running cluster: a real Prometheus scrapes every role's metrics
+(docs/metrics.md) while the official client loads the cluster, and
+``rip5 dashboard`` (docs/dashboard.md) is driven in a real headless Chromium
+(Debian's ``chromium`` and ``chromium-driver``, Makefile SYSTEM_DEPS; Selenium,
+no browser download).
+
+One cluster (a nameserver, three storage nodes, a broker; every process with
+its own ``--metrics-listen``), one Prometheus, one dashboard and one browser
+session serve the whole module. With ``DASHBOARD_SCREENSHOTS=DIR`` the
+dashboard tests save a screenshot of each page there (how docs/img/dashboard-*.png
+are made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from angelia_rpc.ports import free_port
+from tests.e2e.cluster import RIP5, LocalCluster, Process
+from tests.e2e.prometheus import Prometheus, prometheus
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+NORMAL = 1
+GROUPS = 8
+TOPIC = "metered"
+GROUP = "metered-group"
+CONSUMED = 40  # the group acks this many, then lags behind the rest
+DELAYED_TOPIC = "later"
+DELAYED = 5
+DELAY = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("ops"), storage=3, brokers=1, groups=GROUPS)
+    try:
+        local.start()
+        # One queue: the group's lag covers the queues it has consumption state in
+        # (docs/metrics.md), and it consumes this one.
+        local.create({TOPIC: (1, NORMAL), DELAYED_TOPIC: (2, DELAY)}, {GROUP: (False, 3)})
+        yield local
+    finally:
+        codes = local.stop()
+    died = {name: code for name, code in codes.items() if code != 0}
+    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
+
+
+@pytest.fixture(scope="module")
+def scraper(cluster: LocalCluster) -> Iterator[Prometheus]:
+    jobs: dict[str, list[str]] = {}
+    for name, address in cluster.metrics_addresses.items():
+        jobs.setdefault(name.split("-")[0], []).append(address)
+    with prometheus(cluster.root / "prometheus", jobs) as server:
+        yield server
+
+
+def client(cluster: LocalCluster, scenario: str, *args: object) -> subprocess.Popen[str]:
+    """Start a scenario of tests/e2e/metrics_client.py (the official client) on broker 0."""
+    home = cluster.root / "home"
+    home.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "tests.e2e.metrics_client", scenario]
+    argv += [str(cluster.broker_port(0)), *(str(a) for a in args)]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+    )
+
+
+def finish(process: subprocess.Popen[str], stop: Path) -> dict[str, Any]:
+    """Tell a scenario to stop; the JSON it printed."""
+    stop.touch()
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, f"client failed:\n{out}\n{err}"
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def test_prometheus_scrapes_every_role_and_queries_rates_and_lag_under_load(
+    cluster: LocalCluster, scraper: Prometheus
+) -> None:
+    processes = len(cluster.metrics_addresses)
+    scraper.wait_for("every process scraped", "sum(up)", lambda v: v == processes)
+
+    stop = cluster.root / "load.stop"
+    load = client(cluster, "load", TOPIC, GROUP, stop, CONSUMED)
+    try:
+        rate = f'sum(rate(rocketmq_messages_in_total{{topic="{TOPIC}"}}[5s]))'
+        scraper.wait_for("a send rate", rate, lambda v: v > 0)
+        assert load.poll() is None, "the load ended before its rate was seen"
+        lag = f'sum(rocketmq_consumer_lag_messages{{consumer_group="{GROUP}",topic="{TOPIC}"}})'
+        scraper.wait_for("the group's lag", lag, lambda v: v > 0)
+        producers = 'sum(rocketmq_producer_connections{language="PYTHON",protocol_type="grpc"})'
+        scraper.wait_for("the load's producer", producers, lambda v: v >= 1)
+        assert load.poll() is None, "the load ended before the lag was seen"
+    finally:
+        done = finish(load, stop)
+    sent, acked = done["sent"], done["acked"]
+    assert acked == CONSUMED
+    assert sent > CONSUMED
+
+    # Once the load is over, the figures settle on exactly what the client did.
+    total_in = f'sum(rocketmq_messages_in_total{{topic="{TOPIC}"}})'
+    scraper.wait_for("every send counted", total_in, lambda v: v == sent)
+    scraper.wait_for("the lag of what was not consumed", lag, lambda v: v == sent - acked)
+    total_out = f'sum(rocketmq_messages_out_total{{topic="{TOPIC}",consumer_group="{GROUP}"}})'
+    assert scraper.value(total_out) == acked
+    body_bytes = f'sum(rocketmq_throughput_in_total{{topic="{TOPIC}"}})'
+    assert scraper.value(body_bytes) == sum(len(f"m{i}".encode() * 8) for i in range(sent))
+    sizes = f'sum(rocketmq_message_size_bucket{{topic="{TOPIC}",le="1024.0"}})'
+    assert scraper.value(sizes) == sent
+    age = f'max(rocketmq_consumer_lag_latency_milliseconds{{consumer_group="{GROUP}"}})'
+    assert (scraper.value(age) or 0) > 0
+    sends = 'sum(rocketmq_rpc_latency_milliseconds_count{request_code="SendMessage"})'
+    assert (scraper.value(sends) or 0) >= sent
+
+    # Delayed messages wait in the storage's timers, counted per topic.
+    later = client(cluster, "delayed", DELAYED_TOPIC, "-", cluster.root / "later.stop", DELAYED)
+    assert finish(later, cluster.root / "later.stop") == {"sent": DELAYED}
+    timing = f'sum(rocketmq_timing_messages{{topic="{DELAYED_TOPIC}"}})'
+    scraper.wait_for("the delayed messages", timing, lambda v: v == DELAYED)
+
+    # Storage and nameserver figures of their own.
+    assert scraper.value('sum(rip5_raft_leaders{node_type="storage"})') == GROUPS
+    assert scraper.value('sum(rip5_raft_groups{node_type="storage"})') == GROUPS * 3
+    assert scraper.value('rip5_nameserver_storage_nodes{alive="true"}') == 3
+    assert scraper.value('rip5_nameserver_leader{node_type="nameserver"}') == 1
+    assert (scraper.value('sum(rip5_raft_fsync_seconds_count{node_type="storage"})') or 0) > 0
+
+
+# -- the dashboard, in Chromium ---------------------------------------------------------
+
+WATCHED = "watched"
+WATCHERS = "watchers"
+SENT = 60
+ACKED = 15
+PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq")
+
+
+@pytest.fixture(scope="module")
+def dashboard(cluster: LocalCluster) -> Iterator[str]:
+    """``rip5 dashboard`` on the cluster, charting its broker; its base URL."""
+    broker_metrics = cluster.metrics_addresses["broker-1"]
+    process = Process(
+        "dashboard",
+        [
+            *RIP5,
+            "dashboard",
+            "--data-dir",
+            str(cluster.root / "dashboard"),
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--nameserver",
+            cluster.nameserver_address,
+            "--broker-metrics",
+            broker_metrics,
+            "--sample-interval-ms",
+            "500",
+        ],
+        cluster.root / "dashboard.log",
+        {},
+    )
+    address = process.start()
+    try:
+        yield f"http://{address}"
+    finally:
+        assert process.stop() == 0, (cluster.root / "dashboard.log").read_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    """One headless Chromium session for every dashboard test."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=1100,800")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def visit(browser: WebDriver, url: str) -> None:
+    """Load ``url``; the page must not log an error in the console."""
+    browser.get(url)
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, (url, severe)
+
+
+def submit(browser: WebDriver, button: WebElement) -> None:
+    """Click a form's button and wait until the page it leads to has replaced this one."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+
+
+def screenshot(browser: WebDriver, name: str) -> None:
+    """Save the page as ``dashboard-<name>.png`` when DASHBOARD_SCREENSHOTS names a
+    folder."""
+    folder = os.environ.get("DASHBOARD_SCREENSHOTS")
+    if folder:
+        browser.save_screenshot(str(Path(folder) / f"dashboard-{name}.png"))
+
+
+def text_of(browser: WebDriver, element_id: str) -> str:
+    """The text of the element with ``element_id`` (failing with the page's text if none)."""
+    found = browser.find_elements(By.ID, element_id)
+    assert found, f"no #{element_id} on {browser.current_url}:\n{browser.page_source[-3000:]}"
+    return str(found[0].text)
+
+
+def test_every_dashboard_page_loads_without_console_errors(
+    browser: WebDriver, dashboard: str, cluster: LocalCluster
+) -> None:
+    for path in PAGES:
+        visit(browser, dashboard + path)
+        assert browser.title.endswith("rip5 dashboard"), (path, browser.title)
+    visit(browser, dashboard + "/")
+    assert text_of(browser, "storage-nodes").count(" up ") == 3
+    assert "up" in text_of(browser, "brokers")
+    raft_rows = browser.find_elements(By.CSS_SELECTOR, "#raft-groups tr")
+    assert len(raft_rows) == GROUPS + 1  # and the header
+
+    # The chart samples the broker's metrics every 500 ms: two samples make a rate.
+    def charted() -> bool:
+        visit(browser, dashboard + "/")
+        return bool(browser.find_elements(By.CSS_SELECTOR, "svg.chart polyline"))
+
+    wait_until(charted, timeout_s=30, what="the throughput chart")
+    screenshot(browser, "cluster")
+
+
+def test_a_topic_is_created_updated_and_deleted_from_the_page(
+    browser: WebDriver, dashboard: str
+) -> None:
+    visit(browser, dashboard + "/topics")
+    form = browser.find_element(By.ID, "create-topic")
+    form.find_element(By.NAME, "name").send_keys("from-the-page")
+    queues = form.find_element(By.NAME, "queues")
+    queues.clear()
+    queues.send_keys("4")
+    submit(browser, form.find_element(By.TAG_NAME, "button"))
+    assert text_of(browser, "note") == "created topic from-the-page"
+    row = browser.find_element(By.ID, "topic-from-the-page")
+    assert row.text.split()[:3] == ["from-the-page", "4", "normal"]
+    screenshot(browser, "topics")
+
+    row.find_element(By.NAME, "queues").send_keys("8")
+    submit(browser, row.find_element(By.XPATH, ".//button[text()='Update']"))
+    assert text_of(browser, "note") == "updated topic from-the-page"
+    assert text_of(browser, "topic-from-the-page").split()[:2] == ["from-the-page", "8"]
+
+    form = browser.find_element(By.ID, "create-topic")
+    form.find_element(By.NAME, "name").send_keys("from-the-page")  # exists already
+    submit(browser, form.find_element(By.TAG_NAME, "button"))
+    assert text_of(browser, "error") == "ALREADY_EXISTS: topic 'from-the-page' exists already"
+    # The refusal's status (400) is the console's only entry.
+    logged = browser.get_log("browser")
+    assert all("400" in entry["message"] for entry in logged), logged
+
+    visit(browser, dashboard + "/topics")
+    row = browser.find_element(By.ID, "topic-from-the-page")
+    submit(browser, row.find_element(By.XPATH, ".//button[text()='Delete']"))
+    assert text_of(browser, "note") == "deleted topic from-the-page"
+    assert not browser.find_elements(By.ID, "topic-from-the-page")
+
+
+def test_a_groups_lag_and_its_grpc_consumer_show_while_it_runs(
+    browser: WebDriver, dashboard: str, cluster: LocalCluster
+) -> None:
+    cluster.create({WATCHED: (1, NORMAL)}, {WATCHERS: (False, 3)})
+    sender = client(cluster, "send", WATCHED, "-", cluster.root / "unused.stop", SENT)
+    ids = finish(sender, cluster.root / "unused.stop")["ids"]
+    stop = cluster.root / "watchers.stop"
+    consumer = client(cluster, "consume", WATCHED, WATCHERS, stop, ACKED)
+    try:
+        assert consumer.stdout is not None
+        assert json.loads(consumer.stdout.readline()) == {"acked": ACKED}
+        assert consumer.poll() is None  # it runs on, connected and idle
+
+        def shown() -> bool:
+            visit(browser, f"{dashboard}/groups/{WATCHERS}")
+            clients = text_of(browser, "clients")
+            return text_of(browser, "total-lag") == str(SENT - ACKED) and "PYTHON" in clients
+
+        wait_until(shown, timeout_s=30, what="the group's lag and consumer")
+        (row,) = browser.find_elements(By.CSS_SELECTOR, "#lag tr")[1:]
+        assert row.find_element(By.CLASS_NAME, "lag").text == str(SENT - ACKED)
+        assert "simple consumer" in text_of(browser, "clients")
+        screenshot(browser, "group")
+        visit(browser, dashboard + "/clients")
+        assert WATCHERS in text_of(browser, "clients")
+        screenshot(browser, "clients")
+    finally:
+        finish(consumer, stop)
+
+    visit(browser, f"{dashboard}/messages?id={ids[7]}")
+    found = text_of(browser, "found")
+    assert ids[7] in found
+    assert "body of message 7" in found
+    visit(browser, f"{dashboard}/messages?topic={WATCHED}&key=key-3")
+    assert "body of message 3" in text_of(browser, "found")
+    screenshot(browser, "messages")
+    visit(browser, f"{dashboard}/dlq?group={WATCHERS}")
+    assert "no dead letter" in text_of(browser, "dead-letters")
+
+
+def test_a_dead_letter_is_shown_and_resent_from_the_page(
+    browser: WebDriver, dashboard: str, cluster: LocalCluster
+) -> None:
+    cluster.create({"doomed": (1, NORMAL)}, {"picky": (False, 1)})  # one attempt only
+    stop = cluster.root / "doomed.stop"
+    done = finish(client(cluster, "dead_letter", "doomed", "picky", stop), stop)
+    assert done["redelivered"] == 0  # dead-lettered instead
+
+    def listed() -> bool:
+        visit(browser, f"{dashboard}/dlq?group=picky")
+        return done["id"] in text_of(browser, "dead-letters")
+
+    wait_until(listed, timeout_s=30, what="the dead letter on the page")
+    letters = text_of(browser, "dead-letters")
+    assert "doomed" in letters  # its original topic
+    assert "nobody wants me" in letters
+    screenshot(browser, "dlq")
+    submit(browser, browser.find_element(By.CSS_SELECTOR, "#resend button"))
+    assert text_of(browser, "note") == "resent 1 dead letters of picky"
+
+    # Resent: the message is in its topic again (a new id, its origin in a property).
+    def waiting_again() -> bool:
+        visit(browser, f"{dashboard}/groups/picky")
+        return text_of(browser, "total-lag") == "1"
+
+    wait_until(waiting_again, timeout_s=30, what="the resent message waiting for the group")
