@@ -439,7 +439,7 @@ async def _serve_groups(
     if injection is not None:
         store.io_hook = injection.wal_io
     node = StorageNode(
-        driver, store, {}, group_count, peers, injection.now_ms if injection else None
+        driver, store, {}, group_count, peers, injection.wall_ms if injection else None
     )
     groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
     if static:

@@ -93,11 +93,15 @@ def test_transactions_commit_visible_and_roll_back_never(tmp_path: Path) -> None
     assert verdict.lost == 0, verdict.samples
 
 
-def test_timers_fire_none_early_through_a_leader_kill(tmp_path: Path) -> None:
+def test_timers_fire_none_early_through_a_leader_kill_and_a_clock_jump(tmp_path: Path) -> None:
+    """The leader's wall clock 60 s ahead for 2 s must release no timer early (the
+    node's clock follows the monotonic clock, storage_node/node_clock.py)."""
     verdict, _ = chaos(
-        tmp_path, model="timer", faults=("kill@leader",), duration_s=8.0, interval_s=6.0,
-        hold_s=1.0, warmup_s=3.0, seed=13,
+        tmp_path, model="timer", faults=("kill@leader", "clock-jump@leader"), duration_s=11.0,
+        interval_s=5.0, hold_s=2.0, warmup_s=3.0, seed=13,
     )  # fmt: skip
+    history = from_lines((tmp_path / "history.jsonl").read_text().splitlines())
+    assert [f.fault for f in history.faults] == ["kill", "clock-jump"]
     assert verdict.consumed > 20
     assert verdict.lost == 0, verdict.samples
     assert verdict.early == 0, verdict.samples
