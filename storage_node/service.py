@@ -262,7 +262,9 @@ class StorageNode:
         return self.addresses.get(leader, "") if leader else ""
 
     def _led_replica(self, group_id: int) -> GroupReplica:
-        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise."""
+        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise,
+        STORAGE_FAILED (naming the cause) while this node's WAL has failed."""
+        self.driver.raise_if_failed()
         replica = self.replicas.get(group_id)
         if replica is None:
             raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")

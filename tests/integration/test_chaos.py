@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient
+from protocol import errors
 from protocol import nameserver_api as api
+from protocol.storage_api import AppendRequest
+from protocol.storage_api import Message as StorageMessage
 from rip5.admin import DEFAULT_CLUSTER
 from rip5.chaos.checkers import Verdict
 from rip5.chaos.cluster import ChaosCluster, ClusterShape
@@ -116,14 +121,17 @@ async def _status(cluster: ChaosCluster) -> api.ClusterStatusResponse:
         await client.close()
 
 
-async def test_a_full_disk_stops_the_node_and_it_serves_again_once_space_returns(
+async def test_a_full_disk_refuses_writes_and_the_node_serves_again_once_space_returns(
     tmp_path: Path,
 ) -> None:
-    """ENOSPC from the WAL writer (injected): the node names the cause and stops (its
-    pid goes), the others keep serving; once space returns it runs and registers again."""
+    """ENOSPC from the WAL writer (injected): the node names the cause, stops leading,
+    refuses requests with STORAGE_FAILED naming it and is reported down, while the
+    others keep serving; once space returns it reopens its WAL and serves again, in
+    the same process (storage_node/disk_failure.py)."""
     lines: list[str] = []
     cluster = ChaosCluster(tmp_path / "cluster", ClusterShape(), 21, lines.append)
     await cluster.start()
+    peers = Peers(RpcConfig(call_timeout_ms=5_000))
     try:
         first_pid = cluster.pid_of("storage-1")
         cluster.write_fault_file("storage-1", {"wal_write_error": "ENOSPC"})
@@ -132,21 +140,32 @@ async def test_a_full_disk_stops_the_node_and_it_serves_again_once_space_returns
         client = Client(cluster.endpoint)
         probe = Workload(model, cluster.endpoint, Recorder(), 1).probe_message
         try:
-            # Sends reach every group, so storage-1 must write, fail and stop.
+            # Sends reach every group, so storage-1 must write, fail and say so.
             for _ in range(200):
                 await client.send([probe()])
                 if any("No space left on device (injected" in line for line in lines):
                     break
             await async_wait_until(
-                lambda: any("this node stops serving" in line for line in lines),
+                lambda: any("this node serves no group" in line for line in lines),
                 timeout_s=60,
                 what="storage-1 to say its WAL failed",
             )
-            await async_wait_until(
-                lambda: cluster.pid_of("storage-1") != first_pid,
-                timeout_s=30,
-                what="storage-1 to exit",
-            )
+
+            async def node_1() -> api.StorageNodeInfo:
+                status = await _status(cluster)
+                return next(n for n in status.storage_nodes if n.node_id == 1)
+
+            deadline = asyncio.get_running_loop().time() + 30
+            while (await node_1()).alive:
+                assert asyncio.get_running_loop().time() < deadline, "storage-1 never reported down"
+                await asyncio.sleep(0.2)
+            # It still answers, refusing with the cause.
+            stub = peers.stub(StorageService, (await node_1()).address)
+            request = AppendRequest(model.topic, 0, [StorageMessage(model.topic, 0, "X1", b"x")])
+            with pytest.raises(AngeliaError) as refused:
+                await stub.append(request)
+            assert refused.value.code is errors.STORAGE_FAILED
+            assert "No space left on device" in str(refused.value)
             # The cluster still stores messages on its two healthy nodes.
             stored = 0
             for _ in range(50):
@@ -157,18 +176,12 @@ async def test_a_full_disk_stops_the_node_and_it_serves_again_once_space_returns
             assert stored >= 5
             cluster.write_fault_file("storage-1", {})  # space returns
 
-            async def node_1_alive_with_groups() -> bool:
-                status = await _status(cluster)
-                node = next(n for n in status.storage_nodes if n.node_id == 1)
-                return node.alive and node.groups > 0 and cluster.pid_of("storage-1") is not None
-
             deadline = asyncio.get_running_loop().time() + 60
-            while not await node_1_alive_with_groups():
+            while not ((info := await node_1()).alive and info.groups > 0):
                 assert asyncio.get_running_loop().time() < deadline, "storage-1 never came back"
                 await asyncio.sleep(0.2)
             # It serves: every group has a replica on it (3 nodes, 3 replicas), so these
-            # appends are written to its WAL, and it stays up.
-            serving_pid = cluster.pid_of("storage-1")
+            # appends are written to its WAL; it never restarted.
             acked = 0
             for _ in range(100):
                 results = await client.send([probe()])
@@ -176,8 +189,10 @@ async def test_a_full_disk_stops_the_node_and_it_serves_again_once_space_returns
                 if acked >= 20:
                     break
             assert acked >= 20
-            assert cluster.pid_of("storage-1") == serving_pid
+            assert cluster.pid_of("storage-1") == first_pid
+            assert any("the disk takes writes again" in line for line in lines)
         finally:
             await client.close()
     finally:
+        await peers.close()
         await cluster.stop()
