@@ -91,13 +91,7 @@ GROUP_NOT_HOSTED = _code(
     retriable=True,
     refresh_route=True,
 )
-STORAGE_FAILED = _code(
-    43,
-    "STORAGE_FAILED",
-    "the log store failed; the replica stopped (another replica serves)",
-    retriable=True,
-    refresh_route=True,
-)
+STORAGE_FAILED = _code(43, "STORAGE_FAILED", "the log store failed; the replica stopped")
 # -- storage -------------------------------------------------------------------
 OFFSET_OUT_OF_RANGE = _code(60, "OFFSET_OUT_OF_RANGE", "the queue offset is outside the log")
 INVALID_RECEIPT_HANDLE = _code(

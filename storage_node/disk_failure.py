@@ -10,7 +10,8 @@ The contract (carried out by :func:`storage_node.server.serve`):
 2. The node says so (an error log naming the cause), stops heartbeating, so
    the nameserver reports it down, and keeps answering: every request that
    needs its groups is refused with ``STORAGE_FAILED`` naming the cause
-   (retriable, redirecting: callers go to another replica).
+   (brokers learn the groups' new leaders from the nameserver, as after a
+   crash).
 3. Every ``DISK_PROBE_MS`` it checks whether its WAL directory takes writes
    again (:func:`disk_takes_writes`: a probe file written, fdatasynced and
    removed, through the WAL's fault-injection hook when there is one). Once
