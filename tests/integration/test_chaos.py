@@ -113,6 +113,27 @@ def test_timers_fire_none_early_through_a_leader_kill_and_a_clock_jump(tmp_path:
     assert verdict.lateness_p99_ms > 0
 
 
+def test_retries_through_the_other_broker_store_nothing_twice(tmp_path: Path) -> None:
+    """The reviewer's duplicates scenario, bounded: writers over two brokers retry a
+    failed or unknown batch with the same ids through the other broker. broker-1 is
+    paused longer than a send's deadline, so its sends time out and are retried through
+    broker-2, then stored by broker-1 when it resumes. A retry
+    lands on the queue of its first attempt (its first message id's hash), where the
+    dedup window sees it: none is stored twice."""
+    verdict, _ = chaos(
+        tmp_path, model="queue", brokers=2, producers=4, rate_per_s=160.0,
+        faults=("pause@broker-1",), duration_s=10.0, interval_s=8.0, hold_s=6.0,
+        warmup_s=2.0, seed=17,
+    )  # fmt: skip
+    history = from_lines((tmp_path / "history.jsonl").read_text().splitlines())
+    assert [f.fault for f in history.faults] == ["pause"]
+    assert verdict.acked > 300
+    assert any(send.attempts > 1 for send in history.sends)  # retries happened
+    assert verdict.lost == 0, verdict.samples
+    assert verdict.duplicated == 0, verdict.samples
+    assert verdict.unexpected == 0
+
+
 async def _status(cluster: ChaosCluster) -> api.ClusterStatusResponse:
     client = NameserverClient([cluster.nameserver])
     try:
