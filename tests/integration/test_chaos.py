@@ -1,6 +1,8 @@
 """``rip5 chaos``: short seeded runs of every fault against real processes, and the
 checker proven against planted bugs (a consumer that drops a message, a broker that
-acks before storing). The whole file runs in about three minutes on 2 cores."""
+acks before storing), retries through another broker storing nothing twice, and a
+full disk the node recovers from in place. The whole file took 4 min 45 s on 2 cores
+shared with a load average of 15 (each test starts its own cluster)."""
 
 from __future__ import annotations
 
