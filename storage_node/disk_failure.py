@@ -8,10 +8,10 @@ The contract (carried out by :func:`storage_node.server.serve`):
    other replicas. Nothing acked is lost: an entry is acked only once a
    majority made it durable.
 2. The node says so (an error log naming the cause), stops heartbeating, so
-   the nameserver reports it down, and keeps answering: every request that
-   needs its groups is refused with ``STORAGE_FAILED`` naming the cause
-   (brokers learn the groups' new leaders from the nameserver, as after a
-   crash).
+   the nameserver reports it down, and keeps answering: every request a
+   group's leader serves is refused with ``NOT_LEADER`` (no leader hint)
+   naming the cause, so callers go to another replica at once, as after a
+   crash; a proposal that still reaches the driver fails ``STORAGE_FAILED``.
 3. Every ``DISK_PROBE_MS`` it checks whether its WAL directory takes writes
    again (:func:`disk_takes_writes`: a probe file written, fdatasynced and
    removed, through the WAL's fault-injection hook when there is one). Once

@@ -29,7 +29,7 @@ heartbeat answers; a transfer of a group this node no longer leads is
 dropped (the nameserver plans again from fresh leader reports).
 
 A failed disk (a WAL write or fdatasync error) does not end the process:
-the node refuses requests with STORAGE_FAILED, stops heartbeating, and once
+the node refuses requests with NOT_LEADER naming the cause, stops heartbeating, and once
 the disk takes writes again reopens its WAL and serves anew on the same
 address (storage_node/disk_failure.py has the contract).
 
@@ -468,7 +468,7 @@ async def _serve_groups(
         if cause is None:
             return None
         _log.error(
-            "the WAL failed; this node serves no group (requests answer STORAGE_FAILED, its "
+            "the WAL failed; this node serves no group (requests answer NOT_LEADER, its "
             "groups elect leaders elsewhere) and stops heartbeating until the disk takes "
             "writes again: %s",
             cause,

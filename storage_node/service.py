@@ -262,9 +262,16 @@ class StorageNode:
         return self.addresses.get(leader, "") if leader else ""
 
     def _led_replica(self, group_id: int) -> GroupReplica:
-        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise,
-        STORAGE_FAILED (naming the cause) while this node's WAL has failed."""
-        self.driver.raise_if_failed()
+        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise.
+
+        While this node's WAL has failed it leads nothing: NOT_LEADER without a
+        hint, naming the cause (callers go to another replica, as after a crash).
+        """
+        if self.driver.stopped:
+            try:
+                self.driver.raise_if_failed()
+            except RaftError as exc:
+                raise StorageNotLeader(f"node {self.driver.node_id} leads no group: {exc}") from exc
         replica = self.replicas.get(group_id)
         if replica is None:
             raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")

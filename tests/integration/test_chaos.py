@@ -148,7 +148,7 @@ async def test_a_full_disk_refuses_writes_and_the_node_serves_again_once_space_r
     tmp_path: Path,
 ) -> None:
     """ENOSPC from the WAL writer (injected): the node names the cause, stops leading,
-    refuses requests with STORAGE_FAILED naming it and is reported down, while the
+    refuses requests with NOT_LEADER naming it and is reported down, while the
     others keep serving; once space returns it reopens its WAL and serves again, in
     the same process (storage_node/disk_failure.py)."""
     lines: list[str] = []
@@ -187,7 +187,8 @@ async def test_a_full_disk_refuses_writes_and_the_node_serves_again_once_space_r
             request = AppendRequest(model.topic, 0, [StorageMessage(model.topic, 0, "X1", b"x")])
             with pytest.raises(AngeliaError) as refused:
                 await stub.append(request)
-            assert refused.value.code is errors.STORAGE_FAILED
+            assert refused.value.code is errors.NOT_LEADER  # go elsewhere
+            assert "leads no group" in str(refused.value)
             assert "No space left on device" in str(refused.value)
             # The cluster still stores messages on its two healthy nodes.
             stored = 0
