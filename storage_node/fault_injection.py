@@ -11,9 +11,10 @@ the node runs:
   (:class:`raft.wal.logstore.LogStore`'s ``io_hook``), not by filling the disk;
 - ``"wal_sync_delay_ms": 200``: every WAL fdatasync takes that much longer
   (in the sync thread, as a slow disk would);
-- ``"clock_offset_ms": 60000``: the node's wall clock (what it stamps on
-  commands: :meth:`storage_node.service.StorageNode.now_ms`) runs that far
-  ahead (negative: behind).
+- ``"clock_offset_ms": 60000``: the node's wall clock (the one its clock,
+  :meth:`storage_node.service.StorageNode.now_ms`, steers toward) steps that
+  far ahead (negative: behind), as a mis-set clock or an NTP step would; the
+  monotonic clock is not moved.
 
 A file that cannot be read or parsed leaves the faults as they were and is
 logged once per change.
@@ -107,7 +108,7 @@ class FaultInjection:
         if operation == "sync" and faults.wal_sync_delay_ms:
             time.sleep(faults.wal_sync_delay_ms / 1000)  # in the sync thread, as a slow disk
 
-    def now_ms(self) -> int:
+    def wall_ms(self) -> int:
         """The node's wall clock with the injected offset."""
         return int(time.time() * 1000) + self.current.clock_offset_ms
 

@@ -48,6 +48,10 @@ SEGMENT_INDEX_CHECK_MS = 1_000
 async def run_timers(node: StorageNode) -> None:
     """Forever: on the groups ``node`` leads, propose a Tick once a held message is due.
 
+    Each round also raises the node's clock to the time its groups committed
+    (:meth:`storage_node.node_clock.NodeClock.observe`), so a leader never
+    stamps a Tick behind what another leader already stamped.
+
     Ticks of a group are pipelined: another one is proposed ``TIMER_CHECK_MS``
     after the last while messages are still held past their due time, up to
     ``TICKS_IN_FLIGHT_MAX`` in flight (a Tick that finds nothing due releases nothing).
@@ -56,7 +60,7 @@ async def run_timers(node: StorageNode) -> None:
     wait_ms = TIMER_CHECK_MS
     while True:
         await asyncio.sleep(wait_ms / 1000)
-        now_ms = node.now_ms()
+        now_ms = node.observe_committed_time()
         wait_ms = TIMER_CHECK_MS
         for group_id, replica in node.replicas.items():
             due_ms = replica.state.next_timer_due_ms()

@@ -28,6 +28,11 @@ Leader transfers asked by the nameserver (leader balancing) arrive in
 heartbeat answers; a transfer of a group this node no longer leads is
 dropped (the nameserver plans again from fresh leader reports).
 
+A failed disk (a WAL write or fdatasync error) does not end the process:
+the node refuses requests with NOT_LEADER naming the cause, stops heartbeating, and once
+the disk takes writes again reopens its WAL and serves anew on the same
+address (storage_node/disk_failure.py has the contract).
+
 ``flush``: only ``sync`` is implemented (every append is fsynced on a
 majority before it is acknowledged); ``async`` is refused at start.
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +62,7 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
 from raft.wal.logstore import LogStore
-from storage_node import fault_injection, housekeeping, retention
+from storage_node import disk_failure, fault_injection, housekeeping, retention
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
 from storage_node.controlled_node import ControlledNode
 from storage_node.controller_follower import ControllerFollower
@@ -92,6 +98,10 @@ MEMBERSHIP_CHECK_MS = 100
 """How often the groups this node leads are checked for a membership step to take."""
 TRANSFER_RETRY_MS = 2000
 """Least time between two leadership hand-overs asked for one leaving group."""
+
+
+def _ready_once(_address: str) -> None:
+    """``ready`` after the first serving pass: the shell was told already."""
 
 
 def cluster_peers(config: StorageConfig) -> dict[int, str]:
@@ -396,7 +406,12 @@ async def serve(
                 return  # asked to stop before the nameserver answered
             group_count = cluster.group_count
             _log.info("joined cluster", extra={"cluster": cluster.name, "groups": group_count})
-        await _serve_groups(config, data_dir, stopping, ready, peers, client, group_count)
+        served = await _serve_groups(config, data_dir, stopping, ready, peers, client, group_count)
+        while served is not None:  # the disk failed and takes writes again: serve anew
+            config = dataclasses.replace(config, listen=served)
+            served = await _serve_groups(
+                config, data_dir, stopping, _ready_once, peers, client, group_count
+            )
     finally:
         if client is not None:
             await client.close()
@@ -434,41 +449,6 @@ def _topic_lister(client: NameserverClient, cluster: str) -> housekeeping.TopicL
     return listed
 
 
-class WalFailed(Exception):
-    """This node's WAL failed, so it stopped serving (see
-    :func:`_serve_until_stopped_or_disk_failed`)."""
-
-
-async def _serve_until_stopped_or_disk_failed(driver: Driver, stopping: asyncio.Event) -> None:
-    """Return when ``stopping`` is set; raise :class:`WalFailed` if the WAL fails first.
-
-    A node whose disk failed (a write or fdatasync error: ENOSPC, EIO) has
-    stopped its raft rounds for good, so it cannot lead, vote or append. Left
-    running it would still answer and heartbeat as if healthy; it stops
-    instead (fail-stop): its process exits with an error naming the cause,
-    the nameserver sees its heartbeats end and reports it down, its groups
-    elect leaders on the other replicas, and its supervisor starts it again,
-    which recovers the WAL up to the last durable record and serves once
-    writes succeed again. No acked entry is lost: an entry is acked only
-    once a majority made it durable.
-    """
-    wal = asyncio.create_task(driver.wait_failed(), name="wal-watch")
-    stop = asyncio.create_task(stopping.wait(), name="stop-watch")
-    try:
-        done, _ = await asyncio.wait({wal, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        wal.cancel()
-        stop.cancel()
-    if wal in done and not wal.cancelled():
-        cause = wal.result()
-        _log.error(
-            "the WAL failed; this node stops serving (its groups elect leaders elsewhere) "
-            "and exits: %s",
-            cause,
-        )
-        raise WalFailed(f"the WAL failed: {cause}")
-
-
 async def _serve_groups(
     config: StorageConfig,
     data_dir: Path,
@@ -477,7 +457,9 @@ async def _serve_groups(
     peers: dict[int, str],
     client: NameserverClient | None,
     group_count: int,
-) -> None:
+) -> str | None:
+    """Serve until ``stopping`` is set (None), or until the disk failed and takes
+    writes again (the address served, to serve anew on): storage_node/disk_failure.py."""
     static = bool(config.peers) or client is None
     store = LogStore.open(data_dir / "wal", segment_bytes=config.wal_segment_bytes)
     transport = AngeliaTransport(
@@ -495,7 +477,7 @@ async def _serve_groups(
     if injection is not None:
         store.io_hook = injection.wal_io
     node = StorageNode(
-        driver, store, {}, group_count, peers, injection.now_ms if injection else None
+        driver, store, {}, group_count, peers, injection.wall_ms if injection else None
     )
     groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
     controlled = config.replication == "controller"
@@ -532,6 +514,7 @@ async def _serve_groups(
                 ),
             )
             tasks.append(asyncio.create_task(uploader.run(TIER_ROUND_MS), name="tier-uploads"))
+        registration_task: asyncio.Task[None] | None = None
         if client is not None:
 
             async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:
@@ -552,7 +535,8 @@ async def _serve_groups(
             )
             told = config.advertise or address  # what brokers and peers dial
             registration = Registration(client, node, config, told, data_dir, on_heartbeat)
-            tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))
+            registration_task = asyncio.create_task(registration.run(), name="storage-registration")
+            tasks.append(registration_task)
             if controlled:
                 follower = ControllerFollower(node, client)
                 tasks.append(asyncio.create_task(follower.run(), name="controller-follower"))
@@ -578,7 +562,23 @@ async def _serve_groups(
             tasks.append(asyncio.create_task(refresh_every(metrics.refresh), name="metrics"))
         ready(address)
         with exported(registry, config.metrics_listen):
-            await _serve_until_stopped_or_disk_failed(driver, stopping)
+            cause = await disk_failure.failure_or_stop(driver, stopping)
+            if cause is None:
+                return None
+            _log.error(
+                "the WAL failed; this node serves no group (requests answer NOT_LEADER, its "
+                "groups elect leaders elsewhere) and stops heartbeating until the disk takes "
+                "writes again: %s",
+                cause,
+            )
+            if registration_task is not None:
+                registration_task.cancel()  # the nameserver reports this node down
+            if not await disk_failure.until_disk_takes_writes(
+                data_dir / "wal", store.io_hook, stopping
+            ):
+                return None
+            _log.warning("the disk takes writes again: this node reopens its WAL and serves again")
+            return address
     finally:
         for task in tasks:
             task.cancel()

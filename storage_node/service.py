@@ -9,8 +9,12 @@ the node's background loops are in :mod:`storage_node.housekeeping`.
 
 The host's duties of ``storage_node.partition`` and how they are met here:
 
-1. Time: every command is stamped with this node's wall clock (ms) when the
-   leader proposes it; nothing else brings time into a group.
+1. Time: every command is stamped with this node's clock (ms) when the
+   leader proposes it; nothing else brings time into a group. The node's
+   clock (:class:`storage_node.node_clock.NodeClock`) runs on the monotonic
+   clock, steered toward the wall clock at a bounded rate and never behind
+   the time its groups committed, so a wall-clock step cannot release timers
+   early.
 2. Apply: the driver applies committed entries in log order, once, through
    :meth:`GroupReplica.apply`; a ``StorageError`` raised by apply is the
    proposer's result (raised to the caller), and apply goes on.
@@ -117,6 +121,7 @@ from storage_node.errors import (
     StorageNotLeader,
 )
 from storage_node.key_index import KeyIndex, Query, SearchResult
+from storage_node.node_clock import NodeClock
 from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
     Ack,
@@ -206,12 +211,12 @@ class StorageNode:
         replicas: Mapping[int, GroupReplica],
         group_count: int,
         addresses: Mapping[int, str],
-        clock_ms: Callable[[], int] | None = None,
+        wall_ms: Callable[[], int] | None = None,
     ) -> None:
-        """Serve the replicas; they must already be added to ``driver``. ``clock_ms``
-        replaces the wall clock (:meth:`now_ms`) only under fault injection."""
-        if clock_ms is not None:
-            self.now_ms = clock_ms  # type: ignore[method-assign]
+        """Serve the replicas; they must already be added to ``driver``. ``wall_ms``
+        replaces the wall clock :meth:`now_ms` steers toward, only under fault injection."""
+        self._wall_ms = wall_ms or _wall_ms
+        self.clock = NodeClock()
         self.driver = driver
         self.store = store
         self.replicas: dict[int, GroupReplica] = {}
@@ -244,10 +249,15 @@ class StorageNode:
         self.replicas[group_id] = replica
 
     # ------------------------------------------------------------ plumbing
-    @staticmethod
-    def now_ms() -> int:
-        """This node's wall clock in ms: the time stamped on proposed commands."""
-        return int(time.time() * 1000)
+    def now_ms(self) -> int:
+        """This node's time in ms (its :class:`NodeClock`): the time stamped on proposed
+        commands."""
+        return self.clock.read(self._wall_ms(), time.monotonic() * 1000)
+
+    def observe_committed_time(self) -> int:
+        """Raise this node's clock to the largest time its groups committed; its time now."""
+        committed_ms = max((r.state.clock_ms for r in self.replicas.values()), default=0)
+        return self.clock.observe(committed_ms, self._wall_ms(), time.monotonic() * 1000)
 
     def _group_of(self, topic: str, queue_id: int) -> int:
         if not topic:
@@ -261,7 +271,16 @@ class StorageNode:
         return self.addresses.get(leader, "") if leader else ""
 
     def _led_replica(self, group_id: int) -> GroupReplica:
-        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise."""
+        """The replica of a group this node leads; NOT_LEADER (with a hint) otherwise.
+
+        While this node's WAL has failed it leads nothing: NOT_LEADER without a
+        hint, naming the cause (callers go to another replica, as after a crash).
+        """
+        if self.driver.stopped:
+            try:
+                self.driver.raise_if_failed()
+            except RaftError as exc:
+                raise StorageNotLeader(f"node {self.driver.node_id} leads no group: {exc}") from exc
         replica = self.replicas.get(group_id)
         if replica is None:
             raise GroupNotHosted(f"node {self.driver.node_id} hosts no replica of group {group_id}")
@@ -823,6 +842,10 @@ class StorageNode:
         async with self._exports:
             replica = await self._read_barrier(request.group_id)
             return await export_group(replica, request)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))

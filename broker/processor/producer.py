@@ -5,16 +5,17 @@ its delivery time and a TRANSACTION message as a half message until it is
 ended (see the ``MessageStore`` contract), so a send of either is one append.
 
 Queue choice for a request whose messages name no queue (no message group,
-no queue id): the topic has a current queue. A request joins the append
-forming there (waiting behind one in flight) while that holds fewer than
-``JOIN_MESSAGES_MAX`` messages with it; otherwise the current queue moves
-on by one and the request goes there. A retry of a request (the same
-first message id) goes where the first attempt went instead
-(``retry_placement.py``), so the storage dedup window sees it. Under light load no append is
-forming, so requests take the queues in turn and go at once; under load
-appends gather ~``JOIN_MESSAGES_MAX`` messages (the store pays per append,
-not per message) and the queues still take them in turn, so none is
-favoured.
+no queue id): a stable hash of the request's first message id picks it
+among the writable queues (``protocol.routing.group_queue_index``, the one
+that places message groups). A client retrying a send that failed or timed
+out resends the same message ids, so the retry lands on the queue of its
+first attempt, through this broker or any other, before or after a broker
+restart, where the storage dedup window (per raft group) sees it: a first
+attempt stored after all is not stored twice. Distinct requests spread over
+the queues evenly; those that meet on one queue while an append is in
+flight there join the next append (``AppendCoalescer``), and the storage
+node joins the appends to one raft group between two rounds into one log
+entry.
 """
 
 from __future__ import annotations
@@ -30,13 +31,9 @@ from broker.metrics import BrokerMetrics
 from broker.processor import recall_handle as recall_handles
 from broker.processor import validation
 from broker.processor.coalescer import AppendCoalescer
-from broker.processor.retry_placement import RetryPlacements
-from broker.processor.selector import select_queue
+from broker.processor.selector import group_queue_index, select_queue
 from broker.services.base import Clock, MessageStore, MetadataService
 from protocol import errors as codes
-
-JOIN_MESSAGES_MAX = 256
-"""A request joins the current queue's forming append while it stays within this."""
 
 
 class ProducerProcessor:
@@ -50,7 +47,6 @@ class ProducerProcessor:
         *,
         coalescer: AppendCoalescer | None = None,
         delivery_ahead_ms_max: int = validation.DELIVERY_AHEAD_MS_MAX,
-        join_messages_max: int = JOIN_MESSAGES_MAX,
     ) -> None:
         self._metadata = metadata
         self._delivery_ahead_ms_max = delivery_ahead_ms_max
@@ -58,9 +54,6 @@ class ProducerProcessor:
         self._store = store
         self._coalescer = coalescer or AppendCoalescer(store)
         self._turns: dict[str, itertools.count[int]] = defaultdict(itertools.count)
-        self._current: dict[str, int] = {}  # topic -> index into its writable queues
-        self._join_messages_max = join_messages_max
-        self._placements = RetryPlacements()
         self.metrics: BrokerMetrics | None = None  # set by the broker role when it exports them
 
     async def send(self, messages: Sequence[Message]) -> list[SendResult]:
@@ -95,16 +88,9 @@ class ProducerProcessor:
         # the batch stays one append (messages with a message group or a queue
         # of their own still go where those name).
         if not any(map(_names_its_queue, messages)):  # the common batch: one append
-            # A retry (same first message id) goes where its first attempt went, where
-            # the storage dedup window sees it (retry_placement.py).
-            first_id = messages[0].message_id
-            placed = self._placements.queue_of(topic_name, first_id, now_ms)
-            if placed is not None and placed in writable:
-                queue = QueueRef(topic_name, placed)
-            else:
-                queue = self._current_queue(topic_name, writable, len(messages))
-                self._placements.remember(topic_name, first_id, queue.queue_id, now_ms)
-            return await self._coalescer.append(queue, messages)
+            # Where any attempt of this request goes, on any broker (module docstring).
+            index = group_queue_index(messages[0].message_id, len(writable))
+            return await self._coalescer.append(QueueRef(topic_name, writable[index]), messages)
         turn = next(self._turns[topic_name])
         by_queue: dict[int, list[int]] = defaultdict(list)
         for index, message in enumerate(messages):
@@ -122,18 +108,6 @@ class ProducerProcessor:
             for index, result in zip(indexes, queue_results, strict=True):
                 results[index] = result
         return [result for result in results if result is not None]
-
-    def _current_queue(self, topic: str, writable: Sequence[int], count: int) -> QueueRef:
-        """Where a request of ``count`` messages naming no queue goes (module docstring)."""
-        index = self._current.get(topic, -1)
-        if index >= 0:
-            queue = QueueRef(topic, writable[index % len(writable)])
-            forming = self._coalescer.pending_messages(queue)
-            if forming and forming + count <= self._join_messages_max:
-                return queue
-        index = (index + 1) % len(writable)
-        self._current[topic] = index
-        return QueueRef(topic, writable[index])
 
     async def recall(self, topic_name: str, handle: str) -> str:
         """Cancel the timed message a send's recall handle names, before it is due; its

@@ -279,7 +279,7 @@ class Driver:
         driver stopped or the host refuses, else the next round takes it up."""
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         if self._failed is not None:
-            future.set_exception(StorageFailed(f"the driver stopped: {self._failed}"))
+            future.set_exception(self._failure())
             return future
         try:
             hand_over(future)
@@ -315,6 +315,17 @@ class Driver:
         """Whether rounds stopped for good (the WAL failed); proposals fail at once."""
         return self._failed is not None
 
+    def raise_if_failed(self) -> None:
+        """Raise ``StorageFailed`` naming the cause if the WAL failed (rounds stopped)."""
+        if self._failed is not None:
+            raise self._failure()
+
+    def _failure(self) -> StorageFailed:
+        return StorageFailed(
+            f"the driver stopped (node {self.node_id}'s WAL failed; it serves no group): "
+            f"{self._failed}"
+        )
+
     def set_truncate_floor(self, group_id: int, index: int | None) -> None:
         """Compaction never discards the group's entries above ``index`` (None: no limit).
 
@@ -337,8 +348,7 @@ class Driver:
         not be confirmed within ``timeout_ms``.
         """
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        if self._failed is not None:
-            raise StorageFailed(f"the driver stopped: {self._failed}")
+        self.raise_if_failed()
         self.host.read_index(group_id, future)
         self._waiting.add(future)
         self._work.set()

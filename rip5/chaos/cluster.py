@@ -144,6 +144,11 @@ class ChaosCluster:
         return next(ep for name, ep in self.endpoints.items() if name.startswith("broker"))
 
     @property
+    def broker_endpoints(self) -> list[str]:
+        """Every broker's client endpoint, the first broker's first."""
+        return [ep for name, ep in sorted(self.endpoints.items()) if name.startswith("broker")]
+
+    @property
     def nameserver(self) -> str:
         """The nameserver's real address (for the runner's own calls)."""
         return self.endpoints["nameserver"]

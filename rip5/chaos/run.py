@@ -195,6 +195,7 @@ async def run(
     cluster: ChaosCluster | None = None
     data_dir: Path | None = None
     endpoint, nameserver = options.endpoint, options.nameserver
+    retry_endpoints: tuple[str, ...] = ()  # the other brokers, which retries go through
     try:
         if not endpoint:
             data_dir = Path(tempfile.mkdtemp(prefix="rip5-chaos-"))
@@ -207,13 +208,14 @@ async def run(
             say(f"starting {options.storage} storage nodes, {options.brokers} broker(s)")
             await cluster.start()
             endpoint, nameserver = cluster.endpoint, cluster.nameserver
+            retry_endpoints = tuple(e for e in cluster.broker_endpoints if e != endpoint)
         if nameserver:
             say(f"creating topic {model.topic} and group {model.group}")
             await ensure_model(nameserver, model)
         recorder = Recorder()
         workload = Workload(
             model, endpoint, recorder, options.seed, options.producers, options.consumers,
-            options.rate_per_s, drop_one=options.drop_one,
+            options.rate_per_s, drop_one=options.drop_one, retry_endpoints=retry_endpoints,
         )  # fmt: skip
         say(f"waiting until the broker at {endpoint} stores a probe message")
         probes = await wait_serving(workload)

@@ -7,7 +7,9 @@ into a :class:`Recorder`, from which the run's
 
 Producers send at a steady rate and retry a send that failed or went
 unknown with the same message ids (``attempts`` in all), as a careful
-application does; the send's outcome is its last attempt's. Per model:
+application does; the send's outcome is its last attempt's. With
+``retry_endpoints`` (the run's other brokers), retries go through those in
+turn, as a client that fails over between brokers does. Per model:
 
 - ``queue``: NORMAL messages in batches;
 - ``fifo``: FIFO messages, each producer owning a few message groups and
@@ -216,6 +218,8 @@ class Workload:
     """Planted bug, for proving the checker: one consumer acks one message and forgets it."""
     probes: set[str] = field(default_factory=set)
     """Ids of the probe messages sent before the run (never the planted drop's victim)."""
+    retry_endpoints: tuple[str, ...] = ()
+    """Other brokers: attempt k of a send goes through broker k mod n (0: ``endpoint``)."""
     _random: random.Random = field(init=False)
     _dropped: bool = field(init=False, default=False)
 
@@ -240,15 +244,17 @@ class Workload:
         return message
 
     async def _send_with_retries(
-        self, client: Client, messages: list[pb.Message]
+        self, clients: Sequence[Client], messages: list[pb.Message]
     ) -> tuple[int, list[tuple[Outcome, str, str]], int]:
-        """(invoked ms, per message (outcome, transaction id, error), attempts)."""
+        """(invoked ms, per message (outcome, transaction id, error), attempts); attempt k
+        goes through ``clients[k mod n]``."""
         invoked = now_ms()
         results: list[tuple[Outcome, str, str]] = []
         attempt = 0
         pending = list(range(len(messages)))
         final: dict[int, tuple[Outcome, str, str]] = {}
         while pending and attempt < self.attempts:
+            client = clients[attempt % len(clients)]
             attempt += 1
             results = await client.send([messages[i] for i in pending])
             still: list[int] = []
@@ -264,7 +270,7 @@ class Workload:
 
     async def produce(self, index: int, stop: asyncio.Event) -> None:
         """One producer, until ``stop`` is set."""
-        client = Client(self.endpoint)
+        clients = [Client(e) for e in (self.endpoint, *self.retry_endpoints)]
         interval_s = self.batch * self.producers / self.rate_per_s
         groups = [f"p{index}-g{k}" for k in range(FIFO_GROUPS_PER_PRODUCER)]
         sequences = dict.fromkeys(groups, 0)
@@ -275,24 +281,25 @@ class Workload:
                 if self.model.fifo_group:
                     group = groups[turn % len(groups)]
                     turn += 1
-                    await self._produce_fifo(client, group, sequences[group])
+                    await self._produce_fifo(clients, group, sequences[group])
                     sequences[group] += 1
                 elif self.model.name == "txn":
-                    await self._produce_txn(client)
+                    await self._produce_txn(clients)
                 else:
-                    await self._produce_batch(client)
+                    await self._produce_batch(clients)
                 await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
         finally:
-            await client.close()
+            for client in clients:
+                await client.close()
 
-    async def _produce_batch(self, client: Client) -> None:
+    async def _produce_batch(self, clients: Sequence[Client]) -> None:
         timer = self.model.name == "timer"
         dues = [
             now_ms() + self._random.randint(*TIMER_DUE_MS) if timer else None
             for _ in range(self.batch)
         ]
         messages = [self._message(None, due) for due in dues]
-        invoked, results, attempts = await self._send_with_retries(client, messages)
+        invoked, results, attempts = await self._send_with_retries(clients, messages)
         done = now_ms()
         intent = Intent.TIMER if timer else Intent.NORMAL
         for message, due, (outcome, _, error) in zip(messages, dues, results, strict=True):
@@ -303,9 +310,9 @@ class Workload:
                 )
             )  # fmt: skip
 
-    async def _produce_fifo(self, client: Client, group: str, sequence: int) -> None:
+    async def _produce_fifo(self, clients: Sequence[Client], group: str, sequence: int) -> None:
         message = self._message(group, None)
-        invoked, results, attempts = await self._send_with_retries(client, [message])
+        invoked, results, attempts = await self._send_with_retries(clients, [message])
         outcome, _, error = results[0]
         self.recorder.sends.append(
             Send(
@@ -314,11 +321,12 @@ class Workload:
             )
         )  # fmt: skip
 
-    async def _produce_txn(self, client: Client) -> None:
+    async def _produce_txn(self, clients: Sequence[Client]) -> None:
         commit = self._random.randrange(ROLLBACK_SHARE) != 0
         message = self._message(None, None)
         message_id = message.system_properties.message_id
-        invoked, results, attempts = await self._send_with_retries(client, [message])
+        invoked, results, attempts = await self._send_with_retries(clients, [message])
+        client = clients[0]  # any broker ends a transaction
         outcome, transaction_id, error = results[0]
         ended: Outcome | None = None
         if outcome is Outcome.ACKED:

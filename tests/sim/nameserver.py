@@ -21,7 +21,9 @@ applies it, and checks:
   something and stays put otherwise;
 - lease exclusivity, judged by a model of leases fed the same commands: an
   acquire or renew succeeds exactly when no other owner holds the lease
-  unexpired at the command's time, so two owners never hold it at once.
+  unexpired at the command's time, so two owners never hold it at once;
+- fencing tokens: a grant within the holder's unexpired tenure keeps the
+  lease's token, a new tenure gets a token larger than any the lease had.
 
 At the end every replica of a group holds the same state (equal snapshot
 bytes), a state restored from that snapshot gives the same bytes, every
@@ -39,7 +41,7 @@ from typing import Any
 
 from nameserver import commands as c
 from nameserver.errors import NameserverError
-from nameserver.records import StorageLoad
+from nameserver.records import Lease, StorageLoad
 from nameserver.state import Applied, MetadataState
 from raft.errors import ProposalDropped
 from raft.types import Entry, Ready, Role
@@ -90,6 +92,7 @@ class _GroupModel:
     commands: dict[int, c.Command] = field(default_factory=dict)  # log index -> command
     topics: set[str] = field(default_factory=set)
     leases: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> owner, expires
+    tokens: dict[str, int] = field(default_factory=dict)  # name -> its largest token granted
     changes: int = 0
     lease_grants: int = 0
     lease_refusals: int = 0
@@ -141,6 +144,30 @@ class MetadataModel:
         model.changes += bool(result.changes)
 
     @staticmethod
+    def _check_token(
+        group: int,
+        model: _GroupModel,
+        command: c.AcquireLease | c.RenewLease,
+        held: tuple[str, int] | None,
+        lease: object,
+    ) -> None:
+        """The granted lease's fencing token: kept within a tenure, larger for a new one."""
+        assert isinstance(lease, Lease), f"group {group}: {command} answered {lease}"
+        last = model.tokens.get(command.name)
+        same_tenure = held is not None and held[0] == command.owner and held[1] > command.now_ms
+        if same_tenure:
+            assert lease.token == last, (
+                f"group {group}: {type(command).__name__} {command.name} by {command.owner} "
+                f"changed the token of its tenure from {last} to {lease.token}"
+            )
+        else:
+            assert last is None or lease.token > last, (
+                f"group {group}: {type(command).__name__} {command.name} by {command.owner} "
+                f"began a tenure with token {lease.token}, not above the last one {last}"
+            )
+        model.tokens[command.name] = lease.token
+
+    @staticmethod
     def _check_lease(group: int, model: _GroupModel, command: c.Command, result: object) -> None:
         leases = model.leases
         if isinstance(command, c.Expire) and isinstance(result, Applied):
@@ -172,6 +199,8 @@ class MetadataModel:
         )
         if granted:
             assert not other_holds, f"group {group}: two owners hold lease {command.name}"
+            assert isinstance(result, Applied)
+            MetadataModel._check_token(group, model, command, held, result.value)
             leases[command.name] = (command.owner, command.now_ms + command.ttl_ms)
             model.lease_grants += 1
         else:

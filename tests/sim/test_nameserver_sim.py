@@ -62,7 +62,13 @@ def test_a_lease_granted_over_its_holder_is_caught(monkeypatch: pytest.MonkeyPat
     owner holds the lease unexpired (two holders at once). The lease model must see it."""
 
     def grant_always(self: MetadataState, command: c.AcquireLease) -> Lease:
-        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms, 1)
+        # Only exclusivity is broken: fencing tokens are as the real machine's.
+        known = self._leases.get(command.name)
+        same_tenure = (
+            known is not None and known.owner == command.owner and known.expires_ms > command.now_ms
+        )
+        token = known.token if known is not None and same_tenure else self._revision + 1
+        lease = Lease(command.name, command.owner, command.now_ms + command.ttl_ms, token)
         self._leases[lease.name] = lease
         self._changed(ChangeKind.LEASE, lease.name, lease)
         return lease
@@ -107,3 +113,25 @@ def test_a_delete_that_keeps_the_topic_is_caught(monkeypatch: pytest.MonkeyPatch
     failures = _nameserver_failures(8)
     assert len(failures) >= 3, failures
     assert all("topics [" in f and "model [" in f for f in failures), failures
+
+
+@pytest.mark.sim
+def test_a_new_tenure_keeping_the_old_fencing_token_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Break the state machine on purpose: an acquire by a new owner (or after expiry)
+    keeps the lease's old token, so a stale holder's writes cannot be fenced off."""
+    acquire = MetadataState._acquire_lease
+
+    def stale_token(self: MetadataState, command: c.AcquireLease) -> Lease:
+        known = self._leases.get(command.name)
+        lease = acquire(self, command)
+        if known is not None and known.token != lease.token:
+            lease = Lease(lease.name, lease.owner, lease.expires_ms, known.token)
+            self._leases[lease.name] = lease
+        return lease
+
+    monkeypatch.setattr(MetadataState, "_acquire_lease", stale_token)
+    failures = _nameserver_failures(8)
+    assert len(failures) >= 3, failures
+    assert all("began a tenure with token" in f for f in failures), failures

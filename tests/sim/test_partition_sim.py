@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.pop import GroupQueue
 from tests.sim.partition import run_partition_seed
 
@@ -84,3 +85,37 @@ def test_a_lease_check_ignoring_the_generation_is_caught(monkeypatch: pytest.Mon
     failures = [r.failure for r in (run_partition_seed(seed) for seed in range(24)) if r.failure]
     assert len(failures) >= 3, failures
     assert all("ack of ReceiptHandle" in f for f in failures), failures  # a stale ack succeeded
+
+
+def _partition_failures(seeds: int) -> list[str]:
+    return [r.failure for r in (run_partition_seed(s) for s in range(seeds)) if r.failure]
+
+
+@pytest.mark.sim
+def test_a_dedup_window_that_forgets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break the state machine on purpose: the dedup window never knows a message id,
+    so a resent batch (same ids) is stored again at new offsets. The model must see it."""
+    monkeypatch.setattr(DedupWindow, "lookup", lambda self, topic, message_id: None)
+    monkeypatch.setattr(DedupWindow, "knows_any", lambda self, keys: False)
+    monkeypatch.setattr(DedupWindow, "knows_any_of", lambda self, topic, ids: False)
+    failures = _partition_failures(12)
+    assert len(failures) >= 3, failures
+    assert all("resent" in f and "first stored at offset" in f for f in failures), failures
+
+
+@pytest.mark.sim
+def test_a_fifo_receive_ignoring_message_groups_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Break the state machine on purpose: a FIFO group's receive hands out a message
+    while an earlier one of its message group is in flight. The model must see it."""
+    receive = GroupQueue.receive
+
+    def unordered(self: GroupQueue, queue: object, **options: object) -> object:
+        options["fifo"] = False
+        return receive(self, queue, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GroupQueue, "receive", unordered)
+    failures = _partition_failures(12)
+    assert len(failures) >= 3, failures
+    assert all("(fifo)" in f for f in failures), failures  # the FIFO model saw it

@@ -25,8 +25,8 @@ from broker.processor import receipt
 from broker.processor.coalescer import AppendCoalescer
 from broker.processor.consumer import ConsumerProcessor
 from broker.processor.producer import ProducerProcessor
-from broker.processor.retry_placement import WINDOW_MS as RETRY_WINDOW_MS
 from broker.processor.route import RouteProcessor
+from broker.processor.selector import group_queue_index
 from broker.services.clock import ManualClock
 from broker.services.memory import MemoryMetadata, MemoryStore
 from protocol import errors as codes
@@ -109,29 +109,39 @@ async def test_batch_results_are_in_request_order(world: World) -> None:
     assert sorted(m.message_id for m in stored) == [f"id-{i}" for i in range(5)]
 
 
-async def test_a_batch_goes_to_one_queue_and_batches_take_turns(world: World) -> None:
-    first = await world.producer.send([_msg(n=i) for i in range(3)])
-    second = await world.producer.send([_msg(n=i) for i in range(3, 6)])
-    assert {r.queue.queue_id for r in first} == {0}
-    assert {r.queue.queue_id for r in second} == {1}
+def _queue_of_id(message_id: str, queues: int = 2) -> int:
+    """The queue a request naming no queue goes to: its first message id's hash."""
+    return group_queue_index(message_id, queues)
+
+
+async def test_a_batch_goes_to_one_queue_chosen_by_its_first_message_id(world: World) -> None:
+    assert (_queue_of_id("id-0"), _queue_of_id("id-1")) == (1, 0)  # the ids used below
+    first = await world.producer.send([_msg(n=0), _msg(n=1), _msg(n=3)])
+    second = await world.producer.send([_msg(n=1), _msg(n=2), _msg(n=4)])
+    assert {r.queue.queue_id for r in first} == {1}
+    assert {r.queue.queue_id for r in second} == {0}
     assert [r.offset for r in first] == [0, 1, 2]
-    assert [m.message_id for m in world.store.messages(QueueRef("orders", 1))] == [
-        "id-3",
+    assert [m.message_id for m in world.store.messages(QueueRef("orders", 0))] == [
+        "id-1",
+        "id-2",
         "id-4",
-        "id-5",
     ]
 
 
-async def test_a_retried_send_goes_to_the_queue_of_its_first_attempt(world: World) -> None:
+async def test_a_retried_send_goes_to_the_queue_of_its_first_attempt_on_any_broker(
+    world: World,
+) -> None:
+    """A retry resends the same ids: through this broker, another one sharing the store,
+    or much later, it lands where its first attempt did, where the dedup window sees it."""
     first = await world.producer.send([_msg(n=0), _msg(n=1)])
-    other = await world.producer.send([_msg(n=2)])
-    assert other[0].queue != first[0].queue  # the turn moved on
+    other = await world.producer.send([_msg(n=1)])
+    assert other[0].queue != first[0].queue
     retry = await world.producer.send([_msg(n=0), _msg(n=1)])
-    assert {r.queue for r in retry} == {first[0].queue}  # where the dedup window sees it
-    world.clock.advance(RETRY_WINDOW_MS + 1)
-    assert (await world.producer.send([_msg(n=3)]))[0].queue == first[0].queue  # by turn
-    late = await world.producer.send([_msg(n=0), _msg(n=1)])
-    assert {r.queue for r in late} == {other[0].queue}  # forgotten: by turn again
+    assert {r.queue for r in retry} == {first[0].queue}
+    another_broker = ProducerProcessor(world.metadata, world.store, world.clock)
+    world.clock.advance(10 * 60_000)
+    late = await another_broker.send([_msg(n=0), _msg(n=1)])
+    assert {r.queue for r in late} == {first[0].queue}
 
 
 async def test_fifo_group_lands_in_one_queue(world: World) -> None:
@@ -173,14 +183,10 @@ async def test_concurrent_sends_to_one_queue_coalesce(world: World) -> None:
     assert [r[0].offset for r in results] == [0, 1, 2, 3, 4, 5]
 
 
-async def test_under_load_sends_join_the_current_queues_forming_append_until_it_is_full(
-    world: World,
-) -> None:
+async def test_under_load_sends_to_one_queue_join_its_forming_append(world: World) -> None:
     store = SlowStore(world.clock)
     coalescer = AppendCoalescer(store)
-    producer = ProducerProcessor(
-        world.metadata, store, world.clock, coalescer=coalescer, join_messages_max=2
-    )
+    producer = ProducerProcessor(world.metadata, store, world.clock, coalescer=coalescer)
     queue_0, queue_1 = QueueRef("orders", 0), QueueRef("orders", 1)
     sends: list[asyncio.Task[list[SendResult]]] = []
 
@@ -188,19 +194,18 @@ async def test_under_load_sends_join_the_current_queues_forming_append_until_it_
         sends.append(asyncio.create_task(producer.send([_msg(n=n)])))
         await async_wait_until(arrived, what=what)
 
-    # Idle queues: each request goes at once, to the next queue in turn.
-    await send(0, lambda: store.queues == [0], "an append to queue 0")
-    await send(1, lambda: store.queues == [0, 1], "an append to queue 1")
-    # Both busy: the next in turn starts an append behind queue 0's, the next joins it ...
-    await send(2, lambda: coalescer.pending_messages(queue_0) == 1, "a forming append")
-    await send(3, lambda: coalescer.pending_messages(queue_0) == 2, "a joining send")
-    # ... until it is full: then the turn moves on.
-    await send(4, lambda: coalescer.pending_messages(queue_1) == 1, "the turn to move on")
+    # Idle queues: each request goes at once, to the queue of its first id.
+    await send(1, lambda: store.queues == [0], "an append to queue 0")
+    await send(0, lambda: store.queues == [0, 1], "an append to queue 1")
+    # Both busy: a request starts an append behind its queue's, the next ones join it.
+    await send(3, lambda: coalescer.pending_messages(queue_0) == 1, "a forming append")
+    await send(2, lambda: coalescer.pending_messages(queue_1) == 1, "another forming append")
+    await send(4, lambda: coalescer.pending_messages(queue_1) == 2, "a joining send")
     store.release.set()
     results = await asyncio.gather(*sends)
     assert store.queues == [0, 1, 0, 1]
-    assert store.batches == [1, 1, 2, 1]
-    assert [r.queue for (r,) in results] == [queue_0, queue_1, queue_0, queue_0, queue_1]
+    assert store.batches == [1, 1, 1, 2]
+    assert [r.queue for (r,) in results] == [queue_0, queue_1, queue_0, queue_1, queue_1]
 
 
 async def test_append_failure_reaches_every_coalesced_sender(world: World) -> None:
