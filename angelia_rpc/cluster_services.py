@@ -75,3 +75,4 @@ class BrokerService(Service, name="broker"):
     """What one broker asks of another (types in ``protocol.broker_api``)."""
 
     deliver_orphan_check = Unary(br.OrphanCheckRequest, br.OrphanCheckResponse)
+    drain = Unary(br.DrainRequest, br.DrainResponse)

@@ -22,6 +22,18 @@ it deliver a check to a producer connected here.
 On ``stopping`` it stops accepting calls, gives calls in flight a second,
 and closes its connections.
 
+Drain (``broker.drain``, from ``rip5 admin broker drain``): it stops
+heartbeating (the nameserver marks it down after its broker timeout, and
+other brokers' routes leave it out), its own routes leave it out, every new
+client call is refused with a retriable status (``broker/grpc/drain.py``),
+the calls in flight (long polls) run to their end (at most
+``drain_timeout_ms``), and then it stops as on ``stopping`` and ``serve``
+returns.
+
+Routes (``route_mode``): ``endpoint`` answers the address the client used
+(brokers behind a load balancer); ``brokers`` spreads a topic's queues over
+the live brokers' gRPC addresses from the nameserver.
+
 SHELL.
 """
 
@@ -31,14 +43,17 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from angelia_rpc import Peers, RpcConfig, Server
 from angelia_rpc.cluster_services import BrokerService
 from broker import fault_injection
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
+from broker.errors import BrokerError
+from broker.grpc.drain import DrainGate
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.processor.checkback import CheckPolicy
 from broker.processor.transaction import TransactionProcessor
@@ -50,6 +65,8 @@ from broker.services.clock import SystemClock
 from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
 from broker.services.storage import StorageStore
+from protocol import broker_api as br
+from protocol import errors as codes
 
 log = logging.getLogger("broker.server")
 
@@ -93,7 +110,10 @@ async def serve(
     )
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
-    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions)))], RpcConfig())
+    drain = _Drain()
+    peer_server = Server(
+        [BrokerService.bind(PeerHandler(_LateTarget(transactions), drain))], RpcConfig()
+    )
     tasks: list[asyncio.Task[None]] = []
     endpoint: GrpcEndpoint | None = None
     remoting: RemotingServer | None = None
@@ -131,6 +151,9 @@ async def serve(
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
+        grpc_brokers = ClusterBrokers(metadata, own_address="", own_grpc_address=address)
+        if config.route_mode == "brokers":
+            service.route_brokers = grpc_brokers.grpc_addresses
         if config.remoting_listen:
             # Both addresses are known once the port is bound (the listen port may be 0).
             brokers = ClusterBrokers(metadata, own_address=config.remoting_listen)
@@ -153,23 +176,23 @@ async def serve(
             remoting_service.address = brokers.own_address = remoting_address
             remoting_producers.store_address = remoting_address
         tasks.append(asyncio.create_task(metadata.run_watch(), name="broker-metadata-watch"))
-        tasks.append(
-            asyncio.create_task(
-                run_heartbeats(
-                    metadata,
-                    broker_id=peer_address,
-                    address=address,
-                    # Where check-backs can reach a producer: gRPC producers' groups and
-                    # the topics remoting producers sent half messages to.
-                    producer_groups=lambda: sorted(
-                        {*service.sessions.producer_groups, *remoting_producers.topics}
-                    ),
-                    interval_ms=config.heartbeat_interval_ms,
-                    remoting_address=remoting_address,
+        heartbeats = asyncio.create_task(
+            run_heartbeats(
+                metadata,
+                broker_id=peer_address,
+                address=address,
+                # Where check-backs can reach a producer: gRPC producers' groups and
+                # the topics remoting producers sent half messages to.
+                producer_groups=lambda: sorted(
+                    {*service.sessions.producer_groups, *remoting_producers.topics}
                 ),
-                name="broker-heartbeat",
-            )
+                interval_ms=config.heartbeat_interval_ms,
+                remoting_address=remoting_address,
+            ),
+            name="broker-heartbeat",
         )
+        tasks.append(heartbeats)
+        drain.attach(endpoint.drain, grpc_brokers, heartbeats)
         log.info(
             "serving",
             extra={
@@ -181,7 +204,13 @@ async def serve(
             },
         )
         ready(address)
-        await stopping.wait()
+        await _first(stopping.wait(), drain.requested.wait())
+        if drain.requested.is_set() and not stopping.is_set():
+            idle = await endpoint.drain.wait_idle(config.drain_timeout_ms / 1000)
+            log.info(
+                "drained: stopping",
+                extra={"idle": idle, "in_flight": endpoint.drain.in_flight},
+            )
     finally:
         for task in tasks:
             task.cancel()
@@ -194,6 +223,45 @@ async def serve(
             await endpoint.stop(1.0)
         await peer_server.stop()
         await peers.close()
+
+
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Wait until the first of ``waits`` is done; cancel the others."""
+    pending = {asyncio.ensure_future(wait) for wait in waits}
+    try:
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in pending:
+            task.cancel()
+
+
+class _Drain:
+    """The ``DrainTarget`` of the peer service: starts this broker's drain (see the
+    module docstring); ``requested`` is set once it has started."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self._gate: DrainGate | None = None
+        self._brokers: ClusterBrokers | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
+
+    def attach(
+        self, gate: DrainGate, brokers: ClusterBrokers, heartbeats: asyncio.Task[None]
+    ) -> None:
+        """What a drain acts on, once the broker serves."""
+        self._gate, self._brokers, self._heartbeats = gate, brokers, heartbeats
+
+    def drain(self) -> br.DrainResponse:
+        """Start the drain (once); where it stands."""
+        if self._gate is None or self._brokers is None or self._heartbeats is None:
+            raise BrokerError(codes.UNAVAILABLE, "the broker is still starting: drain it later")
+        if not self.requested.is_set():
+            log.info("draining: new calls refused, calls in flight finish")
+            self._heartbeats.cancel()
+            self._brokers.draining = True
+            self._gate.start()
+            self.requested.set()
+        return br.DrainResponse(self._gate.in_flight, self._gate.refused)
 
 
 class _LateTarget:

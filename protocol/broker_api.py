@@ -2,7 +2,8 @@
 
 Brokers call each other for what only a particular broker can do: reach a
 client whose stream is open on it. Today that is the check-back of an
-orphaned transaction, sent to a producer of the transaction's group.
+orphaned transaction, sent to a producer of the transaction's group. An
+operator calls the same API to drain a broker (``rip5 admin broker drain``).
 
 Evolution: fields are only added at the end of a type.
 
@@ -34,3 +35,18 @@ class OrphanCheckResponse:
     """Whether a producer of the group was connected and was sent the check."""
 
     delivered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRequest:
+    """Drain the called broker: refuse new client calls, finish those in flight
+    (long polls included), stop heartbeating, then exit. Asking again is harmless."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResponse:
+    """Where the drain stands: ``in_flight`` client calls still running, ``refused``
+    calls answered SHUTTING_DOWN since it started."""
+
+    in_flight: int
+    refused: int

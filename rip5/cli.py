@@ -335,6 +335,7 @@ admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
 admin.add_command(admin_nodes.node)
+admin.add_command(admin_nodes.broker)
 
 
 main.add_command(loadtest_command.loadtest)

@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from broker.grpc.drain import DrainGate, gated
 from broker.grpc.status import bad_request
 from protocol.rocketmq.v2 import service_pb2 as spb
 
@@ -91,9 +92,13 @@ class CheckedRegistration:
     """Stands for a gRPC server while generated code registers MessagingService: each
     method's handler passes to ``server`` with the checks of this module."""
 
-    def __init__(self, server: Any, bad_requests: BadRequests) -> None:
+    def __init__(
+        self, server: Any, bad_requests: BadRequests, gate: DrainGate | None = None
+    ) -> None:
+        """``gate``: each method also passes behind it (``broker.grpc.drain``)."""
         self._server = server
         self._bad_requests = bad_requests
+        self._gate = gate
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         """Ignored: the same methods come by name (add_registered_method_handlers), and
@@ -105,8 +110,14 @@ class CheckedRegistration:
         """Register ``handlers`` on the server, each wrapped by :func:`checked`."""
         if service != SERVICE:
             raise ValueError(f"only {SERVICE} is checked, not {service}")
+        gate = self._gate
         checked_handlers = {
-            name: checked(name, handler, self._bad_requests) for name, handler in handlers.items()
+            name: checked(
+                name,
+                handler if gate is None else gated(handler, gate, _response_class(name)),
+                self._bad_requests,
+            )
+            for name, handler in handlers.items()
         }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, checked_handlers),)
@@ -121,7 +132,7 @@ def checked(
     what it could not decode (see the module docstring)."""
     method = _METHODS[name]
     request_type = method.input_type.name
-    response_class: type[Message] = getattr(spb, method.output_type.name)
+    response_class = _response_class(name)
     decode = _lenient(handler.request_deserializer, request_type)
     serialize = handler.response_serializer
 
@@ -169,6 +180,12 @@ def checked(
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, found[0].cause)
 
     return grpc.stream_stream_rpc_method_handler(stream_stream_call, decode, serialize)
+
+
+def _response_class(name: str) -> type[Message]:
+    """The response message class of MessagingService method ``name``."""
+    response_class: type[Message] = getattr(spb, _METHODS[name].output_type.name)
+    return response_class
 
 
 def _lenient(

@@ -28,6 +28,7 @@ from angelia_rpc.transport.tls import server_context
 from broker.config import BrokerConfig
 from broker.grpc import convert
 from broker.grpc.bad_requests import BadRequests, CheckedRegistration
+from broker.grpc.drain import DrainGate
 from broker.grpc.http2 import Http2GrpcServer
 from broker.grpc.service import MessagingService
 from broker.grpc.telemetry import TelemetrySessions
@@ -143,6 +144,7 @@ class GrpcEndpoint:
         self.tls = tls
         self.port: int | None = None
         self.bad_requests = BadRequests()  # undecodable requests answered, by method
+        self.drain = DrainGate()  # refuses new calls once a drain starts
         self._server: grpc.aio.Server | Http2GrpcServer | None = None
         self._ssl_context: ssl.SSLContext | None = None  # h2's, reloaded in place
         # grpcio's next certificate, taken by its fetcher at the next handshake.
@@ -154,7 +156,7 @@ class GrpcEndpoint:
         if self.kind == "h2":
             h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
             service_pb2_grpc.add_MessagingServiceServicer_to_server(
-                self.service, CheckedRegistration(h2_server, self.bad_requests)
+                self.service, CheckedRegistration(h2_server, self.bad_requests, self.drain)
             )
             host, _, port = self.listen.rpartition(":")
             if self.tls:
@@ -181,7 +183,7 @@ class GrpcEndpoint:
             ]
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
-            self.service, CheckedRegistration(server, self.bad_requests)
+            self.service, CheckedRegistration(server, self.bad_requests, self.drain)
         )
         if self.tls:
             tls = self.tls

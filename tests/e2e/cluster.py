@@ -116,9 +116,11 @@ class LocalCluster:
         log_level: str = "info",
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
+        nameserver_flags: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.broker_flags = broker_flags
+        self.nameserver_flags = nameserver_flags
         self.groups = groups
         self.log_level = log_level
         self.auto_create = auto_create
@@ -156,7 +158,13 @@ class LocalCluster:
     def start_nameserver(self, node: int) -> Process:
         """Start (or restart, on its data) nameserver ``node`` (1-based); ready when
         this returns."""
-        flags = ["--listen", self.nameserver_addresses[node - 1], "--groups", str(self.groups)]
+        flags = [
+            "--listen",
+            self.nameserver_addresses[node - 1],
+            "--groups",
+            str(self.groups),
+            *self.nameserver_flags,
+        ]
         if len(self.nameserver_addresses) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
             flags += ["--node-id", str(node), "--peers", peers]
