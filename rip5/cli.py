@@ -47,6 +47,7 @@ BENCH_TARGETS = {
     "remoting": "[Remoting]",
     "connector": "[Connector]",
     "placement": "[Scale]",
+    "queues": "[Scale]",
 }
 
 
