@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from angelia_rpc.service import ServerStream, Service, Unary
 from protocol import broker_api as br
+from protocol import control_api as ctl
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 
@@ -69,6 +70,23 @@ class NameserverService(Service, name="nameserver"):
     renew_lease = Unary(ns.LeaseRequest, ns.LeaseResponse)
     release_lease = Unary(ns.LeaseRequest, ns.RevisionResponse)
     watch = ServerStream(ns.WatchRequest, ns.WatchBatchInfo)
+    create_user = Unary(ns.UserRequest, ns.RevisionResponse)
+    update_user = Unary(ns.UserRequest, ns.RevisionResponse)
+    delete_user = Unary(ns.UserRequest, ns.RevisionResponse)
+    create_acl = Unary(ns.AclRequest, ns.RevisionResponse)
+    update_acl = Unary(ns.AclRequest, ns.RevisionResponse)
+    delete_acl = Unary(ns.AclRequest, ns.RevisionResponse)
+    acl_tables = Unary(ns.AclTablesRequest, ns.AclTablesResponse)
+
+
+class ControlService(Service, name="control"):
+    """The nameserver's own membership and the RIP-44 controller (``protocol.control_api``)."""
+
+    members = Unary(ctl.MembersRequest, ctl.MembersResponse)
+    add_member = Unary(ctl.AddMemberRequest, ctl.MembersResponse)
+    remove_member = Unary(ctl.RemoveMemberRequest, ctl.MembersResponse)
+    replica_sets = Unary(ctl.ReplicaSetsRequest, ctl.ReplicaSetsResponse)
+    alter_sync_state_set = Unary(ctl.AlterSyncStateSetRequest, ctl.ReplicaSetResponse)
 
 
 class BrokerService(Service, name="broker"):

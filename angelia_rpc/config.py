@@ -5,7 +5,7 @@ PURE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from angelia_rpc.errors import LocalUsageError
 from angelia_rpc.framing import FRAME_BYTES_MIN
@@ -20,13 +20,16 @@ class TlsConfig:
     """TLS for a transport: this end's certificate and the CA that signs its peers'.
 
     A server presents ``cert_file``/``key_file``; a client verifies the server
-    against ``ca_file`` and the name ``server_hostname``.
+    against ``ca_file`` and the name ``server_hostname``. ``mutual``: the client
+    presents ``cert_file``/``key_file`` too and the server refuses a client whose
+    certificate ``ca_file`` does not sign (TLS between the roles of a cluster).
     """
 
     cert_file: str
     key_file: str
     ca_file: str
     server_hostname: str = "localhost"
+    mutual: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,74 @@ class RpcConfig:
                 self.reconnect_backoff_min_ms,
                 "positive and at most reconnect_backoff_max_ms",
             )
+
+
+@dataclass(frozen=True)
+class RpcOptions:
+    """The internal-RPC options every role takes (``--rpc-transport``, ``--rpc-codec``,
+    ``--rpc-tls-*``); role configs inherit them. Every process of a cluster must be
+    given the same transport and codec: a peer configured otherwise is refused at
+    connect time, naming both sides' choices."""
+
+    rpc_transport: str = field(
+        default="tcp",
+        metadata={
+            "help": "transport of the internal RPC between the roles (same on every process)",
+            "choices": ("tcp", "grpc", "http2"),
+        },
+    )
+    rpc_codec: str = field(
+        default="msgpack",
+        metadata={
+            "help": "payload codec of the internal RPC (same on every process)",
+            "choices": CODEC_NAMES,
+        },
+    )
+    rpc_tls_cert: str = field(
+        default="",
+        metadata={"help": "mutual TLS between the roles: this process's certificate (PEM)"},
+    )
+    rpc_tls_key: str = field(
+        default="",
+        metadata={"help": "mutual TLS between the roles: this process's private key (PEM)"},
+    )
+    rpc_tls_ca: str = field(
+        default="",
+        metadata={
+            "help": "mutual TLS between the roles: the CA certificate that signs every "
+            "process's certificate (peers are verified against it, as servers and clients)"
+        },
+    )
+
+    def rpc_config(self) -> RpcConfig:
+        """The :class:`RpcConfig` of these options; ValueError naming the options if the
+        TLS files are not given all three or none."""
+        given = [bool(self.rpc_tls_cert), bool(self.rpc_tls_key), bool(self.rpc_tls_ca)]
+        if any(given) and not all(given):
+            raise ValueError(
+                "--rpc-tls-cert, --rpc-tls-key and --rpc-tls-ca go together: give all three "
+                "(mutual TLS between the roles) or none"
+            )
+        tls = (
+            TlsConfig(self.rpc_tls_cert, self.rpc_tls_key, self.rpc_tls_ca, mutual=True)
+            if all(given)
+            else None
+        )
+        return RpcConfig(transport=self.rpc_transport, codec=self.rpc_codec, tls=tls)
+
+    @property
+    def rpc_flags(self) -> tuple[str, ...]:
+        """These options as command-line flags (for the children of ``rip5 dev``); the
+        defaults are left out."""
+        flags: tuple[str, ...] = ()
+        if self.rpc_transport != "tcp":
+            flags += ("--rpc-transport", self.rpc_transport)
+        if self.rpc_codec != "msgpack":
+            flags += ("--rpc-codec", self.rpc_codec)
+        if self.rpc_tls_cert:
+            flags += ("--rpc-tls-cert", self.rpc_tls_cert, "--rpc-tls-key", self.rpc_tls_key)
+            flags += ("--rpc-tls-ca", self.rpc_tls_ca)
+        return flags
 
 
 def _bad(option: str, value: object, allowed: str) -> LocalUsageError:

@@ -26,8 +26,10 @@ from angelia_rpc.channel import Peers
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.config import RpcConfig
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
+from angelia_rpc.service import Service
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Service)
 
 ATTEMPTS_MAX = 20
 RETRY_BACKOFF_MS = 100
@@ -76,15 +78,28 @@ class NameserverClient:
     def stub(self, address: str) -> NameserverService:
         """The typed client of one replica. With another replica to try, a dead one
         is passed over at once (the stub does not wait for it to come up)."""
-        return self.peers.stub(NameserverService, address, wait_for_ready=len(self.addresses) == 1)
+        return self.service_stub(NameserverService, address)
+
+    def service_stub(self, service: type[S], address: str) -> S:
+        """:meth:`stub`, for another service the nameservers serve (``ControlService``)."""
+        return self.peers.stub(service, address, wait_for_ready=len(self.addresses) == 1)
 
     async def call(self, method: Callable[[NameserverService], Awaitable[T]]) -> T:
         """Run ``method`` on the leader (see the module docstring); the last
         :class:`AngeliaError` when that cannot be done."""
+        return await self._call_leader(self.stub, method)
+
+    async def call_service(self, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
+        """:meth:`call`, for another service the nameservers serve (``ControlService``)."""
+        return await self._call_leader(lambda address: self.service_stub(service, address), method)
+
+    async def _call_leader(
+        self, stub: Callable[[str], S], method: Callable[[S], Awaitable[T]]
+    ) -> T:
         failover = Failover(starting_at(self._current, self.addresses), self.policy, math.inf)
 
         def attempt(address: str, _timeout_ms: int) -> Awaitable[T]:
-            return method(self.stub(address))  # the method brings its own timeout
+            return method(stub(address))  # the method brings its own timeout
 
         try:
             return await call_leader(

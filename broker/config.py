@@ -2,9 +2,11 @@
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(RpcOptions):
     """How one broker serves clients and reaches the cluster."""
 
     listen: str = field(
@@ -120,6 +122,39 @@ class BrokerConfig:
     transaction_check_max: int = field(
         default=15,
         metadata={"help": "check-backs of a half message before it is rolled back", "min": 1},
+    )
+    acl: bool = field(
+        default=False,
+        metadata={
+            "help": "ACL 2.0: authenticate every gRPC call (the official clients' signed "
+            "authorization header) and check it against the users and policies kept by the "
+            "nameserver (rip5 admin user/acl)"
+        },
+    )
+    acl_refresh_ms: int = field(
+        default=1000,
+        metadata={
+            "help": "how often the ACL users and policies are read again from the nameserver "
+            "(the last ones stay in force while it is away)",
+            "min": 50,
+            "max": 3_600_000,
+        },
+    )
+    acl_inner_user_file: str = field(
+        default="",
+        metadata={
+            "help": "ACL 2.0: a file holding NAME:SECRET of the user this broker signs its "
+            "own nameserver writes as (auto-created topics and groups, retry and dead-letter "
+            "topics); a super user, or one allowed Create on them"
+        },
+    )
+    acl_skew_ms: int = field(
+        default=15 * 60 * 1000,
+        metadata={
+            "help": "most a signed request's x-mq-date-time may differ from this broker's clock",
+            "min": 1000,
+            "max": 86_400_000,
+        },
     )
     route_mode: str = field(
         default="endpoint",

@@ -43,13 +43,15 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from angelia_rpc import Peers, RpcConfig, Server
+from angelia_rpc import Peers, Server
 from angelia_rpc.cluster_services import BrokerService
 from broker import fault_injection
+from broker.acl import AclCache, AclGuard
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.errors import BrokerError
@@ -67,8 +69,16 @@ from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
 from broker.services.storage import StorageStore
 from protocol import broker_api as br
 from protocol import errors as codes
+from protocol import nameserver_api as ns
+from protocol.acl import AclTables, InvalidAcl, parse_credentials_line
+from protocol.acl_wire import signed_by, tables_of
 
 log = logging.getLogger("broker.server")
+
+
+ACL_FIRST_READ_S = 10.0
+"""How long a starting broker with --acl tries to read the ACL tables before serving."""
+ACL_RETRY_S = 0.2
 
 
 class ConfigRefused(ValueError):
@@ -92,13 +102,15 @@ async def serve(
             "the broker needs the cluster secret that signs receipt handles: "
             "set RIP5_BROKER_SECRET (or --secret) to the same value on every broker"
         )
-    peers = Peers(RpcConfig())
+    rpc = config.rpc_config()
+    peers = Peers(rpc)
     link = NameserverLink(addresses(config.nameserver), peers)
     metadata = ClusterMetadata(
         link,
         cluster=config.cluster,
         auto_create=config.auto_create,
         route_stale_max_ms=config.route_stale_max_ms,
+        signer=inner_signer(config.acl_inner_user_file),
     )
     store = StorageStore(
         metadata,
@@ -111,9 +123,7 @@ async def serve(
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
     drain = _Drain()
-    peer_server = Server(
-        [BrokerService.bind(PeerHandler(_LateTarget(transactions), drain))], RpcConfig()
-    )
+    peer_server = Server([BrokerService.bind(PeerHandler(_LateTarget(transactions), drain))], rpc)
     tasks: list[asyncio.Task[None]] = []
     endpoint: GrpcEndpoint | None = None
     remoting: RemotingServer | None = None
@@ -145,7 +155,10 @@ async def serve(
         )
         assert service.transactions is not None
         transactions.append(service.transactions)
-        endpoint = GrpcEndpoint(service, config.listen, config.grpc_server, client_tls(config))
+        acl = await _acl_guard(config, link, tasks)
+        endpoint = GrpcEndpoint(
+            service, config.listen, config.grpc_server, client_tls(config), acl=acl
+        )
         port = await endpoint.start()
         if endpoint.tls is not None:  # SIGHUP: read the certificate and key again
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, endpoint.reload_tls)
@@ -169,6 +182,7 @@ async def serve(
                 producers=remoting_producers,
                 pulls=service.pulls,
                 coordination=coordination,
+                acl=acl,
             )
             remoting = RemotingServer(remoting_service, config.remoting_listen)
             remoting_port = await remoting.start()
@@ -223,6 +237,52 @@ async def serve(
             await endpoint.stop(1.0)
         await peer_server.stop()
         await peers.close()
+
+
+def inner_signer(path: str) -> Callable[[], ns.SignedBy]:
+    """What signs this broker's own nameserver writes: the user in ``path`` (one line
+    NAME:SECRET), or nothing without a path; :class:`ConfigRefused` naming a bad file."""
+    if not path:
+        return ns.SignedBy
+    try:
+        user = parse_credentials_line(Path(path).read_text())
+    except (OSError, InvalidAcl) as error:
+        raise ConfigRefused(f"--acl-inner-user-file {path}: {error}") from None
+
+    return lambda: signed_by(user.name, user.secret, int(time.time() * 1000))
+
+
+async def _acl_guard(
+    config: BrokerConfig, link: NameserverLink, tasks: list[asyncio.Task[None]]
+) -> AclGuard | None:
+    """With ``--acl``: the guard over a cache of the nameserver's ACL tables, read once
+    now (a failure is logged: calls are refused as unavailable until a refresh works)
+    and refreshed by a task added to ``tasks``."""
+    if not config.acl:
+        return None
+
+    async def fetch() -> AclTables:
+        response = await link.call(
+            "ACL tables",
+            lambda stub, timeout_ms: stub.acl_tables(ns.AclTablesRequest(), timeout_ms=timeout_ms),
+        )
+        return tables_of(response)
+
+    cache = AclCache(fetch, config.acl_refresh_ms)
+    # The nameserver may still be starting (rip5 dev starts every child at once): try
+    # for a while before serving, then serve anyway (calls wait for the refresh task).
+    deadline = asyncio.get_running_loop().time() + ACL_FIRST_READ_S
+    while True:
+        try:
+            await cache.refresh()
+            break
+        except BrokerError as error:
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("ACL tables not read yet", extra={"error": error.message})
+                break
+        await asyncio.sleep(ACL_RETRY_S)
+    tasks.append(asyncio.create_task(cache.run(), name="broker-acl-refresh"))
+    return AclGuard(cache, skew_ms=config.acl_skew_ms)
 
 
 async def _first(*waits: Coroutine[Any, Any, Any]) -> None:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.protobuf import duration_pb2
 
+from protocol.rocketmq.pull import pull_request, read_pull
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -75,10 +75,6 @@ def _check(status: pb.Status) -> None:
         raise ConnectorCallError(
             _code_name(status.code), status.message, retriable=status.code in _RETRIABLE_CODES
         )
-
-
-def _duration(ms: int) -> duration_pb2.Duration:
-    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
 def _queue(topic: str, queue_id: int) -> pb.MessageQueue:
@@ -172,30 +168,22 @@ class ClusterClient:
         self, group: str, topic: str, queue_id: int, offset: int, expression: str
     ) -> Pulled:
         """One PullMessage (long polling :data:`LONG_POLL_MS`)."""
-        request = spb.PullMessageRequest(
-            group=pb.Resource(name=group),
-            message_queue=_queue(topic, queue_id),
-            offset=offset,
+        request = pull_request(
+            group,
+            topic,
+            queue_id,
+            offset,
             batch_size=PULL_BATCH_MAX,
-            filter_expression=pb.FilterExpression(type=pb.TAG, expression=expression),
-            long_polling_timeout=_duration(LONG_POLL_MS),
+            poll_ms=LONG_POLL_MS,
+            expression=expression,
         )
         responses = await self._call("PullMessage", request, LONG_POLL_MS / 1000 + CALL_TIMEOUT_S)
-        messages: list[pb.Message] = []
-        status = pb.Status(code=pb.OK)
-        next_offset = offset
-        for response in responses:
-            kind = response.WhichOneof("content")
-            if kind == "status":
-                status = response.status
-            elif kind == "message":
-                messages.append(response.message)
-            elif kind == "next_offset":
-                next_offset = response.next_offset
+        answer = read_pull(responses, offset)
+        status = answer.status
         if status.code in (pb.ILLEGAL_OFFSET, pb.MESSAGE_NOT_FOUND):
-            return Pulled([], next_offset, _code_name(status.code), status.message)
+            return Pulled([], answer.next_offset, _code_name(status.code), status.message)
         _check(status)
-        return Pulled(messages, next_offset, "OK")
+        return Pulled(answer.messages, answer.next_offset, "OK")
 
     async def committed(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset in the queue; None when it has none."""

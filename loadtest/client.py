@@ -273,14 +273,22 @@ def check_ack(response: spb.AckMessageResponse) -> None:
 class RocketClient:
     """One channel to a broker endpoint (host:port) and the calls a load test makes."""
 
-    def __init__(self, endpoint: str, *, client_id: str = "", timeout_s: float = 10.0) -> None:
-        """Open the channel (lazily connected by grpc)."""
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        client_id: str = "",
+        timeout_s: float = 10.0,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """Open the channel (lazily connected by grpc); ``metadata``: more headers on
+        every call (an ACL signature)."""
         self.endpoint = endpoint
         self.client_id = (
             client_id or f"loadtest-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4()}"
         )
         self.timeout_s = timeout_s
-        self._metadata = ((CLIENT_ID_HEADER, self.client_id),)
+        self._metadata = ((CLIENT_ID_HEADER, self.client_id), *metadata)
         self._channel = grpc.insecure_channel(
             endpoint, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         )

@@ -27,6 +27,9 @@ def topic_info(topic: r.Topic) -> api.TopicInfo:
         int(topic.message_type),
         topic.retention_ms,
         int(topic.permission),
+        topic.retention_bytes,
+        topic.local_retention_ms,
+        topic.local_retention_bytes,
     )
 
 

@@ -31,6 +31,7 @@ from nameserver.records import (
     RetryPolicy,
     StorageLoad,
 )
+from protocol.acl import PolicyEntry, Resource, User, UserType
 from protocol.vocabulary import MessageType, Permission
 
 
@@ -55,6 +56,11 @@ class OpCode(enum.IntEnum):
     REMOVE_BROKER = 16
     REMOVE_STORAGE_NODE = 17
     DRAIN_STORAGE_NODE = 18
+    CREATE_USER = 19
+    UPDATE_USER = 20
+    DELETE_USER = 21
+    PUT_ACL = 22
+    DELETE_ACL = 23
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,9 @@ class CreateTopic:
     message_type: MessageType = MessageType.NORMAL
     retention_ms: int = RETENTION_MS_DEFAULT
     permission: Permission = Permission.READ_WRITE
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +129,14 @@ class UpdateTopic:
     message_type: MessageType | None = None
     retention_ms: int | None = None
     permission: Permission | None = None
+    retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteTopic:
-    """Delete a topic (its messages age out of the groups by retention)."""
+    """Delete a topic (the storage groups' leaders then drop its data: partition DropTopic)."""
 
     op: ClassVar[OpCode] = OpCode.DELETE_TOPIC
     name: str
@@ -277,6 +289,54 @@ class DrainStorageNode:
     draining: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class CreateUser:
+    """Add an ACL user (refused if the name is taken)."""
+
+    op: ClassVar[OpCode] = OpCode.CREATE_USER
+    user: User
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateUser:
+    """Change a user's secret and/or type (None: keep)."""
+
+    op: ClassVar[OpCode] = OpCode.UPDATE_USER
+    name: str
+    secret: str | None = None
+    user_type: UserType | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteUser:
+    """Remove a user and its policy."""
+
+    op: ClassVar[OpCode] = OpCode.DELETE_USER
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PutAcl:
+    """Give user ``subject`` the policy ``entries``: with ``create`` the user must have
+    none yet; otherwise the entries replace those for the same resources (the others
+    stay)."""
+
+    op: ClassVar[OpCode] = OpCode.PUT_ACL
+    subject: str
+    entries: tuple[PolicyEntry, ...]
+    create: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAcl:
+    """Remove the entries of ``subject``'s policy for ``resources`` (empty: the whole
+    policy)."""
+
+    op: ClassVar[OpCode] = OpCode.DELETE_ACL
+    subject: str
+    resources: tuple[Resource, ...] = ()
+
+
 Command = (
     CreateCluster
     | StorageHeartbeat
@@ -296,6 +356,11 @@ Command = (
     | RemoveBroker
     | RemoveStorageNode
     | DrainStorageNode
+    | CreateUser
+    | UpdateUser
+    | DeleteUser
+    | PutAcl
+    | DeleteAcl
 )
 
 COMMAND_OF_OP: dict[OpCode, type[Command]] = {
@@ -319,6 +384,11 @@ COMMAND_OF_OP: dict[OpCode, type[Command]] = {
         RemoveBroker,
         RemoveStorageNode,
         DrainStorageNode,
+        CreateUser,
+        UpdateUser,
+        DeleteUser,
+        PutAcl,
+        DeleteAcl,
     )
 }
 

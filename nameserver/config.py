@@ -7,9 +7,11 @@ validation ``kind`` ("address", "addresses", "peers"),
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 
 @dataclass(frozen=True)
-class NameserverConfig:
+class NameserverConfig(RpcOptions):
     """How one nameserver process listens, finds its peers and detects failures."""
 
     listen: str = field(
@@ -30,6 +32,30 @@ class NameserverConfig:
     node_id: int = field(
         default=1,
         metadata={"help": "this nameserver's id in --peers", "min": 1, "max": 1_000_000},
+    )
+    replication: str = field(
+        default="raft",
+        metadata={
+            "help": "how the groups of --cluster replicate: raft, or controller (RIP-44: "
+            "this nameserver group is their controller; give storage nodes the same flag)",
+            "choices": ["raft", "controller"],
+        },
+    )
+    controller_dead_after_ms: int = field(
+        default=1000,
+        metadata={
+            "help": "controller mode: a storage node whose reads stopped this long is dead "
+            "(its groups' masters are replaced; nodes read every 100 ms)",
+            "min": 200,
+            "max": 600_000,
+        },
+    )
+    join: bool = field(
+        default=False,
+        metadata={
+            "help": "start empty and wait to be added to the running group "
+            "(rip5 admin nameserver add); --peers names the running members and this one"
+        },
     )
     cluster: str = field(
         default="DefaultCluster",
@@ -87,6 +113,13 @@ class NameserverConfig:
     broker_timeout_ms: int = field(
         default=10_000,
         metadata={"help": "a broker silent this long is marked down", "min": 100, "max": 3_600_000},
+    )
+    acl_super_user_file: str = field(
+        default="",
+        metadata={
+            "help": "ACL 2.0: a file holding NAME:SECRET of the super user the leader creates "
+            "while the cluster has no user (empty: none; ACL stays off until a user exists)",
+        },
     )
 
 

@@ -33,6 +33,7 @@ from nameserver.records import (
     WatchBatch,
 )
 from protocol import routing
+from protocol.acl import Acl, AclTables, User
 
 HISTORY_MAX_DEFAULT = 10_000
 
@@ -57,12 +58,18 @@ class MetadataQueries:
         self._consumer_groups: dict[str, ConsumerGroup] = {}
         self._raft_groups: dict[int, RaftGroup] = {}
         self._leases: dict[str, Lease] = {}
+        self._users: dict[str, User] = {}  # ACL users by name
+        self._acls: dict[str, Acl] = {}  # ACL policies by subject
         self._history: deque[Change] = deque()
 
     @property
     def revision(self) -> int:
         """The revision of the last change applied (0 for an empty state)."""
         return self._revision
+
+    def acl_tables(self) -> AclTables:
+        """Every ACL user and policy, each in name order."""
+        return AclTables(by_key(self._users), by_key(self._acls))
 
     def cluster(self, name: str) -> Cluster:
         """The cluster named ``name``; :class:`NotFound` if there is none."""

@@ -108,6 +108,12 @@ class Topic:
     message_type: MessageType = MessageType.NORMAL
     retention_ms: int = RETENTION_MS_DEFAULT
     permission: Permission = Permission.READ_WRITE
+    # Retention beyond time (0: no limit): ``retention_bytes`` bounds all of a queue's
+    # data, the tier's too; ``local_retention_ms``/``local_retention_bytes`` bound what
+    # stays on the storage nodes' disks once it is in the tier (0: as ``retention_*``).
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,15 +18,18 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from angelia_rpc import RpcConfig, Server
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc import Server
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from nameserver.config import NameserverConfig, parse_peers
+from nameserver.controller import REPLICAS_MAX
+from nameserver.ensemble import ControlImpl, run_controller_duties
 from nameserver.service import (
     GROUP_ID,
     MetadataMachine,
     NameserverImpl,
     run_leader_duties,
 )
+from protocol.acl import InvalidAcl, User, UserType, parse_credentials_line
 from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
@@ -53,6 +56,17 @@ def members(config: NameserverConfig) -> dict[int, str]:
     return peers
 
 
+def super_user_of(path: str) -> User | None:
+    """The super user in ``path`` (one line ``NAME:SECRET``), None without a path;
+    :class:`ConfigRefused` if the file is unreadable or malformed."""
+    if not path:
+        return None
+    try:
+        return parse_credentials_line(Path(path).read_text(), UserType.SUPER)
+    except (OSError, InvalidAcl) as error:
+        raise ConfigRefused(f"--acl-super-user-file {path}: {error}") from None
+
+
 async def serve(
     config: NameserverConfig,
     data_dir: Path,
@@ -61,9 +75,16 @@ async def serve(
 ) -> None:
     """Run one nameserver replica until ``stopping`` is set."""
     addresses = members(config)
+    super_user = super_user_of(config.acl_super_user_file)
+    if config.replication == "controller" and config.replication_factor > REPLICAS_MAX:
+        raise ConfigRefused(
+            f"--replication controller holds at most {REPLICAS_MAX} replicas per group "
+            f"(--replication-factor is {config.replication_factor})"
+        )
     store = LogStore.open(data_dir / "raft")
     others = {n: a for n, a in addresses.items() if n != config.node_id}
-    transport = AngeliaTransport(config.node_id, others)
+    rpc = config.rpc_config()
+    transport = AngeliaTransport(config.node_id, others, config=rpc)
     options = DriverOptions(
         tick_ms=config.tick_ms,
         snapshot_entries=SNAPSHOT_ENTRIES,
@@ -71,12 +92,24 @@ async def serve(
     )
     driver = Driver(config.node_id, store, transport, options)
     machine = MetadataMachine()
-    driver.add_group(GROUP_ID, sorted(addresses), machine)
     impl = NameserverImpl(driver, machine, addresses)
-    server = Server([transport.binding(), NameserverService.bind(impl)], RpcConfig())
+
+    def learn(recorded: dict[int, str]) -> None:
+        # Members added after bootstrap (their addresses are in the group's state).
+        for node_id, address in recorded.items():
+            impl.addresses[node_id] = address
+            if node_id != config.node_id:
+                transport.addresses[node_id] = address
+
+    machine.on_addresses = learn
+    # Joining: no membership of its own; the leader's snapshot brings it (and the peers).
+    driver.add_group(GROUP_ID, [] if config.join else sorted(addresses), machine)
+    control = ControlImpl(impl)
+    services = [transport.binding(), NameserverService.bind(impl), ControlService.bind(control)]
+    server = Server(services, rpc)
     endpoint = await server.start(config.listen)
     await driver.start()
-    if len(addresses) == 1:
+    if len(addresses) == 1 and not config.join:
         driver.campaign(GROUP_ID)  # alone: no reason to wait for an election timeout
     duties = asyncio.create_task(
         run_leader_duties(
@@ -89,16 +122,26 @@ async def serve(
             broker_timeout_ms=config.broker_timeout_ms,
             evacuate_after_ms=config.evacuate_after_ms,
             moves_max=config.moves_max,
+            super_user=super_user,
         ),
         name="nameserver-leader-duties",
     )
+    if config.replication == "controller" and config.cluster:
+        controlling = asyncio.create_task(
+            run_controller_duties(control, config.cluster, config.controller_dead_after_ms),
+            name="nameserver-controller",
+        )
+    else:
+        controlling = None
     log.info("serving", extra={"endpoint": endpoint, "members": len(addresses)})
     ready(endpoint)
     try:
         await stopping.wait()
     finally:
-        duties.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await duties
+        for task in (duties, controlling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.stop()
         await driver.stop()

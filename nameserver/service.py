@@ -56,6 +56,9 @@ from nameserver.api_convert import (
     watch_batch_info,
 )
 from nameserver.balancer import plan_leader_balance, plan_placement
+from nameserver.control_commands import ForgetNameserver, SetNameserverAddress, is_control
+from nameserver.control_commands import decode as decode_control
+from nameserver.control_state import ControlState, unwrap_snapshot, wrap_snapshot
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader
 from nameserver.forecast_placement import AvoidingNodes
 from nameserver.load_monitor import LoadMonitor
@@ -68,6 +71,9 @@ from nameserver.moves import (
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
 from nameserver.state import Applied, MetadataState
 from protocol import nameserver_api as api
+from protocol.acl import Action, Forbidden, ResourceType, Unauthenticated, User, UserType
+from protocol.acl_signature import DATE_TIME_HEADER, SKEW_MS_DEFAULT, Credential, verify
+from protocol.acl_wire import acl_of, tables_response, user_of, user_type_of
 from protocol.vocabulary import MessageType, Permission
 from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
@@ -95,15 +101,24 @@ class MetadataMachine:
     :class:`NameserverError` (as a value: every replica refuses the same
     command, and the driver must go on). ``changed`` is woken after every
     command that bumped the revision.
+
+    Control commands (:mod:`nameserver.control_commands`: nameserver addresses,
+    the RIP-44 controller) share the log and go to ``control``;
+    ``on_addresses`` is called with the ensemble's recorded addresses after
+    each one and after a snapshot is restored.
     """
 
     def __init__(self) -> None:
         """An empty state."""
         self.state = MetadataState()
+        self.control = ControlState()
+        self.on_addresses: Callable[[dict[int, str]], None] | None = None
         self._changed = asyncio.Event()
 
     def apply(self, entry: Entry) -> object:
         """Apply one committed command."""
+        if is_control(entry.data):
+            return self._apply_control(entry.data)
         try:
             applied = self.state.apply(c.decode(entry.data))
         except NameserverError as exc:
@@ -112,14 +127,29 @@ class MetadataMachine:
             self._wake()
         return applied
 
+    def _apply_control(self, data: bytes) -> object:
+        try:
+            command = decode_control(data)
+            answer = self.control.apply(command)
+        except NameserverError as exc:
+            return exc
+        if self.on_addresses is not None and isinstance(
+            command, SetNameserverAddress | ForgetNameserver
+        ):
+            self.on_addresses(dict(self.control.addresses))
+        return answer
+
     def restore(self, snapshot: Snapshot) -> None:
         """Take a snapshot's state."""
-        self.state = MetadataState.restore(snapshot.data)
+        self.control, metadata = unwrap_snapshot(snapshot.data)
+        self.state = MetadataState.restore(metadata)
+        if self.on_addresses is not None:
+            self.on_addresses(dict(self.control.addresses))
         self._wake()
 
     def snapshot_data(self) -> bytes:
         """The state's snapshot bytes."""
-        return self.state.snapshot()
+        return wrap_snapshot(self.control, self.state.snapshot())
 
     def _wake(self) -> None:
         self._changed.set()
@@ -233,6 +263,7 @@ class NameserverImpl:
         self, request: api.CreateTopicRequest, context: CallContext
     ) -> api.TopicResponse:
         """Create a topic."""
+        self._authenticate_admin(request.signed, Action.CREATE, (ResourceType.TOPIC, request.name))
         applied = await self.propose(
             c.CreateTopic(
                 request.name,
@@ -241,6 +272,9 @@ class NameserverImpl:
                 _enum(MessageType, request.message_type, "message_type"),
                 request.retention_ms or r.RETENTION_MS_DEFAULT,
                 _enum(Permission, request.permission, "permission"),
+                request.retention_bytes,
+                request.local_retention_ms,
+                request.local_retention_bytes,
             )
         )
         assert isinstance(applied.value, r.Topic)
@@ -250,6 +284,7 @@ class NameserverImpl:
         self, request: api.UpdateTopicRequest, context: CallContext
     ) -> api.TopicResponse:
         """Change a topic."""
+        self._authenticate_admin(request.signed, Action.UPDATE, (ResourceType.TOPIC, request.name))
         applied = await self.propose(
             c.UpdateTopic(
                 request.name,
@@ -261,6 +296,9 @@ class NameserverImpl:
                 None
                 if request.permission is None
                 else _enum(Permission, request.permission, "permission"),
+                request.retention_bytes,
+                request.local_retention_ms,
+                request.local_retention_bytes,
             )
         )
         assert isinstance(applied.value, r.Topic)
@@ -270,6 +308,7 @@ class NameserverImpl:
         self, request: api.NameRequest, context: CallContext
     ) -> api.RevisionResponse:
         """Delete a topic."""
+        self._authenticate_admin(request.signed, Action.DELETE, (ResourceType.TOPIC, request.name))
         applied = await self.propose(c.DeleteTopic(request.name))
         return api.RevisionResponse(applied.revision)
 
@@ -292,6 +331,7 @@ class NameserverImpl:
         self, request: api.CreateConsumerGroupRequest, context: CallContext
     ) -> api.ConsumerGroupResponse:
         """Create a consumer group."""
+        self._authenticate_admin(request.signed, Action.CREATE, (ResourceType.GROUP, request.name))
         retry = r.RETRY_DEFAULT if request.retry is None else retry_policy(request.retry)
         applied = await self.propose(
             c.CreateConsumerGroup(
@@ -305,6 +345,7 @@ class NameserverImpl:
         self, request: api.UpdateConsumerGroupRequest, context: CallContext
     ) -> api.ConsumerGroupResponse:
         """Change a consumer group."""
+        self._authenticate_admin(request.signed, Action.UPDATE, (ResourceType.GROUP, request.name))
         retry = None if request.retry is None else retry_policy(request.retry)
         applied = await self.propose(
             c.UpdateConsumerGroup(request.name, request.fifo, request.max_delivery_attempts, retry)
@@ -316,6 +357,7 @@ class NameserverImpl:
         self, request: api.NameRequest, context: CallContext
     ) -> api.RevisionResponse:
         """Delete a consumer group."""
+        self._authenticate_admin(request.signed, Action.DELETE, (ResourceType.GROUP, request.name))
         applied = await self.propose(c.DeleteConsumerGroup(request.name))
         return api.RevisionResponse(applied.revision)
 
@@ -334,6 +376,98 @@ class NameserverImpl:
         state = await self.linearizable()
         groups = _of_cluster(state, request.cluster, state.consumer_groups())
         return api.ConsumerGroupListResponse(list(map(consumer_group_info, groups)), state.revision)
+
+    # -- access control (ACL 2.0) ---------------------------------------------------------
+    # Writes are authenticated once any user exists (``protocol.acl_signature``, within
+    # the signature's skew of our clock): users and policies by a super user, topics
+    # and consumer groups by a user allowed Create, Update or Delete on them (brokers
+    # that auto-create sign as their --acl-inner-user-file's user).
+
+    def _authenticate_admin(
+        self,
+        signed: api.SignedBy,
+        action: Action | None = None,
+        resource: tuple[ResourceType, str] | None = None,
+    ) -> None:
+        """Once any user exists, refuse a write not signed by a super user, or (given
+        ``action`` and ``resource``) by a user whose policy allows it."""
+        tables = self.machine.state.acl_tables()
+        if not tables.users:
+            return  # no user yet: the cluster is open (ACL off); the first may be created
+        if not signed.access_key:
+            raise Unauthenticated("ACL is on: sign the request (rip5 admin --ak/--sk)")
+        user = tables.user(signed.access_key)
+        if user is None:
+            raise Unauthenticated(f"user {signed.access_key!r} does not exist")
+        credential = Credential(signed.access_key, (DATE_TIME_HEADER,), signed.signature)
+        verify(credential, user.secret, signed.date_time, self.clock(), SKEW_MS_DEFAULT)
+        if resource is not None and action is not None:
+            tables.check(user, (resource,), action)
+        elif user.user_type is not UserType.SUPER:
+            raise Forbidden(
+                f"user {user.name!r} may not change users or policies: not a super user"
+            )
+
+    async def create_user(
+        self, request: api.UserRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Add a user."""
+        self._authenticate_admin(request.signed)
+        applied = await self.propose(c.CreateUser(user_of(request.user)))
+        return api.RevisionResponse(applied.revision)
+
+    async def update_user(
+        self, request: api.UserRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Change a user's secret and/or type ("" and 0 keep them)."""
+        self._authenticate_admin(request.signed)
+        info = request.user
+        user_type = user_type_of(info.user_type) if info.user_type else None
+        applied = await self.propose(c.UpdateUser(info.name, info.secret or None, user_type))
+        return api.RevisionResponse(applied.revision)
+
+    async def delete_user(
+        self, request: api.UserRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Remove a user and its policy."""
+        self._authenticate_admin(request.signed)
+        applied = await self.propose(c.DeleteUser(request.user.name))
+        return api.RevisionResponse(applied.revision)
+
+    async def create_acl(
+        self, request: api.AclRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Give a user its policy (refused if it has one)."""
+        self._authenticate_admin(request.signed)
+        acl = acl_of(request.acl)
+        applied = await self.propose(c.PutAcl(acl.subject, acl.entries, create=True))
+        return api.RevisionResponse(applied.revision)
+
+    async def update_acl(
+        self, request: api.AclRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Add or replace entries of a user's policy, by resource."""
+        self._authenticate_admin(request.signed)
+        acl = acl_of(request.acl)
+        applied = await self.propose(c.PutAcl(acl.subject, acl.entries))
+        return api.RevisionResponse(applied.revision)
+
+    async def delete_acl(
+        self, request: api.AclRequest, context: CallContext
+    ) -> api.RevisionResponse:
+        """Remove the entries for the given resources (none: the whole policy)."""
+        self._authenticate_admin(request.signed)
+        acl = acl_of(request.acl)
+        resources = tuple(entry.resource for entry in acl.entries)
+        applied = await self.propose(c.DeleteAcl(acl.subject, resources))
+        return api.RevisionResponse(applied.revision)
+
+    async def acl_tables(
+        self, request: api.AclTablesRequest, context: CallContext
+    ) -> api.AclTablesResponse:
+        """Every user and policy (linearizable); brokers cache them."""
+        state = await self.linearizable()
+        return tables_response(state.acl_tables(), state.revision)
 
     # -- routes and status -------------------------------------------------------------
 
@@ -545,9 +679,11 @@ async def run_leader_duties(
     broker_timeout_ms: int,
     evacuate_after_ms: int = EVACUATE_AFTER_MS_DEFAULT,
     moves_max: int = MOVES_MAX_DEFAULT,
+    super_user: User | None = None,
 ) -> None:
-    """While this node leads: create ``cluster`` if missing, sweep with Expire,
-    place groups, move replicas (:mod:`nameserver.moves`), balance leaders."""
+    """While this node leads: create ``cluster`` if missing (and ``super_user``, the
+    ACL's first user, while no user exists), sweep with Expire, place groups, move
+    replicas (:mod:`nameserver.moves`), balance leaders."""
     impl.evacuate_after_ms = evacuate_after_ms
     impl.moves_max = moves_max
     interval_s = expire_interval_ms / 1000
@@ -563,6 +699,8 @@ async def run_leader_duties(
             if leading_since_ms is None:
                 leading_since_ms = now_ms
             led_ms = now_ms - leading_since_ms
+            if super_user is not None:
+                await _maybe_create_super_user(impl, super_user)
             await _maybe_sweep(
                 impl,
                 cluster,
@@ -575,6 +713,16 @@ async def run_leader_duties(
         else:
             leading_since_ms = None
         await asyncio.sleep(interval_s)
+
+
+async def _maybe_create_super_user(impl: NameserverImpl, user: User) -> None:
+    """Create ``user`` (a super user) if the cluster has no user yet: once, when the
+    cluster is first started with ACL on."""
+    with contextlib.suppress(NameserverError):
+        state = await impl.linearizable()
+        if not state.acl_tables().users:
+            log.info("creating the ACL super user %s", user.name)
+            await impl.propose(c.CreateUser(user))
 
 
 async def _maybe_sweep(

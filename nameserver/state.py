@@ -50,6 +50,7 @@ from nameserver.errors import (
     DecodeFailed,
     LeaseHeld,
     LeaseNotHeld,
+    NotFound,
 )
 from nameserver.queries import HISTORY_MAX_DEFAULT, MetadataQueries, by_key
 from nameserver.records import (
@@ -77,6 +78,7 @@ from nameserver.validation import (
     check_topic,
 )
 from protocol import routing
+from protocol.acl import Acl, AclTables, InvalidAcl, User, check_acl, check_user, merge_entries
 
 SNAPSHOT_VERSION = 1
 FIRST_GROUP_ID = 1
@@ -146,6 +148,11 @@ class MetadataState(MetadataQueries):
             c.RemoveBroker: self._remove_broker,
             c.RemoveStorageNode: self._remove_storage_node,
             c.DrainStorageNode: self._drain_storage_node,
+            c.CreateUser: self._create_user,
+            c.UpdateUser: self._update_user,
+            c.DeleteUser: self._delete_user,
+            c.PutAcl: self._put_acl,
+            c.DeleteAcl: self._delete_acl,
         }
 
     # -- applying ------------------------------------------------------------------
@@ -300,6 +307,9 @@ class MetadataState(MetadataQueries):
             command.message_type,
             command.retention_ms,
             command.permission,
+            command.retention_bytes,
+            command.local_retention_ms,
+            command.local_retention_bytes,
         )
         check_topic(topic)
         if command.name in self._topics:
@@ -316,6 +326,9 @@ class MetadataState(MetadataQueries):
             message_type=_or(command.message_type, known.message_type),
             retention_ms=_or(command.retention_ms, known.retention_ms),
             permission=_or(command.permission, known.permission),
+            retention_bytes=_or(command.retention_bytes, known.retention_bytes),
+            local_retention_ms=_or(command.local_retention_ms, known.local_retention_ms),
+            local_retention_bytes=_or(command.local_retention_bytes, known.local_retention_bytes),
         )
         check_topic(topic)
         if topic.queue_count != known.queue_count and routing.is_dead_letter_topic(topic.name):
@@ -508,6 +521,72 @@ class MetadataState(MetadataQueries):
         del self._leases[command.name]
         self._changed(ChangeKind.LEASE, command.name, None)
 
+    # -- access control (ACL 2.0) ---------------------------------------------------------
+    # Users and policies are read whole (``acl_tables``) by brokers, not watched: their
+    # commands bump no revision and emit no change.
+
+    def _create_user(self, command: c.CreateUser) -> User:
+        _checked(check_user, command.user)
+        if command.user.name in self._users:
+            raise AlreadyExists(f"user {command.user.name!r} exists already")
+        self._users[command.user.name] = command.user
+        return command.user
+
+    def _update_user(self, command: c.UpdateUser) -> User:
+        known = self._user(command.name)
+        user = replace(
+            known,
+            secret=_or(command.secret, known.secret),
+            user_type=_or(command.user_type, known.user_type),
+        )
+        _checked(check_user, user)
+        self._users[user.name] = user
+        return user
+
+    def _delete_user(self, command: c.DeleteUser) -> None:
+        self._user(command.name)
+        del self._users[command.name]
+        self._acls.pop(command.name, None)
+
+    def _put_acl(self, command: c.PutAcl) -> Acl:
+        self._user(command.subject)
+        known = self._acls.get(command.subject)
+        if command.create and known is not None:
+            raise AlreadyExists(f"user {command.subject!r} has a policy already (update it)")
+        entries = (
+            command.entries if known is None else merge_entries(known.entries, command.entries)
+        )
+        acl = Acl(command.subject, entries)
+        _checked(check_acl, acl)
+        self._acls[acl.subject] = acl
+        return acl
+
+    def _delete_acl(self, command: c.DeleteAcl) -> Acl | None:
+        known = self._acls.get(command.subject)
+        if known is None:
+            raise NotFound(f"user {command.subject!r} has no policy")
+        if not command.resources:
+            del self._acls[command.subject]
+            return None
+        missing = [
+            r.text for r in command.resources if r not in {e.resource for e in known.entries}
+        ]
+        if missing:
+            raise NotFound(
+                f"the policy of {command.subject!r} has no entry for {', '.join(missing)}"
+            )
+        acl = Acl(
+            known.subject, tuple(e for e in known.entries if e.resource not in command.resources)
+        )
+        self._acls[acl.subject] = acl
+        return acl
+
+    def _user(self, name: str) -> User:
+        user = self._users.get(name)
+        if user is None:
+            raise NotFound(f"user {name!r} does not exist")
+        return user
+
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
@@ -525,14 +604,18 @@ class MetadataState(MetadataQueries):
             by_key(self._leases),
         )
         history = [change_to_wire(change) for change in self._history]
-        return pack([SNAPSHOT_VERSION, to_wire(tables), history])
+        # The ACL tables travel as a fourth item only when there are any, so a
+        # snapshot of a cluster without ACL keeps its bytes (and older readers).
+        acl = self.acl_tables()
+        tail = [to_wire(acl)] if acl.users or acl.acls else []
+        return pack([SNAPSHOT_VERSION, to_wire(tables), history, *tail])
 
     @classmethod
     def restore(cls, data: bytes, history_max: int = HISTORY_MAX_DEFAULT) -> MetadataState:
         """The state a :meth:`snapshot` was taken of. A smaller ``history_max``
         drops the oldest changes (watchers behind them will resync)."""
         raw = unpack_raw(data)
-        if not isinstance(raw, list) or len(raw) != 3 or raw[0] != SNAPSHOT_VERSION:
+        if not isinstance(raw, list) or len(raw) not in (3, 4) or raw[0] != SNAPSHOT_VERSION:
             raise DecodeFailed(f"not a version {SNAPSHOT_VERSION} nameserver snapshot")
         tables: _Tables = from_wire(_Tables, raw[1])
         if not isinstance(raw[2], list):
@@ -548,6 +631,10 @@ class MetadataState(MetadataQueries):
         state._consumer_groups = {x.name: x for x in tables.consumer_groups}
         state._raft_groups = {x.group_id: x for x in tables.raft_groups}
         state._leases = {x.name: x for x in tables.leases}
+        if len(raw) == 4:
+            acl: AclTables = from_wire(AclTables, raw[3])
+            state._users = {x.name: x for x in acl.users}
+            state._acls = {x.subject: x for x in acl.acls}
         state._history = deque(change_from_wire(item) for item in raw[2])
         while len(state._history) > history_max:
             state._compacted_revision = state._history.popleft().revision
@@ -560,6 +647,14 @@ def _is_newer(report: c.LeaderReport, known: RaftGroup) -> bool:
     if report.term > known.term:
         return True
     return report.term == known.term and known.leader == NO_NODE and report.leader != NO_NODE
+
+
+def _checked(check: Callable[[Any], None], value: object) -> None:
+    """Run a pure ACL check, its refusal as the nameserver's BAD_REQUEST."""
+    try:
+        check(value)
+    except InvalidAcl as error:
+        raise BadRequest(str(error)) from None
 
 
 def _or(value: T | None, default: T) -> T:

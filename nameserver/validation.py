@@ -38,6 +38,10 @@ def check_topic(topic: Topic) -> None:
         raise BadRequest(
             f"topic {topic.name!r}: retention_ms must be >= 1, got {topic.retention_ms}"
         )
+    for what in ("retention_bytes", "local_retention_ms", "local_retention_bytes"):
+        value = getattr(topic, what)
+        if value < 0:
+            raise BadRequest(f"topic {topic.name!r}: {what} must be >= 0 (0: none), got {value}")
 
 
 def check_consumer_group(group: ConsumerGroup) -> None:

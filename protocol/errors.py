@@ -119,6 +119,13 @@ UNSUPPORTED = _code(101, "UNSUPPORTED", "the operation or option is not supporte
 ILLEGAL_FILTER_EXPRESSION = _code(
     102, "ILLEGAL_FILTER_EXPRESSION", "a subscription's filter expression is invalid"
 )
+# -- access control (ACL 2.0) ---------------------------------------------------------
+UNAUTHENTICATED = _code(
+    103, "UNAUTHENTICATED", "the caller's credential is missing, unknown, stale or badly signed"
+)
+PERMISSION_DENIED = _code(
+    104, "PERMISSION_DENIED", "no access policy lets the caller do this action on this resource"
+)
 
 
 class CodedError(Exception):

@@ -258,6 +258,37 @@ def object_name(topic: str, queue_id: int, first_offset: int) -> str:
     return f"objects/{topic}/{queue_id}/{first_offset:020d}{OBJECT_SUFFIX}"
 
 
+TIER_GROUPS = "groups"
+"""The tier's top folder: one folder per raft group below it."""
+
+
+def tier_group_folder(group_id: int) -> str:
+    """The folder of raft group ``group_id``'s objects and manifest in a tier, relative to
+    the tier's root: ``groups/<group id, 5 digits>``."""
+    return f"{TIER_GROUPS}/{group_id:05d}"
+
+
+def tier_object_name(topic: str, queue_id: int, first_offset: int, term: int) -> str:
+    """Where the leader of term ``term`` writes a queue's object from ``first_offset``,
+    relative to its group's folder (so its group's manifest names it as it names a
+    snapshot's objects). The term makes two leaders' objects of the same offsets two
+    files: a deposed leader never overwrites its successor's object, and only the
+    one the group's raft log recorded is the tier's (``storage_node.partition.tier``)."""
+    return f"objects/{topic}/{queue_id}/{first_offset:020d}-t{term}{OBJECT_SUFFIX}"
+
+
+def parse_tier_object_name(name: str) -> tuple[str, int, int, int] | None:
+    """``(topic, queue id, first offset, term)`` of a :func:`tier_object_name`; None if
+    ``name`` is not one."""
+    parts = name.split("/")
+    if len(parts) != 4 or parts[0] != "objects" or not parts[3].endswith(OBJECT_SUFFIX):
+        return None
+    first, sep, term = parts[3][: -len(OBJECT_SUFFIX)].partition("-t")
+    if not sep or not first.isdigit() or not term.isdigit() or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2]), int(first), int(term)
+
+
 class ObjectBuilder:
     """Builds one object of queue ``(topic, queue_id)`` from ``first_offset`` on.
 

@@ -59,6 +59,9 @@ class TopicInfo:
     message_type: int
     retention_ms: int
     permission: int
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +185,21 @@ class ChangeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SignedBy:
+    """Who sends a request, as the ``authorization`` header says it: the access key,
+    the ``x-mq-date-time`` it signed and the signature (all "": unsigned)."""
+
+    access_key: str = ""
+    date_time: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class NameRequest:
     """Names one topic, consumer group or cluster."""
 
     name: str
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +237,8 @@ class ClusterResponse:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequest:
-    """Create a topic. ``retention_ms`` 0 means the default (three days)."""
+    """Create a topic. ``retention_ms`` 0 means the default (three days); the other
+    retention limits 0 mean none (see ``TopicInfo``)."""
 
     name: str
     cluster: str
@@ -231,6 +246,10 @@ class CreateTopicRequest:
     message_type: int = MESSAGE_TYPE_NORMAL
     retention_ms: int = 0
     permission: int = PERMISSION_READ_WRITE
+    retention_bytes: int = 0
+    local_retention_ms: int = 0
+    local_retention_bytes: int = 0
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +261,10 @@ class UpdateTopicRequest:
     message_type: int | None = None
     retention_ms: int | None = None
     permission: int | None = None
+    retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +299,7 @@ class CreateConsumerGroupRequest:
     fifo: bool = False
     max_delivery_attempts: int = 17
     retry: RetryInfo | None = None
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +310,7 @@ class UpdateConsumerGroupRequest:
     fifo: bool | None = None
     max_delivery_attempts: int | None = None
     retry: RetryInfo | None = None
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,3 +478,71 @@ class WatchBatchInfo:
     revision: int
     changes: list[ChangeInfo]
     resync_required: bool = False
+
+
+# -- access control (ACL 2.0) ------------------------------------------------------------
+# Users and policies in wire shapes (``protocol.acl`` holds the domain values and the
+# decision). Brokers read them whole with ``acl_tables``; writes carry ``signed``, the
+# admin's signature, which the nameserver checks once any user exists (it must be a
+# super user's).
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """A user; ``user_type`` is a ``protocol.acl.UserType`` (0 in an update: keep)."""
+
+    name: str
+    secret: str
+    user_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEntryInfo:
+    """One policy entry: ``resource`` as written (``Topic:orders``, ``Topic:order*``,
+    ``*``), ``actions`` and ``decision`` as ``protocol.acl`` numbers."""
+
+    resource: str
+    actions: list[int]
+    decision: int
+    source_cidrs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class AclInfo:
+    """The policy of the user ``subject``."""
+
+    subject: str
+    entries: list[PolicyEntryInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class UserRequest:
+    """Create, update or delete a user (update: "" and 0 keep the secret and type)."""
+
+    user: UserInfo
+    signed: SignedBy = field(default_factory=SignedBy)
+
+
+@dataclass(frozen=True, slots=True)
+class AclRequest:
+    """Create or update a user's policy (an update replaces the entries for the same
+    resources), or delete entries by resource (no entries: the whole policy)."""
+
+    acl: AclInfo
+    signed: SignedBy = field(default_factory=SignedBy)
+
+
+@dataclass(frozen=True, slots=True)
+class AclTablesRequest:
+    """Read every user and policy."""
+
+    signed: SignedBy = field(default_factory=SignedBy)
+
+
+@dataclass(frozen=True, slots=True)
+class AclTablesResponse:
+    """Every user (secrets included: brokers verify signatures with them) and policy."""
+
+    users: list[UserInfo]
+    acls: list[AclInfo]
+    revision: int

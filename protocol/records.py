@@ -24,6 +24,8 @@ PURE.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -434,15 +436,23 @@ def decode_columns(data: bytes | memoryview) -> tuple[int, RecordColumns] | None
     but for the message type, left as its wire int. The checks run column by
     column, so a batch costs a few passes in C rather than a loop per record.
     """
+    store_timestamp_ms, items = _checked_items(data)
+    columns = None if items is None else _columns_fast(items)
+    return None if columns is None else (store_timestamp_ms, columns)
+
+
+def _checked_items(data: bytes | memoryview) -> tuple[int, tuple[Any, ...] | None]:
+    """A batch's store time (its checksum verified, else RecordCorrupted) and its
+    record arrays unpacked with arrays as tuples; None for the arrays when they do
+    not unpack as ``count`` (at least one) items (decode_batch names the error)."""
     store_timestamp_ms, count = _check_batch(data)
     try:
         items = _unpack_tuples(data[_HEADER.size :])
     except Exception:  # noqa: BLE001 - decode_batch names the error
-        return None
+        return store_timestamp_ms, None
     if type(items) is not tuple or len(items) != count or not count:
-        return None
-    columns = _columns_fast(items)
-    return None if columns is None else (store_timestamp_ms, columns)
+        return store_timestamp_ms, None
+    return store_timestamp_ms, items
 
 
 def _columns_fast(items: tuple[Any, ...]) -> RecordColumns | None:
@@ -469,6 +479,54 @@ def _columns_fast(items: tuple[Any, ...]) -> RecordColumns | None:
     if not MESSAGE_TYPES.keys() >= set(columns[10]):
         return None
     return columns
+
+
+FilterColumns = tuple[
+    tuple[str, ...], tuple[tuple[str, ...], ...], tuple[tuple[tuple[str, str], ...], ...]
+]
+"""What a property filter sees of a batch's records: their tags, keys and properties
+(three columns, in record order)."""
+
+_TAG = _FIELDS.index("tag")
+_KEYS = _FIELDS.index("keys")
+_PROPERTIES = _FIELDS.index("properties")
+_PAIR_WIDTH = frozenset([2])
+
+
+def decode_filter_columns(data: bytes | memoryview) -> FilterColumns | None:
+    """A batch's tags, keys and properties (:data:`FilterColumns`), if every record is
+    a current-version array whose tag, keys and properties have their exact wire
+    types; else None (decode the records one by one, which names a fault).
+
+    The checksum is verified as by :func:`decode_batch` (RecordCorrupted). Only
+    these three fields are taken and checked, in a few passes in C (no record
+    built, no per-record Python loop): a property filter's input, read for
+    every message a filter looks at, most of which it never delivers.
+    """
+    _store_timestamp_ms, items = _checked_items(data)
+    if items is None:
+        return None
+    if not _TUPLE_ONLY.issuperset(map(type, items)) or set(map(len, items)) != _CURRENT_WIDTH:
+        return None
+    tags = tuple(map(operator.itemgetter(_TAG), items))
+    keys = tuple(map(operator.itemgetter(_KEYS), items))
+    properties = tuple(map(operator.itemgetter(_PROPERTIES), items))
+    if not _STR_ONLY.issuperset(map(type, tags)):
+        return None
+    if not _TUPLE_ONLY.issuperset(map(type, keys)) or not _TUPLE_ONLY.issuperset(
+        map(type, properties)
+    ):
+        return None
+    if not _STR_ONLY.issuperset(map(type, itertools.chain.from_iterable(keys))):
+        return None
+    pairs = tuple(itertools.chain.from_iterable(properties))
+    if pairs and (
+        not _TUPLE_ONLY.issuperset(map(type, pairs))
+        or set(map(len, pairs)) != _PAIR_WIDTH
+        or not _STR_ONLY.issuperset(map(type, itertools.chain.from_iterable(pairs)))
+    ):
+        return None
+    return tags, keys, properties
 
 
 def decode_record_at(data: bytes, position: int) -> MessageRecord:

@@ -473,6 +473,9 @@ class QueueInfoResponse:
     timestamp_offset: int = -1
     """The first offset stored at or after the request's ``timestamp_ms`` (the end
     offset if none; -1 if no timestamp was asked)."""
+    local_first_offset: int = -1
+    """The first offset on the answering replica's disk (with a tier, ``first_offset``
+    may be below it: older messages are read from the tier); -1 from older nodes."""
 
 
 # ---------------------------------------------------------------------- status

@@ -12,7 +12,9 @@ option value).
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
@@ -21,14 +23,19 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from angelia_rpc import AngeliaError
-from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc import AngeliaError, RpcConfig
+from angelia_rpc.cluster_services import ControlService, NameserverService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
+from angelia_rpc.service import Service
 from nameserver import names
 from nameserver.errors import NameserverError
+from protocol import control_api as ctl
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.acl_wire import signed_by
 from protocol.vocabulary import MessageType, Permission
+from rip5 import rpc_environment
+from rip5.admin_storage import ClusterAdmin
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -45,6 +52,7 @@ PERMISSIONS = {
 }
 MESSAGE_TYPE_CHOICE = click.Choice(sorted(MESSAGE_TYPES), case_sensitive=False)
 T = TypeVar("T")
+S = TypeVar("S", bound=Service)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -71,12 +79,17 @@ def check_name(validate: Callable[[str], None], name: str) -> None:
 
 def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) -> T:
     """Call the nameserver once (following the leader); exit 1 with the reason on failure."""
+    return run_service(nameserver, NameserverService, method)
+
+
+def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
+    """:func:`run`, for another service the nameservers serve (``ControlService``)."""
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
-        client = NameserverClient(addresses)
+        client = NameserverClient(addresses, rpc_config_from_environment())
         try:
-            return await client.call(method)
+            return await client.call_service(service, method)
         finally:
             await client.close()
 
@@ -86,6 +99,24 @@ def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) ->
         if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
             fail(f"cannot reach the nameserver at {nameserver}: {exc.message}", EXIT_REFUSED)
         fail(f"the nameserver refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+
+
+def rpc_config_from_environment() -> RpcConfig:
+    """The internal RPC a cluster speaks, for admin commands (``rip5/rpc_environment.py``:
+    ``RIP5_RPC_*``); exit 2 if the variables do not fit."""
+    try:
+        return rpc_environment.rpc_config_from_environment()
+    except (ValueError, AngeliaError) as error:
+        fail(f"RIP5_RPC_*: {error}", EXIT_USAGE)
+
+
+def signed_from_environment() -> api.SignedBy:
+    """The signature of a write, as the user ``RIP5_ACL_AK`` with secret ``RIP5_ACL_SK``
+    (unsigned without them: enough while the cluster has no ACL user)."""
+    access_key = os.environ.get("RIP5_ACL_AK", "")
+    if not access_key:
+        return api.SignedBy()
+    return signed_by(access_key, os.environ.get("RIP5_ACL_SK", ""), int(time.time() * 1000))
 
 
 console = Console(width=160)
@@ -105,7 +136,7 @@ def _name_of(mapping: dict[str, int], number: int) -> str:
 def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
     """Topics as a table."""
     table = Table(title=title)
-    for column in ("name", "cluster", "queues", "type", "retention_ms", "perm"):
+    for column in ("name", "cluster", "queues", "type", "retention_ms", "perm", "limits"):
         table.add_column(column)
     for t in topics:
         table.add_row(
@@ -115,8 +146,45 @@ def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
             _name_of(MESSAGE_TYPES, t.message_type),
             str(t.retention_ms),
             _name_of(PERMISSIONS, t.permission),
+            _limits(t),
         )
     return table
+
+
+def _limits(topic: api.TopicInfo) -> str:
+    """The retention limits beside retention_ms that are set (0 is none)."""
+    limits = [
+        f"{what}={value}"
+        for what, value in (
+            ("retention_bytes", topic.retention_bytes),
+            ("local_retention_ms", topic.local_retention_ms),
+            ("local_retention_bytes", topic.local_retention_bytes),
+        )
+        if value
+    ]
+    return " ".join(limits) or "-"
+
+
+_RETENTION_LIMITS = (
+    ("--retention-bytes", "most bytes a queue keeps, the tier's too (0: no limit)"),
+    (
+        "--local-retention-ms",
+        "how long messages stay on the storage nodes' disks once in the tier "
+        "(0: as --retention-ms)",
+    ),
+    (
+        "--local-retention-bytes",
+        "most bytes a queue keeps on the storage nodes' disks once in the tier "
+        "(0: as --retention-bytes)",
+    ),
+)
+
+
+def retention_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The retention limits beside ``--retention-ms`` (0 means none)."""
+    for flag, help_text in reversed(_RETENTION_LIMITS):
+        command = click.option(flag, type=click.IntRange(0), default=None, help=help_text)(command)
+    return command
 
 
 def groups_table(groups: list[api.ConsumerGroupInfo], title: str = "consumer groups") -> Table:
@@ -166,6 +234,7 @@ def topic() -> None:
     help="what the topic carries, in any case (NORMAL, FIFO, DELAY, TRANSACTION)",
 )
 @click.option("--retention-ms", type=click.IntRange(1), default=None, help="default: 3 days")
+@retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default="rw", show_default=True)
 def topic_create(
     name: str,
@@ -174,12 +243,24 @@ def topic_create(
     queues: int,
     message_type: str,
     retention_ms: int | None,
+    retention_bytes: int | None,
+    local_retention_ms: int | None,
+    local_retention_bytes: int | None,
     perm: str,
 ) -> None:
     """Create topic NAME."""
     check_name(names.validate_topic, name)
     request = api.CreateTopicRequest(
-        name, cluster, queues, MESSAGE_TYPES[message_type], retention_ms or 0, PERMISSIONS[perm]
+        name,
+        cluster,
+        queues,
+        MESSAGE_TYPES[message_type],
+        retention_ms or 0,
+        PERMISSIONS[perm],
+        retention_bytes or 0,
+        local_retention_ms or 0,
+        local_retention_bytes or 0,
+        signed_from_environment(),
     )
     response = run(nameserver, lambda ns: ns.create_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"created (revision {response.revision})"))
@@ -197,6 +278,7 @@ def topic_create(
     help="what the topic carries, in any case (NORMAL, FIFO, DELAY, TRANSACTION)",
 )
 @click.option("--retention-ms", type=click.IntRange(1), default=None)
+@retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default=None)
 def topic_update(
     name: str,
@@ -204,6 +286,9 @@ def topic_update(
     queues: int | None,
     message_type: str | None,
     retention_ms: int | None,
+    retention_bytes: int | None,
+    local_retention_ms: int | None,
+    local_retention_bytes: int | None,
     perm: str | None,
 ) -> None:
     """Change topic NAME (only the options given)."""
@@ -214,6 +299,10 @@ def topic_update(
         None if message_type is None else MESSAGE_TYPES[message_type],
         retention_ms,
         None if perm is None else PERMISSIONS[perm],
+        retention_bytes,
+        local_retention_ms,
+        local_retention_bytes,
+        signed_from_environment(),
     )
     response = run(nameserver, lambda ns: ns.update_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"updated (revision {response.revision})"))
@@ -222,12 +311,39 @@ def topic_update(
 @topic.command("delete")
 @click.argument("name")
 @nameserver_option
-def topic_delete(name: str, nameserver: str) -> None:
-    """Delete topic NAME."""
+@cluster_option
+@click.option(
+    "--wait-ms",
+    type=click.IntRange(0),
+    default=60_000,
+    show_default=True,
+    help="wait at most this long until the storage groups dropped the topic's data "
+    "(0: do not wait)",
+)
+def topic_delete(name: str, nameserver: str, cluster: str, wait_ms: int) -> None:
+    """Delete topic NAME: its metadata at once; the leaders of the storage groups then drop
+    its messages, offsets and consumer state in their next retention round (``rip5 storage
+    --retention-check-ms``), which this waits for. A topic created again with the same name
+    after that starts empty (one created again sooner keeps the old messages)."""
     check_name(names.validate_topic, name)
-    request = api.NameRequest(name)
-    response = run(nameserver, lambda ns: ns.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS))
-    click.echo(f"deleted topic {name} (revision {response.revision})")
+    addresses = parse_nameservers(nameserver)
+    try:
+        revision, dropped = uvloop.run(
+            ClusterAdmin.using(
+                addresses,
+                cluster,
+                lambda a: a.delete_topic(name, wait_ms, signed_from_environment()),
+            )
+        )
+    except AngeliaError as exc:
+        if exc.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
+            fail(f"cannot reach the cluster: {exc.message}", EXIT_REFUSED)
+        fail(f"the cluster refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
+    click.echo(f"deleted topic {name} (revision {revision})")
+    if wait_ms and not dropped:
+        fail(f"topic {name}'s data was not seen dropped within {wait_ms} ms", EXIT_REFUSED)
+    if dropped:
+        click.echo("its data is dropped from every queue it had")
 
 
 @topic.command("list")
@@ -273,7 +389,9 @@ def group() -> None:
 def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attempts: int) -> None:
     """Create consumer group NAME (RocketMQ's retry levels)."""
     check_name(names.validate_consumer_group, name)
-    request = api.CreateConsumerGroupRequest(name, cluster, fifo, max_attempts)
+    request = api.CreateConsumerGroupRequest(
+        name, cluster, fifo, max_attempts, signed=signed_from_environment()
+    )
     response = run(
         nameserver, lambda ns: ns.create_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
     )
@@ -286,7 +404,7 @@ def group_create(name: str, nameserver: str, cluster: str, fifo: bool, max_attem
 def group_delete(name: str, nameserver: str) -> None:
     """Delete consumer group NAME."""
     check_name(names.validate_consumer_group, name)
-    request = api.NameRequest(name)
+    request = api.NameRequest(name, signed_from_environment())
     response = run(
         nameserver, lambda ns: ns.delete_consumer_group(request, timeout_ms=CALL_TIMEOUT_MS)
     )
@@ -354,6 +472,38 @@ def cluster_status(nameserver: str, name: str) -> None:
         f"raft groups: {placed} of {len(status.groups)} placed, "
         f"{len(status.groups) - len(leaderless)} with a known leader"
     )
+    ids = {g.group_id for g in status.groups}
+    records = run_service(
+        nameserver,
+        ControlService,
+        lambda s: s.replica_sets(ctl.ReplicaSetsRequest(), timeout_ms=CALL_TIMEOUT_MS),
+    )
+    ours = [r for r in records.groups if r.group_id in ids]
+    if not ours:
+        click.echo("replication: raft (each group elects its leader by majority)")
+        return
+    click.echo(
+        "replication: controller (RIP-44: the nameserver names each group's master; "
+        "a write is acknowledged once every SyncStateSet member holds it)"
+    )
+    _print(replica_sets_table(ours))
+
+
+def replica_sets_table(records: list[ctl.ReplicaSetInfo]) -> Table:
+    """Controller-mode groups: master and its epoch, SyncStateSet and its epoch."""
+    table = Table(title="controller groups")
+    for column in ("group", "replicas", "master", "epoch", "sync_state_set", "set_epoch"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            str(r.group_id),
+            ",".join(map(str, r.replicas)),
+            str(r.master) if r.master else "-",
+            str(r.epoch),
+            ",".join(map(str, r.sync_state_set)) or "-",
+            str(r.sync_state_set_epoch),
+        )
+    return table
 
 
 def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader
 from angelia_rpc.nameserver_client import NameserverClient
@@ -43,12 +43,15 @@ from broker.processor.selector import group_queue_index
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.vocabulary import MessageType
+from rip5.rpc_environment import rpc_config_from_environment
 from storage_node.partition.queues import dead_letter_topic
 
 T = TypeVar("T")
 
 CALL_TIMEOUT_MS = 5_000
 DEADLINE_MS = 15_000
+DROP_POLL_MS = 250
+"""How often ``topic delete`` looks whether the storage groups dropped the topic's data."""
 RESEND_CURSOR_GROUP = "rip5-admin-dlq-resend"
 """The consumer group whose committed offset in each dead-letter queue marks how far
 ``dlq resend`` got: a rerun starts there."""
@@ -125,8 +128,8 @@ class ClusterAdmin:
         cls, addresses: Sequence[str], cluster: str, action: Callable[[ClusterAdmin], Awaitable[T]]
     ) -> T:
         """``action`` with a new admin on ``addresses``; its connections closed after."""
-        nameserver = NameserverClient(list(addresses))
-        peers = Peers(RpcConfig(call_timeout_ms=CALL_TIMEOUT_MS))
+        nameserver = NameserverClient(list(addresses), rpc_config_from_environment())
+        peers = Peers(rpc_config_from_environment(call_timeout_ms=CALL_TIMEOUT_MS))
         try:
             return await action(cls(nameserver, peers, cluster))
         finally:
@@ -194,6 +197,46 @@ class ClusterAdmin:
         for info in (await self.route(topic)).queues:
             groups.setdefault(info.group_id, []).append(info.queue_id)
         return groups
+
+    # -- topic deletion --------------------------------------------------------------
+
+    async def delete_topic(
+        self, topic: str, wait_ms: int, signed: ns.SignedBy | None = None
+    ) -> tuple[int, bool]:
+        """Delete ``topic`` at the nameserver (``signed``: by an ACL user); then, unless
+        ``wait_ms`` is 0, wait (at
+        most that long) until every queue it had is empty on its group's leader
+        (the leaders drop a deleted topic's data in their retention rounds:
+        ``storage_node.retention``). The revision of the deletion, and whether the
+        data was seen gone."""
+        queues = (await self.route(topic)).queues
+        request = ns.NameRequest(topic, signed or ns.SignedBy())
+        deleted = await self._nameserver.call(
+            lambda s: s.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS)
+        )
+        if wait_ms <= 0:
+            return deleted.revision, False
+        if not (await self.status()).storage_nodes:
+            return deleted.revision, True  # no storage node: no data anywhere
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        left = [(info.group_id, info.queue_id) for info in queues]
+        while left:
+            still = []
+            for group_id, queue_id in left:
+                try:
+                    answer = await self.call_group(group_id, queue_info_call(topic, queue_id))
+                except AngeliaError:
+                    still.append((group_id, queue_id))  # no leader now: asked again
+                    continue
+                if answer.end_offset > 0:
+                    still.append((group_id, queue_id))
+            left = still
+            if left and loop.time() >= deadline:
+                return deleted.revision, False
+            if left:
+                await asyncio.sleep(DROP_POLL_MS / 1000)
+        return deleted.revision, True
 
     # -- message query ---------------------------------------------------------------
 
@@ -421,3 +464,15 @@ class ClusterAdmin:
             group_id, lambda stub, ms: stub.append(request, timeout_ms=ms)
         )
         return sum(1 for outcome in response.outcomes if outcome.duplicate)
+
+
+def queue_info_call(
+    topic: str, queue_id: int
+) -> Callable[[StorageService, int], Awaitable[st.QueueInfoResponse]]:
+    """A ``call_group`` method asking a queue's offsets."""
+    request = st.QueueInfoRequest(topic, queue_id)
+
+    def ask(stub: StorageService, timeout_ms: int) -> Awaitable[st.QueueInfoResponse]:
+        return stub.queue_info(request, timeout_ms=timeout_ms)
+
+    return ask

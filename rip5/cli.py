@@ -21,14 +21,23 @@ from typing import Any
 import click
 import uvloop
 
+from angelia_rpc.config import RpcOptions
 from connector.config import ConnectorConfig
-from rip5 import __version__, admin_consumers, admin_nodes, connector_commands
+from rip5 import (
+    __version__,
+    admin_acl,
+    admin_consumers,
+    admin_nameserver,
+    admin_nodes,
+    admin_tier,
+    connector_commands,
+)
 from rip5 import admin as admin_commands
 from rip5 import loadtest as loadtest_command
 from rip5 import snapshot as snapshot_commands
 from rip5.chaos.cli import chaos as chaos_command
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
-from rip5.dev import DevLayout, plan, ready_banner, remoting_endpoints
+from rip5.dev import DevLayout, acl_super_user_file, plan, ready_banner, remoting_endpoints
 from rip5.roles import ROLES, Role
 from rip5.shell import run_role
 from rip5.supervisor import Supervisor
@@ -47,6 +56,7 @@ BENCH_TARGETS = {
     "remoting": "[Remoting]",
     "connector": "[Connector]",
     "placement": "[Scale]",
+    "replication": "[Control plane]",
     "queues": "[Scale]",
 }
 
@@ -231,6 +241,14 @@ for _role in ROLES.values():
     help="nameserver replicas (one raft group; 3 survive the loss of one)",
 )
 @click.option(
+    "--replication",
+    type=click.Choice(["raft", "controller"]),
+    default="raft",
+    show_default=True,
+    help="how storage groups replicate: raft, or controller (RIP-44: the nameservers "
+    "name each group's master; 2 replicas suffice)",
+)
+@click.option(
     "--storage-port",
     type=click.IntRange(1, 65535),
     default=7701,
@@ -270,18 +288,56 @@ for _role in ROLES.values():
     show_default=True,
     help="log level of every process",
 )
+@click.option(
+    "--tier-url",
+    default="",
+    help="fsspec URL of a tier for every storage node (file:///path, s3://bucket/prefix; "
+    "credentials from the environment); empty: no tier",
+)
+@click.option(
+    "--acl",
+    is_flag=True,
+    default=False,
+    help="ACL 2.0 on: a super user is created with the cluster (its credentials are in a "
+    "file under the data dir, printed at start) and the brokers check every call",
+)
+@click.option(
+    "--rpc-transport",
+    type=click.Choice(["tcp", "grpc", "http2"]),
+    default="tcp",
+    show_default=True,
+    help="internal RPC transport of every process",
+)
+@click.option(
+    "--rpc-codec",
+    type=click.Choice(["msgpack", "avro", "json"]),
+    default="msgpack",
+    show_default=True,
+    help="internal RPC payload codec of every process",
+)
+@click.option("--rpc-tls-cert", default="", help="mutual TLS between the processes: certificate")
+@click.option("--rpc-tls-key", default="", help="mutual TLS between the processes: private key")
+@click.option("--rpc-tls-ca", default="", help="mutual TLS between the processes: the CA")
 def dev(
     data_dir: Path | None,
     brokers: int,
     storage: int,
     nameserver_port: int,
     nameservers: int,
+    replication: str,
     storage_port: int,
     broker_port: int,
     remoting_port: int,
     free_ports: bool,
     auto_create: bool,
     log_level: str,
+    tier_url: str,
+    acl: bool,
+    rpc_transport: str,
+    rpc_codec: str,
+    rpc_tls_cert: str,
+    rpc_tls_key: str,
+    rpc_tls_ca: str,
 ) -> None:
     """Run a whole local cluster on 127.0.0.1 until Ctrl-C."""
     temp = data_dir is None
@@ -298,13 +354,26 @@ def dev(
         free_ports=free_ports,
         nameservers=nameservers,
         remoting_port=remoting_port,
+        acl_super_user_file=str(acl_super_user_file(root)) if acl else "",
+        rpc=RpcOptions(rpc_transport, rpc_codec, rpc_tls_cert, rpc_tls_key, rpc_tls_ca),
+        replication=replication,
+        tier_url=tier_url,
     )
+    try:
+        layout.rpc.rpc_config()
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     specs = plan(layout)
 
     def out(line: str) -> None:
         click.echo(line)
 
     out(f"rip5 dev | data in {root}")
+    if acl:
+        out(
+            f"rip5 dev | ACL on: the super user's NAME:SECRET is in {layout.acl_super_user_file} "
+            "(clients: Credentials(NAME, SECRET); rip5 admin: --ak NAME --sk SECRET)"
+        )
 
     async def supervise() -> int:
         stopping = asyncio.Event()
@@ -332,10 +401,14 @@ def admin() -> None:
 admin.add_command(admin_commands.topic)
 admin.add_command(admin_commands.group)
 admin.add_command(admin_commands.cluster)
+admin.add_command(admin_nameserver.nameserver)
 admin.add_command(admin_consumers.message)
 admin.add_command(admin_consumers.dlq)
 admin.add_command(snapshot_commands.snapshot)
+admin.add_command(admin_tier.tier)
 admin.add_command(admin_nodes.node)
+admin.add_command(admin_acl.user)
+admin.add_command(admin_acl.acl)
 admin.add_command(admin_nodes.broker)
 
 
@@ -362,7 +435,7 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
-    remoting, connector, placement or queues.
+    remoting, connector, placement, replication or queues.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import secrets
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.ports import free_port
 from rip5.supervisor import ChildSpec
 
@@ -44,6 +45,13 @@ class DevLayout:
     # The brokers' remoting ports count down from here, so they never meet the gRPC
     # ports counting up from broker_port.
     remoting_port: int = 8080
+    replication: str = "raft"  # or "controller" (RIP-44): nameservers and storage nodes
+    tier_url: str = ""  # every storage node's --tier-url; empty: no tier
+    # ACL 2.0: the file holding NAME:SECRET of the super user the nameserver creates
+    # first; set, the brokers check every call (``--acl``). Empty: ACL off.
+    acl_super_user_file: str = ""
+    # The internal RPC of every child (transport, codec, mutual TLS).
+    rpc: RpcOptions = field(default_factory=RpcOptions)
 
 
 REPLICATION_FACTOR_MAX = 3
@@ -84,6 +92,10 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
         if len(listens) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(listens, 1))
             flags += ("--node-id", str(i + 1), "--peers", peers)
+        if layout.replication != "raft":
+            flags += ("--replication", layout.replication)
+        if layout.acl_super_user_file:
+            flags += ("--acl-super-user-file", layout.acl_super_user_file)
         wanted.append(("nameserver" if i == 0 else f"nameserver-{i + 1}", "nameserver", flags))
     # The nameserver assigns groups; the storage nodes check that they agree on the count.
     for i in range(layout.storage):
@@ -100,6 +112,12 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     nameserver,
                     "--groups",
                     groups,
+                    *(
+                        ()
+                        if layout.replication == "raft"
+                        else ("--replication", layout.replication)
+                    ),
+                    *(("--tier-url", layout.tier_url) if layout.tier_url else ()),
                 ),
             )
         )
@@ -116,6 +134,12 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
                     "--nameserver",
                     nameserver,
                     "--auto-create" if layout.auto_create else "--no-auto-create",
+                    # The brokers sign what they create (retry topics...) as the super user.
+                    *(
+                        ("--acl", "--acl-inner-user-file", layout.acl_super_user_file)
+                        if layout.acl_super_user_file
+                        else ()
+                    ),
                 ),
             )
         )
@@ -125,11 +149,28 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
     return [
         ChildSpec(
             name,
-            _role_argv(role, layout.data_dir / name, layout.log_level, *flags),
+            _role_argv(
+                role, layout.data_dir / name, layout.log_level, *flags, *layout.rpc.rpc_flags
+            ),
             secret_env if role == "broker" else {},
         )
         for name, role, flags in wanted
     ]
+
+
+ACL_SUPER_USER = "rip5-admin"
+
+
+def acl_super_user_file(root: Path) -> Path:
+    """The file of ``rip5 dev --acl``'s super user under ``root`` (``NAME:SECRET``, only
+    its owner may read it): written with a random secret unless it exists already, so a
+    cluster restarted on the same data keeps its super user."""
+    path = root / "acl-super-user"
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(f"{ACL_SUPER_USER}:{secrets.token_hex(16)}\n")
+    return path
 
 
 def remoting_endpoints(specs: list[ChildSpec]) -> dict[str, str]:

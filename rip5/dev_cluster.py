@@ -167,14 +167,19 @@ def ensure_resources(
     nameserver: str,
     topics: list[tuple[str, int, int]],
     groups: list[str],
+    signed: api.SignedBy | None = None,
 ) -> None:
     """Create ``topics`` ((name, queue count, message type)) and consumer ``groups``
-    through the nameserver; ones that exist already are left as they are."""
+    through the nameserver; ones that exist already are left as they are. ``signed``:
+    an ACL user's signature (a cluster with ACL on)."""
+    signature = signed or api.SignedBy()
     requests: list[api.CreateTopicRequest | api.CreateConsumerGroupRequest] = [
-        api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, message_type)
+        api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, message_type, signed=signature)
         for name, queues, message_type in topics
     ]
-    requests += [api.CreateConsumerGroupRequest(name, DEFAULT_CLUSTER) for name in groups]
+    requests += [
+        api.CreateConsumerGroupRequest(name, DEFAULT_CLUSTER, signed=signature) for name in groups
+    ]
 
     async def create_all() -> None:
         client = NameserverClient([nameserver])
@@ -204,15 +209,19 @@ def ensure_resources(
 
 
 def wait_until_serving(
-    endpoint: str, topics: list[tuple[str, bool]], timeout_s: float = 90.0
+    endpoint: str,
+    topics: list[tuple[str, bool]],
+    timeout_s: float = 90.0,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> int:
     """Send one probe message to each (topic, is_fifo) until the broker stores it.
 
     A fresh cluster answers sends with a retriable status (no leader placed yet)
     for a while after ``rip5 dev`` is ready; load must not start before it
     serves. Returns the number of probe messages stored (one per topic).
+    ``metadata``: headers for every probe (an ACL signature).
     """
-    client = RocketClient(endpoint, timeout_s=5.0)
+    client = RocketClient(endpoint, timeout_s=5.0, metadata=metadata)
     deadline = time.monotonic() + timeout_s
     last = ""
     try:

@@ -47,6 +47,7 @@ from protocol.message_objects import (
     decode_manifest,
     encode_manifest,
 )
+from protocol.object_store import LocationUnavailable, open_location
 from rip5.admin import (
     CALL_TIMEOUT_MS,
     EXIT_REFUSED,
@@ -87,14 +88,9 @@ def parse_fs_options(pairs: Sequence[str]) -> dict[str, str]:
 
 def _filesystem(url: str, options: dict[str, str]) -> tuple[Any, str]:
     try:
-        import fsspec  # noqa: PLC0415 - optional (the tiered extra): only snapshots need it
-    except ImportError:
-        fail("snapshots need fsspec (pip install 'rip5[tiered]')", EXIT_USAGE)
-    try:
-        fs, path = fsspec.core.url_to_fs(url, **options)
-    except (ValueError, ImportError, TypeError) as exc:
-        fail(f"cannot open {url!r}: {exc}", EXIT_USAGE)
-    return fs, str(path).rstrip("/")
+        return open_location(url, options)
+    except LocationUnavailable as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def read_manifest(fs: Any, folder: str, where: str) -> Manifest:

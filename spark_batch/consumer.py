@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from google.protobuf import duration_pb2
-
+from protocol.rocketmq.pull import pull_request, read_pull
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from spark_batch.producer import CALL_TIMEOUT_S, BrokerCallFailed, TopicClient
@@ -58,37 +57,26 @@ class TopicConsumer(TopicClient):
     def pull(self, queue_id: int, offset: int, batch_size: int) -> Pulled:
         """Up to ``batch_size`` messages of the queue from ``offset``; an offset outside
         the stored range (messages deleted by retention) raises, naming the range."""
-        request = spb.PullMessageRequest(
-            group=pb.Resource(name=self.group),
-            message_queue=self._queue(queue_id),
-            offset=offset,
+        request = pull_request(
+            self.group,
+            self.topic,
+            queue_id,
+            offset,
             batch_size=batch_size,
-            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-            long_polling_timeout=duration_pb2.Duration(
-                seconds=PULL_POLL_MS // 1000, nanos=(PULL_POLL_MS % 1000) * 1_000_000
-            ),
+            poll_ms=PULL_POLL_MS,
         )
         timeout_s = PULL_POLL_MS / 1000 + CALL_TIMEOUT_S
         responses = self._call(
             lambda stub: list(stub.PullMessage(request, metadata=self.metadata, timeout=timeout_s))
         )
-        messages: list[pb.Message] = []
-        status = pb.Status(code=pb.OK)
-        next_offset = offset
-        for response in responses:
-            kind = response.WhichOneof("content")
-            if kind == "status":
-                status = response.status
-            elif kind == "message":
-                messages.append(response.message)
-            elif kind == "next_offset":
-                next_offset = int(response.next_offset)
+        answer = read_pull(responses, offset)
+        status = answer.status
         if status.code not in (pb.OK, pb.MESSAGE_NOT_FOUND):
             raise BrokerCallFailed(
                 f"pull of queue {self.topic}:{queue_id} at offset {offset}: "
                 f"{pb.Code.Name(status.code)}: {status.message}"
             )
-        return Pulled(messages, next_offset)
+        return Pulled(answer.messages, answer.next_offset)
 
     def _queue(self, queue_id: int) -> pb.MessageQueue:
         return pb.MessageQueue(topic=pb.Resource(name=self.topic), id=queue_id)

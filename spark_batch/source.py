@@ -72,6 +72,7 @@ from protocol.message_objects import (
     footer_length,
     select_objects,
 )
+from protocol.object_store import open_location
 from protocol.records import MESSAGE_TYPES
 
 SCHEMA = (
@@ -124,13 +125,6 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str]:
         for key, value in options.items()
         if key.lower().startswith(FS_OPTION_PREFIX)
     }
-
-
-def _open_filesystem(url: str, options: Mapping[str, str]) -> tuple[Any, str]:
-    import fsspec  # noqa: PLC0415 - imported where the reading happens (Python workers)
-
-    fs, root = fsspec.core.url_to_fs(url, **options)
-    return fs, str(root).rstrip("/")
 
 
 def parse_time_ms(name: str, text: str) -> int:
@@ -207,7 +201,7 @@ class ReadPlan:
 
 def read_manifest(url: str, options: Mapping[str, str]) -> Manifest:
     """The manifest of the snapshot at ``url``."""
-    fs, root = _open_filesystem(url, storage_options(options))
+    fs, root = open_location(url, storage_options(options))
     path = f"{root}/{MANIFEST_NAME}"
     try:
         data = fs.cat_file(path)
@@ -349,7 +343,7 @@ class Rip5Reader(DataSourceReader):
         placeholder partition Spark reads when the options kept no object)."""
         if not isinstance(partition, ObjectPartition):
             return
-        fs, root = _open_filesystem(self.url, storage_options(self.options))
+        fs, root = open_location(self.url, storage_options(self.options))
         for block, lo, hi in read_object(fs, root, partition):
             batch = to_arrow(partition.topic, partition.queue_id, block, lo, hi, partition.window)
             if batch.num_rows:

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from angelia_rpc.config import RpcOptions
+
 GROUPS_DEFAULT = 64
 """The group count of a cluster created without one (issue 5; the nameserver agrees)."""
 
@@ -20,7 +22,7 @@ def parse_peers(text: str) -> dict[int, str]:
 
 
 @dataclass(frozen=True)
-class StorageConfig:
+class StorageConfig(RpcOptions):
     """How one storage node listens, identifies itself and reaches the nameserver."""
 
     listen: str = field(
@@ -92,5 +94,60 @@ class StorageConfig:
         metadata={
             "help": "when an append is durable: sync = fsync on a majority before the ack",
             "choices": ["sync", "async"],
+        },
+    )
+    replication: str = field(
+        default="raft",
+        metadata={
+            "help": "how groups replicate: raft (elections by majority) or controller "
+            "(RIP-44: the nameserver's controller names each group's master; acks wait "
+            "for the SyncStateSet); the same for every node of a cluster",
+            "choices": ["raft", "controller"],
+        },
+    )
+    min_in_sync: int = field(
+        default=1,
+        metadata={
+            "help": "controller mode: a master acknowledges a write once at least this many "
+            "replicas hold it (1: alone, when its SyncStateSet is itself)",
+            "min": 1,
+            "max": 3,
+        },
+    )
+    retention_check_ms: int = field(
+        default=10_000,
+        metadata={
+            "help": "how often the leader of each group applies its topics' retention "
+            "(retention_ms, retention_bytes) and drops the data of deleted topics "
+            "(topics read from the nameserver; without one, nothing is trimmed)",
+            "min": 100,
+            "max": 3_600_000,
+        },
+    )
+    tier_url: str = field(
+        default="",
+        metadata={
+            "help": "fsspec URL of the tier (file:///path, s3://bucket/prefix, gs://..., "
+            "hdfs://...): group leaders upload committed messages there and local data is "
+            "trimmed only once uploaded; credentials from the environment or the driver's "
+            "config files (S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL); "
+            "empty: no tier"
+        },
+    )
+    tier_batch_messages: int = field(
+        default=1000,
+        metadata={
+            "help": "pending messages of a queue that make a tier object at once",
+            "min": 1,
+            "max": 1_000_000,
+        },
+    )
+    tier_batch_wait_ms: int = field(
+        default=2000,
+        metadata={
+            "help": "the longest a committed message waits before its queue's pending "
+            "messages are uploaded (fewer than --tier-batch-messages)",
+            "min": 10,
+            "max": 3_600_000,
         },
     )

@@ -86,3 +86,10 @@ class ExportFailed(StorageError):
     destination refused or failed); nothing of the export is published."""
 
     code = errors.UNAVAILABLE
+
+
+class TierUnavailable(StorageError):
+    """Old messages (below a queue's local first offset) cannot be read from the tier now:
+    an outage or a missing object. Retriable; local data is served meanwhile."""
+
+    code = errors.UNAVAILABLE

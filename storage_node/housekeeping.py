@@ -2,7 +2,8 @@
 
 Each ``run_*`` runs forever on the node's event loop (the server starts one
 task per function): Ticks for due timers on the groups it leads, the groups'
-truncate floors, and the indexes of sealed WAL segments.
+truncate floors, the indexes of sealed WAL segments, and retention (trims of
+expired messages, drops of deleted topics: ``storage_node.retention``).
 
 SHELL.
 """
@@ -13,12 +14,20 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 
+from angelia_rpc import AngeliaError
 from protocol.segments import SegmentCorrupted
-from storage_node.partition.commands import Tick, encode
-from storage_node.replica import FLOOR_REFRESH_MS
+from raft.errors import RaftError
+from storage_node import retention
+from storage_node.errors import StorageError
+from storage_node.partition.commands import Command, DropTopic, Tick, encode
+from storage_node.partition.results import DropTopicResult, ExpireTierResult
+from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
 from storage_node.service import StorageNode
 from storage_node.store.segment_files import index_segments
+from storage_node.tier_plan import plan_expiry, upload_start
+from storage_node.tier_store import Tier
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +94,98 @@ async def run_segment_indexer(node: StorageNode) -> None:
             await loop.run_in_executor(None, index_segments, node.store.directory / "wal", live)
         except (OSError, SegmentCorrupted) as exc:
             _log.error("indexing sealed WAL segments failed: %s", exc)
+
+
+TopicLister = Callable[[], Awaitable[Mapping[str, retention.TopicLimits]]]
+"""Every topic of the cluster with its limits (from the nameserver); raises if unknown now."""
+
+
+async def run_retention(
+    node: StorageNode, list_topics: TopicLister, interval_ms: int, tier: Tier | None = None
+) -> None:
+    """Forever, every ``interval_ms``: on the groups ``node`` leads, propose the trims and
+    topic drops ``storage_node.retention.plan`` decides (one at a time, awaited); with a
+    tier, local trims stop at the upload point and follow the local limits, tier objects
+    past the whole limits expire, and the bytes of expired or dropped objects are deleted.
+
+    A round whose topic list cannot be read does nothing (a nameserver that is
+    away must never look like every topic deleted).
+    """
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        try:
+            await retention_round(node, list_topics, tier)
+        except AngeliaError as exc:
+            _log.info("retention skipped: the topic list is unknown now: %s", exc)
+
+
+async def retention_round(
+    node: StorageNode, list_topics: TopicLister, tier: Tier | None = None
+) -> int:
+    """One round of :func:`run_retention`; how many commands were applied."""
+    led = {g: r for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()}
+    # Read before the list: a topic held now and unlisted after was deleted (or the
+    # list would name it), never created after the listing.
+    held_before = {g: {topic for topic, _ in r.state.queue_ids()} for g, r in led.items()}
+    topics = await list_topics()
+    applied = 0
+    for group_id, held in held_before.items():
+        replica = node.replicas.get(group_id)
+        if replica is None or not node.driver.host.node(group_id).is_leader():
+            continue
+        state = replica.state
+        now_ms = node.now_ms()
+        sizes = entry_bytes_of(replica, group_id)
+        commands: list[Command]
+        if tier is None:
+            commands = [*retention.plan(state, topics, held, now_ms, sizes)]
+        else:
+            local = {name: limits.local() for name, limits in topics.items()}
+            keep_from = {queue: upload_start(state, queue) for queue in state.queue_ids()}
+            commands = [
+                *retention.plan(state, local, held, now_ms, sizes, keep_from),
+                *plan_expiry(state, topics, now_ms),
+            ]
+        for command in commands:
+            try:
+                result = await node.driver.propose(group_id, encode(command))
+            except (RaftError, TimeoutError) as exc:
+                result = exc
+            if isinstance(result, (RaftError, StorageError, TimeoutError)):
+                _log.info("retention of group %d stopped: %s", group_id, result)
+                break
+            applied += 1
+            names: tuple[str, ...] = ()
+            if isinstance(result, DropTopicResult):
+                names = result.tier_objects
+            elif isinstance(result, ExpireTierResult):
+                names = result.expired
+            if tier is not None and names:
+                try:
+                    await asyncio.to_thread(tier.delete_objects, group_id, list(names))
+                except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
+                    _log.warning("deleting tier objects of group %d failed: %s", group_id, exc)
+            if isinstance(command, DropTopic):
+                _log.info(
+                    "dropped the data of deleted topic %s in group %d", command.topic, group_id
+                )
+    return applied
+
+
+def entry_bytes_of(replica: GroupReplica, group_id: int) -> retention.EntryBytes:
+    """A log entry's size from where it lies in the WAL (read only if it lies elsewhere)."""
+    bodies = replica.bodies
+
+    def size(log_index: int) -> int:
+        location = bodies.entry_location(group_id, log_index)
+        if location is not None:
+            return location.length
+        try:
+            return len(bodies.read_entry(group_id, log_index))
+        except StorageError:
+            return 0
+
+    return size
 
 
 def _ticked(

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from angelia_rpc import AngeliaError, RpcConfig, Server
+from angelia_rpc import AngeliaError, Server
 from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
@@ -53,8 +53,10 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.types import ConfChange, ConfChangeType
 from raft.wal.logstore import LogStore
-from storage_node import fault_injection, housekeeping
+from storage_node import fault_injection, housekeeping, retention
 from storage_node.config import GROUPS_DEFAULT, StorageConfig, parse_peers
+from storage_node.controlled_node import ControlledNode
+from storage_node.controller_follower import ControllerFollower
 from storage_node.reconcile import (
     LeaderView,
     MembershipStep,
@@ -75,6 +77,10 @@ from storage_node.service import (
 )
 from storage_node.store.base import BodyStore
 from storage_node.store.segment_files import WalBodyStore
+from storage_node.tier_plan import UploadPolicy
+from storage_node.tier_reads import TierReader
+from storage_node.tier_store import Tier
+from storage_node.tier_uploader import Uploader
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +129,9 @@ class LocalGroups:
         # Groups whose membership change (or leader transfer) this node has under way.
         self._changing: dict[int, asyncio.Future[object] | None] = {}
         self._transfer_asked_ms: dict[int, int] = {}
+        # Controller mode: ControlledNode (the controller names leaders; no elections).
+        self.node_class: type[RawNode] = RawNode
+        self.min_in_sync = 1
 
     @property
     def group_ids(self) -> range:
@@ -161,7 +170,10 @@ class LocalGroups:
                 store.drop_group(group_id)
                 _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
-        self.node.driver.add_group(group_id, members, replica)
+        self.node.driver.add_group(group_id, members, replica, self.node_class)
+        raft = self.node.driver.host.node(group_id)
+        if isinstance(raft, ControlledNode):
+            raft.min_in_sync = self.min_in_sync
         self.node.adopt(group_id, replica)
 
     def start_all(self, members: list[int]) -> None:
@@ -342,6 +354,8 @@ class LocalGroups:
     def transfer_leaders(self, transfers: list[api.LeaderTransferInfo]) -> int:
         """Start the asked leader transfers of groups this node leads; how many started."""
         started = 0
+        if self.node_class is not RawNode:
+            return 0  # controller mode: only the controller moves mastership
         for transfer in transfers:
             group_id = transfer.group_id
             if group_id not in self.node.replicas:
@@ -365,7 +379,11 @@ async def serve(
     if config.flush != "sync":
         raise ValueError(f"flush={config.flush} is not implemented yet; use flush=sync")
     peers = cluster_peers(config)
-    client = NameserverClient(parse_addresses(config.nameserver)) if config.nameserver else None
+    client = (
+        NameserverClient(parse_addresses(config.nameserver), config.rpc_config())
+        if config.nameserver
+        else None
+    )
     try:
         group_count = config.groups or GROUPS_DEFAULT
         if client is not None:
@@ -378,6 +396,38 @@ async def serve(
     finally:
         if client is not None:
             await client.close()
+
+
+TIER_ROUND_MS = 200
+"""How often the uploader looks for pending uploads (the batch limits decide when one goes)."""
+
+
+async def _open_tier(config: StorageConfig) -> Tier | None:
+    """The tier of ``--tier-url`` (None without one); an unusable URL stops the node."""
+    if not config.tier_url:
+        return None
+    tier = await asyncio.to_thread(Tier, config.tier_url)
+    _log.info("tier on", extra={"tier": config.tier_url})
+    return tier
+
+
+def _topic_lister(client: NameserverClient, cluster: str) -> housekeeping.TopicLister:
+    """The cluster's topics and their limits, read from the nameserver leader."""
+
+    async def listed() -> dict[str, retention.TopicLimits]:
+        request = api.ListRequest(cluster)
+        response = await client.call(lambda ns: ns.list_topics(request, timeout_ms=CALL_TIMEOUT_MS))
+        return {
+            topic.name: retention.TopicLimits(
+                topic.retention_ms,
+                topic.retention_bytes,
+                topic.local_retention_ms,
+                topic.local_retention_bytes,
+            )
+            for topic in response.topics
+        }
+
+    return listed
 
 
 class WalFailed(Exception):
@@ -427,7 +477,9 @@ async def _serve_groups(
     static = bool(config.peers) or client is None
     store = LogStore.open(data_dir / "wal", segment_bytes=config.wal_segment_bytes)
     transport = AngeliaTransport(
-        config.node_id, {n: a for n, a in peers.items() if n != config.node_id}
+        config.node_id,
+        {n: a for n, a in peers.items() if n != config.node_id},
+        config=config.rpc_config(),
     )
     options = DriverOptions(
         snapshot_entries=SNAPSHOT_ENTRIES,
@@ -442,9 +494,15 @@ async def _serve_groups(
         driver, store, {}, group_count, peers, injection.now_ms if injection else None
     )
     groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
+    controlled = config.replication == "controller"
+    if controlled:
+        if client is None or config.peers:
+            raise ValueError("--replication controller needs --nameserver (the controller)")
+        groups.node_class = ControlledNode
+        groups.min_in_sync = config.min_in_sync
     if static:
         groups.start_all(sorted(peers))
-    server = Server([transport.binding(), StorageService.bind(node)], RpcConfig())
+    server = Server([transport.binding(), StorageService.bind(node)], config.rpc_config())
     tasks: list[asyncio.Task[None]] = []
     try:
         address = await server.start(config.listen)
@@ -458,6 +516,18 @@ async def _serve_groups(
         tasks.append(
             asyncio.create_task(housekeeping.run_floor_keeper(node), name="truncate-floors")
         )
+        tier = await _open_tier(config)
+        if tier is not None:
+            node.tier_reader = TierReader(tier)
+            uploader = Uploader(
+                node,
+                tier,
+                UploadPolicy(
+                    batch_messages_min=config.tier_batch_messages,
+                    batch_wait_ms=config.tier_batch_wait_ms,
+                ),
+            )
+            tasks.append(asyncio.create_task(uploader.run(TIER_ROUND_MS), name="tier-uploads"))
         if client is not None:
 
             async def on_heartbeat(response: api.StorageHeartbeatResponse) -> None:
@@ -465,10 +535,24 @@ async def _serve_groups(
                     await groups.reconcile(response.groups)
                 groups.transfer_leaders(response.leader_transfers)
 
+            tasks.append(
+                asyncio.create_task(
+                    housekeeping.run_retention(
+                        node,
+                        _topic_lister(client, config.cluster),
+                        config.retention_check_ms,
+                        tier,
+                    ),
+                    name="retention",
+                )
+            )
             told = config.advertise or address  # what brokers and peers dial
             registration = Registration(client, node, config, told, data_dir, on_heartbeat)
             tasks.append(asyncio.create_task(registration.run(), name="storage-registration"))
-            if not static:
+            if controlled:
+                follower = ControllerFollower(node, client)
+                tasks.append(asyncio.create_task(follower.run(), name="controller-follower"))
+            elif not static:
                 tasks.append(asyncio.create_task(groups.run_memberships(), name="memberships"))
         _log.info(
             "serving",

@@ -56,7 +56,9 @@ from protocol.records import (
     MessageRecord,
     is_canonical,
     pack_items,
+    pack_record,
 )
+from protocol.sql92 import Sql92Filter, visible_properties
 from protocol.storage_api import (
     AckOutcome,
     AckRequest,
@@ -155,6 +157,7 @@ from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
 from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
+from storage_node.tier_reads import TierReader
 
 _log = logging.getLogger(__name__)
 
@@ -223,6 +226,8 @@ class StorageNode:
         self.reads_served = 0
         """Offset reads served since it started (leader or follower: read replicas)."""
         self._exports = asyncio.Semaphore(EXPORTS_MAX)
+        self.tier_reader: TierReader | None = None
+        """Reads below a queue's local first offset, with a tier (``tier_reads``)."""
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
@@ -362,6 +367,8 @@ class StorageNode:
         scan_max = request.count_max
         if sql or not tag_filter.matches_all:
             scan_max = max(scan_max, state.config.receive_scan_max)
+        if self._first_offset(replica, queue) <= request.queue_offset < state.first_offset(*queue):
+            return await self._read_tier(replica, request, scan_max, sql, tag_filter)
         entries = state.read(request.topic, request.queue_id, request.queue_offset, scan_max)
         if sql is None:
             offsets, kept, next_offset = pull.matching(
@@ -377,7 +384,7 @@ class StorageNode:
                 sql,
                 request.count_max,
             )
-        first = state.first_offset(request.topic, request.queue_id)
+        first = self._first_offset(replica, queue)
         end = state.end_offset(request.topic, request.queue_id)
         if request.packed:
             items = record_items_of(self._entry_reader(group_id), group_id, queue, kept)
@@ -402,6 +409,64 @@ class StorageNode:
                 next_offset = stored.queue_offset
                 messages = messages[:i]
                 break
+        return ReadResponse(messages, first, end, next_offset)
+
+    def _first_offset(self, replica: GroupReplica, queue: QueueId) -> int:
+        """A queue's first readable offset: in the tier if it holds older messages than
+        the local log (and this node reads the tier), else the local first offset."""
+        local = replica.state.first_offset(*queue)
+        tiered = replica.state.tier.first_offset(queue)
+        if self.tier_reader is None or tiered is None:
+            return local
+        return min(local, tiered)
+
+    async def _read_tier(
+        self,
+        replica: GroupReplica,
+        request: ReadRequest,
+        scan_max: int,
+        sql: Sql92Filter | None,
+        tag_filter: TagFilter,
+    ) -> ReadResponse:
+        """:meth:`read` of offsets below the local first offset, from the tier (the same
+        filters and bounds; it never reads past the recorded objects)."""
+        assert self.tier_reader is not None
+        queue = (request.topic, request.queue_id)
+        state = replica.state
+        looked = await self.tier_reader.read(
+            replica.group_id, state.tier.objects(queue), request.queue_offset, scan_max
+        )
+        kept = [
+            m
+            for m in looked
+            if (
+                sql.matches(visible_properties(m.record.properties, m.record.tag, m.record.keys))
+                if sql is not None
+                else tag_filter.matches(m.record.tag)
+            )
+        ][: request.count_max]
+        if not looked:  # the objects end here (an expiry raced this read)
+            next_offset = request.queue_offset
+        elif len(kept) == request.count_max:
+            next_offset = kept[-1].queue_offset + 1
+        else:
+            next_offset = looked[-1].queue_offset + 1
+        first = self._first_offset(replica, queue)
+        end = state.end_offset(*queue)
+        if request.packed:
+            items = [pack_record(m.record) for m in kept]
+            count = fitting(map(len, items), request.bytes_max)
+            if count < len(kept):
+                next_offset = kept[count].queue_offset
+            stored_at = [StoredAt(m.queue_offset, m.store_timestamp_ms) for m in kept[:count]]
+            return ReadResponse([], first, end, next_offset, pack_items(items[:count]), stored_at)
+        count = fitting((len(m.record.body) for m in kept), request.bytes_max)
+        if count < len(kept):
+            next_offset = kept[count].queue_offset
+        messages = [
+            StoredMessage(m.queue_offset, m.store_timestamp_ms, from_record(m.record))
+            for m in kept[:count]
+        ]
         return ReadResponse(messages, first, end, next_offset)
 
     def _idle_receive_end(
@@ -596,10 +661,11 @@ class StorageNode:
                 request.topic, request.queue_id, request.timestamp_ms
             )
         return QueueInfoResponse(
-            state.first_offset(request.topic, request.queue_id),
+            self._first_offset(replica, (request.topic, request.queue_id)),
             state.end_offset(request.topic, request.queue_id),
             group_id,
             timestamp_offset,
+            state.first_offset(request.topic, request.queue_id),
         )
 
     async def _await_end_above(self, group_id: int, request: QueueInfoRequest) -> GroupReplica:

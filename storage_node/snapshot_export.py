@@ -31,11 +31,13 @@ SHELL (file and network I/O, threads).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from protocol.message_objects import ObjectBuilder, ObjectEntry, QueueManifest, object_name
+from protocol.object_store import LocationUnavailable, open_location
 from protocol.storage_api import ExportSnapshotRequest, ExportSnapshotResponse
 from storage_node.errors import BadCommand, CommandCorrupted, ExportFailed
 from storage_node.partition.queues import QueueEntry, QueueId
@@ -60,20 +62,15 @@ BLOCK_BYTES_MIN = 1024
 
 
 def open_filesystem(url: str, storage_options: dict[str, str]) -> tuple[Any, str]:
-    """The fsspec filesystem and root path of ``url`` (a folder path or any fsspec URL).
+    """The fsspec filesystem and root path of ``url`` (``protocol.object_store``).
 
     Raises BadCommand if fsspec cannot open such a URL (an unknown protocol, a
-    missing driver such as s3fs).
+    missing driver such as s3fs) or is not installed here.
     """
     try:
-        import fsspec  # noqa: PLC0415 - optional: only snapshots and the tier need it
-    except ImportError as exc:
-        raise BadCommand("snapshots need fsspec on the storage nodes (pip install fsspec)") from exc
-    try:
-        fs, root = fsspec.core.url_to_fs(url, **storage_options)
-    except (ValueError, ImportError, TypeError) as exc:
-        raise BadCommand(f"cannot open {url!r}: {exc}") from exc
-    return fs, str(root).rstrip("/")
+        return open_location(url, storage_options)
+    except LocationUnavailable as exc:
+        raise BadCommand(str(exc)) from exc
 
 
 class QueueObjectSink:
@@ -93,8 +90,11 @@ class QueueObjectSink:
         first_offset: int,
         object_bytes_max: int,
         block_bytes_max: int,
+        name_of: Callable[[int], str] | None = None,
     ) -> None:
-        """A sink for ``queue`` of ``group_id`` from ``first_offset``, under ``root`` of ``fs``."""
+        """A sink for ``queue`` of ``group_id`` from ``first_offset``, under ``root`` of ``fs``;
+        an object from offset ``o`` is named ``name_of(o)`` (default
+        ``protocol.message_objects.object_name``)."""
         self.fs = fs
         self.root = root
         self.group_id = group_id
@@ -103,6 +103,7 @@ class QueueObjectSink:
         self.object_bytes_max = object_bytes_max
         self.block_bytes_max = block_bytes_max
         self.objects: list[ObjectEntry] = []
+        self._name_of = name_of or functools.partial(object_name, queue[0], queue[1])
         self.bytes_written = 0
         self._builder: ObjectBuilder | None = None
         self._file: Any = None
@@ -138,7 +139,7 @@ class QueueObjectSink:
     def _write_block(self) -> None:
         if self._builder is None:
             self._builder = ObjectBuilder(self.queue[0], self.queue[1], self.next_offset)
-            self._name = object_name(self.queue[0], self.queue[1], self.next_offset)
+            self._name = self._name_of(self.next_offset)
             path = f"{self.root}/{self._name}"
             self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
             self._file = self.fs.open(path, "wb")
@@ -199,8 +200,8 @@ async def export_group(
             offset = first
             while offset < end:
                 count = min(end - offset, SLICE_MESSAGES)
-                piece = _slice(replica, state.read(*queue, offset, count))
-                await _add_slice(replica, sink, piece)
+                piece = slice_of(replica, state.read(*queue, offset, count))
+                await add_slice(replica, sink, piece)
                 offset += len(piece.entries)
             objects = await asyncio.to_thread(sink.close)
         except OSError as exc:
@@ -227,7 +228,7 @@ async def export_group(
     return ExportSnapshotResponse(replica.group_id, applied_index, queues)
 
 
-class _Slice(NamedTuple):
+class Slice(NamedTuple):
     """The entries of one slice, and their log entries: bytes held in memory, or where
     they lie in segment files."""
 
@@ -236,7 +237,7 @@ class _Slice(NamedTuple):
     located: dict[int, EntryFileRange]
 
 
-def _slice(replica: GroupReplica, entries: Sequence[QueueEntry]) -> _Slice:
+def slice_of(replica: GroupReplica, entries: Sequence[QueueEntry]) -> Slice:
     """The first entries of ``entries`` whose log entries hold about :data:`SLICE_BYTES`
     (at least one entry), and where those log entries are (nothing read from disk)."""
     bodies = replica.bodies
@@ -258,10 +259,10 @@ def _slice(replica: GroupReplica, entries: Sequence[QueueEntry]) -> _Slice:
                 located[log_index] = place
                 size += place.length
         taken += 1
-    return _Slice(list(entries[:taken]), held, located)
+    return Slice(list(entries[:taken]), held, located)
 
 
-async def _add_slice(replica: GroupReplica, sink: QueueObjectSink, piece: _Slice) -> None:
+async def add_slice(replica: GroupReplica, sink: QueueObjectSink, piece: Slice) -> None:
     """Read the slice's log entries in the worker thread and give its messages to
     ``sink``. If a segment was collected meanwhile (file gone, other bytes there),
     those entries are read through the body store instead, which says whether

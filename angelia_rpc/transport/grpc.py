@@ -160,7 +160,10 @@ class GrpcTransport:
         """See :class:`angelia_rpc.transport.base.Transport`."""
         options = list(self.options)
         if self.tls:
-            credentials = grpc.ssl_channel_credentials(root_certificates=self._ca)
+            key, cert = self._key_cert if self.tls.mutual and self._key_cert else (None, None)
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=self._ca, private_key=key, certificate_chain=cert
+            )
             options.append(("grpc.ssl_target_name_override", self.tls.server_hostname))
             channel = grpc.aio.secure_channel(address, credentials, options=options)
         else:
@@ -210,7 +213,12 @@ class GrpcTransport:
             )
         )
         if self._key_cert is not None:
-            credentials = grpc.ssl_server_credentials([self._key_cert])
+            mutual = self.tls is not None and self.tls.mutual
+            credentials = grpc.ssl_server_credentials(
+                [self._key_cert],
+                root_certificates=self._ca if mutual else None,
+                require_client_auth=mutual,
+            )
             port = server.add_secure_port(address, credentials)
         else:
             port = server.add_insecure_port(address)

@@ -35,7 +35,9 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from broker.grpc.acl_guard import AclGuard, guarded_handlers
 from broker.grpc.drain import DrainGate, gated
+from broker.grpc.screening import screened
 from broker.grpc.status import bad_request
 from protocol.rocketmq.v2 import service_pb2 as spb
 
@@ -93,11 +95,17 @@ class CheckedRegistration:
     method's handler passes to ``server`` with the checks of this module."""
 
     def __init__(
-        self, server: Any, bad_requests: BadRequests, gate: DrainGate | None = None
+        self,
+        server: Any,
+        bad_requests: BadRequests,
+        guard: AclGuard | None = None,
+        gate: DrainGate | None = None,
     ) -> None:
-        """``gate``: each method also passes behind it (``broker.grpc.drain``)."""
+        """``guard``: ACL 2.0 checks each decoded request first (None: ACL off).
+        ``gate``: each method also passes behind it (``broker.grpc.drain``)."""
         self._server = server
         self._bad_requests = bad_requests
+        self._guard = guard
         self._gate = gate
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
@@ -117,7 +125,7 @@ class CheckedRegistration:
                 handler if gate is None else gated(handler, gate, _response_class(name)),
                 self._bad_requests,
             )
-            for name, handler in handlers.items()
+            for name, handler in guarded_handlers(handlers, self._guard).items()
         }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, checked_handlers),)
@@ -136,30 +144,15 @@ def checked(
     decode = _lenient(handler.request_deserializer, request_type)
     serialize = handler.response_serializer
 
-    def refused(request: UndecodableRequest) -> Message:
+    def refused(request: Any, context: Any) -> Message | None:
+        if not isinstance(request, UndecodableRequest):
+            return None
         bad_requests.note(name, request.cause, time.monotonic())
         return response_class(status=bad_request(request.cause))
 
-    if handler.unary_unary is not None:
-        unary = handler.unary_unary
-
-        async def unary_call(request: Any, context: Any) -> Any:
-            if isinstance(request, UndecodableRequest):
-                return refused(request)
-            return await unary(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(unary_call, decode, serialize)
-    if handler.unary_stream is not None:
-        streamed = handler.unary_stream
-
-        async def unary_stream_call(request: Any, context: Any) -> AsyncIterator[Any]:
-            if isinstance(request, UndecodableRequest):
-                yield refused(request)
-                return
-            async for response in streamed(request, context):
-                yield response
-
-        return grpc.unary_stream_rpc_method_handler(unary_stream_call, decode, serialize)
+    single = screened(handler, refused, decode)
+    if single is not None:
+        return single
     assert handler.stream_stream is not None, f"{name}: no client-streaming unary methods"
     both = handler.stream_stream
 

@@ -134,9 +134,19 @@ class GrpcCallContext:
     """A gRPC handler's view of its call: the subset of grpc.aio's ServicerContext the
     broker uses. (Angelia's handlers get ``angelia_rpc.CallContext``.)"""
 
-    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], deadline: float | None):
+    def __init__(
+        self,
+        metadata: tuple[tuple[str, str | bytes], ...],
+        deadline: float | None,
+        peer: str = "",
+    ):
         self._metadata = metadata
         self._deadline = deadline
+        self._peer = peer
+
+    def peer(self) -> str:
+        """The caller's address, ``host:port`` ("" if unknown)."""
+        return self._peer
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         """The request's custom headers as (key, value); ``-bin`` values as bytes."""
@@ -292,6 +302,7 @@ class _Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._closed = False
         self._peer_going_away = False  # the client sent GOAWAY
+        self._peer = ""  # the client's host:port, for handlers (ACL source addresses)
         self._out: list[bytes] = []  # the HTTP/2 connection's frames, for this turn's write
         self.drained = asyncio.Event()  # set while no call is open and nothing waits to go
         self.drained.set()
@@ -300,6 +311,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peername = transport.get_extra_info("peername")
+        if isinstance(peername, tuple) and len(peername) >= 2:
+            host = str(peername[0])
+            self._peer = f"[{host}]:{peername[1]}" if ":" in host else f"{host}:{peername[1]}"
         self._server._connections.add(self)
         self._h2.initiate()
         self._send()
@@ -394,7 +409,7 @@ class _Connection(asyncio.Protocol):
         if handler is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path}")
             return
-        call = _Call(stream_id, handler, GrpcCallContext(tuple(metadata), deadline))
+        call = _Call(stream_id, handler, GrpcCallContext(tuple(metadata), deadline, self._peer))
         self._calls[stream_id] = call
         self.drained.clear()
         if encoding not in ("", "identity"):

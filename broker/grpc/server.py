@@ -27,6 +27,7 @@ from angelia_rpc import TlsConfig
 from angelia_rpc.transport.tls import server_context
 from broker.config import BrokerConfig
 from broker.grpc import convert
+from broker.grpc.acl_guard import AclGuard
 from broker.grpc.bad_requests import BadRequests, CheckedRegistration
 from broker.grpc.drain import DrainGate
 from broker.grpc.http2 import Http2GrpcServer
@@ -133,15 +134,18 @@ class GrpcEndpoint:
         listen: str,
         server: str = "h2",
         tls: TlsConfig | None = None,
+        acl: AclGuard | None = None,
     ) -> None:
         """``tls``: serve TLS (HTTP/2 over TLS, ALPN h2) with its certificate and key;
-        with a ``ca_file``, every client must present a certificate it signs."""
+        with a ``ca_file``, every client must present a certificate it signs. ``acl``:
+        every call is authenticated and checked by it (ACL 2.0; None: off)."""
         if server not in SERVERS:
             raise ValueError(f"unknown gRPC server {server!r}: one of {', '.join(SERVERS)}")
         self.service = service
         self.listen = listen
         self.kind = server
         self.tls = tls
+        self.acl = acl
         self.port: int | None = None
         self.bad_requests = BadRequests()  # undecodable requests answered, by method
         self.drain = DrainGate()  # refuses new calls once a drain starts
@@ -156,7 +160,8 @@ class GrpcEndpoint:
         if self.kind == "h2":
             h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
             service_pb2_grpc.add_MessagingServiceServicer_to_server(
-                self.service, CheckedRegistration(h2_server, self.bad_requests, self.drain)
+                self.service,
+                CheckedRegistration(h2_server, self.bad_requests, self.acl, self.drain),
             )
             host, _, port = self.listen.rpartition(":")
             if self.tls:
@@ -183,7 +188,7 @@ class GrpcEndpoint:
             ]
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
-            self.service, CheckedRegistration(server, self.bad_requests, self.drain)
+            self.service, CheckedRegistration(server, self.bad_requests, self.acl, self.drain)
         )
         if self.tls:
             tls = self.tls

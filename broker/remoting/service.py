@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker.acl import AclGuard, as_broker_error, host_of
 from broker.domain import PulledMessage, QueueRef
 from broker.errors import BrokerError, Reason, not_implemented
 from broker.processor import transaction_id as transaction_ids
@@ -44,13 +45,14 @@ from broker.processor.producer import ProducerProcessor
 from broker.processor.pull import PullProcessor
 from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
-from broker.remoting import convert
+from broker.remoting import acl_demands, convert
 from broker.remoting.clients import RemotingClients
 from broker.remoting.producers import RemotingProducers, Write
 from broker.remoting.status import code_of, remark_of, unsupported_remark
 from broker.services.base import Clock, Coordination, MessageStore
 from protocol import errors as codes
 from protocol import routing
+from protocol.acl import Forbidden, Unauthenticated
 from protocol.remoting import bodies, headers
 from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.frames import RemotingCommand
@@ -162,8 +164,10 @@ class RemotingService:
         producers: RemotingProducers | None = None,
         pulls: PullProcessor | None = None,
         coordination: Coordination | None = None,
+        acl: AclGuard | None = None,
     ) -> None:
         self._route = route
+        self.acl = acl  # ACL 2.0: every request authenticated and checked (None: off)
         self._producer = producer
         self._store = store
         self._clock = clock
@@ -216,9 +220,20 @@ class RemotingService:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, unsupported_remark(request.code)
             )
         try:
+            if self.acl is not None:
+                self._check_acl(self.acl, request, connection)
             return await handler(request, connection)
         except Exception as error:  # noqa: BLE001 - answered with a response code
             return request.reply(code_of(error), remark_of(error))
+
+    @staticmethod
+    def _check_acl(guard: AclGuard, request: RemotingCommand, connection: Connection) -> None:
+        """Raise the error refusing ``request`` under ACL 2.0 (see ``broker/acl.py``)."""
+        try:
+            user, tables = guard.authenticate_classic(request.ext_fields, request.body)
+            guard.authorize(user, tables, acl_demands.demand_of(request), host_of(connection.peer))
+        except (Unauthenticated, Forbidden) as error:
+            raise as_broker_error(error) from None
 
     # -- name server ------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ REASON_CODES: dict[Reason, ResponseCode] = {
 SHARED_CODES: dict[str, ResponseCode] = {
     codes.INTERNAL.name: ResponseCode.SYSTEM_ERROR,
     codes.BAD_REQUEST.name: ResponseCode.INVALID_PARAMETER,
+    codes.UNAUTHENTICATED.name: ResponseCode.NO_PERMISSION,
+    codes.PERMISSION_DENIED.name: ResponseCode.NO_PERMISSION,
     codes.NOT_FOUND.name: ResponseCode.QUERY_NOT_FOUND,
     codes.OVERLOADED.name: ResponseCode.SYSTEM_BUSY,
     codes.OFFSET_OUT_OF_RANGE.name: ResponseCode.PULL_OFFSET_MOVED,

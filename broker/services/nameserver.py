@@ -51,6 +51,7 @@ from typing import TypeVar
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import NameserverService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
+from broker.config import BrokerConfig
 from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
@@ -68,11 +69,9 @@ DEADLINE_MS = 10_000
 DEFAULT_QUEUE_COUNT = 8
 PAUSE_FIRST_S = 0.02
 PAUSE_MAX_S = 0.5
-ROUTE_STALE_MAX_MS = 120_000
 WATCH_SILENCE_MAX_MS = 10_000
 """A watch stream silent this long is taken as broken (nameservers confirm an idle
 stream every few seconds, ``nameserver.service.WATCH_IDLE_MS``)."""
-"""How long past its last confirmation a cached entry serves while the watch is down."""
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
 
 
@@ -145,13 +144,16 @@ class ClusterMetadata:
         cluster: str,
         auto_create: bool = False,
         default_queue_count: int = DEFAULT_QUEUE_COUNT,
-        route_stale_max_ms: int = ROUTE_STALE_MAX_MS,
+        route_stale_max_ms: int = BrokerConfig.route_stale_max_ms,
         watch_silence_max_ms: int = WATCH_SILENCE_MAX_MS,
         clock: Callable[[], float] = time.monotonic,
+        signer: Callable[[], ns.SignedBy] = ns.SignedBy,
     ) -> None:
-        """``route_stale_max_ms``: how long a cached entry serves while the watch is
-        down (see the module docstring); ``watch_silence_max_ms``: a watch stream
-        silent this long counts as down; ``clock``: seconds, monotonic."""
+        """``route_stale_max_ms``: how long past its last confirmation a cached entry
+        serves while the watch is down (see the module docstring; the broker option's
+        default unless given); ``watch_silence_max_ms``: a watch stream
+        silent this long counts as down; ``clock``: seconds, monotonic; ``signer``: the
+        signature of the topics and groups this broker creates (ACL on)."""
         if route_stale_max_ms < 0:
             raise ValueError(f"route_stale_max_ms must not be negative, not {route_stale_max_ms}")
         self._link = link
@@ -161,6 +163,7 @@ class ClusterMetadata:
         self.route_stale_max_s = route_stale_max_ms / 1000
         self._watch_silence_max_s = watch_silence_max_ms / 1000
         self._clock = clock
+        self._signer = signer
         # Cached entries with the clock reading of their read (see _usable).
         self._routes: dict[str, tuple[ns.RouteResponse, float]] = {}
         self._forgotten: set[str] = set()  # routes to read again, kept as a fallback
@@ -194,7 +197,11 @@ class ClusterMetadata:
             f"create topic {name!r}",
             lambda stub, timeout_ms: stub.create_topic(
                 ns.CreateTopicRequest(
-                    name, self.cluster, self.default_queue_count, int(message_type)
+                    name,
+                    self.cluster,
+                    self.default_queue_count,
+                    int(message_type),
+                    signed=self._signer(),
                 ),
                 timeout_ms=timeout_ms,
             ),
@@ -225,7 +232,8 @@ class ClusterMetadata:
             await self._create(
                 f"create consumer group {name!r}",
                 lambda stub, timeout_ms: stub.create_consumer_group(
-                    ns.CreateConsumerGroupRequest(name, self.cluster, fifo), timeout_ms=timeout_ms
+                    ns.CreateConsumerGroupRequest(name, self.cluster, fifo, signed=self._signer()),
+                    timeout_ms=timeout_ms,
                 ),
             )
             log.info("consumer group auto-created", extra={"group": name, "fifo": fifo})
@@ -331,7 +339,8 @@ class ClusterMetadata:
         await self._create(
             f"create consumer group topic {topic!r}",
             lambda stub, timeout_ms: stub.create_topic(
-                ns.CreateTopicRequest(topic, self.cluster, 1), timeout_ms=timeout_ms
+                ns.CreateTopicRequest(topic, self.cluster, 1, signed=self._signer()),
+                timeout_ms=timeout_ms,
             ),
         )
         return await self._read_route(topic)

@@ -146,8 +146,17 @@ class Driver:
         self.sync_s = 0.0
 
     # ---------------------------------------------------------------- setup
-    def add_group(self, group_id: int, peers: Sequence[int], state_machine: StateMachine) -> None:
+    def add_group(
+        self,
+        group_id: int,
+        peers: Sequence[int],
+        state_machine: StateMachine,
+        node_class: type[RawNode] = RawNode,
+    ) -> None:
         """Host this node's replica of ``group_id``; a new group is bootstrapped with ``peers``.
+
+        ``node_class``: the replica's core, a :class:`RawNode` or a subclass that drives
+        it differently (controller mode: ``storage_node.controlled_node``).
 
         Recovery: the state machine is restored from the group's snapshot (if
         any) and every committed entry after it is applied again.
@@ -171,7 +180,7 @@ class Driver:
             max_size_per_msg_bytes=opts.max_size_per_msg_bytes,
             max_inflight_msgs=opts.max_inflight_msgs,
         )
-        node = RawNode(config, log, self._rng.randrange)
+        node = node_class(config, log, self._rng.randrange)
         self.host.add_group(group_id, node, state_machine, peers)
         self.host.set_applied(group_id, applied)
         self._work.set()

@@ -208,6 +208,13 @@ class MultiRaft:
         for peer in g.peers:
             self._notices.setdefault(peer, []).append(notice)
 
+    def touch(self, group_id: int) -> None:
+        """The host changed the group's node outside step/propose (e.g. named it leader):
+        wake the group and collect it in the next round."""
+        g = self._group(group_id)
+        self._wake(g)
+        self._dirty.add(group_id)
+
     def heard_from(self, node_id: int, now_ms: int) -> None:
         """Record that ``node_id`` is alive (a batch, even an empty one, arrived)."""
         self._last_heard_ms[node_id] = now_ms

@@ -39,61 +39,59 @@ Last, for ``idle_seconds``: ``in_flight`` simple consumers long-polling
 queues): what idle consumers cost the servers (their CPU %); calls are the
 receives that came back empty, errors any that came back otherwise.
 
+The phases live in their own modules: the connections and calls every phase
+makes in ``rip5.bench.e2e_client``, the pull phase in ``rip5.bench.e2e_pull``,
+the idle run in ``rip5.bench.e2e_idle``, the official client's run in
+``rip5.bench.official_send``.
+
 Client and server CPU are recorded separately (server: every process of the
 dev cluster, from /proc). ``--yardstick MSGS_PER_S`` adds the publish
 median's ratio to that figure (measure the yardstick in the same sitting).
+
+``--acl``: the bench's cluster runs with ACL 2.0 on (``rip5 dev --acl``) and
+every call (load generator, probes, official client) is signed as a normal user
+whose policy allows the bench's topics and group (``rip5/bench/acl.py``):
+compare its publish figure with a run without, in the same sitting.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import grpc
 import uvloop
 
 from loadtest.client import (
-    CLIENT_ID_HEADER,
     CallFailed,
     SendRequests,
     ack_request,
     build_message,
     check_ack,
     check_send,
-    check_status,
-    endpoints_of,
     receive_request,
     received_of,
 )
-from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
-from protocol.rocketmq.v2 import service_pb2_grpc
-from rip5 import dev_cluster, shell, stats
+from rip5 import dev_cluster, shell
 from rip5.admin import MESSAGE_TYPES
-from rip5.bench import harness
-from rip5.bench.grpc_lean import LeanChannel
+from rip5.bench import acl, harness, official_send
+from rip5.bench.e2e_client import Clients, LeanStub, PhaseResult, all_answers, failed
+from rip5.bench.e2e_idle import IDLE_CASE
+from rip5.bench.e2e_idle import idle as idle_phase
+from rip5.bench.e2e_pull import end_offsets
+from rip5.bench.e2e_pull import pull as pull_phase
 
 TOPIC = "bench-e2e"
 QUEUES = 16
 IDLE_TOPIC = "bench-e2e-idle"
 GROUP = "bench-e2e-group"
-IDLE_POLL_MS = 5_000
-IDLE_CASE = "idle long polls"
-PULL_SEGMENT = 1024
-"""Offsets of one queue a pull worker reads in a row (the pull phase's unit of work)."""
-Metadata = Sequence[tuple[str, str]]
 METRICS = (
     harness.Metric("msgs_per_s", "msgs/s"),
     harness.Metric("p50_ms", "p50 ms", ".1f"),
@@ -103,195 +101,8 @@ METRICS = (
 )
 
 
-@dataclass
-class PhaseResult:
-    """One measured phase."""
-
-    msgs_per_s: float
-    p50_ms: float
-    p99_ms: float
-    calls: int
-    errors: int
-    error_names: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls, msgs_per_s: float, latencies: list[float], calls: int, error_names: dict[str, int]
-    ) -> PhaseResult:
-        """A phase's figures from its rate, its calls' latencies (ms), how many calls
-        it counts and its failures by name."""
-        return cls(
-            msgs_per_s,
-            stats.percentile(latencies, 0.5),
-            stats.percentile(latencies, 0.99),
-            calls,
-            sum(error_names.values()),
-            error_names,
-        )
-
-    def values(self) -> dict[str, float]:
-        """The figures by metric key."""
-        return {
-            "msgs_per_s": self.msgs_per_s,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "calls": self.calls,
-            "errors": self.errors,
-        }
-
-
-def _failure_name(error: Exception) -> str:
-    if isinstance(error, CallFailed):
-        return error.name
-    if isinstance(error, grpc.aio.AioRpcError):
-        return str(error.code().name)
-    return type(error).__name__
-
-
-def _count(error_names: dict[str, int], name: str) -> None:
-    error_names[name] = error_names.get(name, 0) + 1
-
-
-async def _failed(error_names: dict[str, int], error: Exception) -> None:
-    """Count a failed call by its name and back off a little before the next."""
-    _count(error_names, _failure_name(error))
-    await asyncio.sleep(0.01)
-
-
-_SERVICE = "/apache.rocketmq.v2.MessagingService/"
-
-
-class LeanStub:
-    """The MessagingService calls the generator makes, over a lean channel, with the
-    signatures of grpc's generated stub."""
-
-    def __init__(self, channel: LeanChannel) -> None:
-        """Calls go over ``channel``."""
-        self._channel = channel
-
-    async def _unary(
-        self, method: str, request: Any, timeout_s: float, metadata: Metadata
-    ) -> bytes:
-        """One unary call of ``request``, a message or its serialized bytes."""
-        data = request if isinstance(request, bytes) else request.SerializeToString()
-        return await self._channel.unary(
-            _SERVICE + method, data, timeout_s=timeout_s, metadata=metadata
-        )
-
-    async def SendMessage(
-        self,
-        request: spb.SendMessageRequest | bytes,
-        *,
-        timeout: float,  # noqa: ASYNC109 - grpc's stub signature
-        metadata: Metadata,
-    ) -> spb.SendMessageResponse:
-        """One SendMessage call (of a request, or of its serialized bytes)."""
-        return spb.SendMessageResponse.FromString(
-            await self._unary("SendMessage", request, timeout, metadata)
-        )
-
-    async def ReceiveMessage(
-        self,
-        request: spb.ReceiveMessageRequest,
-        *,
-        timeout: float,  # noqa: ASYNC109 - grpc's stub signature
-        metadata: Metadata,
-    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        """One ReceiveMessage call: its responses as they come."""
-        parse = spb.ReceiveMessageResponse.FromString
-        async for answer in self._channel.stream(
-            _SERVICE + "ReceiveMessage",
-            request.SerializeToString(),
-            timeout_s=timeout,
-            metadata=metadata,
-        ):
-            yield parse(answer)
-
-    async def call_all(
-        self,
-        method: str,
-        request: Any,
-        parse: Callable[[bytes], Any],
-        *,
-        timeout: float,  # noqa: ASYNC109 - as the stub's calls
-        metadata: Metadata,
-    ) -> list[Any]:
-        """One call of ``method`` (unary or server streaming): all its responses (each
-        read by ``parse``), once it ended."""
-        answers = await self._channel.call(
-            _SERVICE + method, request.SerializeToString(), timeout_s=timeout, metadata=metadata
-        )
-        return [parse(answer) for answer in answers]
-
-    async def AckMessage(
-        self,
-        request: spb.AckMessageRequest,
-        *,
-        timeout: float,  # noqa: ASYNC109 - grpc's stub signature
-        metadata: Metadata,
-    ) -> spb.AckMessageResponse:
-        """One AckMessage call."""
-        return spb.AckMessageResponse.FromString(
-            await self._unary("AckMessage", request, timeout, metadata)
-        )
-
-
-async def _unary_answer(
-    stub: Any, method: str, request: Any, parse: Callable[[bytes], Any], metadata: Metadata
-) -> Any:
-    """The response of a unary call of ``method``, through either client."""
-    if isinstance(stub, LeanStub):  # a unary call is a call of one answer
-        (answer,) = await stub.call_all(method, request, parse, timeout=30, metadata=metadata)
-        return answer
-    return await getattr(stub, method)(request, timeout=30, metadata=metadata)
-
-
-async def _all_answers(
-    stub: Any, method: str, request: Any, parse: Callable[[bytes], Any], metadata: Metadata
-) -> list[Any]:
-    """The responses of a server-streaming call, once it ended: in one piece from the
-    lean client, gathered from grpc's stream otherwise."""
-    if isinstance(stub, LeanStub):
-        return await stub.call_all(method, request, parse, timeout=10, metadata=metadata)
-    call = getattr(stub, method)
-    return [response async for response in call(request, timeout=10, metadata=metadata)]
-
-
-class Generator:
+class Generator(Clients):
     """The load generator: ``channels`` connections to one broker (see the module)."""
-
-    def __init__(
-        self, endpoint: str, channels: int, topic: str, group: str, client: str = "lean"
-    ) -> None:
-        """Open the channels (connected lazily) of ``client``: "lean" or "grpcio"."""
-        self.endpoint = endpoint
-        self.topic = topic
-        self.group = group
-        self.endpoints = endpoints_of(endpoint)
-        self.metadata = ((CLIENT_ID_HEADER, f"bench-e2e-{os.getpid()}-{uuid.uuid4()}"),)
-        self._channels: list[Any]  # each with an async close()
-        self.stubs: list[Any]
-        if client == "lean":
-            self._channels = [LeanChannel(endpoint) for _ in range(channels)]
-            self.stubs = [LeanStub(c) for c in self._channels]
-        else:
-            self._channels = [
-                grpc.aio.insecure_channel(
-                    endpoint,
-                    options=[
-                        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                        ("grpc.use_local_subchannel_pool", 1),  # one connection per channel
-                    ],
-                )
-                for _ in range(channels)
-            ]
-            self.stubs = [service_pb2_grpc.MessagingServiceStub(c) for c in self._channels]
-        self.born_host = socket.gethostname()
-
-    async def close(self) -> None:
-        """Close every channel."""
-        for channel in self._channels:
-            await channel.close()
 
     async def publish(
         self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float
@@ -324,7 +135,7 @@ class Generator:
                     response = await stub.SendMessage(request, timeout=30, metadata=self.metadata)
                     check_send(response, batch)
                 except (CallFailed, grpc.aio.AioRpcError) as error:
-                    await _failed(error_names, error)
+                    await failed(error_names, error)
                     continue
                 done = clock()
                 stored += batch
@@ -378,7 +189,7 @@ class Generator:
                 try:
                     received = [
                         message
-                        for response in await _all_answers(
+                        for response in await all_answers(
                             stub,
                             "ReceiveMessage",
                             request,
@@ -396,7 +207,7 @@ class Generator:
                     )
                     check_ack(ack)
                 except (CallFailed, grpc.aio.AioRpcError) as error:
-                    await _failed(error_names, error)
+                    await failed(error_names, error)
                     continue
                 acked = clock()
                 latencies.append((acked - sent) * 1000)
@@ -417,173 +228,6 @@ class Generator:
         )
         return result, share
 
-    async def end_offsets(self) -> dict[int, int]:
-        """The end offset of every queue of the topic (its route, then QueryOffset END)."""
-        stub = self.stubs[0]
-        topic = pb.Resource(name=self.topic)
-        route = await _unary_answer(
-            stub,
-            "QueryRoute",
-            spb.QueryRouteRequest(topic=topic, endpoints=self.endpoints),
-            spb.QueryRouteResponse.FromString,
-            self.metadata,
-        )
-        check_status(route.status)
-        ends: dict[int, int] = {}
-        for queue_id in sorted({queue.id for queue in route.message_queues}):
-            answer = await _unary_answer(
-                stub,
-                "QueryOffset",
-                spb.QueryOffsetRequest(
-                    message_queue=pb.MessageQueue(topic=topic, id=queue_id),
-                    query_offset_policy=pb.END,
-                ),
-                spb.QueryOffsetResponse.FromString,
-                self.metadata,
-            )
-            check_status(answer.status)
-            ends[queue_id] = answer.offset
-        return ends
-
-    async def pull(
-        self,
-        *,
-        starts: dict[int, int],
-        ends: dict[int, int],
-        in_flight: int,
-        pull_batch: int,
-        meter: harness.CpuMeter,
-    ) -> tuple[PhaseResult, harness.CpuShare]:
-        """Pull every offset in [starts[q], ends[q]) of every queue q (see the module)."""
-        segments = iter(
-            [
-                (queue_id, offset, min(offset + PULL_SEGMENT, ends[queue_id]))
-                for queue_id, start in starts.items()
-                for offset in range(start, ends[queue_id], PULL_SEGMENT)
-            ]
-        )
-        expected = sum(ends[q] - start for q, start in starts.items())
-        meter.start()
-        clock = time.perf_counter
-        started = clock()
-        latencies: list[float] = []
-        pulled = 0
-        error_names: dict[str, int] = {}
-        topic = pb.Resource(name=self.topic)
-        group = pb.Resource(name=self.group)
-        everything = pb.FilterExpression(type=pb.TAG, expression="*")
-
-        async def worker(index: int) -> None:
-            nonlocal pulled
-            stub = self.stubs[index % len(self.stubs)]
-            for queue_id, first, end in segments:
-                queue = pb.MessageQueue(topic=topic, id=queue_id)
-                offset = first
-                while offset < end:
-                    request = spb.PullMessageRequest(
-                        group=group,
-                        message_queue=queue,
-                        offset=offset,
-                        batch_size=min(pull_batch, end - offset),
-                        filter_expression=everything,
-                    )
-                    sent = clock()
-                    try:
-                        responses = await _all_answers(
-                            stub,
-                            "PullMessage",
-                            request,
-                            spb.PullMessageResponse.FromString,
-                            self.metadata,
-                        )
-                    except (CallFailed, grpc.aio.AioRpcError) as error:
-                        await _failed(error_names, error)
-                        break  # the segment's rest counts as not pulled
-                    latencies.append((clock() - sent) * 1000)
-                    found = next_offset = 0
-                    for response in responses:
-                        which = response.WhichOneof("content")
-                        if which == "message":
-                            found += 1
-                        elif which == "next_offset":
-                            next_offset = response.next_offset
-                        elif response.status.code not in (pb.OK, pb.MESSAGE_NOT_FOUND):
-                            _count(error_names, pb.Code.Name(response.status.code))
-                    if next_offset <= offset:  # no progress: count it, skip the segment
-                        _count(error_names, "NO_PROGRESS")
-                        break
-                    pulled += min(found, end - offset)
-                    offset = next_offset
-
-        await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        elapsed = clock() - started
-        share = meter.stop()
-        if pulled < expected:
-            error_names["NOT_ALL_PULLED"] = expected - pulled
-        result = PhaseResult.of(
-            pulled / elapsed if elapsed > 0 else 0.0, latencies, len(latencies), error_names
-        )
-        return result, share
-
-    async def idle(self, *, topic: str, in_flight: int, seconds: float) -> PhaseResult:
-        """Consumers long-polling the empty ``topic`` for ``seconds``: empty receives.
-
-        A receive that brings a message or fails counts as an error.
-        """
-        clock = time.perf_counter
-        end = clock() + seconds
-        latencies: list[float] = []
-        error_names: dict[str, int] = {}
-        poll_ms = int(min(IDLE_POLL_MS, seconds * 1000))
-        request = receive_request(
-            self.group,
-            topic,
-            self.endpoints,
-            batch_size=32,
-            invisible_ms=60_000,
-            long_polling_ms=poll_ms,
-        )
-
-        async def worker(index: int) -> None:
-            stub = self.stubs[index % len(self.stubs)]
-            while clock() < end:
-                sent = clock()
-                try:
-                    async for response in stub.ReceiveMessage(
-                        request, timeout=poll_ms / 1000 + 10, metadata=self.metadata
-                    ):
-                        if received_of(response) is not None:
-                            _count(error_names, "MESSAGE_IN_IDLE_TOPIC")
-                except (CallFailed, grpc.aio.AioRpcError) as error:
-                    await _failed(error_names, error)
-                    continue
-                latencies.append((clock() - sent) * 1000)
-
-        await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        return PhaseResult.of(0.0, latencies, len(latencies), error_names)
-
-
-def official_send(args: argparse.Namespace, endpoint: str) -> dict[str, float]:
-    """One run of the official client's producer in its own process; its JSON line."""
-    command = [
-        sys.executable, "-m", "rip5.bench.official_send", endpoint, args.topic,
-        f"{args.official_seconds:g}", str(args.message_bytes), f"{args.warmup:g}",
-    ]  # fmt: skip
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=args.official_seconds + args.warmup + 120,
-        check=False,
-    )
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"the official client failed (exit {result.returncode}): {result.stderr[-2000:]}"
-        )
-    values: dict[str, float] = json.loads(lines[-1])
-    return values
-
 
 async def _runs(
     args: argparse.Namespace,
@@ -591,13 +235,15 @@ async def _runs(
     endpoint: str,
     server_pids: Callable[[], list[int]],
     probes: int,
+    credentials: tuple[str, str] | None = None,
 ) -> None:
-    generator = Generator(endpoint, args.channels, args.topic, args.group, args.client)
+    generator = Generator(endpoint, args.channels, args.topic, args.group, args.client, credentials)
     meter = harness.CpuMeter(server_pids)
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
-            starts = await generator.end_offsets() if args.pull_batch > 0 else {}
+            generator.sign()
+            starts = await end_offsets(generator) if args.pull_batch > 0 else {}
             report.stage(f"run {run + 1}: publish")
             meter.start()
             publish, stored = await generator.publish(
@@ -629,9 +275,10 @@ async def _runs(
             )
             if args.pull_batch > 0:
                 report.stage(f"run {run + 1}: pull")
-                pull, pull_cpu = await generator.pull(
+                pull, pull_cpu = await pull_phase(
+                    generator,
                     starts=starts,
-                    ends=await generator.end_offsets(),
+                    ends=await end_offsets(generator),
                     in_flight=args.in_flight,
                     pull_batch=args.pull_batch,
                     meter=meter,
@@ -644,10 +291,14 @@ async def _runs(
                     f"errors {pull.error_names or 0})"
                 )
         if args.idle_seconds > 0:
+            generator.sign()
             report.stage("idle long polls")
             meter.start()
-            idle = await generator.idle(
-                topic=args.idle_topic, in_flight=args.in_flight, seconds=args.idle_seconds
+            idle = await idle_phase(
+                generator,
+                topic=args.idle_topic,
+                in_flight=args.in_flight,
+                seconds=args.idle_seconds,
             )
             share = meter.stop()
             report.record(IDLE_CASE, idle.values(), share)
@@ -661,10 +312,14 @@ async def _runs(
 
 
 def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
+    credentials: tuple[str, str] | None = None
+
     def go(endpoint: str, server_pids: Callable[[], list[int]]) -> None:
         report.stage("waiting for the broker to store a message")
-        probes = dev_cluster.wait_until_serving(endpoint, [(args.topic, False)])
-        runs = _runs(args, report, endpoint, server_pids, probes)
+        probes = dev_cluster.wait_until_serving(
+            endpoint, [(args.topic, False)], metadata=acl.headers(credentials)
+        )
+        runs = _runs(args, report, endpoint, server_pids, probes, credentials)
         # The lean client on uvloop and with the servers' collector settings: less of
         # the machine goes to the generator. grpc.aio keeps the loop it was made for.
         shell.tune_gc()
@@ -676,7 +331,7 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
             report.stage(f"official client, run {run + 1}")
             meter = harness.CpuMeter(server_pids)
             meter.start()
-            values = official_send(args, endpoint)
+            values = official_send.run(args, endpoint, credentials)
             share = meter.stop()
             window_s = args.official_seconds + args.warmup
             # The client is the child process: its CPU comes from its own report.
@@ -693,7 +348,10 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="rip5-bench-e2e-") as root:
         report.stage("starting the dev cluster")
-        with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
+        log_path = Path(root) / "dev.log"
+        extra_args = ("--acl",) if args.acl else ()
+        with dev_cluster.dev_cluster(log_path, extra_args=extra_args) as cluster:
+            super_user = acl.super_user_of_dev_log(log_path) if args.acl else None
             dev_cluster.ensure_resources(
                 cluster.nameserver,
                 [
@@ -701,7 +359,13 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
                     (args.idle_topic, args.queues, MESSAGE_TYPES["normal"]),
                 ],
                 [args.group],
+                acl.signed(super_user),
             )
+            if super_user is not None:
+                credentials = acl.create_bench_user(
+                    cluster.nameserver, super_user, [args.topic, args.idle_topic], args.group
+                )
+                report.say(f"  ACL on: every call signed as the normal user {credentials[0]}")
             report.say(f"  dev cluster: broker {cluster.endpoint}, nameserver {cluster.nameserver}")
             go(cluster.endpoint, cluster.server_pids)
 
@@ -760,8 +424,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MSGS_PER_S",
         help="a peer's publish figure measured in the same sitting: report the ratio to it",
     )
+    parser.add_argument(
+        "--acl",
+        action="store_true",
+        help="ACL 2.0 on in the bench's cluster; every call signed as a normal user whose "
+        "policy allows the bench (compare with a run without: --yardstick)",
+    )
     harness.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.acl and args.endpoint:
+        parser.error("--acl sets up the bench's own cluster; it does not go with --endpoint")
     if args.endpoint and args.queues is not None:
         parser.error(
             "--queues sets up the bench's own cluster; with --endpoint the topics are used as "

@@ -60,9 +60,13 @@ METRICS = (
 class LocalNameservers:
     """``count`` nameserver processes under ``root``, on ports free when planned."""
 
-    def __init__(self, root: Path, count: int, groups: int = 16) -> None:
-        """Choose ports; nothing starts until :meth:`start`."""
+    def __init__(
+        self, root: Path, count: int, groups: int = 16, flags: tuple[str, ...] = ()
+    ) -> None:
+        """Choose ports; nothing starts until :meth:`start`. ``flags``: more options of
+        every node (``--replication controller``)."""
         self.root = root
+        self.flags = flags
         self.groups = groups
         self.addresses = {n: f"127.0.0.1:{free_port()}" for n in range(1, count + 1)}
         self.processes: dict[int, asyncio.subprocess.Process] = {}
@@ -86,6 +90,7 @@ class LocalNameservers:
         ]  # fmt: skip
         if len(self.addresses) > 1:
             args += ["--peers", ",".join(f"{n}={a}" for n, a in sorted(self.addresses.items()))]
+        args += self.flags
         try:
             process = await asyncio.create_subprocess_exec(
                 *args,

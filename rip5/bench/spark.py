@@ -37,6 +37,7 @@ from typing import Any
 import uvloop
 
 from protocol.message_objects import GroupPoint, Manifest, QueueManifest
+from protocol.object_store import open_location
 from protocol.records import MessageRecord, pack_records
 from protocol.storage_api import AppendRequest, ExportSnapshotRequest, ExportSnapshotResponse
 from rip5.bench import harness
@@ -142,14 +143,11 @@ async def _snapshots(
 
 
 def _write_manifest(folder: Path, manifest: Manifest) -> None:
-    import fsspec  # noqa: PLC0415 - the tiered extra
-
-    write_manifest(fsspec.filesystem("file"), str(folder), manifest)
+    write_manifest(*open_location(str(folder), {}), manifest)
 
 
 def _parquet_copy(snapshot: Path, out: Path) -> None:
     """The snapshot's rows as one Parquet file, written block by block."""
-    import fsspec  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     from spark_batch.source import (  # noqa: PLC0415 - the spark extra
@@ -161,11 +159,11 @@ def _parquet_copy(snapshot: Path, out: Path) -> None:
     )
 
     reader = Rip5Reader({"path": str(snapshot)})
-    fs = fsspec.filesystem("file")
+    fs, root = open_location(str(snapshot), {})
     with pq.ParquetWriter(out, ARROW_SCHEMA, compression="zstd") as writer:
         for partition in reader.partitions():
             assert isinstance(partition, ObjectPartition)
-            for block, lo, hi in read_object(fs, str(snapshot), partition):
+            for block, lo, hi in read_object(fs, root, partition):
                 writer.write_batch(
                     to_arrow(partition.topic, partition.queue_id, block, lo, hi, partition.window)
                 )
@@ -184,7 +182,8 @@ def _reads(args: argparse.Namespace, report: harness.BenchReport, snapshot: Path
     parquet = snapshot.parent / "anchor.parquet"
     report.stage("parquet copy")
     _parquet_copy(snapshot, parquet)
-    spark = spark_session(args.master, "rip5 bench spark")
+    # Warm reads of a million rows: a driver JVM with its full compiler.
+    spark = spark_session(args.master, "rip5 bench spark", quick_start=False)
     try:
         ours = spark.read.format("rip5").load(str(snapshot))
         theirs = spark.read.parquet(str(parquet))

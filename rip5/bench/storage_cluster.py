@@ -51,13 +51,16 @@ class LocalStorageCluster:
         *,
         nameserver: str = "",
         static: bool = True,
+        flags: tuple[str, ...] = (),
     ) -> None:
         """Choose ports; nothing starts until :meth:`start`.
 
         ``nameserver``: the nodes register there; ``static`` False: they host
         the groups the nameserver assigns instead of every group (``--peers``).
+        ``flags``: more options of every node (``--replication controller``).
         """
         self.root = root
+        self.flags = flags
         self.groups = groups
         self.log_level = log_level
         self.nameserver = nameserver
@@ -107,6 +110,7 @@ class LocalStorageCluster:
             args += ["--peers", self.peers_flag]
         if self.nameserver:
             args += ["--nameserver", self.nameserver]
+        args += self.flags
         try:
             process = await asyncio.create_subprocess_exec(
                 *args,

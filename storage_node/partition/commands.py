@@ -31,19 +31,22 @@ PURE.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgpack
 
+from protocol.message_objects import ObjectEntry
 from protocol.positional import Encode, ShapeMismatch, plain_decoder, plain_encoder
 from protocol.records import (
+    FilterColumns,
     MessageRecord,
     RecordColumns,
     RecordCorrupted,
     decode_batch,
     decode_columns,
+    decode_filter_columns,
     encode_batch,
     encode_packed_batch,
 )
@@ -68,6 +71,9 @@ class Op(enum.IntEnum):
     RELEASE = 12
     FILTERED_RECEIVE = 13
     COMMIT_CONSUMER_OFFSET = 14
+    DROP_TOPIC = 15
+    RECORD_UPLOAD = 16
+    EXPIRE_TIER = 17
 
 
 class InitialPosition(enum.IntEnum):
@@ -298,6 +304,51 @@ class TrimQueue:
     before_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class DropTopic:
+    """Topic deletion: forget everything this group keeps of ``topic``.
+
+    Its queues (messages and offsets), every consumer group's position and
+    leases in them, its held timers and its unresolved half messages go; the
+    log entries they named are no longer referenced, so the truncate floor
+    passes them. A topic created again with the same name starts empty, at
+    offset 0 (the old receipt handles stay invalid: a new lease's generation
+    is a later log index). The leader proposes it once the topic is gone from
+    the nameserver.
+    """
+
+    op: ClassVar[Op] = Op.DROP_TOPIC
+    now_ms: int
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUpload:
+    """The tier holds a queue's offsets ``[object.first_offset, object.end_offset)`` in
+    ``object`` (``protocol.message_objects``: its name, size, CRC32C of all its bytes
+    and store time range): the upload point moves to its end. Refused (changing
+    nothing) unless it starts where the queue's recorded objects end
+    (``partition.tier``)."""
+
+    op: ClassVar[Op] = Op.RECORD_UPLOAD
+    now_ms: int
+    topic: str
+    queue_id: int
+    object: ObjectEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTier:
+    """Tier retention: forget a queue's recorded objects that end at or below
+    ``before_offset`` (the leader then deletes their bytes). The upload point stays."""
+
+    op: ClassVar[Op] = Op.EXPIRE_TIER
+    now_ms: int
+    topic: str
+    queue_id: int
+    before_offset: int
+
+
 Command = (
     Append
     | Receive
@@ -313,6 +364,9 @@ Command = (
     | Release
     | FilteredReceive
     | CommitConsumerOffset
+    | DropTopic
+    | RecordUpload
+    | ExpireTier
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -332,6 +386,9 @@ _BY_OP: dict[Op, type[Any]] = {
         Release,
         FilteredReceive,
         CommitConsumerOffset,
+        DropTopic,
+        RecordUpload,
+        ExpireTier,
     )
 }
 
@@ -405,9 +462,27 @@ def append_columns(data: bytes) -> tuple[int, RecordColumns] | None:
     """For an APPEND entry whose records decode on the fast path
     (``protocol.records.decode_columns``): its ``now_ms`` and its records as
     columns. None for any other entry, or a corrupt one (:func:`decode` it)."""
+    return _append_decoded(data, decode_columns)
+
+
+def append_filter_columns(data: bytes) -> FilterColumns | None:
+    """For an APPEND entry whose records' tags, keys and properties decode on the
+    fast path (``protocol.records.decode_filter_columns``): those columns. None
+    for any other entry, or a corrupt one (read its records one by one)."""
+    return _append_decoded(data, decode_filter_columns)
+
+
+_Decoded = TypeVar("_Decoded")
+
+
+def _append_decoded(
+    data: bytes, decoder: Callable[[memoryview], _Decoded | None]
+) -> _Decoded | None:
+    """``decoder`` applied to the record batch of an APPEND entry; None for any other
+    entry or a corrupt batch."""
     if not data or data[0] != Op.APPEND:
         return None
     try:
-        return decode_columns(memoryview(data)[1:])
+        return decoder(memoryview(data)[1:])
     except RecordCorrupted:
         return None

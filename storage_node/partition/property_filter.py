@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
-from protocol.records import MessageRecord, RecordColumns
+from protocol.records import FilterColumns
 from protocol.sql92 import Sql92Filter, visible_properties
-from storage_node.partition.commands import FilteredReceive, Receive, append_columns
+from storage_node.partition.commands import FilteredReceive, Receive, append_filter_columns
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import QueueEntry, QueueId
 from storage_node.partition.reads import EntryReader, records_of
@@ -120,10 +120,6 @@ def _with(command: Receive, end: int, unmatched: list[int]) -> FilteredReceive:
     return FilteredReceive(**fields, evaluated_end=end, unmatched=tuple(unmatched))
 
 
-_TAG = MessageRecord._fields.index("tag")
-_KEYS = MessageRecord._fields.index("keys")
-_PROPERTIES = MessageRecord._fields.index("properties")
-
 _View = tuple[int, str, tuple[str, ...], tuple[tuple[str, str], ...]]
 """An offset and what the filter sees of its message: tag, keys, properties."""
 
@@ -133,26 +129,23 @@ def _views(
 ) -> Iterator[_View]:
     """The fresh offsets with what the filter sees of their messages.
 
-    Each log entry is read and decoded once, as columns
-    (``commands.append_columns``, no record built); an entry off that fast
+    Each log entry is read once and only its records' tags, keys and properties
+    are decoded (``commands.append_filter_columns``, no record built); an entry off that fast
     path is read record by record (``reads.records_of``, which names a fault).
     """
-    columns_of: dict[int, RecordColumns | None] = {}
+    columns_of: dict[int, FilterColumns | None] = {}
     for offset, entry in fresh:
         index = entry.log_index
-        if index in columns_of:
-            columns = columns_of[index]
-        else:
-            decoded = append_columns(read_entry(index))
-            columns = columns_of[index] = None if decoded is None else decoded[1]
-        if columns is not None and entry.position < len(columns[_TAG]):
+        columns = columns_of.get(index, _UNREAD)
+        if columns is _UNREAD:
+            columns = columns_of[index] = append_filter_columns(read_entry(index))
+        if columns is not None and entry.position < len(columns[0]):
             position = entry.position
-            yield (
-                offset,
-                cast(str, columns[_TAG][position]),
-                cast(tuple[str, ...], columns[_KEYS][position]),
-                cast(tuple[tuple[str, str], ...], columns[_PROPERTIES][position]),
-            )
+            yield offset, columns[0][position], columns[1][position], columns[2][position]
             continue
         (record,) = records_of(read_entry, group_id, queue, [entry])
         yield offset, record.tag, record.keys, record.properties
+
+
+_UNREAD: FilterColumns = ((), (), ())
+"""A marker: the entry is not read yet (compared by identity)."""

@@ -19,6 +19,7 @@ from storage_node.partition.config import PartitionConfig
 from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.pop import GroupQueue, Lease
 from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex
+from storage_node.partition.tier import TierObjects
 from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
 
@@ -42,6 +43,8 @@ class PartitionQueries:
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
         self._timers = TimerIndex()
+        self.tier = TierObjects()
+        """The tier objects recorded for the queues (``partition.tier``)."""
 
     def idle_receive_end(self, group: str, topic: str, queue_id: int, now_ms: int) -> int | None:
         """The queue's end offset if a receive by ``group`` proposed at ``now_ms`` would
@@ -216,6 +219,7 @@ class PartitionQueries:
             if held.due_ms <= self.clock_ms:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
         self._dedup.check_invariants()
+        self.tier.check_invariants()
 
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""

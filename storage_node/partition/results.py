@@ -236,6 +236,37 @@ class TrimQueueResult:
     first_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class DropTopicResult:
+    """What a topic's drop freed in this group: queues, messages, consumer group
+    positions, held timers and half messages."""
+
+    queues: int
+    messages: int
+    consumer_queues: int
+    timers: int
+    halves: int
+    tier_objects: tuple[str, ...] = ()
+    """The names of the topic's tier objects, no longer recorded: the leader deletes them."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUploadResult:
+    """Whether the object was recorded (else ``refusal`` says why), and the queue's
+    upload point after the command."""
+
+    recorded: bool
+    upload_point: int
+    refusal: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTierResult:
+    """The names of the objects no longer recorded (the leader deletes their bytes)."""
+
+    expired: tuple[str, ...]
+
+
 Result = (
     AppendResult
     | ReceiveResult
@@ -249,4 +280,7 @@ Result = (
     | CancelTimerResult
     | TrimQueueResult
     | ReleaseResult
+    | DropTopicResult
+    | RecordUploadResult
+    | ExpireTierResult
 )

@@ -11,7 +11,8 @@ the queue indexes point at, so the log may be truncated below the snapshot
 only where retention no longer needs those entries.
 
 Layout: magic b"R5PS", version (1 byte), crc32c (4 bytes, over the rest),
-then a msgpack array (see ``_to_wire``). The transient ``grown_queues`` is
+then a msgpack array (see ``_to_wire``) of 8 items, or 9 once the group has
+recorded a tier upload (the tier's metadata, ``partition.tier``). The transient ``grown_queues`` is
 not kept.
 
 Cost: the queue entries and the dedup window, which hold nearly all of it,
@@ -84,6 +85,7 @@ def _to_wire(state: PartitionState) -> list[object]:
         state._dedup.to_wire(),
         state._halves.to_wire(),
         state._timers.to_wire(),
+        *_tier_wire(state),
     ]
 
 
@@ -91,8 +93,9 @@ def _payload(state: PartitionState) -> bytes:
     """``pack(_to_wire(state))``, item for item, with the queue entries and the
     dedup window packed by their memos (``QueueIndex.packed``, ``DedupWindow.packed``)."""
     queues = sorted(state._queues.items())
+    tier = _tier_wire(state)
     parts = [
-        array_header(8),
+        array_header(8 + len(tier)),
         pack_items([_config_wire(state.config), state.applied_index, state.clock_ms]),
         array_header(len(queues)),
     ]
@@ -107,8 +110,15 @@ def _payload(state: PartitionState) -> bytes:
         state._dedup.packed(),
         pack(state._halves.to_wire()),
         pack(state._timers.to_wire()),
+        *map(pack, tier),
     )
     return b"".join(parts)
+
+
+def _tier_wire(state: PartitionState) -> list[object]:
+    """The tier's metadata as the optional 9th item: none while the group never recorded
+    an upload, so a state without a tier snapshots as it did before the tier existed."""
+    return [state.tier.to_wire()] if state.tier else []
 
 
 def _config_wire(config: PartitionConfig) -> list[object]:
@@ -128,9 +138,10 @@ def _groups_wire(state: PartitionState) -> list[object]:
 
 
 def _from_wire(wire: object) -> PartitionState:
-    config_wire, applied_index, clock_ms, queues, groups, dedup, halves, timers = as_list(
-        wire, "snapshot", 8
-    )
+    items = as_list(wire, "snapshot")
+    if len(items) not in (8, 9):
+        raise SnapshotCorrupted(f"snapshot: expected 8 or 9 items, got {len(items)}")
+    config_wire, applied_index, clock_ms, queues, groups, dedup, halves, timers = items[:8]
     group_id, window_ms, entries_max, scan_max = as_list(config_wire, "config", 4)
     state = PartitionState(
         PartitionConfig(
@@ -155,4 +166,6 @@ def _from_wire(wire: object) -> PartitionState:
     state._dedup.load_wire(as_list(dedup, "dedup"))
     state._halves.load_wire(as_list(halves, "half messages"))
     state._timers.load_wire(as_list(timers, "timers"))
+    if len(items) == 9:
+        state.tier.load_wire(as_list(items[8], "tier"))
     return state

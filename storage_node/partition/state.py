@@ -56,10 +56,13 @@ from storage_node.partition.commands import (
     CommitConsumerOffset,
     CommitOffset,
     DeadLetter,
+    DropTopic,
     EndTransaction,
+    ExpireTier,
     FilteredReceive,
     NoteTransactionChecks,
     Receive,
+    RecordUpload,
     Release,
     Tick,
     TrimQueue,
@@ -87,15 +90,19 @@ from storage_node.partition.results import (
     DeadLettered,
     DeadLetterResult,
     Delivery,
+    DropTopicResult,
     EndTransactionResult,
+    ExpireTierResult,
     QueuedRun,
     ReceiveResult,
+    RecordUploadResult,
     ReleaseResult,
     Result,
     TickResult,
     TransactionChecksResult,
     TrimQueueResult,
 )
+from storage_node.partition.tier import upload_refusal
 from storage_node.partition.timers import HeldMessage
 from storage_node.partition.transactions import HalfMessage
 
@@ -174,6 +181,13 @@ class PartitionState(PartitionQueries):
             return self._trim_queue(command)
         if isinstance(command, Release):
             return self._release(command, log_index)
+        if isinstance(command, DropTopic):
+            return self._drop_topic(command)
+        if isinstance(command, RecordUpload):
+            return self._record_upload(command)
+        if isinstance(command, ExpireTier):
+            expired = self.tier.expire((command.topic, command.queue_id), command.before_offset)
+            return ExpireTierResult(tuple(entry.name for entry in expired))
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
     def _advance_clock(self, now_ms: int) -> int:
@@ -526,6 +540,42 @@ class PartitionState(PartitionQueries):
             if (topic, queue_id) == (command.topic, command.queue_id):
                 group_queue.trim(first, index.end_offset)
         return TrimQueueResult(first)
+
+    def _drop_topic(self, command: DropTopic) -> DropTopicResult:
+        _require(command.topic != "", "dropping a topic needs its name")
+        topic = command.topic
+        queues = [queue for queue in self._queues if queue[0] == topic]
+        messages = 0
+        for queue in queues:
+            index = self._queues.pop(queue)
+            messages += index.end_offset - index.first_offset
+        consumer_queues = [key for key in self._groups if key[1] == topic]
+        for key in consumer_queues:
+            del self._groups[key]
+        held = [h.message_id for h in self._timers.unordered() if h.topic == topic]
+        for message_id in held:
+            self._timers.cancel(topic, message_id)
+        halves = [half.transaction_id for half in self._halves if half.topic == topic]
+        for transaction_id in halves:
+            self._halves.resolve(transaction_id)
+        tier_objects = tuple(entry.name for entry in self.tier.drop_topic(topic))
+        return DropTopicResult(
+            len(queues), messages, len(consumer_queues), len(held), len(halves), tier_objects
+        )
+
+    def _record_upload(self, command: RecordUpload) -> RecordUploadResult:
+        queue = (command.topic, command.queue_id)
+        refusal = upload_refusal(
+            self.tier.end_offset(queue),
+            self.first_offset(*queue),
+            self.end_offset(*queue),
+            command.object.first_offset,
+            command.object.end_offset,
+        )
+        if not refusal:
+            self.tier.record(queue, command.object)
+        point = self.tier.end_offset(queue)
+        return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
 
     # ------------------------------------------------------------------ transactions
 

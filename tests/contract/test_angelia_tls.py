@@ -80,3 +80,29 @@ async def test_a_client_that_does_not_trust_the_server_refuses_it(
     with pytest.raises(AngeliaError) as caught:
         await Conformance(rig.channel(server.address, wary)).echo(Req(1), timeout_ms=500)
     assert caught.value.code is errors.UNAVAILABLE
+
+
+@pytest.fixture(params=["tcp", "grpc", "http2"])
+async def mutual_rig(request: pytest.FixtureRequest, tls: TlsConfig) -> AsyncIterator[Rig]:
+    rig = Rig(config_for(request.param, "msgpack", tls=dataclasses.replace(tls, mutual=True)))
+    try:
+        yield rig
+    finally:
+        await rig.close()
+
+
+async def test_mutual_tls_serves_a_client_with_a_certificate_and_refuses_one_without(
+    mutual_rig: Rig,
+) -> None:
+    server = await mutual_rig.serve()
+    conformance = Conformance(mutual_rig.channel(server.address))
+    assert await conformance.echo(Req(1, b"both ends")) == Resp(1, b"both ends")
+    assert mutual_rig.config.tls is not None
+    anonymous = dataclasses.replace(
+        mutual_rig.config, tls=dataclasses.replace(mutual_rig.config.tls, mutual=False)
+    )
+    with pytest.raises(AngeliaError) as caught:
+        await Conformance(mutual_rig.channel(server.address, anonymous)).echo(
+            Req(1), timeout_ms=500
+        )
+    assert caught.value.code is errors.UNAVAILABLE

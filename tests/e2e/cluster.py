@@ -13,6 +13,7 @@ takes a port that was free a moment before (the configuration refuses port
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import select
@@ -20,15 +21,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from angelia_rpc import AngeliaError
+from angelia_rpc.config import RpcOptions
 from angelia_rpc.ports import free_port
 from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import NameserverClient
 from rip5.shell import READY_FD_ENV
+from tests.contract.test_official_client import run_official
 
 RIP5 = [sys.executable, "-m", "rip5"]
 READY_TIMEOUT_S = 60.0
@@ -117,9 +121,18 @@ class LocalCluster:
         broker_flags: tuple[str, ...] = (),
         nameservers: int = 1,
         nameserver_flags: tuple[str, ...] = (),
+        replication: str = "raft",
+        storage_flags: tuple[str, ...] = (),
+        rpc: RpcOptions | None = None,
     ) -> None:
+        """``replication``: raft, or controller (RIP-44; at most 3 storage nodes, each
+        group on all of them); ``rpc``: the internal RPC of every process (default: tcp,
+        msgpack)."""
+        self.rpc = rpc or RpcOptions()
         self.root = root
+        self.replication = replication
         self.broker_flags = broker_flags
+        self.storage_flags = storage_flags
         self.nameserver_flags = nameserver_flags
         self.groups = groups
         self.log_level = log_level
@@ -143,6 +156,7 @@ class LocalCluster:
             "--log-level",
             self.log_level,
             *flags,
+            *self.rpc.rpc_flags,
         ]
 
     def _process(
@@ -158,13 +172,11 @@ class LocalCluster:
     def start_nameserver(self, node: int) -> Process:
         """Start (or restart, on its data) nameserver ``node`` (1-based); ready when
         this returns."""
-        flags = [
-            "--listen",
-            self.nameserver_addresses[node - 1],
-            "--groups",
-            str(self.groups),
-            *self.nameserver_flags,
-        ]
+        flags = ["--listen", self.nameserver_addresses[node - 1], "--groups", str(self.groups)]
+        if self.replication != "raft":
+            factor = str(len(self.storage_addresses))
+            flags += ["--replication", self.replication, "--replication-factor", factor]
+        flags += self.nameserver_flags
         if len(self.nameserver_addresses) > 1:
             peers = ",".join(f"{n}={a}" for n, a in enumerate(self.nameserver_addresses, 1))
             flags += ["--node-id", str(node), "--peers", peers]
@@ -193,6 +205,8 @@ class LocalCluster:
                 self.nameserver_address,
                 "--groups",
                 str(self.groups),
+                *(("--replication", self.replication) if self.replication != "raft" else ()),
+                *self.storage_flags,
             )
             process.start()
             self.storage[node] = process
@@ -240,25 +254,65 @@ class LocalCluster:
         self,
         topics: dict[str, tuple[int, int]],
         groups: dict[str, tuple[bool, int]],
+        signed: api.SignedBy | None = None,
     ) -> None:
         """Create ``topics`` (name -> (queue count, message type)) and ``groups``
         (name -> (fifo, max delivery attempts)), retrying until the nameserver's
-        leader has created the cluster."""
+        leader has created the cluster; ``signed``: an ACL user's signature."""
+        signature = signed or api.SignedBy()
 
         async def run() -> None:
-            client = NameserverClient(self.nameserver_addresses)
+            client = NameserverClient(self.nameserver_addresses, self.rpc.rpc_config())
             try:
                 deadline = time.monotonic() + READY_TIMEOUT_S
                 for name, (queues, kind) in topics.items():
-                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind)
+                    request = api.CreateTopicRequest(name, CLUSTER, queues, kind, signed=signature)
                     await _until(deadline, client, lambda s, r=request: s.create_topic(r))
                 for name, (fifo, attempts) in groups.items():
-                    group = api.CreateConsumerGroupRequest(name, CLUSTER, fifo, attempts)
+                    group = api.CreateConsumerGroupRequest(
+                        name, CLUSTER, fifo, attempts, signed=signature
+                    )
                     await _until(deadline, client, lambda s, r=group: s.create_consumer_group(r))
             finally:
                 await client.close()
 
         asyncio.run(run())
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: Path,
+    topics: dict[str, tuple[int, int]],
+    consumer_groups: dict[str, tuple[bool, int]],
+    /,
+    **options: Any,
+) -> Iterator[LocalCluster]:
+    """A started :class:`LocalCluster` under ``root`` (``options`` as its constructor
+    takes them, e.g. ``groups``: raft groups) holding ``topics`` and
+    ``consumer_groups`` (as :meth:`LocalCluster.create` takes them); on leaving,
+    every process is stopped and must have exited cleanly (AssertionError naming
+    those that did not, and where their logs are)."""
+    local = LocalCluster(root, **options)
+    try:
+        local.start()
+        local.create(topics, consumer_groups)
+        yield local
+    finally:
+        codes = local.stop()
+    died = {name: code for name, code in codes.items() if code != 0}
+    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
+
+
+def official_client_step(
+    cluster: LocalCluster, module: str, scenario: str, *args: object
+) -> dict[str, Any]:
+    """One scenario of the official client's script ``module`` (``python -m MODULE
+    SCENARIO BROKER_PORT ARGS...``, in its own interpreter) against the cluster's
+    first broker: the JSON object it printed last."""
+    home = cluster.root / "home"
+    home.mkdir(exist_ok=True)
+    argv = ["-m", module, scenario, str(cluster.broker_port()), *map(str, args)]
+    return run_official(argv, home, timeout_s=120)
 
 
 async def _until(deadline: float, client: NameserverClient, method: Any) -> None:

@@ -28,8 +28,7 @@ from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from rip5 import cli
 from rip5.admin_storage import RESEND_CURSOR_GROUP, ClusterAdmin
-from tests.contract.test_official_client import run_official
-from tests.e2e.cluster import CLUSTER, LocalCluster
+from tests.e2e.cluster import CLUSTER, LocalCluster, official_client_step, running_cluster
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,37 +40,28 @@ CALL: dict[str, Any] = {"metadata": (("x-mq-client-id", "e2e-admin-client"),), "
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The module's cluster (see the module docstring)."""
-    local = LocalCluster(tmp_path_factory.mktemp("admin-cluster"))
-    try:
-        local.start()
-        local.create(
-            {
-                "orders": (4, NORMAL),
-                "progress": (2, NORMAL),
-                "rewind": (2, NORMAL),
-                "poison": (2, NORMAL),
-                "pulled": (1, NORMAL),
-            },
-            {
-                "lag-pop": (False, 16),
-                "lag-pull": (False, 16),
-                "rewinder": (False, 16),
-                "dlq-src": (False, 2),
-            },
-        )
+    with running_cluster(
+        tmp_path_factory.mktemp("admin-cluster"),
+        {
+            "orders": (4, NORMAL),
+            "progress": (2, NORMAL),
+            "rewind": (2, NORMAL),
+            "poison": (2, NORMAL),
+            "pulled": (1, NORMAL),
+        },
+        {
+            "lag-pop": (False, 16),
+            "lag-pull": (False, 16),
+            "rewinder": (False, 16),
+            "dlq-src": (False, 2),
+        },
+    ) as local:
         yield local
-    finally:
-        codes = local.stop()
-    died = {name: code for name, code in codes.items() if code != 0}
-    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
 
 
 def client(cluster: LocalCluster, scenario: str, *args: object) -> dict[str, Any]:
     """One step of the official client against the broker."""
-    home = cluster.root / "home"
-    home.mkdir(exist_ok=True)
-    argv = ["-m", "tests.e2e.admin_client", scenario, str(cluster.broker_port()), *map(str, args)]
-    return run_official(argv, home, timeout_s=120)
+    return official_client_step(cluster, "tests.e2e.admin_client", scenario, *args)
 
 
 def admin(cluster: LocalCluster, *argv: str, code: int = 0) -> Any:

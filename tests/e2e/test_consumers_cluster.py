@@ -17,8 +17,7 @@ import pytest
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
-from tests.contract.test_official_client import run_official
-from tests.e2e.cluster import LocalCluster
+from tests.e2e.cluster import LocalCluster, official_client_step, running_cluster
 from tests.e2e.sql_filter_table import EXPRESSIONS
 
 pytestmark = pytest.mark.integration
@@ -30,42 +29,28 @@ META = (("x-mq-client-id", "e2e-sql-pull-client"),)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The module's cluster, with its topics and consumer groups."""
-    local = LocalCluster(tmp_path_factory.mktemp("cluster"), groups=4)
-    try:
-        local.start()
-        local.create(
-            {
-                "sql": (2, NORMAL),
-                "sql-pull": (1, NORMAL),
-                "timed": (2, DELAY),
-                "plain": (1, NORMAL),
-            },
-            {
-                **{f"sql-{i}": (False, 3) for i in range(len(EXPRESSIONS))},
-                "sql-bad": (False, 3),
-                "recall-reader": (False, 3),
-                "sql-puller": (False, 3),
-            },
-        )
+    with running_cluster(
+        tmp_path_factory.mktemp("cluster"),
+        {
+            "sql": (2, NORMAL),
+            "sql-pull": (1, NORMAL),
+            "timed": (2, DELAY),
+            "plain": (1, NORMAL),
+        },
+        {
+            **{f"sql-{i}": (False, 3) for i in range(len(EXPRESSIONS))},
+            "sql-bad": (False, 3),
+            "recall-reader": (False, 3),
+            "sql-puller": (False, 3),
+        },
+        groups=4,
+    ) as local:
         yield local
-    finally:
-        codes = local.stop()
-    died = {name: code for name, code in codes.items() if code != 0}
-    assert not died, f"processes did not stop cleanly: {died} (logs in {local.root})"
 
 
 def run_client(cluster: LocalCluster, scenario: str, *args: object) -> dict[str, Any]:
     """Run one scenario of ``tests/e2e/consumers_client.py`` in its own interpreter."""
-    home = cluster.root / "home"
-    home.mkdir(exist_ok=True)
-    argv = [
-        "-m",
-        "tests.e2e.consumers_client",
-        scenario,
-        str(cluster.broker_port()),
-        *map(str, args),
-    ]
-    return run_official(argv, home, timeout_s=120)
+    return official_client_step(cluster, "tests.e2e.consumers_client", scenario, *args)
 
 
 def test_sql92_subscriptions_receive_exactly_the_matching_messages(

@@ -19,6 +19,20 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 
+def ready_port(proc: subprocess.Popen[str]) -> int:
+    """The client port ``rip5 dev`` (its output piped) prints once ready."""
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("rip5 dev ready"):
+            break
+    assert seen, "rip5 dev printed nothing"
+    banner = "rip5 dev ready: client endpoint 127.0.0.1:"
+    assert seen[-1].startswith(banner), "".join(seen)
+    return int(seen[-1][len(banner) :].split()[0])
+
+
 def test_rip5_dev_serves_the_official_client_with_auto_create(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [
@@ -30,17 +44,8 @@ def test_rip5_dev_serves_the_official_client_with_auto_create(tmp_path: Path) ->
         stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
-    assert proc.stdout is not None
     try:
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("rip5 dev ready"):
-                break
-        assert seen, "rip5 dev printed nothing"
-        banner = "rip5 dev ready: client endpoint 127.0.0.1:"
-        assert seen[-1].startswith(banner), "".join(seen)
-        port = int(seen[-1][len(banner) :].split()[0])
+        port = ready_port(proc)
         observed = run_client_in(tmp_path, "first_use", port)
         assert sorted(m["id"] for m in observed["received"]) == sorted(observed["sent"])
         assert all(m["attempt"] == 1 for m in observed["received"])

@@ -73,31 +73,31 @@ def test_the_checker_catches_a_broker_that_acks_before_storing(tmp_path: Path) -
     assert not verdict.ok
 
 
-def test_fifo_keeps_each_message_group_in_order_through_a_leader_kill(tmp_path: Path) -> None:
+def one_fault(out_dir: Path, model: str, fault: str, seed: int, hold_s: float = 1.0) -> Verdict:
+    """The verdict of an 8 s run of ``model`` with one ``fault`` (6 s in, held ``hold_s``)."""
     verdict, _ = chaos(
-        tmp_path, model="fifo", faults=("kill@leader",), duration_s=8.0, interval_s=6.0,
-        hold_s=1.0, warmup_s=3.0, seed=7,
+        out_dir, model=model, faults=(fault,), duration_s=8.0, interval_s=6.0,
+        hold_s=hold_s, warmup_s=3.0, seed=seed,
     )  # fmt: skip
+    return verdict
+
+
+def test_fifo_keeps_each_message_group_in_order_through_a_leader_kill(tmp_path: Path) -> None:
+    verdict = one_fault(tmp_path, "fifo", "kill@leader", seed=7)
     assert verdict.acked > 20
     assert verdict.out_of_order == 0, verdict.samples
     assert verdict.lost == 0, verdict.samples
 
 
 def test_transactions_commit_visible_and_roll_back_never(tmp_path: Path) -> None:
-    verdict, _ = chaos(
-        tmp_path, model="txn", faults=("pause@storage",), duration_s=8.0, interval_s=6.0,
-        hold_s=1.5, warmup_s=3.0, seed=9,
-    )  # fmt: skip
+    verdict = one_fault(tmp_path, "txn", "pause@storage", seed=9, hold_s=1.5)
     assert verdict.committed_visible > 5
     assert verdict.rolled_back_visible == 0, verdict.samples
     assert verdict.lost == 0, verdict.samples
 
 
 def test_timers_fire_none_early_through_a_leader_kill(tmp_path: Path) -> None:
-    verdict, _ = chaos(
-        tmp_path, model="timer", faults=("kill@leader",), duration_s=8.0, interval_s=6.0,
-        hold_s=1.0, warmup_s=3.0, seed=13,
-    )  # fmt: skip
+    verdict = one_fault(tmp_path, "timer", "kill@leader", seed=13)
     assert verdict.consumed > 20
     assert verdict.lost == 0, verdict.samples
     assert verdict.early == 0, verdict.samples

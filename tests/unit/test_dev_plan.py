@@ -86,3 +86,13 @@ def test_brokers_get_remoting_ports_counting_down_and_the_banner_names_the_first
     assert "remoting" not in ready_banner({"broker-1": "127.0.0.1:8081"})
     free = remoting_endpoints(plan(DevLayout(tmp_path, brokers=2, free_ports=True)))
     assert len(set(free.values())) == 2
+
+
+def test_a_tier_url_goes_to_every_storage_node_only(tmp_path: Path) -> None:
+    specs = plan(DevLayout(tmp_path, tier_url="file:///srv/tier"))
+    for spec in specs:
+        if spec.name.startswith("storage-"):
+            assert _flag(spec.argv, "--tier-url") == "file:///srv/tier"
+        else:
+            assert "--tier-url" not in spec.argv
+    assert all("--tier-url" not in spec.argv for spec in plan(DevLayout(tmp_path)))

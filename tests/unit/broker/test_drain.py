@@ -116,7 +116,7 @@ async def test_every_method_passes_the_gate() -> None:
     recorder, gate = _Recorder(), DrainGate()
     service_pb2_grpc.add_MessagingServiceServicer_to_server(
         service_pb2_grpc.MessagingServiceServicer(),
-        CheckedRegistration(recorder, BadRequests(), gate),
+        CheckedRegistration(recorder, BadRequests(), gate=gate),
     )
     gate.start()
     answer = await recorder.registered["QueryRoute"].unary_unary(spb.QueryRouteRequest(), None)

@@ -16,6 +16,7 @@ from protocol.records import (
     MessageRecord,
     RecordCorrupted,
     decode_batch,
+    decode_filter_columns,
     decode_record_at,
     encode_batch,
     encode_packed_batch,
@@ -65,6 +66,44 @@ def test_one_record_reads_like_the_whole_batch(
     encoded = encode_batch(batch, 5)
     position = data.draw(st.integers(0, len(batch) - 1))
     assert decode_record_at(encoded, position) == batch[position]
+
+
+@given(st.lists(records, min_size=1, max_size=6))
+def test_filter_columns_are_the_records_tags_keys_and_properties(
+    batch: list[MessageRecord],
+) -> None:
+    columns = decode_filter_columns(encode_batch(batch, 7))
+    assert columns == (
+        tuple(r.tag for r in batch),
+        tuple(r.keys for r in batch),
+        tuple(r.properties for r in batch),
+    )
+
+
+def _arrays_batch(*arrays: list[object]) -> bytes:
+    """A batch of the given record arrays, written as they are."""
+    return encode_packed_batch([msgpack.packb(array) for array in arrays], len(arrays), 7)
+
+
+def test_filter_columns_give_way_to_what_the_exact_decoding_names() -> None:
+    plain = list(MessageRecord("orders", 0, "m1", b"x", "t", ("k",), "", (("p", "v"),)))
+    assert decode_filter_columns(_arrays_batch(plain)) == (("t",), (("k",),), ((("p", "v"),),))
+    assert decode_filter_columns(encode_batch([], 7)) is None  # nothing to see
+    refused = [
+        ["orders", 0, "m1", b"x"],  # an older writer's array: decode_batch fills it in
+        [*plain[:4], b"t", *plain[5:]],  # a tag that is not a string
+        [*plain[:5], [1], *plain[6:]],  # a key that is not a string
+        [*plain[:5], "k", *plain[6:]],  # keys that are not an array
+        [*plain[:7], [["p"]], *plain[8:]],  # a property that is not a pair
+        [*plain[:7], [["p", 1]], *plain[8:]],  # a property value that is not a string
+        [*plain[:7], [msgpack.ExtType(1, b"")], *plain[8:]],  # an extension, not a pair
+    ]
+    for array in refused:
+        assert decode_filter_columns(_arrays_batch(plain, array)) is None, array
+    data = bytearray(_arrays_batch(plain))
+    data[-1] ^= 1
+    with pytest.raises(RecordCorrupted, match="CRC"):
+        decode_filter_columns(bytes(data))
 
 
 def test_one_record_outside_the_batch_or_from_a_bad_batch_is_refused() -> None:

@@ -48,6 +48,9 @@ def test_op_codes_are_append_only() -> None:
         ("RELEASE", 12),
         ("FILTERED_RECEIVE", 13),
         ("COMMIT_CONSUMER_OFFSET", 14),
+        ("DROP_TOPIC", 15),
+        ("RECORD_UPLOAD", 16),
+        ("EXPIRE_TIER", 17),
     ]
 
 

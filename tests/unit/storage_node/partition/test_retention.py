@@ -7,8 +7,8 @@ import pytest
 from protocol import errors
 from protocol.vocabulary import MessageType
 from storage_node.errors import OffsetOutOfRange
-from storage_node.partition.commands import CommitOffset, Tick, TrimQueue
-from storage_node.partition.results import CommitOffsetResult, TrimQueueResult
+from storage_node.partition.commands import CommitOffset, DropTopic, Tick, TrimQueue
+from storage_node.partition.results import CommitOffsetResult, DropTopicResult, TrimQueueResult
 
 from .harness import Harness, record
 
@@ -78,3 +78,32 @@ def test_the_oldest_reference_follows_a_released_timer_through_trims() -> None:
     assert h.state.min_log_index_referenced() == 2
     h.apply(TrimQueue(h.now_ms, "orders", 0, 3))
     assert h.state.min_log_index_referenced() is None
+
+
+def test_a_dropped_topic_leaves_nothing_and_starts_again_at_offset_zero() -> None:
+    h = Harness()
+    h.append(record("a"), record("b"), record("c"))
+    h.append(record("x", topic="other"))
+    h.append(record("tx", message_type=MessageType.TRANSACTION))
+    h.append(record("late", delivery_timestamp_ms=h.now_ms + 10_000))
+    delivered = h.receive(max_messages=2)
+    dropped = h.apply(DropTopic(h.now_ms, "orders"))
+    assert dropped == DropTopicResult(queues=1, messages=3, consumer_queues=1, timers=1, halves=1)
+    assert h.state.queue_ids() == [("other", 0)]
+    assert (h.state.first_offset("orders", 0), h.state.end_offset("orders", 0)) == (0, 0)
+    assert h.state.consumer_offset("g", "orders", 0) is None
+    assert h.ack(delivered.deliveries[0].handle).outcomes[0].error is (
+        errors.INVALID_RECEIPT_HANDLE
+    )
+    # Only the other topic's entry is still referenced by the state.
+    assert h.state.min_log_index_referenced() == 2
+    h.advance(10_000)
+    h.apply(Tick(h.now_ms))  # the cancelled timer is not released
+    assert h.state.end_offset("orders", 0) == 0
+    # Created again: a fresh queue from offset 0, a group starting at its first message.
+    assert h.append(record("d")).outcomes[0].queue_offset == 0
+    assert h.bodies(h.receive()) == [b"d"]
+    h.restart_from_snapshot()
+    assert (h.state.first_offset("orders", 0), h.state.end_offset("orders", 0)) == (0, 1)
+    assert h.apply(DropTopic(h.now_ms, "nowhere")) == DropTopicResult(0, 0, 0, 0, 0)
+    h.state.check_invariants()

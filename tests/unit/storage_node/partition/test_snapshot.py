@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.message_objects import ObjectEntry
 from protocol.storage_api import ReceiptHandle
 from protocol.vocabulary import MessageType
 from storage_node.errors import SnapshotCorrupted, StorageError
@@ -87,6 +88,24 @@ command = st.one_of(
     st.builds(c.CancelTimer, now_ms, topic, st.sampled_from([f"m{i}" for i in range(13)])),
     st.builds(c.TrimQueue, now_ms, topic, queue_id, st.integers(-1, 8)),
     st.builds(c.Release, now_ms, group, st.lists(handle, max_size=3).map(tuple)),
+    st.builds(c.DropTopic, now_ms, topic),
+    st.builds(
+        c.RecordUpload,
+        now_ms,
+        topic,
+        queue_id,
+        st.builds(
+            ObjectEntry,
+            st.sampled_from(["o1", "o2"]),
+            st.integers(0, 6),
+            st.integers(0, 8),
+            now_ms,
+            now_ms,
+            st.integers(1, 9000),
+            st.integers(0, 2**32 - 1),
+        ),
+    ),
+    st.builds(c.ExpireTier, now_ms, topic, queue_id, st.integers(0, 8)),
 )
 
 

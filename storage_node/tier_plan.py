@@ -1,0 +1,123 @@
+"""What a group's leader uploads to the tier next, and what tier objects retention expires.
+
+Uploads (:func:`plan_uploads`): for every queue of the group, the messages from
+the upload point (``partition.tier``; a queue never uploaded starts at its
+first offset) to its end offset AS APPLIED: a replica applies only committed
+entries, so nothing above the commit index is ever uploaded, and no upload can
+be rolled back by a new leader. A queue's pending messages go out as one object
+once they are at least ``batch_messages_min`` or the oldest of them waits
+``batch_wait_ms`` (bounded by size AND time); one object holds at most
+``object_messages_max`` messages and about ``object_bytes_max`` bytes of log
+entries, so an upload's memory is bounded.
+
+Tier retention (:func:`plan_expiry`): a queue's objects whose newest message is
+older than ``retention_ms``, or that lie beyond ``retention_bytes`` counted from
+the newest object, are expired (``ExpireTier``).
+
+PURE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from storage_node.partition.commands import ExpireTier
+from storage_node.partition.queries import PartitionQueries
+from storage_node.partition.queues import QueueId
+from storage_node.retention import EntryBytes, TopicLimits
+
+
+@dataclass(frozen=True, slots=True)
+class UploadPolicy:
+    """When pending messages become an object, and how big one gets."""
+
+    batch_messages_min: int = 1000
+    batch_wait_ms: int = 2_000
+    object_messages_max: int = 20_000
+    object_bytes_max: int = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """Upload the queue's offsets ``[first_offset, end_offset)`` as one object."""
+
+    queue: QueueId
+    first_offset: int
+    end_offset: int
+
+
+def upload_start(state: PartitionQueries, queue: QueueId) -> int:
+    """Where the queue's next object starts: the upload point, or its first offset."""
+    point = state.tier.end_offset(queue)
+    return state.first_offset(*queue) if point is None else point
+
+
+def plan_uploads(
+    state: PartitionQueries, policy: UploadPolicy, now_ms: int, entry_bytes: EntryBytes
+) -> list[Upload]:
+    """The objects to upload now, at most one per queue (see the module docstring)."""
+    uploads = []
+    for queue in state.queue_ids():
+        start = upload_start(state, queue)
+        end = state.end_offset(*queue)
+        if start >= end or start < state.first_offset(*queue):
+            # Nothing pending, or the local log lost the next offsets (trimmed before
+            # the tier knew the queue): they cannot be uploaded any more.
+            continue
+        oldest_ms = state.entry(*queue, start).store_timestamp_ms
+        if end - start < policy.batch_messages_min and now_ms - oldest_ms < policy.batch_wait_ms:
+            continue
+        uploads.append(
+            Upload(queue, start, _object_end(state, queue, start, end, policy, entry_bytes))
+        )
+    return uploads
+
+
+def _object_end(
+    state: PartitionQueries,
+    queue: QueueId,
+    start: int,
+    end: int,
+    policy: UploadPolicy,
+    entry_bytes: EntryBytes,
+) -> int:
+    """Where an object from ``start`` ends: within the message and byte bounds (at least
+    one message)."""
+    end = min(end, start + policy.object_messages_max)
+    total = 0
+    counted: set[int] = set()
+    for offset, entry in enumerate(state.read(*queue, start, end - start), start):
+        if entry.log_index not in counted:
+            counted.add(entry.log_index)
+            total += entry_bytes(entry.log_index)
+            if total > policy.object_bytes_max and offset > start:
+                return offset
+    return end
+
+
+def plan_expiry(
+    state: PartitionQueries, topics: Mapping[str, TopicLimits], now_ms: int
+) -> list[ExpireTier]:
+    """``ExpireTier`` for the objects of listed topics past their limits (see the module
+    docstring); an unlisted topic's objects go with its drop."""
+    commands = []
+    for queue in state.tier.queues():
+        limits = topics.get(queue[0])
+        if limits is None:
+            continue
+        objects = state.tier.objects(queue)
+        cut = 0
+        for entry in objects:
+            if entry.max_store_timestamp_ms < now_ms - limits.retention_ms:
+                cut = entry.end_offset
+        if limits.retention_bytes > 0:
+            total = 0
+            for entry in reversed(objects):
+                total += entry.size_bytes
+                if total > limits.retention_bytes:
+                    cut = max(cut, entry.end_offset)
+                    break
+        if objects and cut > objects[0].first_offset:
+            commands.append(ExpireTier(now_ms, queue[0], queue[1], cut))
+    return commands

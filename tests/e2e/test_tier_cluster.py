@@ -1,0 +1,336 @@
+"""The tier on real processes: a local folder as the tier, leaders SIGKILLed while they
+upload.
+
+One cluster for the module: 1 nameserver, 3 storage nodes (4 raft groups) with
+``--tier-url file://<tmp>/tier`` and small batches (50 messages or 200 ms),
+retention rounds every 300 ms; no broker (appends go to the groups' leaders).
+The topic keeps 1 ms locally: what is in the tier leaves the local disks.
+
+Checked: every acknowledged message reaches the tier exactly once, in offset
+order, in intact objects (``rip5 admin tier verify``: no gap, no overlap,
+checksums); the local first offset follows the upload point and never passes
+it; a reader from offset 0 gets every message (the old ones from the tier);
+after a leader is SIGKILLed during uploads (a few times), the new leader
+resumes from the recorded upload point: still no gap and no duplicate, and any
+object the dead leader wrote but did not record is left unrecorded.
+
+Retention and topic deletion on the same cluster (its tier on): messages older
+than a topic's ``retention_ms`` are trimmed locally and in the tier (reads of
+them fail, the first offset moves up), a queue keeps about ``retention_bytes``
+locally and in the tier, and a deleted topic's messages, consumer offsets, pop
+state and tier objects are gone, so the topic created again with the same name
+starts empty at offset 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from angelia_rpc import AngeliaError
+from protocol import storage_api as st
+from protocol.message_objects import block_records, decode_block, decode_footer
+from rip5.admin_tier import group_manifests
+from tests.e2e.cluster import LocalCluster
+from tests.e2e.storage_calls import (
+    admin_cli,
+    append,
+    leader_of,
+    on_queue,
+    queue_info,
+    read,
+    read_ids,
+    running,
+)
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+LARGE_MB = int(os.environ.get("RIP5_TIER_TEST_MB", "0"))
+"""Megabytes more to publish, upload and read back (0 in ``make test``)."""
+TOPIC = "archived"
+QUEUES = 2
+KILLS = 3
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tier")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tier: Path) -> Iterator[LocalCluster]:
+    """The module's cluster (see the module docstring)."""
+    local = LocalCluster(
+        tmp_path_factory.mktemp("tier-cluster"),
+        brokers=0,
+        groups=4,
+        storage_flags=(
+            "--tier-url",
+            f"file://{tier}",
+            "--tier-batch-messages",
+            "50",
+            "--tier-batch-wait-ms",
+            "200",
+            "--retention-check-ms",
+            "300",
+        ),
+    )
+    yield from running(local)
+
+
+def admin(cluster: LocalCluster, *argv: str, code: int = 0) -> str:
+    """``rip5 admin ARGV``; its output."""
+    return admin_cli(*argv, code=code)
+
+
+def tiered_ids(tier: Path) -> dict[int, list[str]]:
+    """The message ids the tier's recorded objects hold, per queue of the topic, in
+    offset order (read with nothing but protocol.message_objects)."""
+    fs = fsspec.filesystem("file")
+    ids: dict[int, list[str]] = {}
+    for group_id, manifest in group_manifests(fs, str(tier)).items():
+        for queue in manifest.queues:
+            if queue.topic != TOPIC:
+                continue
+            assert queue.first_offset == 0
+            for entry in queue.objects:
+                data = (tier / "groups" / f"{group_id:05d}" / entry.name).read_bytes()
+                footer = decode_footer(data, entry.name, len(data))
+                for block in footer.blocks:
+                    piece = data[block.position : block.position + block.length]
+                    records = block_records(decode_block(piece, block, entry.name))
+                    ids.setdefault(queue.queue_id, []).extend(r.message_id for r in records)
+    return ids
+
+
+def verify(cluster: LocalCluster, tier: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(
+        admin(cluster, "tier", "verify", "--tier-url", f"file://{tier}", "--json")
+    )
+    assert report["clean"], report["problems"]
+    return report
+
+
+def _publish(cluster: LocalCluster, serial: int, batches: int) -> dict[int, list[str]]:
+    sent: dict[int, list[str]] = {}
+    for batch in range(batches):
+        for queue_id in range(QUEUES):
+            ids = [f"q{queue_id}-s{serial}-b{batch}-m{i}" for i in range(20)]
+            append(cluster, TOPIC, queue_id, ids)
+            sent.setdefault(queue_id, []).extend(ids)
+    return sent
+
+
+def _publish_bulk(cluster: LocalCluster, megabytes: int) -> dict[int, list[str]]:
+    """``megabytes`` MB of 64 KiB messages, 16 per append, over the queues in turn."""
+    sent: dict[int, list[str]] = {}
+    for batch in range(megabytes):
+        queue_id = batch % QUEUES
+        ids = [f"bulk-b{batch}-m{i}" for i in range(16)]
+        append(cluster, TOPIC, queue_id, ids, body_bytes=64 << 10)
+        sent.setdefault(queue_id, []).extend(ids)
+    return sent
+
+
+def _all_uploaded(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) -> bool:
+    return tiered_ids(tier) == sent
+
+
+def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
+    cluster: LocalCluster, tier: Path
+) -> None:
+    admin(
+        cluster,
+        "topic",
+        "create",
+        TOPIC,
+        "--queues",
+        str(QUEUES),
+        "--local-retention-ms",
+        "1",
+        "--nameserver",
+        cluster.nameserver_address,
+    )
+    sent = _publish(cluster, 0, 8)  # 160 messages per queue
+    wait_until(lambda: _all_uploaded(cluster, tier, sent), timeout_s=30, what="the uploads")
+    # Local data goes once it is in the tier (local retention 1 ms), never past it.
+    wait_until(
+        lambda: all(queue_info(cluster, TOPIC, q).local_first_offset == 160 for q in range(QUEUES)),
+        timeout_s=20,
+        what="the local trims up to the upload point",
+    )
+    report = verify(cluster, tier)
+    assert report["messages"] >= 2 * 160
+    # A reader from offset 0 (the first offset reported: the tier's) gets every
+    # message, from the tier below the local first offset.
+    for queue_id in range(QUEUES):
+        assert queue_info(cluster, TOPIC, queue_id).first_offset == 0
+        assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+
+    rng = random.Random(34)
+    for serial in range(1, KILLS + 1):
+        status = admin(
+            cluster,
+            "tier",
+            "status",
+            "--tier-url",
+            f"file://{tier}",
+            "--nameserver",
+            cluster.nameserver_address,
+            "--json",
+        )
+        rows = [r for r in json.loads(status) if r["topic"] == TOPIC]
+        victim_group = rng.choice(rows)["group"]
+        # Publish, then kill the leader of one of the queues' groups while it uploads.
+        more = _publish(cluster, serial, 4)
+        node = leader_of(cluster, victim_group)
+        cluster.storage[node].kill()
+        more_after = _publish(cluster, serial + 100, 2)  # served by the new leader
+        cluster.storage[node].start()
+        for queue_id in range(QUEUES):
+            sent[queue_id] += more[queue_id] + more_after[queue_id]
+        wait_until(
+            lambda: _all_uploaded(cluster, tier, sent),
+            timeout_s=40,
+            what=f"the uploads after kill {serial}",
+        )
+        verify(cluster, tier)
+    final = tiered_ids(tier)
+    for queue_id in range(QUEUES):
+        assert len(final[queue_id]) == len(set(final[queue_id])), "a message is tiered twice"
+    if LARGE_MB:  # the larger run: docs/storage-node.md, "Tiered storage"
+        bulk = _publish_bulk(cluster, LARGE_MB)
+        for queue_id in range(QUEUES):
+            sent[queue_id] += bulk[queue_id]
+        wait_until(
+            lambda: _all_uploaded(cluster, tier, sent),
+            timeout_s=60 + 3 * LARGE_MB,
+            what=f"{LARGE_MB} MB in the tier",
+        )
+        verify(cluster, tier)
+        for queue_id in range(QUEUES):
+            assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+
+
+# -- retention and topic deletion (on the same cluster: its tier is on) -------------------
+
+
+def ns(cluster: LocalCluster) -> tuple[str, str]:
+    return ("--nameserver", cluster.nameserver_address)
+
+
+def test_messages_past_the_retention_time_are_trimmed(cluster: LocalCluster) -> None:
+    admin(
+        cluster,
+        "topic",
+        "create",
+        "expiring",
+        "--queues",
+        "2",
+        "--retention-ms",
+        "1500",
+        *ns(cluster),
+    )
+    assert append(cluster, "expiring", 0, ["e0", "e1", "e2"]) == [0, 1, 2]
+    assert append(cluster, "expiring", 1, ["e3"]) == [0]
+    # Within the retention time nothing goes; past it, everything old does.
+    assert queue_info(cluster, "expiring", 0).first_offset == 0
+    wait_until(
+        lambda: (
+            queue_info(cluster, "expiring", 0).first_offset == 3
+            and queue_info(cluster, "expiring", 1).first_offset == 1
+        ),
+        timeout_s=20,
+        what="the expired messages to be trimmed",
+    )
+    with pytest.raises(AngeliaError) as gone:
+        read(cluster, "expiring", 0, 0)
+    assert "outside" in gone.value.message
+    # New messages get new offsets (never reused) and stay for the retention time.
+    assert append(cluster, "expiring", 0, ["e4"]) == [3]
+    assert [m.message.message_id for m in read(cluster, "expiring", 0, 3).messages] == ["e4"]
+    # Longer retention from now on: the next message is kept.
+    admin(cluster, "topic", "update", "expiring", "--retention-ms", "3600000", *ns(cluster))
+    listed = admin(cluster, "topic", "list", *ns(cluster))
+    assert "3600000" in listed
+
+
+def test_a_queue_keeps_at_most_its_retention_bytes(cluster: LocalCluster) -> None:
+    admin(
+        cluster,
+        "topic",
+        "create",
+        "bounded",
+        "--queues",
+        "1",
+        "--retention-bytes",
+        "3000",
+        *ns(cluster),
+    )
+    described = admin(cluster, "topic", "describe", "bounded", *ns(cluster))
+    assert "retention_bytes=3000" in described
+    for i in range(12):  # one log entry each, about 500 bytes
+        append(cluster, "bounded", 0, [f"b{i}"])
+    # Both the local log (entries) and the tier (objects) are cut to about 3000 bytes.
+    info = wait_until(
+        lambda: (info := queue_info(cluster, "bounded", 0)).first_offset > 0 and info,
+        timeout_s=20,
+        what="the queue to be trimmed to its byte limit",
+    )
+    assert isinstance(info, st.QueueInfoResponse)
+    assert info.end_offset == 12
+    kept = read_ids(cluster, "bounded", 0, info.first_offset)
+    assert 2 <= len(kept) < 12, f"kept {len(kept)} messages of about 500 bytes for 3000"
+    assert kept == [f"b{i}" for i in range(12 - len(kept), 12)]
+
+
+def test_a_deleted_topic_leaves_no_data_and_starts_again_empty(
+    cluster: LocalCluster, tier: Path
+) -> None:
+    admin(cluster, "topic", "create", "doomed", "--queues", "2", *ns(cluster))
+    admin(cluster, "group", "create", "readers", *ns(cluster))
+    append(cluster, "doomed", 0, ["d0", "d1", "d2"])
+    append(cluster, "doomed", 1, ["d3"])
+    # A consumer group with a committed offset on one queue and leases on the other.
+    commit = st.CommitOffsetRequest("readers", "doomed", 0, 2)
+    on_queue(cluster, "doomed", 0, lambda s, t: s.commit_offset(commit, timeout_ms=t))
+    receive = st.ReceiveRequest("readers", "doomed", 1, 4, 60_000)
+    received = on_queue(cluster, "doomed", 1, lambda s, t: s.receive(receive, timeout_ms=t))
+    assert [m.message.message.message_id for m in received.messages] == ["d3"]
+
+    wait_until(
+        lambda: list(tier.glob("groups/*/objects/doomed/*/*.r5mo")),
+        timeout_s=20,
+        what="the topic's messages in the tier",
+    )
+    output = admin(cluster, "topic", "delete", "doomed", "--wait-ms", "20000", *ns(cluster))
+    assert "dropped from every queue" in output
+    # Its tier objects go too (deleted by the leaders that dropped the topic).
+    wait_until(
+        lambda: not list(tier.glob("groups/*/objects/doomed/*/*.r5mo")),
+        timeout_s=20,
+        what="the deleted topic's tier objects to go",
+    )
+    admin(cluster, "topic", "create", "doomed", "--queues", "2", *ns(cluster))
+    for queue_id in (0, 1):
+        info = queue_info(cluster, "doomed", queue_id)
+        assert (info.first_offset, info.end_offset) == (0, 0)
+    get = st.GetOffsetRequest("readers", "doomed", 0)
+    offset = on_queue(cluster, "doomed", 0, lambda s, t: s.get_offset(get, timeout_ms=t))
+    assert offset.offset is None  # the group's position went with the topic
+    # The old lease is gone: its handle no longer acks.
+    ack = st.AckRequest("readers", "doomed", 1, [received.messages[0].handle])
+    acked = on_queue(cluster, "doomed", 1, lambda s, t: s.ack(ack, timeout_ms=t))
+    assert acked.outcomes[0].error_code != 0
+    # Created again: offsets from 0, and the group sees only the new message.
+    assert append(cluster, "doomed", 1, ["n0"]) == [0]
+    again = on_queue(cluster, "doomed", 1, lambda s, t: s.receive(receive, timeout_ms=t))
+    assert [m.message.message.message_id for m in again.messages] == ["n0"]
