@@ -94,3 +94,4 @@ class BrokerService(Service, name="broker"):
 
     deliver_orphan_check = Unary(br.OrphanCheckRequest, br.OrphanCheckResponse)
     clients = Unary(br.ClientsRequest, br.ClientsResponse)
+    drain = Unary(br.DrainRequest, br.DrainResponse)

@@ -163,3 +163,20 @@ class BrokerConfig(RpcOptions):
             "(RocketMQ's RIP-46 names, as RocketMQ's broker; port 0: any free port; empty: none)"
         },
     )
+    route_mode: str = field(
+        default="endpoint",
+        metadata={
+            "help": "what QueryRoute answers: 'endpoint' (the address the client used: "
+            "brokers behind a load balancer, as the RocketMQ 5 proxy) or 'brokers' (the "
+            "live brokers from the nameserver, queues spread over them)",
+            "choices": ("endpoint", "brokers"),
+        },
+    )
+    drain_timeout_ms: int = field(
+        default=60_000,
+        metadata={
+            "help": "how long a drained broker waits for its calls in flight (long polls) "
+            "before it exits anyway (ms)",
+            "min": 0,
+        },
+    )

@@ -22,6 +22,18 @@ it deliver a check to a producer connected here.
 On ``stopping`` it stops accepting calls, gives calls in flight a second,
 and closes its connections.
 
+Drain (``broker.drain``, from ``rip5 admin broker drain``): it stops
+heartbeating (the nameserver marks it down after its broker timeout, and
+other brokers' routes leave it out), its own routes leave it out, every new
+client call is refused with a retriable status (``broker/grpc/drain.py``),
+the calls in flight (long polls) run to their end (at most
+``drain_timeout_ms``), and then it stops as on ``stopping`` and ``serve``
+returns.
+
+Routes (``route_mode``): ``endpoint`` answers the address the client used
+(brokers behind a load balancer); ``brokers`` spreads a topic's queues over
+the live brokers' gRPC addresses from the nameserver.
+
 SHELL.
 """
 
@@ -32,8 +44,9 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -45,6 +58,7 @@ from broker.acl import AclCache, AclGuard
 from broker.config import BrokerConfig
 from broker.domain import HalfMessage
 from broker.errors import BrokerError
+from broker.grpc.drain import DrainGate
 from broker.grpc.server import GrpcEndpoint, Ports, build_service, client_tls
 from broker.metrics import BrokerMetrics
 from broker.processor.checkback import CheckPolicy
@@ -57,6 +71,8 @@ from broker.services.clock import SystemClock
 from broker.services.nameserver import ClusterMetadata, NameserverLink, run_heartbeats
 from broker.services.peers import AngeliaPeers, ClusterCoordination, PeerHandler
 from broker.services.storage import StorageStore
+from protocol import broker_api as br
+from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol.acl import AclTables, InvalidAcl, parse_credentials_line
 from protocol.acl_wire import signed_by, tables_of
@@ -111,7 +127,8 @@ async def serve(
     )
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []
-    peer_handler = PeerHandler(_LateTarget(transactions))
+    drain = _Drain()
+    peer_handler = PeerHandler(_LateTarget(transactions), drain)
     peer_server = Server([BrokerService.bind(peer_handler)], rpc)
     tasks: list[asyncio.Task[None]] = []
     registry = CollectorRegistry()
@@ -163,6 +180,9 @@ async def serve(
         host = config.listen.rpartition(":")[0]
         address = f"{host}:{port}"
         remoting_service: RemotingService | None = None
+        grpc_brokers = ClusterBrokers(metadata, own_address="", own_grpc_address=address)
+        if config.route_mode == "brokers":
+            service.route_brokers = grpc_brokers.grpc_addresses
         if config.remoting_listen:
             # Both addresses are known once the port is bound (the listen port may be 0).
             brokers = ClusterBrokers(metadata, own_address=config.remoting_listen)
@@ -196,23 +216,23 @@ async def serve(
         if metrics is not None:
             metrics.watch_connections(connections)
             tasks.append(asyncio.create_task(refresh_every(metrics.refresh), name="metrics"))
-        tasks.append(
-            asyncio.create_task(
-                run_heartbeats(
-                    metadata,
-                    broker_id=peer_address,
-                    address=address,
-                    # Where check-backs can reach a producer: gRPC producers' groups and
-                    # the topics remoting producers sent half messages to.
-                    producer_groups=lambda: sorted(
-                        {*service.sessions.producer_groups, *remoting_producers.topics}
-                    ),
-                    interval_ms=config.heartbeat_interval_ms,
-                    remoting_address=remoting_address,
+        heartbeats = asyncio.create_task(
+            run_heartbeats(
+                metadata,
+                broker_id=peer_address,
+                address=address,
+                # Where check-backs can reach a producer: gRPC producers' groups and
+                # the topics remoting producers sent half messages to.
+                producer_groups=lambda: sorted(
+                    {*service.sessions.producer_groups, *remoting_producers.topics}
                 ),
-                name="broker-heartbeat",
-            )
+                interval_ms=config.heartbeat_interval_ms,
+                remoting_address=remoting_address,
+            ),
+            name="broker-heartbeat",
         )
+        tasks.append(heartbeats)
+        drain.attach(endpoint.drain, grpc_brokers, heartbeats)
         log.info(
             "serving",
             extra={
@@ -225,7 +245,13 @@ async def serve(
         )
         ready(address)
         with exported(registry, config.metrics_listen):
-            await stopping.wait()
+            await _first(stopping.wait(), drain.requested.wait())
+            if drain.requested.is_set() and not stopping.is_set():
+                idle = await endpoint.drain.wait_idle(config.drain_timeout_ms / 1000)
+                log.info(
+                    "drained: stopping",
+                    extra={"idle": idle, "in_flight": endpoint.drain.in_flight},
+                )
     finally:
         for task in tasks:
             task.cancel()
@@ -284,6 +310,45 @@ async def _acl_guard(
         await asyncio.sleep(ACL_RETRY_S)
     tasks.append(asyncio.create_task(cache.run(), name="broker-acl-refresh"))
     return AclGuard(cache, skew_ms=config.acl_skew_ms)
+
+
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Wait until the first of ``waits`` is done; cancel the others."""
+    pending = {asyncio.ensure_future(wait) for wait in waits}
+    try:
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in pending:
+            task.cancel()
+
+
+class _Drain:
+    """The ``DrainTarget`` of the peer service: starts this broker's drain (see the
+    module docstring); ``requested`` is set once it has started."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self._gate: DrainGate | None = None
+        self._brokers: ClusterBrokers | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
+
+    def attach(
+        self, gate: DrainGate, brokers: ClusterBrokers, heartbeats: asyncio.Task[None]
+    ) -> None:
+        """What a drain acts on, once the broker serves."""
+        self._gate, self._brokers, self._heartbeats = gate, brokers, heartbeats
+
+    def drain(self) -> br.DrainResponse:
+        """Start the drain (once); where it stands."""
+        if self._gate is None or self._brokers is None or self._heartbeats is None:
+            raise BrokerError(codes.UNAVAILABLE, "the broker is still starting: drain it later")
+        if not self.requested.is_set():
+            log.info("draining: new calls refused, calls in flight finish")
+            self._heartbeats.cancel()
+            self._brokers.draining = True
+            self._gate.start()
+            self.requested.set()
+        return br.DrainResponse(self._gate.in_flight, self._gate.refused)
 
 
 class _LateTarget:

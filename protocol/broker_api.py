@@ -3,7 +3,8 @@
 Brokers call each other for what only a particular broker can do: reach a
 client whose stream is open on it. Today that is the check-back of an
 orphaned transaction, sent to a producer of the transaction's group. Operators'
-tools (``rip5 dashboard``) ask a broker which clients are connected to it.
+tools ask a broker which clients are connected to it (``rip5 dashboard``) and
+drain it (``rip5 admin broker drain``).
 
 Evolution: fields are only added at the end of a type.
 
@@ -64,3 +65,18 @@ class ClientsResponse:
     """The clients connected to the called broker."""
 
     clients: list[ClientConnection]
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRequest:
+    """Drain the called broker: refuse new client calls, finish those in flight
+    (long polls included), stop heartbeating, then exit. Asking again is harmless."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResponse:
+    """Where the drain stands: ``in_flight`` client calls still running, ``refused``
+    calls answered SHUTTING_DOWN since it started."""
+
+    in_flight: int
+    refused: int

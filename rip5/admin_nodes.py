@@ -1,4 +1,5 @@
-"""``rip5 admin node``: take a storage node out of a cluster (drain, then remove).
+"""``rip5 admin node`` and ``rip5 admin broker``: take a storage node out of a
+cluster (drain, then remove), or a broker (drain: it exits when done).
 
 - ``node drain N`` records node N as draining (replicated: a nameserver
   failover carries on with it). The nameserver leader's sweeps then move
@@ -13,8 +14,13 @@
 - ``node remove N`` forgets a node that is down and hosts nothing: drain it,
   stop its process, then remove it (a live node would register again with
   its next heartbeat, so that is refused).
+- ``broker drain B`` (B: a broker id, its peer address, or its client
+  address, as ``rip5 admin cluster status`` lists them) asks broker B to
+  drain: it refuses new client calls with a retriable status, stops
+  heartbeating, lets its calls in flight (long polls) finish, then exits.
+  The command shows the calls still in flight until B is gone.
 
-SHELL (the nameserver over Angelia; a clock for the progress display).
+SHELL (the nameserver and brokers over Angelia; a clock for the progress display).
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ from dataclasses import dataclass
 import click
 import uvloop
 
-from angelia_rpc import AngeliaError
+from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.cluster_services import BrokerService
 from angelia_rpc.nameserver_client import NameserverClient
+from protocol import broker_api as br
+from protocol import errors as codes
 from protocol import nameserver_api as api
 from rip5.admin import (
     CALL_TIMEOUT_MS,
@@ -161,3 +170,76 @@ async def _follow(
             await asyncio.sleep(POLL_INTERVAL_S)
     finally:
         await client.close()
+
+
+@click.group()
+def broker() -> None:
+    """drain a broker."""
+
+
+def broker_id_of(status: api.ClusterStatusResponse, name: str) -> str:
+    """The broker id (peer address) of the broker named ``name`` (its id or its client
+    address); ValueError if no registered broker has that name."""
+    for info in status.brokers:
+        if name in (info.broker_id, info.address):
+            return info.broker_id
+    known = ", ".join(f"{b.broker_id} (client {b.address})" for b in status.brokers)
+    raise ValueError(f"no broker {name!r} is registered; brokers: {known or 'none'}")
+
+
+@broker.command("drain")
+@click.argument("broker_name", metavar="B")
+@nameserver_option
+@click.option("--cluster", "cluster", default=DEFAULT_CLUSTER, show_default=True)
+@click.option("--wait/--no-wait", default=True, show_default=True, help="wait until B exits")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=120, show_default=True)
+def drain_broker(
+    broker_name: str, nameserver: str, cluster: str, wait: bool, timeout_s: float
+) -> None:
+    """Drain broker B: new calls refused (clients retry on other brokers), calls in
+    flight finished, then B exits."""
+    status = run(
+        nameserver,
+        lambda ns: ns.cluster_status(api.NameRequest(cluster), timeout_ms=CALL_TIMEOUT_MS),
+    )
+    try:
+        broker_id = broker_id_of(status, broker_name)
+    except ValueError as exc:
+        fail(str(exc), EXIT_REFUSED)
+    if not uvloop.run(_drain_broker(broker_id, wait, timeout_s)):
+        fail(f"broker {broker_id}: still running after {timeout_s:g} s", EXIT_REFUSED)
+
+
+async def _drain_broker(broker_id: str, wait: bool, timeout_s: float) -> bool:
+    """Ask ``broker_id`` to drain, then (``wait``) show its calls in flight until it
+    no longer answers; whether it is gone (or, without ``wait``, draining)."""
+    peers = Peers(RpcConfig())
+    stub = peers.stub(BrokerService, broker_id)
+    deadline = time.monotonic() + timeout_s
+    shown = ""
+    try:
+        while True:
+            try:
+                answer = await stub.drain(br.DrainRequest(), timeout_ms=CALL_TIMEOUT_MS)
+            except AngeliaError as exc:
+                if shown and exc.code is codes.UNAVAILABLE:
+                    click.echo(f"broker {broker_id}: exited")
+                    return True
+                fail(
+                    f"broker {broker_id} refused the drain: {exc.code.name}: {exc.message}",
+                    EXIT_REFUSED,
+                )
+            line = (
+                f"broker {broker_id}: draining, {answer.in_flight} calls in flight, "
+                f"{answer.refused} refused"
+            )
+            if line != shown:
+                click.echo(line)
+                shown = line
+            if not wait:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(POLL_INTERVAL_S / 4)
+    finally:
+        await peers.close()

@@ -66,6 +66,7 @@ BENCH_TARGETS = {
     "connector": "[Connector]",
     "placement": "[Scale]",
     "replication": "[Control plane]",
+    "queues": "[Scale]",
 }
 
 
@@ -451,6 +452,7 @@ admin.add_command(admin_tier.tier)
 admin.add_command(admin_nodes.node)
 admin.add_command(admin_acl.user)
 admin.add_command(admin_acl.acl)
+admin.add_command(admin_nodes.broker)
 
 
 main.add_command(loadtest_command.loadtest)
@@ -476,7 +478,7 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
-    remoting, connector, placement or replication.
+    remoting, connector, placement, replication or queues.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

@@ -36,6 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from broker.grpc.acl_guard import AclGuard, guarded_handlers
+from broker.grpc.drain import DrainGate, gated
 from broker.grpc.screening import screened
 from broker.grpc.status import bad_request
 from broker.metrics import BrokerMetrics, timed
@@ -100,13 +101,16 @@ class CheckedRegistration:
         bad_requests: BadRequests,
         guard: AclGuard | None = None,
         metrics: BrokerMetrics | None = None,
+        gate: DrainGate | None = None,
     ) -> None:
         """``guard``: ACL 2.0 checks each decoded request first (None: ACL off).
-        ``metrics``: also time each call (``rocketmq_rpc_latency``, broker/metrics.py)."""
+        ``metrics``: also time each call (``rocketmq_rpc_latency``, broker/metrics.py).
+        ``gate``: each method also passes behind it (``broker.grpc.drain``)."""
         self._server = server
         self._bad_requests = bad_requests
         self._guard = guard
         self._metrics = metrics
+        self._gate = gate
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         """Ignored: the same methods come by name (add_registered_method_handlers), and
@@ -118,8 +122,13 @@ class CheckedRegistration:
         """Register ``handlers`` on the server, each wrapped by :func:`checked`."""
         if service != SERVICE:
             raise ValueError(f"only {SERVICE} is checked, not {service}")
+        gate = self._gate
         checked_handlers = {
-            name: checked(name, handler, self._bad_requests)
+            name: checked(
+                name,
+                handler if gate is None else gated(handler, gate, _response_class(name)),
+                self._bad_requests,
+            )
             for name, handler in guarded_handlers(handlers, self._guard).items()
         }
         if self._metrics is not None:
@@ -140,7 +149,7 @@ def checked(
     what it could not decode (see the module docstring)."""
     method = _METHODS[name]
     request_type = method.input_type.name
-    response_class: type[Message] = getattr(spb, method.output_type.name)
+    response_class = _response_class(name)
     decode = _lenient(handler.request_deserializer, request_type)
     serialize = handler.response_serializer
 
@@ -173,6 +182,12 @@ def checked(
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, found[0].cause)
 
     return grpc.stream_stream_rpc_method_handler(stream_stream_call, decode, serialize)
+
+
+def _response_class(name: str) -> type[Message]:
+    """The response message class of MessagingService method ``name``."""
+    response_class: type[Message] = getattr(spb, _METHODS[name].output_type.name)
+    return response_class
 
 
 def _lenient(

@@ -27,6 +27,7 @@ from broker.domain import (
 )
 from broker.errors import BrokerError, Reason
 from broker.processor.filter import parse_filter
+from broker.remoting.convert import broker_name
 from protocol.filters import FilterKind, MessageFilter
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.vocabulary import MessageType, Permission
@@ -260,21 +261,48 @@ def endpoint_text(endpoints: pb.Endpoints) -> str:
 
 
 def message_queue_pb(
-    topic: TopicInfo, queue: QueueInfo, namespace: str, endpoints: pb.Endpoints
+    topic: TopicInfo,
+    queue: QueueInfo,
+    namespace: str,
+    endpoints: pb.Endpoints,
+    name: str = BROKER_NAME,
 ) -> pb.MessageQueue:
-    """One queue of a route; every queue is served by this broker (id 0)."""
+    """One queue of a route, served at ``endpoints`` by the broker called ``name``
+    (always id 0: every broker is a master of every queue)."""
     return pb.MessageQueue(
         topic=pb.Resource(resource_namespace=namespace, name=topic.name),
         id=queue.queue_id,
         permission=_V2_PERMISSIONS[queue.permission],
-        broker=pb.Broker(name=BROKER_NAME, id=0, endpoints=endpoints),
+        broker=pb.Broker(name=name, id=0, endpoints=endpoints),
         accept_message_types=sorted(int(t) for t in topic.message_types),  # type: ignore[misc]
     )
 
 
 def route_pb(topic: TopicInfo, namespace: str, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
-    """The queues of a topic for QueryRoute."""
+    """The queues of a topic for QueryRoute, all at ``endpoints`` (the load-balancer
+    deployment: the address the client used)."""
     return [message_queue_pb(topic, queue, namespace, endpoints) for queue in topic.queues]
+
+
+def spread_route_pb(
+    topic: TopicInfo, namespace: str, broker_addresses: list[str]
+) -> list[pb.MessageQueue]:
+    """The queues of a topic for QueryRoute, spread over the live brokers: queue i is
+    served by ``broker_addresses[i % n]`` (named after its address), so a client's
+    round robin over the queues spreads its calls over the brokers. Any broker can
+    serve any queue; the spread only places the load."""
+    if not broker_addresses:
+        raise ValueError("a spread route needs at least one broker address")
+    return [
+        message_queue_pb(
+            topic,
+            queue,
+            namespace,
+            endpoints_from_address(broker_addresses[index % len(broker_addresses)]),
+            name=broker_name(broker_addresses[index % len(broker_addresses)]),
+        )
+        for index, queue in enumerate(topic.queues)
+    ]
 
 
 def producer_settings_pb(client: pb.Settings) -> pb.Settings:

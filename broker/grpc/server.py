@@ -29,6 +29,7 @@ from broker.config import BrokerConfig
 from broker.grpc import convert
 from broker.grpc.acl_guard import AclGuard
 from broker.grpc.bad_requests import BadRequests, CheckedRegistration
+from broker.grpc.drain import DrainGate
 from broker.grpc.http2 import Http2GrpcServer
 from broker.grpc.service import MessagingService
 from broker.grpc.telemetry import TelemetrySessions
@@ -151,6 +152,7 @@ class GrpcEndpoint:
         self.metrics = metrics
         self.port: int | None = None
         self.bad_requests = BadRequests()  # undecodable requests answered, by method
+        self.drain = DrainGate()  # refuses new calls once a drain starts
         self._server: grpc.aio.Server | Http2GrpcServer | None = None
         self._ssl_context: ssl.SSLContext | None = None  # h2's, reloaded in place
         # grpcio's next certificate, taken by its fetcher at the next handshake.
@@ -163,7 +165,9 @@ class GrpcEndpoint:
             h2_server = Http2GrpcServer(inbound_bytes_max=INBOUND_BYTES_MAX)
             service_pb2_grpc.add_MessagingServiceServicer_to_server(
                 self.service,
-                CheckedRegistration(h2_server, self.bad_requests, self.acl, self.metrics),
+                CheckedRegistration(
+                    h2_server, self.bad_requests, self.acl, metrics=self.metrics, gate=self.drain
+                ),
             )
             host, _, port = self.listen.rpartition(":")
             if self.tls:
@@ -190,7 +194,10 @@ class GrpcEndpoint:
             ]
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
-            self.service, CheckedRegistration(server, self.bad_requests, self.acl, self.metrics)
+            self.service,
+            CheckedRegistration(
+                server, self.bad_requests, self.acl, metrics=self.metrics, gate=self.drain
+            ),
         )
         if self.tls:
             tls = self.tls

@@ -12,7 +12,7 @@ the proxy demands.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from broker.errors import BrokerError, Reason, not_implemented, unsupported
@@ -89,6 +89,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._clock = clock
         self._endpoint = endpoint
         self.sessions = sessions or TelemetrySessions()
+        # Where routes send clients: None, the endpoint the client used (behind a load
+        # balancer); else the live brokers' gRPC addresses, queues spread over them.
+        self.route_brokers: Callable[[], Awaitable[list[str]]] | None = None
 
     @property
     def route_processor(self) -> RouteProcessor:
@@ -110,12 +113,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(
         self, request: spb.QueryRouteRequest, context: Any
     ) -> spb.QueryRouteResponse:
-        """The queues of a topic, each served at the endpoint the client used."""
+        """The queues of a topic, each served at the endpoint the client used, or
+        spread over the live brokers (``route_brokers``)."""
         try:
             client_id_of(context)
             topic = await self._route.route(request.topic.name)
-            endpoints = convert.endpoints_or(request.endpoints, self._endpoint)
-            queues = convert.route_pb(topic, request.topic.resource_namespace, endpoints)
+            namespace = request.topic.resource_namespace
+            if self.route_brokers is not None:
+                queues = convert.spread_route_pb(topic, namespace, await self.route_brokers())
+            else:
+                endpoints = convert.endpoints_or(request.endpoints, self._endpoint)
+                queues = convert.route_pb(topic, namespace, endpoints)
         except Exception as error:  # noqa: BLE001 - answered in-band
             return spb.QueryRouteResponse(status=status_of(error))
         return spb.QueryRouteResponse(status=ok(), message_queues=queues)

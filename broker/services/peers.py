@@ -116,11 +116,20 @@ class LocalCheckTarget(Protocol):
         ...
 
 
+class DrainTarget(Protocol):
+    """What ``broker.drain`` starts: this broker's drain (``broker.server``)."""
+
+    def drain(self) -> br.DrainResponse:
+        """Start draining (once; again: no effect) and say where it stands."""
+        ...
+
+
 class PeerHandler:
     """Serves ``broker.*`` for the other brokers."""
 
-    def __init__(self, target: LocalCheckTarget) -> None:
+    def __init__(self, target: LocalCheckTarget, drain: DrainTarget | None = None) -> None:
         self._target = target
+        self._drain = drain
         # The clients connected here (set by the broker role once its endpoints exist).
         self.connections: Callable[[], Sequence[br.ClientConnection]] = tuple
 
@@ -141,3 +150,9 @@ class PeerHandler:
             request.check_count,
         )
         return br.OrphanCheckResponse(self._target.deliver_local(half, request.transaction_id))
+
+    async def drain(self, request: br.DrainRequest, context: CallContext) -> br.DrainResponse:
+        """Start draining this broker (see ``broker_api.DrainRequest``)."""
+        if self._drain is None:
+            raise BrokerError(codes.UNSUPPORTED, "this broker cannot be drained")
+        return self._drain.drain()

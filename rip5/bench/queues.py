@@ -1,0 +1,315 @@
+"""``rip5 bench queues --queues N``: many queues on one dev cluster, and what they cost.
+
+Setup: a ``rip5 dev`` cluster (1 nameserver, 3 storage nodes, 1 broker) on
+free ports. Steps, each timed:
+
+1. baseline: publish ``--baseline-messages`` messages into one topic of 8
+   queues (``bench-queues-8``), 8 per SendMessage (one per queue), from
+   ``--workers`` threads: msgs/s at 8 queues;
+2. create N queues in bulk: N / 8 topics (``bq-<i>``) of 8 queues each,
+   ``--in-flight`` CreateTopic calls in flight at the nameserver: queues/s;
+3. publish one message to each of the N queues (one SendMessage per topic,
+   its 8 messages each naming its queue), from ``--workers`` threads:
+   msgs/s at N queues, and its ratio to the baseline;
+4. read each back: the consumer group ``bench-queues-group`` receives from
+   every topic until its 8 messages came (their ids are checked against
+   the ones sent).
+
+RSS of each role (from /proc: nameserver, each storage node, broker) is
+read before step 2, after step 2 and after step 4; bytes per queue are the
+growth over N (the nameserver's after creation; the storage nodes' and the
+broker's after publishing and reading, when the queues hold data). The
+machine's other load changes the rates: figures are indicative.
+
+SHELL (processes, threads, clocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from angelia_rpc import AngeliaError
+from angelia_rpc.nameserver_client import NameserverClient
+from loadtest.client import CallFailed, RocketClient
+from protocol import errors
+from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType
+from rip5 import dev_cluster
+from rip5.admin import DEFAULT_CLUSTER
+from rip5.bench import harness
+
+QUEUES_PER_TOPIC = 8
+BASELINE_TOPIC = "bench-queues-8"
+GROUP = "bench-queues-group"
+TOPIC_PREFIX = "bq-"
+ROLES = ("nameserver", "storage", "broker")
+CALL_ATTEMPTS = 20  # a fresh group may answer "no leader yet" for a while: retried
+RETRY_PAUSE_S = 0.2
+READ_DEADLINE_S = 30.0  # per topic, for its 8 messages to come back
+
+
+def topic_names(queues: int) -> list[str]:
+    """The bench's topics for ``queues`` queues (8 each; the last may have fewer)."""
+    return [f"{TOPIC_PREFIX}{i}" for i in range(-(-queues // QUEUES_PER_TOPIC))]
+
+
+def queue_counts(queues: int) -> list[int]:
+    """The queue count of each of :func:`topic_names`' topics."""
+    full, rest = divmod(queues, QUEUES_PER_TOPIC)
+    return [QUEUES_PER_TOPIC] * full + ([rest] if rest else [])
+
+
+def role_of(cmdline: str) -> str | None:
+    """The rip5 role a process's command line runs (None: not a role process)."""
+    words = cmdline.split()
+    for role in ROLES:
+        if role in words:
+            return role
+    return None
+
+
+def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
+    """RSS bytes of each role's processes (storage: one entry per node)."""
+    found: dict[str, list[int]] = {role: [] for role in ROLES}
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        role = role_of(cmdline)
+        rss = harness.rss_bytes_of(pid)
+        if role is not None and rss is not None:
+            found[role].append(rss)
+    return found
+
+
+def _retrying(call: Callable[[], Any]) -> Any:
+    """``call()``, retried while it fails with a retriable answer (a fresh group)."""
+    for attempt in range(CALL_ATTEMPTS):
+        try:
+            return call()
+        except CallFailed:
+            if attempt == CALL_ATTEMPTS - 1:
+                raise
+            time.sleep(RETRY_PAUSE_S)
+    raise AssertionError("unreachable")
+
+
+def publish(
+    endpoint: str, topics: Sequence[tuple[str, int]], workers: int
+) -> tuple[float, dict[str, list[str]]]:
+    """One SendMessage per (topic, queue count), one message per queue; the seconds it
+    took and the message ids sent, by topic."""
+    sent: dict[str, list[str]] = {}
+    clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
+
+    def send(index: int) -> None:
+        client = clients[index % workers]
+        topic, count = topics[index]
+        messages = []
+        for queue_id in range(count):
+            message = client.message(topic, f"{topic}/{queue_id}".encode())
+            message.system_properties.queue_id = queue_id
+            messages.append(message)
+        _retrying(lambda: client.send(messages))
+        sent[topic] = [m.system_properties.message_id for m in messages]
+
+    started = time.monotonic()
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(send, range(len(topics))))
+    finally:
+        for client in clients:
+            client.close()
+    return time.monotonic() - started, sent
+
+
+def read_back(endpoint: str, sent: dict[str, list[str]], workers: int) -> tuple[float, int]:
+    """Receive every topic's messages with the bench group; the seconds it took and the
+    messages read. RuntimeError if one is missing or unknown."""
+    clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
+    names = sorted(sent)
+
+    def read(index: int) -> int:
+        client = clients[index % workers]
+        topic = names[index]
+        wanted = set(sent[topic])
+        seen: set[str] = set()
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while seen != wanted:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: {len(wanted - seen)} messages not read back")
+            got = _retrying(lambda: client.receive(GROUP, topic, batch_size=32))
+            ids = {m.message_id for m in got}
+            if ids - wanted:
+                raise RuntimeError(f"{topic}: read messages that were not sent: {ids - wanted}")
+            seen |= ids
+        return len(seen)
+
+    started = time.monotonic()
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            total = sum(pool.map(read, range(len(names))))
+    finally:
+        for client in clients:
+            client.close()
+    return time.monotonic() - started, total
+
+
+def create_topics(nameserver: str, topics: Sequence[tuple[str, int]], in_flight: int) -> float:
+    """Create ``topics`` through the nameserver, ``in_flight`` calls at a time; the
+    seconds it took (topics that exist already count as created)."""
+
+    async def create_all() -> None:
+        client = NameserverClient([nameserver])
+        limit = asyncio.Semaphore(in_flight)
+
+        async def create(name: str, queues: int) -> None:
+            request = api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, int(MessageType.NORMAL))
+            async with limit:
+                try:
+                    await client.call(lambda ns: ns.create_topic(request))
+                except AngeliaError as exc:
+                    if exc.code is not errors.ALREADY_EXISTS:
+                        raise
+
+        try:
+            await asyncio.gather(*(create(name, queues) for name, queues in topics))
+        finally:
+            await client.close()
+
+    started = time.monotonic()
+    uvloop.run(create_all())
+    return time.monotonic() - started
+
+
+def _growth_per_queue(before: list[int], after: list[int], queues: int) -> list[float]:
+    return [(b - a) / queues for a, b in zip(before, after, strict=False)]
+
+
+def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the steps of the module docstring; the figures."""
+    topics = list(zip(topic_names(args.queues), queue_counts(args.queues), strict=True))
+    with tempfile.TemporaryDirectory(prefix="rip5-bench-queues-") as root:
+        log("starting the dev cluster")
+        with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
+            dev_cluster.ensure_resources(
+                cluster.nameserver,
+                [(BASELINE_TOPIC, QUEUES_PER_TOPIC, int(MessageType.NORMAL))],
+                [GROUP],
+            )
+            dev_cluster.wait_until_serving(cluster.endpoint, [(BASELINE_TOPIC, False)])
+            batches = -(-args.baseline_messages // QUEUES_PER_TOPIC)
+            log(f"baseline: {batches * QUEUES_PER_TOPIC} messages into 8 queues")
+            baseline_s, _ = publish(
+                cluster.endpoint, [(BASELINE_TOPIC, QUEUES_PER_TOPIC)] * batches, args.workers
+            )
+            baseline_rate = batches * QUEUES_PER_TOPIC / baseline_s
+            rss_start = rss_by_role(cluster.server_pids())
+            log(f"creating {args.queues:,} queues ({len(topics):,} topics)")
+            create_s = create_topics(cluster.nameserver, topics, args.in_flight)
+            rss_created = rss_by_role(cluster.server_pids())
+            log(f"publishing one message to each of {args.queues:,} queues")
+            publish_s, sent = publish(cluster.endpoint, topics, args.workers)
+            log("reading each back")
+            read_s, read = read_back(cluster.endpoint, sent, args.workers)
+            rss_end = rss_by_role(cluster.server_pids())
+    publish_rate = args.queues / publish_s
+    return {
+        "queues": args.queues,
+        "topics": len(topics),
+        "create_s": create_s,
+        "create_queues_per_s": args.queues / create_s,
+        "baseline_msgs_per_s": baseline_rate,
+        "publish_msgs_per_s": publish_rate,
+        "publish_ratio": publish_rate / baseline_rate,
+        "read_msgs": read,
+        "read_msgs_per_s": read / read_s,
+        "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
+        "nameserver_bytes_per_queue": _growth_per_queue(
+            rss_start["nameserver"], rss_created["nameserver"], args.queues
+        ),
+        "storage_bytes_per_queue": _growth_per_queue(
+            rss_start["storage"], rss_end["storage"], args.queues
+        ),
+        "broker_bytes_per_queue": _growth_per_queue(
+            rss_start["broker"], rss_end["broker"], args.queues
+        ),
+    }
+
+
+def render(figures: dict[str, Any]) -> str:
+    """The figures as the lines the command prints."""
+    mib = 1024 * 1024
+    rss = figures["rss_bytes"]
+    lines = [
+        f"queues: {figures['queues']:,} ({figures['topics']:,} topics of up to 8)",
+        f"creation: {figures['create_s']:.1f} s, {figures['create_queues_per_s']:,.0f} queues/s",
+        f"publish at 8 queues: {figures['baseline_msgs_per_s']:,.0f} msgs/s",
+        f"publish at {figures['queues']:,} queues (one message each): "
+        f"{figures['publish_msgs_per_s']:,.0f} msgs/s "
+        f"({figures['publish_ratio']:.0%} of the 8-queue rate)",
+        f"read back: {figures['read_msgs']:,} messages, {figures['read_msgs_per_s']:,.0f} msgs/s",
+        "RSS (MiB) start / after creation / after publish+read:",
+    ]
+    for role in ROLES:
+        for index, start in enumerate(rss["start"][role]):
+            created, end = rss["created"][role][index], rss["end"][role][index]
+            lines.append(
+                f"  {role}{'' if role != 'storage' else f' {index + 1}'}: "
+                f"{start / mib:.0f} / {created / mib:.0f} / {end / mib:.0f}"
+            )
+    for key, label in (
+        ("nameserver_bytes_per_queue", "nameserver (after creation)"),
+        ("storage_bytes_per_queue", "each storage node (after publish+read)"),
+        ("broker_bytes_per_queue", "broker (after publish+read)"),
+    ):
+        values = ", ".join(f"{v:,.0f}" for v in figures[key])
+        lines.append(f"bytes per queue, {label}: {values}")
+    lines.append("(indicative: the machine's other load changes these figures)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options and run the benchmark."""
+    parser = argparse.ArgumentParser(prog="rip5 bench queues", description=__doc__)
+    parser.add_argument("--queues", type=int, default=100_000, help="queues to create")
+    parser.add_argument("--in-flight", type=int, default=64, help="CreateTopic calls in flight")
+    parser.add_argument("--workers", type=int, default=16, help="client threads for sends/reads")
+    parser.add_argument(
+        "--baseline-messages", type=int, default=4_000, help="messages of the 8-queue baseline"
+    )
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    for name in ("queues", "in_flight", "workers", "baseline_messages"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+
+    def log(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+    try:
+        figures = measure(args, log)
+    except (dev_cluster.ClusterError, RuntimeError, CallFailed, AngeliaError) as exc:
+        print(f"rip5 bench queues: {exc}", file=sys.stderr)
+        return 1
+    print(render(figures))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
