@@ -17,7 +17,10 @@ EXTRAS ?= dev,spark,loadtest,tiered
 # pyproject.toml, read by tests/pure_modules.py when typecheck runs.
 PURE   ?= $(shell $(BIN)/python -m tests.pure_modules)
 SEEDS  ?= 1000
-PYTEST_ARGS ?=
+# make test runs the suite on two workers: a file's tests stay on one worker and all Spark tests
+# on one (tests/conftest.py groups them), so each cluster fixture and the JVM start once.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
 # The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
 # folder: the C++ client's Python package is named `rocketmq`, like the official 5.x
 # client in the venv, so it cannot be installed beside it (it goes to .clients/python,

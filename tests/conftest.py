@@ -18,6 +18,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group tests for ``pytest -n N --dist loadgroup`` (what ``make test`` runs): a file's
+    tests stay on one worker, so its module-scoped cluster starts once; every test that needs
+    the one Spark session runs on one worker, so the run starts one JVM."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        group = "spark" if "spark" in fixtures else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def rewrite(request: pytest.FixtureRequest) -> bool:
     """True when the run should rewrite scenario files instead of checking them."""
