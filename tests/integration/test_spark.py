@@ -410,6 +410,10 @@ def test_stats_job_figures(spark: Any, orders_snapshot: Path) -> None:
     expected_bytes = sum(len(_message("orders", i).body) for i in range(NORMAL_MESSAGES))
     assert sum(r.bytes for r in table if r.topic == "orders") == expected_bytes
     assert all(0 <= r.latency_p50_ms <= r.latency_p99_ms for r in table)
+    # The stats command reads only the columns stats uses: the same table.
+    columns = {"columns": jobs.STATS_COLUMNS}
+    pruned = jobs.read_snapshot(spark, str(orders_snapshot), options=columns)
+    assert jobs.stats(pruned).collect() == table
 
 
 def test_snapshot_list_describe_and_delete(orders_snapshot: Path, tmp_path: Path) -> None:
