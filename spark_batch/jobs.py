@@ -29,6 +29,9 @@ from pyspark.sql import functions as F
 from spark_batch.session import spark_session
 
 SOURCE_PROPERTY = "rip5.source"
+STATS_COLUMNS = "topic,body,born_timestamp,store_timestamp"
+"""The columns :func:`stats` uses: the stats job reads only these (Spark prunes
+nothing for a Python source, so the read must ask)."""
 
 
 def read_snapshot(
@@ -113,7 +116,7 @@ def spark() -> None:
 def stats_command(snapshot: str, topic: str | None, master: str | None) -> None:
     """Messages, bytes and latency p50/p99 per topic and hour of SNAPSHOT."""
     session = spark_session(master, "rip5 stats")
-    rows = stats(read_snapshot(session, snapshot, topic)).collect()
+    rows = stats(read_snapshot(session, snapshot, topic, {"columns": STATS_COLUMNS})).collect()
     click.echo("topic\thour\tmessages\tbytes\tlatency_p50_ms\tlatency_p99_ms")
     for row in rows:
         click.echo(

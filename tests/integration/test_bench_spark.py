@@ -39,3 +39,6 @@ def test_bench_spark_measures_snapshot_writing_and_reads(tmp_path: Path) -> None
     assert ours["seconds"] > 0
     assert theirs["seconds"] > 0
     assert ours["ratio"] == pytest.approx(ours["seconds"] / theirs["seconds"])
+    (body_only,) = cases["spark read rip5 body"]["runs"]
+    assert body_only["messages"] == 3000
+    assert body_only["ratio"] == pytest.approx(body_only["seconds"] / theirs["seconds"])

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,40 @@ def test_pruning_opens_only_what_it_keeps(
     assert all(middle.min_store_timestamp_ms <= t <= middle.max_store_timestamp_ms for t in times)
 
 
+def test_a_read_of_some_columns_equals_those_columns_of_the_full_read(
+    spark: Any, orders_snapshot: Path
+) -> None:
+    """A schema or a ``columns`` option: the reader yields only those columns, with
+    the same values as the full read; a column that is not ours is named."""
+    path = str(orders_snapshot)
+    full = spark.read.format("rip5").option("topic", "orders").load(path).collect()
+    assert len(full) == NORMAL_MESSAGES
+    for columns, df in [
+        (
+            ["queue_id", "queue_offset", "body"],
+            spark.read.format("rip5")
+            .schema("queue_id int, queue_offset bigint, body binary")
+            .option("topic", "orders")
+            .load(path),
+        ),
+        (
+            ["tag", "keys", "properties", "store_timestamp", "queue_id", "queue_offset"],
+            spark.read.format("rip5")
+            .option("topic", "orders")
+            .option("columns", "tag,keys,properties,store_timestamp,queue_id,queue_offset")
+            .load(path),
+        ),
+    ]:
+        assert df.columns == columns
+        by_offset = itemgetter(columns.index("queue_id"), columns.index("queue_offset"))
+        want = sorted((tuple(row[c] for c in columns) for row in full), key=by_offset)
+        assert sorted((tuple(row) for row in df.collect()), key=by_offset) == want
+    with pytest.raises(Exception, match="schema column 'payload' is not a rip5 column"):
+        spark.read.format("rip5").schema("payload binary").load(path).count()
+    with pytest.raises(Exception, match="option columns: 'bdy' is not a rip5 column"):
+        spark.read.format("rip5").option("columns", "bdy").load(path).count()
+
+
 def test_a_corrupt_object_fails_the_read_naming_object_and_offset(
     spark: Any, orders_snapshot: Path, tmp_path: Path
 ) -> None:
@@ -375,6 +410,10 @@ def test_stats_job_figures(spark: Any, orders_snapshot: Path) -> None:
     expected_bytes = sum(len(_message("orders", i).body) for i in range(NORMAL_MESSAGES))
     assert sum(r.bytes for r in table if r.topic == "orders") == expected_bytes
     assert all(0 <= r.latency_p50_ms <= r.latency_p99_ms for r in table)
+    # The stats command reads only the columns stats uses: the same table.
+    columns = {"columns": jobs.STATS_COLUMNS}
+    pruned = jobs.read_snapshot(spark, str(orders_snapshot), options=columns)
+    assert jobs.stats(pruned).collect() == table
 
 
 def test_snapshot_list_describe_and_delete(orders_snapshot: Path, tmp_path: Path) -> None:
