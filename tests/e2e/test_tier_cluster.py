@@ -3,13 +3,16 @@ upload.
 
 One cluster for the module: 1 nameserver, 3 storage nodes (4 raft groups) with
 ``--tier-url file://<tmp>/tier`` and small batches (50 messages or 200 ms),
-retention rounds every 300 ms; no broker (appends go to the groups' leaders).
+retention rounds every 300 ms; one broker (for the official client; appends go to the
+groups' leaders).
 The topic keeps 1 ms locally: what is in the tier leaves the local disks.
 
 Checked: every acknowledged message reaches the tier exactly once, in offset
 order, in intact objects (``rip5 admin tier verify``: no gap, no overlap,
 checksums); the local first offset follows the upload point and never passes
 it; a reader from offset 0 gets every message (the old ones from the tier);
+a fresh consumer group of the official client (SimpleConsumer) receives every
+message, all of them only in the tier by then (``storage_node/tier_receive.py``);
 after a leader is SIGKILLed during uploads (a few times), the new leader
 resumes from the recorded upload point: still no gap and no duplicate, and any
 object the dead leader wrote but did not record is left unrecorded.
@@ -49,6 +52,7 @@ from tests.e2e.storage_calls import (
     read_ids,
     running,
 )
+from tests.e2e.test_official_client_cluster import run_client_in
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -70,7 +74,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tier: Path) -> Iterator[Lo
     """The module's cluster (see the module docstring)."""
     local = LocalCluster(
         tmp_path_factory.mktemp("tier-cluster"),
-        brokers=0,
+        brokers=1,
         groups=4,
         storage_flags=(
             "--tier-url",
@@ -140,6 +144,12 @@ def _publish_bulk(cluster: LocalCluster, megabytes: int) -> dict[int, list[str]]
     return sent
 
 
+def _group_offset(cluster: LocalCluster, group: str, queue_id: int) -> int | None:
+    get = st.GetOffsetRequest(group, TOPIC, queue_id)
+    found = on_queue(cluster, TOPIC, queue_id, lambda s, t: s.get_offset(get, timeout_ms=t))
+    return found.offset
+
+
 def _all_uploaded(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) -> bool:
     return tiered_ids(tier) == sent
 
@@ -174,6 +184,14 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     for queue_id in range(QUEUES):
         assert queue_info(cluster, TOPIC, queue_id).first_offset == 0
         assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+    # A fresh consumer group of the official client (SimpleConsumer, through the broker)
+    # receives and acks every message: all of them only in the tier now.
+    admin(cluster, "group", "create", "tier-readers", *ns(cluster))
+    every = sorted(sent[0] + sent[1])
+    seen = run_client_in(cluster.root, "tier_consume_all", cluster.broker_port(0), len(every))
+    assert sorted(set(seen["received"])) == every
+    for queue_id in range(QUEUES):  # and the group's position is past them all
+        assert _group_offset(cluster, "tier-readers", queue_id) == 160
 
     rng = random.Random(34)
     for serial in range(1, KILLS + 1):
