@@ -521,6 +521,7 @@ async def _serve_groups(
                     batch_wait_ms=config.tier_batch_wait_ms,
                 ),
             )
+            node.tier_status = uploader.queue_status
             tasks.append(asyncio.create_task(uploader.run(TIER_ROUND_MS), name="tier-uploads"))
         if client is not None:
 

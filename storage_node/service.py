@@ -157,6 +157,7 @@ from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
 from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
+from storage_node.tier_plan import UploadLag
 from storage_node.tier_reads import TierMessage, TierReader
 from storage_node.tier_receive import with_tier_rows
 
@@ -231,6 +232,11 @@ class StorageNode:
         self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.tier_reader: TierReader | None = None
         """Reads below a queue's local first offset, with a tier (``tier_reads``)."""
+        self.tier_status: Callable[[GroupReplica, QueueId, int], tuple[UploadLag, str]] | None = (
+            None
+        )
+        """With a tier, a queue's upload lag and the uploader's last error of its group
+        (``Uploader.queue_status``), for ``queue_info``."""
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
@@ -701,12 +707,18 @@ class StorageNode:
             timestamp_offset = state.offset_for_timestamp(
                 request.topic, request.queue_id, request.timestamp_ms
             )
+        queue = (request.topic, request.queue_id)
+        tier: tuple[int, int, int, str] = (-1, -1, -1, "")
+        if self.tier_status is not None:
+            lag, last_error = self.tier_status(replica, queue, self.now_ms())
+            tier = (lag.upload_point, lag.log_bytes, lag.age_ms, last_error)
         return QueueInfoResponse(
-            self._first_offset(replica, (request.topic, request.queue_id)),
-            state.end_offset(request.topic, request.queue_id),
+            self._first_offset(replica, queue),
+            state.end_offset(*queue),
             group_id,
             timestamp_offset,
-            state.first_offset(request.topic, request.queue_id),
+            state.first_offset(*queue),
+            *tier,
         )
 
     async def _await_end_above(self, group_id: int, request: QueueInfoRequest) -> GroupReplica:
