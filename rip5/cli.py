@@ -55,6 +55,7 @@ BENCH_TARGETS = {
     "connector": "[Connector]",
     "placement": "[Scale]",
     "replication": "[Control plane]",
+    "tier": "[Tiered]",
 }
 
 
@@ -388,7 +389,7 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
-    remoting, connector, placement or replication.
+    remoting, connector, placement, replication or tier.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.
