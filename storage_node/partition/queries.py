@@ -136,6 +136,9 @@ class PartitionQueries:
             group_queue = GroupQueue.starting(
                 position, index, self.readable_first_offset(topic, queue_id)
             )
+        first = group_queue.cursor
+        if group_queue.consumer_offset() >= local_first:  # the usual case: nothing there
+            return TierWindow((), first, first)
         attempt = set(group_queue.last_attempt[2])
         leased = tuple(
             sorted(
@@ -145,7 +148,6 @@ class PartitionQueries:
                 and (not lease.is_invisible(max(self.clock_ms, clock_ms)) or offset in attempt)
             )
         )
-        first = group_queue.cursor
         end = min(local_first, first + max(0, count_max)) if first < local_first else first
         return TierWindow(leased[:count_max], first, end)
 
