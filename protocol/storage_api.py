@@ -476,6 +476,16 @@ class QueueInfoResponse:
     local_first_offset: int = -1
     """The first offset on the answering replica's disk (with a tier, ``first_offset``
     may be below it: older messages are read from the tier); -1 from older nodes."""
+    tier_upload_point: int = -1
+    """With a tier, where the queue's next tier object starts (-1: no tier, or an older
+    node); the three fields below are the lag behind it, as the group's leader sees it."""
+    tier_lag_bytes: int = -1
+    """Bytes of the log entries holding the messages not uploaded yet (counted up to a
+    bound: a lower bound past it)."""
+    tier_lag_ms: int = -1
+    """How long ago the oldest message not uploaded yet was stored (0: none pending)."""
+    tier_last_error: str = ""
+    """The leader's uploader's last failure for the group ("" since its last success)."""
 
 
 # ---------------------------------------------------------------------- status

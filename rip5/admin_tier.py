@@ -13,8 +13,10 @@ leader last wrote them from the group's raft state) and the objects below
   failed or is not in a manifest yet): readers ignore them, they are not
   errors. Exit 1 if anything is wrong.
 - ``status`` shows per group and queue the upload point and, from the
-  group's leader (``storage.queue_info``), the queue's end offset: the lag in
-  messages, and how old the newest uploaded message is.
+  group's leader (``storage.queue_info``), the queue's end offset, the lag in
+  messages, in bytes of log entries and in seconds (the age of the oldest
+  message not uploaded), the uploader's last error for the group ("" since its
+  last success), and how old the newest uploaded message is.
 
 The tier URL is read the way the storage nodes read it: credentials and
 endpoints from the environment (``AWS_ENDPOINT_URL`` ...), never from flags.
@@ -210,7 +212,8 @@ def tier_verify(tier_url: str, as_json: bool) -> None:
 @cluster_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON for machines")
 def tier_status(tier_url: str, nameserver: str, cluster: str, as_json: bool) -> None:
-    """Per group and queue: the upload point, the queue's end, the lag."""
+    """Per group and queue: the upload point, the queue's end, the lag (messages, log
+    bytes, age of the oldest not uploaded) and the leader's last upload error."""
     fs, root = open_tier(tier_url)
     try:
         manifests = group_manifests(fs, root)
@@ -227,7 +230,8 @@ def tier_status(tier_url: str, nameserver: str, cluster: str, as_json: bool) -> 
         click.echo(json.dumps(rows))
         return
     table = Table(title=f"tier {tier_url}")
-    for column in ("group", "queue", "applied", "upload point", "end", "lag", "newest age s"):
+    columns = ("group", "queue", "applied", "upload point", "end", "lag", "lag bytes", "lag s")
+    for column in (*columns, "newest age s", "last error"):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -237,7 +241,10 @@ def tier_status(tier_url: str, nameserver: str, cluster: str, as_json: bool) -> 
             str(row["upload_point"]),
             str(row["end_offset"]),
             str(row["lag_messages"]),
+            str(row["lag_bytes"]),
+            f"{row['lag_ms'] / 1000:.1f}",
             f"{row['newest_age_ms'] / 1000:.1f}",
+            row["last_error"],
         )
     console.print(table)
 
@@ -253,8 +260,10 @@ async def _status_rows(admin: ClusterAdmin, manifests: dict[int, Manifest]) -> l
                     group_id, queue_info_call(queue.topic, queue.queue_id)
                 )
                 end = info.end_offset
-            except AngeliaError:
+                lag = (info.tier_lag_bytes, info.tier_lag_ms, info.tier_last_error)
+            except AngeliaError as exc:
                 end = -1
+                lag = (-1, -1, f"the group's leader did not answer: {exc.code.name}")
             rows.append(
                 {
                     "group": group_id,
@@ -265,6 +274,9 @@ async def _status_rows(admin: ClusterAdmin, manifests: dict[int, Manifest]) -> l
                     "end_offset": end,
                     "lag_messages": -1 if end < 0 else max(0, end - queue.end_offset),
                     "newest_age_ms": now_ms - queue.max_store_timestamp_ms,
+                    "lag_bytes": lag[0],
+                    "lag_ms": lag[1],
+                    "last_error": lag[2],
                 }
             )
     return rows

@@ -67,6 +67,7 @@ BENCH_TARGETS = {
     "placement": "[Scale]",
     "replication": "[Control plane]",
     "queues": "[Scale]",
+    "tier": "[Tiered]",
 }
 
 
@@ -478,7 +479,7 @@ def spark_jobs(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(target: str, args: tuple[str, ...]) -> None:
     """Run a benchmark: raft, angelia, storage, nameserver, e2e, timer, sql_filter, spark,
-    remoting, connector, placement, replication or queues.
+    remoting, connector, placement, replication, queues or tier.
 
     Every target warms up, measures several runs and prints median [min-max]
     with client and server CPU; ``--json FILE`` writes the runs as JSON.

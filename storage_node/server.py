@@ -513,6 +513,7 @@ async def _serve_groups(
                     batch_wait_ms=config.tier_batch_wait_ms,
                 ),
             )
+            node.tier_status = uploader.queue_status
             tasks.append(asyncio.create_task(uploader.run(TIER_ROUND_MS), name="tier-uploads"))
         registration_task: asyncio.Task[None] | None = None
         if client is not None:

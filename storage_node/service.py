@@ -51,7 +51,7 @@ import logging
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import cast
+from typing import TypeVar, cast
 
 from angelia_rpc import CallContext
 from protocol import routing
@@ -162,9 +162,13 @@ from storage_node.progress import group_progress
 from storage_node.replica import GroupReplica
 from storage_node.snapshot_export import EXPORTS_MAX, export_group
 from storage_node.store.segment_files import uncache_segments
-from storage_node.tier_reads import TierReader
+from storage_node.tier_plan import UploadLag
+from storage_node.tier_reads import TierMessage, TierReader
+from storage_node.tier_receive import with_tier_rows
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 FIRST_GROUP_ID = 1
 """Group ids of a cluster are ``FIRST_GROUP_ID .. FIRST_GROUP_ID + groups - 1``."""
@@ -233,6 +237,11 @@ class StorageNode:
         self._exports = asyncio.Semaphore(EXPORTS_MAX)
         self.tier_reader: TierReader | None = None
         """Reads below a queue's local first offset, with a tier (``tier_reads``)."""
+        self.tier_status: Callable[[GroupReplica, QueueId, int], tuple[UploadLag, str]] | None = (
+            None
+        )
+        """With a tier, a queue's upload lag and the uploader's last error of its group
+        (``Uploader.queue_status``), for ``queue_info``."""
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
@@ -508,6 +517,7 @@ class StorageNode:
         deadline = loop.time() + max(0, request.poll_ms) / 1000
         sql = sql_filter(request.filter_kind, request.filter_expression)
         dead_lettered = 0
+        tier_messages: dict[int, TierMessage] = {}
         while True:
             replica = self._led_replica(group_id)
             grown = replica.grown(queue)
@@ -525,7 +535,13 @@ class StorageNode:
                     )
                     # Go on at once only past messages this one finished (progress).
                     more = more and bool(filtered.unmatched)
-                    command = filtered
+                    command = receive = filtered
+                if self.tier_reader is not None and replica.state.tier:
+                    tiered = await with_tier_rows(
+                        self.tier_reader, replica.state, receive, sql, now_ms
+                    )
+                    command, tier_messages = tiered.command, tiered.messages
+                    more = more or tiered.fresh
                 result = await self._propose(group_id, command)
             assert isinstance(result, ReceiveResult)
             dead_lettered += len(result.dead_lettered)
@@ -539,14 +555,24 @@ class StorageNode:
             if loop.time() >= deadline and not grown.is_set():
                 break
         deliveries = result.deliveries
-        entries = [d.entry for d in deliveries]
         if request.packed:
-            items = record_items_of(self._entry_reader(group_id), group_id, queue, entries)
+            reader = self._entry_reader(group_id)
+            items = self._delivered(
+                deliveries,
+                tier_messages,
+                lambda entries: record_items_of(reader, group_id, queue, entries),
+                pack_record,
+            )
             kept = fitting(map(len, items), RECEIVE_BYTES_MAX)
             records = []
         else:
             items = []
-            records = self._records(group_id, queue, entries)
+            records = self._delivered(
+                deliveries,
+                tier_messages,
+                lambda entries: self._records(group_id, queue, entries),
+                lambda record: record,
+            )
             kept = fitting(map(record_bytes, records), RECEIVE_BYTES_MAX)
         if kept < len(deliveries):
             await self._release(group_id, request.group, deliveries[kept:])
@@ -588,6 +614,27 @@ class StorageNode:
             result.end_offset,
             leased=leased,
         )
+
+    def _delivered(
+        self,
+        deliveries: Sequence[Delivery],
+        tier_messages: Mapping[int, TierMessage],
+        read_local: Callable[[list[QueueEntry]], Sequence[T]],
+        from_tier: Callable[[MessageRecord], T],
+    ) -> list[T]:
+        """What is sent of each of ``deliveries`` in order: ``read_local`` of the entries
+        in this node's log, ``from_tier`` of the records a receive read from the tier
+        for its tier-only entries (``tier_receive``)."""
+        local = read_local([d.entry for d in deliveries if not d.entry.tier_only])
+        out: list[T] = []
+        position = 0
+        for d in deliveries:
+            if d.entry.tier_only:
+                out.append(from_tier(tier_messages[d.handle.queue_offset].record))
+            else:
+                out.append(local[position])
+                position += 1
+        return out
 
     async def _release(self, group_id: int, group: str, deliveries: Sequence[Delivery]) -> None:
         """Hand granted deliveries back at once, uncounted (they did not fit the answer).
@@ -679,12 +726,18 @@ class StorageNode:
             timestamp_offset = state.offset_for_timestamp(
                 request.topic, request.queue_id, request.timestamp_ms
             )
+        queue = (request.topic, request.queue_id)
+        tier: tuple[int, int, int, str] = (-1, -1, -1, "")
+        if self.tier_status is not None:
+            lag, last_error = self.tier_status(replica, queue, self.now_ms())
+            tier = (lag.upload_point, lag.log_bytes, lag.age_ms, last_error)
         return QueueInfoResponse(
-            self._first_offset(replica, (request.topic, request.queue_id)),
-            state.end_offset(request.topic, request.queue_id),
+            self._first_offset(replica, queue),
+            state.end_offset(*queue),
             group_id,
             timestamp_offset,
-            state.first_offset(request.topic, request.queue_id),
+            state.first_offset(*queue),
+            *tier,
         )
 
     async def _await_end_above(self, group_id: int, request: QueueInfoRequest) -> GroupReplica:

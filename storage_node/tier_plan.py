@@ -53,6 +53,43 @@ def upload_start(state: PartitionQueries, queue: QueueId) -> int:
     return state.first_offset(*queue) if point is None else point
 
 
+LAG_SCAN_MAX = 100_000
+"""Pending messages :func:`upload_lag` looks at, at most (their bytes past it are not
+counted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UploadLag:
+    """How far a queue's uploads are behind its end: the upload point, the messages not
+    uploaded, the bytes of the log entries holding them and the age of the oldest."""
+
+    upload_point: int
+    messages: int
+    log_bytes: int
+    age_ms: int
+
+
+def upload_lag(
+    state: PartitionQueries,
+    queue: QueueId,
+    now_ms: int,
+    entry_bytes: EntryBytes,
+    scan_max: int = LAG_SCAN_MAX,
+) -> UploadLag:
+    """The queue's :class:`UploadLag` at ``now_ms`` (bytes: of at most ``scan_max``
+    pending messages' entries, each entry counted once)."""
+    start = upload_start(state, queue)
+    end = state.end_offset(*queue)
+    begin = max(start, state.first_offset(*queue))
+    if begin >= end:
+        return UploadLag(start, max(0, end - start), 0, 0)
+    entries = state.read(*queue, begin, min(end - begin, scan_max))
+    log_indexes = {entry.log_index for entry in entries}
+    total = sum(entry_bytes(log_index) for log_index in log_indexes)
+    age_ms = max(0, now_ms - entries[0].store_timestamp_ms)
+    return UploadLag(start, end - start, total, age_ms)
+
+
 def plan_uploads(
     state: PartitionQueries, policy: UploadPolicy, now_ms: int, entry_bytes: EntryBytes
 ) -> list[Upload]:

@@ -44,11 +44,12 @@ from raft.core.node import RawNode
 from raft.errors import RaftError
 from storage_node.housekeeping import entry_bytes_of
 from storage_node.partition.commands import RecordUpload, encode
+from storage_node.partition.queues import QueueId
 from storage_node.partition.results import RecordUploadResult
 from storage_node.replica import GroupReplica
 from storage_node.service import StorageNode
 from storage_node.snapshot_export import SLICE_MESSAGES, QueueObjectSink, add_slice, slice_of
-from storage_node.tier_plan import Upload, UploadPolicy, plan_uploads
+from storage_node.tier_plan import Upload, UploadLag, UploadPolicy, plan_uploads, upload_lag
 from storage_node.tier_store import Tier
 
 _log = logging.getLogger(__name__)
@@ -82,6 +83,15 @@ class Uploader:
     tier: Tier
     policy: UploadPolicy = field(default_factory=UploadPolicy)
     groups: dict[int, GroupUploads] = field(default_factory=dict)
+
+    def queue_status(
+        self, replica: GroupReplica, queue: QueueId, now_ms: int
+    ) -> tuple[UploadLag, str]:
+        """The queue's upload lag on ``replica`` and this uploader's last error for its
+        group (for ``queue_info``: ``rip5 admin tier status``)."""
+        lag = upload_lag(replica.state, queue, now_ms, entry_bytes_of(replica, replica.group_id))
+        status = self.groups.get(replica.group_id)
+        return lag, "" if status is None else status.last_error
 
     async def run(self, interval_ms: int) -> None:
         """Forever: an upload round every ``interval_ms``."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgpack
 
@@ -74,6 +74,7 @@ class Op(enum.IntEnum):
     DROP_TOPIC = 15
     RECORD_UPLOAD = 16
     EXPIRE_TIER = 17
+    TIER_RECEIVE = 18
 
 
 class InitialPosition(enum.IntEnum):
@@ -152,6 +153,30 @@ class FilteredReceive(Receive):
     op: ClassVar[Op] = Op.FILTERED_RECEIVE
     evaluated_end: int = 0
     unmatched: tuple[int, ...] = ()
+
+
+class TierRow(NamedTuple):
+    """What receive needs of a message only the tier holds (its local entry was trimmed):
+    its offset, store time, tag and message group, read from the recorded object."""
+
+    queue_offset: int
+    store_timestamp_ms: int
+    tag: str = ""
+    message_group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TierReceive(FilteredReceive):
+    """A :class:`FilteredReceive` of a group whose position is below the queue's local
+    first offset: the leader read the messages of ``tier_rows`` (contiguous, in offset
+    order, from the group's cursor) from the recorded tier objects before it proposed,
+    so every replica grants the same offsets without reading the tier. Its verdicts
+    cover exactly those rows (``evaluated_end`` is where they end; ``unmatched`` the
+    rows a SQL filter refused). An offset below the local first offset and outside the
+    rows stays as it is."""
+
+    op: ClassVar[Op] = Op.TIER_RECEIVE
+    tier_rows: tuple[TierRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +392,7 @@ Command = (
     | DropTopic
     | RecordUpload
     | ExpireTier
+    | TierReceive
 )
 
 _BY_OP: dict[Op, type[Any]] = {
@@ -389,6 +415,7 @@ _BY_OP: dict[Op, type[Any]] = {
         DropTopic,
         RecordUpload,
         ExpireTier,
+        TierReceive,
     )
 }
 

@@ -30,13 +30,13 @@ PURE.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from protocol.filters import TagFilter
 from storage_node.partition.commands import InitialPosition
-from storage_node.partition.queues import QueueIndex
+from storage_node.partition.queues import QueueEntry, QueueIndex
 from storage_node.partition.wire import as_int, as_list, as_str
 
 
@@ -112,9 +112,15 @@ class GroupQueue:
         self.last_attempt: tuple[str, int, tuple[int, ...]] = ("", 0, ())
 
     @classmethod
-    def starting(cls, position: InitialPosition, queue: QueueIndex) -> GroupQueue:
-        """The state of a group that never consumed ``queue``."""
-        return cls(queue.end_offset if position is InitialPosition.LATEST else queue.first_offset)
+    def starting(
+        cls, position: InitialPosition, queue: QueueIndex, first_offset: int | None = None
+    ) -> GroupQueue:
+        """The state of a group that never consumed ``queue``: EARLIEST starts at
+        ``first_offset`` (the queue's first readable offset, in the tier if it holds
+        older messages; default: the local first offset)."""
+        if position is InitialPosition.LATEST:
+            return cls(queue.end_offset)
+        return cls(queue.first_offset if first_offset is None else first_offset)
 
     def consumer_offset(self) -> int:
         """The offset below which every message is done for the group."""
@@ -291,6 +297,7 @@ class GroupQueue:
         fifo: bool,
         scan_max: int,
         verdicts: FilterVerdicts | None = None,
+        tier_entries: Mapping[int, QueueEntry] | None = None,
     ) -> ReceivePlan:
         """Hand out up to ``max_messages``, in offset order, and update the leases.
 
@@ -302,7 +309,14 @@ class GroupQueue:
         this receive) is skipped and stays as it is. With ``verdicts`` (a
         property filter evaluated before the receive), a fresh offset at or past
         ``verdicts.end`` stays fresh and one in ``verdicts.unmatched`` is done.
+
+        Offsets below the queue's local first offset (only the tier holds them) take
+        their entries from ``tier_entries``; one not there stays as it is. Such a
+        message is never dead-lettered here (a dead-letter copy names a local log
+        entry): past its last attempt it is handed out again, attempts counting on.
         """
+        local_first = queue.first_offset
+        tier = tier_entries or {}
         end_offset = queue.end_offset
         expired = self._expired(clock_ms)
         blocked: set[str] = set()
@@ -328,16 +342,20 @@ class GroupQueue:
         for offset in candidates:
             if len(grants) >= max_messages:
                 break
+            in_tier = offset < local_first
+            tier_entry = tier.get(offset) if in_tier else None
+            if in_tier and tier_entry is None:
+                continue
             previous = self.leases.get(offset)
             attempt = 1 if previous is None else previous.attempt + 1
-            if previous is not None and attempt > max_delivery_attempts:
+            if previous is not None and attempt > max_delivery_attempts and not in_tier:
                 dead_letters.append(Expiry(offset, previous.attempt))
                 self._finish_quietly(offset)
                 continue
             if previous is None and offset in unmatched:
                 self._finish_quietly(offset)
                 continue
-            entry = queue.at(offset)
+            entry = queue.at(offset) if tier_entry is None else tier_entry
             if not match_all and not tag_filter.matches(entry.tag):
                 self._finish_quietly(offset)
                 continue

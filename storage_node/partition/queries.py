@@ -12,6 +12,7 @@ PURE.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from storage_node.errors import OffsetOutOfRange
 from storage_node.partition.commands import InitialPosition
@@ -27,6 +28,20 @@ _EMPTY = QueueIndex()
 
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
+
+
+class TierWindow(NamedTuple):
+    """The offsets only the tier holds that a receive by a group may hand out: its
+    ``leased`` ones a receive could hand out again (expired, or of its latest
+    attempt), and the fresh ones in ``[first, end)`` from its cursor (empty if the
+    cursor is at or past the local first offset)."""
+
+    leased: tuple[int, ...]
+    first: int
+    end: int
+
+    def __bool__(self) -> bool:
+        return bool(self.leased) or self.end > self.first
 
 
 class PartitionQueries:
@@ -90,6 +105,51 @@ class PartitionQueries:
         """The oldest offset still in the queue (older ones were trimmed)."""
         index = self._queues.get((topic, queue_id))
         return 0 if index is None else index.first_offset
+
+    def readable_first_offset(self, topic: str, queue_id: int) -> int:
+        """The oldest offset of the queue a consumer can still read: the tier's first
+        if its recorded objects hold messages older than the local log, else the
+        local first offset. Local trims never pass the upload point, so the tier's
+        objects and the local log together hold every offset from here on."""
+        local = self.first_offset(topic, queue_id)
+        tiered = self.tier.first_offset((topic, queue_id))
+        return local if tiered is None else min(local, tiered)
+
+    def tier_window(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        position: InitialPosition,
+        clock_ms: int,
+        count_max: int,
+    ) -> TierWindow:
+        """What a receive by ``group`` at ``clock_ms`` may hand out of the offsets only the
+        tier holds (see :class:`TierWindow`), at most ``count_max`` fresh ones: the
+        leader reads these from the tier and proposes them as a ``TierReceive``."""
+        index = self._queues.get((topic, queue_id))
+        if index is None:
+            return TierWindow((), 0, 0)
+        local_first = index.first_offset
+        group_queue = self._groups.get((group, topic, queue_id))
+        if group_queue is None:
+            group_queue = GroupQueue.starting(
+                position, index, self.readable_first_offset(topic, queue_id)
+            )
+        first = group_queue.cursor
+        if group_queue.consumer_offset() >= local_first:  # the usual case: nothing there
+            return TierWindow((), first, first)
+        attempt = set(group_queue.last_attempt[2])
+        leased = tuple(
+            sorted(
+                offset
+                for offset, lease in group_queue.leases.items()
+                if offset < local_first
+                and (not lease.is_invisible(max(self.clock_ms, clock_ms)) or offset in attempt)
+            )
+        )
+        end = min(local_first, first + max(0, count_max)) if first < local_first else first
+        return TierWindow(leased[:count_max], first, end)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset of the queue stored at or after ``timestamp_ms`` (end if none)."""
@@ -167,7 +227,7 @@ class PartitionQueries:
         group_queue = self._groups.get((group, topic, queue_id))
         end = self.end_offset(topic, queue_id)
         if group_queue is None:
-            return end - self.first_offset(topic, queue_id), 0
+            return end - self.readable_first_offset(topic, queue_id), 0
         clock_ms = self.clock_ms
         in_flight = sum(1 for lease in group_queue.leases.values() if lease.is_invisible(clock_ms))
         cursor = group_queue.cursor
@@ -206,7 +266,7 @@ class PartitionQueries:
         """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
         for (_group, topic, queue_id), group_queue in self._groups.items():
             group_queue.check_invariants(
-                self.first_offset(topic, queue_id), self.end_offset(topic, queue_id)
+                self.readable_first_offset(topic, queue_id), self.end_offset(topic, queue_id)
             )
         for queue, index in self._queues.items():
             if not 0 <= index.first_offset <= index.end_offset:
@@ -230,12 +290,16 @@ class PartitionQueries:
     ) -> Iterator[tuple[int, QueueEntry]]:
         """The fresh offsets of a queue that a receive by ``group`` would look at, with
         their entries, in offset order (a group that never received starts at
-        ``position``). Read them before the state changes again."""
+        ``position``). Read them before the state changes again. Offsets only the tier
+        holds are not among them (a ``TierReceive`` carries those)."""
         index = self._queues.get((topic, queue_id))
         if index is None:
             return
         group_queue = self._groups.get((group, topic, queue_id))
         if group_queue is None:
-            group_queue = GroupQueue.starting(position, index)
+            group_queue = GroupQueue.starting(
+                position, index, self.readable_first_offset(topic, queue_id)
+            )
         for offset in group_queue.fresh_offsets(index.end_offset, self.config.receive_scan_max):
-            yield offset, index.at(offset)
+            if offset >= index.first_offset:
+                yield offset, index.at(offset)

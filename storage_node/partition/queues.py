@@ -39,6 +39,10 @@ QueueId = tuple[str, int]
 """(topic, queue id)."""
 
 
+TIER_ONLY = -1
+"""The log index of an entry receive built from a tier row (``QueueEntry.tier_only``)."""
+
+
 class QueueEntry(NamedTuple):
     """One offset of a queue: where its record is, and what filtering needs.
 
@@ -56,6 +60,12 @@ class QueueEntry(NamedTuple):
     tag: str = ""
     message_group: str = ""
     dead_letter: bool = False
+
+    @property
+    def tier_only(self) -> bool:
+        """Whether only the tier holds the message (its local entry was trimmed): its
+        body is read from the recorded tier object at its queue offset, not the log."""
+        return self.log_index == TIER_ONLY
 
     def to_wire(self) -> list[object]:
         """Snapshot form: the fields in order, so an entry packs as this list does

@@ -65,6 +65,7 @@ from storage_node.partition.commands import (
     RecordUpload,
     Release,
     Tick,
+    TierReceive,
     TrimQueue,
     append_columns,
     check_record,
@@ -73,6 +74,7 @@ from storage_node.partition.commands import (
 from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import (
+    TIER_ONLY,
     QueueEntry,
     QueueId,
     QueueIndex,
@@ -187,6 +189,7 @@ class PartitionState(PartitionQueries):
             return self._record_upload(command)
         if isinstance(command, ExpireTier):
             expired = self.tier.expire((command.topic, command.queue_id), command.before_offset)
+            self._trim_groups((command.topic, command.queue_id))
             return ExpireTierResult(tuple(entry.name for entry in expired))
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
 
@@ -383,12 +386,28 @@ class PartitionState(PartitionQueries):
         key = (command.group, command.topic, command.queue_id)
         group_queue = self._groups.get(key)
         if group_queue is None:
-            group_queue = GroupQueue.starting(command.initial_position, index)
+            group_queue = GroupQueue.starting(
+                command.initial_position, index, self.readable_first_offset(*queue)
+            )
             self._groups[key] = group_queue
+        tier_entries = (
+            {
+                row.queue_offset: QueueEntry(
+                    TIER_ONLY, TIER_ONLY, row.store_timestamp_ms, row.tag, row.message_group
+                )
+                for row in command.tier_rows
+            }
+            if isinstance(command, TierReceive)
+            else {}
+        )
         repeated = group_queue.repeat_attempt(command.attempt_id, self.clock_ms)
-        if repeated:
+        if repeated and all(
+            g.queue_offset >= index.first_offset or g.queue_offset in tier_entries for g in repeated
+        ):
             return ReceiveResult(
-                tuple(_delivery(command, grant, index) for grant in repeated), (), index.end_offset
+                tuple(_delivery(command, grant, index, tier_entries) for grant in repeated),
+                (),
+                index.end_offset,
             )
         plan = group_queue.receive(
             index,
@@ -405,6 +424,7 @@ class PartitionState(PartitionQueries):
                 if isinstance(command, FilteredReceive)
                 else None
             ),
+            tier_entries=tier_entries,
         )
         if command.attempt_id:
             group_queue.last_attempt = (
@@ -416,7 +436,7 @@ class PartitionState(PartitionQueries):
             self._move_to_dead_letter(command.group, queue, expiry.queue_offset, expiry.attempts)
             for expiry in plan.dead_letters
         )
-        deliveries = tuple(_delivery(command, grant, index) for grant in plan.grants)
+        deliveries = tuple(_delivery(command, grant, index, tier_entries) for grant in plan.grants)
         return ReceiveResult(deliveries, dead, index.end_offset)
 
     def _move_to_dead_letter(
@@ -508,6 +528,11 @@ class PartitionState(PartitionQueries):
             raise InvalidReceiptHandle(_stale(command.handle))
         group_queue, lease = found
         queue = (command.handle.topic, command.handle.queue_id)
+        _require(
+            command.handle.queue_offset >= self.first_offset(*queue),
+            f"{queue[0]}:{queue[1]}@{command.handle.queue_offset} is held by the tier only: "
+            "a dead-letter copy needs the local log entry",
+        )
         group_queue.finish(command.handle.queue_offset, self.end_offset(*queue))
         return DeadLetterResult(
             self._move_to_dead_letter(
@@ -518,7 +543,7 @@ class PartitionState(PartitionQueries):
     def _commit_offset(self, command: CommitOffset | CommitConsumerOffset) -> CommitOffsetResult:
         """An operator's reset (leases dropped) or a consumer's commit (leases kept)."""
         _require(command.group != "", "committing an offset needs a consumer group")
-        first = self.first_offset(command.topic, command.queue_id)
+        first = self.readable_first_offset(command.topic, command.queue_id)
         end = self.end_offset(command.topic, command.queue_id)
         offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
@@ -536,10 +561,20 @@ class PartitionState(PartitionQueries):
         if index is None:
             return TrimQueueResult(0)
         first = index.trim(command.before_offset)
-        for (_group, topic, queue_id), group_queue in self._groups.items():
-            if (topic, queue_id) == (command.topic, command.queue_id):
-                group_queue.trim(first, index.end_offset)
+        self._trim_groups((command.topic, command.queue_id))
         return TrimQueueResult(first)
+
+    def _trim_groups(self, queue: QueueId) -> None:
+        """Drop the groups' state of offsets no longer readable: below the local first
+        offset only where the tier does not hold them (a group behind a local trim
+        goes on reading the tier's copies)."""
+        index = self._queues.get(queue)
+        if index is None:
+            return
+        first = self.readable_first_offset(*queue)
+        for (_group, topic, queue_id), group_queue in self._groups.items():
+            if (topic, queue_id) == queue:
+                group_queue.trim(first, index.end_offset)
 
     def _drop_topic(self, command: DropTopic) -> DropTopicResult:
         _require(command.topic != "", "dropping a topic needs its name")
@@ -632,13 +667,17 @@ class PartitionState(PartitionQueries):
         return TransactionChecksResult(tuple(noted), tuple(discarded), tuple(unknown))
 
 
-def _delivery(command: Receive, grant: Grant, index: QueueIndex) -> Delivery:
+def _delivery(
+    command: Receive, grant: Grant, index: QueueIndex, tier_entries: dict[int, QueueEntry]
+) -> Delivery:
+    """A grant as a delivery; an offset below the local first offset takes its entry from
+    the command's tier rows (``QueueEntry.tier_only``)."""
     handle = ReceiptHandle(
         command.topic, command.queue_id, grant.queue_offset, grant.lease.generation
     )
-    return Delivery(
-        handle, grant.lease.attempt, grant.lease.invisible_until_ms, index.at(grant.queue_offset)
-    )
+    offset = grant.queue_offset
+    entry = index.at(offset) if offset >= index.first_offset else tier_entries[offset]
+    return Delivery(handle, grant.lease.attempt, grant.lease.invisible_until_ms, entry)
 
 
 def _require(condition: bool, message: str) -> None:

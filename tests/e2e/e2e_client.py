@@ -319,6 +319,25 @@ def after_storage_loss(port: int) -> dict[str, Any]:
     return out
 
 
+def simple_consume_all(port: int, topic: str, group: str, count: int) -> dict[str, Any]:
+    """A fresh consumer group receives (and acks) ``count`` messages of ``topic``;
+    ``out["received"]``: their ids in the order received."""
+    out: dict[str, Any] = {}
+    consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
+    consumer.startup()
+    try:
+        received: list[str] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(set(received)) < count and time.monotonic() < deadline:
+            for message in consumer.receive(32, 30):
+                received.append(message.message_id)
+                consumer.ack(message)
+        out["received"] = received
+    finally:
+        consumer.shutdown()
+    return out
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce_and_simple_consume": produce_and_simple_consume,
     "dead_letter_after_max_attempts": dead_letter_after_max_attempts,
@@ -328,6 +347,9 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "hold_through_broker": hold_through_broker,
     "first_use": first_use,
     "after_storage_loss": after_storage_loss,
+    "tier_consume_all": lambda port, count: simple_consume_all(
+        port, "archived", "tier-readers", count
+    ),
 }
 
 if __name__ == "__main__":

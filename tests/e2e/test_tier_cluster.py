@@ -3,16 +3,22 @@ upload.
 
 One cluster for the module: 1 nameserver, 3 storage nodes (4 raft groups) with
 ``--tier-url file://<tmp>/tier`` and small batches (50 messages or 200 ms),
-retention rounds every 300 ms; no broker (appends go to the groups' leaders).
+retention rounds every 300 ms; one broker (for the official client; appends go to the
+groups' leaders).
 The topic keeps 1 ms locally: what is in the tier leaves the local disks.
 
 Checked: every acknowledged message reaches the tier exactly once, in offset
 order, in intact objects (``rip5 admin tier verify``: no gap, no overlap,
 checksums); the local first offset follows the upload point and never passes
 it; a reader from offset 0 gets every message (the old ones from the tier);
+a fresh consumer group of the official client (SimpleConsumer) receives every
+message, all of them only in the tier by then (``storage_node/tier_receive.py``);
 after a leader is SIGKILLed during uploads (a few times), the new leader
 resumes from the recorded upload point: still no gap and no duplicate, and any
-object the dead leader wrote but did not record is left unrecorded.
+object the dead leader wrote but did not record is left unrecorded. A leader
+SIGSTOPped with uploads pending and resumed after its successor uploaded them:
+every object recorded from the pause on carries the new term, and whatever the
+old leader wrote late stays unrecorded.
 
 Retention and topic deletion on the same cluster (its tier on): messages older
 than a topic's ``retention_ms`` are trimmed locally and in the tier (reads of
@@ -27,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,12 @@ import pytest
 
 from angelia_rpc import AngeliaError
 from protocol import storage_api as st
-from protocol.message_objects import block_records, decode_block, decode_footer
+from protocol.message_objects import (
+    block_records,
+    decode_block,
+    decode_footer,
+    parse_tier_object_name,
+)
 from rip5.admin_tier import group_manifests
 from tests.e2e.cluster import LocalCluster
 from tests.e2e.storage_calls import (
@@ -49,6 +61,7 @@ from tests.e2e.storage_calls import (
     read_ids,
     running,
 )
+from tests.e2e.test_official_client_cluster import run_client_in
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -70,7 +83,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tier: Path) -> Iterator[Lo
     """The module's cluster (see the module docstring)."""
     local = LocalCluster(
         tmp_path_factory.mktemp("tier-cluster"),
-        brokers=0,
+        brokers=1,
         groups=4,
         storage_flags=(
             "--tier-url",
@@ -140,6 +153,12 @@ def _publish_bulk(cluster: LocalCluster, megabytes: int) -> dict[int, list[str]]
     return sent
 
 
+def _group_offset(cluster: LocalCluster, group: str, queue_id: int) -> int | None:
+    get = st.GetOffsetRequest(group, TOPIC, queue_id)
+    found = on_queue(cluster, TOPIC, queue_id, lambda s, t: s.get_offset(get, timeout_ms=t))
+    return found.offset
+
+
 def _all_uploaded(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) -> bool:
     return tiered_ids(tier) == sent
 
@@ -174,6 +193,14 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     for queue_id in range(QUEUES):
         assert queue_info(cluster, TOPIC, queue_id).first_offset == 0
         assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+    # A fresh consumer group of the official client (SimpleConsumer, through the broker)
+    # receives and acks every message: all of them only in the tier now.
+    admin(cluster, "group", "create", "tier-readers", *ns(cluster))
+    every = sorted(sent[0] + sent[1])
+    seen = run_client_in(cluster.root, "tier_consume_all", cluster.broker_port(0), len(every))
+    assert sorted(set(seen["received"])) == every
+    for queue_id in range(QUEUES):  # and the group's position is past them all
+        assert _group_offset(cluster, "tier-readers", queue_id) == 160
 
     rng = random.Random(34)
     for serial in range(1, KILLS + 1):
@@ -218,6 +245,65 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
         verify(cluster, tier)
         for queue_id in range(QUEUES):
             assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+
+
+def _recorded_names(tier: Path, queue_id: int) -> list[str]:
+    """The recorded object names of the topic's queue, in offset order (its manifest)."""
+    fs = fsspec.filesystem("file")
+    for manifest in group_manifests(fs, str(tier)).values():
+        for queue in manifest.queues:
+            if (queue.topic, queue.queue_id) == (TOPIC, queue_id):
+                return [entry.name for entry in queue.objects]
+    return []
+
+
+def _name_fields(name: str) -> tuple[str, int, int, int]:
+    """(topic, queue id, first offset, term) of a tier object's name."""
+    parsed = parse_tier_object_name(name)
+    assert parsed is not None, name
+    return parsed
+
+
+def test_a_paused_then_resumed_leader_is_fenced(cluster: LocalCluster, tier: Path) -> None:
+    """SIGSTOP a group's leader with messages waiting for their upload, let the next
+    leader upload them, SIGCONT the old one: nothing it writes late is recorded."""
+    sent = tiered_ids(tier)  # the test above left every message it sent in the tier
+    group = queue_info(cluster, TOPIC, 0).group_id
+    old_term = max(_name_fields(n)[3] for n in _recorded_names(tier, 0))
+    node = leader_of(cluster, group)
+    process = cluster.storage[node]
+    assert process.popen is not None
+    waiting = [f"paused-m{i}" for i in range(30)]  # under the batch of 50: they wait
+    pause_offset = append(cluster, TOPIC, 0, waiting)[0]
+    process.popen.send_signal(signal.SIGSTOP)
+    try:
+        later = [f"paused-later-m{i}" for i in range(30)]
+        append(cluster, TOPIC, 0, later)  # a new leader takes it
+        sent[0] += waiting + later
+        wait_until(
+            lambda: _all_uploaded(cluster, tier, sent),
+            timeout_s=40,
+            what="the new leader's uploads",
+        )
+    finally:
+        process.popen.send_signal(signal.SIGCONT)
+    # Once the resumed node took part again (a later append committed on the group and
+    # uploaded), every object from the pause on is the new term's; anything of the old
+    # term written late is unrecorded.
+    resumed = [f"resumed-m{i}" for i in range(60)]
+    append(cluster, TOPIC, 0, resumed)
+    sent[0] += resumed
+    wait_until(lambda: _all_uploaded(cluster, tier, sent), timeout_s=40, what="the uploads")
+    report = verify(cluster, tier)
+    names = _recorded_names(tier, 0)
+    after = [n for n in names if _name_fields(n)[2] >= pause_offset]
+    assert after, names
+    assert all(_name_fields(n)[3] > old_term for n in after), (old_term, after)
+    stale = [u.split("/", 2)[2] for u in report["unrecorded"] if f"/{TOPIC}/0/" in u]
+    assert all(_name_fields(u)[3] <= old_term for u in stale), stale
+    final = tiered_ids(tier)
+    assert final == sent
+    assert len(final[0]) == len(set(final[0]))
 
 
 # -- retention and topic deletion (on the same cluster: its tier is on) -------------------

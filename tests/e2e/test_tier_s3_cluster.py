@@ -17,6 +17,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import fsspec
 import pytest
@@ -24,6 +25,7 @@ from moto.server import ThreadedMotoServer
 
 from angelia_rpc import AngeliaError
 from angelia_rpc.ports import free_port
+from protocol import storage_api as st
 from rip5.admin_tier import group_manifests
 from tests.e2e.cluster import LocalCluster
 from tests.e2e.storage_calls import admin_cli, append, queue_info, read, read_ids, running
@@ -93,6 +95,16 @@ def tiered_end(queue_id: int) -> int:
     return 0
 
 
+def status_row(cluster: LocalCluster) -> dict[str, Any]:
+    """The topic's row of ``rip5 admin tier status --json`` (the tier's last manifest and
+    the leader's view: lag and last upload error)."""
+    nameserver = ("--nameserver", cluster.nameserver_address)
+    rows = json.loads(admin_cli("tier", "status", "--tier-url", TIER_URL, *nameserver, "--json"))
+    (row,) = [r for r in rows if r["topic"] == TOPIC]
+    assert isinstance(row, dict)
+    return row
+
+
 def publish(cluster: LocalCluster, serial: int, batches: int) -> list[str]:
     sent = []
     for batch in range(batches):
@@ -126,6 +138,18 @@ def test_uploads_to_s3_survive_an_outage(cluster: LocalCluster, s3: ThreadedMoto
         assert read_ids(cluster, TOPIC, 0, len(sent)) == during  # and so do recent reads
         # Nothing is trimmed past the upload point while uploads fail.
         assert queue_info(cluster, TOPIC, 0).local_first_offset == len(sent)
+        # The group's leader reports the lag (what tier status shows; the command itself
+        # needs the tier's manifests). The uploader's write is still inside the S3
+        # driver's own retries here, so no error is reported yet.
+        failing = wait_until(
+            lambda: (info := queue_info(cluster, TOPIC, 0)).tier_lag_ms > 0 and info,
+            timeout_s=20,
+            what="the upload lag in the leader's queue info",
+        )
+        assert isinstance(failing, st.QueueInfoResponse)
+        assert failing.tier_upload_point == len(sent)
+        assert failing.tier_lag_bytes > 0
+        assert failing.tier_lag_ms > 0
     finally:
         s3.start()  # the same port; the S3 state lives on in this process
     sent += during
@@ -135,3 +159,10 @@ def test_uploads_to_s3_survive_an_outage(cluster: LocalCluster, s3: ThreadedMoto
     assert report["messages"] == len(sent), report
     assert queue_info(cluster, TOPIC, 0).first_offset == 0
     assert read_ids(cluster, TOPIC, 0, 0) == sent
+    caught_up = wait_until(
+        lambda: (row := status_row(cluster)) and not row["last_error"] and row,
+        timeout_s=20,
+        what="tier status to clear the error",
+    )
+    assert isinstance(caught_up, dict)
+    assert (caught_up["lag_messages"], caught_up["lag_bytes"], caught_up["lag_ms"]) == (0, 0, 0)

@@ -6,7 +6,15 @@ from __future__ import annotations
 from protocol.message_objects import ObjectEntry, parse_tier_object_name, tier_object_name
 from storage_node.partition.commands import ExpireTier, RecordUpload, TrimQueue
 from storage_node.retention import TopicLimits
-from storage_node.tier_plan import Upload, UploadPolicy, plan_expiry, plan_uploads, upload_start
+from storage_node.tier_plan import (
+    Upload,
+    UploadLag,
+    UploadPolicy,
+    plan_expiry,
+    plan_uploads,
+    upload_lag,
+    upload_start,
+)
 
 from .partition.harness import Harness, record
 
@@ -87,3 +95,21 @@ def test_tier_object_names_carry_queue_offset_and_term() -> None:
     assert tier_object_name("orders", 3, 42, term=8) != name  # two leaders, two files
     for bad in ("objects/orders/3/42.r5mo", "manifest.json", "objects/o/x/1-t1.r5mo"):
         assert parse_tier_object_name(bad) is None
+
+
+def test_the_upload_lag_counts_messages_entry_bytes_and_the_oldest_pending_age() -> None:
+    h = Harness()
+    h.append(record("a"), record("b"))  # one log entry
+    h.advance(500)
+    h.append(record("c"))
+    queue = ("orders", 0)
+    assert upload_lag(h.state, queue, h.now_ms + 100, _sizes) == UploadLag(0, 3, 200, 600)
+    _record(h, 0, 2)
+    assert upload_lag(h.state, queue, h.now_ms + 100, _sizes) == UploadLag(2, 1, 100, 100)
+    _record(h, 2, 3)
+    assert upload_lag(h.state, queue, h.now_ms + 100, _sizes) == UploadLag(3, 0, 0, 0)
+    # Bounded: past scan_max messages, the bytes of the rest are not read.
+    assert upload_lag(Harness().state, queue, 0, _sizes) == UploadLag(0, 0, 0, 0)
+    h.append(*(record(f"m{i}") for i in range(3)))
+    h.append(record("n"))
+    assert upload_lag(h.state, queue, h.now_ms, _sizes, scan_max=2).log_bytes == 100

@@ -51,6 +51,7 @@ def test_op_codes_are_append_only() -> None:
         ("DROP_TOPIC", 15),
         ("RECORD_UPLOAD", 16),
         ("EXPIRE_TIER", 17),
+        ("TIER_RECEIVE", 18),
     ]
 
 

@@ -45,8 +45,7 @@ def a_record(draw: st.DrawFn) -> object:
 
 
 append = st.builds(c.Append, now_ms, st.lists(a_record(), min_size=1, max_size=3).map(tuple))
-receive = st.builds(
-    c.Receive,
+receive_fields = (
     now_ms,
     group,
     topic,
@@ -58,6 +57,23 @@ receive = st.builds(
     st.booleans(),
     st.sampled_from(list(c.InitialPosition)),
     st.sampled_from(["", "", "x", "y"]),
+)
+receive = st.builds(c.Receive, *receive_fields)
+tier_receive = st.builds(
+    c.TierReceive,
+    *receive_fields,
+    st.integers(0, 8),
+    st.lists(st.integers(0, 8), max_size=2).map(tuple),
+    st.lists(
+        st.builds(
+            c.TierRow,
+            st.integers(0, 8),
+            now_ms,
+            st.sampled_from(["", "a", "b"]),
+            st.sampled_from(["", "A"]),
+        ),
+        max_size=4,
+    ).map(tuple),
 )
 # Appends and receives weigh more: they build the state the other commands act on.
 command = st.one_of(
@@ -106,6 +122,7 @@ command = st.one_of(
         ),
     ),
     st.builds(c.ExpireTier, now_ms, topic, queue_id, st.integers(0, 8)),
+    tier_receive,
 )
 
 

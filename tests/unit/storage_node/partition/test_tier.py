@@ -7,14 +7,20 @@ import pytest
 
 from protocol.message_objects import ObjectEntry
 from storage_node.partition.commands import (
+    CommitOffset,
     DropTopic,
     ExpireTier,
+    InitialPosition,
     RecordUpload,
+    TierReceive,
+    TierRow,
     TrimQueue,
 )
+from storage_node.partition.queries import TierWindow
 from storage_node.partition.results import (
     DropTopicResult,
     ExpireTierResult,
+    ReceiveResult,
     RecordUploadResult,
 )
 from storage_node.partition.tier import upload_refusal
@@ -93,3 +99,110 @@ def test_a_dropped_topic_names_its_tier_objects_for_deletion() -> None:
     assert dropped.tier_objects == ("o-0",)
     assert h.state.tier.end_offset(("orders", 0)) is None
     assert not h.state.tier  # and the snapshot is the pre-tier layout again
+
+
+# ---------------------------------------------------------------- receive of tier-only data
+
+
+def _tier_receive(h: Harness, group: str = "g", **fields: object) -> ReceiveResult:
+    """What the leader's shell proposes (storage_node.tier_receive): the rows of the group's
+    tier window, here made from the log the harness kept."""
+    window = h.state.tier_window(group, "orders", 0, InitialPosition.EARLIEST, h.now_ms, 32)
+    offsets = sorted({*window.leased, *range(window.first, window.end)})
+    rows = tuple(TierRow(offset, h.now_ms, f"t{offset % 2}") for offset in offsets)
+    result = h.apply(
+        TierReceive(
+            h.now_ms,
+            group,
+            "orders",
+            0,
+            32,
+            30_000,
+            2,
+            evaluated_end=window.end,
+            tier_rows=rows,
+            **fields,  # type: ignore[arg-type]
+        )
+    )
+    assert isinstance(result, ReceiveResult)
+    return result
+
+
+def _tiered(h: Harness, count: int, uploaded: int, trimmed: int) -> None:
+    h.append(*(record(f"m{i}", tag=f"t{i % 2}") for i in range(count)))
+    h.apply(_upload(h, 0, uploaded))
+    h.apply(TrimQueue(h.now_ms, "orders", 0, trimmed))
+
+
+def test_a_group_behind_a_local_trim_keeps_its_place_in_the_tier() -> None:
+    h = Harness()
+    h.append(*(record(f"m{i}") for i in range(6)))
+    assert [d.handle.queue_offset for d in h.receive(max_messages=2).deliveries] == [0, 1]
+    h.apply(_upload(h, 0, 5))
+    h.apply(TrimQueue(h.now_ms, "orders", 0, 4))
+    # The leases on 0 and 1 and the cursor at 2 stay: the tier still holds them.
+    assert h.state.committed_offset("g", "orders", 0) == 2
+    assert h.state.lease("g", "orders", 0, 0) is not None
+    assert h.state.readable_first_offset("orders", 0) == 0
+    assert h.state.tier_window("g", "orders", 0, InitialPosition.EARLIEST, h.now_ms, 32) == (
+        TierWindow((), 2, 4)
+    )
+    h.state.check_invariants()
+    # Once the tier lets its objects go, the group's state of those offsets goes too.
+    h.apply(ExpireTier(h.now_ms, "orders", 0, 5))
+    assert h.state.committed_offset("g", "orders", 0) == 4
+    assert h.state.lease("g", "orders", 0, 0) is None
+    h.state.check_invariants()
+
+
+def test_a_fresh_group_reads_from_the_tier_then_the_log() -> None:
+    h = Harness()
+    _tiered(h, count=8, uploaded=6, trimmed=5)
+    # A plain receive cannot hand out tier-only offsets: it passes over them (they stay
+    # fresh, the cursor with them) to the local ones.
+    plain = h.receive("plain", max_messages=2)
+    assert [d.handle.queue_offset for d in plain.deliveries] == [5, 6]
+    assert h.state.committed_offset("plain", "orders", 0) == 0
+    result = _tier_receive(h)
+    assert [d.handle.queue_offset for d in result.deliveries] == [0, 1, 2, 3, 4]
+    assert all(d.entry.tier_only for d in result.deliveries)
+    assert [d.entry.tag for d in result.deliveries] == ["t0", "t1", "t0", "t1", "t0"]
+    assert h.ack(*(d.handle for d in result.deliveries)).outcomes
+    assert h.state.committed_offset("g", "orders", 0) == 5
+    local = h.receive()
+    assert [d.handle.queue_offset for d in local.deliveries] == [5, 6, 7]
+    assert not any(d.entry.tier_only for d in local.deliveries)
+    assert h.bodies(local) == [b"m5", b"m6", b"m7"]
+    h.restart_from_snapshot()
+    h.state.check_invariants()
+
+
+def test_tier_rows_obey_the_tag_filter_and_a_sql_filters_verdicts() -> None:
+    h = Harness()
+    _tiered(h, count=6, uploaded=6, trimmed=6)
+    result = _tier_receive(h, filter_expression="t1", unmatched=(3,))
+    assert [d.handle.queue_offset for d in result.deliveries] == [1, 5]
+    assert h.state.committed_offset("g", "orders", 0) == 6
+
+
+def test_an_expired_tier_lease_is_handed_out_again_and_never_dead_lettered() -> None:
+    h = Harness()
+    _tiered(h, count=3, uploaded=3, trimmed=3)
+    first = _tier_receive(h)
+    assert [d.delivery_attempt for d in first.deliveries] == [1, 1, 1]
+    for attempt in (2, 3):  # max attempts is 2: past it, a tier message is delivered again
+        h.advance(30_001)
+        window = h.state.tier_window("g", "orders", 0, InitialPosition.EARLIEST, h.now_ms, 32)
+        assert window.leased == (0, 1, 2)
+        again = _tier_receive(h)
+        assert [d.delivery_attempt for d in again.deliveries] == [attempt] * 3
+        assert again.dead_lettered == ()
+    h.state.check_invariants()
+
+
+def test_a_fresh_group_starts_at_the_tiers_first_offset() -> None:
+    h = Harness()
+    _tiered(h, count=4, uploaded=4, trimmed=4)
+    h.apply(CommitOffset(h.now_ms, "late", "orders", 0, 0))
+    assert h.state.committed_offset("late", "orders", 0) == 0  # not clamped to the local 4
+    assert h.state.backlog("new", "orders", 0) == (4, 0)
