@@ -106,8 +106,16 @@ class DashboardCluster:
         )
         return sorted(response.groups, key=lambda g: g.name)
 
+    async def authenticate(self, signed: ns.SignedBy) -> ns.AuthenticateResponse:
+        """Who signed ``signed`` (a login); the nameserver refuses a user that does not
+        exist or a wrong secret with UNAUTHENTICATED."""
+        request = ns.AuthenticateRequest(signed)
+        return await self.nameserver.call(
+            lambda s: s.authenticate(request, timeout_ms=CALL_TIMEOUT_MS)
+        )
+
     async def create_topic(self, request: ns.CreateTopicRequest) -> ns.TopicResponse:
-        """Create a topic (the nameserver validates it)."""
+        """Create a topic (the nameserver validates it and checks ``request.signed``)."""
         return await self.nameserver.call(
             lambda s: s.create_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )
@@ -118,9 +126,9 @@ class DashboardCluster:
             lambda s: s.update_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )
 
-    async def delete_topic(self, name: str) -> ns.RevisionResponse:
-        """Delete a topic."""
-        request = ns.NameRequest(name)
+    async def delete_topic(self, name: str, signed: ns.SignedBy) -> ns.RevisionResponse:
+        """Delete a topic, signed by ``signed``."""
+        request = ns.NameRequest(name, signed)
         return await self.nameserver.call(
             lambda s: s.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )

@@ -27,6 +27,13 @@ class DashboardConfig:
             "kind": "addresses",
         },
     )
+    acl: bool = field(
+        default=False,
+        metadata={
+            "help": "ACL is on: every page needs a login as an ACL user of the nameserver, "
+            "and changes are signed as that user"
+        },
+    )
     sample_interval_ms: int = field(
         default=2_000,
         metadata={"help": "how often the chart samples the brokers' metrics", "min": 100},

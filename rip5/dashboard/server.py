@@ -70,7 +70,9 @@ async def serve(
     sock = _bind(config.listen)
     host, port = sock.getsockname()[:2]
     server = _Server(
-        uvicorn.Config(build_app(cluster), log_config=None, access_log=False, lifespan="off")
+        uvicorn.Config(
+            build_app(cluster, acl=config.acl), log_config=None, access_log=False, lifespan="off"
+        )
     )
     tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="dashboard-http")]
     if cluster.broker_metrics:
