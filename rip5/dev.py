@@ -188,6 +188,7 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
             "--broker-metrics",
             brokers,
             *(("--acl",) if layout.acl_super_user_file else ()),
+            *(("--tier-url", layout.tier_url) if layout.tier_url else ()),
         )
         specs.append(
             ChildSpec(

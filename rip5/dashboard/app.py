@@ -41,6 +41,7 @@ from nameserver import names
 from nameserver.errors import NameserverError
 from protocol import errors
 from protocol import nameserver_api as ns
+from protocol.message_objects import ObjectCorrupted
 from protocol.vocabulary import MessageType, Permission
 from rip5.admin_consumers import ago, body_preview
 from rip5.dashboard.chart import svg_chart
@@ -250,6 +251,17 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
             note += f" ({resent.duplicates} were there already)"
         return back("/dlq", note, group=name)
 
+    async def tier(request: Request) -> Response:
+        if not cluster.tier_url:
+            return page(request, "tier.html", rows=[], problem="", tier_url="")
+        try:
+            rows = await cluster.tier_status()
+        except (ObjectCorrupted, ValueError, OSError, ImportError) as error:
+            # A damaged manifest or an unreachable tier is shown, with the cause.
+            problem = f"{type(error).__name__}: {error}"
+            return page(request, "tier.html", 502, rows=[], problem=problem, tier_url="")
+        return page(request, "tier.html", rows=rows, problem="", tier_url=cluster.tier_url)
+
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
 
@@ -309,6 +321,7 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
             Route("/messages", guarded(messages)),
             Route("/dlq", guarded(dead_letters)),
             Route("/dlq/{name}/resend", guarded(dead_letters_resend), methods=["POST"]),
+            Route("/tier", guarded(tier)),
             Route("/login", login_page),
             Route("/login", login, methods=["POST"]),
             Route("/logout", logout, methods=["POST"]),

@@ -9,6 +9,10 @@ live broker's ``broker.clients`` (its peer address is its broker id), so
 gRPC clients are listed with the id, language and version from their
 Telemetry settings.
 
+Tier: :meth:`DashboardCluster.tier_status` reads the groups' manifests in the
+tier (blocking fsspec calls, in a thread) and asks each group's leader for the
+queue's end, as ``rip5 admin tier status`` does.
+
 Throughput: :meth:`DashboardCluster.sample` scrapes the brokers' metrics
 endpoints and adds one :class:`~rip5.dashboard.chart.Sample` to the chart.
 
@@ -23,6 +27,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -40,6 +45,7 @@ from rip5.admin_storage import (
     QueryOutcome,
     Resent,
 )
+from rip5.admin_tier import group_manifests, status_rows
 from rip5.dashboard.chart import Sample, Throughput
 from storage_node.partition.queues import dead_letter_topic
 
@@ -63,10 +69,16 @@ class DashboardCluster:
     """The dashboard's connections to one cluster."""
 
     def __init__(
-        self, nameservers: Sequence[str], cluster: str, broker_metrics: Sequence[str] = ()
+        self,
+        nameservers: Sequence[str],
+        cluster: str,
+        broker_metrics: Sequence[str] = (),
+        tier_url: str = "",
     ) -> None:
-        """Reach the cluster through ``nameservers``; chart ``broker_metrics`` (host:port)."""
+        """Reach the cluster through ``nameservers``; chart ``broker_metrics`` (host:port);
+        show the tier at ``tier_url`` ("" for none)."""
         self.cluster = cluster
+        self.tier_url = tier_url
         self.nameserver = NameserverClient(list(nameservers))
         self.peers = Peers(RpcConfig(call_timeout_ms=CALL_TIMEOUT_MS))
         self.broker_metrics = list(broker_metrics)
@@ -188,6 +200,19 @@ class DashboardCluster:
     async def resend_dead_letters(self, group: str) -> Resent:
         """Resend ``group``'s dead letters to their topics (``rip5 admin dlq resend``)."""
         return await self.admin().resend_dead_letters(group)
+
+    # -- tier ----------------------------------------------------------------------------
+
+    async def tier_status(self) -> list[dict[str, Any]]:
+        """Per group and queue, what the tier holds (``rip5 admin tier status``'s rows).
+        Raises ``ObjectCorrupted`` for a damaged manifest and ``ValueError`` (and
+        whatever fsspec raises) for a tier URL it cannot open."""
+        import fsspec  # noqa: PLC0415 - optional (the tiered extra): only the tier page needs it
+
+        fs, root = await asyncio.to_thread(fsspec.core.url_to_fs, self.tier_url)
+        root = str(root).rstrip("/")
+        manifests = await asyncio.to_thread(group_manifests, fs, root)
+        return await status_rows(self.admin(), manifests)
 
     # -- throughput ----------------------------------------------------------------------
 

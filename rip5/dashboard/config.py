@@ -27,6 +27,13 @@ class DashboardConfig:
             "kind": "addresses",
         },
     )
+    tier_url: str = field(
+        default="",
+        metadata={
+            "help": "the storage nodes' --tier-url: the tier page shows what each queue "
+            "uploaded (credentials from the environment; empty: no tier)"
+        },
+    )
     acl: bool = field(
         default=False,
         metadata={

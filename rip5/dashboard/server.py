@@ -66,6 +66,7 @@ async def serve(
         parse_addresses(config.nameserver),
         config.cluster,
         [a.strip() for a in config.broker_metrics.split(",") if a.strip()],
+        config.tier_url,
     )
     sock = _bind(config.listen)
     host, port = sock.getsockname()[:2]

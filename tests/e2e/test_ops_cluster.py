@@ -34,11 +34,11 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from angelia_rpc.nameserver_client import NameserverClient
-from angelia_rpc.ports import free_port
 from protocol import nameserver_api as api
 from protocol.acl import Action, Decision, UserType
 from protocol.acl_wire import signed_by
-from tests.e2e.cluster import RIP5, LocalCluster, Process
+from tests.e2e.cluster import LocalCluster
+from tests.e2e.dashboard_process import start_dashboard
 from tests.e2e.prometheus import Prometheus, prometheus
 from tests.waiting import wait_until
 
@@ -160,29 +160,7 @@ WATCHED = "watched"
 WATCHERS = "watchers"
 SENT = 60
 ACKED = 15
-PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq")
-
-
-def start_dashboard(cluster: LocalCluster, name: str, *flags: str) -> Process:
-    """``rip5 dashboard`` (logging to NAME.log) on the cluster with ``flags``, started."""
-    process = Process(
-        name,
-        [
-            *RIP5,
-            "dashboard",
-            "--data-dir",
-            str(cluster.root / name),
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--nameserver",
-            cluster.nameserver_address,
-            *flags,
-        ],
-        cluster.root / f"{name}.log",
-        {},
-    )
-    process.start()
-    return process
+PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq", "/tier")
 
 
 @pytest.fixture(scope="module")
