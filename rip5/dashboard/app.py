@@ -262,6 +262,11 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
             return page(request, "tier.html", 502, rows=[], problem=problem, tier_url="")
         return page(request, "tier.html", rows=rows, problem="", tier_url=cluster.tier_url)
 
+    async def connectors(request: Request) -> Response:
+        rules, silent = await cluster.connector_rules()
+        watched = bool(cluster.connector_metrics)
+        return page(request, "connectors.html", rules=rules, silent=silent, watched=watched)
+
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
 
@@ -322,6 +327,7 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
             Route("/dlq", guarded(dead_letters)),
             Route("/dlq/{name}/resend", guarded(dead_letters_resend), methods=["POST"]),
             Route("/tier", guarded(tier)),
+            Route("/connectors", guarded(connectors)),
             Route("/login", login_page),
             Route("/login", login, methods=["POST"]),
             Route("/logout", logout, methods=["POST"]),

@@ -34,6 +34,14 @@ class DashboardConfig:
             "uploaded (credentials from the environment; empty: no tier)"
         },
     )
+    connector_metrics: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated host:port of the connectors' --metrics-listen: the "
+            "connectors page shows their rules (empty: none)",
+            "kind": "addresses",
+        },
+    )
     acl: bool = field(
         default=False,
         metadata={

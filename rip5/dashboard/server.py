@@ -67,6 +67,7 @@ async def serve(
         config.cluster,
         [a.strip() for a in config.broker_metrics.split(",") if a.strip()],
         config.tier_url,
+        [a.strip() for a in config.connector_metrics.split(",") if a.strip()],
     )
     sock = _bind(config.listen)
     host, port = sock.getsockname()[:2]

@@ -1,5 +1,5 @@
 """``rip5 dashboard`` as a process on a test cluster (tests/e2e/test_ops_cluster.py,
-tests/e2e/test_dashboard_tier.py)."""
+tests/e2e/test_dashboard_views.py)."""
 
 from __future__ import annotations
 

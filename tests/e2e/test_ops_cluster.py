@@ -160,7 +160,7 @@ WATCHED = "watched"
 WATCHERS = "watchers"
 SENT = 60
 ACKED = 15
-PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq", "/tier")
+PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq", "/tier", "/connectors")
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,14 @@
-"""The dashboard's tier page (docs/dashboard.md) on a small cluster with a tier: one
+"""The dashboard's tier and connectors pages (docs/dashboard.md).
+
+The tier page runs on a small cluster with a tier: one
 nameserver, one storage node (one raft group) uploading to ``file://<tmp>/tier`` in
 small batches, no broker (appends go to the group's leader), and ``rip5 dashboard
 --tier-url`` on the same tier. A second dashboard reads a tier whose manifest is
-damaged and shows the cause. With ``DASHBOARD_SCREENSHOTS=DIR`` the tier page is
-saved there (docs/img/dashboard-tier.png), by headless Chromium."""
+damaged and shows the cause. The connectors page reads a connector's metrics:
+the connector's own metric set (connector/runner.py ``Metrics``) served by
+prometheus-client's HTTP exporter in this process. With
+``DASHBOARD_SCREENSHOTS=DIR`` both pages are saved there
+(docs/img/dashboard-tier.png, dashboard-connectors.png), by headless Chromium."""
 
 from __future__ import annotations
 
@@ -15,7 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import start_http_server
 
+from angelia_rpc.ports import free_port
+from connector.runner import Metrics
 from tests.e2e.cluster import LocalCluster
 from tests.e2e.dashboard_process import fetch, start_dashboard
 from tests.e2e.storage_calls import append, running
@@ -100,3 +108,37 @@ def test_a_damaged_manifest_is_shown_with_its_cause(cluster: LocalCluster, tmp_p
         assert "manifest.json" in message, message
     finally:
         assert dashboard.stop() == 0, (cluster.root / "damaged.log").read_text()[-4000:]
+
+
+def test_the_connectors_page_shows_each_rules_figures_from_its_metrics(
+    cluster: LocalCluster,
+) -> None:
+    metrics = Metrics()
+    metrics.messages.labels("mirror-orders").inc(120)
+    metrics.bytes.labels("mirror-orders").inc(4_800)
+    metrics.lag.labels("mirror-orders").set(7)
+    metrics.delay.labels("mirror-orders").set(35)
+    metrics.last_sync.labels("mirror-orders").set(1)
+    metrics.errors.labels("mirror-audit").inc(2)
+    port = free_port()
+    exporter, thread = start_http_server(port, "127.0.0.1", registry=metrics.registry)
+    silent = f"127.0.0.1:{free_port()}"  # nothing listens there
+    targets = f"127.0.0.1:{port},{silent}"
+    dashboard = start_dashboard(cluster, "connectors", "--connector-metrics", targets)
+    try:
+        url = f"http://{dashboard.endpoint}/connectors"
+        status, page = fetch(url)
+        assert status == 200, page
+        orders = cells(page, "rule-mirror-orders")
+        assert orders[:6] == [f"127.0.0.1:{port}", "mirror-orders", "120", "4800", "7", "35 ms"]
+        assert orders[6].endswith(" ago")  # synced at epoch ms 1
+        assert orders[7] == "0"
+        audit = cells(page, "rule-mirror-audit")
+        assert audit == [f"127.0.0.1:{port}", "mirror-audit", "0", "0", "0", "0 ms", "never", "2"]
+        assert f"metrics not answering: {silent}" in page
+        screenshot(url, "connectors")
+    finally:
+        exporter.shutdown()
+        exporter.server_close()
+        thread.join(timeout=10)
+        assert dashboard.stop() == 0, (cluster.root / "connectors.log").read_text()[-4000:]
