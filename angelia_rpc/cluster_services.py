@@ -77,6 +77,7 @@ class NameserverService(Service, name="nameserver"):
     update_acl = Unary(ns.AclRequest, ns.RevisionResponse)
     delete_acl = Unary(ns.AclRequest, ns.RevisionResponse)
     acl_tables = Unary(ns.AclTablesRequest, ns.AclTablesResponse)
+    authenticate = Unary(ns.AuthenticateRequest, ns.AuthenticateResponse)
 
 
 class ControlService(Service, name="control"):

@@ -391,9 +391,23 @@ class NameserverImpl:
     ) -> None:
         """Once any user exists, refuse a write not signed by a super user, or (given
         ``action`` and ``resource``) by a user whose policy allows it."""
+        user = self._signer(signed)
+        if user is None:
+            return  # no user yet: the cluster is open (ACL off); the first may be created
+        tables = self.machine.state.acl_tables()
+        if resource is not None and action is not None:
+            tables.check(user, (resource,), action)
+        elif user.user_type is not UserType.SUPER:
+            raise Forbidden(
+                f"user {user.name!r} may not change users or policies: not a super user"
+            )
+
+    def _signer(self, signed: api.SignedBy) -> User | None:
+        """The user whose valid signature ``signed`` is (None while no user exists);
+        Unauthenticated if it is not one."""
         tables = self.machine.state.acl_tables()
         if not tables.users:
-            return  # no user yet: the cluster is open (ACL off); the first may be created
+            return None
         if not signed.access_key:
             raise Unauthenticated("ACL is on: sign the request (rip5 admin --ak/--sk)")
         user = tables.user(signed.access_key)
@@ -401,12 +415,16 @@ class NameserverImpl:
             raise Unauthenticated(f"user {signed.access_key!r} does not exist")
         credential = Credential(signed.access_key, (DATE_TIME_HEADER,), signed.signature)
         verify(credential, user.secret, signed.date_time, self.clock(), SKEW_MS_DEFAULT)
-        if resource is not None and action is not None:
-            tables.check(user, (resource,), action)
-        elif user.user_type is not UserType.SUPER:
-            raise Forbidden(
-                f"user {user.name!r} may not change users or policies: not a super user"
-            )
+        return user
+
+    async def authenticate(
+        self, request: api.AuthenticateRequest, context: CallContext
+    ) -> api.AuthenticateResponse:
+        """Who signed ``request`` (a login); Unauthenticated if no user did."""
+        user = self._signer(request.signed)
+        if user is None:
+            return api.AuthenticateResponse("", 0)
+        return api.AuthenticateResponse(user.name, int(user.user_type))
 
     async def create_user(
         self, request: api.UserRequest, context: CallContext

@@ -540,6 +540,22 @@ class AclTablesRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthenticateRequest:
+    """Check a signature: who signs this request (a login, e.g. the dashboard's)."""
+
+    signed: SignedBy = field(default_factory=SignedBy)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticateResponse:
+    """The user who signed (``user_type`` a ``protocol.acl.UserType``); "" and 0 when
+    the cluster has no user (ACL off: nothing to check)."""
+
+    name: str
+    user_type: int
+
+
+@dataclass(frozen=True, slots=True)
 class AclTablesResponse:
     """Every user (secrets included: brokers verify signatures with them) and policy."""
 

@@ -222,7 +222,7 @@ def tier_status(tier_url: str, nameserver: str, cluster: str, as_json: bool) -> 
     addresses = parse_nameservers(nameserver)
     try:
         rows = uvloop.run(
-            ClusterAdmin.using(addresses, cluster, lambda admin: _status_rows(admin, manifests))
+            ClusterAdmin.using(addresses, cluster, lambda admin: status_rows(admin, manifests))
         )
     except AngeliaError as exc:
         fail(f"the cluster refused: {exc.code.name}: {exc.message}", EXIT_REFUSED)
@@ -249,7 +249,10 @@ def tier_status(tier_url: str, nameserver: str, cluster: str, as_json: bool) -> 
     console.print(table)
 
 
-async def _status_rows(admin: ClusterAdmin, manifests: dict[int, Manifest]) -> list[dict[str, Any]]:
+async def status_rows(admin: ClusterAdmin, manifests: dict[int, Manifest]) -> list[dict[str, Any]]:
+    """Per group and queue of ``manifests``: the upload point, the queue's end offset
+    from the group's leader (-1 if it did not answer), the lag and the newest uploaded
+    message's age (``tier status``, and the dashboard's tier page)."""
     rows = []
     now_ms = int(time.time() * 1000)
     for group_id, manifest in manifests.items():

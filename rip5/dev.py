@@ -9,7 +9,8 @@ Every child runs as a real process (``python -m rip5 <role> ...``).
 
 Dashboard (``dashboard``, what ``rip5 dev`` asks for): one more child,
 ``rip5 dashboard`` on ``dashboard_port`` (8088) over the nameservers, charting
-the brokers' metrics.
+the brokers' metrics; with ACL on (``acl_super_user_file``), behind a login
+(``--acl``).
 
 Metrics: every child serves its Prometheus metrics on a port that was free
 when the plan was made (``--metrics-listen``; :func:`metrics_endpoints`), which
@@ -186,6 +187,8 @@ def plan(layout: DevLayout) -> list[ChildSpec]:
             nameserver,
             "--broker-metrics",
             brokers,
+            *(("--acl",) if layout.acl_super_user_file else ()),
+            *(("--tier-url", layout.tier_url) if layout.tier_url else ()),
         )
         specs.append(
             ChildSpec(

@@ -8,19 +8,28 @@ of the cluster's error (404 for a topic or group that does not exist, 400 for
 anything else the request asked, 502 when the cluster could not be reached).
 No page needs a script; the overview reloads itself every 5 s for its chart.
 
+With ``acl`` (``rip5 dashboard --acl``) every page but the login page and
+``/healthz`` needs a login (rip5/dashboard/login.py); a change is signed as the
+logged-in user, and the nameserver's refusal (PERMISSION_DENIED: the user's
+policy does not allow it) is shown with status 403.
+
 SHELL.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from jinja2 import StrictUndefined
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -32,10 +41,12 @@ from nameserver import names
 from nameserver.errors import NameserverError
 from protocol import errors
 from protocol import nameserver_api as ns
+from protocol.message_objects import ObjectCorrupted
 from protocol.vocabulary import MessageType, Permission
 from rip5.admin_consumers import ago, body_preview
 from rip5.dashboard.chart import svg_chart
 from rip5.dashboard.cluster import DashboardCluster
+from rip5.dashboard.login import SESSION_KEY, Login, Logins
 
 HERE = Path(__file__).parent
 MESSAGE_TYPES = {kind.name.lower(): int(kind) for kind in MessageType}
@@ -43,6 +54,9 @@ PERMISSIONS = {"rw": int(Permission.READ_WRITE), "r": int(Permission.READ)}
 PERMISSIONS.update({"w": int(Permission.WRITE), "none": int(Permission.NONE)})
 UNREACHABLE = (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED)
 MISSING = (errors.NOT_FOUND, errors.TOPIC_NOT_FOUND, errors.CONSUMER_GROUP_NOT_FOUND)
+STATUS_OF_REFUSAL = {errors.UNAUTHENTICATED: 401, errors.PERMISSION_DENIED: 403}
+STATUS_OF_REFUSAL.update(dict.fromkeys(UNREACHABLE, 502))
+STATUS_OF_REFUSAL.update(dict.fromkeys(MISSING, 404))
 
 
 class BadInput(ValueError):
@@ -87,8 +101,16 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[-1].strip() for name, values in fields.items()}
 
 
-def build_app(cluster: DashboardCluster) -> Starlette:
-    """The dashboard over ``cluster``."""
+class LoginNeeded(Exception):
+    """A page asked for without a login while ACL is on."""
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
+    """The dashboard over ``cluster``; with ``acl``, behind a login."""
+    logins = Logins()
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.undefined = StrictUndefined  # a misspelt field fails, never renders empty
     templates.env.globals.update(
@@ -99,8 +121,29 @@ def build_app(cluster: DashboardCluster) -> Starlette:
         cluster_name=cluster.cluster,
     )
 
+    def login_of(request: Request) -> Login | None:
+        return logins.get(request.session.get(SESSION_KEY)) if acl else None
+
+    def signed(request: Request) -> ns.SignedBy:
+        """The signature of a change asked for by ``request`` (unsigned with ACL off)."""
+        login = login_of(request)
+        return login.signed() if login is not None else ns.SignedBy()
+
+    def guarded(endpoint: Endpoint) -> Endpoint:
+        """``endpoint``, answered only for a logged-in user while ACL is on."""
+
+        async def answer(request: Request) -> Response:
+            if acl and login_of(request) is None:
+                raise LoginNeeded()
+            return await endpoint(request)
+
+        return answer
+
     def page(request: Request, template: str, status: int = 200, **context: Any) -> Response:
         context.setdefault("note", request.query_params.get("note", ""))
+        login = login_of(request)
+        context["user"] = login.user if login is not None else ""
+        context["acl"] = acl
         context["now_ms"] = _now_ms()
         return templates.TemplateResponse(request, template, context, status_code=status)
 
@@ -131,6 +174,7 @@ def build_app(cluster: DashboardCluster) -> Starlette:
             _choice(form.get("type", "normal"), "type", MESSAGE_TYPES),
             0,
             _choice(form.get("perm", "rw"), "perm", PERMISSIONS),
+            signed=signed(request),
         )
         response = await cluster.create_topic(created)
         return back("/topics", f"created topic {response.topic.name}")
@@ -146,13 +190,14 @@ def build_app(cluster: DashboardCluster) -> Starlette:
             None,
             None,
             _choice(perm, "perm", PERMISSIONS) if perm else None,
+            signed=signed(request),
         )
         await cluster.update_topic(update)
         return back("/topics", f"updated topic {name}")
 
     async def topic_delete(request: Request) -> Response:
         name = _topic_name(request.path_params["name"])
-        await cluster.delete_topic(name)
+        await cluster.delete_topic(name, signed(request))
         return back("/topics", f"deleted topic {name}")
 
     async def groups(request: Request) -> Response:
@@ -206,33 +251,97 @@ def build_app(cluster: DashboardCluster) -> Starlette:
             note += f" ({resent.duplicates} were there already)"
         return back("/dlq", note, group=name)
 
+    async def tier(request: Request) -> Response:
+        if not cluster.tier_url:
+            return page(request, "tier.html", rows=[], problem="", tier_url="")
+        try:
+            rows = await cluster.tier_status()
+        except (ObjectCorrupted, ValueError, OSError, ImportError) as error:
+            # A damaged manifest or an unreachable tier is shown, with the cause.
+            problem = f"{type(error).__name__}: {error}"
+            return page(request, "tier.html", 502, rows=[], problem=problem, tier_url="")
+        return page(request, "tier.html", rows=rows, problem="", tier_url=cluster.tier_url)
+
+    async def connectors(request: Request) -> Response:
+        rules, silent = await cluster.connector_rules()
+        watched = bool(cluster.connector_metrics)
+        return page(request, "connectors.html", rules=rules, silent=silent, watched=watched)
+
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
+
+    async def login_page(request: Request) -> Response:
+        if not acl:
+            return RedirectResponse("/", 303)
+        return page(request, "login.html", name="", message="")
+
+    async def login(request: Request) -> Response:
+        if not acl:
+            return RedirectResponse("/", 303)
+        form = await _form(request)
+        name, secret = form.get("user", ""), form.get("secret", "")
+        if not name or not secret:
+            message = "user and secret: give both"
+            return page(request, "login.html", 400, name=name, message=message)
+        candidate = Login(name, secret)
+        try:
+            who = await cluster.authenticate(candidate.signed())
+        except AngeliaError as error:
+            if error.code is not errors.UNAUTHENTICATED:
+                raise
+            message = f"{error.code.name}: {error.message}"
+            return page(request, "login.html", 401, name=name, message=message)
+        if not who.name:
+            message = "the cluster has no ACL user (ACL is off): run the dashboard without --acl"
+            return page(request, "login.html", 400, name=name, message=message)
+        request.session[SESSION_KEY] = logins.add(candidate)
+        return back("/", f"logged in as {who.name}")
+
+    async def logout(request: Request) -> Response:
+        logins.remove(request.session.pop(SESSION_KEY, None))
+        return RedirectResponse("/login", 303)
+
+    async def login_needed(request: Request, error: Exception) -> Response:
+        return RedirectResponse("/login", 303)
 
     async def refused(request: Request, error: Exception) -> Response:
         if isinstance(error, BadInput):
             return page(request, "error.html", 400, title="bad input", message=str(error))
         assert isinstance(error, AngeliaError)
-        status = 502 if error.code in UNREACHABLE else 404 if error.code in MISSING else 400
+        status = STATUS_OF_REFUSAL.get(error.code, 400)
         what = "cannot reach the cluster" if status == 502 else "the cluster refused"
         message = f"{error.code.name}: {error.message}"
         return page(request, "error.html", status, title=what, message=message)
 
     return Starlette(
         routes=[
-            Route("/", overview),
-            Route("/topics", topics),
-            Route("/topics", topic_create, methods=["POST"]),
-            Route("/topics/{name}/update", topic_update, methods=["POST"]),
-            Route("/topics/{name}/delete", topic_delete, methods=["POST"]),
-            Route("/groups", groups),
-            Route("/groups/{name}", group),
-            Route("/clients", clients),
-            Route("/messages", messages),
-            Route("/dlq", dead_letters),
-            Route("/dlq/{name}/resend", dead_letters_resend, methods=["POST"]),
+            Route("/", guarded(overview)),
+            Route("/topics", guarded(topics)),
+            Route("/topics", guarded(topic_create), methods=["POST"]),
+            Route("/topics/{name}/update", guarded(topic_update), methods=["POST"]),
+            Route("/topics/{name}/delete", guarded(topic_delete), methods=["POST"]),
+            Route("/groups", guarded(groups)),
+            Route("/groups/{name}", guarded(group)),
+            Route("/clients", guarded(clients)),
+            Route("/messages", guarded(messages)),
+            Route("/dlq", guarded(dead_letters)),
+            Route("/dlq/{name}/resend", guarded(dead_letters_resend), methods=["POST"]),
+            Route("/tier", guarded(tier)),
+            Route("/connectors", guarded(connectors)),
+            Route("/login", login_page),
+            Route("/login", login, methods=["POST"]),
+            Route("/logout", logout, methods=["POST"]),
             Route("/healthz", health),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ],
-        exception_handlers={BadInput: refused, AngeliaError: refused},
+        # The cookie carries only a login id, signed with a key of this process.
+        middleware=[
+            Middleware(
+                SessionMiddleware,
+                secret_key=secrets.token_urlsafe(32),
+                session_cookie="rip5_dashboard",
+                same_site="strict",
+            )
+        ],
+        exception_handlers={BadInput: refused, AngeliaError: refused, LoginNeeded: login_needed},
     )

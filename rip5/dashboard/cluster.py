@@ -9,6 +9,14 @@ live broker's ``broker.clients`` (its peer address is its broker id), so
 gRPC clients are listed with the id, language and version from their
 Telemetry settings.
 
+Tier: :meth:`DashboardCluster.tier_status` reads the groups' manifests in the
+tier (blocking fsspec calls, in a thread) and asks each group's leader for the
+queue's end, as ``rip5 admin tier status`` does.
+
+Connectors: :meth:`DashboardCluster.connector_rules` reads each connector's
+metrics endpoint (``--connector-metrics``): its rules are the ``rule`` labels of
+the ``rip5_connector_*`` series (connector/runner.py).
+
 Throughput: :meth:`DashboardCluster.sample` scrapes the brokers' metrics
 endpoints and adds one :class:`~rip5.dashboard.chart.Sample` to the chart.
 
@@ -23,6 +31,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -40,6 +49,7 @@ from rip5.admin_storage import (
     QueryOutcome,
     Resent,
 )
+from rip5.admin_tier import group_manifests, status_rows
 from rip5.dashboard.chart import Sample, Throughput
 from storage_node.partition.queues import dead_letter_topic
 
@@ -50,6 +60,17 @@ DEAD_LETTERS_SHOWN = 50
 
 SCRAPE_TIMEOUT_S = 2.0
 
+CONNECTOR_FIGURES = {
+    "rip5_connector_replicated_messages": "messages",
+    "rip5_connector_replicated_bytes": "bytes",
+    "rip5_connector_lag_messages": "lag",
+    "rip5_connector_delay_milliseconds": "delay_ms",
+    "rip5_connector_last_sync_timestamp_milliseconds": "last_sync_ms",
+    "rip5_connector_errors": "errors",
+}
+"""The connector's metric families (as the parser names them: no ``_total``) -> the
+field of :class:`ConnectorRule` they fill."""
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerClient:
@@ -59,14 +80,52 @@ class BrokerClient:
     client: br.ClientConnection
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectorRule:
+    """One rule of one connector, as its metrics show it (a figure it has not
+    reported yet is 0)."""
+
+    connector: str
+    rule: str
+    messages: int = 0
+    bytes: int = 0
+    lag: int = 0
+    delay_ms: int = 0
+    last_sync_ms: int = 0
+    errors: int = 0
+
+
+def connector_rules(connector: str, text: str) -> list[ConnectorRule]:
+    """The rules in ``connector``'s metrics ``text`` (Prometheus text format), by name."""
+    figures: dict[str, dict[str, int]] = {}
+    for family in text_string_to_metric_families(text):
+        field_name = CONNECTOR_FIGURES.get(family.name)
+        if field_name is None:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created") or "rule" not in sample.labels:
+                continue
+            figures.setdefault(sample.labels["rule"], {})[field_name] = int(sample.value)
+    return [ConnectorRule(connector, rule, **figures[rule]) for rule in sorted(figures)]
+
+
 class DashboardCluster:
     """The dashboard's connections to one cluster."""
 
     def __init__(
-        self, nameservers: Sequence[str], cluster: str, broker_metrics: Sequence[str] = ()
+        self,
+        nameservers: Sequence[str],
+        cluster: str,
+        broker_metrics: Sequence[str] = (),
+        tier_url: str = "",
+        connector_metrics: Sequence[str] = (),
     ) -> None:
-        """Reach the cluster through ``nameservers``; chart ``broker_metrics`` (host:port)."""
+        """Reach the cluster through ``nameservers``; chart ``broker_metrics`` (host:port);
+        show the tier at ``tier_url`` ("" for none) and the connectors whose metrics
+        endpoints are ``connector_metrics`` (host:port)."""
         self.cluster = cluster
+        self.connector_metrics = list(connector_metrics)
+        self.tier_url = tier_url
         self.nameserver = NameserverClient(list(nameservers))
         self.peers = Peers(RpcConfig(call_timeout_ms=CALL_TIMEOUT_MS))
         self.broker_metrics = list(broker_metrics)
@@ -106,8 +165,16 @@ class DashboardCluster:
         )
         return sorted(response.groups, key=lambda g: g.name)
 
+    async def authenticate(self, signed: ns.SignedBy) -> ns.AuthenticateResponse:
+        """Who signed ``signed`` (a login); the nameserver refuses a user that does not
+        exist or a wrong secret with UNAUTHENTICATED."""
+        request = ns.AuthenticateRequest(signed)
+        return await self.nameserver.call(
+            lambda s: s.authenticate(request, timeout_ms=CALL_TIMEOUT_MS)
+        )
+
     async def create_topic(self, request: ns.CreateTopicRequest) -> ns.TopicResponse:
-        """Create a topic (the nameserver validates it)."""
+        """Create a topic (the nameserver validates it and checks ``request.signed``)."""
         return await self.nameserver.call(
             lambda s: s.create_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )
@@ -118,9 +185,9 @@ class DashboardCluster:
             lambda s: s.update_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )
 
-    async def delete_topic(self, name: str) -> ns.RevisionResponse:
-        """Delete a topic."""
-        request = ns.NameRequest(name)
+    async def delete_topic(self, name: str, signed: ns.SignedBy) -> ns.RevisionResponse:
+        """Delete a topic, signed by ``signed``."""
+        request = ns.NameRequest(name, signed)
         return await self.nameserver.call(
             lambda s: s.delete_topic(request, timeout_ms=CALL_TIMEOUT_MS)
         )
@@ -181,6 +248,35 @@ class DashboardCluster:
         """Resend ``group``'s dead letters to their topics (``rip5 admin dlq resend``)."""
         return await self.admin().resend_dead_letters(group)
 
+    # -- tier ----------------------------------------------------------------------------
+
+    async def tier_status(self) -> list[dict[str, Any]]:
+        """Per group and queue, what the tier holds (``rip5 admin tier status``'s rows).
+        Raises ``ObjectCorrupted`` for a damaged manifest and ``ValueError`` (and
+        whatever fsspec raises) for a tier URL it cannot open."""
+        import fsspec  # noqa: PLC0415 - optional (the tiered extra): only the tier page needs it
+
+        fs, root = await asyncio.to_thread(fsspec.core.url_to_fs, self.tier_url)
+        root = str(root).rstrip("/")
+        manifests = await asyncio.to_thread(group_manifests, fs, root)
+        return await status_rows(self.admin(), manifests)
+
+    # -- connectors ------------------------------------------------------------------------
+
+    async def connector_rules(self) -> tuple[list[ConnectorRule], list[str]]:
+        """Every connector's rules, and the connectors whose metrics did not answer."""
+        texts = await asyncio.gather(
+            *(asyncio.to_thread(_metrics_text, target) for target in self.connector_metrics)
+        )
+        rules: list[ConnectorRule] = []
+        silent: list[str] = []
+        for target, text in zip(self.connector_metrics, texts, strict=True):
+            if text is None:
+                silent.append(target)
+            else:
+                rules.extend(connector_rules(target, text))
+        return rules, silent
+
     # -- throughput ----------------------------------------------------------------------
 
     async def sample(self) -> None:
@@ -217,13 +313,20 @@ async def _read_oldest(
     return list(batch.messages)
 
 
-def _scrape(target: str) -> tuple[float, float] | None:
-    """(messages in, messages out) summed over a broker's series; None if unreachable."""
+def _metrics_text(target: str) -> str | None:
+    """The metrics ``target`` (host:port) serves at /metrics; None if unreachable."""
     try:
         with urllib.request.urlopen(f"http://{target}/metrics", timeout=SCRAPE_TIMEOUT_S) as r:
-            text = r.read().decode()
+            return str(r.read().decode())
     except OSError as error:
-        log.debug("broker metrics not read", extra={"target": target, "error": str(error)})
+        log.debug("metrics not read", extra={"target": target, "error": str(error)})
+        return None
+
+
+def _scrape(target: str) -> tuple[float, float] | None:
+    """(messages in, messages out) summed over a broker's series; None if unreachable."""
+    text = _metrics_text(target)
+    if text is None:
         return None
     totals = {"rocketmq_messages_in": 0.0, "rocketmq_messages_out": 0.0}
     for family in text_string_to_metric_families(text):

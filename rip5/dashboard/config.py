@@ -27,6 +27,28 @@ class DashboardConfig:
             "kind": "addresses",
         },
     )
+    tier_url: str = field(
+        default="",
+        metadata={
+            "help": "the storage nodes' --tier-url: the tier page shows what each queue "
+            "uploaded (credentials from the environment; empty: no tier)"
+        },
+    )
+    connector_metrics: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated host:port of the connectors' --metrics-listen: the "
+            "connectors page shows their rules (empty: none)",
+            "kind": "addresses",
+        },
+    )
+    acl: bool = field(
+        default=False,
+        metadata={
+            "help": "ACL is on: every page needs a login as an ACL user of the nameserver, "
+            "and changes are signed as that user"
+        },
+    )
     sample_interval_ms: int = field(
         default=2_000,
         metadata={"help": "how often the chart samples the brokers' metrics", "min": 100},

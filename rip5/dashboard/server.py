@@ -66,11 +66,15 @@ async def serve(
         parse_addresses(config.nameserver),
         config.cluster,
         [a.strip() for a in config.broker_metrics.split(",") if a.strip()],
+        config.tier_url,
+        [a.strip() for a in config.connector_metrics.split(",") if a.strip()],
     )
     sock = _bind(config.listen)
     host, port = sock.getsockname()[:2]
     server = _Server(
-        uvicorn.Config(build_app(cluster), log_config=None, access_log=False, lifespan="off")
+        uvicorn.Config(
+            build_app(cluster, acl=config.acl), log_config=None, access_log=False, lifespan="off"
+        )
     )
     tasks = [asyncio.create_task(server.serve(sockets=[sock]), name="dashboard-http")]
     if cluster.broker_metrics:

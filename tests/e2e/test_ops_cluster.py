@@ -6,17 +6,20 @@ no browser download).
 
 One cluster (a nameserver, three storage nodes, a broker; every process with
 its own ``--metrics-listen``), one Prometheus, one dashboard and one browser
-session serve the whole module. With ``DASHBOARD_SCREENSHOTS=DIR`` the
+session serve the whole module; its last test turns ACL on (it creates users) and
+logs in to a second dashboard started with ``--acl``. With ``DASHBOARD_SCREENSHOTS=DIR`` the
 dashboard tests save a screenshot of each page there (how docs/img/dashboard-*.png
 are made).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,8 +33,12 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from angelia_rpc.ports import free_port
-from tests.e2e.cluster import RIP5, LocalCluster, Process
+from angelia_rpc.nameserver_client import NameserverClient
+from protocol import nameserver_api as api
+from protocol.acl import Action, Decision, UserType
+from protocol.acl_wire import signed_by
+from tests.e2e.cluster import LocalCluster
+from tests.e2e.dashboard_process import start_dashboard
 from tests.e2e.prometheus import Prometheus, prometheus
 from tests.waiting import wait_until
 
@@ -153,35 +160,17 @@ WATCHED = "watched"
 WATCHERS = "watchers"
 SENT = 60
 ACKED = 15
-PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq")
+PAGES = ("/", "/topics", "/groups", "/clients", "/messages", "/dlq", "/tier", "/connectors")
 
 
 @pytest.fixture(scope="module")
 def dashboard(cluster: LocalCluster) -> Iterator[str]:
     """``rip5 dashboard`` on the cluster, charting its broker; its base URL."""
     broker_metrics = cluster.metrics_addresses["broker-1"]
-    process = Process(
-        "dashboard",
-        [
-            *RIP5,
-            "dashboard",
-            "--data-dir",
-            str(cluster.root / "dashboard"),
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--nameserver",
-            cluster.nameserver_address,
-            "--broker-metrics",
-            broker_metrics,
-            "--sample-interval-ms",
-            "500",
-        ],
-        cluster.root / "dashboard.log",
-        {},
-    )
-    address = process.start()
+    flags = ("--broker-metrics", broker_metrics, "--sample-interval-ms", "500")
+    process = start_dashboard(cluster, "dashboard", *flags)
     try:
-        yield f"http://{address}"
+        yield f"http://{process.endpoint}"
     finally:
         assert process.stop() == 0, (cluster.root / "dashboard.log").read_text()[-4000:]
 
@@ -353,3 +342,88 @@ def test_a_dead_letter_is_shown_and_resent_from_the_page(
         return text_of(browser, "total-lag") == "1"
 
     wait_until(waiting_again, timeout_s=30, what="the resent message waiting for the group")
+
+
+# -- the dashboard behind a login (ACL on), last: the users it creates turn ACL on -------
+
+SUPER_USER = ("root", "root-secret")
+VIEWER = ("viewer", "viewer-secret")
+
+
+async def _add_users(cluster: LocalCluster) -> None:
+    """A super user (the first, unsigned: it turns ACL on) and a normal user allowed to
+    create only topics named ``viewer-*``."""
+    client = NameserverClient(cluster.nameserver_addresses, cluster.rpc.rpc_config())
+    try:
+        root = api.UserInfo(*SUPER_USER, int(UserType.SUPER))
+        await client.call(lambda ns: ns.create_user(api.UserRequest(root)))
+        signed = signed_by(*SUPER_USER, int(time.time() * 1000))
+        viewer = api.UserInfo(*VIEWER, int(UserType.NORMAL))
+        await client.call(lambda ns: ns.create_user(api.UserRequest(viewer, signed)))
+        entry = api.PolicyEntryInfo("Topic:viewer-*", [int(Action.CREATE)], int(Decision.ALLOW))
+        policy = api.AclRequest(api.AclInfo(VIEWER[0], [entry]), signed)
+        await client.call(lambda ns: ns.create_acl(policy))
+    finally:
+        await client.close()
+
+
+def refusals_logged(browser: WebDriver, status: int) -> None:
+    """The console's entries since the last look are all the page's ``status``."""
+    logged = browser.get_log("browser")
+    assert all(str(status) in entry["message"] for entry in logged), logged
+
+
+def log_in(browser: WebDriver, user: str, secret: str) -> None:
+    """Fill the login form and send it."""
+    form = browser.find_element(By.ID, "login")
+    name = form.find_element(By.NAME, "user")
+    name.clear()  # a refused login keeps the name typed
+    name.send_keys(user)
+    form.find_element(By.NAME, "secret").send_keys(secret)
+    submit(browser, form.find_element(By.TAG_NAME, "button"))
+
+
+def test_with_acl_a_user_logs_in_and_changes_run_signed_as_that_user(
+    browser: WebDriver, cluster: LocalCluster
+) -> None:
+    asyncio.run(_add_users(cluster))
+    process = start_dashboard(cluster, "acl-dashboard", "--acl")
+    try:
+        base = f"http://{process.endpoint}"
+        visit(browser, base + "/topics")  # no login yet: to the login page
+        assert browser.current_url == base + "/login"
+        screenshot(browser, "login")
+
+        log_in(browser, VIEWER[0], "not-the-secret")
+        assert text_of(browser, "error").startswith("UNAUTHENTICATED: ")
+        refusals_logged(browser, 401)
+        log_in(browser, "nobody", "whatever")
+        assert text_of(browser, "error") == "UNAUTHENTICATED: user 'nobody' does not exist"
+        refusals_logged(browser, 401)
+
+        log_in(browser, *VIEWER)
+        assert text_of(browser, "note") == "logged in as viewer"
+        assert text_of(browser, "user-name") == "viewer"
+
+        # Signed as the viewer: its policy allows creating viewer-* topics only.
+        for name in ("viewer-made", "elsewhere"):
+            visit(browser, base + "/topics")
+            form = browser.find_element(By.ID, "create-topic")
+            form.find_element(By.NAME, "name").send_keys(name)
+            submit(browser, form.find_element(By.TAG_NAME, "button"))
+        error = text_of(browser, "error")
+        assert error.startswith("PERMISSION_DENIED: "), error
+        assert "viewer" in error, error
+        assert "elsewhere" in error, error
+        refusals_logged(browser, 403)
+        screenshot(browser, "forbidden")
+        visit(browser, base + "/topics")
+        assert browser.find_elements(By.ID, "topic-viewer-made")
+        assert not browser.find_elements(By.ID, "topic-elsewhere")
+
+        submit(browser, browser.find_element(By.ID, "logout"))
+        assert browser.current_url == base + "/login"
+        visit(browser, base + "/")
+        assert browser.current_url == base + "/login"  # logged out
+    finally:
+        assert process.stop() == 0, (cluster.root / "acl-dashboard.log").read_text()[-4000:]

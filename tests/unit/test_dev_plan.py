@@ -121,6 +121,18 @@ def test_every_child_gets_a_metrics_port_and_the_dashboard_charts_the_brokers(
     assert all(spec.name != "dashboard" for spec in plan(DevLayout(tmp_path)))
 
 
+def test_the_dashboard_asks_for_a_login_with_acl_and_shows_the_tier(tmp_path: Path) -> None:
+    def dashboard_argv(layout: DevLayout) -> tuple[str, ...]:
+        (dashboard,) = (spec for spec in plan(layout) if spec.name == "dashboard")
+        return tuple(dashboard.argv)
+
+    assert "--acl" not in dashboard_argv(DevLayout(tmp_path, dashboard=True))
+    with_acl = DevLayout(tmp_path, dashboard=True, acl_super_user_file=str(tmp_path / "su"))
+    assert "--acl" in dashboard_argv(with_acl)
+    with_tier = DevLayout(tmp_path, dashboard=True, tier_url="file:///srv/tier")
+    assert _flag(dashboard_argv(with_tier), "--tier-url") == "file:///srv/tier"
+
+
 def test_a_tier_url_goes_to_every_storage_node_only(tmp_path: Path) -> None:
     specs = plan(DevLayout(tmp_path, tier_url="file:///srv/tier"))
     for spec in specs:
