@@ -125,7 +125,7 @@ fuzz: $(STAMP)
 	RIP5_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 19 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/unit/protocol/test_http2_connection_fuzz.py tests/unit/test_pure_decoders_fuzz.py \
 		tests/contract/test_bad_requests.py tests/contract/test_angelia_server_fuzz.py \
-		tests/contract/test_remoting_server_fuzz.py
+		tests/contract/test_remoting_server_fuzz.py tests/contract/test_grpc_http2_fuzz.py
 
 sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)
