@@ -27,7 +27,9 @@ Targets and their contracts:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import os
 import random
 import sys
 import time
@@ -54,6 +56,7 @@ from protocol.remoting import messages as remoting_messages
 from protocol.remoting.codes import SerializeType
 from protocol.remoting.errors import BodyError, FrameError
 from tests.unit.test_angelia_codecs import Color, Everything, Inner
+from tests.waiting import async_wait_until
 
 Target = Callable[[bytes], None]
 
@@ -268,6 +271,36 @@ def remoting_target(data: bytes) -> None:
             remoting_messages.parse_message_exts(rest)
     else:
         remoting_messages.parse_properties(rest.decode(errors="replace"))
+
+
+# ------------------------------------------------------------------------------ sockets
+
+
+async def exchange(port: int, data: bytes, timeout_s: float = 15.0) -> bytes:
+    """Send ``data`` on a new connection to 127.0.0.1:``port``, half-close, and read what
+    the server sends until it closes (empty when it reset the connection first)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), timeout_s)
+    except ConnectionResetError:
+        return b""  # the server closed before reading everything: a connection error
+    finally:
+        writer.close()
+
+
+def open_fds() -> int:
+    """This process's open file descriptors."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def settled(tasks_before: int, fds_before: int) -> None:
+    """Wait until no more tasks and descriptors are open than before the fuzzing."""
+    await async_wait_until(
+        lambda: len(asyncio.all_tasks()) <= tasks_before, what="the fuzzed calls' tasks to end"
+    )
+    await async_wait_until(lambda: open_fds() <= fds_before, what="the sockets to close")
 
 
 # ------------------------------------------------------------------------------ driver

@@ -21,17 +21,13 @@ import pytest
 from angelia_rpc import AngeliaError, Channel, RpcConfig, Server
 from angelia_rpc.framing import ERROR, FrameDecoder, check_hello, decode_json, hello
 from tests.contract.angelia_rig import Conformance, ConformanceImpl, Req
-from tests.fuzzing import _angelia_frame_seeds, inputs
+from tests.fuzzing import _angelia_frame_seeds, exchange, inputs, open_fds, settled
 from tests.waiting import async_wait_until
 
 FUZZ_INPUTS = int(os.environ.get("RIP5_FUZZ_EXAMPLES", "200"))
 FRAME_BYTES_MAX = 4096  # the seeds' limit: a mutated length soon passes it
 CONFIG = RpcConfig(transport="tcp", codec="msgpack", frame_bytes_max=FRAME_BYTES_MAX)
 HELLO_FRAME = hello("msgpack", 1, "tcp", FRAME_BYTES_MAX)
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def _refusal(data: bytes) -> int | None:
@@ -63,27 +59,14 @@ async def served() -> AsyncIterator[tuple[Server, Conformance]]:
         await server.stop()
 
 
-async def _one(address: str, data: bytes) -> bytes:
-    """Send ``data`` on a new connection, half-close, and read until the server closes."""
-    host, port = address.rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(data)
-        writer.write_eof()
-        return await asyncio.wait_for(reader.read(), 10)
-    except ConnectionResetError:
-        return b""  # the server closed before reading everything: a connection error
-    finally:
-        writer.close()
-
-
 async def test_bad_frames_get_an_error_or_a_close_and_the_server_serves_on(
     served: tuple[Server, Conformance],
 ) -> None:
     server, conformance = served
+    port = int(server.address.rsplit(":", 1)[1])
     assert (await conformance.echo(Req(1))).n == 1  # the healthy channel is up
     tasks_before = len(asyncio.all_tasks())
-    fds_before = _open_fds()
+    fds_before = open_fds()
     rng = random.Random("angelia-server:1")
     seeds = _angelia_frame_seeds()
     refused = 0
@@ -91,7 +74,7 @@ async def test_bad_frames_get_an_error_or_a_close_and_the_server_serves_on(
         data = inputs(seeds, rng)
         if rng.randrange(8):
             data = HELLO_FRAME + data
-        answer = await _one(server.address, data)
+        answer = await exchange(port, data)
         code = _refusal(data)
         if code is not None and answer:
             refused += 1
@@ -106,7 +89,4 @@ async def test_bad_frames_get_an_error_or_a_close_and_the_server_serves_on(
     assert refused > FUZZ_INPUTS // 10  # the inputs reached the refusals
     await async_wait_until(lambda: not server.connections or len(server.connections) <= 1,
                            what="the fuzzed connections to close")  # fmt: skip
-    await async_wait_until(
-        lambda: len(asyncio.all_tasks()) <= tasks_before, what="the fuzzed calls' tasks to end"
-    )
-    await async_wait_until(lambda: _open_fds() <= fds_before, what="the sockets to close")
+    await settled(tasks_before, fds_before)

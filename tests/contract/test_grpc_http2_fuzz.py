@@ -25,8 +25,7 @@ from protocol.http2_connection import Http2Connection
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from tests.contract import test_bad_requests as bad_requests
-from tests.fuzzing import _http2_seeds, inputs
-from tests.waiting import async_wait_until
+from tests.fuzzing import _http2_seeds, exchange, inputs, open_fds, settled
 
 FUZZ_INPUTS = int(os.environ.get("RIP5_FUZZ_EXAMPLES", "200"))
 ROUTE = spb.QueryRouteRequest(topic=pb.Resource(name="normal")).SerializeToString()
@@ -59,19 +58,6 @@ def _goaway_code(data: bytes) -> int | None:
     return None
 
 
-async def _one(port: int, data: bytes) -> bytes:
-    """Send ``data`` on a new connection, half-close, and read until the server closes."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(data)
-        writer.write_eof()
-        return await asyncio.wait_for(reader.read(), 10)
-    except ConnectionResetError:
-        return b""  # the server closed before reading everything: a connection error
-    finally:
-        writer.close()
-
-
 async def test_bad_frames_get_a_goaway_or_a_close_and_the_server_serves_on(
     endpoint: GrpcEndpoint,
 ) -> None:
@@ -87,7 +73,7 @@ async def test_bad_frames_get_a_goaway_or_a_close_and_the_server_serves_on(
 
         await serves()  # the healthy channel is up
         tasks_before = len(asyncio.all_tasks())
-        fds_before = len(os.listdir("/proc/self/fd"))
+        fds_before = open_fds()
         rng = random.Random("grpc-http2:1")
         seeds = _http2_seeds()
         refused = 0
@@ -95,7 +81,7 @@ async def test_bad_frames_get_a_goaway_or_a_close_and_the_server_serves_on(
             data = inputs(seeds, rng)
             if rng.randrange(8):
                 data = http2.PREFACE + data
-            answer = await _one(endpoint.port, data)
+            answer = await exchange(endpoint.port, data)
             code = _goaway_code(data)
             if code is not None and answer:
                 buffer = bytearray(answer)
@@ -108,9 +94,4 @@ async def test_bad_frames_get_a_goaway_or_a_close_and_the_server_serves_on(
                 await serves()
         await serves()  # the server serves on
         assert refused > FUZZ_INPUTS // 10  # the inputs reached the protocol errors
-        await async_wait_until(
-            lambda: len(asyncio.all_tasks()) <= tasks_before, what="the fuzzed calls' tasks to end"
-        )
-        await async_wait_until(
-            lambda: len(os.listdir("/proc/self/fd")) <= fds_before, what="the sockets to close"
-        )
+        await settled(tasks_before, fds_before)

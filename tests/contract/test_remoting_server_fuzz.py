@@ -25,8 +25,7 @@ from protocol.remoting.errors import FrameError
 from protocol.remoting.frames import FrameDecoder, Malformed, RemotingCommand, encode
 from tests.contract import test_remoting_server as remoting_suite
 from tests.contract.remoting_wire import WireClient
-from tests.fuzzing import inputs
-from tests.waiting import async_wait_until
+from tests.fuzzing import exchange, inputs, open_fds, settled
 
 pytestmark = pytest.mark.integration
 FUZZ_INPUTS = int(os.environ.get("RIP5_FUZZ_EXAMPLES", "300"))
@@ -85,15 +84,7 @@ broker = remoting_suite.broker
 
 async def _answers(port: int, data: bytes) -> tuple[list[RemotingCommand], FrameError | None]:
     """Send ``data`` on a new connection, half-close, read the answers until the close."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(data)
-        writer.write_eof()
-        received = await asyncio.wait_for(reader.read(), 15)
-    except ConnectionResetError:
-        received = b""
-    finally:
-        writer.close()
+    received = await exchange(port, data)
     decoder = FrameDecoder(1 << 24)
     decoder.receive(received)
     answers = []
@@ -112,7 +103,7 @@ async def test_bad_frames_are_answered_then_closed_and_the_broker_serves_on(
     try:
         assert (await healthy.call(*route)).code == 0
         tasks_before = len(asyncio.all_tasks())
-        fds_before = len(os.listdir("/proc/self/fd"))
+        fds_before = open_fds()
         rng = random.Random("remoting-server:1")
         seeds = _seeds()
         framing_errors = 0
@@ -132,11 +123,6 @@ async def test_bad_frames_are_answered_then_closed_and_the_broker_serves_on(
                 assert (await healthy.call(*route)).code == 0
         assert framing_errors > FUZZ_INPUTS // 10  # the inputs reached the framing refusals
         assert (await healthy.call(*route)).code == 0  # the broker serves on
-        await async_wait_until(
-            lambda: len(asyncio.all_tasks()) <= tasks_before, what="the fuzzed calls' tasks to end"
-        )
-        await async_wait_until(
-            lambda: len(os.listdir("/proc/self/fd")) <= fds_before, what="the sockets to close"
-        )
+        await settled(tasks_before, fds_before)
     finally:
         await healthy.close()
