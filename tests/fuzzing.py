@@ -325,18 +325,29 @@ class Run:
     seconds: float
 
 
-def run(name: str, count: int, seed: int) -> Run:
+def run(name: str, count: int, seed: int, progress: Callable[[Run], None] | None = None) -> Run:
     """Run ``count`` inputs of target ``name`` from ``seed``; FuzzFinding on a broken
     contract (an unexpected exception is one too)."""
     target, seeds = targets()[name]
-    return run_target(name, target, seeds, count, seed)
+    return run_target(name, target, seeds, count, seed, progress)
 
 
-def run_target(name: str, target: Target, seeds: Sequence[bytes], count: int, seed: int) -> Run:
-    """Run ``count`` inputs drawn from ``seeds`` through ``target`` (see :func:`run`)."""
+def run_target(
+    name: str,
+    target: Target,
+    seeds: Sequence[bytes],
+    count: int,
+    seed: int,
+    progress: Callable[[Run], None] | None = None,
+    progress_every: int = 100_000,
+) -> Run:
+    """Run ``count`` inputs drawn from ``seeds`` through ``target`` (see :func:`run`);
+    ``progress`` hears the inputs run so far every ``progress_every`` inputs."""
     rng = random.Random(f"{name}:{seed}")
     started_s = time.monotonic()
     for index in range(count):
+        if progress is not None and index and index % progress_every == 0:
+            progress(Run(name, index, time.monotonic() - started_s))
         data = inputs(seeds, rng)
         try:
             target(data)
@@ -355,6 +366,12 @@ def replay(name: str, data_hex: str) -> None:
     targets()[name][0](bytes.fromhex(data_hex))
 
 
+def _report(done: Run, note: str) -> None:
+    rate = done.inputs / done.seconds if done.seconds else 0.0
+    print(f"{done.target}: {done.inputs} inputs, {done.seconds:.0f} s ({rate:.0f}/s), {note}",
+          flush=True)  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tests.fuzzing --inputs N --seed S [TARGET ...]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -363,13 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     for name in args.targets or list(targets()):
-        done = run(name, args.inputs, args.seed)
-        rate = done.inputs / done.seconds if done.seconds else 0.0
-        print(
-            f"{done.target}: {done.inputs} inputs, seed {args.seed}, {done.seconds:.0f} s "
-            f"({rate:.0f}/s), no finding",
-            flush=True,
-        )
+        done = run(name, args.inputs, args.seed, progress=lambda so_far: _report(so_far, "so far"))
+        _report(done, f"seed {args.seed}, no finding")
     return 0
 
 

@@ -39,3 +39,13 @@ def test_a_broken_contract_names_the_target_and_the_input() -> None:
 
     with pytest.raises(fuzzing.FuzzFinding, match=r"crashy seed 1 input 0 raised KeyError"):
         fuzzing.run_target("crashy", crashes, [b"seed"], 10, seed=1)
+
+
+def test_progress_is_reported_with_the_inputs_run_so_far() -> None:
+    heard: list[int] = []
+    done = fuzzing.run_target(
+        "quiet", lambda data: None, [b"seed"], 25, seed=1,
+        progress=lambda so_far: heard.append(so_far.inputs), progress_every=10,
+    )  # fmt: skip
+    assert heard == [10, 20]
+    assert done.inputs == 25
