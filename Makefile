@@ -115,11 +115,17 @@ coverage-core: $(STAMP)
 		--cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
 
 # The fuzz tests with a long budget (make test runs them with a small one): examples per
-# target (and per gRPC server) in FUZZ_EXAMPLES.
+# target (and per gRPC server) in FUZZ_EXAMPLES; the pure decoders' mutation driver first,
+# FUZZ_INPUTS per target (it prints the counts), from FUZZ_SEED.
 FUZZ_EXAMPLES ?= 100000
+FUZZ_INPUTS ?= 1000000
+FUZZ_SEED ?= 1
 fuzz: $(STAMP)
-	RIP5_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/unit/protocol/test_http2_connection_fuzz.py tests/contract/test_bad_requests.py
+	nice -n 19 $(BIN)/python -m tests.fuzzing --inputs $(FUZZ_INPUTS) --seed $(FUZZ_SEED)
+	RIP5_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 19 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/unit/protocol/test_http2_connection_fuzz.py tests/unit/test_pure_decoders_fuzz.py \
+		tests/contract/test_bad_requests.py tests/contract/test_angelia_server_fuzz.py \
+		tests/contract/test_remoting_server_fuzz.py tests/contract/test_grpc_http2_fuzz.py
 
 sim: $(STAMP)
 	RIP5_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim $(PYTEST_ARGS)

@@ -82,15 +82,28 @@ def _seed(method: str) -> bytes:
 
 @st.composite
 def _mutated(draw: st.DrawFn, method: str) -> bytes:
-    """The method's seed request with a few bytes replaced, inserted or cut."""
+    """The method's seed request with a few bytes replaced, inserted or cut, a bit flipped,
+    the tail truncated, a slice duplicated in place, or the whole message repeated (each
+    field then comes twice: repeated fields grow, the last scalar wins)."""
     data = bytearray(_seed(method))
     for _ in range(draw(st.integers(1, 4))):
         at = draw(st.integers(0, len(data)))
-        how = draw(st.sampled_from(["replace", "insert", "cut"]))
-        if how == "insert" or at == len(data):
+        how = draw(
+            st.sampled_from(["replace", "insert", "cut", "flip", "truncate", "duplicate", "repeat"])
+        )
+        if how == "insert" or (at == len(data) and how in ("replace", "flip")):
             data[at:at] = draw(st.binary(min_size=1, max_size=8))
         elif how == "replace":
             data[at] = draw(st.integers(0, 255))
+        elif how == "flip":
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif how == "truncate":
+            del data[at:]
+        elif how == "duplicate":
+            end = min(len(data), at + draw(st.integers(1, 32)))
+            data[end:end] = bytes(data[at:end])
+        elif how == "repeat":
+            data += bytes(data)
         else:
             del data[at : at + draw(st.integers(1, 8))]
     return bytes(data)

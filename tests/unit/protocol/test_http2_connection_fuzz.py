@@ -16,16 +16,10 @@ from hypothesis import strategies as st
 
 from protocol import http2
 from protocol.http2_connection import Http2Connection
+from tests.fuzzing import REQUEST_HEADERS
 
 FUZZ_EXAMPLES = int(os.environ.get("RIP5_FUZZ_EXAMPLES", "400"))
-REQUEST = [
-    (b":method", b"POST"),
-    (b":scheme", b"http"),
-    (b":path", b"/apache.rocketmq.v2.MessagingService/SendMessage"),
-    (b":authority", b"127.0.0.1"),
-    (b"content-type", b"application/grpc"),
-    (b"x-mq-client-id", b"fuzz"),
-]
+REQUEST = [*REQUEST_HEADERS, (b"x-mq-client-id", b"fuzz")]
 KINDS = [
     http2.DATA,
     http2.HEADERS,
