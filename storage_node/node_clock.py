@@ -38,11 +38,12 @@ class NodeClock:
         self._monotonic_ms = 0.0  # the monotonic reading at the last read
         self._committed_ms = 0  # the largest committed time observed before the first read
 
-    def read(self, wall_ms: int, monotonic_ms: float) -> int:
+    def read(self, wall_ms: float, monotonic_ms: float) -> int:
         """The node's time now, given the wall and monotonic clocks' readings.
 
         The first read takes the wall clock (or a larger committed time
-        observed before it); later reads advance by the
+        observed before it); pass the wall reading with its fraction of a ms, or
+        the node's time lags the wall clock by up to 1 ms from the start; later reads advance by the
         monotonic time elapsed, corrected toward ``wall_ms`` by at most
         ``SLEW_PPM`` of it.
         """
@@ -58,7 +59,7 @@ class NodeClock:
         self._monotonic_ms = max(self._monotonic_ms, monotonic_ms)
         return int(self._time_ms)
 
-    def observe(self, committed_ms: int, wall_ms: int, monotonic_ms: float) -> int:
+    def observe(self, committed_ms: int, wall_ms: float, monotonic_ms: float) -> int:
         """A group this node hosts committed time ``committed_ms`` (readings as for
         :meth:`read`, taken now): never stamp less. Returns the node's time now.
 

@@ -215,7 +215,7 @@ class StorageNode:
         replicas: Mapping[int, GroupReplica],
         group_count: int,
         addresses: Mapping[int, str],
-        wall_ms: Callable[[], int] | None = None,
+        wall_ms: Callable[[], float] | None = None,
     ) -> None:
         """Serve the replicas; they must already be added to ``driver``. ``wall_ms``
         replaces the wall clock :meth:`now_ms` steers toward, only under fault injection."""
@@ -897,8 +897,9 @@ class StorageNode:
             return await export_group(replica, request)
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
+def _wall_ms() -> float:
+    # With its fraction: the node clock starts at it (node_clock.NodeClock.read).
+    return time.time() * 1000
 
 
 _record_body = operator.itemgetter(MessageRecord._fields.index("body"))
