@@ -362,8 +362,11 @@ def test_a_prometheus_server_scrapes_the_metrics_and_answers_queries(
             "rip5_connector_lag_messages",
             "rip5_connector_errors_total",
         ):
-            rules = {r["metric"]["rule"] for r in query(name)}
-            assert {"orders", "late"} <= rules, (name, rules)
+            # Scrapes come every second: a rule's series shows once a scrape saw it.
+            def both_rules(name: str = name) -> bool:
+                return {"orders", "late"} <= {r["metric"]["rule"] for r in query(name)}
+
+            _until(f"{name} of both rules", both_rules)
         # TPS is the rate of the first (it needs two scrapes).
         tps = 'rate(rip5_connector_replicated_messages_total{rule="orders"}[1m])'
         _until("a rate over two scrapes", lambda: bool(query(tps)))
