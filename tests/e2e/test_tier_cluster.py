@@ -26,10 +26,15 @@ them fail, the first offset moves up), a queue keeps about ``retention_bytes``
 locally and in the tier, and a deleted topic's messages, consumer offsets, pop
 state and tier objects are gone, so the topic created again with the same name
 starts empty at offset 0.
+
+Message query on the same cluster: messages only the tier holds are found by id
+and key through the storage API, ``rip5 admin message show|query`` and the
+broker's remoting QUERY_MESSAGE and VIEW_MESSAGE_BY_ID.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -49,7 +54,10 @@ from protocol.message_objects import (
     decode_footer,
     parse_tier_object_name,
 )
+from protocol.remoting import messages as messages_codec
+from protocol.remoting.codes import RequestCode, ResponseCode
 from rip5.admin_tier import group_manifests
+from tests.contract.remoting_wire import WireClient
 from tests.e2e.cluster import LocalCluster
 from tests.e2e.storage_calls import (
     admin_cli,
@@ -420,3 +428,74 @@ def test_a_deleted_topic_leaves_no_data_and_starts_again_empty(
     assert append(cluster, "doomed", 1, ["n0"]) == [0]
     again = on_queue(cluster, "doomed", 1, lambda s, t: s.receive(receive, timeout_ms=t))
     assert [m.message.message.message_id for m in again.messages] == ["n0"]
+
+
+# -- message query of messages only the tier holds ----------------------------------------
+
+
+def test_a_query_by_id_or_key_finds_messages_only_the_tier_holds(cluster: LocalCluster) -> None:
+    """Messages whose local copies are trimmed (local retention 1 ms) are found by id
+    and by key: through the storage API, ``rip5 admin message query|show`` and the
+    broker's remoting QUERY_MESSAGE (key and unique id) and VIEW_MESSAGE_BY_ID."""
+    topic = "queried"
+    admin(cluster, "topic", "create", topic, "--queues", "1", "--local-retention-ms", "1",
+          *ns(cluster))  # fmt: skip
+    messages = [
+        st.Message(topic, 0, f"qm{i}", b"body-%d" % i, keys=[f"key{i % 3}", "every"])
+        for i in range(60)  # over a batch of 50: an object at once, the rest after 200 ms
+    ]
+    request = st.AppendRequest(topic, 0, messages)
+    on_queue(cluster, topic, 0, lambda s, t: s.append(request, timeout_ms=t))
+    more = st.AppendRequest(topic, 0, [st.Message(topic, 0, "local", b"l", keys=["key1"])])
+    wait_until(
+        lambda: queue_info(cluster, topic, 0).local_first_offset == 60,
+        timeout_s=20,
+        what="the local copies trimmed after their upload",
+    )
+    on_queue(cluster, topic, 0, lambda s, t: s.append(more, timeout_ms=t))  # offset 60, local
+    group_id = queue_info(cluster, topic, 0).group_id
+
+    def query(**fields: Any) -> list[tuple[int, str]]:
+        asked = st.QueryMessagesRequest(group_id, topic, limit=100, **fields)
+        found = on_queue(cluster, topic, 0, lambda s, t: s.query_messages(asked, timeout_ms=t))
+        assert found.complete
+        return [(m.queue_offset, m.message.message_id) for m in found.messages]
+
+    assert query(message_id="qm17") == [(17, "qm17")]
+    key1 = [(i, f"qm{i}") for i in range(60) if i % 3 == 1] + [(60, "local")]
+    assert query(key="key1") == key1  # the tier's first, then the local one
+    assert len(query(key="every")) == 60
+    # A time range before every store time finds nothing in the tier.
+    assert query(key="key1", begin_ms=0, end_ms=1) == []
+
+    shown = json.loads(admin(cluster, "message", "show", "qm42", "--topic", topic, "--json",
+                             *ns(cluster)))  # fmt: skip
+    assert [(m["queue_offset"], m["keys"]) for m in shown["messages"]] == [(42, ["key0", "every"])]
+    listed = json.loads(admin(cluster, "message", "query", "--topic", topic, "--key", "key2",
+                              "--json", *ns(cluster)))  # fmt: skip
+    assert [m["message_id"] for m in listed["messages"]] == [f"qm{i}" for i in range(2, 60, 3)]
+
+    async def remoting() -> None:
+        (address,) = cluster.remoting_addresses
+        client = await WireClient.connect(int(address.rpartition(":")[2]))
+        try:
+            by_key = {"topic": topic, "key": "key2", "maxNum": "64",
+                      "beginTimestamp": "0", "endTimestamp": str(1 << 50)}  # fmt: skip
+            answer = await client.call(RequestCode.QUERY_MESSAGE, by_key)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            found = [r.body for r in messages_codec.parse_message_exts(answer.body)]
+            assert sorted(found) == sorted(b"body-%d" % i for i in range(2, 60, 3))
+            by_id = {**by_key, "key": "qm5", "_UNIQUE_KEY_QUERY": "true"}
+            answer = await client.call(RequestCode.QUERY_MESSAGE, by_id)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            (record,) = messages_codec.parse_message_exts(answer.body)
+            assert (record.body, record.queue_offset) == (b"body-5", 5)
+            view = {"offset": str(7), "topic": topic}  # queue 0, offset 7
+            answer = await client.call(RequestCode.VIEW_MESSAGE_BY_ID, view)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            (record,) = messages_codec.parse_message_exts(answer.body)
+            assert (record.body, record.queue_offset) == (b"body-7", 7)
+        finally:
+            await client.close()
+
+    asyncio.run(remoting())
