@@ -184,6 +184,7 @@ class LocalGroups:
                 store.drop_group(group_id)
                 _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
+        replica.joining = not members
         self.node.driver.add_group(group_id, members, replica, self.node_class)
         raft = self.node.driver.host.node(group_id)
         if isinstance(raft, ControlledNode):

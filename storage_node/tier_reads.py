@@ -66,6 +66,8 @@ class TierReader:
         self.tier = tier
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
+        self.read_bytes = 0
+        """Bytes read from the tier so far (footers and blocks; cache hits not counted)."""
         self._footers: dict[tuple[int, str], ObjectFooter] = {}
         self._blocks: collections.OrderedDict[
             tuple[int, str, int], tuple[int, list[TierMessage]]
@@ -108,6 +110,7 @@ class TierReader:
         length = footer_length(trailer, entry.name)
         start = max(0, size - TRAILER_BYTES - length)
         tail = self.tier.read_range(group_id, entry, start, size)
+        self.read_bytes += len(trailer) + len(tail)
         return decode_footer(tail, entry.name, size)
 
     async def _block(
@@ -128,6 +131,7 @@ class TierReader:
 
     def _read_block(self, group_id: int, entry: ObjectEntry, block: BlockInfo) -> list[TierMessage]:
         data = self.tier.read_range(group_id, entry, block.position, block.position + block.length)
+        self.read_bytes += len(data)
         decoded = decode_block(data, block, entry.name)
         return [
             TierMessage(block.first_offset + i, stored_ms, record)
