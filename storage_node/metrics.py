@@ -97,7 +97,7 @@ class StorageMetrics:
         joined = Gauge(
             "rip5_storage_joined_copied_bytes",
             "Bytes the replicas that joined groups here copied from peers (source: the "
-            "leader's snapshot, or log entries applied since joining)",
+            "leader's snapshot, or log entries applied from joining until made a voter)",
             (*names, "source"),
             registry=registry,
         )

@@ -67,7 +67,9 @@ class GroupReplica:
         self.joined_snapshot_bytes = 0
         """Bytes of the group images this joining replica restored from its leader."""
         self.joined_entry_bytes = 0
-        """Bytes of the log entries this joining replica applied since it joined."""
+        """Bytes of the log entries this joining replica applied from its join until it
+        was caught up (:meth:`caught_up`)."""
+        self._catching_up = False
         self.joined_tier_bytes = 0
         """Bytes of the group's history in the tier when it restored the leader's image
         (the recorded objects): read from there, never copied from a peer."""
@@ -94,7 +96,7 @@ class GroupReplica:
         """Apply one committed command; a rejected command's error is the result."""
         self.applied_term = entry.term
         self.applied_index = entry.index
-        if self.joining:
+        if self._catching_up:
             self.joined_entry_bytes += len(entry.data)
         proposed = self._proposed.pop(id(entry.data), None) if self._proposed else None
         try:
@@ -132,6 +134,15 @@ class GroupReplica:
         for waiter in self._waiters.values():
             waiter.set()
         self._waiters.clear()
+
+    def join(self) -> None:
+        """This replica starts empty to join an existing group: count what it copies."""
+        self.joining = self._catching_up = True
+
+    def caught_up(self) -> None:
+        """This joining replica is caught up (made a voter): entries applied from now on
+        are the group's new traffic, no longer counted as its copy."""
+        self._catching_up = False
 
     def _note_joined_image(self, snapshot: Snapshot, bodies: dict[int, bytes]) -> None:
         """Count and log what the leader's image brought a joining replica, against what

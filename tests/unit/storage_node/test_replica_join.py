@@ -39,7 +39,7 @@ def test_a_joining_replica_counts_the_image_and_entries_from_peers_and_the_tier(
     taken = Snapshot(SnapshotMetadata(index, 1), leader.snapshot_data())
     image = leader.snapshot_for_peer(taken)  # the bodies the receiver cannot have
     joining = GroupReplica(GROUP)
-    joining.joining = True
+    joining.join()
     joining.restore(Snapshot(taken.metadata, image))
     assert joining.joined_snapshot_bytes == len(image)
     assert joining.joined_tier_bytes == 4_000  # the recorded object: read from the tier
@@ -49,6 +49,9 @@ def test_a_joining_replica_counts_the_image_and_entries_from_peers_and_the_tier(
     assert joining.state.tier.first_offset(("orders", 0)) == 0
     after = encode(Append(NOW_MS, (record("late"),)))
     joining.apply(Entry(1, index + 1, data=after))
+    assert joining.joined_entry_bytes == len(after)
+    joining.caught_up()  # a voter now: what it applies next is new traffic
+    joining.apply(Entry(1, index + 2, data=after))
     assert joining.joined_entry_bytes == len(after)
 
 
