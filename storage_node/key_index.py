@@ -26,6 +26,16 @@ only has to map ids and keys to queue offsets:
 A dead-letter copy is found by its original id and keys in its dead-letter
 queue too (the reader sees the original record there).
 
+Offsets only the tier holds (below the local first offset, in the group's
+recorded tier objects, ``partition.tier``) are searched too when the caller
+asks for it (``tiered``): their records are not in the log, so the search
+yields a :class:`TierScan` naming the offsets it needs, a chunk at a time,
+and the caller (a shell: the tier is I/O) sends back the records read
+(:class:`TieredRecord`). The objects' store time ranges select the ones a
+time range may hit; a record is a hit only if its own store time is in the
+range. These chunks are matched directly, not cached here (the tier reader
+keeps the blocks it read in its own cache).
+
 PURE.
 """
 
@@ -33,7 +43,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from protocol.records import MessageRecord
@@ -49,6 +59,32 @@ CHUNKS_MAX = 512
 
 SCAN_MAX = 131_072
 """Records one query reads from the log at most."""
+
+
+class TierScan(NamedTuple):
+    """A search's request for the records of ``[low, high)`` of ``queue`` from the tier:
+    the caller sends back what the tier holds of them, oldest first
+    (``Sequence[TieredRecord]``; fewer if objects expired meanwhile)."""
+
+    queue: QueueId
+    low: int
+    high: int
+
+
+class TieredRecord(NamedTuple):
+    """A record read from the tier, at its queue offset, with its store time."""
+
+    queue_offset: int
+    store_timestamp_ms: int
+    record: MessageRecord
+
+
+SearchSteps = Generator[TierScan | None, Sequence[TieredRecord] | None, "SearchResult"]
+"""A search run a step at a time (:meth:`KeyIndex.steps`): it yields None after each
+chunk, or a :class:`TierScan` to be answered by ``send`` with the records asked for."""
+
+TierRecordReader = Callable[[TierScan], Sequence[TieredRecord]]
+"""Answers a :class:`TierScan` (a synchronous reader: tests, tools)."""
 
 RecordReader = Callable[[QueueId, Sequence[QueueEntry]], Sequence[MessageRecord]]
 """Reads the records of consecutive entries of a queue (as a reader of it sees them)."""
@@ -90,12 +126,15 @@ class Hit(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """The hits (per queue oldest first, queues in order), the records read from the
-    log, and whether the whole range was searched (False: the scan budget ran out)."""
+    """The hits (per queue oldest first, queues in order), the records read (from the
+    log and the tier), and whether the whole range was searched (False: the scan budget
+    ran out). ``tiered``: the hits read from the tier, with their records (the caller
+    has no other copy of them)."""
 
     hits: list[Hit]
     scanned: int
     complete: bool
+    tiered: dict[Hit, TieredRecord] = field(default_factory=dict)
 
 
 class ChunkIndex(NamedTuple):
@@ -137,23 +176,45 @@ class KeyIndex:
             del self._chunks[key]
 
     def search(
-        self, group_id: int, state: PartitionQueries, read: RecordReader, query: Query
+        self,
+        group_id: int,
+        state: PartitionQueries,
+        read: RecordReader,
+        query: Query,
+        tier_read: TierRecordReader | None = None,
     ) -> SearchResult:
         """The messages of group ``group_id`` (whose applied state is ``state``; records
-        read through ``read``) that match ``query``: :meth:`steps` run to the end."""
-        return run_to_end(self.steps(group_id, state, read, query))
+        read through ``read``, and from the tier through ``tier_read`` if given) that
+        match ``query``: :meth:`steps` run to the end."""
+        steps = self.steps(group_id, state, read, query, tiered=tier_read is not None)
+        return run_to_end(steps, tier_read)
 
     def steps(
-        self, group_id: int, state: PartitionQueries, read: RecordReader, query: Query
-    ) -> Generator[None, None, SearchResult]:
+        self,
+        group_id: int,
+        state: PartitionQueries,
+        read: RecordReader,
+        query: Query,
+        *,
+        tiered: bool = False,
+    ) -> SearchSteps:
         """:meth:`search` one chunk at a time: yields after each chunk (at most
         ``CHUNK_OFFSETS`` records read), so a caller on an event loop can let other work
         run in between; returns the result. ``state`` may change between steps (appends,
-        trims): each step reads it afresh, and offsets trimmed meanwhile are skipped."""
+        trims): each step reads it afresh, and offsets trimmed meanwhile are skipped.
+        With ``tiered``, a queue's offsets only the tier holds are searched first (the
+        steps yield :class:`TierScan` requests for them, see the module docstring)."""
         hits: list[Hit] = []
+        tiered_hits: dict[Hit, TieredRecord] = {}
         budget = _Budget(self.scan_max)
         queues = [q for q in state.queue_ids() if not query.topic or q[0] == query.topic]
         for queue in queues:
+            if tiered:
+                spent = yield from _search_tier(state, queue, query, budget, hits, tiered_hits)
+                if spent:
+                    return SearchResult(hits, budget.used, False, tiered_hits)
+                if len(hits) >= query.limit:
+                    break
             end = state.end_offset(*queue)
             low = max(
                 state.first_offset(*queue), state.offset_for_timestamp(*queue, query.begin_ms)
@@ -164,7 +225,7 @@ class KeyIndex:
             chunk = low // CHUNK_OFFSETS
             while chunk * CHUNK_OFFSETS < high and len(hits) < query.limit:
                 if budget.spent:
-                    return SearchResult(hits, budget.used, False)
+                    return SearchResult(hits, budget.used, False, tiered_hits)
                 first = state.first_offset(*queue)
                 chunk_low = max(chunk * CHUNK_OFFSETS, first)
                 if (chunk + 1) * CHUNK_OFFSETS <= end:  # sealed
@@ -179,10 +240,10 @@ class KeyIndex:
                     ]
                 hits += [Hit(queue, offset) for offset in found[: query.limit - len(hits)]]
                 chunk += 1
-                yield
+                yield None
             if len(hits) >= query.limit:
                 break
-        return SearchResult(hits, budget.used, True)
+        return SearchResult(hits, budget.used, True, tiered_hits)
 
     def _chunk(
         self,
@@ -212,14 +273,81 @@ class KeyIndex:
         return index
 
 
-def run_to_end(steps: Generator[None, None, SearchResult]) -> SearchResult:
-    """The remaining steps of a search (:meth:`KeyIndex.steps`) run; its result."""
+def run_to_end(steps: SearchSteps, tier_read: TierRecordReader | None = None) -> SearchResult:
+    """The remaining steps of a search (:meth:`KeyIndex.steps`) run, its tier scans
+    answered by ``tier_read``; its result. Raises ValueError on a tier scan without
+    ``tier_read``."""
+    answer: Sequence[TieredRecord] | None = None
     while True:
         try:
-            next(steps)
+            request = steps.send(answer)
         except StopIteration as done:
             result: SearchResult = done.value
             return result
+        answer = None
+        if request is not None:
+            if tier_read is None:
+                raise ValueError("a tiered search needs a tier reader")
+            answer = tier_read(request)
+
+
+def _search_tier(
+    state: PartitionQueries,
+    queue: QueueId,
+    query: Query,
+    budget: _Budget,
+    hits: list[Hit],
+    tiered_hits: dict[Hit, TieredRecord],
+) -> Generator[TierScan, Sequence[TieredRecord] | None, bool]:
+    """Search ``queue``'s offsets only the tier holds, a :class:`TierScan` of at most
+    ``CHUNK_OFFSETS`` at a time, adding to ``hits`` and ``tiered_hits``; whether the
+    budget ran out. The local first offset is read afresh at each step (a trim
+    meanwhile extends what only the tier holds)."""
+    for first, high in _tier_ranges(state, queue, query):
+        low = first
+        while low < min(high, state.first_offset(*queue)) and len(hits) < query.limit:
+            if budget.spent:
+                return True
+            step_high = min(high, state.first_offset(*queue), low + CHUNK_OFFSETS)
+            answer = yield TierScan(queue, low, step_high)
+            found = list(answer or ())
+            budget.take(len(found))
+            for tiered in found:
+                if len(hits) < query.limit and _tier_hit(tiered, low, step_high, query):
+                    hit = Hit(queue, tiered.queue_offset)
+                    hits.append(hit)
+                    tiered_hits[hit] = tiered
+            low = step_high
+    return False
+
+
+def _tier_hit(tiered: TieredRecord, low: int, high: int, query: Query) -> bool:
+    """Whether a record read from the tier for ``[low, high)`` is a hit of ``query``."""
+    return (
+        low <= tiered.queue_offset < high
+        and query.begin_ms <= tiered.store_timestamp_ms <= query.end_ms
+        and query.matches(tiered.record)
+    )
+
+
+def _tier_ranges(state: PartitionQueries, queue: QueueId, query: Query) -> list[tuple[int, int]]:
+    """The offset ranges of ``queue``'s recorded tier objects whose store times overlap
+    the query's range, below the local first offset, merged, ascending."""
+    local_first = state.first_offset(*queue)
+    ranges: list[tuple[int, int]] = []
+    for entry in state.tier.objects(queue):
+        if entry.first_offset >= local_first:
+            break
+        if entry.max_store_timestamp_ms < query.begin_ms:
+            continue
+        if entry.min_store_timestamp_ms > query.end_ms:
+            break  # store times never go back: later objects are later still
+        low, high = entry.first_offset, min(entry.end_offset, local_first)
+        if ranges and ranges[-1][1] == low:
+            ranges[-1] = (ranges[-1][0], high)
+        else:
+            ranges.append((low, high))
+    return ranges
 
 
 class _Budget:

@@ -94,6 +94,28 @@ class StorageMetrics:
             (*names, "topic"),
             registry=registry,
         )
+        joined = Gauge(
+            "rip5_storage_joined_copied_bytes",
+            "Bytes the replicas that joined groups here copied from peers (source: the "
+            "leader's snapshot, or log entries applied from joining until made a voter)",
+            (*names, "source"),
+            registry=registry,
+        )
+        self._joined_snapshot = joined.labels(*self._values, "snapshot")
+        self._joined_entries = joined.labels(*self._values, "entries")
+        self._joined_tier = Gauge(
+            "rip5_storage_joined_tier_bytes",
+            "Bytes of history in the tier of the groups that replicas joined here (read "
+            "from the tier, not copied from peers)",
+            names,
+            registry=registry,
+        ).labels(*self._values)
+        self._tier_read = Gauge(
+            "rip5_storage_tier_read_bytes",
+            "Bytes this node read from the tier (footers and blocks; cache hits not counted)",
+            names,
+            registry=registry,
+        ).labels(*self._values)
         self._reported: set[tuple[str, str]] = set()
         self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
         self._refreshes = 0
@@ -126,6 +148,11 @@ class StorageMetrics:
                     oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
         self._queues.set(queues)
         self._messages.set(messages)
+        joined = [r for r in node.replicas.values() if r.joining]
+        self._joined_snapshot.set(sum(r.joined_snapshot_bytes for r in joined))
+        self._joined_entries.set(sum(r.joined_entry_bytes for r in joined))
+        self._joined_tier.set(sum(r.joined_tier_bytes for r in joined))
+        self._tier_read.set(0 if node.tier_reader is None else node.tier_reader.read_bytes)
         for key in self._reported - lag.keys():
             for gauge in (self._lag, self._lag_latency, self._inflight):
                 gauge.remove(*self._consumer_labels(key))

@@ -61,6 +61,18 @@ class GroupReplica:
         self.bodies: BodyStore = bodies if bodies is not None else MemoryBodyStore()
         self.applied_term = 0
         self.applied_index = 0
+        self.joining = False
+        """Set when this replica started empty to join an existing group (a replica move):
+        everything it holds then came from its peers, counted below."""
+        self.joined_snapshot_bytes = 0
+        """Bytes of the group images this joining replica restored from its leader."""
+        self.joined_entry_bytes = 0
+        """Bytes of the log entries this joining replica applied from its join until it
+        was caught up (:meth:`caught_up`)."""
+        self._catching_up = False
+        self.joined_tier_bytes = 0
+        """Bytes of the group's history in the tier when it restored the leader's image
+        (the recorded objects): read from there, never copied from a peer."""
         self._waiters: dict[QueueId, asyncio.Event] = {}
         self._set_floor: Callable[[int, int | None], None] | None = None
         self._floor_checked_index = 0
@@ -84,6 +96,8 @@ class GroupReplica:
         """Apply one committed command; a rejected command's error is the result."""
         self.applied_term = entry.term
         self.applied_index = entry.index
+        if self._catching_up:
+            self.joined_entry_bytes += len(entry.data)
         proposed = self._proposed.pop(id(entry.data), None) if self._proposed else None
         try:
             if proposed is not None and proposed[0] is entry.data:
@@ -110,6 +124,8 @@ class GroupReplica:
         if snapshot.data[:4] == IMAGE_MAGIC:
             self.state, bodies = decode_image(snapshot.data)
             self.bodies.adopt(self.group_id, bodies)
+            if self.joining:
+                self._note_joined_image(snapshot, bodies)
         else:
             self.state = restore(snapshot.data)
         self.applied_term = snapshot.metadata.term
@@ -118,6 +134,32 @@ class GroupReplica:
         for waiter in self._waiters.values():
             waiter.set()
         self._waiters.clear()
+
+    def join(self) -> None:
+        """This replica starts empty to join an existing group: count what it copies."""
+        self.joining = self._catching_up = True
+
+    def caught_up(self) -> None:
+        """This joining replica is caught up (made a voter): entries applied from now on
+        are the group's new traffic, no longer counted as its copy."""
+        self._catching_up = False
+
+    def _note_joined_image(self, snapshot: Snapshot, bodies: dict[int, bytes]) -> None:
+        """Count and log what the leader's image brought a joining replica, against what
+        the tier holds of the group's history."""
+        tier = self.state.tier
+        objects = [entry for queue in tier.queues() for entry in tier.objects(queue)]
+        self.joined_snapshot_bytes += len(snapshot.data)
+        self.joined_tier_bytes = sum(entry.size_bytes for entry in objects)
+        _log.info(
+            "joined from the leader's snapshot: copied %d bytes from a peer (%d log entries "
+            "of the local window), %d bytes of history are read from the tier (%d objects)",
+            len(snapshot.data),
+            len(bodies),
+            self.joined_tier_bytes,
+            len(objects),
+            extra={"group": self.group_id, "snapshot_index": snapshot.metadata.index},
+        )
 
     def snapshot_data(self) -> bytes:
         """The group image as of the last applied entry, restorable on this node."""

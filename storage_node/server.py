@@ -184,6 +184,8 @@ class LocalGroups:
                 store.drop_group(group_id)
                 _log.info("deleted a stale replica before joining", extra={"group": group_id})
         replica = GroupReplica(group_id, self.bodies)
+        if not members:
+            replica.join()
         self.node.driver.add_group(group_id, members, replica, self.node_class)
         raft = self.node.driver.host.node(group_id)
         if isinstance(raft, ControlledNode):
@@ -212,7 +214,11 @@ class LocalGroups:
         joining = {g.group_id: g.joining for g in mine if g.joining}
         me = self.node.driver.node_id
         known = set(self.transport.addresses) | {me}
-        plan = plan_reconcile(me, self.hosted(), wanted, self.group_ids, known, joining)
+        hosted = self.hosted()
+        for group_id, voters in hosted.items():
+            if me in voters:  # a joining replica is made a voter once caught up
+                self.node.replicas[group_id].caught_up()
+        plan = plan_reconcile(me, hosted, wanted, self.group_ids, known, joining)
         if plan.unknown_nodes or any(n not in known for r in wanted.values() for n in r):
             await self._maybe_read_addresses()
         self.assigned = {g: tuple(r) for g, r in wanted.items() if g in self.group_ids}

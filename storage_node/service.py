@@ -120,7 +120,7 @@ from storage_node.errors import (
     StorageError,
     StorageNotLeader,
 )
-from storage_node.key_index import KeyIndex, Query, SearchResult
+from storage_node.key_index import Hit, KeyIndex, Query, SearchResult, TieredRecord, TierScan
 from storage_node.node_clock import NodeClock
 from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
@@ -850,29 +850,50 @@ class StorageNode:
         def read(queue: QueueId, entries: Sequence[QueueEntry]) -> list[MessageRecord]:
             return self._records(group_id, queue, entries)
 
+        tier_reader = self.tier_reader if state.tier else None
+
+        async def tier_read(scan: TierScan) -> list[TieredRecord]:
+            # Read through the tier reader's cache; a tier that cannot be read fails the
+            # query with UNAVAILABLE (retriable), like any read of old offsets.
+            assert tier_reader is not None
+            objects = state.tier.objects(scan.queue)
+            looked = await tier_reader.read(group_id, objects, scan.low, scan.high - scan.low)
+            return [TieredRecord(m.queue_offset, m.store_timestamp_ms, m.record) for m in looked]
+
         # One chunk at a time, letting the loop run raft rounds and calls in between.
-        steps = self.key_index.steps(group_id, state, read, query)
+        steps = self.key_index.steps(group_id, state, read, query, tiered=tier_reader is not None)
+        answer: list[TieredRecord] | None = None
         while True:
             try:
-                next(steps)
+                scan = steps.send(answer)
             except StopIteration as done:
                 result: SearchResult = done.value
                 break
-            await asyncio.sleep(0)
+            answer = None
+            if scan is None:
+                await asyncio.sleep(0)
+            else:
+                answer = await tier_read(scan)
         # The hits of a queue are read together: hits in one log entry decode it once.
-        # A hit trimmed away since its step is left out.
+        # A local hit trimmed away since its step is left out; tier hits come with
+        # their records. The answer keeps the hits' order.
+        found: dict[Hit, StoredMessage] = {
+            hit: StoredMessage(
+                hit.queue_offset, tiered.store_timestamp_ms, from_record(tiered.record)
+            )
+            for hit, tiered in result.tiered.items()
+        }
         by_queue: dict[QueueId, list[int]] = {}
         for queue, offset in result.hits:
-            if offset >= state.first_offset(*queue):
+            if (queue, offset) not in found and offset >= state.first_offset(*queue):
                 by_queue.setdefault(queue, []).append(offset)
-        messages = []
         for queue, offsets in by_queue.items():
             entries = [state.entry(*queue, offset) for offset in offsets]
             records = self._records(group_id, queue, entries)
-            messages += [
-                StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
-                for offset, entry, record in zip(offsets, entries, records, strict=True)
-            ]
+            for offset, entry, record in zip(offsets, entries, records, strict=True):
+                stored = StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
+                found[Hit(queue, offset)] = stored
+        messages = [found[hit] for hit in result.hits if hit in found]
         return QueryMessagesResponse(messages, result.scanned, result.complete)
 
     async def group_progress(

@@ -66,6 +66,9 @@ class TierReader:
         self.tier = tier
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
+        self.read_bytes = 0
+        """Bytes read from the tier so far (footers and blocks; cache hits not counted).
+        Counted on the event loop, after each read's thread returned."""
         self._footers: dict[tuple[int, str], ObjectFooter] = {}
         self._blocks: collections.OrderedDict[
             tuple[int, str, int], tuple[int, list[TierMessage]]
@@ -94,21 +97,24 @@ class TierReader:
 
     async def _footer(self, group_id: int, entry: ObjectEntry) -> ObjectFooter:
         key = (group_id, entry.name)
-        footer = self._footers.get(key)
-        if footer is None:
-            footer = await self._io(self._read_footer, group_id, entry)
-            if len(self._footers) > 4096:  # footers are small: a count bounds them
-                self._footers.clear()
-            self._footers[key] = footer
+        cached = self._footers.get(key)
+        if cached is not None:
+            return cached
+        footer, read_bytes = await self._io(self._read_footer, group_id, entry)
+        self.read_bytes += read_bytes
+        if len(self._footers) > 4096:  # footers are small: a count bounds them
+            self._footers.clear()
+        self._footers[key] = footer
         return footer
 
-    def _read_footer(self, group_id: int, entry: ObjectEntry) -> ObjectFooter:
+    def _read_footer(self, group_id: int, entry: ObjectEntry) -> tuple[ObjectFooter, int]:
+        """The object's footer, and the bytes read for it."""
         size = entry.size_bytes
         trailer = self.tier.read_range(group_id, entry, size - TRAILER_BYTES, size)
         length = footer_length(trailer, entry.name)
         start = max(0, size - TRAILER_BYTES - length)
         tail = self.tier.read_range(group_id, entry, start, size)
-        return decode_footer(tail, entry.name, size)
+        return decode_footer(tail, entry.name, size), len(trailer) + len(tail)
 
     async def _block(
         self, group_id: int, entry: ObjectEntry, block: BlockInfo
@@ -119,6 +125,7 @@ class TierReader:
             self._blocks.move_to_end(key)
             return cached[1]
         messages = await self._io(self._read_block, group_id, entry, block)
+        self.read_bytes += block.length
         self._blocks[key] = (block.length, messages)
         self.cached_bytes += block.length
         while self.cached_bytes > self.cache_bytes and len(self._blocks) > 1:

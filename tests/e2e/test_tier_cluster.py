@@ -26,14 +26,26 @@ them fail, the first offset moves up), a queue keeps about ``retention_bytes``
 locally and in the tier, and a deleted topic's messages, consumer offsets, pop
 state and tier objects are gone, so the topic created again with the same name
 starts empty at offset 0.
+
+Message query on the same cluster: messages only the tier holds are found by id
+and key through the storage API, ``rip5 admin message show|query`` and the
+broker's remoting QUERY_MESSAGE and VIEW_MESSAGE_BY_ID.
+
+Last (it changes the cluster's nodes): a fourth storage node replaces node 3
+(``rip5 admin node drain 3``); it is caught up by its leaders' snapshots, copies
+far fewer bytes from its peers than the tier holds of the groups' history (its
+log and metrics say both), reads old offsets from the tier, and the groups take
+writes and reads after.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import signal
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +53,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from angelia_rpc import AngeliaError
+from angelia_rpc import AngeliaError, Peers, RpcConfig
+from angelia_rpc.cluster_services import StorageService
 from protocol import storage_api as st
 from protocol.message_objects import (
     block_records,
@@ -49,8 +62,11 @@ from protocol.message_objects import (
     decode_footer,
     parse_tier_object_name,
 )
+from protocol.remoting import messages as messages_codec
+from protocol.remoting.codes import RequestCode, ResponseCode
 from rip5.admin_tier import group_manifests
-from tests.e2e.cluster import LocalCluster
+from tests.contract.remoting_wire import WireClient
+from tests.e2e.cluster import LocalCluster, free_port
 from tests.e2e.storage_calls import (
     admin_cli,
     append,
@@ -420,3 +436,158 @@ def test_a_deleted_topic_leaves_no_data_and_starts_again_empty(
     assert append(cluster, "doomed", 1, ["n0"]) == [0]
     again = on_queue(cluster, "doomed", 1, lambda s, t: s.receive(receive, timeout_ms=t))
     assert [m.message.message.message_id for m in again.messages] == ["n0"]
+
+
+# -- message query of messages only the tier holds ----------------------------------------
+
+
+def test_a_query_by_id_or_key_finds_messages_only_the_tier_holds(cluster: LocalCluster) -> None:
+    """Messages whose local copies are trimmed (local retention 1 ms) are found by id
+    and by key: through the storage API, ``rip5 admin message query|show`` and the
+    broker's remoting QUERY_MESSAGE (key and unique id) and VIEW_MESSAGE_BY_ID."""
+    topic = "queried"
+    admin(cluster, "topic", "create", topic, "--queues", "1", "--local-retention-ms", "1",
+          *ns(cluster))  # fmt: skip
+    messages = [
+        st.Message(topic, 0, f"qm{i}", b"body-%d" % i, keys=[f"key{i % 3}", "every"])
+        for i in range(60)  # over a batch of 50: an object at once, the rest after 200 ms
+    ]
+    request = st.AppendRequest(topic, 0, messages)
+    on_queue(cluster, topic, 0, lambda s, t: s.append(request, timeout_ms=t))
+    more = st.AppendRequest(topic, 0, [st.Message(topic, 0, "local", b"l", keys=["key1"])])
+    wait_until(
+        lambda: queue_info(cluster, topic, 0).local_first_offset == 60,
+        timeout_s=20,
+        what="the local copies trimmed after their upload",
+    )
+    on_queue(cluster, topic, 0, lambda s, t: s.append(more, timeout_ms=t))  # offset 60, local
+    group_id = queue_info(cluster, topic, 0).group_id
+
+    def query(**fields: Any) -> list[tuple[int, str]]:
+        asked = st.QueryMessagesRequest(group_id, topic, limit=100, **fields)
+        found = on_queue(cluster, topic, 0, lambda s, t: s.query_messages(asked, timeout_ms=t))
+        assert found.complete
+        return [(m.queue_offset, m.message.message_id) for m in found.messages]
+
+    assert query(message_id="qm17") == [(17, "qm17")]
+    key1 = [(i, f"qm{i}") for i in range(60) if i % 3 == 1] + [(60, "local")]
+    assert query(key="key1") == key1  # the tier's first, then the local one
+    assert len(query(key="every")) == 60
+    # A time range before every store time finds nothing in the tier.
+    assert query(key="key1", begin_ms=0, end_ms=1) == []
+
+    shown = json.loads(admin(cluster, "message", "show", "qm42", "--topic", topic, "--json",
+                             *ns(cluster)))  # fmt: skip
+    assert [(m["queue_offset"], m["keys"]) for m in shown["messages"]] == [(42, ["key0", "every"])]
+    listed = json.loads(admin(cluster, "message", "query", "--topic", topic, "--key", "key2",
+                              "--json", *ns(cluster)))  # fmt: skip
+    assert [m["message_id"] for m in listed["messages"]] == [f"qm{i}" for i in range(2, 60, 3)]
+
+    async def remoting() -> None:
+        (address,) = cluster.remoting_addresses
+        client = await WireClient.connect(int(address.rpartition(":")[2]))
+        try:
+            by_key = {"topic": topic, "key": "key2", "maxNum": "64",
+                      "beginTimestamp": "0", "endTimestamp": str(1 << 50)}  # fmt: skip
+            answer = await client.call(RequestCode.QUERY_MESSAGE, by_key)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            found = [r.body for r in messages_codec.parse_message_exts(answer.body)]
+            assert sorted(found) == sorted(b"body-%d" % i for i in range(2, 60, 3))
+            by_id = {**by_key, "key": "qm5", "_UNIQUE_KEY_QUERY": "true"}
+            answer = await client.call(RequestCode.QUERY_MESSAGE, by_id)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            (record,) = messages_codec.parse_message_exts(answer.body)
+            assert (record.body, record.queue_offset) == (b"body-5", 5)
+            view = {"offset": str(7), "topic": topic}  # queue 0, offset 7
+            answer = await client.call(RequestCode.VIEW_MESSAGE_BY_ID, view)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            (record,) = messages_codec.parse_message_exts(answer.body)
+            assert (record.body, record.queue_offset) == (b"body-7", 7)
+        finally:
+            await client.close()
+
+    asyncio.run(remoting())
+
+
+# -- a fourth storage node replaces one of three (bootstrap from the tier) ----------------
+
+
+def _metric(cluster: LocalCluster, process: str, metric: str, label: str = "") -> float:
+    """The sum of ``metric``'s series carrying ``label`` (e.g. ``source="snapshot"``) on
+    ``process``'s /metrics page (0 if none)."""
+    address = cluster.metrics_addresses[process]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as page:
+        lines = page.read().decode().splitlines()
+    series = [line.rpartition(" ") for line in lines if line.startswith(metric + "{")]
+    return sum(float(value) for name, _, value in series if label in name)
+
+
+def _read_from(address: str, topic: str, queue_id: int, offset: int) -> list[str]:
+    """Message ids of a queue from ``offset`` as the replica at ``address`` serves them
+    (a read-replica read: any replica answers from what it applied)."""
+
+    async def run() -> list[str]:
+        peers = Peers(RpcConfig())
+        try:
+            stub = peers.stub(StorageService, address)
+            request = st.ReadRequest(topic, queue_id, offset, count_max=100, from_follower=True)
+            response = await stub.read(request, timeout_ms=10_000)
+            return [m.message.message_id for m in response.messages]
+        finally:
+            await peers.close()
+
+    return asyncio.run(run())
+
+
+def test_a_fourth_node_replaces_one_of_three_from_the_snapshot_and_the_tier(
+    cluster: LocalCluster, tier: Path
+) -> None:
+    """Node 4 starts and node 3 is drained: node 4 joins every group as a learner, caught
+    up by the leader's snapshot (its tier records and the local window's bodies), not by
+    the log of messages only the tier holds; it reads those from the tier. Reported:
+    bytes copied from peers vs bytes of history in the tier (node 4's log and metrics)."""
+    history = tiered_ids(tier)
+    address = f"127.0.0.1:{free_port()}"
+    joined = cluster._process(
+        "storage", "storage-4", "--listen", address, "--node-id", "4",
+        "--nameserver", cluster.nameserver_address, "--groups", str(cluster.groups),
+        *cluster.storage_flags,
+    )  # fmt: skip
+    cluster.storage_addresses[4] = address
+    cluster.storage[4] = joined
+    joined.start()
+    output = admin(cluster, "node", "drain", "3", "--timeout-s", "60", *ns(cluster))
+    assert output.rstrip().endswith(": drained"), output
+    log = (cluster.root / "storage-4.log").read_text()
+    assert "joined from the leader's snapshot" in log, log[-2000:]
+    copied = "rip5_storage_joined_copied_bytes"
+    wait_until(  # the metrics are read from the node every few seconds
+        lambda: _metric(cluster, "storage-4", copied, 'source="snapshot"') > 0,
+        timeout_s=20,
+        what="node 4's metrics",
+    )
+    copied_snapshot = _metric(cluster, "storage-4", copied, 'source="snapshot"')
+    copied_entries = _metric(cluster, "storage-4", copied, 'source="entries"')
+    in_tier = _metric(cluster, "storage-4", "rip5_storage_joined_tier_bytes")
+    print(
+        f"node 4 joined: copied {copied_snapshot:.0f} bytes of snapshots and "
+        f"{copied_entries:.0f} bytes of log entries from peers; {in_tier:.0f} bytes of "
+        "history read from the tier"
+    )
+    assert copied_snapshot > 0
+    assert in_tier > copied_snapshot + copied_entries  # the history came from the tier
+    # Node 4 serves the old offsets from the tier (read replica reads, on node 4 itself).
+    for queue_id in range(QUEUES):
+        assert _read_from(address, TOPIC, queue_id, 0) == history[queue_id][:100]
+    wait_until(
+        lambda: _metric(cluster, "storage-4", "rip5_storage_tier_read_bytes") > 0,
+        timeout_s=20,
+        what="node 4's tier reads in its metrics",
+    )
+    # The groups serve writes and reads after: new messages at their ends, the whole
+    # history from offset 0 (the tier's part and the local part).
+    for queue_id in range(QUEUES):
+        ids = [f"after-join-q{queue_id}-m{i}" for i in range(5)]
+        append(cluster, TOPIC, queue_id, ids)
+        assert read_ids(cluster, TOPIC, queue_id, 0)[-5:] == ids
+        assert read_ids(cluster, TOPIC, queue_id, 0)[: len(history[queue_id])] == history[queue_id]
