@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from angelia_rpc.config import RpcOptions
+from protocol.role_options import metrics_listen_field
 
 
 @dataclass(frozen=True)
@@ -156,12 +157,8 @@ class BrokerConfig(RpcOptions):
             "max": 86_400_000,
         },
     )
-    metrics_listen: str = field(
-        default="127.0.0.1:5557",
-        metadata={
-            "help": "host:port serving Prometheus metrics at /metrics "
-            "(RocketMQ's RIP-46 names, as RocketMQ's broker; port 0: any free port; empty: none)"
-        },
+    metrics_listen: str = metrics_listen_field(
+        "127.0.0.1:5557", "RocketMQ's RIP-46 names, as RocketMQ's broker"
     )
     route_mode: str = field(
         default="endpoint",

@@ -10,6 +10,7 @@ source cluster, so a connector started anywhere resumes from them.
 from dataclasses import dataclass, field
 
 from connector.plan import RESEND_SAFE_MS
+from protocol.role_options import metrics_listen_field
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,4 @@ class ConnectorConfig:
             "max": 120_000,
         },
     )
-    metrics_listen: str = field(
-        default="",
-        metadata={
-            "help": "host:port serving Prometheus metrics at /metrics (port 0: any free "
-            "port, logged); empty: no metrics server"
-        },
-    )
+    metrics_listen: str = metrics_listen_field("", "rip5_connector_* of every rule")

@@ -8,6 +8,7 @@ validation ``kind`` ("address", "addresses", "peers"),
 from dataclasses import dataclass, field
 
 from angelia_rpc.config import RpcOptions
+from protocol.role_options import metrics_listen_field
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,7 @@ class NameserverConfig(RpcOptions):
             "while the cluster has no user (empty: none; ACL stays off until a user exists)",
         },
     )
-    metrics_listen: str = field(
-        default="127.0.0.1:5558",
-        metadata={
-            "help": "host:port serving Prometheus metrics at /metrics "
-            "(rip5_nameserver_*, rip5_raft_*; port 0: any free port; empty: none)"
-        },
-    )
+    metrics_listen: str = metrics_listen_field("127.0.0.1:5558", "rip5_nameserver_*, rip5_raft_*")
 
 
 def parse_peers(text: str) -> dict[int, str]:

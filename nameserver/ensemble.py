@@ -40,7 +40,8 @@ from nameserver import controller
 from nameserver.control_state import replica_set_info
 from nameserver.controller import ReplicaSet
 from nameserver.errors import BadRequest, NameserverError, NameserverNotLeader, NotFound
-from nameserver.service import GROUP_ID, NameserverImpl
+from nameserver.service import NameserverImpl
+from nameserver.service_base import GROUP_ID
 from protocol import control_api as ctl
 from protocol import errors
 from raft.core.node import RawNode

@@ -49,12 +49,13 @@ from nameserver.forecast import LoadBook
 from nameserver.placement import (
     LeaderTransfer,
     LoadBalancedPlacement,
+    MovePlan,
     NodeLoad,
     PlacementPolicy,
     ReplicaMove,
     check_replication_factor,
+    node_ids_of,
 )
-from nameserver.records import NO_NODE
 
 HORIZON_STEPS_DEFAULT = 24
 TOLERANCE_DEFAULT = 0.10
@@ -106,10 +107,12 @@ class ForecastPlacement:
     ) -> dict[int, tuple[int, ...]]:
         """Each group in turn takes the healthy nodes with the lowest forecast peak."""
         check_replication_factor(replication_factor)
-        ids = _node_ids(nodes)
+        ids = node_ids_of(nodes)
         candidates = self._healthy(ids, replication_factor)
         estimate = {n: self.book.node_peak(n, self.step, self.horizon_steps) for n in candidates}
-        counts = _counts({g: self.book.replicas(g) for g in self.book.groups()}, candidates)
+        counts = MovePlan(
+            {g: self.book.replicas(g) for g in self.book.groups()}, candidates
+        ).counts()
         prior = self.new_group_peak()
         placed: dict[int, tuple[int, ...]] = {}
         for group_id in sorted(group_ids):
@@ -128,48 +131,40 @@ class ForecastPlacement:
     ) -> list[ReplicaMove]:
         """Top-ups, then peak-lowering moves (module docstring)."""
         check_replication_factor(replication_factor)
-        ids = _node_ids(nodes)
+        ids = node_ids_of(nodes)
         given = set(ids)
-        replicas = {g: {n for n in r if n in given} for g, r in assignment.items()}
+        plan = MovePlan({g: [n for n in r if n in given] for g, r in assignment.items()}, ids)
         profile = {n: self.book.node_profile(n, self.step, self.horizon_steps) for n in ids}
-        counts = _counts(replicas, ids)
-        moves: list[ReplicaMove] = []
         target = min(replication_factor, len(ids))
-        for group_id in sorted(replicas):
-            group = replicas[group_id]
+        for group_id in sorted(plan.replicas):
+            group = plan.replicas[group_id]
             while len(group) < target:
                 candidates = [n for n in self._healthy(ids, target) if n not in group]
                 if not candidates:
                     candidates = [n for n in ids if n not in group]
-                to_node = min(candidates, key=lambda n: (max(profile[n]), counts[n], n))
+                to_node = min(candidates, key=lambda n: (max(profile[n]), plan.count(n), n))
                 _add(profile[to_node], self._group_profile(group_id))
-                group.add(to_node)
-                counts[to_node] += 1
-                moves.append(ReplicaMove(group_id, NO_NODE, to_node))
+                plan.add(group_id, to_node)
         if len(ids) < 2:
-            return moves
-        count_mean = sum(counts.values()) / len(ids)
+            return plan.moves
+        count_mean = sum(plan.counts().values()) / len(ids)
         count_max = math.ceil(count_mean * (1.0 + self.count_slack))
         count_min = math.floor(count_mean * (1.0 - self.count_slack))
-        hosted: dict[int, set[int]] = {n: set() for n in ids}
-        for group_id, group in replicas.items():
-            for node_id in group:
-                hosted[node_id].add(group_id)
         profiles: dict[int, list[float]] = {}
         healthy = self._healthy(ids, 2)
-        while len(moves) < self.moves_max:
+        while len(plan.moves) < self.moves_max:
             peaks = {n: max(0.0, *profile[n]) for n in ids}
             mean = sum(peaks.values()) / len(ids)
-            hot = max(ids, key=lambda n: (peaks[n], counts[n], -n))
-            if peaks[hot] <= (1.0 + self.tolerance) * mean or counts[hot] <= count_min:
+            hot = max(ids, key=lambda n: (peaks[n], plan.count(n), -n))
+            if peaks[hot] <= (1.0 + self.tolerance) * mean or plan.count(hot) <= count_min:
                 break
             cold_nodes = sorted(
-                (n for n in healthy if n != hot and counts[n] < count_max),
-                key=lambda n: (peaks[n], counts[n], n),
+                (n for n in healthy if n != hot and plan.count(n) < count_max),
+                key=lambda n: (peaks[n], plan.count(n), n),
             )
             best: tuple[float, int, int] | None = None  # (new max peak, group, to node)
             for cold in cold_nodes[:4]:
-                for group_id in sorted(hosted[hot] - hosted[cold]):
+                for group_id in sorted(plan.hosted[hot] - plan.hosted[cold]):
                     load = profiles.get(group_id)
                     if load is None:
                         load = profiles[group_id] = self._group_profile(group_id)
@@ -186,12 +181,8 @@ class ForecastPlacement:
             load = profiles[group_id]
             _add(profile[hot], [-x for x in load])
             _add(profile[cold], load)
-            hosted[hot].discard(group_id)
-            hosted[cold].add(group_id)
-            counts[hot] -= 1
-            counts[cold] += 1
-            moves.append(ReplicaMove(group_id, hot, cold))
-        return moves
+            plan.move(group_id, hot, cold)
+        return plan.moves
 
     def plan_evacuation(
         self,
@@ -201,26 +192,23 @@ class ForecastPlacement:
     ) -> list[ReplicaMove]:
         """Each leaving replica goes to the lowest-forecast node the group lacks; a
         group with no such node keeps it (more nodes are needed)."""
-        ids = [n for n in _node_ids(nodes) if n not in leaving]
+        ids = [n for n in node_ids_of(nodes) if n not in leaving]
         profile = {n: self.book.node_profile(n, self.step, self.horizon_steps) for n in ids}
-        counts = _counts(assignment, ids)
+        plan = MovePlan(assignment, ids)
         healthy = set(self._healthy(ids, 1))
-        moves: list[ReplicaMove] = []
         for group_id in sorted(assignment):
-            group = set(assignment[group_id])
+            group = plan.replicas[group_id]
             for from_node in sorted(group & leaving):
                 candidates = [n for n in ids if n not in group]
                 if not candidates:
                     continue
                 to_node = min(
-                    candidates, key=lambda n: (n not in healthy, max(profile[n]), counts[n], n)
+                    candidates,
+                    key=lambda n: (n not in healthy, max(profile[n]), plan.count(n), n),
                 )
                 _add(profile[to_node], self._group_profile(group_id))
-                group.discard(from_node)
-                group.add(to_node)
-                counts[to_node] += 1
-                moves.append(ReplicaMove(group_id, from_node, to_node))
-        return moves
+                plan.move(group_id, from_node, to_node)
+        return plan.moves
 
     def plan_leaders(
         self,
@@ -276,24 +264,6 @@ def plan_leaders_avoiding(
         for group_id in sorted(planned)
         if planned[group_id] != leaders[group_id]
     ]
-
-
-def _node_ids(nodes: Sequence[NodeLoad]) -> list[int]:
-    ids = [n.node_id for n in nodes]
-    if len(set(ids)) != len(ids) or NO_NODE in ids:
-        raise ValueError(f"node ids must be distinct and non-zero, got {ids}")
-    return sorted(ids)
-
-
-def _counts(
-    assignment: Mapping[int, Sequence[int] | set[int]], ids: Sequence[int]
-) -> dict[int, int]:
-    counts = dict.fromkeys(ids, 0)
-    for replicas in assignment.values():
-        for node_id in replicas:
-            if node_id in counts:
-                counts[node_id] += 1
-    return counts
 
 
 def _add(into: list[float], values: Sequence[float]) -> None:

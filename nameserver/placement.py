@@ -34,7 +34,7 @@ PURE.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +68,51 @@ class LeaderTransfer:
     group_id: int
     from_node: int
     to_node: int
+
+
+class MovePlan:
+    """The books a policy keeps while it plans replica moves over an assignment, one
+    at a time (the policy chooses each move; this records it).
+
+    ``replicas``: group -> its nodes, as the moves so far leave them (nodes not
+    given included); ``hosted``: given node -> the groups it holds, likewise
+    (nodes not given are not counted); ``moves``: the plan, in order.
+    """
+
+    def __init__(self, assignment: Mapping[int, Iterable[int]], node_ids: Iterable[int]) -> None:
+        """Start from ``assignment``; ``node_ids``: the nodes the plan counts."""
+        self.replicas = {group_id: set(nodes) for group_id, nodes in assignment.items()}
+        self.hosted: dict[int, set[int]] = {node_id: set() for node_id in node_ids}
+        for group_id, group in self.replicas.items():
+            for node_id in group:
+                if node_id in self.hosted:
+                    self.hosted[node_id].add(group_id)
+        self.moves: list[ReplicaMove] = []
+
+    def count(self, node_id: int) -> int:
+        """How many replicas given node ``node_id`` holds now."""
+        return len(self.hosted[node_id])
+
+    def counts(self) -> dict[int, int]:
+        """Given node -> how many replicas it holds now."""
+        return {node_id: len(groups) for node_id, groups in self.hosted.items()}
+
+    def add(self, group_id: int, to_node: int) -> None:
+        """Plan a new replica of the group on ``to_node`` (a top-up)."""
+        self._place(group_id, to_node)
+        self.moves.append(ReplicaMove(group_id, NO_NODE, to_node))
+
+    def move(self, group_id: int, from_node: int, to_node: int) -> None:
+        """Plan the group's replica on ``from_node`` to move to ``to_node``."""
+        self.replicas[group_id].discard(from_node)
+        if from_node in self.hosted:
+            self.hosted[from_node].discard(group_id)
+        self._place(group_id, to_node)
+        self.moves.append(ReplicaMove(group_id, from_node, to_node))
+
+    def _place(self, group_id: int, to_node: int) -> None:
+        self.replicas[group_id].add(to_node)
+        self.hosted[to_node].add(group_id)
 
 
 class PlacementPolicy(Protocol):
@@ -137,41 +182,26 @@ class LoadBalancedPlacement:
         """Top-ups first, then moves from the fullest to the emptiest node."""
         check_replication_factor(replication_factor)
         weight = _weights(nodes)
-        replicas = {g: set(r) for g, r in assignment.items()}
-        counts = {n.node_id: 0 for n in nodes}
-        for group in replicas.values():
-            for node_id in group:
-                if node_id in counts:
-                    counts[node_id] += 1
-        moves: list[ReplicaMove] = []
-        target = min(replication_factor, len(counts))
-        for group_id in sorted(replicas):
-            group = replicas[group_id]
+        plan = MovePlan(assignment, weight)
+        target = min(replication_factor, len(weight))
+        for group_id in sorted(plan.replicas):
+            group = plan.replicas[group_id]
             while len(group) < target:
                 to_node = min(
-                    (n for n in counts if n not in group),
-                    key=lambda n: (counts[n], weight[n], n),
+                    (n for n in plan.hosted if n not in group),
+                    key=lambda n: (plan.count(n), weight[n], n),
                 )
-                group.add(to_node)
-                counts[to_node] += 1
-                moves.append(ReplicaMove(group_id, NO_NODE, to_node))
-        while counts:
+                plan.add(group_id, to_node)
+        while plan.hosted:
             # Fullest node (heaviest load first), emptiest node (lightest first).
-            from_node = max(counts, key=lambda n: (counts[n], weight[n], -n))
-            to_node = min(counts, key=lambda n: (counts[n], weight[n], n))
-            if counts[from_node] - counts[to_node] <= 1:
+            from_node = max(plan.hosted, key=lambda n: (plan.count(n), weight[n], -n))
+            to_node = min(plan.hosted, key=lambda n: (plan.count(n), weight[n], n))
+            if plan.count(from_node) - plan.count(to_node) <= 1:
                 break
             # Exists: from_node holds >= 2 more groups than to_node, so at
             # least two of its groups lack to_node.
-            group_id = min(
-                g for g, group in replicas.items() if from_node in group and to_node not in group
-            )
-            replicas[group_id].remove(from_node)
-            replicas[group_id].add(to_node)
-            counts[from_node] -= 1
-            counts[to_node] += 1
-            moves.append(ReplicaMove(group_id, from_node, to_node))
-        return moves
+            plan.move(min(plan.hosted[from_node] - plan.hosted[to_node]), from_node, to_node)
+        return plan.moves
 
     def plan_evacuation(
         self,
@@ -184,26 +214,16 @@ class LoadBalancedPlacement:
         left keeps that replica: the plan cannot empty the leaving node without
         breaking anti-affinity (more nodes are needed)."""
         weight = _weights(nodes)
-        counts = dict.fromkeys(weight, 0)
-        for replicas in assignment.values():
-            for node_id in replicas:
-                if node_id in counts:
-                    counts[node_id] += 1
-        moves: list[ReplicaMove] = []
+        plan = MovePlan(assignment, weight)
         for group_id in sorted(assignment):
-            group = set(assignment[group_id])
+            group = plan.replicas[group_id]
             for from_node in sorted(group & leaving):
-                candidates = [n for n in counts if n not in group and n not in leaving]
+                candidates = [n for n in plan.hosted if n not in group and n not in leaving]
                 if not candidates:
                     continue
-                to_node = min(candidates, key=lambda n: (counts[n], weight[n], n))
-                group.discard(from_node)
-                group.add(to_node)
-                counts[to_node] += 1
-                if from_node in counts:
-                    counts[from_node] -= 1
-                moves.append(ReplicaMove(group_id, from_node, to_node))
-        return moves
+                to_node = min(candidates, key=lambda n: (plan.count(n), weight[n], n))
+                plan.move(group_id, from_node, to_node)
+        return plan.moves
 
     def plan_leaders(
         self,
@@ -282,16 +302,23 @@ def _unwind(via: Mapping[int, tuple[int, int]], source: int, target: int) -> lis
     return chain
 
 
+def node_ids_of(nodes: Sequence[NodeLoad]) -> list[int]:
+    """The ids of ``nodes``, sorted; ValueError unless they are distinct and none is
+    NO_NODE."""
+    ids = [node.node_id for node in nodes]
+    if len(set(ids)) != len(ids) or NO_NODE in ids:
+        raise ValueError(f"node ids must be distinct and non-zero, got {ids}")
+    return sorted(ids)
+
+
 def _weights(nodes: Sequence[NodeLoad]) -> dict[int, tuple[int, int, int]]:
     """A node's load as a sort key: less used first (bytes, traffic, then more
-    free disk). Node ids must be distinct and not NO_NODE."""
-    weights: dict[int, tuple[int, int, int]] = {}
-    for node in nodes:
-        if node.node_id == NO_NODE or node.node_id in weights:
-            raise ValueError(f"node ids must be distinct and non-zero, got {node.node_id}")
-        load = node.load
-        weights[node.node_id] = (load.bytes, load.msgs_per_s, -load.disk_free_bytes)
-    return weights
+    free disk). Node ids must be distinct and not NO_NODE (:func:`node_ids_of`)."""
+    node_ids_of(nodes)
+    return {
+        node.node_id: (node.load.bytes, node.load.msgs_per_s, -node.load.disk_free_bytes)
+        for node in nodes
+    }
 
 
 def check_replication_factor(replication_factor: int) -> None:

@@ -26,13 +26,10 @@ from angelia_rpc.metrics_export import exported, refresh_every
 from nameserver.config import NameserverConfig, parse_peers
 from nameserver.controller import REPLICAS_MAX
 from nameserver.ensemble import ControlImpl, run_controller_duties
+from nameserver.leader_duties import run_leader_duties
 from nameserver.metrics import NameserverMetrics
-from nameserver.service import (
-    GROUP_ID,
-    MetadataMachine,
-    NameserverImpl,
-    run_leader_duties,
-)
+from nameserver.service import NameserverImpl
+from nameserver.service_base import GROUP_ID, MetadataMachine
 from protocol.acl import InvalidAcl, User, UserType, parse_credentials_line
 from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions

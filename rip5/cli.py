@@ -99,6 +99,11 @@ def _option_decorators(specs: list[OptionSpec], section: str) -> list[Callable[.
     return decorators
 
 
+_RPC_OPTIONS = {spec.name: spec for spec in options_of(RpcOptions)}
+"""The role options ``rip5 dev`` passes on to every process: its flags take their
+choices and defaults from there."""
+
+
 def _read_config_file(path: str | None) -> tuple[Mapping[str, Any], str]:
     if not path:
         return {}, "config file"
@@ -332,15 +337,15 @@ for _role in ROLES.values():
 )
 @click.option(
     "--rpc-transport",
-    type=click.Choice(["tcp", "grpc", "http2"]),
-    default="tcp",
+    type=click.Choice(_RPC_OPTIONS["rpc_transport"].choices or ()),
+    default=_RPC_OPTIONS["rpc_transport"].default,
     show_default=True,
     help="internal RPC transport of every process",
 )
 @click.option(
     "--rpc-codec",
-    type=click.Choice(["msgpack", "avro", "json"]),
-    default="msgpack",
+    type=click.Choice(_RPC_OPTIONS["rpc_codec"].choices or ()),
+    default=_RPC_OPTIONS["rpc_codec"].default,
     show_default=True,
     help="internal RPC payload codec of every process",
 )

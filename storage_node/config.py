@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from angelia_rpc.config import RpcOptions
+from protocol.role_options import metrics_listen_field
 
 GROUPS_DEFAULT = 64
 """The group count of a cluster created without one (issue 5; the nameserver agrees)."""
@@ -151,11 +152,6 @@ class StorageConfig(RpcOptions):
             "max": 3_600_000,
         },
     )
-    metrics_listen: str = field(
-        default="127.0.0.1:5559",
-        metadata={
-            "help": "host:port serving Prometheus metrics at /metrics "
-            "(rip5_raft_*, rip5_storage_*, consumer lag of the groups led here; "
-            "port 0: any free port; empty: none)"
-        },
+    metrics_listen: str = metrics_listen_field(
+        "127.0.0.1:5559", "rip5_raft_*, rip5_storage_*, consumer lag of the groups led here"
     )

@@ -47,7 +47,8 @@ from loadtest.client import CallFailed, SendRequests, build_message, check_send
 from rip5 import dev_cluster, shell, stats
 from rip5.admin import MESSAGE_TYPES
 from rip5.bench import harness, publish_load
-from rip5.bench.e2e import Generator, PhaseResult
+from rip5.bench.e2e import Generator
+from rip5.bench.harness import PhaseResult
 
 TOPIC = "bench-connector"
 QUEUES = 8
@@ -238,17 +239,10 @@ async def _runs(
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
-            report.stage(f"run {run + 1}: publish (one cluster)")
             copied_before = connector.metrics().get("rip5_connector_replicated_messages_total", 0)
-            meter.start()
-            publish, stored = await generator.publish(
-                in_flight=args.in_flight,
-                batch=args.batch,
-                body=body,
-                seconds=args.seconds,
-                warmup_s=args.warmup,
+            publish, stored = await report.measure(
+                run, PUBLISH_CASE, meter, publish_load.phase_of(generator, args, body)
             )
-            report.record(PUBLISH_CASE, publish.values(), meter.stop())
             report.say(
                 f"  run {run + 1}: publish {publish.msgs_per_s:,.0f} msgs/s "
                 f"p99 {publish.p99_ms:.1f} ms ({stored:,} messages)"
@@ -323,21 +317,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (dev_cluster.ClusterError, RuntimeError) as exc:
         print(f"rip5 bench connector: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
-    cases = report.cases
-
-    def median(case: str, key: str) -> float:
-        return harness.summarize([r[key] for r in cases[case].runs])["median"]
-
-    publish = median(PUBLISH_CASE, "msgs_per_s")
+    publish = report.median(PUBLISH_CASE, "msgs_per_s")
     if publish > 0:
         report.note(
             f"replication / one cluster's publish = "
-            f"{median(REPLICATION_CASE, 'msgs_per_s') / publish:.2f} (target >= 0.50); "
-            f"delay p99 at half rate {median(DELAY_CASE, 'p99_ms'):.0f} ms (target <= 1000)"
+            f"{report.median(REPLICATION_CASE, 'msgs_per_s') / publish:.2f} (target >= 0.50); "
+            f"delay p99 at half rate {report.median(DELAY_CASE, 'p99_ms'):.0f} ms "
+            "(target <= 1000)"
         )
     report.finish()
-    failed = sum(run.get("errors", 0) for case in cases.values() for run in case.runs)
-    return 1 if failed else 0
+    return 1 if report.errors() else 0
 
 
 if __name__ == "__main__":

@@ -81,24 +81,18 @@ from loadtest.client import (
 from protocol.rocketmq.v2 import service_pb2 as spb
 from rip5 import dev_cluster, shell
 from rip5.admin import MESSAGE_TYPES
-from rip5.bench import acl, harness, official_send
-from rip5.bench.e2e_client import Clients, LeanStub, PhaseResult, all_answers, failed
+from rip5.bench import acl, harness, official_send, publish_load
+from rip5.bench.e2e_client import Clients, LeanStub, all_answers, failed
 from rip5.bench.e2e_idle import IDLE_CASE
 from rip5.bench.e2e_idle import idle as idle_phase
 from rip5.bench.e2e_pull import end_offsets
 from rip5.bench.e2e_pull import pull as pull_phase
+from rip5.bench.harness import PhaseResult
 
 TOPIC = "bench-e2e"
 QUEUES = 16
 IDLE_TOPIC = "bench-e2e-idle"
 GROUP = "bench-e2e-group"
-METRICS = (
-    harness.Metric("msgs_per_s", "msgs/s"),
-    harness.Metric("p50_ms", "p50 ms", ".1f"),
-    harness.Metric("p99_ms", "p99 ms", ".1f"),
-    harness.Metric("errors", "errors"),
-    harness.Metric("calls", "calls"),
-)
 
 
 class Generator(Clients):
@@ -108,16 +102,8 @@ class Generator(Clients):
         self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float
     ) -> tuple[PhaseResult, int]:
         """The publish phase; also the number of messages stored (warm-up included)."""
-        clock = time.perf_counter
-        measure_from = clock() + warmup_s
-        end = measure_from + seconds
-        latencies: list[float] = []
-        measured = 0
-        stored = 0
-        error_names: dict[str, int] = {}
 
-        async def worker(index: int) -> None:
-            nonlocal measured, stored
+        def call_of(index: int) -> harness.Call:
             stub = self.stubs[index % len(self.stubs)]
             # Built once, sent anew (fresh ids and born times) by every call: the load
             # generator's CPU goes to the calls, not to building messages.
@@ -126,26 +112,22 @@ class Generator(Clients):
             )
             # grpc's stub takes request objects only.
             parse = None if isinstance(stub, LeanStub) else spb.SendMessageRequest.FromString
-            while True:
-                sent = clock()
-                if sent >= end:
-                    return
+
+            async def send(error_names: dict[str, int]) -> bool:
                 request = requests.next() if parse is None else parse(requests.next())
                 try:
                     response = await stub.SendMessage(request, timeout=30, metadata=self.metadata)
                     check_send(response, batch)
                 except (CallFailed, grpc.aio.AioRpcError) as error:
                     await failed(error_names, error)
-                    continue
-                done = clock()
-                stored += batch
-                if sent >= measure_from and done <= end:
-                    latencies.append((done - sent) * 1000)
-                    measured += batch
+                    return False
+                return True
 
-        await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        result = PhaseResult.of(measured / seconds, latencies, len(latencies), error_names)
-        return result, stored
+            return send
+
+        return await harness.closed_loop(
+            call_of, workers=in_flight, per_call=batch, seconds=seconds, warmup_s=warmup_s
+        )
 
     async def consume(
         self,
@@ -244,21 +226,10 @@ async def _runs(
         for run in range(args.runs):
             generator.sign()
             starts = await end_offsets(generator) if args.pull_batch > 0 else {}
-            report.stage(f"run {run + 1}: publish")
-            meter.start()
-            publish, stored = await generator.publish(
-                in_flight=args.in_flight,
-                batch=args.batch,
-                body=body,
-                seconds=args.seconds,
-                warmup_s=args.warmup,
+            publish, stored = await report.measure(
+                run, "publish", meter, publish_load.phase_of(generator, args, body)
             )
-            report.record("publish", publish.values(), meter.stop())
-            report.say(
-                f"  run {run + 1}: publish {publish.msgs_per_s:,.0f} msgs/s "
-                f"p50 {publish.p50_ms:.1f} ms p99 {publish.p99_ms:.1f} ms "
-                f"({publish.calls} calls of {args.batch}; errors {publish.error_names or 0})"
-            )
+            report.say(publish.line(run, "publish", f"calls of {args.batch}"))
             report.stage(f"run {run + 1}: receive+ack")
             consume, consume_cpu = await generator.consume(
                 expected=stored + (probes if run == 0 else 0),
@@ -284,12 +255,7 @@ async def _runs(
                     meter=meter,
                 )
                 report.record("pull", pull.values(), pull_cpu)
-                report.say(
-                    f"  run {run + 1}: pull {pull.msgs_per_s:,.0f} msgs/s "
-                    f"p50 {pull.p50_ms:.1f} ms p99 {pull.p99_ms:.1f} ms "
-                    f"({pull.calls} pulls of up to {args.pull_batch}; "
-                    f"errors {pull.error_names or 0})"
-                )
+                report.say(pull.line(run, "pull", f"pulls of up to {args.pull_batch}"))
         if args.idle_seconds > 0:
             generator.sign()
             report.stage("idle long polls")
@@ -473,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = harness.BenchReport(
         "e2e",
         list(argv or []),
-        METRICS,
+        harness.PHASE_METRICS,
         params=params,
         json_path=args.json,
         show_progress=not args.no_progress,
@@ -500,15 +466,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rip5 bench e2e: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
     if args.yardstick > 0:
-        publish = harness.summarize([r["msgs_per_s"] for r in report.cases["publish"].runs])
         report.note(
             f"publish median / yardstick {args.yardstick:,.0f} msgs/s = "
-            f"{publish['median'] / args.yardstick:.2f}"
+            f"{report.median('publish', 'msgs_per_s') / args.yardstick:.2f}"
         )
-    document = report.finish()
-    failed = sum(run.get("errors", 0) for case in report.cases.values() for run in case.runs)
-    del document
-    return 1 if failed else 0
+    report.finish()
+    return 1 if report.errors() else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -19,48 +18,10 @@ import grpc
 from loadtest.client import CLIENT_ID_HEADER, CallFailed, endpoints_of
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
-from rip5 import stats
 from rip5.bench import acl
 from rip5.bench.grpc_lean import LeanChannel
 
 Metadata = Sequence[tuple[str, str]]
-
-
-@dataclass
-class PhaseResult:
-    """One measured phase."""
-
-    msgs_per_s: float
-    p50_ms: float
-    p99_ms: float
-    calls: int
-    errors: int
-    error_names: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls, msgs_per_s: float, latencies: list[float], calls: int, error_names: dict[str, int]
-    ) -> PhaseResult:
-        """A phase's figures from its rate, its calls' latencies (ms), how many calls
-        it counts and its failures by name."""
-        return cls(
-            msgs_per_s,
-            stats.percentile(latencies, 0.5),
-            stats.percentile(latencies, 0.99),
-            calls,
-            sum(error_names.values()),
-            error_names,
-        )
-
-    def values(self) -> dict[str, float]:
-        """The figures by metric key."""
-        return {
-            "msgs_per_s": self.msgs_per_s,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "calls": self.calls,
-            "errors": self.errors,
-        }
 
 
 def failure_name(error: Exception) -> str:

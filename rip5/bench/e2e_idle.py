@@ -16,7 +16,8 @@ import time
 import grpc
 
 from loadtest.client import CallFailed, receive_request, received_of
-from rip5.bench.e2e_client import Clients, PhaseResult, count_failure, failed
+from rip5.bench.e2e_client import Clients, count_failure, failed
+from rip5.bench.harness import PhaseResult
 
 IDLE_POLL_MS = 5_000
 IDLE_CASE = "idle long polls"

@@ -22,7 +22,6 @@ from protocol.rocketmq.v2 import service_pb2 as spb
 from rip5.bench import harness
 from rip5.bench.e2e_client import (
     Clients,
-    PhaseResult,
     all_answers,
     count_failure,
     failed,
@@ -70,7 +69,7 @@ async def pull(
     in_flight: int,
     pull_batch: int,
     meter: harness.CpuMeter,
-) -> tuple[PhaseResult, harness.CpuShare]:
+) -> tuple[harness.PhaseResult, harness.CpuShare]:
     """Pull every offset in [starts[q], ends[q]) of every queue q (see the module)."""
     segments = iter(
         [
@@ -137,7 +136,7 @@ async def pull(
     share = meter.stop()
     if pulled < expected:
         error_names["NOT_ALL_PULLED"] = expected - pulled
-    result = PhaseResult.of(
+    result = harness.PhaseResult.of(
         pulled / elapsed if elapsed > 0 else 0.0, latencies, len(latencies), error_names
     )
     return result, share

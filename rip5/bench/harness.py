@@ -8,6 +8,12 @@ harness then prints the table (median [min-max] per figure), and with
 ``--json FILE`` writes every run and the summary as JSON. While it runs, a
 progress bar (rich) counts the runs; lines a target prints appear above it.
 
+A phase's figures are a :class:`PhaseResult` (msgs/s, p50/p99 of a call,
+calls, failures by name); :func:`closed_loop` measures one for a load of
+concurrent workers each making calls one after the other (the publish loop of
+``rip5 bench e2e``, ``remoting`` and ``connector``), and
+:meth:`BenchReport.measure` records it with the CPU of its window.
+
 Every report states the command, the UTC start time, the core count and the
 load average at the start and the end: the machine may be shared, so a
 figure without its load is not comparable.
@@ -18,6 +24,7 @@ SHELL (reads /proc and the clock).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime
 import json
@@ -28,16 +35,20 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rip5 import stats
+
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,6 +191,108 @@ CPU_METRICS = (
 
 
 @dataclass
+class PhaseResult:
+    """One measured phase."""
+
+    msgs_per_s: float
+    p50_ms: float
+    p99_ms: float
+    calls: int
+    errors: int
+    error_names: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, msgs_per_s: float, latencies: list[float], calls: int, error_names: dict[str, int]
+    ) -> PhaseResult:
+        """A phase's figures from its rate, its calls' latencies (ms), how many calls
+        it counts and its failures by name."""
+        return cls(
+            msgs_per_s,
+            stats.percentile(latencies, 0.5),
+            stats.percentile(latencies, 0.99),
+            calls,
+            sum(error_names.values()),
+            error_names,
+        )
+
+    def line(self, run: int, case: str, calls: str) -> str:
+        """The run's line: rate, p50/p99, how many ``calls`` (e.g. "calls of 32") and
+        the failures by name."""
+        return (
+            f"  run {run + 1}: {case} {self.msgs_per_s:,.0f} msgs/s "
+            f"p50 {self.p50_ms:.1f} ms p99 {self.p99_ms:.1f} ms "
+            f"({self.calls} {calls}; errors {self.error_names or 0})"
+        )
+
+    def values(self) -> dict[str, float]:
+        """The figures by metric key."""
+        return {
+            "msgs_per_s": self.msgs_per_s,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "calls": self.calls,
+            "errors": self.errors,
+        }
+
+
+PHASE_METRICS = (
+    Metric("msgs_per_s", "msgs/s"),
+    Metric("p50_ms", "p50 ms", ".1f"),
+    Metric("p99_ms", "p99 ms", ".1f"),
+    Metric("errors", "errors"),
+    Metric("calls", "calls"),
+)
+"""The figures of a :class:`PhaseResult`, as a report shows them."""
+
+
+Call = Callable[[dict[str, int]], Awaitable[bool]]
+"""One call of a closed-loop load: True when it succeeded; on a failure it counts
+the failure by name in the dict it is given (and backs off, if it should) and
+returns False."""
+
+
+async def closed_loop(
+    call_of: Callable[[int], Call],
+    *,
+    workers: int,
+    per_call: int,
+    seconds: float,
+    warmup_s: float,
+) -> tuple[PhaseResult, int]:
+    """``workers`` concurrent loops, each making the calls of its ``call_of(index)`` one
+    after the other, for ``warmup_s`` and then ``seconds``.
+
+    A successful call counts in the measured window when it started after the
+    warm-up and ended before the end: the rate is ``per_call`` messages for each
+    of those over ``seconds``, p50/p99 their latencies. Also returns the messages
+    of every successful call, warm-up included (what the load stored).
+    """
+    clock = time.perf_counter
+    measure_from = clock() + warmup_s
+    end = measure_from + seconds
+    latencies: list[float] = []
+    measured = 0
+    stored = 0
+    error_names: dict[str, int] = {}
+
+    async def worker(index: int) -> None:
+        nonlocal measured, stored
+        call = call_of(index)
+        while (sent := clock()) < end:
+            if not await call(error_names):
+                continue
+            done = clock()
+            stored += per_call
+            if sent >= measure_from and done <= end:
+                latencies.append((done - sent) * 1000)
+                measured += per_call
+
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    return PhaseResult.of(measured / seconds, latencies, len(latencies), error_names), stored
+
+
+@dataclass
 class _Case:
     runs: list[dict[str, float]] = field(default_factory=list)
 
@@ -296,6 +409,21 @@ class BenchReport:
         if self._progress is not None:
             self._progress.advance(self._task)
 
+    async def measure(
+        self,
+        run: int,
+        case: str,
+        meter: CpuMeter,
+        phase: Callable[[], Awaitable[tuple[PhaseResult, T]]],
+    ) -> tuple[PhaseResult, T]:
+        """Run ``phase`` as run ``run`` (from 0) of ``case``: the bar names it, and its
+        figures are recorded with the CPU shares of its window; what it returned."""
+        self.stage(f"run {run + 1}: {case}")
+        meter.start()
+        result, extra = await phase()
+        self.record(case, result.values(), meter.stop())
+        return result, extra
+
     def note(self, text: str) -> None:
         """A remark printed under the table and kept in the JSON."""
         self.notes.append(text)
@@ -305,6 +433,14 @@ class BenchReport:
     def _columns(self) -> list[Metric]:
         keys = {k for case in self.cases.values() for run in case.runs for k in run}
         return [m for m in [*self.metrics, *CPU_METRICS] if m.key in keys]
+
+    def median(self, case: str, key: str) -> float:
+        """The median of figure ``key`` over the runs of ``case``."""
+        return summarize([run[key] for run in self.cases[case].runs])["median"]
+
+    def errors(self) -> float:
+        """The failed calls of every run of every case (the exit status is 1 if any)."""
+        return sum(run.get("errors", 0) for case in self.cases.values() for run in case.runs)
 
     def as_json(self) -> dict[str, Any]:
         """Everything recorded, with the per-figure summaries."""

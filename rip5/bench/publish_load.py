@@ -1,14 +1,42 @@
 """The publish load options shared by ``rip5 bench remoting`` and ``rip5 bench
 connector`` (runs, windows, concurrency, batch and message size, connections, the
-topic and its queues), checked, and the report they are measured into."""
+topic and its queues), checked, the report they are measured into, and the publish
+phase those options describe (``rip5 bench e2e``'s too)."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from rip5.bench import harness
-from rip5.bench.e2e import METRICS
+
+
+class Publisher(Protocol):
+    """A protocol's load generator (``rip5 bench e2e``'s gRPC ``Generator``,
+    ``rip5 bench remoting``'s ``RemotingPublisher``)."""
+
+    async def publish(
+        self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float
+    ) -> tuple[harness.PhaseResult, int]:
+        """Sends for ``warmup_s`` and then ``seconds``: the measured phase, and how many
+        messages were stored."""
+        ...
+
+
+def phase_of(
+    publisher: Publisher, args: argparse.Namespace, body: bytes
+) -> Callable[[], Awaitable[tuple[harness.PhaseResult, int]]]:
+    """The publish phase of ``publisher`` with the load options ``args`` (``in_flight``,
+    ``batch``, ``seconds``, ``warmup``) and messages of ``body``, for
+    :meth:`harness.BenchReport.measure`."""
+    return lambda: publisher.publish(
+        in_flight=args.in_flight,
+        batch=args.batch,
+        body=body,
+        seconds=args.seconds,
+        warmup_s=args.warmup,
+    )
 
 
 def parser_of(
@@ -43,7 +71,7 @@ def report_of(
     report = harness.BenchReport(
         name,
         list(argv or []),
-        METRICS,
+        harness.PHASE_METRICS,
         params=params,
         json_path=args.json,
         show_progress=not args.no_progress,

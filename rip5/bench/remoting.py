@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import uvloop
 
@@ -44,7 +43,8 @@ from protocol.remoting.frames import FrameDecoder, RemotingCommand, encode
 from rip5 import dev_cluster, shell
 from rip5.admin import MESSAGE_TYPES
 from rip5.bench import harness, publish_load
-from rip5.bench.e2e import Generator, PhaseResult
+from rip5.bench.e2e import Generator
+from rip5.bench.e2e_client import count_failure
 
 TOPIC = "bench-remoting"
 QUEUES = 16
@@ -52,17 +52,6 @@ GRPC_CASE = "publish gRPC"
 REMOTING_CASE = "publish remoting"
 ID_HEX_LENGTH = 32
 """A 4.x client's message id: 16 bytes in hex."""
-
-
-class Publisher(Protocol):
-    """A protocol's load generator (gRPC's ``Generator``, :class:`RemotingPublisher`)."""
-
-    async def publish(
-        self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float
-    ) -> tuple[PhaseResult, int]:
-        """Sends for ``warmup_s`` and then ``seconds``: the measured phase, and how many
-        messages were stored."""
-        ...
 
 
 @dataclass
@@ -150,25 +139,19 @@ class RemotingPublisher:
 
     async def publish(
         self, *, in_flight: int, batch: int, body: bytes, seconds: float, warmup_s: float
-    ) -> tuple[PhaseResult, int]:
+    ) -> tuple[harness.PhaseResult, int]:
         """The publish phase; also the number of messages stored (warm-up included)."""
-        clock = time.perf_counter
-        measure_from = clock() + warmup_s
-        end = measure_from + seconds
-        latencies: list[float] = []
-        measured = stored = 0
-        error_names: dict[str, int] = {}
         run = os.urandom(4).hex().upper()
 
-        async def worker(index: int) -> None:
-            nonlocal measured, stored
+        def call_of(index: int) -> harness.Call:
             connection = self.connections[index % len(self.connections)]
             bodies = BatchBodies(batch, body, f"{run}{index:08X}")
             fields = {"a": "bench-remoting-producer", "b": self.topic, "c": "TBW102",
                       "d": str(self.queues), "e": str(index % self.queues), "f": "0",
                       "h": "0", "i": "", "j": "0", "k": "false", "m": "true"}  # fmt: skip
             loop = asyncio.get_running_loop()
-            while (sent := clock()) < end:
+
+            async def send(error_names: dict[str, int]) -> bool:
                 opaque = next(self.opaques)
                 fields["g"] = str(int(time.time() * 1000))
                 command = RemotingCommand(
@@ -188,21 +171,18 @@ class RemotingPublisher:
                     answer = await asyncio.wait_for(answer_future, 30)
                 except (TimeoutError, ConnectionError) as error:
                     connection.waiting.pop(opaque, None)
-                    name = type(error).__name__
-                    error_names[name] = error_names.get(name, 0) + 1
-                    continue
+                    count_failure(error_names, type(error).__name__)
+                    return False
                 if answer.code != ResponseCode.SUCCESS:
-                    name = ResponseCode(answer.code).name
-                    error_names[name] = error_names.get(name, 0) + 1
-                    continue
-                done = clock()
-                stored += batch
-                if sent >= measure_from and done <= end:
-                    latencies.append((done - sent) * 1000)
-                    measured += batch
+                    count_failure(error_names, ResponseCode(answer.code).name)
+                    return False
+                return True
 
-        await asyncio.gather(*(worker(i) for i in range(in_flight)))
-        return PhaseResult.of(measured / seconds, latencies, len(latencies), error_names), stored
+            return send
+
+        return await harness.closed_loop(
+            call_of, workers=in_flight, per_call=batch, seconds=seconds, warmup_s=warmup_s
+        )
 
 
 async def _runs(
@@ -219,26 +199,15 @@ async def _runs(
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
-            order: list[tuple[str, Publisher]] = [
+            order: list[tuple[str, publish_load.Publisher]] = [
                 (GRPC_CASE, grpc_generator),
                 (REMOTING_CASE, publisher),
             ]
             for case, generator in order if run % 2 == 0 else order[::-1]:
-                report.stage(f"run {run + 1}: {case}")
-                meter.start()
-                result, _stored = await generator.publish(
-                    in_flight=args.in_flight,
-                    batch=args.batch,
-                    body=body,
-                    seconds=args.seconds,
-                    warmup_s=args.warmup,
+                result, _stored = await report.measure(
+                    run, case, meter, publish_load.phase_of(generator, args, body)
                 )
-                report.record(case, result.values(), meter.stop())
-                report.say(
-                    f"  run {run + 1}: {case} {result.msgs_per_s:,.0f} msgs/s "
-                    f"p50 {result.p50_ms:.1f} ms p99 {result.p99_ms:.1f} ms "
-                    f"({result.calls} calls of {args.batch}; errors {result.error_names or 0})"
-                )
+                report.say(result.line(run, case, f"calls of {args.batch}"))
     finally:
         await publisher.close()
         await grpc_generator.close()
@@ -279,19 +248,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (dev_cluster.ClusterError, RuntimeError) as exc:
         print(f"rip5 bench remoting: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
-    cases = report.cases
-    grpc_median = harness.summarize([r["msgs_per_s"] for r in cases[GRPC_CASE].runs])["median"]
-    remoting_median = harness.summarize([r["msgs_per_s"] for r in cases[REMOTING_CASE].runs])[
-        "median"
-    ]
+    grpc_median = report.median(GRPC_CASE, "msgs_per_s")
+    remoting_median = report.median(REMOTING_CASE, "msgs_per_s")
     if grpc_median > 0:
         report.note(
             f"remoting / gRPC publish medians = {remoting_median / grpc_median:.2f} "
             "(target >= 1.00)"
         )
     report.finish()
-    failed = sum(run.get("errors", 0) for case in cases.values() for run in case.runs)
-    return 1 if failed else 0
+    return 1 if report.errors() else 0
 
 
 if __name__ == "__main__":

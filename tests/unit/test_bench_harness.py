@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -77,3 +78,58 @@ def test_report_writes_json_and_tables(tmp_path: Path, capsys: pytest.CaptureFix
     assert document["cases"]["a"]["summary"]["server_cpu_pct"]["median"] == 75.0
     assert document["cases"]["b"]["runs"] == [{"rss": 5.5}]
     assert "rate" not in document["cases"]["b"]["summary"]
+
+
+def test_closed_loop_counts_messages_of_successful_calls_and_failures_by_name() -> None:
+    made: list[int] = []
+
+    def call_of(index: int) -> harness.Call:
+        made.append(index)
+        turns = 0
+
+        async def call(error_names: dict[str, int]) -> bool:
+            nonlocal turns
+            turns += 1
+            await asyncio.sleep(0.001)
+            if turns % 2 == 0:  # every second call of a worker fails
+                error_names["REFUSED"] = error_names.get("REFUSED", 0) + 1
+                return False
+            return True
+
+        return call
+
+    result, stored = asyncio.run(
+        harness.closed_loop(call_of, workers=3, per_call=4, seconds=0.2, warmup_s=0.05)
+    )
+    assert sorted(made) == [0, 1, 2]
+    assert result.calls > 0
+    assert result.msgs_per_s == result.calls * 4 / 0.2
+    # Stored counts the warm-up's calls too; failures store nothing.
+    assert stored % 4 == 0
+    assert stored > result.calls * 4
+    assert result.errors == result.error_names["REFUSED"] > 0
+    assert 0 < result.p50_ms <= result.p99_ms
+
+
+def test_report_measures_a_phase_and_gives_medians_and_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = harness.BenchReport("demo", [], harness.PHASE_METRICS, show_progress=False)
+    meter = harness.CpuMeter(list)
+    figures = iter([(100.0, {}), (300.0, {"TIMEOUT": 2}), (200.0, {})])
+
+    async def phase() -> tuple[harness.PhaseResult, str]:
+        rate, error_names = next(figures)
+        return harness.PhaseResult.of(rate, [1.0, 2.0], 2, error_names), "stored"
+
+    for run in range(3):
+        result, extra = asyncio.run(report.measure(run, "publish", meter, phase))
+        assert extra == "stored"
+    assert [r["msgs_per_s"] for r in report.cases["publish"].runs] == [100.0, 300.0, 200.0]
+    assert "client_cpu_pct" in report.cases["publish"].runs[0]
+    assert report.median("publish", "msgs_per_s") == 200.0
+    assert report.errors() == 2
+    assert result.line(2, "publish", "calls of 32") == (
+        "  run 3: publish 200 msgs/s p50 2.0 ms p99 2.0 ms (2 calls of 32; errors 0)"
+    )
+    capsys.readouterr()

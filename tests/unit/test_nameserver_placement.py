@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nameserver.placement import LoadBalancedPlacement, NodeLoad, PlacementPolicy
+from nameserver.placement import (
+    LoadBalancedPlacement,
+    MovePlan,
+    NodeLoad,
+    PlacementPolicy,
+    ReplicaMove,
+    node_ids_of,
+)
 from nameserver.records import NO_NODE, StorageLoad
 
 POLICY: PlacementPolicy = LoadBalancedPlacement()
@@ -203,3 +210,23 @@ def test_bad_arguments_are_refused(call: object) -> None:
     assert callable(call)
     with pytest.raises(ValueError, match="must be"):
         call()
+
+
+def test_a_move_plan_keeps_replicas_and_counts_of_the_given_nodes() -> None:
+    # Node 9 is not given: its replica stays in the group but is not counted.
+    plan = MovePlan({1: (1, 2), 2: (2, 9)}, [1, 2, 3])
+    assert plan.counts() == {1: 1, 2: 2, 3: 0}
+    plan.add(1, 3)
+    plan.move(2, 2, 1)
+    plan.move(2, 9, 3)
+    assert plan.replicas == {1: {1, 2, 3}, 2: {1, 3}}
+    assert plan.hosted == {1: {1, 2}, 2: {1}, 3: {1, 2}}
+    assert [plan.count(n) for n in (1, 2, 3)] == [2, 1, 2]
+    assert plan.moves == [ReplicaMove(1, NO_NODE, 3), ReplicaMove(2, 2, 1), ReplicaMove(2, 9, 3)]
+
+
+def test_node_ids_must_be_distinct_and_not_no_node() -> None:
+    assert node_ids_of([NodeLoad(3), NodeLoad(1)]) == [1, 3]
+    for ids in ((1, 1), (NO_NODE, 2)):
+        with pytest.raises(ValueError, match="distinct and non-zero"):
+            node_ids_of([NodeLoad(n) for n in ids])
