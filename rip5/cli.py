@@ -23,19 +23,7 @@ import uvloop
 
 from angelia_rpc.config import RpcOptions
 from connector.config import ConnectorConfig
-from rip5 import (
-    __version__,
-    admin_acl,
-    admin_consumers,
-    admin_nameserver,
-    admin_nodes,
-    admin_tier,
-    connector_commands,
-)
-from rip5 import admin as admin_commands
-from rip5 import loadtest as loadtest_command
-from rip5 import snapshot as snapshot_commands
-from rip5.chaos.cli import chaos as chaos_command
+from rip5 import __version__
 from rip5.config import CommonConfig, ConfigError, OptionSpec, options_of, resolve
 from rip5.dev import (
     DevLayout,
@@ -177,6 +165,8 @@ def _role_command(role: Role) -> click.Command:
         except ConfigError as exc:
             _fail(str(exc), EXIT_CONFIG)
         if isinstance(config, ConnectorConfig):  # a bad rules file is refused before the start
+            from rip5 import connector_commands  # noqa: PLC0415 (loaded by the connector only)
+
             connector_commands.load_rules(config.rules)
         sys.exit(run_role(role.name, role.load_serve(), config, common))
 
@@ -202,15 +192,57 @@ def _role_command(role: Role) -> click.Command:
             run(config_path, **flags)
 
     run_unless_asked.__click_params__ = command.__click_params__  # type: ignore[attr-defined]
-    group = click.group(name=role.name, help=role.summary, invoke_without_command=True)(
-        run_unless_asked
-    )
-    group.add_command(connector_commands.status)
-    group.add_command(connector_commands.translate_command)
-    return group
+    return click.group(
+        name=role.name,
+        cls=LazyGroup,
+        lazy_commands={
+            "status": "rip5.connector_commands:status",
+            "translate": "rip5.connector_commands:translate_command",
+        },
+        help=role.summary,
+        invoke_without_command=True,
+    )(run_unless_asked)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A command group whose subcommands in ``lazy_commands`` (name ->
+    "module:attribute[.attribute]") are imported when run or listed in help, not when
+    the group is built.
+
+    Every process start parses this CLI (a storage node, each ``rip5 admin`` call), so
+    a command's imports are paid only by the commands that need them.
+    """
+
+    def __init__(self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every subcommand name, the lazy ones included, sorted."""
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The subcommand ``cmd_name``, imported now if it is a lazy one."""
+        target = self.lazy_commands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, path = target.partition(":")
+        command: Any = importlib.import_module(module_name)
+        for attribute in path.split("."):
+            command = getattr(command, attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands={
+        "loadtest": "rip5.loadtest:loadtest",
+        "chaos": "rip5.chaos.cli:chaos",
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="rip5")
 def main() -> None:
     """rip5: a compute/storage-separated message broker speaking the RocketMQ 5 protocol."""
@@ -442,27 +474,26 @@ def dev(
     sys.exit(code)
 
 
-@main.group()
+@main.group(
+    cls=LazyGroup,
+    lazy_commands={
+        "topic": "rip5.admin:topic",
+        # admin_consumers adds `lag` and `reset-offset` to rip5.admin's group on import.
+        "group": "rip5.admin_consumers:admin.group",
+        "cluster": "rip5.admin:cluster",
+        "nameserver": "rip5.admin_nameserver:nameserver",
+        "message": "rip5.admin_consumers:message",
+        "dlq": "rip5.admin_consumers:dlq",
+        "snapshot": "rip5.snapshot:snapshot",
+        "tier": "rip5.admin_tier:tier",
+        "node": "rip5.admin_nodes:node",
+        "user": "rip5.admin_acl:user",
+        "acl": "rip5.admin_acl:acl",
+        "broker": "rip5.admin_nodes:broker",
+    },
+)
 def admin() -> None:
     """Administer a cluster: topics, consumer groups, cluster status."""
-
-
-admin.add_command(admin_commands.topic)
-admin.add_command(admin_commands.group)
-admin.add_command(admin_commands.cluster)
-admin.add_command(admin_nameserver.nameserver)
-admin.add_command(admin_consumers.message)
-admin.add_command(admin_consumers.dlq)
-admin.add_command(snapshot_commands.snapshot)
-admin.add_command(admin_tier.tier)
-admin.add_command(admin_nodes.node)
-admin.add_command(admin_acl.user)
-admin.add_command(admin_acl.acl)
-admin.add_command(admin_nodes.broker)
-
-
-main.add_command(loadtest_command.loadtest)
-main.add_command(chaos_command)
 
 
 @main.command(
