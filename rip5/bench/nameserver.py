@@ -87,6 +87,8 @@ class LocalNameservers:
             "--listen", self.addresses[node_id],
             "--node-id", str(node_id),
             "--groups", str(self.groups),
+            # Each node its own metrics port: the default one is taken by the first.
+            "--metrics-listen", f"127.0.0.1:{free_port()}",
         ]  # fmt: skip
         if len(self.addresses) > 1:
             args += ["--peers", ",".join(f"{n}={a}" for n, a in sorted(self.addresses.items()))]

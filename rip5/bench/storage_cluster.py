@@ -105,6 +105,9 @@ class LocalStorageCluster:
             str(node_id),
             "--groups",
             str(self.groups),
+            # Each node its own metrics port: the default one is taken by the first.
+            "--metrics-listen",
+            f"127.0.0.1:{free_port()}",
         ]
         if self.static:
             args += ["--peers", self.peers_flag]
