@@ -179,14 +179,16 @@ def _timed_query(df: Any) -> tuple[float, int, int]:
     return time.perf_counter() - started, int(row.n), int(row.b or 0)
 
 
-def _reads(args: argparse.Namespace, report: harness.BenchReport, snapshot: Path) -> None:
+def _reads(
+    args: argparse.Namespace, report: harness.BenchReport, snapshot: Path, session: Any
+) -> None:
     from spark_batch.session import spark_session  # noqa: PLC0415 - the spark extra
 
     parquet = snapshot.parent / "anchor.parquet"
     report.stage("parquet copy")
     _parquet_copy(snapshot, parquet)
     # Warm reads of a million rows: a driver JVM with its full compiler.
-    spark = spark_session(args.master, "rip5 bench spark", quick_start=False)
+    spark = session or spark_session(args.master, "rip5 bench spark", quick_start=False)
     try:
         reads = {
             "rip5": spark.read.format("rip5").load(str(snapshot)),
@@ -216,11 +218,13 @@ def _reads(args: argparse.Namespace, report: harness.BenchReport, snapshot: Path
                 f"({seconds['rip5 body'] / parquet_s:.2f}x), parquet {parquet_s:.2f} s"
             )
     finally:
-        spark.stop()
+        if session is None:  # a session of its own; the caller's stays up
+            spark.stop()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the options and run the benchmark."""
+def main(argv: Sequence[str] | None = None, session: Any = None) -> int:
+    """Parse the options and run the benchmark; ``session``: a Spark session to read with
+    (the test suite's one session), else the bench starts its own on ``--master``."""
     parser = argparse.ArgumentParser(prog="rip5 bench spark", description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages stored")
     parser.add_argument("--message-bytes", type=int, default=1024, help="body size")
@@ -256,6 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.progress(4 * args.runs),
     ):
         snapshot, _size = uvloop.run(_snapshots(args, report, Path(root)))
-        _reads(args, report, snapshot)
+        _reads(args, report, snapshot, session)
     report.finish()
     return 0
