@@ -37,6 +37,11 @@ from tests.contract.test_official_client import run_official
 
 RIP5 = [sys.executable, "-m", "rip5"]
 READY_TIMEOUT_S = 60.0
+# Test clusters use 16 MiB WAL segments instead of the default 64 MiB: a storage node
+# zero-fills its first segment and a spare before and after it starts, and the suite starts
+# some 150 of them (19 GB written at 64 MiB). 16 MiB still holds the largest entry (a 4 MiB
+# append plus its framing), so segments only rotate more often, which tests rotation more.
+WAL_SEGMENT_FLAGS = ("--wal-segment-bytes", str(16 << 20))
 CLUSTER = "DefaultCluster"
 
 
@@ -211,6 +216,7 @@ class LocalCluster:
                 "--groups",
                 str(self.groups),
                 *(("--replication", self.replication) if self.replication != "raft" else ()),
+                *WAL_SEGMENT_FLAGS,
                 *self.storage_flags,
             )
             process.start()
