@@ -17,11 +17,11 @@ EXTRAS ?= dev,spark,loadtest,tiered
 # pyproject.toml, read by tests/pure_modules.py when typecheck runs.
 PURE   ?= $(shell $(BIN)/python -m tests.pure_modules)
 SEEDS  ?= 1000
-# PYTEST_WORKERS=2 runs pytest on two workers: a file's tests stay on one worker and all Spark
-# tests on one (tests/conftest.py groups them), so each cluster fixture and the JVM start once.
-# On 2 cores two workers made 3-6 timing-sensitive cluster tests fail per run (two CI runs of
-# 15 min), so make test runs serially (0: no workers) until those tests wait on conditions.
-PYTEST_WORKERS ?= 0
+# make test runs pytest on two workers: a file's tests stay on one worker and all Spark tests
+# on one (tests/conftest.py groups them), so each cluster fixture and the JVM start once.
+# Tests marked `alone` (bounds tuned for a quiet 2-core machine: throughput, p99, client
+# deadlines) run while no other test runs (a lock in tests/conftest.py). 0: no workers.
+PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
 # The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
 # folder: the C++ client's Python package is named `rocketmq`, like the official 5.x

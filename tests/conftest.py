@@ -1,8 +1,13 @@
-"""Shared pytest options."""
+"""Shared pytest options, and the lock that runs ``alone`` tests by themselves."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +32,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         group = "spark" if "spark" in fixtures else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@contextlib.contextmanager
+def _slot(alone: bool) -> Iterator[None]:
+    """Under ``pytest -n N``: hold the workers' shared slot for a test, or the whole
+    slot for a test marked ``alone``, so an ``alone`` test never runs beside another test.
+
+    A readers-writer lock on two files that every worker of this run opens (flock locks
+    of separate opens exclude each other across processes). An ``alone`` test takes the
+    turnstile, then waits until no test holds the slot; while it holds the turnstile no
+    new test can take the slot, so it cannot starve. Without workers this does nothing.
+    """
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:
+        yield
+        return
+    folder = Path(tempfile.gettempdir())
+    with (
+        (folder / f"rip5-tests-{run_id}.turnstile").open("a") as turnstile,
+        (folder / f"rip5-tests-{run_id}.slot").open("a") as slot,
+    ):
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if alone:
+            fcntl.flock(slot, fcntl.LOCK_EX)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(slot, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(slot, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Set-up, call and tear-down of each test inside its slot (see :func:`_slot`): a
+    module's cluster fixture starts in its first test's set-up and stops in its last
+    test's tear-down, so an ``alone`` module's clusters are covered too."""
+    with _slot(item.get_closest_marker("alone") is not None):
+        return (yield)
 
 
 @pytest.fixture

@@ -103,6 +103,7 @@ async def test_a_unary_call_carries_its_metadata(served: Any) -> None:
         assert answer == b"hi|client-1"
 
 
+@pytest.mark.alone  # two 4 MiB calls against a 60 s deadline
 async def test_a_request_beyond_the_servers_window_arrives_whole(served: Any) -> None:
     _handlers, channel = served
     try:

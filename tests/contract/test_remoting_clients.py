@@ -36,7 +36,7 @@ NODE_DIR = CLIENTS / "node"
 CPP_CLIENT = Path(__file__).with_name("remoting_cpp_client.py")
 CLIENT_TIMEOUT_S = 120
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 __all__ = ["broker"]  # the one-broker fixture of the official-client tests (it serves remoting)
 
 

@@ -31,7 +31,7 @@ from rip5.admin_storage import RESEND_CURSOR_GROUP, ClusterAdmin
 from tests.e2e.cluster import CLUSTER, LocalCluster, official_client_step, running_cluster
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 NORMAL = 1
 CALL: dict[str, Any] = {"metadata": (("x-mq-client-id", "e2e-admin-client"),), "timeout": 20}

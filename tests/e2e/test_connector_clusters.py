@@ -34,7 +34,7 @@ from protocol.rocketmq.v2 import service_pb2_grpc
 from tests.e2e.cluster import RIP5, LocalCluster, Process
 from tests.e2e.prometheus import prometheus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 NORMAL, FIFO = 1, 2
 META = (("x-mq-client-id", "e2e-connector-client"),)

@@ -39,7 +39,7 @@ from rip5.admin import NameserverClient
 from tests.e2e.cluster import CLUSTER, RIP5, LocalCluster
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 log = logging.getLogger(__name__)
 
 NORMAL = 1

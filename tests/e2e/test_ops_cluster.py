@@ -42,7 +42,7 @@ from tests.e2e.dashboard_process import start_dashboard
 from tests.e2e.prometheus import Prometheus, prometheus
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 NORMAL = 1
 GROUPS = 8

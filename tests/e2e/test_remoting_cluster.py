@@ -36,7 +36,7 @@ from tests.contract.test_remoting_clients import (
 from tests.e2e.cluster import LocalCluster
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFICIAL_CLIENT = ROOT / "tests" / "contract" / "official_client.py"

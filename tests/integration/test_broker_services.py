@@ -30,7 +30,7 @@ from storage_node.errors import StorageNotLeader
 from storage_node.server import serve as serve_storage
 from tests.waiting import async_wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 CLUSTER = "DefaultCluster"
 GROUPS = 4

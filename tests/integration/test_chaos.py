@@ -30,7 +30,7 @@ from rip5.chaos.schedule import KINDS
 from rip5.chaos.workload import MODELS, Client, Recorder, Workload
 from tests.waiting import async_wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(240)]
 
 
 def chaos(out_dir: Path, drain_s: float = 20.0, **options: object) -> tuple[Verdict, str]:

@@ -54,7 +54,11 @@ from tests.integration.test_replica_moves import (
     four_node_cluster,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.alone,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 SLOW = 3
 DETECTION_BOUND_S = 30.0
