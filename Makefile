@@ -22,7 +22,7 @@ SEEDS  ?= 1000
 # Tests marked `alone` (bounds tuned for a quiet 2-core machine: throughput, p99, client
 # deadlines) run while no other test runs (a lock in tests/conftest.py). 0: no workers.
 PYTEST_WORKERS ?= 2
-PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
+PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 # The RocketMQ 4.x (remoting) clients the tests run in subprocesses, each in its own
 # folder: the C++ client's Python package is named `rocketmq`, like the official 5.x
 # client in the venv, so it cannot be installed beside it (it goes to .clients/python,

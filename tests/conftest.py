@@ -23,15 +23,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-@pytest.hookimpl(tryfirst=True)
+# The test files that use the one Spark session (the ``spark`` fixture): under
+# ``pytest -n N`` they run on one worker, so the run starts one JVM.
+SPARK_FILES = frozenset(
+    {
+        "tests/integration/test_bench_spark.py",
+        "tests/integration/test_spark.py",
+        "tests/integration/test_spark_stream.py",
+    }
+)
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work ``pytest -n N`` gives one worker: a test's file (its
+    module-scoped cluster starts once), or "spark" for every file of :data:`SPARK_FILES`."""
+    path = nodeid.split("::", 1)[0]
+    return "spark" if path in SPARK_FILES else path
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group tests for ``pytest -n N --dist loadgroup`` (what ``make test`` runs): a file's
-    tests stay on one worker, so its module-scoped cluster starts once; every test that needs
-    the one Spark session runs on one worker, so the run starts one JVM."""
+    """Refuse a test that uses the Spark session outside :data:`SPARK_FILES`: under
+    workers it would start a second JVM."""
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = "spark" if "spark" in fixtures else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        path = item.nodeid.split("::", 1)[0]
+        if "spark" in getattr(item, "fixturenames", ()) and path not in SPARK_FILES:
+            raise pytest.UsageError(f"{path} uses the spark fixture: add it to SPARK_FILES")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``pytest -n N``: schedule by :func:`scope_of` (xdist's own ``loadgroup``
+    marks do nothing under pytest 9, whose node ids ignore the suffix xdist sets)."""
+    from xdist.scheduler import LoadScopeScheduling  # imported only under -n N
+
+    class ByFileSparkTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ByFileSparkTogether(config, log)
 
 
 @contextlib.contextmanager
