@@ -53,9 +53,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``pytest -n N``: schedule by :func:`scope_of` (xdist's own ``loadgroup``
     marks do nothing under pytest 9, whose node ids ignore the suffix xdist sets)."""
-    from xdist.scheduler import LoadScopeScheduling  # imported only under -n N
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
-    class ByFileSparkTogether(LoadScopeScheduling):  # type: ignore[misc]
+    class ByFileSparkTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
 
