@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from angelia_rpc.nameserver_client import NameserverClient
@@ -202,7 +202,21 @@ def submit(browser: WebDriver, button: WebElement) -> None:
     """Click a form's button and wait until the page it leads to has replaced this one."""
     page = browser.find_element(By.TAG_NAME, "html")
     button.click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+
+    def replaced(_browser: WebDriver) -> bool:
+        try:
+            page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            # chromedriver, asked in the middle of the navigation, answers this instead
+            # of "stale element": the old page's node has left its document.
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    WebDriverWait(browser, 30).until(replaced)
 
 
 def screenshot(browser: WebDriver, name: str) -> None:
