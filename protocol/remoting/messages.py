@@ -33,6 +33,7 @@ PURE.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -277,6 +278,7 @@ def parse_offset_message_id(text: str) -> tuple[str, int, int, int]:
     )
 
 
+@functools.lru_cache(maxsize=64)  # a broker answers every send with its own few addresses
 def _ipv4(host: str) -> tuple[int, int, int, int]:
     parts = host.split(".")
     if len(parts) == 4 and all(part.isdigit() and int(part) < 256 for part in parts):
