@@ -107,6 +107,7 @@ from raft.core.node import RawNode
 from raft.errors import RaftError, RaftNotLeader
 from raft.host.driver import Driver
 from raft.wal.logstore import LogStore
+from storage_node import message_query
 from storage_node.api_convert import (
     append_records,
     append_response,
@@ -120,7 +121,7 @@ from storage_node.errors import (
     StorageError,
     StorageNotLeader,
 )
-from storage_node.key_index import Hit, KeyIndex, Query, SearchResult, TieredRecord, TierScan
+from storage_node.key_index import KeyIndex, Query
 from storage_node.node_clock import NodeClock
 from storage_node.partition import property_filter, pull
 from storage_node.partition.commands import (
@@ -442,11 +443,9 @@ class StorageNode:
     def _first_offset(self, replica: GroupReplica, queue: QueueId) -> int:
         """A queue's first readable offset: in the tier if it holds older messages than
         the local log (and this node reads the tier), else the local first offset."""
-        local = replica.state.first_offset(*queue)
-        tiered = replica.state.tier.first_offset(queue)
-        if self.tier_reader is None or tiered is None:
-            return local
-        return min(local, tiered)
+        if self.tier_reader is None:
+            return replica.state.first_offset(*queue)
+        return replica.state.readable_first_offset(*queue)
 
     async def _read_tier(
         self,
@@ -845,56 +844,14 @@ class StorageNode:
             raise BadCommand(str(exc)) from exc
         group_id = request.group_id
         replica = await self._read_barrier(group_id)
-        state = replica.state
 
         def read(queue: QueueId, entries: Sequence[QueueEntry]) -> list[MessageRecord]:
             return self._records(group_id, queue, entries)
 
-        tier_reader = self.tier_reader if state.tier else None
-
-        async def tier_read(scan: TierScan) -> list[TieredRecord]:
-            # Read through the tier reader's cache; a tier that cannot be read fails the
-            # query with UNAVAILABLE (retriable), like any read of old offsets.
-            assert tier_reader is not None
-            objects = state.tier.objects(scan.queue)
-            looked = await tier_reader.read(group_id, objects, scan.low, scan.high - scan.low)
-            return [TieredRecord(m.queue_offset, m.store_timestamp_ms, m.record) for m in looked]
-
-        # One chunk at a time, letting the loop run raft rounds and calls in between.
-        steps = self.key_index.steps(group_id, state, read, query, tiered=tier_reader is not None)
-        answer: list[TieredRecord] | None = None
-        while True:
-            try:
-                scan = steps.send(answer)
-            except StopIteration as done:
-                result: SearchResult = done.value
-                break
-            answer = None
-            if scan is None:
-                await asyncio.sleep(0)
-            else:
-                answer = await tier_read(scan)
-        # The hits of a queue are read together: hits in one log entry decode it once.
-        # A local hit trimmed away since its step is left out; tier hits come with
-        # their records. The answer keeps the hits' order.
-        found: dict[Hit, StoredMessage] = {
-            hit: StoredMessage(
-                hit.queue_offset, tiered.store_timestamp_ms, from_record(tiered.record)
-            )
-            for hit, tiered in result.tiered.items()
-        }
-        by_queue: dict[QueueId, list[int]] = {}
-        for queue, offset in result.hits:
-            if (queue, offset) not in found and offset >= state.first_offset(*queue):
-                by_queue.setdefault(queue, []).append(offset)
-        for queue, offsets in by_queue.items():
-            entries = [state.entry(*queue, offset) for offset in offsets]
-            records = self._records(group_id, queue, entries)
-            for offset, entry, record in zip(offsets, entries, records, strict=True):
-                stored = StoredMessage(offset, entry.store_timestamp_ms, from_record(record))
-                found[Hit(queue, offset)] = stored
-        messages = [found[hit] for hit in result.hits if hit in found]
-        return QueryMessagesResponse(messages, result.scanned, result.complete)
+        tier_reader = self.tier_reader if replica.state.tier else None
+        return await message_query.query_messages(
+            self.key_index, group_id, replica.state, read, tier_reader, query
+        )
 
     async def group_progress(
         self, request: GroupProgressRequest, context: CallContext
