@@ -304,7 +304,7 @@ def progress_json(row: Progress) -> dict[str, Any]:
 @click.argument("name")
 @admin.nameserver_option
 @admin.cluster_option
-@click.option("--topic", default="", help="every queue of this topic (else the queues consumed)")
+@click.option("--topic", default="", help="every queue of this topic (else of the topics consumed)")
 @json_option
 def group_lag(name: str, nameserver: str, cluster: str, topic: str, as_json: bool) -> None:
     """Consumer group NAME's progress per queue (pop and pull consumers alike)."""

@@ -14,7 +14,9 @@ broker's storage port does.
   (``storage_node/key_index.py``).
 - **Progress** (``group lag``): per queue, read on the group's leader
   (``storage.group_progress``): pop and offset consumers share one
-  consumption state, so one reading serves both.
+  consumption state, so one reading serves both. Without a topic, every
+  queue of each topic the group consumed, not only the queues it has state
+  in (its consumers may not have popped from each queue yet).
 - **Reset** (``group reset-offset``): per queue of the topic, the target
   offset (first, end, or the first stored at or after a time) is committed
   (``storage.commit_offset``): every message below it counts as consumed,
@@ -40,6 +42,7 @@ from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader
 from angelia_rpc.nameserver_client import NameserverClient
 from broker.processor.selector import group_queue_index
+from protocol import errors
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.vocabulary import MessageType
@@ -282,10 +285,29 @@ class ClusterAdmin:
     # -- consumer progress -----------------------------------------------------------
 
     async def group_lag(self, consumer_group: str, topic: str = "") -> list[Progress]:
-        """``consumer_group``'s progress in every queue it consumed (with ``topic``: in
-        every queue of the topic), sorted by topic and queue id."""
+        """``consumer_group``'s progress in every queue of ``topic``; without one, in
+        every queue of each topic the group consumed (has consumption state in a queue
+        of), as RocketMQ's consumerProgress lists them: a queue of such a topic that
+        the group never popped from counts every message in it. Sorted by topic and
+        queue id."""
         await self.require_group(consumer_group)
-        group_ids = sorted(await self._topic_groups(topic)) if topic else await self.group_ids()
+        if topic:
+            rows = await self._topic_progress(consumer_group, topic)
+        else:
+            consumed = await self._progress(consumer_group, "", await self.group_ids())
+            topics = sorted({row.queue.topic for row in consumed})
+            per_topic = await asyncio.gather(
+                *(self._consumed_topic_progress(consumer_group, t, consumed) for t in topics)
+            )
+            rows = [row for rows in per_topic for row in rows]
+        rows.sort(key=lambda row: (row.queue.topic, row.queue.queue_id))
+        return rows
+
+    async def _progress(
+        self, consumer_group: str, topic: str, group_ids: Sequence[int]
+    ) -> list[Progress]:
+        """``storage.group_progress`` of ``group_ids``, at once: each raft group's queues
+        the group has state in (with ``topic``: each of the topic's queues it holds)."""
         request = st.GroupProgressRequest(0, consumer_group, topic)
 
         async def one(group_id: int) -> list[Progress]:
@@ -295,15 +317,30 @@ class ClusterAdmin:
             )
             return [Progress(group_id, queue) for queue in response.queues]
 
-        rows = [row for rows in await asyncio.gather(*(one(g) for g in group_ids)) for row in rows]
-        if topic:  # every queue of the topic, an empty one too
-            seen = {row.queue.queue_id for row in rows if row.queue.topic == topic}
-            for info in (await self.route(topic)).queues:
-                if info.queue_id not in seen:
-                    empty = st.QueueProgress(topic, info.queue_id, 0, 0, -1, 0, 0, -1)
-                    rows.append(Progress(info.group_id, empty))
-        rows.sort(key=lambda row: (row.queue.topic, row.queue.queue_id))
+        return [row for rows in await asyncio.gather(*(one(g) for g in group_ids)) for row in rows]
+
+    async def _topic_progress(self, consumer_group: str, topic: str) -> list[Progress]:
+        """The group's progress in every queue of ``topic`` (by its route), an empty
+        one (never sent to) too."""
+        rows = await self._progress(consumer_group, topic, sorted(await self._topic_groups(topic)))
+        seen = {row.queue.queue_id for row in rows if row.queue.topic == topic}
+        for info in (await self.route(topic)).queues:
+            if info.queue_id not in seen:
+                empty = st.QueueProgress(topic, info.queue_id, 0, 0, -1, 0, 0, -1)
+                rows.append(Progress(info.group_id, empty))
         return rows
+
+    async def _consumed_topic_progress(
+        self, consumer_group: str, topic: str, consumed: Sequence[Progress]
+    ) -> list[Progress]:
+        """:meth:`_topic_progress` of a topic the group consumed; a topic the
+        nameserver no longer knows (deleted) keeps the ``consumed`` queues only."""
+        try:
+            return await self._topic_progress(consumer_group, topic)
+        except AngeliaError as error:
+            if error.code is not errors.TOPIC_NOT_FOUND:
+                raise
+            return [row for row in consumed if row.queue.topic == topic]
 
     async def reset_offset(
         self, consumer_group: str, topic: str, *, to: str = "", timestamp_ms: int = -1
