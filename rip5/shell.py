@@ -111,7 +111,8 @@ async def _run_serve(
         done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
         if not done:
             log.warning(
-                "graceful stop overran its deadline; cancelling", extra={"deadline_ms": timeout_ms}
+                "graceful stop overran its deadline; cancelling",
+                extra={"deadline_ms": timeout_ms, "pending": _pending_awaits()},
             )
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -126,6 +127,27 @@ async def _run_serve(
         return 1
     log.info("stopped")
     return 0
+
+
+def _pending_awaits(limit: int = 12) -> str:
+    """Where each unfinished task of the loop waits, innermost call last
+    (``name: coroutine file:line > ...``): what an overrun stop was stuck on."""
+    current = asyncio.current_task()
+    lines: list[str] = []
+    for task in asyncio.all_tasks():
+        if task is current or task.done():
+            continue
+        chain: list[str] = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and len(chain) < 8:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:
+                break
+            code = frame.f_code
+            chain.append(f"{code.co_name} {os.path.basename(code.co_filename)}:{frame.f_lineno}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        lines.append(f"{task.get_name()}: {' > '.join(chain) or '?'}")
+    return "; ".join(sorted(lines)[:limit])
 
 
 GC_THRESHOLDS = (50_000, 20, 100)

@@ -56,7 +56,11 @@ def test_stop_deadline_cancels_a_stubborn_role(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 1
-    assert "overran its deadline" in err.decode()
+    overran = [ln for ln in err.decode().splitlines() if "overran its deadline" in ln]
+    assert len(overran) == 1
+    # The line names where the role was stuck: serve, awaiting an event that never comes.
+    assert "serve echo_role.py:" in overran[0]
+    assert "> wait locks.py:" in overran[0]
 
 
 def test_a_failing_role_logs_one_error_line_and_exits_1(tmp_path: Path) -> None:
