@@ -141,13 +141,16 @@ def _message(
     now_ms: int,
     fifo_topic: bool,
 ) -> Message:
-    keys = tuple(key for key in properties.get(wire.KEYS, "").split(wire.KEY_SEPARATOR) if key)
+    get = properties.get
+    keys_text = get(wire.KEYS)
+    keys = tuple(key for key in keys_text.split(wire.KEY_SEPARATOR) if key) if keys_text else ()
     user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS}
     message_type = MessageType.NORMAL
-    message_group = (properties.get(wire.SHARDING_KEY) or None) if fifo_topic else None
-    delivery_ms = _delivery_ms(properties, now_ms)
+    message_group = (get(wire.SHARDING_KEY) or None) if fifo_topic else None
+    # Most messages are not timed: the five timing names are looked up only if one is there.
+    delivery_ms = None if _TIMING.isdisjoint(properties) else _delivery_ms(properties, now_ms)
     prepared = header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_FLAG
-    if prepared or properties.get(wire.TRANSACTION_PREPARED, "").lower() == "true":
+    if prepared or get(wire.TRANSACTION_PREPARED, "").lower() == "true":
         message_type = MessageType.TRANSACTION
     elif delivery_ms is not None:
         message_type = MessageType.DELAY
@@ -159,7 +162,7 @@ def _message(
             body,
             message_id,
             message_type,
-            properties.get(wire.TAGS) or None,
+            get(wire.TAGS) or None,
             keys,
             user,
             message_group if message_type is MessageType.FIFO else None,
@@ -170,6 +173,12 @@ def _message(
             None,
         )
     )
+
+
+_TIMING = frozenset(
+    (wire.DELIVER_AT_MS, wire.START_DELIVER_TIME, wire.DELAY_MS, wire.DELAY_SEC, wire.DELAY_LEVEL)
+)
+"""The properties :func:`_delivery_ms` reads."""
 
 
 def _delivery_ms(properties: Mapping[str, str], now_ms: int) -> int | None:

@@ -229,9 +229,11 @@ class FrameDecoder:
         if available < 4 + length:
             return None
         start = self._start + 4
-        frame = bytes(self._buffer[start : start + length])
         self._start = start + length
-        return decode_frame(frame)
+        # Read in place: the header and the body are the only copies made. The view is
+        # released before returning (the buffer cannot grow while one is held).
+        with memoryview(self._buffer) as buffer, buffer[start : start + length] as frame:
+            return decode_frame(frame)
 
     def end_of_stream(self) -> FrameError | None:
         """At the end of the stream: the error for a frame cut short, if one was."""
@@ -246,7 +248,7 @@ class FrameDecoder:
         return FrameError(f"stream ended inside a frame: {available - 4} of {length} bytes came")
 
 
-def decode_frame(frame: bytes) -> Decoded:
+def decode_frame(frame: bytes | memoryview) -> Decoded:
     """One frame without its leading length: a command, or why its header is unreadable."""
     (mark,) = _U32.unpack_from(frame, 0)
     type_code, header_length = mark >> 24, mark & HEADER_BYTES_MAX
@@ -254,8 +256,8 @@ def decode_frame(frame: bytes) -> Decoded:
         return Malformed(
             0, 0, f"header length {header_length} exceeds the frame's {len(frame) - 4} bytes"
         )
-    header = frame[4 : 4 + header_length]
-    body = frame[4 + header_length :]
+    header = bytes(frame[4 : 4 + header_length])
+    body = bytes(frame[4 + header_length :])
     if type_code == SerializeType.JSON:
         return _decode_json(header, body)
     if type_code == SerializeType.ROCKETMQ:
