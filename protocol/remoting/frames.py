@@ -286,11 +286,14 @@ def _decode_json(header: bytes, body: bytes) -> Decoded:
         if fields is None:
             ext_fields: Mapping[str, str] = NO_FIELDS
         elif isinstance(fields, dict):
-            ext_fields = {
-                str(key): text
-                for key, value in fields.items()
-                if (text := field_text(str(key), value)) is not None
-            }
+            if all(type(value) is str for value in fields.values()):
+                ext_fields = fields  # as the Java client sends them (JSON keys are text)
+            else:
+                ext_fields = {
+                    str(key): text
+                    for key, value in fields.items()
+                    if (text := field_text(str(key), value)) is not None
+                }
         else:
             raise HeaderError(f"extFields is a {type(fields).__name__}, not an object")
     except HeaderError as error:

@@ -258,18 +258,25 @@ def offset_message_id(host: str, port: int, queue_id: int, offset: int) -> str:
     """The offset message id of a message at ``offset`` (-1: not queued) of queue
     ``queue_id``, stored through ``host:port`` (an IPv4 address; other hosts read as
     0.0.0.0)."""
+    return store_host_hex(host, port) + offset_position_hex(queue_id, offset)
+
+
+@functools.lru_cache(maxsize=64)  # a broker answers every send with its own few addresses
+def store_host_hex(host: str, port: int) -> str:
+    """The first half of an offset message id stored through ``host:port``: the IPv4
+    address and port, in upper-case hex (16 digits)."""
+    return _STORE_HOST.pack(*_ipv4(host), port & 0xFFFFFFFF).hex().upper()
+
+
+def offset_position_hex(queue_id: int, offset: int) -> str:
+    """The second half of an offset message id: the queue id and the offset (-1: not
+    queued), in upper-case hex (16 digits); ValueError if they do not fit."""
     if not 0 <= queue_id < 1 << 16:
         raise ValueError(f"queue id {queue_id} does not fit 16 bits")
     position = UNQUEUED if offset < 0 else offset
     if position > UNQUEUED:
         raise ValueError(f"queue offset {offset} does not fit {QUEUE_OFFSET_BITS} bits")
-    return f"{_store_host_hex(host, port)}{queue_id << QUEUE_OFFSET_BITS | position:016X}"
-
-
-@functools.lru_cache(maxsize=64)  # a broker answers every send with its own few addresses
-def _store_host_hex(host: str, port: int) -> str:
-    """The first 8 bytes of an offset message id, in upper-case hex: IPv4 and port."""
-    return _STORE_HOST.pack(*_ipv4(host), port & 0xFFFFFFFF).hex().upper()
+    return f"{queue_id << QUEUE_OFFSET_BITS | position:016X}"
 
 
 def parse_offset_message_id(text: str) -> tuple[str, int, int, int]:
