@@ -52,6 +52,8 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 NO_FIELDS: Mapping[str, str] = MappingProxyType({})
+_JSON_HEADER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""The JSON header's encoder (built once: ``json.dumps`` with options builds one a call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +152,12 @@ def encode_json_header(command: RemotingCommand) -> bytes:
         "version": command.version,
         "opaque": command.opaque,
         "flag": command.flag,
-        "extFields": dict(command.ext_fields),
+        "extFields": fields if type(fields := command.ext_fields) is dict else dict(fields),
         "serializeTypeCurrentRPC": "JSON",
     }
     if command.remark is not None:
         header["remark"] = command.remark
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    return _JSON_HEADER.encode(header).encode()
 
 
 def encode_binary_header(command: RemotingCommand) -> bytes:

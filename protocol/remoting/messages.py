@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -105,44 +105,43 @@ new_batch_record = positional(BatchRecord)
 def parse_batch(data: bytes) -> list[BatchRecord]:
     """The records of a batch body; BodyError naming the record that is cut short or
     whose sizes disagree."""
-    return list(_records(data))
-
-
-def _records(data: bytes) -> Iterator[BatchRecord]:
     # One pass: each record's fixed fields and lengths are read in place and checked
     # before anything is copied; the body is the one copy a record makes.
+    records: list[BatchRecord] = []
     unpack_head = _RECORD_HEAD.unpack_from
     unpack_u16 = _U16.unpack_from
     head_size = _RECORD_HEAD.size
     size = len(data)
     position = 0
-    index = 0
     while position < size:
         body_start = position + head_size
         if body_start > size:
-            raise BodyError(f"batch record {index} is cut short in its fixed fields")
+            raise BodyError(f"batch record {len(records)} is cut short in its fixed fields")
         total, _magic, _crc, flag, body_length = unpack_head(data, position)
         body_end = body_start + body_length
         if body_length < 0 or body_end + 2 > size:
-            raise BodyError(f"batch record {index}: body length {body_length} runs past the body")
+            raise BodyError(
+                f"batch record {len(records)}: body length {body_length} runs past the body"
+            )
         (properties_length,) = unpack_u16(data, body_end)
         end = body_end + 2 + properties_length
         if end > size:
             raise BodyError(
-                f"batch record {index}: properties length {properties_length} runs past the body"
+                f"batch record {len(records)}: properties length {properties_length} runs past "
+                "the body"
             )
         if total != end - position:
             raise BodyError(
-                f"batch record {index}: total size {total} disagrees with its "
+                f"batch record {len(records)}: total size {total} disagrees with its "
                 f"{end - position} bytes"
             )
         try:
             text = str(data[body_end + 2 : end], "utf-8")
         except UnicodeDecodeError:
-            raise BodyError(f"batch record {index}: properties are not UTF-8") from None
-        yield new_batch_record((flag, data[body_start:body_end], parse_properties(text)))
+            raise BodyError(f"batch record {len(records)}: properties are not UTF-8") from None
+        records.append(new_batch_record((flag, data[body_start:body_end], parse_properties(text))))
         position = end
-        index += 1
+    return records
 
 
 def format_batch(records: list[BatchRecord]) -> bytes:
