@@ -153,24 +153,12 @@ def _message(
     get = properties.get
     keys_text = get(wire.KEYS)
     keys = tuple(key for key in keys_text.split(wire.KEY_SEPARATOR) if key) if keys_text else ()
-    if properties.keys() <= RESERVED_PROPERTY_KEYS:  # as most 4.x messages: no user property
-        user: dict[str, str] = {}
+    if not common.prepared and properties.keys() <= _PLAIN:
+        # As most 4.x messages: system properties only, none that makes another type.
+        kind: _Kind = (MessageType.NORMAL, {}, None, None)
     else:
-        user = {
-            name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS
-        }
-    message_type = MessageType.NORMAL
-    message_group = (get(wire.SHARDING_KEY) or None) if common.fifo_topic else None
-    # Most messages are not timed: the five timing names are looked up only if one is there.
-    delivery_ms = (
-        None if _TIMING.isdisjoint(properties) else _delivery_ms(properties, common.now_ms)
-    )
-    if common.prepared or get(wire.TRANSACTION_PREPARED, "").lower() == "true":
-        message_type = MessageType.TRANSACTION
-    elif delivery_ms is not None:
-        message_type = MessageType.DELAY
-    elif message_group is not None:
-        message_type = MessageType.FIFO
+        kind = _kind(common, properties)
+    message_type, user, message_group, delivery_ms = kind
     return new_message(
         (
             common.topic,
@@ -180,20 +168,39 @@ def _message(
             get(wire.TAGS) or None,
             keys,
             user,
-            message_group if message_type is MessageType.FIFO else None,
+            message_group,
             common.born_timestamp_ms,
             common.born_host,
-            delivery_ms if message_type is MessageType.DELAY else None,
+            delivery_ms,
             common.queue_id,
             None,
         )
     )
 
 
+_Kind = tuple[MessageType, dict[str, str], str | None, int | None]
+"""A message's type, user properties, message group (FIFO) and delivery time (DELAY)."""
+
+
+def _kind(common: _SendCommon, properties: Mapping[str, str]) -> _Kind:
+    user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS}
+    message_group = (properties.get(wire.SHARDING_KEY) or None) if common.fifo_topic else None
+    delivery_ms = _delivery_ms(properties, common.now_ms)
+    if common.prepared or properties.get(wire.TRANSACTION_PREPARED, "").lower() == "true":
+        return MessageType.TRANSACTION, user, None, None
+    if delivery_ms is not None:
+        return MessageType.DELAY, user, None, delivery_ms
+    if message_group is not None:
+        return MessageType.FIFO, user, message_group, None
+    return MessageType.NORMAL, user, None, None
+
+
 _TIMING = frozenset(
     (wire.DELIVER_AT_MS, wire.START_DELIVER_TIME, wire.DELAY_MS, wire.DELAY_SEC, wire.DELAY_LEVEL)
 )
 """The properties :func:`_delivery_ms` reads."""
+_PLAIN = RESERVED_PROPERTY_KEYS - _TIMING - {wire.TRANSACTION_PREPARED, wire.SHARDING_KEY}
+"""System properties that leave a message NORMAL, with no user property."""
 
 
 def _delivery_ms(properties: Mapping[str, str], now_ms: int) -> int | None:
