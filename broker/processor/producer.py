@@ -95,6 +95,9 @@ class ProducerProcessor:
         by_queue: dict[int, list[int]] = defaultdict(list)
         for index, message in enumerate(messages):
             by_queue[select_queue(message, writable, turn)].append(index)
+        if len(by_queue) == 1:  # e.g. a batch to the queue its client chose: no gather task
+            ((queue_id, _indexes),) = by_queue.items()
+            return await self._coalescer.append(QueueRef(topic_name, queue_id), messages)
         appended = await asyncio.gather(
             *(
                 self._coalescer.append(

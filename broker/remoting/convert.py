@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence, Set
+from typing import NamedTuple
 
 from broker.domain import HalfMessage, Message, PulledMessage, QueueRef, SendResult, new_message
 from broker.errors import BrokerError, Reason
@@ -101,20 +102,34 @@ def messages_from_send(
         records = wire.parse_batch(body)
         if not records:
             raise BrokerError.of(Reason.MESSAGE_CORRUPTED, "batch body holds no message")
-    named = [bool(record.properties.get(wire.UNIQUE_ID)) for record in records]
-    messages = [
-        _message(
-            header,
-            record.body,
-            record.properties,
-            record.properties.get(wire.UNIQUE_ID) or new_id(),
-            born_host,
-            now_ms,
-            fifo_topic,
-        )
-        for record in records
-    ]
+    common = _SendCommon(
+        header.topic,
+        header.born_timestamp_ms,
+        born_host,
+        header.queue_id if header.queue_id >= 0 else None,
+        header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_FLAG,
+        now_ms,
+        fifo_topic,
+    )
+    messages: list[Message] = []
+    named: list[bool] = []
+    for _flag, record_body, properties in records:
+        message_id = properties.get(wire.UNIQUE_ID)
+        named.append(bool(message_id))
+        messages.append(_message(common, record_body, properties, message_id or new_id()))
     return messages, named
+
+
+class _SendCommon(NamedTuple):
+    """What every message of one send request shares (read from its header once)."""
+
+    topic: str
+    born_timestamp_ms: int
+    born_host: str
+    queue_id: int | None  # the queue the client chose
+    prepared: bool  # sysFlag marks a half message
+    now_ms: int
+    fifo_topic: bool
 
 
 def _inflate(body: bytes) -> bytes:
@@ -133,43 +148,59 @@ def _inflate(body: bytes) -> bytes:
 
 
 def _message(
-    header: SendMessageHeader,
-    body: bytes,
-    properties: Mapping[str, str],
-    message_id: str,
-    born_host: str,
-    now_ms: int,
-    fifo_topic: bool,
+    common: _SendCommon, body: bytes, properties: Mapping[str, str], message_id: str
 ) -> Message:
-    keys = tuple(key for key in properties.get(wire.KEYS, "").split(wire.KEY_SEPARATOR) if key)
-    user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS}
-    message_type = MessageType.NORMAL
-    message_group = (properties.get(wire.SHARDING_KEY) or None) if fifo_topic else None
-    delivery_ms = _delivery_ms(properties, now_ms)
-    prepared = header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_FLAG
-    if prepared or properties.get(wire.TRANSACTION_PREPARED, "").lower() == "true":
-        message_type = MessageType.TRANSACTION
-    elif delivery_ms is not None:
-        message_type = MessageType.DELAY
-    elif message_group is not None:
-        message_type = MessageType.FIFO
+    get = properties.get
+    keys_text = get(wire.KEYS)
+    keys = tuple(key for key in keys_text.split(wire.KEY_SEPARATOR) if key) if keys_text else ()
+    if not common.prepared and properties.keys() <= _PLAIN:
+        # As most 4.x messages: system properties only, none that makes another type.
+        kind: _Kind = (MessageType.NORMAL, {}, None, None)
+    else:
+        kind = _kind(common, properties)
+    message_type, user, message_group, delivery_ms = kind
     return new_message(
         (
-            header.topic,
+            common.topic,
             body,
             message_id,
             message_type,
-            properties.get(wire.TAGS) or None,
+            get(wire.TAGS) or None,
             keys,
             user,
-            message_group if message_type is MessageType.FIFO else None,
-            header.born_timestamp_ms,
-            born_host,
-            delivery_ms if message_type is MessageType.DELAY else None,
-            header.queue_id if header.queue_id >= 0 else None,
+            message_group,
+            common.born_timestamp_ms,
+            common.born_host,
+            delivery_ms,
+            common.queue_id,
             None,
         )
     )
+
+
+_Kind = tuple[MessageType, dict[str, str], str | None, int | None]
+"""A message's type, user properties, message group (FIFO) and delivery time (DELAY)."""
+
+
+def _kind(common: _SendCommon, properties: Mapping[str, str]) -> _Kind:
+    user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTY_KEYS}
+    message_group = (properties.get(wire.SHARDING_KEY) or None) if common.fifo_topic else None
+    delivery_ms = _delivery_ms(properties, common.now_ms)
+    if common.prepared or properties.get(wire.TRANSACTION_PREPARED, "").lower() == "true":
+        return MessageType.TRANSACTION, user, None, None
+    if delivery_ms is not None:
+        return MessageType.DELAY, user, None, delivery_ms
+    if message_group is not None:
+        return MessageType.FIFO, user, message_group, None
+    return MessageType.NORMAL, user, None, None
+
+
+_TIMING = frozenset(
+    (wire.DELIVER_AT_MS, wire.START_DELIVER_TIME, wire.DELAY_MS, wire.DELAY_SEC, wire.DELAY_LEVEL)
+)
+"""The properties :func:`_delivery_ms` reads."""
+_PLAIN = RESERVED_PROPERTY_KEYS - _TIMING - {wire.TRANSACTION_PREPARED, wire.SHARDING_KEY}
+"""System properties that leave a message NORMAL, with no user property."""
 
 
 def _delivery_ms(properties: Mapping[str, str], now_ms: int) -> int | None:
@@ -202,10 +233,11 @@ def send_response_fields(
     offset id, or its id when the broker named it; the queue and the first message's
     offset; the transaction id of a half message."""
     host, _, port = store_address.rpartition(":")
+    store_host = wire.store_host_hex(host, int(port))  # the same for every message
     first = results[0]
     fields = {
         "msgId": ",".join(
-            wire.offset_message_id(host, int(port), result.queue.queue_id, result.offset)
+            store_host + wire.offset_position_hex(result.queue.queue_id, result.offset)
             if client_named
             else message.message_id
             for message, client_named, result in zip(messages, named, results, strict=True)

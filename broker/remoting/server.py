@@ -19,6 +19,11 @@ Bad input, and what the connection does after it:
 Answers to requests already in flight are still written before a connection
 closes (the peer may have only shut down its sending side).
 
+Writes are coalesced: the frames a connection's tasks write in one event-loop
+turn go out in one write (one system call for the answers of a batch of
+requests that storage completed together). A frame is written in the turn
+after it was queued, and before the connection closes.
+
 SHELL.
 """
 
@@ -55,6 +60,42 @@ REQUESTS_IN_FLIGHT_MAX = 1024
 """Requests one connection may have in flight; more are answered SYSTEM_BUSY at once."""
 
 
+class Outbox:
+    """A connection's frames queued in one event-loop turn, written together at its end.
+
+    Invariant: ``_frames`` is non-empty exactly while a flush is scheduled.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._frames: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def closing(self) -> bool:
+        """Whether the connection is closing (nothing more can be written)."""
+        return self.writer.is_closing()
+
+    def write(self, frame: bytes) -> None:
+        """Queue ``frame``; it goes out at the end of this turn (unless closing by then)."""
+        if not self._frames:
+            self._loop.call_soon(self.flush)
+        self._frames.append(frame)
+
+    def flush(self) -> None:
+        """Write what is queued (a no-op when nothing is)."""
+        if not self._frames:
+            return
+        frames, self._frames = self._frames, []
+        if not self.writer.is_closing():
+            self.writer.writelines(frames)
+
+    def close(self) -> None:
+        """Write what is queued, then close the connection."""
+        self.flush()
+        self.writer.close()
+
+
 class RemotingServer:
     """Serves ``service`` on ``listen`` (host:port, port 0 = any)."""
 
@@ -67,8 +108,8 @@ class RemotingServer:
         self.port: int | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        # Open connections: their writers and the requests each has in flight.
-        self._open: dict[int, tuple[asyncio.StreamWriter, set[asyncio.Task[None]]]] = {}
+        # Open connections: their outboxes and the requests each has in flight.
+        self._open: dict[int, tuple[Outbox, set[asyncio.Task[None]]]] = {}
         self._ids = itertools.count(1)
 
     async def start(self) -> int:
@@ -88,8 +129,8 @@ class RemotingServer:
         in_flight = [request for _, requests in self._open.values() for request in requests]
         if in_flight:
             await asyncio.wait(in_flight, timeout=grace_s)
-        for writer, _ in self._open.values():
-            writer.close()  # the connection's read ends; it cleans up and finishes
+        for outbox, _ in self._open.values():
+            outbox.close()  # the connection's read ends; it cleans up and finishes
         if self._connections:
             _done, pending = await asyncio.wait(self._connections, timeout=grace_s)
             for task in pending:
@@ -112,44 +153,45 @@ class RemotingServer:
         )
         requests: set[asyncio.Task[None]] = set()
         decoder = FrameDecoder(self.frame_bytes_max)
+        outbox = Outbox(writer)
 
         def write(command: RemotingCommand) -> bool:
             """Send a request of the broker's own (a check-back) on this connection."""
-            if writer.is_closing():
+            if outbox.closing:
                 return False
-            writer.write(encode(command))
+            outbox.write(encode(command))
             return True
 
         self.service.connected(connection_id, write)
-        self._open[connection_id] = (writer, requests)
+        self._open[connection_id] = (outbox, requests)
         try:
             while True:
                 data = await reader.read(READ_BYTES)
                 if not data:
                     error = decoder.end_of_stream()
                     if error is not None:
-                        self._answer_frame_error(writer, connection, error)
+                        self._answer_frame_error(outbox, connection, error)
                     break
                 decoder.receive(data)
                 try:
                     while (item := decoder.next_command()) is not None:
                         if isinstance(item, Malformed):
-                            self._answer_malformed(writer, connection, item)
+                            self._answer_malformed(outbox, connection, item)
                         elif item.is_response:
                             log.debug(
                                 "unexpected response %d from %s", item.opaque, connection.peer
                             )
                         elif len(requests) >= REQUESTS_IN_FLIGHT_MAX:
                             if not item.is_oneway:
-                                writer.write(encode(busy_answer(item, REQUESTS_IN_FLIGHT_MAX)))
+                                outbox.write(encode(busy_answer(item, REQUESTS_IN_FLIGHT_MAX)))
                         else:
                             request = asyncio.create_task(
-                                self._serve_request(writer, item, connection)
+                                self._serve_request(outbox, item, connection)
                             )
                             requests.add(request)
                             request.add_done_callback(requests.discard)
                 except FrameError as error:
-                    self._answer_frame_error(writer, connection, error)
+                    self._answer_frame_error(outbox, connection, error)
                     break
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
                     await writer.drain()
@@ -162,13 +204,13 @@ class RemotingServer:
                 request.cancel()
             self.service.closed(connection_id)
             self._open.pop(connection_id, None)
-            writer.close()
+            outbox.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
             self._connections.discard(task)
 
     async def _serve_request(
-        self, writer: asyncio.StreamWriter, request: RemotingCommand, connection: Connection
+        self, outbox: Outbox, request: RemotingCommand, connection: Connection
     ) -> None:
         response = await self.service.handle(request, connection)
         if request.is_oneway and response.code != ResponseCode.SUCCESS:
@@ -180,24 +222,22 @@ class RemotingServer:
                 response.code,
                 response.remark,
             )
-        if request.is_oneway or writer.is_closing():
+        if request.is_oneway or outbox.closing:
             return
         try:
             frame = encode(response)
         except ValueError as error:  # e.g. a header beyond the 24-bit length
             frame = encode(request.reply(code_of(error), remark_of(error)))
-        writer.write(frame)
+        outbox.write(frame)
 
-    def _answer_malformed(
-        self, writer: asyncio.StreamWriter, connection: Connection, item: Malformed
-    ) -> None:
+    def _answer_malformed(self, outbox: Outbox, connection: Connection, item: Malformed) -> None:
         log.warning("malformed remoting command from %s: %s", connection.peer, item.reason)
         if not item.is_oneway:
-            writer.write(encode(malformed_answer(item)))
+            outbox.write(encode(malformed_answer(item)))
 
     def _answer_frame_error(
-        self, writer: asyncio.StreamWriter, connection: Connection, error: FrameError
+        self, outbox: Outbox, connection: Connection, error: FrameError
     ) -> None:
         log.warning("remoting connection %s closed: %s", connection.peer, error)
-        if not writer.is_closing():
-            writer.write(encode(frame_error_answer(error)))
+        if not outbox.closing:
+            outbox.write(encode(frame_error_answer(error)))

@@ -180,7 +180,7 @@ class ClusterMetadata:
     async def get_topic(self, name: str) -> TopicInfo:
         """The topic; raises TOPIC_NOT_FOUND (auto-create: a provisional topic)."""
         try:
-            return convert.topic_from_route(await self.route(name))
+            return self._topic_of(name, await self.route(name))
         except BrokerError as error:
             if error.reason is not Reason.TOPIC_NOT_FOUND or not self.auto_create:
                 raise

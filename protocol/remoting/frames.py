@@ -52,6 +52,8 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 NO_FIELDS: Mapping[str, str] = MappingProxyType({})
+_JSON_HEADER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""The JSON header's encoder (built once: ``json.dumps`` with options builds one a call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +152,12 @@ def encode_json_header(command: RemotingCommand) -> bytes:
         "version": command.version,
         "opaque": command.opaque,
         "flag": command.flag,
-        "extFields": dict(command.ext_fields),
+        "extFields": fields if type(fields := command.ext_fields) is dict else dict(fields),
         "serializeTypeCurrentRPC": "JSON",
     }
     if command.remark is not None:
         header["remark"] = command.remark
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    return _JSON_HEADER.encode(header).encode()
 
 
 def encode_binary_header(command: RemotingCommand) -> bytes:
@@ -229,9 +231,11 @@ class FrameDecoder:
         if available < 4 + length:
             return None
         start = self._start + 4
-        frame = bytes(self._buffer[start : start + length])
         self._start = start + length
-        return decode_frame(frame)
+        # Read in place: the header and the body are the only copies made. The view is
+        # released before returning (the buffer cannot grow while one is held).
+        with memoryview(self._buffer) as buffer, buffer[start : start + length] as frame:
+            return decode_frame(frame)
 
     def end_of_stream(self) -> FrameError | None:
         """At the end of the stream: the error for a frame cut short, if one was."""
@@ -246,7 +250,7 @@ class FrameDecoder:
         return FrameError(f"stream ended inside a frame: {available - 4} of {length} bytes came")
 
 
-def decode_frame(frame: bytes) -> Decoded:
+def decode_frame(frame: bytes | memoryview) -> Decoded:
     """One frame without its leading length: a command, or why its header is unreadable."""
     (mark,) = _U32.unpack_from(frame, 0)
     type_code, header_length = mark >> 24, mark & HEADER_BYTES_MAX
@@ -254,8 +258,8 @@ def decode_frame(frame: bytes) -> Decoded:
         return Malformed(
             0, 0, f"header length {header_length} exceeds the frame's {len(frame) - 4} bytes"
         )
-    header = frame[4 : 4 + header_length]
-    body = frame[4 + header_length :]
+    header = bytes(frame[4 : 4 + header_length])
+    body = bytes(frame[4 + header_length :])
     if type_code == SerializeType.JSON:
         return _decode_json(header, body)
     if type_code == SerializeType.ROCKETMQ:
@@ -284,11 +288,14 @@ def _decode_json(header: bytes, body: bytes) -> Decoded:
         if fields is None:
             ext_fields: Mapping[str, str] = NO_FIELDS
         elif isinstance(fields, dict):
-            ext_fields = {
-                str(key): text
-                for key, value in fields.items()
-                if (text := field_text(str(key), value)) is not None
-            }
+            if all(type(value) is str for value in fields.values()):
+                ext_fields = fields  # as the Java client sends them (JSON keys are text)
+            else:
+                ext_fields = {
+                    str(key): text
+                    for key, value in fields.items()
+                    if (text := field_text(str(key), value)) is not None
+                }
         else:
             raise HeaderError(f"extFields is a {type(fields).__name__}, not an object")
     except HeaderError as error:

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import itertools
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -191,11 +192,13 @@ async def _runs(
     endpoint: str,
     remoting: str,
     server_pids: Callable[[], list[int]],
+    broker_cpu_us: dict[str, list[float]],
 ) -> None:
     grpc_generator = Generator(endpoint, args.channels, args.topic, "unused-group", "lean")
     publisher = RemotingPublisher(remoting, args.channels, args.topic, args.queues)
     await publisher.connect()
     meter = harness.CpuMeter(server_pids)
+    broker = harness.CpuMeter(lambda: [pid for pid in server_pids() if _is_broker(pid)])
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
@@ -204,16 +207,38 @@ async def _runs(
                 (REMOTING_CASE, publisher),
             ]
             for case, generator in order if run % 2 == 0 else order[::-1]:
-                result, _stored = await report.measure(
-                    run, case, meter, publish_load.phase_of(generator, args, body)
+                phase = publish_load.phase_of(generator, args, body)
+                broker.start()
+                result, _stored = await report.measure(run, case, meter, phase)
+                broker_cpu_us[case].append(broker_us_per_message(broker.stop(), result))
+                report.say(
+                    f"{result.line(run, case, f'calls of {args.batch}')}; broker CPU "
+                    f"{broker_cpu_us[case][-1]:.1f} us/msg"
                 )
-                report.say(result.line(run, case, f"calls of {args.batch}"))
     finally:
         await publisher.close()
         await grpc_generator.close()
 
 
-def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
+def _is_broker(pid: int) -> bool:
+    """Whether ``pid`` is the dev cluster's broker (``python -m rip5 broker ...``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return argv[2:4] == [b"rip5", b"broker"]
+
+
+def broker_us_per_message(share: harness.CpuShare, result: harness.PhaseResult) -> float:
+    """The broker's CPU microseconds per message stored over a phase (its CPU share of
+    the window, warm-up included, over the measured rate: indicative)."""
+    return share.server_pct / 100 / max(result.msgs_per_s, 1e-9) * 1e6
+
+
+def _measure(
+    args: argparse.Namespace, report: harness.BenchReport, broker_cpu_us: dict[str, list[float]]
+) -> None:
     with tempfile.TemporaryDirectory(prefix="rip5-bench-remoting-") as root:
         report.stage("starting the dev cluster")
         with dev_cluster.dev_cluster(Path(root) / "dev.log") as cluster:
@@ -227,7 +252,16 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
             report.stage("waiting for the broker to store a message")
             dev_cluster.wait_until_serving(cluster.endpoint, [(args.topic, False)])
             shell.tune_gc()
-            uvloop.run(_runs(args, report, cluster.endpoint, cluster.remoting, cluster.server_pids))
+            uvloop.run(
+                _runs(
+                    args,
+                    report,
+                    cluster.endpoint,
+                    cluster.remoting,
+                    cluster.server_pids,
+                    broker_cpu_us,
+                )
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,9 +276,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"sends in flight over {args.channels} connections from one client process, the two "
         "protocols alternately"
     )
+    broker_cpu_us: dict[str, list[float]] = {GRPC_CASE: [], REMOTING_CASE: []}
     try:
         with report.progress(args.runs * 2):
-            _measure(args, report)
+            _measure(args, report, broker_cpu_us)
     except (dev_cluster.ClusterError, RuntimeError) as exc:
         print(f"rip5 bench remoting: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
@@ -254,6 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.note(
             f"remoting / gRPC publish medians = {remoting_median / grpc_median:.2f} "
             "(target >= 1.00)"
+        )
+    if broker_cpu_us[GRPC_CASE] and broker_cpu_us[REMOTING_CASE]:
+        grpc_us = statistics.median(broker_cpu_us[GRPC_CASE])
+        remoting_us = statistics.median(broker_cpu_us[REMOTING_CASE])
+        report.note(
+            f"broker CPU per message, medians: remoting {remoting_us:.1f} us, gRPC "
+            f"{grpc_us:.1f} us (remoting / gRPC = {remoting_us / grpc_us:.2f})"
         )
     report.finish()
     return 1 if report.errors() else 0

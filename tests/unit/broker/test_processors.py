@@ -109,6 +109,21 @@ async def test_batch_results_are_in_request_order(world: World) -> None:
     assert sorted(m.message_id for m in stored) == [f"id-{i}" for i in range(5)]
 
 
+async def test_a_batch_naming_one_queue_is_one_append_to_it(world: World) -> None:
+    # A 4.x client's batch names the queue it chose for every message.
+    store = SlowStore(world.clock)
+    store.release.set()
+    producer = ProducerProcessor(world.metadata, store, world.clock)
+    results = await producer.send([_msg(n=i, queue_id=1) for i in range(3)])
+    assert (store.batches, store.queues) == ([3], [1])
+    assert [(r.queue.queue_id, r.offset) for r in results] == [(1, 0), (1, 1), (1, 2)]
+    assert [m.message_id for m in store.messages(QueueRef("orders", 1))] == [
+        "id-0",
+        "id-1",
+        "id-2",
+    ]
+
+
 def _queue_of_id(message_id: str, queues: int = 2) -> int:
     """The queue a request naming no queue goes to: its first message id's hash."""
     return group_queue_index(message_id, queues)
