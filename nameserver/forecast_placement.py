@@ -400,5 +400,6 @@ def live_forecast_placement(
     are touched. Groups the book follows that ``assignment`` lacks stay (another
     cluster's, or history of a group not placed yet)."""
     for group_id, replicas in assignment.items():
-        book.set_replicas(group_id, replicas)
+        if book.replicas(group_id) != replicas:  # the metadata's are sorted: mostly equal
+            book.set_replicas(group_id, replicas)
     return ForecastPlacement(book, step, moves_max=moves_max, degraded=degraded)
