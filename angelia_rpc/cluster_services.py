@@ -78,6 +78,7 @@ class NameserverService(Service, name="nameserver"):
     delete_acl = Unary(ns.AclRequest, ns.RevisionResponse)
     acl_tables = Unary(ns.AclTablesRequest, ns.AclTablesResponse)
     authenticate = Unary(ns.AuthenticateRequest, ns.AuthenticateResponse)
+    create_topics = Unary(ns.CreateTopicsRequest, ns.CreateTopicsResponse)
 
 
 class ControlService(Service, name="control"):

@@ -30,16 +30,16 @@ class AclCalls(ServiceBase):
         self,
         signed: api.SignedBy,
         action: Action | None = None,
-        resource: tuple[ResourceType, str] | None = None,
+        *resources: tuple[ResourceType, str],
     ) -> None:
         """Once any user exists, refuse a write not signed by a super user, or (given
-        ``action`` and ``resource``) by a user whose policy allows it."""
+        ``action`` and ``resources``) by a user whose policy allows it on every one."""
         user = self._signer(signed)
         if user is None:
             return  # no user yet: the cluster is open (ACL off); the first may be created
         tables = self.machine.state.acl_tables()
-        if resource is not None and action is not None:
-            tables.check(user, (resource,), action)
+        if resources and action is not None:
+            tables.check(user, resources, action)
         elif user.user_type is not UserType.SUPER:
             raise Forbidden(
                 f"user {user.name!r} may not change users or policies: not a super user"

@@ -22,7 +22,11 @@ from nameserver import commands as c
 from nameserver import records as r
 from nameserver.api_convert import cluster_status_response, raft_group_info
 from nameserver.errors import BadRequest, NameserverError
-from nameserver.forecast_placement import AvoidingNodes
+from nameserver.forecast_placement import (
+    PLACEMENT_FORECAST,
+    AvoidingNodes,
+    live_forecast_placement,
+)
 from nameserver.load_monitor import LoadMonitor
 from nameserver.moves import EVACUATE_AFTER_MS_DEFAULT, MOVES_MAX_DEFAULT, Membership
 from nameserver.placement import LeaderTransfer, LoadBalancedPlacement, PlacementPolicy
@@ -47,13 +51,30 @@ class ClusterCalls(ServiceBase):
     moves_max: int = field(default=MOVES_MAX_DEFAULT, init=False)
     # Soft: latency outliers (degraded nodes) and per-group load history.
     monitor: LoadMonitor = field(default_factory=LoadMonitor, init=False)
+    # PLACEMENT_FORECAST: plan with the forecast of the monitor's load history instead
+    # of ``policy``; PLACEMENT_COUNT: with ``policy`` (``rip5 nameserver --placement``).
+    placement: str = field(default=PLACEMENT_FORECAST, init=False)
 
     def effective_policy(self) -> PlacementPolicy:
         """The placement policy, kept off the nodes degraded or draining now (no new
         replica, no leadership)."""
-        draining = {n.node_id for n in self.machine.state.storage_nodes() if n.draining}
+        state = self.machine.state
+        draining = {n.node_id for n in state.storage_nodes() if n.draining}
         avoided = self.monitor.degraded | draining
-        return AvoidingNodes(self.policy, avoided) if avoided else self.policy
+        policy = self.policy
+        if self.placement == PLACEMENT_FORECAST:
+            policy = live_forecast_placement(
+                self.monitor.book,
+                {
+                    g.group_id: g.replicas
+                    for k in state.clusters()
+                    for g in state.raft_groups(k.name)
+                },
+                self.clock() // self.monitor.step_ms,
+                moves_max=self.moves_max,
+                degraded=self.monitor.degraded,
+            )
+        return AvoidingNodes(policy, avoided) if avoided else policy
 
     def leader_memberships(self) -> dict[int, Membership]:
         """Group -> membership, as reported by the node the state records as its leader."""

@@ -61,6 +61,7 @@ class OpCode(enum.IntEnum):
     DELETE_USER = 21
     PUT_ACL = 22
     DELETE_ACL = 23
+    CREATE_TOPICS = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,21 @@ class CreateTopic:
     retention_bytes: int = 0
     local_retention_ms: int = 0
     local_retention_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopics:
+    """Create many topics in one log entry, all or nothing: one bad topic (a bad
+    name or setting, a name given twice, an existing name unless
+    ``skip_existing``) refuses the whole entry with an error naming it. At most
+    ``nameserver.validation.CREATE_TOPICS_MAX`` topics an entry, which bounds
+    the entry's bytes and the changes it adds to the watch history. With
+    ``skip_existing`` a topic that exists already is left as it is (its
+    settings are not compared)."""
+
+    op: ClassVar[OpCode] = OpCode.CREATE_TOPICS
+    topics: tuple[CreateTopic, ...]
+    skip_existing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +377,7 @@ Command = (
     | DeleteUser
     | PutAcl
     | DeleteAcl
+    | CreateTopics
 )
 
 COMMAND_OF_OP: dict[OpCode, type[Command]] = {
@@ -389,6 +406,7 @@ COMMAND_OF_OP: dict[OpCode, type[Command]] = {
         DeleteUser,
         PutAcl,
         DeleteAcl,
+        CreateTopics,
     )
 }
 

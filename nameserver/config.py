@@ -8,6 +8,7 @@ validation ``kind`` ("address", "addresses", "peers"),
 from dataclasses import dataclass, field
 
 from angelia_rpc.config import RpcOptions
+from nameserver.forecast_placement import PLACEMENT_FORECAST, PLACEMENTS
 from protocol.role_options import metrics_listen_field
 
 
@@ -109,6 +110,17 @@ class NameserverConfig(RpcOptions):
             "help": "most raft groups moving a replica at once (joins and evacuations)",
             "min": 1,
             "max": 65_536,
+        },
+    )
+    placement: str = field(
+        default=PLACEMENT_FORECAST,
+        metadata={
+            "help": "where new raft groups' replicas and moves go: 'count' evens replica "
+            "counts; 'forecast' picks the nodes whose forecast load (Holt-Winters over each "
+            "group's hourly message rate from heartbeats) peaks lowest over the next day, "
+            "with counts kept within 25% of the mean (evened exactly until there is load "
+            "history)",
+            "choices": list(PLACEMENTS),
         },
     )
     broker_timeout_ms: int = field(

@@ -16,7 +16,10 @@ step, instead of by replica counts:
   peaks most; it stops when the highest peak is within ``tolerance`` of the
   mean, when no move lowers it, or after ``moves_max`` moves. Replica counts
   stay within ``count_slack`` of the mean (a node cannot collect thousands of
-  idle groups because they forecast zero). Diurnal loads with different
+  idle groups because they forecast zero), and are brought back within it (a
+  joining node takes the lightest groups of the fullest nodes); with no
+  forecast load at all (no history yet) counts are evened exactly, as the
+  count-based policy does. Diurnal loads with different
   phases complement each other: the peak of a sum, not the sum of peaks, is
   what is compared;
 - ``plan_evacuation`` sends each leaving replica to the lowest-forecast
@@ -57,6 +60,11 @@ from nameserver.placement import (
     node_ids_of,
 )
 
+PLACEMENT_COUNT = "count"
+PLACEMENT_FORECAST = "forecast"
+PLACEMENTS = (PLACEMENT_COUNT, PLACEMENT_FORECAST)
+"""The nameserver's placement choices (``rip5 nameserver --placement``): replica
+counts (``LoadBalancedPlacement``) or forecast load (``live_forecast_placement``)."""
 HORIZON_STEPS_DEFAULT = 24
 TOLERANCE_DEFAULT = 0.10
 MOVES_MAX_DEFAULT = 64
@@ -148,8 +156,11 @@ class ForecastPlacement:
         if len(ids) < 2:
             return plan.moves
         count_mean = sum(plan.counts().values()) / len(ids)
-        count_max = math.ceil(count_mean * (1.0 + self.count_slack))
-        count_min = math.floor(count_mean * (1.0 - self.count_slack))
+        # With no forecast load anywhere (no history yet) the forecast says nothing:
+        # counts are evened as the count-based policy does.
+        slack = self.count_slack if any(max(p) > 0.0 for p in profile.values()) else 0.0
+        count_max = math.ceil(count_mean * (1.0 + slack))
+        count_min = math.floor(count_mean * (1.0 - slack))
         profiles: dict[int, list[float]] = {}
         healthy = self._healthy(ids, 2)
         while len(plan.moves) < self.moves_max:
@@ -182,7 +193,59 @@ class ForecastPlacement:
             _add(profile[hot], [-x for x in load])
             _add(profile[cold], load)
             plan.move(group_id, hot, cold)
+        self._even_counts(plan, profile, healthy, count_min, count_max)
         return plan.moves
+
+    def _even_counts(
+        self,
+        plan: MovePlan,
+        profile: dict[int, list[float]],
+        healthy: Sequence[int],
+        count_min: int,
+        count_max: int,
+    ) -> None:
+        """Bring replica counts within ``count_slack`` of the mean: a healthy node below
+        it (one that just joined) takes, one at a time, the group forecast lightest
+        from the node holding most, which keeps the forecast peaks as they were as
+        far as counts allow; a node above it gives its lightest group to the healthy
+        node holding fewest. Bounded by ``moves_max`` with the moves made before."""
+        while len(plan.moves) < self.moves_max:
+            counts = plan.counts()
+            short = [n for n in healthy if counts[n] < count_min]
+            over = [n for n in counts if counts[n] > count_max]
+            if short:
+                to_node = min(short, key=lambda n: (counts[n], n))
+                donors = sorted(counts, key=lambda n: (-counts[n], n))
+            elif over:
+                donors = sorted(over, key=lambda n: (-counts[n], n))
+                to_node = min(healthy, key=lambda n: (counts[n], n))
+            else:
+                return
+            move = self._lightest_move(plan, donors, to_node)
+            if move is None:
+                return
+            group_id, from_node = move
+            load = self._group_profile(group_id)
+            _add(profile[from_node], [-x for x in load])
+            _add(profile[to_node], load)
+            plan.move(group_id, from_node, to_node)
+
+    def _lightest_move(
+        self, plan: MovePlan, donors: Sequence[int], to_node: int
+    ) -> tuple[int, int] | None:
+        """(group, from node): the donor's group with the lowest forecast peak that
+        ``to_node`` does not hold, from the first donor that has one."""
+        for from_node in donors:
+            if from_node == to_node or plan.count(from_node) <= plan.count(to_node) + 1:
+                continue
+            movable = sorted(plan.hosted[from_node] - plan.hosted[to_node])
+            if movable:
+                lightest = min(movable, key=lambda g: (self._group_peak(g), g))
+                return lightest, from_node
+        return None
+
+    def _group_peak(self, group_id: int) -> float:
+        return self.book.group_peak(group_id, self.step, self.horizon_steps)
 
     def plan_evacuation(
         self,
@@ -320,3 +383,23 @@ class AvoidingNodes:
     ) -> list[LeaderTransfer]:
         """Leadership off avoided nodes, then balanced over the others."""
         return plan_leaders_avoiding(assignment, leaders, nodes, self.avoided)
+
+
+def live_forecast_placement(
+    book: LoadBook,
+    assignment: Mapping[int, Sequence[int]],
+    step: int,
+    *,
+    moves_max: int = MOVES_MAX_DEFAULT,
+    degraded: frozenset[int] = frozenset(),
+) -> ForecastPlacement:
+    """The nameserver leader's forecast policy for one sweep: ``book`` (its load
+    history) first takes ``assignment`` (group -> replicas, every group of the
+    cluster as the metadata records them) as the groups' replicas, so the node
+    forecasts sum what each node holds now; only groups whose replicas changed
+    are touched. Groups the book follows that ``assignment`` lacks stay (another
+    cluster's, or history of a group not placed yet)."""
+    for group_id, replicas in assignment.items():
+        if book.replicas(group_id) != replicas:  # the metadata's are sorted: mostly equal
+            book.set_replicas(group_id, replicas)
+    return ForecastPlacement(book, step, moves_max=moves_max, degraded=degraded)

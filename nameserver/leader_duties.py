@@ -28,6 +28,7 @@ from nameserver import commands as c
 from nameserver.balancer import plan_leader_balance, plan_placement
 from nameserver.cluster_service import ClusterCalls
 from nameserver.errors import NameserverError
+from nameserver.forecast_placement import PLACEMENT_FORECAST
 from nameserver.moves import EVACUATE_AFTER_MS_DEFAULT, MOVES_MAX_DEFAULT, plan_moves
 from nameserver.service_base import GROUP_ID
 from protocol.acl import User
@@ -53,12 +54,14 @@ async def run_leader_duties(
     evacuate_after_ms: int = EVACUATE_AFTER_MS_DEFAULT,
     moves_max: int = MOVES_MAX_DEFAULT,
     super_user: User | None = None,
+    placement: str = PLACEMENT_FORECAST,
 ) -> None:
     """While this node leads: create ``cluster`` if missing (and ``super_user``, the
     ACL's first user, while no user exists), sweep with Expire, place groups, move
     replicas (:mod:`nameserver.moves`), balance leaders."""
     impl.evacuate_after_ms = evacuate_after_ms
     impl.moves_max = moves_max
+    impl.placement = placement
     interval_s = expire_interval_ms / 1000
     # A new leader (after an election, or every nameserver restarted after an outage)
     # has heard no heartbeat yet: a node's silence counts only from when this leader

@@ -124,6 +124,7 @@ async def serve(
             evacuate_after_ms=config.evacuate_after_ms,
             moves_max=config.moves_max,
             super_user=super_user,
+            placement=config.placement,
         ),
         name="nameserver-leader-duties",
     )

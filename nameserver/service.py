@@ -35,6 +35,7 @@ from nameserver.api_convert import (
 from nameserver.cluster_service import ClusterCalls
 from nameserver.errors import BadRequest
 from nameserver.state import MetadataState
+from nameserver.validation import CREATE_TOPICS_MAX
 from protocol import nameserver_api as api
 from protocol.acl import Action, ResourceType
 from protocol.vocabulary import MessageType, Permission
@@ -67,21 +68,34 @@ class NameserverImpl(ClusterCalls, AclCalls):
     ) -> api.TopicResponse:
         """Create a topic."""
         self._authenticate_admin(request.signed, Action.CREATE, (ResourceType.TOPIC, request.name))
-        applied = await self.propose(
-            c.CreateTopic(
-                request.name,
-                request.cluster,
-                request.queue_count,
-                _enum(MessageType, request.message_type, "message_type"),
-                request.retention_ms or r.RETENTION_MS_DEFAULT,
-                _enum(Permission, request.permission, "permission"),
-                request.retention_bytes,
-                request.local_retention_ms,
-                request.local_retention_bytes,
-            )
-        )
+        applied = await self.propose(_create_topic(request))
         assert isinstance(applied.value, r.Topic)
         return api.TopicResponse(topic_info(applied.value), applied.revision)
+
+    async def create_topics(
+        self, request: api.CreateTopicsRequest, context: CallContext
+    ) -> api.CreateTopicsResponse:
+        """Create many topics in one log entry (all or nothing)."""
+        if len(request.topics) > CREATE_TOPICS_MAX:
+            raise BadRequest(
+                f"{len(request.topics)} topics in one request; the maximum is "
+                f"{CREATE_TOPICS_MAX} (send several requests)"
+            )
+        if request.topics:
+            self._authenticate_admin(
+                request.signed,
+                Action.CREATE,
+                *((ResourceType.TOPIC, t.name) for t in request.topics),
+            )
+        topics = []
+        for index, topic in enumerate(request.topics):
+            try:
+                topics.append(_create_topic(topic))
+            except BadRequest as error:
+                raise BadRequest(f"topics[{index}] ({topic.name!r}): {error}") from None
+        applied = await self.propose(c.CreateTopics(tuple(topics), request.skip_existing))
+        assert isinstance(applied.value, tuple)
+        return api.CreateTopicsResponse(len(applied.value), applied.revision)
 
     async def update_topic(
         self, request: api.UpdateTopicRequest, context: CallContext
@@ -266,3 +280,18 @@ def _enum(kind: type[Any], number: int, what: str) -> Any:
     except ValueError:
         names = ", ".join(f"{m.value} ({m.name})" for m in kind)
         raise BadRequest(f"{what} {number} is not one of {names}") from None
+
+
+def _create_topic(request: api.CreateTopicRequest) -> c.CreateTopic:
+    """The command creating the topic ``request`` asks for."""
+    return c.CreateTopic(
+        request.name,
+        request.cluster,
+        request.queue_count,
+        _enum(MessageType, request.message_type, "message_type"),
+        request.retention_ms or r.RETENTION_MS_DEFAULT,
+        _enum(Permission, request.permission, "permission"),
+        request.retention_bytes,
+        request.local_retention_ms,
+        request.local_retention_bytes,
+    )

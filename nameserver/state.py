@@ -50,6 +50,7 @@ from nameserver.errors import (
     DecodeFailed,
     LeaseHeld,
     LeaseNotHeld,
+    NameserverError,
     NotFound,
 )
 from nameserver.queries import HISTORY_MAX_DEFAULT, MetadataQueries, by_key
@@ -69,6 +70,7 @@ from nameserver.records import (
     change_to_wire,
 )
 from nameserver.validation import (
+    CREATE_TOPICS_MAX,
     GROUP_COUNT_MAX,
     REPLICATION_FACTOR_MAX,
     check_address,
@@ -96,7 +98,8 @@ class Applied:
     ``revision``: the state's revision afterwards (unchanged if ``changes`` is
     empty). ``value``: the command's answer: the record created or updated
     (topics, groups, nodes, brokers, leases, the cluster), a tuple of booleans
-    for ``ReportLeaders`` (which reports were taken), None otherwise.
+    for ``ReportLeaders`` (which reports were taken), the tuple of topics
+    created for ``CreateTopics``, None otherwise.
     """
 
     revision: int
@@ -153,6 +156,7 @@ class MetadataState(MetadataQueries):
             c.DeleteUser: self._delete_user,
             c.PutAcl: self._put_acl,
             c.DeleteAcl: self._delete_acl,
+            c.CreateTopics: self._create_topics,
         }
 
     # -- applying ------------------------------------------------------------------
@@ -295,6 +299,40 @@ class MetadataState(MetadataQueries):
     # -- topics and consumer groups ----------------------------------------------------
 
     def _create_topic(self, command: c.CreateTopic) -> Topic:
+        topic = self._new_topic(command)
+        if command.name in self._topics:
+            raise AlreadyExists(f"topic {command.name!r} exists already")
+        self._topics[topic.name] = topic
+        self._changed(ChangeKind.TOPIC, topic.name, topic)
+        return topic
+
+    def _create_topics(self, command: c.CreateTopics) -> tuple[Topic, ...]:
+        """Every topic of the entry checked before the first is written; the topics
+        created (with ``skip_existing``, without those that existed)."""
+        check_range("topics in one CreateTopics", len(command.topics), 1, CREATE_TOPICS_MAX)
+        created: dict[str, Topic] = {}
+        for index, one in enumerate(command.topics):
+            try:
+                topic = self._new_topic(one)
+                if one.name in created:
+                    raise AlreadyExists(f"topic {one.name!r} is given twice")
+                if one.name in self._topics:
+                    if command.skip_existing:
+                        continue
+                    raise AlreadyExists(f"topic {one.name!r} exists already")
+            except NameserverError as error:
+                raise type(error)(
+                    f"topics[{index}] ({one.name!r}) refused, so none of the "
+                    f"{len(command.topics)} was created: {error}"
+                ) from None
+            created[topic.name] = topic
+        for topic in created.values():
+            self._topics[topic.name] = topic
+            self._changed(ChangeKind.TOPIC, topic.name, topic)
+        return tuple(created.values())
+
+    def _new_topic(self, command: c.CreateTopic) -> Topic:
+        """The topic ``command`` creates, checked (not yet written)."""
         names.validate_topic(command.name)
         cluster = self.cluster(command.cluster)
         topic = Topic(
@@ -312,10 +350,6 @@ class MetadataState(MetadataQueries):
             command.local_retention_bytes,
         )
         check_topic(topic)
-        if command.name in self._topics:
-            raise AlreadyExists(f"topic {command.name!r} exists already")
-        self._topics[topic.name] = topic
-        self._changed(ChangeKind.TOPIC, topic.name, topic)
         return topic
 
     def _update_topic(self, command: c.UpdateTopic) -> Topic:

@@ -18,6 +18,10 @@ REPLICATION_FACTOR_MAX = 7
 QUEUE_COUNT_MAX = 1024
 MAX_DELIVERY_ATTEMPTS_MAX = 1000
 LEASE_NAME_LENGTH_MAX = 255
+CREATE_TOPICS_MAX = 1000
+"""Topics in one ``CreateTopics`` entry: about 40 KB of log entry and 1,000 of
+the watch history's changes (10,000 by default), so one entry neither stalls
+the raft log nor pushes a watcher out of the history by itself."""
 
 
 def check_range(what: str, value: int, low: int, high: int) -> None:

@@ -253,6 +253,27 @@ class CreateTopicRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateTopicsRequest:
+    """Create many topics in one metadata log entry, all or nothing (at most 1,000;
+    the error names the first bad topic). Each topic's own ``signed`` is ignored:
+    ``signed`` here signs the whole request. ``skip_existing`` leaves topics that
+    exist already as they are instead of refusing the request."""
+
+    topics: list[CreateTopicRequest]
+    skip_existing: bool = False
+    signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsResponse:
+    """How many topics a ``CreateTopicsRequest`` created (without those skipped) and
+    the revision after it."""
+
+    created: int
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class UpdateTopicRequest:
     """Change a topic; None leaves a setting as it is (queues may only grow)."""
 

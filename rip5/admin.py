@@ -12,15 +12,19 @@ option value).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import click
 import uvloop
 from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
 from angelia_rpc import AngeliaError, RpcConfig
@@ -34,7 +38,7 @@ from protocol import errors
 from protocol import nameserver_api as api
 from protocol.acl_wire import signed_by
 from protocol.vocabulary import MessageType, Permission
-from rip5 import rpc_environment
+from rip5 import rpc_environment, topic_file
 from rip5.admin_storage import ClusterAdmin
 
 EXIT_REFUSED = 1
@@ -84,12 +88,18 @@ def run(nameserver: str, method: Callable[[NameserverService], Awaitable[T]]) ->
 
 def run_service(nameserver: str, service: type[S], method: Callable[[S], Awaitable[T]]) -> T:
     """:func:`run`, for another service the nameservers serve (``ControlService``)."""
+    return run_with_client(nameserver, lambda client: client.call_service(service, method))
+
+
+def run_with_client(nameserver: str, body: Callable[[NameserverClient], Awaitable[T]]) -> T:
+    """Run ``body`` with a client of the nameservers (several calls, each following the
+    leader); exit 1 with the reason if a call fails."""
     addresses = parse_nameservers(nameserver)
 
     async def go() -> T:
         client = NameserverClient(addresses, rpc_config_from_environment())
         try:
-            return await client.call_service(service, method)
+            return await body(client)
         finally:
             await client.close()
 
@@ -221,7 +231,7 @@ def topic() -> None:
 
 
 @topic.command("create")
-@click.argument("name")
+@click.argument("name", required=False)
 @nameserver_option
 @cluster_option
 @click.option("--queues", type=click.IntRange(1, 1024), default=8, show_default=True)
@@ -236,8 +246,24 @@ def topic() -> None:
 @click.option("--retention-ms", type=click.IntRange(1), default=None, help="default: 3 days")
 @retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default="rw", show_default=True)
+@click.option(
+    "--from-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="create every topic of FILE instead of NAME: lines name[,queues[,type]] (CSV), "
+    "or [[topic]] tables if FILE ends in .toml; --queues and --type fill what a line "
+    "leaves out; sent in batches of 1,000, each all or nothing",
+)
+@click.option(
+    "--skip-existing",
+    is_flag=True,
+    help="with --from-file: leave topics that exist already as they are (a rerun carries on)",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="with --from-file: print a JSON summary, no progress"
+)
 def topic_create(
-    name: str,
+    name: str | None,
     nameserver: str,
     cluster: str,
     queues: int,
@@ -247,11 +273,13 @@ def topic_create(
     local_retention_ms: int | None,
     local_retention_bytes: int | None,
     perm: str,
+    from_file: Path | None,
+    skip_existing: bool,
+    as_json: bool,
 ) -> None:
-    """Create topic NAME."""
-    check_name(names.validate_topic, name)
+    """Create topic NAME, or every topic of a file (--from-file FILE)."""
     request = api.CreateTopicRequest(
-        name,
+        name or "",
         cluster,
         queues,
         MESSAGE_TYPES[message_type],
@@ -260,10 +288,70 @@ def topic_create(
         retention_bytes or 0,
         local_retention_ms or 0,
         local_retention_bytes or 0,
-        signed_from_environment(),
     )
+    if from_file is not None:
+        if name:
+            fail("give NAME or --from-file FILE, not both", EXIT_USAGE)
+        _create_from_file(nameserver, from_file, request, skip_existing, as_json)
+        return
+    if name is None:
+        fail("give the topic's NAME, or --from-file FILE", EXIT_USAGE)
+    check_name(names.validate_topic, name)
+    request = replace(request, signed=signed_from_environment())
     response = run(nameserver, lambda ns: ns.create_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"created (revision {response.revision})"))
+
+
+def _create_from_file(
+    nameserver: str,
+    path: Path,
+    template: api.CreateTopicRequest,
+    skip_existing: bool,
+    as_json: bool,
+) -> None:
+    try:
+        topics = topic_file.parse_topic_file(
+            path.read_text(encoding="utf-8"), path.suffix.lower() == ".toml", template
+        )
+    except (topic_file.TopicFileError, UnicodeDecodeError) as error:
+        fail(f"{path}: {error}", EXIT_USAGE)
+    if not topics:
+        fail(f"{path}: no topics in it", EXIT_USAGE)
+    started = time.monotonic()
+    with Progress(
+        *Progress.get_default_columns(),
+        MofNCompleteColumn(),
+        console=Console(stderr=True),
+        disable=as_json,
+    ) as progress:
+        task = progress.add_task("creating topics", total=len(topics))
+        done = run_with_client(
+            nameserver,
+            lambda client: topic_file.create_topics(
+                client,
+                topics,
+                skip_existing=skip_existing,
+                signed=signed_from_environment,
+                on_batch=lambda sent: progress.update(task, completed=sent),
+            ),
+        )
+    seconds = time.monotonic() - started
+    summary = {
+        "file": str(path),
+        "topics": done.sent,
+        "created": done.created,
+        "skipped": done.sent - done.created,
+        "revision": done.revision,
+        "seconds": round(seconds, 3),
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(
+            f"created {done.created:,} of {done.sent:,} topics "
+            f"({done.sent - done.created:,} existed) in {seconds:.1f} s, "
+            f"revision {done.revision}"
+        )
 
 
 @topic.command("update")

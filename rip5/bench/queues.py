@@ -6,8 +6,9 @@ free ports. Steps, each timed:
 1. baseline: publish ``--baseline-messages`` messages into one topic of 8
    queues (``bench-queues-8``), 8 per SendMessage (one per queue), from
    ``--workers`` threads: msgs/s at 8 queues;
-2. create N queues in bulk: N / 8 topics (``bq-<i>``) of 8 queues each,
-   ``--in-flight`` CreateTopic calls in flight at the nameserver: queues/s;
+2. create N queues in bulk: N / 8 topics (``bq-<i>``) of 8 queues each, in
+   CreateTopics requests of 1,000 topics (one raft entry each), one at a time,
+   as ``rip5 admin topic create --from-file`` sends them: queues/s;
 3. publish one message to each of the N queues (one SendMessage per topic,
    its 8 messages each naming its queue), from ``--workers`` threads:
    msgs/s at N queues, and its ratio to the baseline;
@@ -27,7 +28,6 @@ SHELL (processes, threads, clocks).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import tempfile
@@ -42,10 +42,9 @@ import uvloop
 from angelia_rpc import AngeliaError
 from angelia_rpc.nameserver_client import NameserverClient
 from loadtest.client import CallFailed, RocketClient
-from protocol import errors
 from protocol import nameserver_api as api
 from protocol.vocabulary import MessageType
-from rip5 import dev_cluster
+from rip5 import dev_cluster, topic_file
 from rip5.admin import DEFAULT_CLUSTER
 from rip5.bench import harness
 
@@ -168,25 +167,19 @@ def read_back(endpoint: str, sent: dict[str, list[str]], workers: int) -> tuple[
     return time.monotonic() - started, total
 
 
-def create_topics(nameserver: str, topics: Sequence[tuple[str, int]], in_flight: int) -> float:
-    """Create ``topics`` through the nameserver, ``in_flight`` calls at a time; the
-    seconds it took (topics that exist already count as created)."""
+def create_topics(nameserver: str, topics: Sequence[tuple[str, int]]) -> float:
+    """Create ``topics`` through the nameserver in batches of 1,000 (one
+    ``CreateTopics`` raft entry each, ``rip5.topic_file``); the seconds it took
+    (topics that exist already count as created)."""
+    requests = [
+        api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, int(MessageType.NORMAL))
+        for name, queues in topics
+    ]
 
     async def create_all() -> None:
         client = NameserverClient([nameserver])
-        limit = asyncio.Semaphore(in_flight)
-
-        async def create(name: str, queues: int) -> None:
-            request = api.CreateTopicRequest(name, DEFAULT_CLUSTER, queues, int(MessageType.NORMAL))
-            async with limit:
-                try:
-                    await client.call(lambda ns: ns.create_topic(request))
-                except AngeliaError as exc:
-                    if exc.code is not errors.ALREADY_EXISTS:
-                        raise
-
         try:
-            await asyncio.gather(*(create(name, queues) for name, queues in topics))
+            await topic_file.create_topics(client, requests, skip_existing=True)
         finally:
             await client.close()
 
@@ -219,7 +212,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             baseline_rate = batches * QUEUES_PER_TOPIC / baseline_s
             rss_start = rss_by_role(cluster.server_pids())
             log(f"creating {args.queues:,} queues ({len(topics):,} topics)")
-            create_s = create_topics(cluster.nameserver, topics, args.in_flight)
+            create_s = create_topics(cluster.nameserver, topics)
             rss_created = rss_by_role(cluster.server_pids())
             log(f"publishing one message to each of {args.queues:,} queues")
             publish_s, sent = publish(cluster.endpoint, topics, args.workers)
@@ -286,14 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the options and run the benchmark."""
     parser = argparse.ArgumentParser(prog="rip5 bench queues", description=__doc__)
     parser.add_argument("--queues", type=int, default=100_000, help="queues to create")
-    parser.add_argument("--in-flight", type=int, default=64, help="CreateTopic calls in flight")
     parser.add_argument("--workers", type=int, default=16, help="client threads for sends/reads")
     parser.add_argument(
         "--baseline-messages", type=int, default=4_000, help="messages of the 8-queue baseline"
     )
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
-    for name in ("queues", "in_flight", "workers", "baseline_messages"):
+    for name in ("queues", "workers", "baseline_messages"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 

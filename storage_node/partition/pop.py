@@ -30,7 +30,7 @@ PURE.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -94,20 +94,37 @@ class FilterVerdicts(NamedTuple):
     unmatched: frozenset[int]
 
 
+_NO_LEASES: dict[int, Lease] = {}
+_NO_OFFSETS: set[int] = set()
+_NO_EXPIRY: list[tuple[int, int, int]] = []
+"""Shared empty containers: a group queue with no lease in flight and nothing done
+ahead of its cursor (the usual state of a queue consumed to its end) holds these
+instead of its own, which cost 336 bytes (an empty set alone is 216). They stay
+empty: every write to a group queue's leases, done_ahead or expiry heap goes
+through a method that first gives it its own container (``_leases_to_write``,
+``_mark_done``, ``set_lease``), and one emptied goes back to the shared one."""
+
+
 class GroupQueue:
-    """A consumer group's consumption state of one queue (see the module docstring)."""
+    """A consumer group's consumption state of one queue (see the module docstring).
+
+    Slotted, and holding the shared empty containers while it has no leases and
+    nothing done ahead: a node keeps one per (consumer group, queue) ever received
+    from, so its size is multiplied by the queues of the node."""
+
+    __slots__ = ("_expiry", "cursor", "done_ahead", "last_attempt", "leases")
 
     def __init__(self, cursor: int = 0) -> None:
         self.cursor = cursor
-        self.leases: dict[int, Lease] = {}
-        self.done_ahead: set[int] = set()
+        self.leases: dict[int, Lease] = _NO_LEASES
+        self.done_ahead: set[int] = _NO_OFFSETS
         # A heap of (invisible until, offset, generation), one item per lease ever set
         # (set_lease): every current lease has its item, and an item whose lease was
-        # replaced or finished is stale, dropped when it reaches the top or at a
-        # rebuild. A receive finds the expired leases here instead of looking at
-        # every lease (with many messages in flight, most of a receive's work).
-        # Derived, not snapshotted.
-        self._expiry: list[tuple[int, int, int]] = []
+        # replaced or finished is stale, dropped when it reaches the top, at a
+        # rebuild, or all at once when the last lease finishes. A receive finds the
+        # expired leases here instead of looking at every lease (with many messages
+        # in flight, most of a receive's work). Derived, not snapshotted.
+        self._expiry: list[tuple[int, int, int]] = _NO_EXPIRY
         # The latest receive that named an attempt id: (attempt id, generation, offsets).
         self.last_attempt: tuple[str, int, tuple[int, ...]] = ("", 0, ())
 
@@ -133,20 +150,29 @@ class GroupQueue:
         while self.cursor < end_offset:
             if self.cursor in self.done_ahead:
                 self.done_ahead.discard(self.cursor)
+                if not self.done_ahead:
+                    self.done_ahead = _NO_OFFSETS
             elif self.cursor not in self.leases:
                 return
             self.cursor += 1
 
     def set_lease(self, queue_offset: int, lease: Lease) -> None:
         """Make ``lease`` the offset's lease (every lease is set through here)."""
+        if self.leases is _NO_LEASES:
+            self.leases = {}
         self.leases[queue_offset] = lease
         expiry = self._expiry
+        if expiry is _NO_EXPIRY:
+            expiry = self._expiry = []
         heapq.heappush(expiry, (lease.invisible_until_ms, queue_offset, lease.generation))
         if len(expiry) > 2 * len(self.leases) + _EXPIRY_SLACK:
             self._rebuild_expiry()
 
     def _rebuild_expiry(self) -> None:
         """The expiry heap of the current leases only."""
+        if not self.leases:
+            self._expiry = _NO_EXPIRY
+            return
         self._expiry = [
             (lease.invisible_until_ms, offset, lease.generation)
             for offset, lease in self.leases.items()
@@ -190,26 +216,24 @@ class GroupQueue:
 
     def finish(self, queue_offset: int, end_offset: int) -> None:
         """Mark an offset done (acked, dead-lettered, filtered out)."""
-        self.leases.pop(queue_offset, None)
-        if queue_offset >= self.cursor:
-            self.done_ahead.add(queue_offset)
+        self._finish_quietly(queue_offset)
         self.settle(end_offset)
 
     def trim(self, first_offset: int, end_offset: int) -> None:
         """The queue's offsets below ``first_offset`` are gone: drop what named them."""
         for offset in [o for o in self.leases if o < first_offset]:
-            del self.leases[offset]
+            self._drop_lease(offset)
         if self.cursor < first_offset:
-            self.done_ahead = {o for o in self.done_ahead if o >= first_offset}
+            self.done_ahead = _offsets(o for o in self.done_ahead if o >= first_offset)
             self.cursor = first_offset
         self.settle(end_offset)
 
     def reset(self, offset: int) -> None:
         """Every offset below ``offset`` is done, every other fresh; leases are dropped."""
         self.cursor = offset
-        self.leases.clear()
-        self._expiry = []
-        self.done_ahead.clear()
+        self.leases = _NO_LEASES
+        self._expiry = _NO_EXPIRY
+        self.done_ahead = _NO_OFFSETS
         self.last_attempt = ("", 0, ())
 
     def commit(self, offset: int, end_offset: int) -> None:
@@ -223,7 +247,7 @@ class GroupQueue:
         commit). The cursor then settles past leased and done offsets.
         """
         if offset >= self.cursor:
-            self.done_ahead = {o for o in self.done_ahead if o >= offset}
+            self.done_ahead = _offsets(o for o in self.done_ahead if o >= offset)
         self.cursor = offset
         self.settle(end_offset)
 
@@ -267,6 +291,8 @@ class GroupQueue:
         items = {(lease.invisible_until_ms, o, lease.generation) for o, lease in leased}
         if not items <= set(self._expiry):
             raise AssertionError("a lease missing from the expiry heap (set outside set_lease)")
+        if _NO_LEASES or _NO_OFFSETS or _NO_EXPIRY:
+            raise AssertionError("a shared empty container was written to")
 
     def _fresh(self, end_offset: int, scan_max: int) -> Iterator[int]:
         """Fresh offsets from the cursor, looking at no more than ``scan_max`` offsets."""
@@ -382,9 +408,19 @@ class GroupQueue:
 
     def _finish_quietly(self, queue_offset: int) -> None:
         """:meth:`finish` without settling (the caller settles once at the end)."""
-        self.leases.pop(queue_offset, None)
+        self._drop_lease(queue_offset)
         if queue_offset >= self.cursor:
+            if self.done_ahead is _NO_OFFSETS:
+                self.done_ahead = set()
             self.done_ahead.add(queue_offset)
+
+    def _drop_lease(self, queue_offset: int) -> None:
+        """Forget the offset's lease, if any; the last one gone gives back the
+        group queue's own lease table and expiry heap (every item is stale then)."""
+        leases = self.leases
+        if leases.pop(queue_offset, None) is not None and not leases:
+            self.leases = _NO_LEASES
+            self._expiry = _NO_EXPIRY
 
     def to_wire(self) -> list[object]:
         """Snapshot form: cursor, sorted leases, sorted done_ahead."""
@@ -403,16 +439,18 @@ class GroupQueue:
         """Inverse of :meth:`to_wire`."""
         cursor, leases, done_ahead, last = as_list(data, "group queue", 4)
         state = cls(as_int(cursor, "cursor"))
+        table: dict[int, Lease] = {}
         for item in as_list(leases, "leases"):
             offset, generation, until, attempt, group = as_list(item, "lease", 5)
-            state.leases[as_int(offset, "lease offset")] = Lease(
+            table[as_int(offset, "lease offset")] = Lease(
                 as_int(generation, "generation"),
                 as_int(until, "invisible until"),
                 as_int(attempt, "attempt"),
                 as_str(group, "message group"),
             )
+        state.leases = table or _NO_LEASES
         state._rebuild_expiry()
-        state.done_ahead = {as_int(o, "done offset") for o in as_list(done_ahead, "done")}
+        state.done_ahead = _offsets(as_int(o, "done offset") for o in as_list(done_ahead, "done"))
         attempt_id, generation, offsets = as_list(last, "last attempt", 3)
         state.last_attempt = (
             as_str(attempt_id, "attempt id"),
@@ -425,3 +463,8 @@ class GroupQueue:
         """The fresh offsets a receive would look at, in order: from the cursor, no
         more than ``scan_max`` offsets looked at (expired leases aside)."""
         return self._fresh(end_offset, scan_max)
+
+
+def _offsets(offsets: Iterable[int]) -> set[int]:
+    """A group queue's own set of ``offsets``, or the shared empty one if there are none."""
+    return set(offsets) or _NO_OFFSETS

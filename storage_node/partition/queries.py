@@ -11,6 +11,7 @@ PURE.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -28,6 +29,12 @@ _EMPTY = QueueIndex()
 
 GroupQueueKey = tuple[str, str, int]
 """(consumer group, topic, queue id)."""
+
+
+def group_queue_key(group: str, topic: str, queue_id: int) -> GroupQueueKey:
+    """The key a new group queue is kept under, its names interned (as
+    :func:`storage_node.partition.queues.queue_key`)."""
+    return (sys.intern(group), sys.intern(topic), queue_id)
 
 
 class TierWindow(NamedTuple):

@@ -16,6 +16,7 @@ PURE.
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import itemgetter
@@ -37,6 +38,13 @@ def dead_letter_topic(group: str) -> str:
 
 QueueId = tuple[str, int]
 """(topic, queue id)."""
+
+
+def queue_key(topic: str, queue_id: int) -> QueueId:
+    """The key a new queue is kept under, its topic name interned: a topic's queues
+    and its groups' keys then share one string instead of one decoded copy each
+    (each append and receive decodes its own copy of the name)."""
+    return (sys.intern(topic), queue_id)
 
 
 TIER_ONLY = -1
@@ -99,6 +107,13 @@ QueueRow = tuple[int, int, int, str, str, bool]
 _as_entry: Callable[[QueueRow], QueueEntry] = positional(QueueEntry)
 
 
+MEMO_ENTRIES_MIN = 64
+"""A queue keeps the snapshot encoding of its entries (``QueueIndex._memo``) only
+from this many entries on. Most queues of a node with many of them hold a few
+entries; packing those again at each snapshot costs microseconds, a memo 650
+bytes each (its chunk table, piece, bytes and set of log indexes)."""
+
+
 class QueueIndex:
     """One queue's entries, from ``first_offset`` (older ones trimmed) to ``end_offset``.
 
@@ -125,8 +140,9 @@ class QueueIndex:
         # Log indexes do not grow along a queue (released timers and committed
         # transactions name older entries), so it is kept, not read off the front.
         self._min_log_index: int | None = None
-        # Per chunk: the entries' msgpack and the set of log indexes they name.
-        self._memo: PackedChunks[frozenset[int]] = PackedChunks(_union)
+        # Per chunk: the entries' msgpack and the set of log indexes they name. None
+        # while the queue is short (MEMO_ENTRIES_MIN) or no snapshot asked yet.
+        self._memo: PackedChunks[frozenset[int]] | None = None
 
     @property
     def end_offset(self) -> int:
@@ -226,9 +242,22 @@ class QueueIndex:
         return [piece.meta for piece in self._refreshed()]
 
     def _refreshed(self) -> list[Piece[frozenset[int]]]:
-        """The memo's pieces, brought up to date: they cover every entry, in order."""
+        """The memo's pieces, brought up to date: they cover every entry, in order.
+
+        A queue holding fewer than :data:`MEMO_ENTRIES_MIN` entries keeps no memo:
+        its one piece is packed afresh at each call (cheap for so few entries),
+        since a memo would cost it about 650 bytes for as long as it lives."""
         first = self.first_offset
+        entries = self._entries
+        if len(entries) < MEMO_ENTRIES_MIN:
+            self._memo = None
+            if not entries:
+                return []
+            log_indexes = frozenset([row[0] for row in entries])
+            return [Piece(first, self.end_offset, pack_items(entries), log_indexes)]
         memo = self._memo
+        if memo is None:
+            memo = self._memo = PackedChunks(_union)
         for chunk, lo, hi in memo.missing(first, self.end_offset):
             entries = self._entries[lo - first : hi - first]
             memo.add(chunk, lo, hi, pack_items(entries), frozenset([row[0] for row in entries]))

@@ -72,7 +72,7 @@ from storage_node.partition.commands import (
     decode,
 )
 from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
-from storage_node.partition.queries import PartitionQueries
+from storage_node.partition.queries import PartitionQueries, group_queue_key
 from storage_node.partition.queues import (
     TIER_ONLY,
     QueueEntry,
@@ -81,6 +81,7 @@ from storage_node.partition.queues import (
     QueueRow,
     RecordOutcome,
     dead_letter_topic,
+    queue_key,
 )
 from storage_node.partition.results import (
     AckOutcome,
@@ -213,7 +214,7 @@ class PartitionState(PartitionQueries):
     def _enqueue(self, queue: QueueId, entry: QueueRow) -> int:
         index = self._queues.get(queue)
         if index is None:
-            index = self._queues[queue] = QueueIndex()
+            index = self._queues[queue_key(*queue)] = QueueIndex()
         self.grown_queues.add(queue)
         return index.append(entry)
 
@@ -303,10 +304,11 @@ class PartitionState(PartitionQueries):
         clock_ms = self.clock_ms
         runs: list[QueuedRun] = []
         for start, end in pairwise(starts):
-            topic, queue_id = queue = topics[start], queue_ids[start]
+            # The interned name: the dedup run below keeps it, one copy for the topic.
+            topic, queue_id = queue = queue_key(topics[start], queue_ids[start])
             index = self._queues.get(queue)
             if index is None:
-                index = self._queues[queue] = QueueIndex()
+                index = self._queues[queue_key(topic, queue_id)] = QueueIndex()
             self.grown_queues.add(queue)
             ids = message_ids[start:end]
             first = index.append_run(
@@ -389,7 +391,7 @@ class PartitionState(PartitionQueries):
             group_queue = GroupQueue.starting(
                 command.initial_position, index, self.readable_first_offset(*queue)
             )
-            self._groups[key] = group_queue
+            self._groups[group_queue_key(*key)] = group_queue
         tier_entries = (
             {
                 row.queue_offset: QueueEntry(
@@ -549,7 +551,7 @@ class PartitionState(PartitionQueries):
         key = (command.group, command.topic, command.queue_id)
         group_queue = self._groups.get(key)
         if group_queue is None:
-            self._groups[key] = GroupQueue(offset)
+            self._groups[group_queue_key(*key)] = GroupQueue(offset)
         elif isinstance(command, CommitOffset):
             group_queue.reset(offset)
         else:

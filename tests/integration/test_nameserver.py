@@ -3,6 +3,7 @@ and a 3-node group whose leader is SIGKILLed while topics are being created."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -144,3 +145,26 @@ def test_admin_cli_round_trip_on_one_node(one_node: Nameservers) -> None:
     gone = admin(one_node, "topic", "describe", "OrderTopic")
     assert gone.returncode == 1
     assert "TOPIC_NOT_FOUND" in gone.stderr
+
+    # Bulk creation from a file: 1,200 topics go as two CreateTopics entries (1,000 + 200),
+    # each all or nothing. One exists already: without --skip-existing the first batch is
+    # refused naming it, and nothing of that batch is created (the rerun skips only one).
+    lines = ["name,queues,type"] + [
+        f"bulk-{i},{1 + i % 8},{'FIFO' if i % 2 else ''}" for i in range(1200)
+    ]
+    topic_file = one_node.root / "topics.csv"
+    topic_file.write_text("\n".join(lines) + "\n")
+    assert admin(one_node, "topic", "create", "bulk-5").returncode == 0
+    refused = admin(one_node, "topic", "create", "--from-file", str(topic_file))
+    assert refused.returncode == 1
+    assert "topics[5] ('bulk-5')" in refused.stderr
+    assert "exists already" in refused.stderr
+    bulk = admin(
+        one_node, "topic", "create", "--from-file", str(topic_file), "--skip-existing", "--json"
+    )
+    assert bulk.returncode == 0, bulk.stderr
+    summary = json.loads(bulk.stdout)
+    assert (summary["topics"], summary["created"], summary["skipped"]) == (1200, 1199, 1)
+    described = admin(one_node, "topic", "describe", "bulk-7")
+    assert "│ 8 " in described.stdout
+    assert "FIFO" in described.stdout.upper()

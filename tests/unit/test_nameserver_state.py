@@ -81,6 +81,14 @@ COMMANDS: st.SearchStrategy[c.Command] = st.one_of(
     ),
     st.builds(c.DeleteTopic, st.sampled_from(TOPICS)),
     st.builds(
+        c.CreateTopics,
+        st.lists(
+            st.builds(c.CreateTopic, st.sampled_from(TOPICS), CLUSTER, st.integers(0, 5)),
+            max_size=3,
+        ).map(tuple),
+        st.booleans(),
+    ),
+    st.builds(
         c.CreateConsumerGroup,
         st.sampled_from(GROUPS),
         CLUSTER,

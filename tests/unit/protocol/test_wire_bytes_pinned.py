@@ -138,6 +138,12 @@ NAMESERVER_COMMANDS: list[tuple[str, ns_commands.Command]] = [
     ("renew-lease", ns_commands.RenewLease("l", "b1", 6, 100)),
     ("release-lease", ns_commands.ReleaseLease("l", "b1")),
     ("remove-broker", ns_commands.RemoveBroker("b1")),
+    (
+        "create-topics",
+        ns_commands.CreateTopics(
+            (ns_commands.CreateTopic("t", "c1", 4), ns_commands.CreateTopic("u", "c1", 8)), True
+        ),
+    ),
     ("remove-storage-node", ns_commands.RemoveStorageNode(4)),
     ("drain-storage-node", ns_commands.DrainStorageNode(4)),
     ("create-user", ns_commands.CreateUser(User("alice", "s3cret", UserType.SUPER))),
@@ -286,6 +292,9 @@ GOLDEN_HEX: dict[str, str] = {
     "nameserver/renew-lease": "920e94a16ca262310664",
     "nameserver/release-lease": "920f92a16ca26231",
     "nameserver/remove-broker": "921091a26231",
+    "nameserver/create-topics": (
+        "9218929299a174a263310401ce0f7314000600000099a175a263310801ce0f73140006000000c3"
+    ),
     "nameserver/remove-storage-node": "92119104",
     "nameserver/drain-storage-node": "92129204c3",
     "nameserver/create-user": "92139193a5616c696365a673336372657401",

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import StorageError
-from storage_node.partition import chunks
+from storage_node.partition import chunks, queues
 from storage_node.partition import commands as c
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import QueueEntry, RecordOutcome
@@ -106,11 +106,19 @@ def check_snapshot(state: PartitionState) -> PartitionState:
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
-@given(config, st.sampled_from([1, 2, 3, 4, 7]), st.lists(step, min_size=10, max_size=150))
+@given(
+    config,
+    st.sampled_from([1, 2, 3, 4, 7]),
+    st.sampled_from([0, 3, 64]),  # queues.MEMO_ENTRIES_MIN: memos for all, some, none
+    st.lists(step, min_size=10, max_size=150),
+)
 def test_snapshots_from_memos_equal_the_whole_encoding(
-    config: PartitionConfig, chunk: int, steps: list[object]
+    config: PartitionConfig, chunk: int, memo_entries_min: int, steps: list[object]
 ) -> None:
-    with mock.patch.object(chunks, "CHUNK", chunk):
+    with (
+        mock.patch.object(chunks, "CHUNK", chunk),
+        mock.patch.object(queues, "MEMO_ENTRIES_MIN", memo_entries_min),
+    ):
         state = PartitionState(config)
         now = 1
         for item in steps:
