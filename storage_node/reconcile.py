@@ -25,6 +25,9 @@ replicas) and says what to do:
 - ``unknown_nodes``: replica nodes of groups to start whose address this node
   does not know yet (the shell reads the nameserver's node list first).
 
+:func:`removal_confirmed` decides whether an unassigned replica whose own
+membership still names it may delete itself on its group leader's word.
+
 PURE.
 """
 
@@ -187,6 +190,60 @@ def plan_membership_step(
         best = max(others, key=lambda n: (view.match.get(n, 0), -n))
         return MembershipStep(StepKind.TRANSFER_LEADER, best)
     return MembershipStep(StepKind.REMOVE, extra[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMark:
+    """A replica's raft position at one moment: its term, last log index and commit."""
+
+    term: int
+    last_index: int
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderMembership:
+    """A group leader's answer: who answered, in which term, and every node its applied
+    (committed) membership names (voters, learners, outgoing voters, next learners)."""
+
+    leader: int
+    term: int
+    members: frozenset[int]
+
+
+def removal_confirmed(
+    node_id: int, asked: ReplicaMark, now: ReplicaMark, answer: LeaderMembership
+) -> bool:
+    """Whether ``node_id``'s replica may delete itself: its assignment no longer lists
+    it, its own membership still names it, and it asked the group's leader (when its
+    position was ``asked``; ``now`` is its position as the answer arrived).
+
+    The leader stops replicating to a node once the change removing it is
+    applied, so the removed replica may never learn that the change committed
+    and never apply its own removal. The leader's answer settles it when:
+
+    - it comes from another node, and names members (a leader always has);
+    - its membership, applied after the leader's read barrier (so it covers
+      every change committed before the leader's term), does not name this node;
+    - its term is not below this replica's term when it asked: a deposed
+      leader of an older term may answer a stale membership, while a newer
+      leader (which could have added this node back) would have raised this
+      replica's term when it sent it anything;
+    - this replica's position did not move while it asked: nothing was
+      appended or committed, no term began. So it acknowledged nothing during
+      the question, and what it acknowledged before was under a membership no
+      newer than the answer's (the previous rule).
+
+    Otherwise the replica keeps its data and asks again later: deletion errs on
+    the side of keeping data, and an assignment alone never deletes.
+    """
+    return (
+        answer.leader not in (0, node_id)
+        and bool(answer.members)
+        and node_id not in answer.members
+        and answer.term >= asked.term
+        and now == asked
+    )
 
 
 def _span(groups: range) -> str:

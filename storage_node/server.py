@@ -51,11 +51,13 @@ from typing import cast
 
 from prometheus_client import CollectorRegistry
 
-from angelia_rpc import AngeliaError, Server
+from angelia_rpc import AngeliaError, Peers, Server
 from angelia_rpc.cluster_services import StorageService
+from angelia_rpc.failover import Failover, FailoverPolicy, call_leader
 from angelia_rpc.metrics_export import exported, refresh_every
 from angelia_rpc.nameserver_client import NameserverClient, parse_addresses
 from protocol import nameserver_api as api
+from protocol.storage_api import GroupMembershipRequest
 from raft.core.node import RawNode
 from raft.errors import RaftError
 from raft.host.angelia_transport import AngeliaTransport
@@ -68,13 +70,16 @@ from storage_node.controlled_node import ControlledNode
 from storage_node.controller_follower import ControllerFollower
 from storage_node.metrics import StorageMetrics
 from storage_node.reconcile import (
+    LeaderMembership,
     LeaderView,
     MembershipStep,
     ReconcilePlan,
+    ReplicaMark,
     StepKind,
     membership_settled,
     plan_membership_step,
     plan_reconcile,
+    removal_confirmed,
 )
 from storage_node.registration import CALL_TIMEOUT_MS, Registration, join_cluster
 from storage_node.replica import GroupReplica
@@ -98,6 +103,11 @@ MEMBERSHIP_CHECK_MS = 100
 """How often the groups this node leads are checked for a membership step to take."""
 TRANSFER_RETRY_MS = 2000
 """Least time between two leadership hand-overs asked for one leaving group."""
+REMOVAL_ASK_MS = 2000
+"""Least time between two questions to a group's leader about one unassigned replica."""
+REMOVAL_ASK_DEADLINE_MS = 3000
+"""How long one such question may take, failovers included (then it is asked later)."""
+_REMOVAL_ASK_POLICY = FailoverPolicy(0.0, 0.0, call_timeout_ms=1000, passes_max=1)
 
 
 def _ready_once(_address: str) -> None:
@@ -129,10 +139,14 @@ class LocalGroups:
         client: NameserverClient | None,
         cluster: str,
         bodies: BodyStore,
+        peers: Peers | None = None,
     ) -> None:
         """``client`` reads peer addresses from the nameserver when an assignment needs them;
-        every replica reads its message bodies through ``bodies``."""
+        every replica reads its message bodies through ``bodies``; ``peers`` calls the
+        other storage nodes (an unassigned replica asks its group's leader whether its
+        removal committed; without it such a replica waits for its own membership)."""
         self.node = node
+        self.peers = peers
         self.bodies = bodies
         self.transport = transport
         self.client = client
@@ -143,6 +157,9 @@ class LocalGroups:
         # Groups whose membership change (or leader transfer) this node has under way.
         self._changing: dict[int, asyncio.Future[object] | None] = {}
         self._transfer_asked_ms: dict[int, int] = {}
+        # Unassigned replicas whose removal is being asked of their group's leader.
+        self._asking: dict[int, asyncio.Task[None]] = {}
+        self._removal_asked_ms: dict[int, int] = {}
         # Controller mode: ControlledNode (the controller names leaders; no elections).
         self.node_class: type[RawNode] = RawNode
         self.min_in_sync = 1
@@ -234,8 +251,12 @@ class LocalGroups:
                 },
             )
         for group_id in plan.unassigned:
-            if group_id in self.node.replicas and self._removed_from(group_id):
+            if group_id not in self.node.replicas:
+                continue
+            if self._removed_from(group_id):
                 await self.stop_group(group_id)
+            else:
+                self._maybe_ask_removal(group_id)
         if plan != self._last_plan and plan.refused:
             _log.warning(
                 "assignment not fully followed",
@@ -256,6 +277,86 @@ class LocalGroups:
         me = self.node.driver.node_id
         members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
         return me not in members
+
+    def _maybe_ask_removal(self, group_id: int) -> None:
+        """Ask, in the background and at most every ``REMOVAL_ASK_MS``, the group's leader
+        whether the unassigned replica ``group_id`` was removed (its leader may never
+        tell it: it stops replicating to a node once the change removing it is applied)."""
+        if self.peers is None or group_id in self._asking or self._leads(group_id):
+            return
+        now_ms = int(asyncio.get_running_loop().time() * 1000)
+        asked_ms = self._removal_asked_ms.get(group_id, now_ms - REMOVAL_ASK_MS)
+        if now_ms - asked_ms < REMOVAL_ASK_MS:
+            return
+        self._removal_asked_ms[group_id] = now_ms
+        task = asyncio.create_task(self._ask_removal(group_id), name=f"ask-removal-{group_id}")
+        self._asking[group_id] = task
+        task.add_done_callback(lambda _task: self._asking.pop(group_id, None))
+
+    async def _ask_removal(self, group_id: int) -> None:
+        """Delete the replica of ``group_id`` if its group's leader confirms that the
+        group's committed membership excludes this node (:func:`removal_confirmed`)."""
+        peers = self.peers
+        assert peers is not None  # checked by _maybe_ask_removal
+        me = self.node.driver.node_id
+        raft = cast(RawNode, self.node.driver.host.node(group_id))
+        asked = _mark(raft)
+        conf = raft.conf_state()
+        members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
+        # The known leader first, then the other members; a NOT_LEADER hint is followed.
+        order = sorted(members - {me}, key=lambda n: (n != raft.lead, n))
+        candidates = [self.transport.addresses[n] for n in order if n in self.transport.addresses]
+        if not candidates:
+            return
+        loop = asyncio.get_running_loop()
+        failover = Failover(
+            candidates, _REMOVAL_ASK_POLICY, loop.time() + REMOVAL_ASK_DEADLINE_MS / 1000
+        )
+        request = GroupMembershipRequest(group_id)
+        try:
+            answer = await call_leader(
+                failover,
+                lambda address, timeout_ms: peers.stub(
+                    StorageService, address, wait_for_ready=False
+                ).group_membership(request, timeout_ms=timeout_ms),
+                clock=loop.time,
+                sleep=asyncio.sleep,
+            )
+        except AngeliaError as exc:
+            _log.info(
+                "no leader answered whether an unassigned replica was removed; kept",
+                extra={"group": group_id, "error": str(exc)},
+            )
+            return
+        if (
+            group_id in self.assigned
+            or group_id not in self.node.replicas
+            or self.node.driver.host.node(group_id) is not raft
+        ):
+            return  # assigned again, or stopped, while it asked
+        members_now = {
+            *answer.voters,
+            *answer.learners,
+            *answer.voters_outgoing,
+            *answer.learners_next,
+        }
+        leader = LeaderMembership(answer.leader, answer.term, frozenset(members_now))
+        if not removal_confirmed(me, asked, _mark(raft), leader):
+            return
+        _log.info(
+            "the group's leader confirms this replica was removed: deleting it",
+            extra={"group": group_id, "leader": answer.leader, "term": answer.term},
+        )
+        await self.stop_group(group_id)
+
+    async def close(self) -> None:
+        """Cancel the questions about removals under way."""
+        tasks = list(self._asking.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def stop_group(self, group_id: int) -> None:
         """Stop hosting ``group_id`` and delete its replica (it was moved away)."""
@@ -389,6 +490,12 @@ class LocalGroups:
         return started
 
 
+def _mark(raft: RawNode) -> ReplicaMark:
+    """``raft``'s position now (see :func:`storage_node.reconcile.removal_confirmed`)."""
+    status = raft.status()
+    return ReplicaMark(status.term, status.last_index, status.commit)
+
+
 async def serve(
     config: StorageConfig,
     data_dir: Path,
@@ -485,7 +592,8 @@ async def _serve_groups(
     node = StorageNode(
         driver, store, {}, group_count, peers, injection.wall_ms if injection else None
     )
-    groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store))
+    callers = Peers(config.rpc_config())
+    groups = LocalGroups(node, transport, client, config.cluster, WalBodyStore(store), callers)
     controlled = config.replication == "controller"
     if controlled:
         if client is None or config.peers:
@@ -592,5 +700,7 @@ async def _serve_groups(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await groups.close()
+        await callers.close()
         await server.stop()
         await driver.stop()

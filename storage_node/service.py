@@ -79,6 +79,8 @@ from protocol.storage_api import (
     ExportSnapshotRequest,
     ExportSnapshotResponse,
     GetOffsetRequest,
+    GroupMembershipRequest,
+    GroupMembershipResponse,
     GroupProgressRequest,
     GroupProgressResponse,
     HalfMessageInfo,
@@ -873,6 +875,24 @@ class StorageNode:
         async with self._exports:
             replica = await self._read_barrier(request.group_id)
             return await export_group(replica, request)
+
+    async def group_membership(
+        self, request: GroupMembershipRequest, context: CallContext
+    ) -> GroupMembershipResponse:
+        """The group's membership as this leader applied it, after a read barrier (so
+        it covers every change committed before its term)."""
+        await self._read_barrier(request.group_id)
+        node = cast(RawNode, self.driver.host.node(request.group_id))
+        conf = node.conf_state()
+        return GroupMembershipResponse(
+            request.group_id,
+            self.driver.node_id,
+            node.hard_state().term,
+            sorted(conf.voters),
+            sorted(conf.learners),
+            sorted(conf.voters_outgoing),
+            sorted(conf.learners_next),
+        )
 
 
 def _wall_ms() -> float:

@@ -6,13 +6,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage_node.reconcile import (
+    LeaderMembership,
     LeaderView,
     MembershipStep,
     ReconcilePlan,
+    ReplicaMark,
     StepKind,
     membership_settled,
     plan_membership_step,
     plan_reconcile,
+    removal_confirmed,
 )
 
 GROUPS = range(1, 9)
@@ -153,3 +156,43 @@ def test_a_settled_membership_has_no_step_whatever_the_logs(
     view = LeaderView(1, voters, learners, joint, match, commit)
     if membership_settled(voters, learners, joint, assigned):
         assert plan_membership_step(view, assigned) is None
+
+
+# -- an unassigned replica asks its group's leader whether its removal committed
+
+_AT = ReplicaMark(term=5, last_index=120, commit=118)
+_REMOVED = LeaderMembership(leader=1, term=5, members=frozenset({1, 2, 4}))
+
+
+def test_a_leader_whose_committed_membership_excludes_the_replica_confirms_its_removal() -> None:
+    assert removal_confirmed(3, _AT, _AT, _REMOVED)
+    # A leader of a later term confirms too (this replica never heard of that term).
+    assert removal_confirmed(3, _AT, _AT, LeaderMembership(2, 7, frozenset({1, 2, 4})))
+
+
+def test_a_membership_that_names_the_replica_keeps_it() -> None:
+    # Named as a voter, a learner or in a joint configuration's halves: the shell
+    # passes every node the leader's membership names.
+    for members in ({1, 2, 3}, {1, 2, 3, 4}):
+        assert not removal_confirmed(3, _AT, _AT, LeaderMembership(1, 5, frozenset(members)))
+    # A leader always has members: an empty membership proves nothing.
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(1, 5, frozenset()))
+
+
+def test_only_another_node_that_leads_may_answer() -> None:
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(0, 5, frozenset({1, 2, 4})))
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(3, 5, frozenset({1, 2, 4})))
+
+
+def test_a_leader_of_an_older_term_than_the_replica_is_not_believed() -> None:
+    # A deposed leader may answer a stale membership; a newer leader that added this
+    # node back would have raised its term.
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(1, 4, frozenset({1, 2, 4})))
+
+
+def test_a_replica_that_moved_while_it_asked_keeps_its_data_and_asks_again() -> None:
+    appended = ReplicaMark(5, 121, 118)
+    committed = ReplicaMark(5, 120, 119)
+    new_term = ReplicaMark(6, 120, 118)
+    for now in (appended, committed, new_term):
+        assert not removal_confirmed(3, _AT, now, _REMOVED)
