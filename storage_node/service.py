@@ -94,6 +94,7 @@ from protocol.storage_api import (
     QueryMessagesResponse,
     QueueInfoRequest,
     QueueInfoResponse,
+    ReadmitRequest,
     ReadRequest,
     ReadResponse,
     ReceivedMessage,
@@ -247,6 +248,11 @@ class StorageNode:
         (``Uploader.queue_status``), for ``queue_info``."""
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
+        self.lost_replicas: dict[int, set[int]] = {}
+        """Group -> members that lost their replica's data and asked this leader to
+        re-admit them (``readmit_replica``); the membership loop removes them first."""
+        self.lost_removed: dict[int, asyncio.Event] = {}
+        """Group -> set (and dropped) by the membership loop once no lost member remains."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
         wal_dir = store.directory / "wal"
         cached_segments = WAL_CACHED_BYTES // store.segment_bytes
@@ -882,17 +888,53 @@ class StorageNode:
         """The group's membership as this leader applied it, after a read barrier (so
         it covers every change committed before its term)."""
         await self._read_barrier(request.group_id)
-        node = cast(RawNode, self.driver.host.node(request.group_id))
-        conf = node.conf_state()
+        return self._membership(request.group_id)
+
+    def _membership(self, group_id: int) -> GroupMembershipResponse:
+        node = cast(RawNode, self.driver.host.node(group_id))
+        status = node.status()
+        conf = status.conf_state
         return GroupMembershipResponse(
-            request.group_id,
+            group_id,
             self.driver.node_id,
-            node.hard_state().term,
+            status.term,
             sorted(conf.voters),
             sorted(conf.learners),
             sorted(conf.voters_outgoing),
             sorted(conf.learners_next),
+            status.applied,
         )
+
+    async def readmit_replica(
+        self, request: ReadmitRequest, context: CallContext
+    ) -> GroupMembershipResponse:
+        """Note that ``request.node_id`` lost its replica of the group (its WAL was set
+        aside: storage_node/data_loss.py); the membership loop removes it, then adds it
+        back as a learner and promotes it. Answers the membership once the removal is
+        applied, or as it stands after ``READMIT_WAIT_MS`` (the node asks again)."""
+        group_id, node_id = request.group_id, request.node_id
+        if node_id == self.driver.node_id:
+            raise BadCommand(f"node {node_id} asked itself to re-admit it to group {group_id}")
+        await self._read_barrier(group_id)
+        node = cast(RawNode, self.driver.host.node(group_id))
+        conf = node.conf_state()
+        members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
+        lost = self.lost_replicas.setdefault(group_id, set())
+        if node_id in members and node_id not in lost:
+            lost.add(node_id)
+            _log.warning(
+                "a member lost its replica's data: removing it, then adding it back",
+                extra={"group": group_id, "node": node_id},
+            )
+        if node_id in lost:
+            removed = self.lost_removed.setdefault(group_id, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(removed.wait(), READMIT_WAIT_MS / 1000)
+        return self._membership(self._led_replica(group_id).group_id)
+
+
+READMIT_WAIT_MS = 3_000
+"""How long a leader asked to re-admit a node waits for its removal before it answers."""
 
 
 def _wall_ms() -> float:
