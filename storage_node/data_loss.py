@@ -12,15 +12,18 @@ form a majority that lacks an entry it once acknowledged. So, instead:
    ``quarantine/wal-<n>``, logs one error naming the segment, the offset and
    the quarantine path, and opens an empty WAL. A crash at any point is safe:
    with the marker present the node starts as data-lost whatever its WAL holds.
-2. While the marker stands, every replica the node starts for a group not
-   re-admitted yet starts empty, as a replica joining its group, with the raft
-   core's ``data_lost`` flag set: it neither votes nor campaigns.
-3. The node asks each such group's leader to re-admit it
-   (``storage.readmit_replica``). The leader removes it from the group by a
-   membership change the other replicas commit (so the leader forgets what the
-   node acknowledged before), then adds it back as a learner, which catches up
-   from a snapshot and the log tail, and promotes it: the same steps as a
-   replica move (``storage_node.reconcile.plan_membership_step``).
+2. While the marker stands, the node asks the leader of each assigned group
+   that has not re-admitted it yet to re-admit it (``storage.readmit_replica``).
+   The leader removes it from the group by a membership change the other
+   replicas commit (so the leader forgets what the node acknowledged before)
+   and answers once that is applied.
+3. Only then does the node host the group: empty, as a replica joining its
+   group, with the raft core's ``data_lost`` flag set (it neither votes nor
+   campaigns). Hosted earlier, it would take the leader's appends from entry 1
+   as the voter the leader still took it for, in a configuration it never
+   had. The leader adds it back as a learner, which catches up from a
+   snapshot and the log tail, and promotes it: the same steps as a replica
+   move (``storage_node.reconcile.plan_membership_step``).
 4. Once the node's replica applied a membership that makes it a voter again,
    at an index past the one at which the leader reported it removed, the group
    is re-admitted: recorded in the marker (fsynced), then the raft flag is

@@ -211,6 +211,12 @@ class LocalGroups:
             return
         lost = self.loss is not None and group_id not in self.loss.readmitted
         if lost:
+            readmission = self.readmissions.setdefault(group_id, Readmission())
+            if readmission.removed_at < 0:
+                # Not hosted until the leader removed this node: hosted before, it would
+                # take the leader's appends from entry 1 as a voter (a configuration it
+                # never had), where a re-added learner starts from a snapshot.
+                return
             members = []  # it starts empty and waits to be added back as a learner
         if not members:
             store = self.node.driver.store
@@ -223,8 +229,6 @@ class LocalGroups:
         if not members:
             replica.join()
         self.node.driver.add_group(group_id, members, replica, self.node_class, data_lost=lost)
-        if lost:
-            self.readmissions[group_id] = Readmission()
         raft = self.node.driver.host.node(group_id)
         if isinstance(raft, ControlledNode):
             raft.min_in_sync = self.min_in_sync
@@ -279,7 +283,9 @@ class LocalGroups:
             elif not self._leads(group_id):
                 self._ask_in_background(group_id, self._ask_removal)
         for group_id, readmission in list(self.readmissions.items()):
-            if readmission.removed_at < 0:
+            if group_id not in self.assigned and group_id not in self.node.replicas:
+                del self.readmissions[group_id]  # moved away before it was re-admitted
+            elif readmission.removed_at < 0:
                 self._ask_in_background(group_id, self._ask_readmit)
         self._finish_readmissions()
         if plan != self._last_plan and plan.refused:
@@ -324,8 +330,7 @@ class LocalGroups:
     async def _ask_readmit(self, group_id: int) -> None:
         """Ask the group's leader to re-admit this data-lost node; note its removal."""
         me = self.node.driver.node_id
-        raft = cast(RawNode, self.node.driver.host.node(group_id))
-        asked_term = raft.hard_state().term
+        asked_term = 0  # not hosted yet: a fresh replica of this node knows no term
         request = ReadmitRequest(group_id, me)
         answer = await self._ask_leader(
             group_id,
@@ -346,6 +351,8 @@ class LocalGroups:
                 "the group's leader removed this data-lost node; it joins again as a learner",
                 extra={"group": group_id, "leader": answer.leader, "index": after.removed_at},
             )
+            if group_id in self.assigned:
+                self.start_group(group_id, [])
 
     async def _ask_leader(
         self,
@@ -359,8 +366,8 @@ class LocalGroups:
         known leader first; NOT_LEADER hints are followed); None, logged, if none answered."""
         peers = self.peers
         assert peers is not None  # checked by _ask_in_background
-        raft = self.node.driver.host.node(group_id)
-        order = sorted(nodes - {self.node.driver.node_id}, key=lambda n: (n != raft.lead, n))
+        lead = self.node.driver.host.leader_of(group_id) if group_id in self.node.replicas else 0
+        order = sorted(nodes - {self.node.driver.node_id}, key=lambda n: (n != lead, n))
         candidates = [self.transport.addresses[n] for n in order if n in self.transport.addresses]
         if not candidates:
             return None
@@ -499,8 +506,8 @@ class LocalGroups:
                 # A later leader is asked anew; waiting requests answer NOT_LEADER.
                 self.node.lost_replicas.pop(group_id, None)
                 removed = self.node.lost_removed.pop(group_id, None)
-                if removed is not None:
-                    removed.set()
+                if removed is not None and not removed.done():
+                    removed.set_result(None)
                 continue
             if group_id in self._changing:
                 continue
@@ -514,8 +521,8 @@ class LocalGroups:
                     del self.node.lost_replicas[group_id]
                     lost = None
                     removed = self.node.lost_removed.pop(group_id, None)
-                    if removed is not None:
-                        removed.set()
+                    if removed is not None and not removed.done():
+                        removed.set_result(self.node.membership(group_id))
             if (
                 lost is None
                 and assigned is not None
@@ -614,6 +621,8 @@ class LocalGroups:
                 continue
             if not self.node.driver.host.node(group_id).is_leader():
                 continue
+            if transfer.to_node in self.node.lost_replicas.get(group_id, ()):
+                continue  # it lost its data: it may not campaign (and is being removed)
             self.node.driver.transfer_leader(group_id, transfer.to_node)
             started += 1
         if started:

@@ -251,8 +251,10 @@ class StorageNode:
         self.lost_replicas: dict[int, set[int]] = {}
         """Group -> members that lost their replica's data and asked this leader to
         re-admit them (``readmit_replica``); the membership loop removes them first."""
-        self.lost_removed: dict[int, asyncio.Event] = {}
-        """Group -> set (and dropped) by the membership loop once no lost member remains."""
+        self.lost_removed: dict[int, asyncio.Future[GroupMembershipResponse | None]] = {}
+        """Group -> resolved (and dropped) by the membership loop once no lost member
+        remains: with the membership right then (the removal applied, before the node is
+        added back), or None when this node stopped leading the group."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
         wal_dir = store.directory / "wal"
         cached_segments = WAL_CACHED_BYTES // store.segment_bytes
@@ -888,9 +890,10 @@ class StorageNode:
         """The group's membership as this leader applied it, after a read barrier (so
         it covers every change committed before its term)."""
         await self._read_barrier(request.group_id)
-        return self._membership(request.group_id)
+        return self.membership(request.group_id)
 
-    def _membership(self, group_id: int) -> GroupMembershipResponse:
+    def membership(self, group_id: int) -> GroupMembershipResponse:
+        """The membership of hosted group ``group_id`` as this replica applied it."""
         node = cast(RawNode, self.driver.host.node(group_id))
         status = node.status()
         conf = status.conf_state
@@ -914,7 +917,10 @@ class StorageNode:
         applied, or as it stands after ``READMIT_WAIT_MS`` (the node asks again)."""
         group_id, node_id = request.group_id, request.node_id
         if node_id == self.driver.node_id:
-            raise BadCommand(f"node {node_id} asked itself to re-admit it to group {group_id}")
+            # A stale leader hint led the node to itself: it leads nothing (data lost).
+            raise StorageNotLeader(
+                f"node {node_id} lost its replica of group {group_id} and leads it not"
+            )
         await self._read_barrier(group_id)
         node = cast(RawNode, self.driver.host.node(group_id))
         conf = node.conf_state()
@@ -927,10 +933,16 @@ class StorageNode:
                 extra={"group": group_id, "node": node_id},
             )
         if node_id in lost:
-            removed = self.lost_removed.setdefault(group_id, asyncio.Event())
+            removed = self.lost_removed.get(group_id)
+            if removed is None:
+                removed = self.lost_removed[group_id] = asyncio.get_running_loop().create_future()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(removed.wait(), READMIT_WAIT_MS / 1000)
-        return self._membership(self._led_replica(group_id).group_id)
+                # The membership as the removal left it: by the time this task runs
+                # again the node may be a learner already (the loop goes on at once).
+                answer = await asyncio.wait_for(asyncio.shield(removed), READMIT_WAIT_MS / 1000)
+                if answer is not None:
+                    return answer
+        return self.membership(self._led_replica(group_id).group_id)
 
 
 READMIT_WAIT_MS = 3_000
