@@ -162,6 +162,7 @@ class LocalGroups:
         self.readmitted_bytes = 0
         """Bytes the re-admitted groups copied from their leaders (images and entries)."""
         node.driver.host.on_members = self._members_applied
+        node.data_lost = loss is not None
         self.bodies = bodies
         self.transport = transport
         self.client = client
@@ -423,6 +424,7 @@ class LocalGroups:
             return
         data_loss.clear_marker(self.data_dir)
         self.loss = None
+        self.node.data_lost = False
         _log.warning(
             "every group re-admitted this node after its WAL was set aside; it is healthy",
             extra={

@@ -248,6 +248,9 @@ class StorageNode:
         (``Uploader.queue_status``), for ``queue_info``."""
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
+        self.data_lost = False
+        """This node's WAL was set aside and some group has not re-admitted it yet
+        (``storage_node.data_loss``): its heartbeats say so (reported degraded)."""
         self.lost_replicas: dict[int, set[int]] = {}
         """Group -> members that lost their replica's data and asked this leader to
         re-admit them (``readmit_replica``); the membership loop removes them first."""

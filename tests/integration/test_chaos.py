@@ -282,7 +282,10 @@ async def test_a_corrupt_node_sets_its_wal_aside_and_is_readmitted_by_every_grou
             return next(n for n in status.storage_nodes if n.node_id == 1)
 
         deadline = asyncio.get_running_loop().time() + 10
-        while not ((info := await node_1()).alive and info.groups == shape.groups):
+        # Back in every group, and no longer degraded (its heartbeats said data-lost).
+        while not (
+            (info := await node_1()).alive and info.groups == shape.groups and not info.degraded
+        ):
             assert asyncio.get_running_loop().time() < deadline, f"storage-1 reports {info}"
             await asyncio.sleep(0.2)
         # storage-1 holds every acknowledged message again (reads from its own replicas).
