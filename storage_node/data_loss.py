@@ -25,9 +25,11 @@ form a majority that lacks an entry it once acknowledged. So, instead:
    snapshot and the log tail, and promotes it: the same steps as a replica
    move (``storage_node.reconcile.plan_membership_step``).
 4. Once the node's replica applied a membership that makes it a voter again,
-   at an index past the one at which the leader reported it removed, the group
-   is re-admitted: recorded in the marker (fsynced), then the raft flag is
-   lifted. When every assigned group is re-admitted the marker is deleted.
+   at an index past the one at which the leader reported it removed (after
+   one naming it a learner), the group is re-admitted: the raft flag is
+   lifted (recording a vote for the term's leader), and once the WAL holds
+   that vote the group is recorded in the marker (fsynced). When every
+   assigned group is recorded the marker is deleted.
    Until then the node reports itself degraded (it leads nothing meanwhile).
 
 SHELL: reads and writes files.

@@ -159,6 +159,8 @@ class LocalGroups:
         self.data_dir = data_dir
         # Groups of a data-lost node on their way back (group -> where they stand).
         self.readmissions: dict[int, Readmission] = {}
+        # Re-admitted groups whose replicas vote again, not yet recorded in the marker.
+        self._lifted: set[int] = set()
         self.readmitted_bytes = 0
         """Bytes the re-admitted groups copied from their leaders (images and entries)."""
         node.driver.host.on_members = self._members_applied
@@ -399,26 +401,40 @@ class LocalGroups:
             )
 
     def _finish_readmissions(self) -> None:
-        """Record the groups that re-admitted this node (the marker first, durably), then
-        let their replicas vote again; once every assigned group did, delete the marker."""
+        """Let the replicas of the groups that re-admitted this node vote again; record
+        them in the marker (durably) once their WAL holds the vote the lift recorded
+        (else a crash in between would restart them as healthy with no vote for their
+        term: they could vote twice in it); once every assigned group is recorded,
+        delete the marker."""
         loss = self.loss
         if loss is None or self.data_dir is None:
             return
-        done = sorted(g for g, r in self.readmissions.items() if r.readmitted)
-        if done:
-            loss.readmitted.update(done)
+        store = self.node.driver.store
+        recorded = []
+        for group_id in sorted(self._lifted):
+            if group_id not in self.node.replicas:
+                self._lifted.discard(group_id)  # moved away meanwhile
+                continue
+            persisted, _conf = store.group(group_id).initial_state()
+            current = cast(RawNode, self.node.driver.host.node(group_id)).hard_state()
+            if (persisted.term, persisted.vote) == (current.term, current.vote):
+                recorded.append(group_id)
+        if recorded:
+            loss.readmitted.update(recorded)
             data_loss.write_marker(self.data_dir, loss)
-            for group_id in done:
-                del self.readmissions[group_id]
-                replica = self.node.replicas[group_id]
-                copied = replica.joined_snapshot_bytes + replica.joined_entry_bytes
-                self.readmitted_bytes += copied
-                self.node.driver.lift_data_lost(group_id)
-                _log.info(
-                    "group re-admitted this data-lost node: it votes again",
-                    extra={"group": group_id, "copied_bytes": copied},
-                )
-        if self.readmissions or not self.assigned:
+            self._lifted.difference_update(recorded)
+        for group_id in sorted(g for g, r in self.readmissions.items() if r.readmitted):
+            del self.readmissions[group_id]
+            replica = self.node.replicas[group_id]
+            copied = replica.joined_snapshot_bytes + replica.joined_entry_bytes
+            self.readmitted_bytes += copied
+            self.node.driver.lift_data_lost(group_id)
+            self._lifted.add(group_id)
+            _log.info(
+                "group re-admitted this data-lost node: it votes again",
+                extra={"group": group_id, "copied_bytes": copied},
+            )
+        if self.readmissions or self._lifted or not self.assigned:
             return
         if any(g not in self.node.replicas for g in self.assigned):
             return
