@@ -269,12 +269,14 @@ class LocalGroups:
         self.assigned = {g: tuple(r) for g, r in wanted.items() if g in self.group_ids}
         for group_id, members in plan.start:
             self.start_group(group_id, list(members))
-        if plan.start:
+        # A data-lost node's group waits for its removal before it is hosted.
+        started = [(g, m) for g, m in plan.start if g in self.node.replicas]
+        if started:
             _log.info(
                 "started assigned groups",
                 extra={
-                    "started": len(plan.start),
-                    "joining": [g for g, m in plan.start if not m],
+                    "started": len(started),
+                    "joining": [g for g, m in started if not m],
                     "hosted": len(self.node.replicas),
                 },
             )
