@@ -43,6 +43,8 @@ class StorageService(Service, name="storage"):
     query_messages = Unary(st.QueryMessagesRequest, st.QueryMessagesResponse)
     group_progress = Unary(st.GroupProgressRequest, st.GroupProgressResponse)
     export_snapshot = Unary(st.ExportSnapshotRequest, st.ExportSnapshotResponse)
+    group_membership = Unary(st.GroupMembershipRequest, st.GroupMembershipResponse)
+    readmit_replica = Unary(st.ReadmitRequest, st.GroupMembershipResponse)
 
 
 class NameserverService(Service, name="nameserver"):

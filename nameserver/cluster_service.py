@@ -128,6 +128,7 @@ class ClusterCalls(ServiceBase):
                 self.clock(),
                 request.fsync_p99_us,
                 {g.group_id: g.msgs_per_s for g in request.group_loads},
+                request.data_lost,
             )
         except ValueError as exc:
             raise BadRequest(str(exc)) from None

@@ -63,22 +63,36 @@ class LoadMonitor:
         self._fsync_us: dict[int, int] = {}  # node -> latest figure ever (for status)
         self._last_heartbeat_ms: dict[int, int] = {}
         self._messages: dict[int, float] = {}  # group -> messages this step
+        self._data_lost: frozenset[int] = frozenset()  # nodes whose heartbeat says so
 
     @property
     def degraded(self) -> frozenset[int]:
-        """The nodes marked degraded now."""
-        return self.tracker.degraded
+        """The nodes marked degraded now: latency outliers, and nodes whose last
+        heartbeat said they lost their data and are not re-admitted everywhere yet."""
+        if not self._data_lost:
+            return self.tracker.degraded
+        return self.tracker.degraded | self._data_lost
 
     def fsync_p99_us(self, node_id: int) -> int:
         """The latest fsync p99 ``node_id`` reported (0: none yet)."""
         return self._fsync_us.get(node_id, 0)
 
     def heartbeat(
-        self, node_id: int, now_ms: int, fsync_p99_us: int, group_rates: Mapping[int, int]
+        self,
+        node_id: int,
+        now_ms: int,
+        fsync_p99_us: int,
+        group_rates: Mapping[int, int],
+        data_lost: bool = False,
     ) -> None:
-        """Record one heartbeat's figures (rates: group -> msgs/s)."""
+        """Record one heartbeat's figures (rates: group -> msgs/s; ``data_lost``: the
+        node is being re-admitted after its WAL was set aside)."""
         if fsync_p99_us < 0 or any(rate < 0 for rate in group_rates.values()):
             raise ValueError(f"node {node_id} reported a negative latency or rate")
+        if data_lost:
+            self._data_lost |= {node_id}
+        elif node_id in self._data_lost:
+            self._data_lost -= {node_id}
         if fsync_p99_us > 0:
             self._fsync_ms[node_id] = fsync_p99_us / 1000.0
             self._fsync_us[node_id] = fsync_p99_us
@@ -117,3 +131,4 @@ class LoadMonitor:
         self._fsync_ms.pop(node_id, None)
         self._fsync_us.pop(node_id, None)
         self._last_heartbeat_ms.pop(node_id, None)
+        self._data_lost -= {node_id}

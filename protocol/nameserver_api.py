@@ -393,7 +393,9 @@ class GroupLoadInfo:
 class StorageHeartbeatRequest:
     """A storage node is alive (the first heartbeat registers it), with its load:
     ``fsync_p99_us`` is the p99 of its WAL syncs since its last heartbeat (0: none
-    ran), ``group_loads`` the rates of the groups it leads (those not at 0)."""
+    ran), ``group_loads`` the rates of the groups it leads (those not at 0);
+    ``data_lost``: its WAL was set aside and some group has not re-admitted it yet
+    (storage_node/data_loss.py): the nameserver reports it degraded meanwhile."""
 
     node_id: int
     cluster: str
@@ -406,6 +408,7 @@ class StorageHeartbeatRequest:
     memberships: list[GroupMembershipInfo] = field(default_factory=list)
     fsync_p99_us: int = 0
     group_loads: list[GroupLoadInfo] = field(default_factory=list)
+    data_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -701,3 +701,43 @@ class ExportSnapshotResponse:
     group_id: int
     applied_index: int
     queues: list[QueueManifest]
+
+
+# ----------------------------------------------------------------- membership
+@dataclass(frozen=True, slots=True)
+class GroupMembershipRequest:
+    """Raft group ``group_id``'s membership as its leader applied it (committed).
+
+    Served by the group's leader after a read barrier (NOT_LEADER with a hint
+    otherwise). A replica that its assignment no longer lists but whose own
+    membership still names it (it never learned that its removal was
+    committed) asks this before it deletes itself."""
+
+    group_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembershipResponse:
+    """The answering leader (``leader``, in ``term``) and the membership it applied, as
+    of its applied index ``applied_index``."""
+
+    group_id: int
+    leader: int
+    term: int
+    voters: list[int]
+    learners: list[int]
+    voters_outgoing: list[int] = field(default_factory=list)
+    learners_next: list[int] = field(default_factory=list)
+    applied_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadmitRequest:
+    """Node ``node_id`` lost its replica of raft group ``group_id`` (its WAL was damaged
+    and set aside): the group's leader removes it from the membership, then adds it
+    back as a learner and promotes it once caught up (a replica move onto the same
+    node). Served by the leader (NOT_LEADER with a hint otherwise); it answers its
+    membership, in which the node is absent once the removal was applied."""
+
+    group_id: int
+    node_id: int

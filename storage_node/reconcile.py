@@ -25,6 +25,11 @@ replicas) and says what to do:
 - ``unknown_nodes``: replica nodes of groups to start whose address this node
   does not know yet (the shell reads the nameserver's node list first).
 
+:func:`removal_confirmed` decides whether an unassigned replica whose own
+membership still names it may delete itself on its group leader's word.
+:class:`Readmission` follows a replica whose node lost its data back into its
+group (``storage_node.data_loss``).
+
 PURE.
 """
 
@@ -149,11 +154,17 @@ def membership_settled(
 
 
 def plan_membership_step(
-    view: LeaderView, assigned: Collection[int], lag_entries_max: int = PROMOTE_LAG_ENTRIES_MAX
+    view: LeaderView,
+    assigned: Collection[int],
+    lag_entries_max: int = PROMOTE_LAG_ENTRIES_MAX,
+    lost: Collection[int] = (),
 ) -> MembershipStep | None:
     """The leader's next step toward voters == ``assigned``, or None (done, or waiting).
 
     Order, one change at a time (raft allows one pending change per group):
+    first remove members in ``lost`` (nodes that lost their replica's data and
+    asked to be re-admitted: removing them makes the leader forget what they
+    acknowledged before, and their replicas join again as learners below);
     remove learners that are not assigned; add assigned nodes as learners;
     promote caught-up learners; only once every assigned node is a voter,
     remove voters that are not assigned (so the group never has fewer
@@ -163,6 +174,9 @@ def plan_membership_step(
     wanted = frozenset(assigned)
     if view.joint or not wanted:
         return None
+    gone = sorted((view.voters | view.learners) & frozenset(lost) - {view.node_id})
+    if gone:
+        return MembershipStep(StepKind.REMOVE, gone[0])
     stray = sorted(view.learners - wanted)
     if stray:
         return MembershipStep(StepKind.REMOVE, stray[0])
@@ -187,6 +201,113 @@ def plan_membership_step(
         best = max(others, key=lambda n: (view.match.get(n, 0), -n))
         return MembershipStep(StepKind.TRANSFER_LEADER, best)
     return MembershipStep(StepKind.REMOVE, extra[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMark:
+    """A replica's raft position at one moment: its term, last log index and commit."""
+
+    term: int
+    last_index: int
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderMembership:
+    """A group leader's answer: who answered, in which term, and every node its applied
+    (committed) membership names (voters, learners, outgoing voters, next learners),
+    as of its applied index ``applied_index``."""
+
+    leader: int
+    term: int
+    members: frozenset[int]
+    applied_index: int = 0
+
+
+def removal_confirmed(
+    node_id: int, asked: ReplicaMark, now: ReplicaMark, answer: LeaderMembership
+) -> bool:
+    """Whether ``node_id``'s replica may delete itself: its assignment no longer lists
+    it, its own membership still names it, and it asked the group's leader (when its
+    position was ``asked``; ``now`` is its position as the answer arrived).
+
+    The leader stops replicating to a node once the change removing it is
+    applied, so the removed replica may never learn that the change committed
+    and never apply its own removal. The leader's answer settles it when:
+
+    - it comes from another node, and names members (a leader always has);
+    - its membership, applied after the leader's read barrier (so it covers
+      every change committed before the leader's term), does not name this node;
+    - its term is not below this replica's term when it asked: a deposed
+      leader of an older term may answer a stale membership, while a newer
+      leader (which could have added this node back) would have raised this
+      replica's term when it sent it anything;
+    - this replica's position did not move while it asked: nothing was
+      appended or committed, no term began. So it acknowledged nothing during
+      the question, and what it acknowledged before was under a membership no
+      newer than the answer's (the previous rule).
+
+    Otherwise the replica keeps its data and asks again later: deletion errs on
+    the side of keeping data, and an assignment alone never deletes.
+    """
+    return (
+        answer.leader not in (0, node_id)
+        and bool(answer.members)
+        and node_id not in answer.members
+        and answer.term >= asked.term
+        and now == asked
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Readmission:
+    """A replica whose node lost its data, on its way back into its group.
+
+    ``removed_at``: the applied index at which a leader reported this node absent
+    from the group's membership (-1: not yet; the replica keeps asking).
+    ``learner_at``: the index of a membership this replica applied, after
+    ``removed_at``, naming it a learner (-1: not yet). ``readmitted``: it then
+    applied, at a later index, a membership naming it a voter.
+
+    Why this order proves the node was re-admitted: a membership after the
+    removal that names it again was made by the leader adding it back as a
+    fresh learner (its acknowledgements from before the loss forgotten), then
+    promoting it once it caught up from the leader's snapshot and log; a
+    membership naming it a voter straight away would be one from before the
+    removal (a stale snapshot), which proves nothing.
+    """
+
+    removed_at: int = -1
+    learner_at: int = -1
+    readmitted: bool = False
+
+    def heard(self, node_id: int, asked_term: int, answer: LeaderMembership) -> Readmission:
+        """After a leader's answer to this replica's request (asked in ``asked_term``):
+        removed once another node, leading in a term not below it, reports a
+        membership without this node."""
+        if (
+            self.removed_at >= 0
+            or answer.leader in (0, node_id)
+            or not answer.members
+            or node_id in answer.members
+            or answer.term < asked_term
+        ):
+            return self
+        return Readmission(answer.applied_index)
+
+    def applied(
+        self, node_id: int, index: int, voters: Collection[int], learners: Collection[int]
+    ) -> Readmission:
+        """After this replica applied a membership (a change or a snapshot) at ``index``."""
+        if self.readmitted or self.removed_at < 0 or index <= self.removed_at:
+            return self
+        if self.learner_at < 0:
+            if node_id in learners:
+                return Readmission(self.removed_at, index)
+            return self
+        if node_id in voters and index > self.learner_at:
+            return Readmission(self.removed_at, self.learner_at, True)
+        return self
 
 
 def _span(groups: range) -> str:

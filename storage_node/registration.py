@@ -259,6 +259,7 @@ class Registration:
             memberships=memberships,
             fsync_p99_us=percentile_us(fsync_ns),
             group_loads=[api.GroupLoadInfo(g, r) for g, r in sorted(group_loads.items())],
+            data_lost=node.data_lost,
         )
 
     # -- leader reports ----------------------------------------------------------------

@@ -79,6 +79,8 @@ from protocol.storage_api import (
     ExportSnapshotRequest,
     ExportSnapshotResponse,
     GetOffsetRequest,
+    GroupMembershipRequest,
+    GroupMembershipResponse,
     GroupProgressRequest,
     GroupProgressResponse,
     HalfMessageInfo,
@@ -92,6 +94,7 @@ from protocol.storage_api import (
     QueryMessagesResponse,
     QueueInfoRequest,
     QueueInfoResponse,
+    ReadmitRequest,
     ReadRequest,
     ReadResponse,
     ReceivedMessage,
@@ -245,6 +248,16 @@ class StorageNode:
         (``Uploader.queue_status``), for ``queue_info``."""
         self.key_index = KeyIndex()
         """Message ids and keys of sealed chunks of queues, built by queries (bounded)."""
+        self.data_lost = False
+        """This node's WAL was set aside and some group has not re-admitted it yet
+        (``storage_node.data_loss``): its heartbeats say so (reported degraded)."""
+        self.lost_replicas: dict[int, set[int]] = {}
+        """Group -> members that lost their replica's data and asked this leader to
+        re-admit them (``readmit_replica``); the membership loop removes them first."""
+        self.lost_removed: dict[int, asyncio.Future[GroupMembershipResponse | None]] = {}
+        """Group -> resolved (and dropped) by the membership loop once no lost member
+        remains: with the membership right then (the removal applied, before the node is
+        added back), or None when this node stopped leading the group."""
         self.batcher = AppendBatcher(driver, self.now_ms, self.replicas, APPEND_BODY_BYTES_MAX)
         wal_dir = store.directory / "wal"
         cached_segments = WAL_CACHED_BYTES // store.segment_bytes
@@ -873,6 +886,70 @@ class StorageNode:
         async with self._exports:
             replica = await self._read_barrier(request.group_id)
             return await export_group(replica, request)
+
+    async def group_membership(
+        self, request: GroupMembershipRequest, context: CallContext
+    ) -> GroupMembershipResponse:
+        """The group's membership as this leader applied it, after a read barrier (so
+        it covers every change committed before its term)."""
+        await self._read_barrier(request.group_id)
+        return self.membership(request.group_id)
+
+    def membership(self, group_id: int) -> GroupMembershipResponse:
+        """The membership of hosted group ``group_id`` as this replica applied it."""
+        node = cast(RawNode, self.driver.host.node(group_id))
+        status = node.status()
+        conf = status.conf_state
+        return GroupMembershipResponse(
+            group_id,
+            self.driver.node_id,
+            status.term,
+            sorted(conf.voters),
+            sorted(conf.learners),
+            sorted(conf.voters_outgoing),
+            sorted(conf.learners_next),
+            status.applied,
+        )
+
+    async def readmit_replica(
+        self, request: ReadmitRequest, context: CallContext
+    ) -> GroupMembershipResponse:
+        """Note that ``request.node_id`` lost its replica of the group (its WAL was set
+        aside: storage_node/data_loss.py); the membership loop removes it, then adds it
+        back as a learner and promotes it. Answers the membership once the removal is
+        applied, or as it stands after ``READMIT_WAIT_MS`` (the node asks again)."""
+        group_id, node_id = request.group_id, request.node_id
+        if node_id == self.driver.node_id:
+            # A stale leader hint led the node to itself: it leads nothing (data lost).
+            raise StorageNotLeader(
+                f"node {node_id} lost its replica of group {group_id} and leads it not"
+            )
+        await self._read_barrier(group_id)
+        node = cast(RawNode, self.driver.host.node(group_id))
+        conf = node.conf_state()
+        members = conf.voters | conf.learners | conf.voters_outgoing | conf.learners_next
+        lost = self.lost_replicas.setdefault(group_id, set())
+        if node_id in members and node_id not in lost:
+            lost.add(node_id)
+            _log.warning(
+                "a member lost its replica's data: removing it, then adding it back",
+                extra={"group": group_id, "node": node_id},
+            )
+        if node_id in lost:
+            removed = self.lost_removed.get(group_id)
+            if removed is None:
+                removed = self.lost_removed[group_id] = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                # The membership as the removal left it: by the time this task runs
+                # again the node may be a learner already (the loop goes on at once).
+                answer = await asyncio.wait_for(asyncio.shield(removed), READMIT_WAIT_MS / 1000)
+                if answer is not None:
+                    return answer
+        return self.membership(self._led_replica(group_id).group_id)
+
+
+READMIT_WAIT_MS = 3_000
+"""How long a leader asked to re-admit a node waits for its removal before it answers."""
 
 
 def _wall_ms() -> float:

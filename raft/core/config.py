@@ -42,6 +42,13 @@ class Config:
     # Proposals are dropped while the leader's uncommitted entries exceed this
     # many data bytes (0: unlimited).
     max_uncommitted_entries_bytes: int = 0
+    # This replica's node lost its durable state (a damaged WAL set aside): its
+    # term, its vote and entries it acknowledged may be gone. While set, it
+    # neither grants votes (pre-votes included) nor campaigns, so it can neither
+    # vote twice in a term nor help elect a leader that lacks an entry committed
+    # with its help. The host lifts it (RawNode.lift_data_lost) once the group
+    # re-admitted the node (removed it, caught it up as a learner, promoted it).
+    data_lost: bool = False
 
     def validate(self) -> None:
         """Raise InvalidConfig naming the first option that cannot work."""

@@ -168,6 +168,16 @@ class RawNode:
             raise BadMessage("a read needs a non-empty context to identify it")
         self.raft.step(Message(MT.READ_INDEX, context=context))
 
+    def lift_data_lost(self) -> None:
+        """This replica may vote and campaign again (``Config.data_lost``); the vote it
+        records for its term's leader is persisted with the next Ready."""
+        self.raft.lift_data_lost()
+
+    @property
+    def data_lost(self) -> bool:
+        """Whether this replica still refuses to vote and to campaign (Config.data_lost)."""
+        return self.raft.data_lost
+
     def transfer_leader(self, to: int) -> None:
         """Ask the leader to hand leadership to ``to`` (forwarded from a follower)."""
         self.raft.step(Message(MT.TRANSFER_LEADER, from_=to))

@@ -89,6 +89,8 @@ class Raft:
         # A leader's appends are due (see the module docstring). Only a leader
         # sets it, and every role change clears it.
         self.appends_due = False
+        # See Config.data_lost: no vote granted, no campaign, until lifted.
+        self.data_lost = config.data_lost
         self.switch_to_config(MembershipConfig.from_conf_state(conf_state))
         if not hard_state.is_empty():
             self._load_hard_state(hard_state)
@@ -113,11 +115,13 @@ class Raft:
         return HardState(self.term, self.vote, self.log.committed)
 
     def promotable(self) -> bool:
-        """True if this replica may campaign (a voter with no snapshot pending)."""
+        """True if this replica may campaign (a voter with no snapshot pending, whose
+        node did not lose its data: Config.data_lost)."""
         return (
             self.id in self.tracker.progress
             and not self.is_learner
             and self.log.unstable.snapshot is None
+            and not self.data_lost
         )
 
     # -- sending ---------------------------------------------------------------
@@ -434,6 +438,7 @@ class Raft:
         response = vote_response_type(m.type)
         if (
             can_vote
+            and not self.data_lost
             and self._counts_as_voter(m.from_)
             and self.log.is_up_to_date(m.index, m.log_term)
         ):
@@ -444,6 +449,14 @@ class Raft:
                 self.vote = m.from_
         else:
             self.send(Message(response, to=m.from_, from_=self.id, term=self.term, reject=True))
+
+    def lift_data_lost(self) -> None:
+        """Vote and campaign again (see Config.data_lost). A replica that knows its
+        term's leader records a vote for it: the vote it may have cast in this term
+        before the loss is forgotten, so it must not grant another one."""
+        self.data_lost = False
+        if self.vote == NONE and self.lead != NONE:
+            self.vote = self.lead
 
     def _counts_as_voter(self, node_id: int) -> bool:
         """Whether a vote for ``node_id`` may count: no configuration this replica

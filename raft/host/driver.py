@@ -165,11 +165,14 @@ class Driver:
         peers: Sequence[int],
         state_machine: StateMachine,
         node_class: type[RawNode] = RawNode,
+        data_lost: bool = False,
     ) -> None:
         """Host this node's replica of ``group_id``; a new group is bootstrapped with ``peers``.
 
         ``node_class``: the replica's core, a :class:`RawNode` or a subclass that drives
         it differently (controller mode: ``storage_node.controlled_node``).
+        ``data_lost``: this node lost its durable state; the replica neither votes nor
+        campaigns until :meth:`lift_data_lost` (``raft.core.config.Config.data_lost``).
 
         Recovery: the state machine is restored from the group's snapshot (if
         any) and every committed entry after it is applied again.
@@ -192,10 +195,20 @@ class Driver:
             applied=applied,
             max_size_per_msg_bytes=opts.max_size_per_msg_bytes,
             max_inflight_msgs=opts.max_inflight_msgs,
+            data_lost=data_lost,
         )
         node = node_class(config, log, self._rng.randrange)
         self.host.add_group(group_id, node, state_machine, peers)
         self.host.set_applied(group_id, applied)
+        self._work.set()
+
+    def lift_data_lost(self, group_id: int) -> None:
+        """The replica of ``group_id`` may vote and campaign again (its group re-admitted
+        this node after its data was lost)."""
+        node = self.host.node(group_id)
+        assert isinstance(node, RawNode)
+        node.lift_data_lost()
+        self.host.touch(group_id)
         self._work.set()
 
     async def remove_group(self, group_id: int) -> None:

@@ -100,6 +100,9 @@ class MultiRaft:
         self._last_heard_ms: dict[int, int] = {}
         self._peer_nodes: list[int] = []
         self._read_seq = 0
+        # Called with (group, index, membership) each time a replica applies a membership
+        # (a change, or a snapshot's): hosts that follow their own re-admission read it.
+        self.on_members: Callable[[int, int, ConfState], None] | None = None
 
     # ------------------------------------------------------------- groups
     def add_group(
@@ -438,7 +441,7 @@ class MultiRaft:
         for g, rd in zip(rnd.groups, rnd.readies, strict=True):
             if rd.snapshot is not None:
                 g.state_machine.restore(rd.snapshot)
-                self._note_members(g, rd.snapshot.metadata.conf_state)
+                self._note_members(g, rd.snapshot.metadata.conf_state, rd.snapshot.metadata.index)
                 covered = rd.snapshot.metadata.index
                 g.applied = g.snapshot_index = covered
                 g.applied_term = rd.snapshot.metadata.term
@@ -502,18 +505,21 @@ class MultiRaft:
             raise AssertionError("a CONF_CHANGE committed but no applier is set")
         conf = self._conf_change_applier(g.node, entry)
         writer.set_conf_state(g.group_id, entry.index, conf)
-        self._note_members(g, conf)
+        self._note_members(g, conf, entry.index)
         metadata = SnapshotMetadata(index=entry.index, term=entry.term, conf_state=conf)
         writer.save_local_snapshot(g.group_id, Snapshot(metadata, g.state_machine.snapshot_data()))
         g.snapshot_index = entry.index
 
-    def _note_members(self, g: HostedGroup, conf: ConfState) -> None:
+    def _note_members(self, g: HostedGroup, conf: ConfState, index: int) -> None:
         """The group's peers are the members of ``conf`` (a change applied, or a
-        snapshot installed: a new member learns its peers from its first snapshot)."""
+        snapshot installed at ``index``: a new member learns its peers from its first
+        snapshot)."""
         members = set(conf.voters) | conf.learners | conf.voters_outgoing | conf.learners_next
         g.peers = tuple(sorted(members - {self.node_id}))
         g.early_send = needs_a_follower(conf)
         self._peer_nodes = sorted(set(self._peer_nodes) | set(g.peers))
+        if self.on_members is not None:
+            self.on_members(g.group_id, index, conf)
 
     def plan_compaction(
         self, targets: Mapping[int, int], unpins: Callable[[int, int], bool] | None = None

@@ -19,14 +19,15 @@ from angelia_rpc.cluster_services import StorageService
 from angelia_rpc.nameserver_client import NameserverClient
 from protocol import errors
 from protocol import nameserver_api as api
-from protocol.storage_api import AppendRequest
+from protocol.storage_api import AppendRequest, ReadRequest
 from protocol.storage_api import Message as StorageMessage
 from rip5.admin import DEFAULT_CLUSTER
 from rip5.chaos.checkers import Verdict
 from rip5.chaos.cluster import ChaosCluster, ClusterShape
+from rip5.chaos.faults import inject
 from rip5.chaos.history import Outcome, from_lines
-from rip5.chaos.run import RunOptions, ensure_model, run_and_report
-from rip5.chaos.schedule import KINDS
+from rip5.chaos.run import QUEUES, RunOptions, ensure_model, run_and_report
+from rip5.chaos.schedule import KINDS, FaultStep
 from rip5.chaos.workload import MODELS, Client, Recorder, Workload
 from tests.waiting import async_wait_until
 
@@ -63,6 +64,8 @@ def test_every_fault_in_turn_loses_nothing(tmp_path: Path) -> None:
     assert "lost" in printed
     log = (tmp_path / "cluster.log").read_text()
     assert "No space left on device (injected" in log  # the node says why it stopped
+    if "the WAL is damaged" in log:  # the corrupt fault found a sealed segment to damage
+        assert "every group re-admitted this node" in log
 
 
 def test_the_checker_catches_a_consumer_that_drops_one_message(tmp_path: Path) -> None:
@@ -221,5 +224,85 @@ async def test_a_full_disk_refuses_writes_and_the_node_serves_again_once_space_r
         finally:
             await client.close()
     finally:
+        await peers.close()
+        await cluster.stop()
+
+
+async def test_a_corrupt_node_sets_its_wal_aside_and_is_readmitted_by_every_group(
+    tmp_path: Path,
+) -> None:
+    """A flipped byte in a sealed WAL segment of storage-1: it names the segment and
+    sets its WAL aside, starts empty and barred from voting, and every group removes
+    it, catches it up as a learner and promotes it (storage_node/data_loss.py); then
+    it holds every acknowledged message again."""
+    lines: list[str] = []
+    shape = ClusterShape(log_level="info")
+    cluster = ChaosCluster(tmp_path / "cluster", shape, 23, lines.append)
+    await cluster.start()
+    peers = Peers(RpcConfig(call_timeout_ms=5_000))
+    model = MODELS["queue"]
+    await ensure_model(cluster.nameserver, model)
+    client = Client(cluster.endpoint)
+    probe = Workload(model, cluster.endpoint, Recorder(), 1).probe_message
+    acked: set[str] = set()
+    try:
+
+        async def send(count: int) -> None:
+            for _ in range(count):
+                message = probe()
+                results = await client.send([message])
+                if results[0][0] is Outcome.ACKED:
+                    acked.add(message.system_properties.message_id)
+
+        await send(150)  # enough to seal segments of 16 KiB on every node
+        await inject(cluster, FaultStep(0, 0, "corrupt", "storage-1"), 5)
+        await async_wait_until(
+            lambda: any("the WAL is damaged: WAL segment" in line for line in lines),
+            timeout_s=30,
+            what="storage-1 to set its damaged WAL aside",
+        )
+        await send(50)  # the group goes on meanwhile
+        try:
+            await async_wait_until(
+                lambda: any("every group re-admitted this node" in line for line in lines),
+                timeout_s=60,
+                what="every group to re-admit storage-1",
+            )
+        except AssertionError:
+            print("\n".join(line for line in lines if line.startswith("storage-")))
+            raise
+        damaged = next(line for line in lines if "the WAL is damaged" in line)
+        assert "is corrupt at offset" in damaged
+        assert "quarantine" in damaged
+        readmitted = [line for line in lines if "group re-admitted this data-lost node" in line]
+        assert len(readmitted) == shape.groups  # 3 nodes, 3 replicas: every group
+
+        async def node_1() -> api.StorageNodeInfo:
+            status = await _status(cluster)
+            return next(n for n in status.storage_nodes if n.node_id == 1)
+
+        deadline = asyncio.get_running_loop().time() + 10
+        # Back in every group, and no longer degraded (its heartbeats said data-lost).
+        while not (
+            (info := await node_1()).alive and info.groups == shape.groups and not info.degraded
+        ):
+            assert asyncio.get_running_loop().time() < deadline, f"storage-1 reports {info}"
+            await asyncio.sleep(0.2)
+        # storage-1 holds every acknowledged message again (reads from its own replicas).
+        stub = peers.stub(StorageService, info.address)
+        stored: set[str] = set()
+        for queue_id in range(QUEUES):
+            offset = 0
+            while True:
+                read = ReadRequest(model.topic, queue_id, offset, 256, from_follower=True)
+                answer = await stub.read(read)
+                stored.update(m.message.message_id for m in answer.messages)
+                if answer.next_offset >= answer.end_offset or not answer.messages:
+                    break
+                offset = answer.next_offset
+        assert len(acked) > 150
+        assert acked <= stored, sorted(acked - stored)[:5]
+    finally:
+        await client.close()
         await peers.close()
         await cluster.stop()

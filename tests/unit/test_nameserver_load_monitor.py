@@ -100,3 +100,16 @@ def test_avoiding_degraded_places_and_leads_only_on_healthy_nodes() -> None:
     # Too few healthy nodes: the base plan over all of them.
     crowded = AvoidingNodes(LoadBalancedPlacement(), frozenset({1, 2, 3}))
     assert crowded.place_groups([1], nodes[:3], 3) == {1: (1, 2, 3)}
+
+
+def test_a_node_that_lost_its_data_is_degraded_until_its_heartbeats_say_otherwise() -> None:
+    monitor = LoadMonitor(window_ms=1000)
+    monitor.heartbeat(1, 0, 1000, {})
+    monitor.heartbeat(2, 0, 1000, {}, data_lost=True)  # its WAL was set aside
+    assert monitor.degraded == {2}
+    assert monitor.tick(100) == {2}
+    monitor.heartbeat(2, 500, 1000, {}, data_lost=False)  # every group re-admitted it
+    assert monitor.degraded == frozenset()
+    monitor.heartbeat(3, 600, 1000, {}, data_lost=True)
+    monitor.forget(3)  # removed from the cluster
+    assert monitor.degraded == frozenset()

@@ -387,11 +387,11 @@ GOLDEN_HEX: dict[str, str] = {
     ),
     "angelia/report-leaders-response": "9292c3c209",
     "angelia/storage-heartbeat-request": (
-        "9b01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090"
+        "9c01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090c2"
     ),
     "angelia/storage-heartbeat-request-load": (
-        "9b01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
-        "cd09c491920478"
+        "9c01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+        "cd09c491920478c2"
     ),
 }
 
@@ -528,6 +528,14 @@ OLDER_HEX: dict[str, str] = {
     # StorageHeartbeatRequest before fsync_p99_us and group_loads (load figures).
     "angelia/storage-heartbeat-request": (
         "9901a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+    ),
+    # StorageHeartbeatRequest before data_lost (a node re-admitted after a damaged WAL).
+    "angelia/storage-heartbeat-request (before data_lost)": (
+        "9b01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090"
+    ),
+    "angelia/storage-heartbeat-request-load (before data_lost)": (
+        "9b01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+        "cd09c491920478"
     ),
     # NodeStatusResponse before reads (read replicas).
     "angelia/node-status": "940101930100029101",

@@ -6,13 +6,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage_node.reconcile import (
+    LeaderMembership,
     LeaderView,
     MembershipStep,
+    Readmission,
     ReconcilePlan,
+    ReplicaMark,
     StepKind,
     membership_settled,
     plan_membership_step,
     plan_reconcile,
+    removal_confirmed,
 )
 
 GROUPS = range(1, 9)
@@ -153,3 +157,95 @@ def test_a_settled_membership_has_no_step_whatever_the_logs(
     view = LeaderView(1, voters, learners, joint, match, commit)
     if membership_settled(voters, learners, joint, assigned):
         assert plan_membership_step(view, assigned) is None
+
+
+# -- an unassigned replica asks its group's leader whether its removal committed
+
+_AT = ReplicaMark(term=5, last_index=120, commit=118)
+_REMOVED = LeaderMembership(leader=1, term=5, members=frozenset({1, 2, 4}))
+
+
+def test_a_leader_whose_committed_membership_excludes_the_replica_confirms_its_removal() -> None:
+    assert removal_confirmed(3, _AT, _AT, _REMOVED)
+    # A leader of a later term confirms too (this replica never heard of that term).
+    assert removal_confirmed(3, _AT, _AT, LeaderMembership(2, 7, frozenset({1, 2, 4})))
+
+
+def test_a_membership_that_names_the_replica_keeps_it() -> None:
+    # Named as a voter, a learner or in a joint configuration's halves: the shell
+    # passes every node the leader's membership names.
+    for members in ({1, 2, 3}, {1, 2, 3, 4}):
+        assert not removal_confirmed(3, _AT, _AT, LeaderMembership(1, 5, frozenset(members)))
+    # A leader always has members: an empty membership proves nothing.
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(1, 5, frozenset()))
+
+
+def test_only_another_node_that_leads_may_answer() -> None:
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(0, 5, frozenset({1, 2, 4})))
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(3, 5, frozenset({1, 2, 4})))
+
+
+def test_a_leader_of_an_older_term_than_the_replica_is_not_believed() -> None:
+    # A deposed leader may answer a stale membership; a newer leader that added this
+    # node back would have raised its term.
+    assert not removal_confirmed(3, _AT, _AT, LeaderMembership(1, 4, frozenset({1, 2, 4})))
+
+
+def test_a_replica_that_moved_while_it_asked_keeps_its_data_and_asks_again() -> None:
+    appended = ReplicaMark(5, 121, 118)
+    committed = ReplicaMark(5, 120, 119)
+    new_term = ReplicaMark(6, 120, 118)
+    for now in (appended, committed, new_term):
+        assert not removal_confirmed(3, _AT, now, _REMOVED)
+
+
+# -- a data-lost node is removed, added back as a learner and promoted
+
+
+def test_a_leader_removes_lost_members_before_any_other_step() -> None:
+    view = LeaderView(1, frozenset({1, 2, 3}), frozenset(), False, {2: 50, 3: 50}, 50)
+    assert plan_membership_step(view, [1, 2, 3], lost={3}) == MembershipStep(StepKind.REMOVE, 3)
+    # A lost learner too (the leader's record of what it holds is stale).
+    view = LeaderView(1, frozenset({1, 2}), frozenset({3}), False, {2: 50, 3: 50}, 50)
+    assert plan_membership_step(view, [1, 2, 3], lost={3}) == MembershipStep(StepKind.REMOVE, 3)
+    # Once removed it is assigned but missing: it joins again as a fresh learner.
+    view = LeaderView(1, frozenset({1, 2}), frozenset(), False, {2: 50}, 50)
+    assert plan_membership_step(view, [1, 2, 3], lost={3}) == MembershipStep(
+        StepKind.ADD_LEARNER, 3
+    )
+    # The leader never removes itself for it, and a joint configuration waits.
+    view = LeaderView(1, frozenset({1, 2, 3}), frozenset(), False, {2: 50, 3: 50}, 50)
+    assert plan_membership_step(view, [1, 2, 3], lost={1}) is None
+    joint = LeaderView(1, frozenset({1, 2, 3}), frozenset(), True, {}, 50)
+    assert plan_membership_step(joint, [1, 2, 3], lost={3}) is None
+
+
+def _leader(members: set[int], term: int = 5, leader: int = 1) -> LeaderMembership:
+    return LeaderMembership(leader, term, frozenset(members), applied_index=40)
+
+
+def test_readmission_is_removal_then_learner_then_voter_in_that_order() -> None:
+    state = Readmission()
+    # Nothing counts before a leader reported the removal.
+    assert state.applied(3, 45, {1, 2}, {3}) == state
+    assert state.heard(3, 5, _leader({1, 2, 3})) == state  # still a member: asked again
+    state = state.heard(3, 5, _leader({1, 2}))
+    assert state == Readmission(removed_at=40)
+    assert state.heard(3, 5, _leader({1, 2, 3})) == state  # a later answer changes nothing
+    # A membership from before the removal (a stale snapshot) proves nothing.
+    assert state.applied(3, 39, {1, 2}, {3}) == state
+    assert state.applied(3, 45, {1, 2, 3}, set()) == state  # a voter without being a learner
+    state = state.applied(3, 45, {1, 2}, {3})
+    assert state == Readmission(40, 45)
+    assert not state.readmitted
+    state = state.applied(3, 46, {1, 2, 3}, set())
+    assert state.readmitted
+
+
+def test_only_another_leader_of_a_term_not_below_the_asking_one_reports_a_removal() -> None:
+    state = Readmission()
+    assert state.heard(3, 6, _leader({1, 2}, term=5)) == state  # deposed leader, older term
+    assert state.heard(3, 5, _leader({1, 2}, leader=3)) == state  # itself
+    assert state.heard(3, 5, _leader({1, 2}, leader=0)) == state  # no leader
+    assert state.heard(3, 5, _leader(set())) == state  # no membership
+    assert state.heard(3, 5, _leader({1, 2}, term=7)).removed_at == 40
