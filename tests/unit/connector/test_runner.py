@@ -27,17 +27,26 @@ def _message(offset: int) -> pb.Message:
 
 
 class Source:
-    """Two pulls' worth of messages, then nothing; records commits."""
+    """Two pulls' worth of messages, then nothing; records commits. The second pull's
+    message is stored once the first batch's checkpoint is in, unless ``stored``: then
+    both are there from the start."""
 
-    def __init__(self, journal: list[str], error: Exception | None = None) -> None:
+    def __init__(
+        self, journal: list[str], error: Exception | None = None, *, stored: bool = False
+    ) -> None:
         self.journal = journal
         self.error = error
         self.caught_up = asyncio.Event()
         self.batches = {0: [_message(0), _message(1)], 2: [_message(2)]}
+        self.second_stored = asyncio.Event()
+        if stored:
+            self.second_stored.set()
 
     async def pull(self, group: str, topic: str, queue: int, offset: int, expr: str) -> Pulled:
         if self.error is not None:
             raise self.error
+        if offset == 2:
+            await self.second_stored.wait()
         if offset in self.batches:
             messages = self.batches[offset]
             return Pulled(messages, offset + len(messages), "OK")
@@ -46,6 +55,8 @@ class Source:
 
     async def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         self.journal.append(f"commit {offset}")
+        if offset == 2:
+            self.second_stored.set()
         if offset == 3:
             self.caught_up.set()
 
@@ -141,6 +152,53 @@ async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
     assert metrics.bytes.labels("orders")._value.get() == 3
     assert metrics.errors.labels("orders")._value.get() == 1
     assert failures == []
+
+
+@pytest.mark.parametrize(
+    ("messages_max", "bytes_max", "expected"),
+    [
+        (1024, 1 << 20, ["sent ['ID0', 'ID1', 'ID2']", "commit 3"]),
+        (1, 1 << 20, ["sent ['ID0']", "commit 1", "sent ['ID1']", "commit 2", "sent ['ID2']"]),
+        (1024, 1, ["sent ['ID0', 'ID1']", "commit 2", "sent ['ID2']", "commit 3"]),
+    ],
+)
+async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    messages_max: int,
+    bytes_max: int,
+    expected: list[str],
+) -> None:
+    """Both pulls are in before the first send: one send carries them (one checkpoint,
+    one mark), unless a cap on messages or body bytes (bodies of 0, 1 and 2 bytes) ends
+    the batch earlier; the checkpoint then stops at the first message left."""
+    monkeypatch.setattr(runner, "SEND_MESSAGES_MAX", messages_max)
+    monkeypatch.setattr(runner, "SEND_BYTES_MAX", bytes_max)
+    journal: list[str] = []
+    metrics = Metrics()
+    source = Source(journal, stored=True)
+    copier = RuleCopier(
+        RULE,
+        source,  # type: ignore[arg-type]
+        Target(journal, failures=0),  # type: ignore[arg-type]
+        tmp_path / "orders.marks",
+        metrics,
+        journal.append,  # type: ignore[arg-type]
+    )
+    copier.positions = {0: 0}
+    copier.target_queues = [0]
+    await _run_until(copier, source.caught_up)
+    assert journal[: len(expected)] == expected
+    assert journal[-1] == "commit 3"
+    sends = [line for line in journal if line.startswith("sent")]
+    first_offsets = [0, 1, 2] if messages_max == 1 else [0, 2] if bytes_max == 1 else [0]
+    assert parse_marks((tmp_path / "orders.marks").read_text()) == [
+        Mark(0, offset, 0, 100 + offset) for offset in first_offsets
+    ]
+    assert len(sends) == len(first_offsets)
+    assert metrics.messages.labels("orders")._value.get() == 3
+    assert metrics.bytes.labels("orders")._value.get() == 3
+    assert copier.positions == {0: 3}
 
 
 async def test_an_unexpected_error_in_a_copy_task_is_reported(tmp_path: Path) -> None:
