@@ -99,8 +99,9 @@ SEND_MESSAGES_MAX = 1024
 SEND_BYTES_MAX = 2 << 20
 """The most body bytes one SendMessage carries (a target append holds at most 4 MiB of
 bodies; half, for the copies' properties and a single larger message going alone)."""
-AHEAD_BYTES_MAX = 4 << 20
-"""Pulls run ahead of a queue's sends until this many body bytes wait."""
+AHEAD_BYTES_MAX = SEND_BYTES_MAX
+"""Pulls run ahead of a queue's sends until this many body bytes wait: a full next send
+is ready when one returns."""
 
 
 class Metrics:
@@ -437,6 +438,7 @@ class RuleCopier:
             asyncio.create_task(self._copy_queue(queue), name=f"copy {self.rule.name}:{queue}")
             for queue in self.positions
         ]
+        self._tasks.append(asyncio.create_task(self._watch_lag(), name=f"lag {rule.name}"))
         for task in self._tasks:
             task.add_done_callback(self._ended)
 
@@ -476,7 +478,6 @@ class RuleCopier:
         rule = self.rule
         offset = self.positions[queue]
         found = self._found.pop(queue, {})
-        lag_checked = 0.0
         # Pulls run ahead of the sends; each send takes what was pulled meanwhile (up to
         # the send caps), so a batch grows with the target's latency. One send in flight
         # per queue, in source order.
@@ -495,9 +496,6 @@ class RuleCopier:
                 taken = ahead.take(SEND_MESSAGES_MAX, SEND_BYTES_MAX)
                 await self._copy_taken(queue, offset, taken, found)
                 offset = taken.end_offset
-                if time.monotonic() - lag_checked >= LAG_REFRESH_S:
-                    lag_checked = time.monotonic()
-                    await self._refresh_lag(queue, offset)
                 if self.positions[queue] != offset:
                     self.positions[queue] = offset
                     checkpoint = asyncio.create_task(
@@ -558,13 +556,16 @@ class RuleCopier:
         elif taken.caught_up:
             self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
 
-    async def _refresh_lag(self, queue: int, offset: int) -> None:
-        """The rule's lag gauge, with this queue's lag read again (no retry: it is read
-        again in a second)."""
-        with contextlib.suppress(ConnectorCallError):
-            end = await self.source.bound(self.rule.topic, queue, end=True)
-            self._lags[queue] = max(0, end - offset)
+    async def _watch_lag(self) -> None:
+        """Every :data:`LAG_REFRESH_S`, the rule's lag gauge: each queue's end offset
+        less its checkpoint (a failed read keeps the queue's last lag)."""
+        while True:
+            for queue, position in list(self.positions.items()):
+                with contextlib.suppress(ConnectorCallError):
+                    end = await self.source.bound(self.rule.topic, queue, end=True)
+                    self._lags[queue] = max(0, end - position)
             self.metrics.lag.labels(self.rule.name).set(sum(self._lags.values()))
+            await asyncio.sleep(LAG_REFRESH_S)
 
     async def _send_new(
         self,
