@@ -376,14 +376,17 @@ def format_pending(pending: Pending) -> str:
     return f"P {pending.source_queue} {pending.source_offset} {pending.sent_ms}\n"
 
 
-def last_pending(text: str) -> dict[int, Pending]:
-    """Per source queue, the last send begun (a torn last line is skipped)."""
+def last_pending(text: str, at: Mapping[int, int] | None = None) -> dict[int, Pending]:
+    """Per source queue, the last send begun; with ``at``, the last one begun from the
+    queue's offset ``at[queue]`` (its checkpoint: later sends may follow it, as a batch's
+    checkpoint overlaps the next send). A torn last line is skipped."""
     pending: dict[int, Pending] = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 4 and parts[0] == "P" and all(part.isdigit() for part in parts[1:]):
             queue, offset, sent_ms = (int(part) for part in parts[1:])
-            pending[queue] = Pending(queue, offset, sent_ms)
+            if at is None or at.get(queue) == offset:
+                pending[queue] = Pending(queue, offset, sent_ms)
     return pending
 
 

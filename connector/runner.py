@@ -11,20 +11,23 @@ Per (rule, source queue), a puller and a sender task:
   (:mod:`connector.copies`) to the target in one request, retried until the target
   acknowledged every one; append a translation mark per target queue the batch
   reached; commit the position past the batch (``UpdateOffset`` of the rule's
-  consumer group on the source cluster: the checkpoint), beside the next take.
+  consumer group on the source cluster: the checkpoint), beside the next send
+  (commits in order, one at a time).
 
 One send is in flight per queue, so copies reach a target queue in source order.
 
 Exactly once: the checkpoint moves only after the target acknowledged (commit after
-send), so a crash loses nothing; what a crash can repeat is the batch between the
-last checkpoint and the crash, at most one send batch (:data:`SEND_MESSAGES_MAX`
-messages) per source queue. Each copy keeps its message id and goes to the
+send), so a crash loses nothing; what a crash can repeat is what was sent past the
+last checkpoint, at most two send batches (:data:`SEND_MESSAGES_MAX` messages each)
+per source queue: the one in flight and the one acknowledged before it whose
+checkpoint was in flight. Each copy keeps its message id and goes to the
 same target queue again (a stable mapping), where the target's dedup window
 (per raft group, by topic and message id: 2 minutes and 100,000 ids per group
 by default, ``storage_node/partition/config.py``) answers the resend with the
 first copy's outcome. A pending line written before each send says when it
-began; at start, a batch left unfinished longer ago than the window safely
-covers (``resend_check_after_ms``) is first sought on the target
+began; at start, when the send that began at a queue's checkpoint did so longer
+ago than the window safely covers (``resend_check_after_ms``), the copies of that
+batch and any later one are first sought on the target
 (:meth:`RuleCopier._copies_on_target`) and only what is missing is sent.
 
 Sharing: one connector process per rules file. Its data directory is locked
@@ -327,7 +330,7 @@ class RuleCopier:
                 committed = await self.source.bound(rule.topic, queue, end=rule.start == "latest")
                 await self.source.commit(rule.group, rule.topic, queue, committed)
             self.positions[queue] = committed
-        pending = last_pending(self._marks_text())
+        pending = last_pending(self._marks_text(), at=self.positions)
         now_ms = time.time_ns() // 1_000_000
         for queue, committed in self.positions.items():
             unfinished = pending.get(queue)
@@ -483,21 +486,22 @@ class RuleCopier:
         # per queue, in source order.
         ahead = PulledAhead(offset, AHEAD_BYTES_MAX)
         puller = asyncio.create_task(self._pull_ahead(queue, ahead))
-        # The checkpoint of a batch overlaps the gathering of the next one; it is done
-        # before that one is sent (and its pending line written), so a queue's checkpoint
-        # is always at the batch in flight, as the resend check at start expects.
+        # The checkpoint of a batch overlaps the send of the next one; it is done before
+        # the next checkpoint begins (commits go in order, one at a time), so a queue's
+        # checkpoint is at the batch in flight or at the one acknowledged before it: a
+        # crash repeats at most those two, and the resend check at start looks from the
+        # send that began at the checkpoint.
         checkpoint: asyncio.Task[None] | None = None
         try:
             while True:
                 await ahead.wait_news(offset)
-                if checkpoint is not None:
-                    await checkpoint
-                    checkpoint = None
                 taken = ahead.take(SEND_MESSAGES_MAX, SEND_BYTES_MAX)
                 await self._copy_taken(queue, offset, taken, found)
                 offset = taken.end_offset
                 if self.positions[queue] != offset:
                     self.positions[queue] = offset
+                    if checkpoint is not None:
+                        await checkpoint
                     checkpoint = asyncio.create_task(
                         self._retrying(
                             "commit", self.source.commit, rule.group, rule.topic, queue, offset

@@ -187,6 +187,9 @@ def test_the_last_pending_send_of_each_queue_is_read_back() -> None:
     )
     assert last_pending(text) == {0: Pending(0, 32, 2_000), 1: Pending(1, 5, 2_500)}
     assert parse_marks(text) == [Mark(0, 0, 1, 100)]
+    # From the checkpoints: the send that began there, though a later one followed.
+    assert last_pending(text, at={0: 0, 1: 5}) == {0: Pending(0, 0, 1_000), 1: Pending(1, 5, 2_500)}
+    assert last_pending(text, at={0: 64, 1: 9}) == {}
 
 
 def test_a_resend_is_unsafe_only_for_an_unfinished_batch_older_than_the_safe_span() -> None:
