@@ -511,6 +511,8 @@ class RuleCopier:
             puller.cancel()
             if checkpoint is not None:
                 checkpoint.cancel()
+            # No pull of this queue outlives the task (a reload may start it again).
+            await asyncio.gather(puller, return_exceptions=True)
 
     async def _pull_ahead(self, queue: int, ahead: PulledAhead) -> None:
         """Pull the queue into ``ahead`` from its end on, waiting while it is full; an

@@ -204,6 +204,8 @@ async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
     assert metrics.messages.labels("orders")._value.get() == 3
     assert metrics.bytes.labels("orders")._value.get() == 3
     assert copier.positions == {0: 3}
+    # Stopped: no pull (the puller was in a long poll) nor commit is left running.
+    assert [task for task in asyncio.all_tasks() if task is not asyncio.current_task()] == []
 
 
 async def test_an_unexpected_error_in_a_copy_task_is_reported(tmp_path: Path) -> None:
