@@ -10,24 +10,24 @@ Per (rule, source queue), a puller and a sender task:
   batch grows with the target's latency); send the copies
   (:mod:`connector.copies`) to the target in one request, retried until the target
   acknowledged every one; append a translation mark per target queue the batch
-  reached; commit the position past the batch (``UpdateOffset`` of the rule's
-  consumer group on the source cluster: the checkpoint), beside the next send
-  (commits in order, one at a time).
+  reached; commit the position past it (``UpdateOffset`` of the rule's consumer
+  group on the source cluster: the checkpoint), at most every
+  :data:`CHECKPOINT_INTERVAL_S`, beside the next sends (commits in order, one at a
+  time).
 
 One send is in flight per queue, so copies reach a target queue in source order.
 
 Exactly once: the checkpoint moves only after the target acknowledged (commit after
 send), so a crash loses nothing; what a crash can repeat is what was sent past the
-last checkpoint, at most two send batches (:data:`SEND_MESSAGES_MAX` messages each)
-per source queue: the one in flight and the one acknowledged before it whose
-checkpoint was in flight. Each copy keeps its message id and goes to the
-same target queue again (a stable mapping), where the target's dedup window
-(per raft group, by topic and message id: 2 minutes and 100,000 ids per group
+checkpoint the source stored: per source queue, about two checkpoint intervals of
+sends (one commit may be in flight) and the commit's own time. Each copy keeps its
+message id and goes to the same target queue again (a stable mapping), where the
+target's dedup window (per raft group, by topic and message id: 2 minutes and 100,000 ids per group
 by default, ``storage_node/partition/config.py``) answers the resend with the
 first copy's outcome. A pending line written before each send says when it
-began; at start, when the send that began at a queue's checkpoint did so longer
-ago than the window safely covers (``resend_check_after_ms``), the copies of that
-batch and any later one are first sought on the target
+began; at start, when a queue's first unconfirmed send (:func:`first_pending`) began
+longer ago than the window safely covers (``resend_check_after_ms``), the copies of
+it and every later send are first sought on the target
 (:meth:`RuleCopier._copies_on_target`) and only what is missing is sent.
 
 Sharing: one connector process per rules file. Its data directory is locked
@@ -73,9 +73,9 @@ from connector.plan import (
     Rule,
     RulesError,
     RuleSet,
+    first_pending,
     format_mark,
     format_pending,
-    last_pending,
     parse_rules,
     plan_reload,
     resend_unsafe,
@@ -102,6 +102,9 @@ SEND_MESSAGES_MAX = 1024
 SEND_BYTES_MAX = 2 << 20
 """The most body bytes one SendMessage carries (a target append holds at most 4 MiB of
 bodies; half, for the copies' properties and a single larger message going alone)."""
+CHECKPOINT_INTERVAL_S = 0.5
+"""A queue's checkpoint is committed at most this often (past every batch acknowledged
+by then): each commit is a raft write on the source cluster."""
 AHEAD_BYTES_MAX = SEND_BYTES_MAX
 """Pulls run ahead of a queue's sends until this many body bytes wait: a full next send
 is ready when one returns."""
@@ -219,6 +222,16 @@ class PulledAhead:
         """Until fewer than ``bytes_max`` body bytes wait."""
         await self._room.wait()
 
+    async def news_within(self, offset: int, timeout_s: float) -> bool:
+        """Whether there is something to take past ``offset`` within ``timeout_s`` (see
+        :meth:`wait_news`)."""
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await self.wait_news(offset)
+        except TimeoutError:
+            return False
+        return True
+
     async def wait_news(self, offset: int) -> None:
         """Until there is something to take past ``offset`` (messages, a moved end or a
         caught-up pull); raises the puller's error."""
@@ -330,7 +343,7 @@ class RuleCopier:
                 committed = await self.source.bound(rule.topic, queue, end=rule.start == "latest")
                 await self.source.commit(rule.group, rule.topic, queue, committed)
             self.positions[queue] = committed
-        pending = last_pending(self._marks_text(), at=self.positions)
+        pending = first_pending(self._marks_text(), self.positions)
         now_ms = time.time_ns() // 1_000_000
         for queue, committed in self.positions.items():
             unfinished = pending.get(queue)
@@ -486,22 +499,32 @@ class RuleCopier:
         # per queue, in source order.
         ahead = PulledAhead(offset, AHEAD_BYTES_MAX)
         puller = asyncio.create_task(self._pull_ahead(queue, ahead))
-        # The checkpoint of a batch overlaps the send of the next one; it is done before
-        # the next checkpoint begins (commits go in order, one at a time), so a queue's
-        # checkpoint is at the batch in flight or at the one acknowledged before it: a
-        # crash repeats at most those two, and the resend check at start looks from the
-        # send that began at the checkpoint.
+        # Checkpoints: at most one per CHECKPOINT_INTERVAL_S (each is a raft write on the
+        # source), past the batches acknowledged by then; one overlaps the next sends and
+        # is done before the next one begins (commits go in order, one at a time). A
+        # crash repeats what was sent past the checkpoint (each of those sends began at
+        # or after the one from the checkpoint, where the resend check at start looks).
         checkpoint: asyncio.Task[None] | None = None
+        committed = offset
+        committed_at = -CHECKPOINT_INTERVAL_S
         try:
             while True:
-                await ahead.wait_news(offset)
-                taken = ahead.take(SEND_MESSAGES_MAX, SEND_BYTES_MAX)
-                await self._copy_taken(queue, offset, taken, found)
-                offset = taken.end_offset
-                if self.positions[queue] != offset:
-                    self.positions[queue] = offset
+                if offset == committed:
+                    await ahead.wait_news(offset)
+                    news = True
+                else:  # a checkpoint is owed: wait for news until it is due
+                    due_s = committed_at + CHECKPOINT_INTERVAL_S - time.monotonic()
+                    news = await ahead.news_within(offset, due_s)
+                if news:
+                    taken = ahead.take(SEND_MESSAGES_MAX, SEND_BYTES_MAX)
+                    await self._copy_taken(queue, offset, taken, found)
+                    offset = self.positions[queue] = taken.end_offset
+                if offset != committed and (
+                    time.monotonic() - committed_at >= CHECKPOINT_INTERVAL_S
+                ):
                     if checkpoint is not None:
                         await checkpoint
+                    committed, committed_at = offset, time.monotonic()
                     checkpoint = asyncio.create_task(
                         self._retrying(
                             "commit", self.source.commit, rule.group, rule.topic, queue, offset

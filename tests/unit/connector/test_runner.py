@@ -158,11 +158,7 @@ async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
     ("messages_max", "bytes_max", "expected"),
     [
         (1024, 1 << 20, ["sent ['ID0', 'ID1', 'ID2']", "commit 3"]),
-        (
-            1,
-            1 << 20,
-            ["sent ['ID0']", "sent ['ID1']", "commit 1", "sent ['ID2']", "commit 2", "commit 3"],
-        ),
+        (1, 1 << 20, ["sent ['ID0']", "sent ['ID1']", "sent ['ID2']", "commit 1", "commit 3"]),
         (1024, 1, ["sent ['ID0', 'ID1']", "sent ['ID2']", "commit 2", "commit 3"]),
     ],
 )
@@ -175,9 +171,10 @@ async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
 ) -> None:
     """Both pulls are in before the first send: one send carries them (one checkpoint,
     one mark), unless a cap on messages or body bytes (bodies of 0, 1 and 2 bytes) ends
-    the batch earlier; the checkpoint then stops at the first message left. A batch's
-    checkpoint overlaps the next send (here: the stand-ins answer at once, so a commit
-    runs once the next send returned); commits keep their order."""
+    the batch earlier; the checkpoint then stops at the first message left. A checkpoint
+    overlaps the next sends (the stand-ins answer at once, so a commit runs once the
+    sender waits); the next one comes no sooner than the checkpoint interval later,
+    past every batch acknowledged by then (with one message a send: 1, then 3)."""
     monkeypatch.setattr(runner, "SEND_MESSAGES_MAX", messages_max)
     monkeypatch.setattr(runner, "SEND_BYTES_MAX", bytes_max)
     journal: list[str] = []
