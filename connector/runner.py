@@ -4,7 +4,8 @@ Per (rule, source queue), a puller and a sender task:
 
 - the puller pulls the queue (long polling, the rule's tag filter applied by the
   source's storage, 32 messages a pull: the broker's cap) ahead of the sends, into a
-  buffer of at most :data:`AHEAD_BYTES_MAX` body bytes (:class:`PulledAhead`);
+  buffer of at most :data:`AHEAD_BYTES_MAX` body bytes, while its pulls come back
+  full (:class:`PulledAhead`);
 - the sender loops: take what was pulled meanwhile, at most
   :data:`SEND_MESSAGES_MAX` messages and :data:`SEND_BYTES_MAX` body bytes (so a
   batch grows with the target's latency); send the copies
@@ -55,7 +56,7 @@ from typing import IO, Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from connector.client import ClusterClient, ConnectorCallError, Pulled
+from connector.client import PULL_BATCH_MAX, ClusterClient, ConnectorCallError, Pulled
 from connector.config import ConnectorConfig
 from connector.copies import (
     SOURCE_CLUSTER,
@@ -186,7 +187,11 @@ class PulledAhead:
     """One source queue's messages pulled ahead of their sends.
 
     The puller appends whole pulls while fewer than ``bytes_max`` body bytes wait (the
-    pull that crosses the bound is kept whole); the sender takes a batch from the front.
+    pull that crosses the bound is kept whole) and the last pull was full; after one
+    that found fewer messages than it asked for (the queue's end, or about), the next
+    waits until the sender took everything, so a queue copied at a moderate rate costs
+    one pull per send, not a pull per few messages. The sender takes a batch from the
+    front.
     Offsets: :attr:`end_offset` is where the next pull starts; a pull's messages are in
     offset order, each past the last one's.
     """
@@ -198,18 +203,20 @@ class PulledAhead:
         self._messages: deque[pb.Message] = deque()
         self._bytes = 0
         self._caught_up = False
+        self._held = False  # a partial pull waits to be taken before the next pull
         self._error: BaseException | None = None
         self._news = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
 
-    def put(self, pulled: Pulled) -> None:
-        """Append a pull's answer."""
+    def put(self, pulled: Pulled, *, full: bool) -> None:
+        """Append a pull's answer; ``full``: it carried as many messages as it asked for."""
         self._messages.extend(pulled.messages)
         self._bytes += sum(len(m.body) for m in pulled.messages)
         self.end_offset = pulled.next_offset
         self._caught_up = not pulled.messages and pulled.status == "MESSAGE_NOT_FOUND"
-        if self._bytes >= self._bytes_max:
+        self._held = bool(pulled.messages) and not full
+        if self._bytes >= self._bytes_max or self._held:
             self._room.clear()
         self._news.set()
 
@@ -219,7 +226,7 @@ class PulledAhead:
         self._news.set()
 
     async def wait_room(self) -> None:
-        """Until fewer than ``bytes_max`` body bytes wait."""
+        """Until the next pull may go (see the class docstring)."""
         await self._room.wait()
 
     async def news_within(self, offset: int, timeout_s: float) -> bool:
@@ -255,7 +262,9 @@ class PulledAhead:
             taken.append(self._messages.popleft())
             size += body
         self._bytes -= size
-        if self._bytes < self._bytes_max:
+        if not self._messages:
+            self._held = False
+        if self._bytes < self._bytes_max and not self._held:
             self._room.set()
         end = (
             self._messages[0].system_properties.queue_offset if self._messages else self.end_offset
@@ -559,7 +568,7 @@ class RuleCopier:
                         "position outside the source queue; moving to its edge",
                         extra={"rule": name, "queue": queue, "error": pulled.detail},
                     )
-                ahead.put(pulled)
+                ahead.put(pulled, full=len(pulled.messages) >= PULL_BATCH_MAX)
         except Exception as exc:  # noqa: BLE001 - raised by the copy task, which reports it
             ahead.fail(exc)
 

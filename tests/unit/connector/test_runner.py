@@ -155,26 +155,31 @@ async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
 
 
 @pytest.mark.parametrize(
-    ("messages_max", "bytes_max", "expected"),
+    ("pull_max", "messages_max", "bytes_max", "expected"),
     [
-        (1024, 1 << 20, ["sent ['ID0', 'ID1', 'ID2']", "commit 3"]),
-        (1, 1 << 20, ["sent ['ID0']", "sent ['ID1']", "sent ['ID2']", "commit 1", "commit 3"]),
-        (1024, 1, ["sent ['ID0', 'ID1']", "sent ['ID2']", "commit 2", "commit 3"]),
+        (2, 1024, 1 << 20, ["sent ['ID0', 'ID1', 'ID2']", "commit 3"]),
+        (2, 1, 1 << 20, ["sent ['ID0']", "sent ['ID1']", "sent ['ID2']", "commit 1", "commit 3"]),
+        (2, 1024, 1, ["sent ['ID0', 'ID1']", "sent ['ID2']", "commit 2", "commit 3"]),
+        (32, 1024, 1 << 20, ["sent ['ID0', 'ID1']", "commit 2", "sent ['ID2']", "commit 3"]),
     ],
 )
 async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    pull_max: int,
     messages_max: int,
     bytes_max: int,
     expected: list[str],
 ) -> None:
-    """Both pulls are in before the first send: one send carries them (one checkpoint,
-    one mark), unless a cap on messages or body bytes (bodies of 0, 1 and 2 bytes) ends
-    the batch earlier; the checkpoint then stops at the first message left. A checkpoint
-    overlaps the next sends (the stand-ins answer at once, so a commit runs once the
-    sender waits); the next one comes no sooner than the checkpoint interval later,
-    past every batch acknowledged by then (with one message a send: 1, then 3)."""
+    """With full pulls (``pull_max`` 2: the first pull is full) both pulls are in before
+    the first send: one send carries them (one checkpoint, one mark), unless a cap on
+    messages or body bytes (bodies of 0, 1 and 2 bytes) ends the batch earlier; the
+    checkpoint then stops at the first message left. A checkpoint overlaps the next
+    sends (the stand-ins answer at once, so a commit runs once the sender waits); the
+    next one comes no sooner than the checkpoint interval later, past every batch
+    acknowledged by then (with one message a send: 1, then 3). A partial first pull
+    (``pull_max`` 32) is taken before the next pull goes: two sends."""
+    monkeypatch.setattr(runner, "PULL_BATCH_MAX", pull_max)
     monkeypatch.setattr(runner, "SEND_MESSAGES_MAX", messages_max)
     monkeypatch.setattr(runner, "SEND_BYTES_MAX", bytes_max)
     journal: list[str] = []
@@ -193,7 +198,9 @@ async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
     await _run_until(copier, source.caught_up)
     assert journal == expected
     sends = [line for line in journal if line.startswith("sent")]
-    first_offsets = [0, 1, 2] if messages_max == 1 else [0, 2] if bytes_max == 1 else [0]
+    first_offsets = (
+        [0, 1, 2] if messages_max == 1 else [0, 2] if bytes_max == 1 or pull_max == 32 else [0]
+    )
     assert parse_marks((tmp_path / "orders.marks").read_text()) == [
         Mark(0, offset, 0, 100 + offset) for offset in first_offsets
     ]
