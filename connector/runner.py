@@ -5,7 +5,7 @@ Per (rule, source queue), a puller and a sender task:
 - the puller pulls the queue (long polling, the rule's tag filter applied by the
   source's storage, 32 messages a pull: the broker's cap) ahead of the sends, into a
   buffer of at most :data:`AHEAD_BYTES_MAX` body bytes, while its pulls come back
-  full (:class:`PulledAhead`);
+  full, else one pull per send (:class:`PulledAhead`);
 - the sender loops: take what was pulled meanwhile, at most
   :data:`SEND_MESSAGES_MAX` messages and :data:`SEND_BYTES_MAX` body bytes (so a
   batch grows with the target's latency); send the copies
@@ -188,8 +188,8 @@ class PulledAhead:
 
     The puller appends whole pulls while fewer than ``bytes_max`` body bytes wait (the
     pull that crosses the bound is kept whole) and the last pull was full; after one
-    that found fewer messages than it asked for (the queue's end, or about), the next
-    waits until the sender took everything, so a queue copied at a moderate rate costs
+    that moved past fewer offsets than it asked for messages (the queue's end), the
+    next waits until the sender took everything, so a queue copied at a moderate rate costs
     one pull per send, not a pull per few messages. The sender takes a batch from the
     front.
     Offsets: :attr:`end_offset` is where the next pull starts; a pull's messages are in
@@ -210,7 +210,8 @@ class PulledAhead:
         self._room.set()
 
     def put(self, pulled: Pulled, *, full: bool) -> None:
-        """Append a pull's answer; ``full``: it carried as many messages as it asked for."""
+        """Append a pull's answer; ``full``: it moved past as many offsets as it asked for
+        messages (so the queue's end was not reached)."""
         self._messages.extend(pulled.messages)
         self._bytes += sum(len(m.body) for m in pulled.messages)
         self.end_offset = pulled.next_offset
@@ -553,14 +554,9 @@ class RuleCopier:
         try:
             while True:
                 await ahead.wait_room()
+                offset = ahead.end_offset
                 pulled = await self._retrying(
-                    "pull",
-                    self.source.pull,
-                    rule.group,
-                    rule.topic,
-                    queue,
-                    ahead.end_offset,
-                    rule.filter,
+                    "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
                 )
                 if pulled.status == "ILLEGAL_OFFSET":
                     self.metrics.errors.labels(name).inc()
@@ -568,7 +564,9 @@ class RuleCopier:
                         "position outside the source queue; moving to its edge",
                         extra={"rule": name, "queue": queue, "error": pulled.detail},
                     )
-                ahead.put(pulled, full=len(pulled.messages) >= PULL_BATCH_MAX)
+                # A pull that moved a whole batch of offsets is not at the queue's end
+                # (with a tag filter, fewer messages than that may have matched).
+                ahead.put(pulled, full=pulled.next_offset - offset >= PULL_BATCH_MAX)
         except Exception as exc:  # noqa: BLE001 - raised by the copy task, which reports it
             ahead.fail(exc)
 
