@@ -25,6 +25,25 @@ SOURCE_OFFSET = "CONNECTOR_SOURCE_OFFSET"
 SOURCE_PROPERTIES = (SOURCE_CLUSTER, SOURCE_TOPIC, SOURCE_QUEUE, SOURCE_OFFSET)
 
 
+_KEPT = frozenset(
+    {
+        "tag",
+        "keys",
+        "message_id",
+        "body_encoding",
+        "message_type",
+        "born_timestamp",
+        "born_host",
+        "delivery_timestamp",
+        "message_group",
+        "queue_id",
+    }
+)
+_DROPPED = tuple(f.name for f in pb.SystemProperties.DESCRIPTOR.fields if f.name not in _KEPT)
+"""System properties a copy does not keep: the source's store facts (time, host, offset,
+receipt handle, ...) and whatever the list above does not name."""
+
+
 def copy_message(
     message: pb.Message,
     source_cluster: str,
@@ -33,28 +52,26 @@ def copy_message(
     target_queues: Sequence[int],
 ) -> tuple[pb.Message, int]:
     """The copy of pulled ``message`` for ``target_topic``, and its target queue."""
-    system = message.system_properties
-    group = system.message_group if system.HasField("message_group") else None
-    queue = target_queue(source_queue, group, target_queues)
-    copy = pb.Message(topic=pb.Resource(name=target_topic), body=message.body)
-    copy.user_properties.update(message.user_properties)
-    copy.user_properties[SOURCE_CLUSTER] = source_cluster
-    copy.user_properties[SOURCE_TOPIC] = message.topic.name
-    copy.user_properties[SOURCE_QUEUE] = str(source_queue)
-    copy.user_properties[SOURCE_OFFSET] = str(system.queue_offset)
+    # One copy of the whole message (upb, in C), then the few changes: cheaper per
+    # message than building the copy field by field.
+    copy = pb.Message()
+    copy.CopyFrom(message)
     out = copy.system_properties
-    out.message_id = system.message_id
-    out.keys.extend(system.keys)
+    group = out.message_group if out.HasField("message_group") else None
+    queue = target_queue(source_queue, group, target_queues)
+    copy.topic.name = target_topic
+    properties = copy.user_properties
+    properties[SOURCE_CLUSTER] = source_cluster
+    properties[SOURCE_TOPIC] = message.topic.name
+    properties[SOURCE_QUEUE] = str(source_queue)
+    properties[SOURCE_OFFSET] = str(out.queue_offset)
+    for name in _DROPPED:
+        out.ClearField(name)
     out.body_encoding = pb.IDENTITY
-    out.message_type = pb.NORMAL if system.message_type == pb.TRANSACTION else system.message_type
-    out.born_timestamp.CopyFrom(system.born_timestamp)
-    out.born_host = system.born_host
-    if system.HasField("tag"):
-        out.tag = system.tag
-    if group is not None:
-        out.message_group = group
-    else:
+    if out.message_type == pb.TRANSACTION:
+        out.message_type = pb.NORMAL
+    if group is None:
         out.queue_id = queue
-    if system.HasField("delivery_timestamp"):
-        out.delivery_timestamp.CopyFrom(system.delivery_timestamp)
+    else:
+        out.ClearField("queue_id")
     return copy, queue

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.filters import TagFilter
@@ -376,25 +376,48 @@ def format_pending(pending: Pending) -> str:
     return f"P {pending.source_queue} {pending.source_offset} {pending.sent_ms}\n"
 
 
-def last_pending(text: str) -> dict[int, Pending]:
-    """Per source queue, the last send begun (a torn last line is skipped)."""
-    pending: dict[int, Pending] = {}
+def _pending_lines(text: str) -> Iterator[Pending]:
+    """The pending lines of a marks file, in order (a torn last line is skipped)."""
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 4 and parts[0] == "P" and all(part.isdigit() for part in parts[1:]):
-            queue, offset, sent_ms = (int(part) for part in parts[1:])
-            pending[queue] = Pending(queue, offset, sent_ms)
-    return pending
+            yield Pending(*(int(part) for part in parts[1:]))
+
+
+def last_pending(text: str) -> dict[int, Pending]:
+    """Per source queue, the last send begun (a torn last line is skipped)."""
+    return {pending.source_queue: pending for pending in _pending_lines(text)}
+
+
+def first_pending(text: str, committed: Mapping[int, int]) -> dict[int, Pending]:
+    """Per source queue, the first unconfirmed send: the last one begun at its checkpoint
+    ``committed[queue]`` (a restart sends from there again), else the first one begun
+    past it (when a batch of filtered-out messages moved the position past the
+    checkpoint before anything was sent). Every later send of the queue followed it, so
+    the copies any of them stored were stored after it began. Queues that sent nothing
+    since their checkpoint are left out."""
+    at: dict[int, Pending] = {}
+    past: dict[int, Pending] = {}
+    for pending in _pending_lines(text):
+        checkpoint = committed.get(pending.source_queue)
+        if checkpoint is None or pending.source_offset < checkpoint:
+            continue
+        if pending.source_offset == checkpoint:
+            at[pending.source_queue] = pending
+        else:
+            past.setdefault(pending.source_queue, pending)
+    return past | at
 
 
 def resend_unsafe(pending: Pending | None, committed: int, now_ms: int, safe_ms: int) -> bool:
     """Whether resending from ``committed`` may double copies the target's dedup window
-    no longer remembers: the batch from there was being sent (its send began, its
-    checkpoint was not committed) at least ``safe_ms`` ago. The copies it may have
-    stored are then sought on the target before anything is sent again."""
+    no longer remembers: ``pending``, the first send begun at or past the checkpoint
+    (:func:`first_pending`; it and every later one unconfirmed), began at least
+    ``safe_ms`` ago. The copies they may have stored are then sought on the target
+    before anything is sent again."""
     return (
         pending is not None
-        and pending.source_offset == committed
+        and pending.source_offset >= committed
         and now_ms - pending.sent_ms >= safe_ms
     )
 

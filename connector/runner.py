@@ -1,25 +1,34 @@
 """The connector process: copies messages between clusters by the rules file.
 
-One task per (rule, source queue), each a loop:
+Per (rule, source queue), a puller and a sender task:
 
-1. pull from the queue at the rule's position (long polling, the rule's tag
-   filter applied by the source's storage);
-2. send the copies (:mod:`connector.copies`) to the target in one request,
-   retried until the target acknowledged every one;
-3. append a translation mark per target queue the batch touched;
-4. commit the position past the batch (``UpdateOffset`` of the rule's consumer
-   group on the source cluster: the checkpoint).
+- the puller pulls the queue (long polling, the rule's tag filter applied by the
+  source's storage, 32 messages a pull: the broker's cap) ahead of the sends, into a
+  buffer of at most :data:`AHEAD_BYTES_MAX` body bytes, while its pulls come back
+  full, else one pull per send (:class:`PulledAhead`);
+- the sender loops: take what was pulled meanwhile, at most
+  :data:`SEND_MESSAGES_MAX` messages and :data:`SEND_BYTES_MAX` body bytes (so a
+  batch grows with the target's latency); send the copies
+  (:mod:`connector.copies`) to the target in one request, retried until the target
+  acknowledged every one; append a translation mark per target queue the batch
+  reached; commit the position past it (``UpdateOffset`` of the rule's consumer
+  group on the source cluster: the checkpoint), at most every
+  :data:`CHECKPOINT_INTERVAL_S`, beside the next sends (commits in order, one at a
+  time).
 
-Exactly once: the checkpoint moves only after the target acknowledged (step
-4 after step 2), so a crash loses nothing; what a crash can repeat is the
-batch between the last checkpoint and the crash, at most one pull batch (32
-messages) per source queue. Each copy keeps its message id and goes to the
-same target queue again (a stable mapping), where the target's dedup window
-(per raft group, by topic and message id: 2 minutes and 100,000 ids per group
+One send is in flight per queue, so copies reach a target queue in source order.
+
+Exactly once: the checkpoint moves only after the target acknowledged (commit after
+send), so a crash loses nothing; what a crash can repeat is what was sent past the
+checkpoint the source stored: per source queue, about two checkpoint intervals of
+sends (one commit may be in flight) and the commit's own time. Each copy keeps its
+message id and goes to the same target queue again (a stable mapping), where the
+target's dedup window (per raft group, by topic and message id: 2 minutes and 100,000 ids per group
 by default, ``storage_node/partition/config.py``) answers the resend with the
 first copy's outcome. A pending line written before each send says when it
-began; at start, a batch left unfinished longer ago than the window safely
-covers (``resend_check_after_ms``) is first sought on the target
+began; at start, when a queue's first unconfirmed send (:func:`first_pending`) began
+longer ago than the window safely covers (``resend_check_after_ms``), the copies of
+it and every later send are first sought on the target
 (:meth:`RuleCopier._copies_on_target`) and only what is missing is sent.
 
 Sharing: one connector process per rules file. Its data directory is locked
@@ -39,13 +48,15 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from connector.client import ClusterClient, ConnectorCallError, Pulled
+from connector.client import PULL_BATCH_MAX, ClusterClient, ConnectorCallError, Pulled
 from connector.config import ConnectorConfig
 from connector.copies import (
     SOURCE_CLUSTER,
@@ -63,9 +74,9 @@ from connector.plan import (
     Rule,
     RulesError,
     RuleSet,
+    first_pending,
     format_mark,
     format_pending,
-    last_pending,
     parse_rules,
     plan_reload,
     resend_unsafe,
@@ -87,6 +98,17 @@ CREATED_ROUTE_POLL_S = 0.2
 """A created target topic is looked for this often, this long, until its brokers route it."""
 RETRY_DELAY_MIN_S = 0.2
 RETRY_DELAY_MAX_S = 5.0
+SEND_MESSAGES_MAX = 1024
+"""The most copies one SendMessage carries (the broker's append batch: one log entry)."""
+SEND_BYTES_MAX = 2 << 20
+"""The most body bytes one SendMessage carries (a target append holds at most 4 MiB of
+bodies; half, for the copies' properties and a single larger message going alone)."""
+CHECKPOINT_INTERVAL_S = 0.5
+"""A queue's checkpoint is committed at most this often (past every batch acknowledged
+by then): each commit is a raft write on the source cluster."""
+AHEAD_BYTES_MAX = SEND_BYTES_MAX
+"""Pulls run ahead of a queue's sends until this many body bytes wait: a full next send
+is ready when one returns."""
 
 
 class Metrics:
@@ -145,6 +167,112 @@ class Metrics:
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(rule)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a send takes from a :class:`PulledAhead`."""
+
+    messages: list[pb.Message]
+    """In source order."""
+    body_bytes: int
+    end_offset: int
+    """Where the queue goes on past them: the next message still buffered, else where
+    the next pull starts (past what the tag filter skipped)."""
+    caught_up: bool
+    """A pull found nothing more (before its long poll ended) and nothing is left."""
+
+
+class PulledAhead:
+    """One source queue's messages pulled ahead of their sends.
+
+    The puller appends whole pulls while fewer than ``bytes_max`` body bytes wait (the
+    pull that crosses the bound is kept whole) and the last pull was full; after one
+    that moved past fewer offsets than it asked for messages (the queue's end), the
+    next waits until the sender took everything, so a queue copied at a moderate rate costs
+    one pull per send, not a pull per few messages. The sender takes a batch from the
+    front.
+    Offsets: :attr:`end_offset` is where the next pull starts; a pull's messages are in
+    offset order, each past the last one's.
+    """
+
+    def __init__(self, offset: int, bytes_max: int) -> None:
+        """Empty, pulling from ``offset`` on."""
+        self.end_offset = offset
+        self._bytes_max = bytes_max
+        self._messages: deque[pb.Message] = deque()
+        self._bytes = 0
+        self._caught_up = False
+        self._held = False  # a partial pull waits to be taken before the next pull
+        self._error: BaseException | None = None
+        self._news = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def put(self, pulled: Pulled, *, full: bool) -> None:
+        """Append a pull's answer; ``full``: it moved past as many offsets as it asked for
+        messages (so the queue's end was not reached)."""
+        self._messages.extend(pulled.messages)
+        self._bytes += sum(len(m.body) for m in pulled.messages)
+        self.end_offset = pulled.next_offset
+        self._caught_up = not pulled.messages and pulled.status == "MESSAGE_NOT_FOUND"
+        self._held = bool(pulled.messages) and not full
+        if self._bytes >= self._bytes_max or self._held:
+            self._room.clear()
+        self._news.set()
+
+    def fail(self, error: BaseException) -> None:
+        """The puller ended by ``error``: the next :meth:`wait_news` raises it."""
+        self._error = error
+        self._news.set()
+
+    async def wait_room(self) -> None:
+        """Until the next pull may go (see the class docstring)."""
+        await self._room.wait()
+
+    async def news_within(self, offset: int, timeout_s: float) -> bool:
+        """Whether there is something to take past ``offset`` within ``timeout_s`` (see
+        :meth:`wait_news`)."""
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await self.wait_news(offset)
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_news(self, offset: int) -> None:
+        """Until there is something to take past ``offset`` (messages, a moved end or a
+        caught-up pull); raises the puller's error."""
+        while self._error is None and not (
+            self._messages or self.end_offset != offset or self._caught_up
+        ):
+            self._news.clear()
+            await self._news.wait()
+        if self._error is not None:
+            raise self._error
+
+    def take(self, messages_max: int, bytes_max: int) -> Taken:
+        """The oldest messages, at most ``messages_max`` and ``bytes_max`` body bytes (at
+        least one message, whatever its size)."""
+        taken: list[pb.Message] = []
+        size = 0
+        while self._messages and len(taken) < messages_max:
+            body = len(self._messages[0].body)
+            if taken and size + body > bytes_max:
+                break
+            taken.append(self._messages.popleft())
+            size += body
+        self._bytes -= size
+        if not self._messages:
+            self._held = False
+        if self._bytes < self._bytes_max and not self._held:
+            self._room.set()
+        end = (
+            self._messages[0].system_properties.queue_offset if self._messages else self.end_offset
+        )
+        caught_up = self._caught_up and not self._messages
+        self._caught_up = False
+        return Taken(taken, size, end, caught_up)
 
 
 class RuleCopier:
@@ -225,7 +353,7 @@ class RuleCopier:
                 committed = await self.source.bound(rule.topic, queue, end=rule.start == "latest")
                 await self.source.commit(rule.group, rule.topic, queue, committed)
             self.positions[queue] = committed
-        pending = last_pending(self._marks_text())
+        pending = first_pending(self._marks_text(), self.positions)
         now_ms = time.time_ns() // 1_000_000
         for queue, committed in self.positions.items():
             unfinished = pending.get(queue)
@@ -336,6 +464,7 @@ class RuleCopier:
             asyncio.create_task(self._copy_queue(queue), name=f"copy {self.rule.name}:{queue}")
             for queue in self.positions
         ]
+        self._tasks.append(asyncio.create_task(self._watch_lag(), name=f"lag {rule.name}"))
         for task in self._tasks:
             task.add_done_callback(self._ended)
 
@@ -375,73 +504,104 @@ class RuleCopier:
         rule = self.rule
         offset = self.positions[queue]
         found = self._found.pop(queue, {})
-        lag_checked = 0.0
-        # The checkpoint of a batch overlaps the pull of the next one; it is done before
-        # that one is sent (and its pending line written), so a queue's checkpoint is
-        # always at the batch in flight, as the resend check at start expects.
+        # Pulls run ahead of the sends; each send takes what was pulled meanwhile (up to
+        # the send caps), so a batch grows with the target's latency. One send in flight
+        # per queue, in source order.
+        ahead = PulledAhead(offset, AHEAD_BYTES_MAX)
+        puller = asyncio.create_task(self._pull_ahead(queue, ahead))
+        # Checkpoints: at most one per CHECKPOINT_INTERVAL_S (each is a raft write on the
+        # source), past the batches acknowledged by then; one overlaps the next sends and
+        # is done before the next one begins (commits go in order, one at a time). A
+        # crash repeats what was sent past the checkpoint (each of those sends began at
+        # or after the one from the checkpoint, where the resend check at start looks).
         checkpoint: asyncio.Task[None] | None = None
+        committed = offset
+        committed_at = -CHECKPOINT_INTERVAL_S
         try:
             while True:
-                pulled = await self._retrying(
-                    "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
-                )
-                if checkpoint is not None:
-                    await checkpoint
-                    checkpoint = None
-                offset, lag_checked = await self._copy_pulled(
-                    queue, offset, pulled, found, lag_checked
-                )
-                if self.positions[queue] != offset:
-                    self.positions[queue] = offset
+                if offset == committed:
+                    await ahead.wait_news(offset)
+                    news = True
+                else:  # a checkpoint is owed: wait for news until it is due
+                    due_s = committed_at + CHECKPOINT_INTERVAL_S - time.monotonic()
+                    news = await ahead.news_within(offset, due_s)
+                if news:
+                    taken = ahead.take(SEND_MESSAGES_MAX, SEND_BYTES_MAX)
+                    await self._copy_taken(queue, offset, taken, found)
+                    offset = self.positions[queue] = taken.end_offset
+                if offset != committed and (
+                    time.monotonic() - committed_at >= CHECKPOINT_INTERVAL_S
+                ):
+                    if checkpoint is not None:
+                        await checkpoint
+                    committed, committed_at = offset, time.monotonic()
                     checkpoint = asyncio.create_task(
                         self._retrying(
                             "commit", self.source.commit, rule.group, rule.topic, queue, offset
                         )
                     )
         finally:
+            puller.cancel()
             if checkpoint is not None:
                 checkpoint.cancel()
+            # No pull of this queue outlives the task (a reload may start it again).
+            await asyncio.gather(puller, return_exceptions=True)
 
-    async def _copy_pulled(
-        self,
-        queue: int,
-        offset: int,
-        pulled: Pulled,
-        found: dict[int, tuple[int, int]],
-        lag_checked: float,
-    ) -> tuple[int, float]:
-        """Copy what one pull at ``offset`` found; where the queue goes on, and when its
-        lag was last read."""
+    async def _pull_ahead(self, queue: int, ahead: PulledAhead) -> None:
+        """Pull the queue into ``ahead`` from its end on, waiting while it is full; an
+        unexpected error is handed to it, for the sending side to raise."""
         rule, name = self.rule, self.rule.name
-        if pulled.status == "ILLEGAL_OFFSET":
-            self.metrics.errors.labels(name).inc()
-            log.warning(
-                "position outside the source queue; moving to its edge",
-                extra={"rule": name, "queue": queue, "error": pulled.detail},
-            )
-        if pulled.messages:
+        try:
+            while True:
+                await ahead.wait_room()
+                offset = ahead.end_offset
+                pulled = await self._retrying(
+                    "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
+                )
+                if pulled.status == "ILLEGAL_OFFSET":
+                    self.metrics.errors.labels(name).inc()
+                    log.warning(
+                        "position outside the source queue; moving to its edge",
+                        extra={"rule": name, "queue": queue, "error": pulled.detail},
+                    )
+                # A pull that moved a whole batch of offsets is not at the queue's end
+                # (with a tag filter, fewer messages than that may have matched).
+                ahead.put(pulled, full=pulled.next_offset - offset >= PULL_BATCH_MAX)
+        except Exception as exc:  # noqa: BLE001 - raised by the copy task, which reports it
+            ahead.fail(exc)
+
+    async def _copy_taken(
+        self, queue: int, offset: int, taken: Taken, found: dict[int, tuple[int, int]]
+    ) -> None:
+        """Copy the messages taken from ``offset`` on, with their metrics and marks."""
+        rule, name = self.rule, self.rule.name
+        messages = taken.messages
+        if messages:
             copies = [
                 copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
-                for m in pulled.messages
+                for m in messages
             ]
-            placed = await self._send_new(queue, offset, pulled.messages, copies, found)
-            self._mark(queue, pulled.messages, placed)
+            placed = await self._send_new(queue, offset, messages, copies, found)
+            self._mark(queue, messages, placed)
             now_ms = time.time_ns() // 1_000_000
-            last = pulled.messages[-1].system_properties.store_timestamp
+            last = messages[-1].system_properties.store_timestamp
             self.metrics.messages.labels(name).inc(len(copies))
-            self.metrics.bytes.labels(name).inc(sum(len(m.body) for m in pulled.messages))
+            self.metrics.bytes.labels(name).inc(taken.body_bytes)
             self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
             self.metrics.last_sync.labels(name).set(now_ms)
-        elif pulled.status == "MESSAGE_NOT_FOUND":
+        elif taken.caught_up:
             self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
-        offset = pulled.next_offset
-        if time.monotonic() - lag_checked >= LAG_REFRESH_S:
-            lag_checked = time.monotonic()
-            with contextlib.suppress(ConnectorCallError):
-                end = await self.source.bound(rule.topic, queue, end=True)
-                self._lags[queue] = max(0, end - offset)
-                self.metrics.lag.labels(name).set(sum(self._lags.values()))
-        return offset, lag_checked
+
+    async def _watch_lag(self) -> None:
+        """Every :data:`LAG_REFRESH_S`, the rule's lag gauge: each queue's end offset
+        less its checkpoint (a failed read keeps the queue's last lag)."""
+        while True:
+            for queue, position in list(self.positions.items()):
+                with contextlib.suppress(ConnectorCallError):
+                    end = await self.source.bound(self.rule.topic, queue, end=True)
+                    self._lags[queue] = max(0, end - position)
+            self.metrics.lag.labels(self.rule.name).set(sum(self._lags.values()))
+            await asyncio.sleep(LAG_REFRESH_S)
 
     async def _send_new(
         self,

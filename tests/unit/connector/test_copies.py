@@ -67,3 +67,29 @@ def test_a_fifo_copy_keeps_its_group_and_names_no_queue() -> None:
 def test_a_committed_transaction_message_is_copied_as_normal() -> None:
     copy, _ = copy_message(_pulled(message_type=pb.TRANSACTION), "east", 0, "T", [0])
     assert copy.system_properties.message_type == pb.NORMAL
+
+
+def test_a_copy_drops_the_source_stores_facts() -> None:
+    """What a pull adds (store time and host, offset, receipt handle, attempts, trace,
+    digest...) does not reach the copy; the kept properties do, unchanged."""
+    pulled = _pulled(
+        tag="TagA",
+        message_type=pb.NORMAL,
+        store_host="east-broker:8081",
+        delivery_attempt=3,
+        trace_context="trace-1",
+        priority=2,
+        body_digest=pb.Digest(type=pb.CRC32, checksum="abc"),
+    )
+    pulled.system_properties.receipt_handle = "handle-1"
+    pulled.system_properties.invisible_duration.FromSeconds(30)
+    copy, _ = copy_message(pulled, "east", 2, "OrdersCopy", [0, 1, 2, 3])
+    system = copy.system_properties
+    store_facts = ("store_timestamp", "store_host", "queue_offset", "receipt_handle")
+    attempt = ("invisible_duration", "delivery_attempt", "trace_context", "priority")
+    present = {field.name for field, _ in system.ListFields()}
+    assert present.intersection((*store_facts, *attempt, "body_digest")) == set()
+    assert (system.tag, system.message_type, system.queue_id) == ("TagA", pb.NORMAL, 2)
+    assert system.body_encoding == pb.IDENTITY
+    assert pulled.system_properties.queue_offset == 17  # the pulled message is untouched
+    assert pulled.topic.name == "Orders"

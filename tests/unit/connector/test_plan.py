@@ -9,6 +9,7 @@ from connector.plan import (
     Mark,
     Pending,
     RulesError,
+    first_pending,
     format_mark,
     format_pending,
     last_pending,
@@ -187,6 +188,17 @@ def test_the_last_pending_send_of_each_queue_is_read_back() -> None:
     )
     assert last_pending(text) == {0: Pending(0, 32, 2_000), 1: Pending(1, 5, 2_500)}
     assert parse_marks(text) == [Mark(0, 0, 1, 100)]
+    # From the checkpoints: the last send at each (later ones followed it), else the
+    # first past it (filtered-out messages moved the position before a send).
+    resent = (
+        text.removesuffix("P 1 9")
+        + format_pending(Pending(0, 0, 3_000))
+        + format_pending(Pending(1, 7, 3_100))
+    )
+    assert first_pending(resent, {0: 0, 1: 5}) == {0: Pending(0, 0, 3_000), 1: Pending(1, 5, 2_500)}
+    past = {0: Pending(0, 32, 2_000), 1: Pending(1, 7, 3_100)}
+    assert first_pending(resent, {0: 1, 1: 6}) == past
+    assert first_pending(resent, {0: 64, 1: 9}) == {}
 
 
 def test_a_resend_is_unsafe_only_for_an_unfinished_batch_older_than_the_safe_span() -> None:

@@ -27,17 +27,26 @@ def _message(offset: int) -> pb.Message:
 
 
 class Source:
-    """Two pulls' worth of messages, then nothing; records commits."""
+    """Two pulls' worth of messages, then nothing; records commits. The second pull's
+    message is stored once the first batch's checkpoint is in, unless ``stored``: then
+    both are there from the start."""
 
-    def __init__(self, journal: list[str], error: Exception | None = None) -> None:
+    def __init__(
+        self, journal: list[str], error: Exception | None = None, *, stored: bool = False
+    ) -> None:
         self.journal = journal
         self.error = error
         self.caught_up = asyncio.Event()
         self.batches = {0: [_message(0), _message(1)], 2: [_message(2)]}
+        self.second_stored = asyncio.Event()
+        if stored:
+            self.second_stored.set()
 
     async def pull(self, group: str, topic: str, queue: int, offset: int, expr: str) -> Pulled:
         if self.error is not None:
             raise self.error
+        if offset == 2:
+            await self.second_stored.wait()
         if offset in self.batches:
             messages = self.batches[offset]
             return Pulled(messages, offset + len(messages), "OK")
@@ -46,6 +55,8 @@ class Source:
 
     async def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         self.journal.append(f"commit {offset}")
+        if offset == 2:
+            self.second_stored.set()
         if offset == 3:
             self.caught_up.set()
 
@@ -143,6 +154,64 @@ async def test_the_checkpoint_moves_only_after_the_target_acknowledged(
     assert failures == []
 
 
+@pytest.mark.parametrize(
+    ("pull_max", "messages_max", "bytes_max", "expected"),
+    [
+        (2, 1024, 1 << 20, ["sent ['ID0', 'ID1', 'ID2']", "commit 3"]),
+        (2, 1, 1 << 20, ["sent ['ID0']", "sent ['ID1']", "sent ['ID2']", "commit 1", "commit 3"]),
+        (2, 1024, 1, ["sent ['ID0', 'ID1']", "sent ['ID2']", "commit 2", "commit 3"]),
+        (32, 1024, 1 << 20, ["sent ['ID0', 'ID1']", "commit 2", "sent ['ID2']", "commit 3"]),
+    ],
+)
+async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pull_max: int,
+    messages_max: int,
+    bytes_max: int,
+    expected: list[str],
+) -> None:
+    """With full pulls (``pull_max`` 2: the first pull is full) both pulls are in before
+    the first send: one send carries them (one checkpoint, one mark), unless a cap on
+    messages or body bytes (bodies of 0, 1 and 2 bytes) ends the batch earlier; the
+    checkpoint then stops at the first message left. A checkpoint overlaps the next
+    sends (the stand-ins answer at once, so a commit runs once the sender waits); the
+    next one comes no sooner than the checkpoint interval later, past every batch
+    acknowledged by then (with one message a send: 1, then 3). A partial first pull
+    (``pull_max`` 32) is taken before the next pull goes: two sends."""
+    monkeypatch.setattr(runner, "PULL_BATCH_MAX", pull_max)
+    monkeypatch.setattr(runner, "SEND_MESSAGES_MAX", messages_max)
+    monkeypatch.setattr(runner, "SEND_BYTES_MAX", bytes_max)
+    journal: list[str] = []
+    metrics = Metrics()
+    source = Source(journal, stored=True)
+    copier = RuleCopier(
+        RULE,
+        source,  # type: ignore[arg-type]
+        Target(journal, failures=0),  # type: ignore[arg-type]
+        tmp_path / "orders.marks",
+        metrics,
+        journal.append,  # type: ignore[arg-type]
+    )
+    copier.positions = {0: 0}
+    copier.target_queues = [0]
+    await _run_until(copier, source.caught_up)
+    assert journal == expected
+    sends = [line for line in journal if line.startswith("sent")]
+    first_offsets = (
+        [0, 1, 2] if messages_max == 1 else [0, 2] if bytes_max == 1 or pull_max == 32 else [0]
+    )
+    assert parse_marks((tmp_path / "orders.marks").read_text()) == [
+        Mark(0, offset, 0, 100 + offset) for offset in first_offsets
+    ]
+    assert len(sends) == len(first_offsets)
+    assert metrics.messages.labels("orders")._value.get() == 3
+    assert metrics.bytes.labels("orders")._value.get() == 3
+    assert copier.positions == {0: 3}
+    # Stopped: no pull (the puller was in a long poll) nor commit is left running.
+    assert [task for task in asyncio.all_tasks() if task is not asyncio.current_task()] == []
+
+
 async def test_an_unexpected_error_in_a_copy_task_is_reported(tmp_path: Path) -> None:
     journal: list[str] = []
     failures: list[BaseException] = []
@@ -167,16 +236,19 @@ async def test_an_unexpected_error_in_a_copy_task_is_reported(tmp_path: Path) ->
     assert journal == []
 
 
-async def test_copies_of_an_unfinished_batch_older_than_the_dedup_window_are_not_sent_again(
-    tmp_path: Path,
-) -> None:
-    """A crash left the batch from offset 0 unfinished (sent, not committed) long ago:
-    the copies the target stored (offsets 0 and 1, not 2) are found and not resent."""
+async def _resume_after_crash(
+    tmp_path: Path, pending: list[Pending], stored: tuple[int, ...]
+) -> tuple[list[str], Path]:
+    """Prepare and run a copier (every resend unsafe) whose marks file holds ``pending``
+    sends and whose target holds the copies of source offsets ``stored`` (at 100 + the
+    offset), until the source is caught up; the journal and the marks file."""
     journal: list[str] = []
     marks = tmp_path / "orders.marks"
-    marks.write_text("# east Orders -> west OrdersCopy\n" + format_pending(Pending(0, 0, 500_000)))
+    marks.write_text(
+        "# east Orders -> west OrdersCopy\n" + "".join(format_pending(p) for p in pending)
+    )
     existing = []
-    for offset in (0, 1):
+    for offset in stored:
         copy, _ = copy_message(_message(offset), "east", 0, "OrdersCopy", [0])
         copy.system_properties.queue_offset = 100 + offset
         existing.append(copy)
@@ -192,6 +264,28 @@ async def test_copies_of_an_unfinished_batch_older_than_the_dedup_window_are_not
     )
     await copier.prepare()
     await _run_until(copier, source.caught_up)
+    return journal, marks
+
+
+async def test_copies_of_an_unfinished_batch_older_than_the_dedup_window_are_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A crash left the batch from offset 0 unfinished (sent, not committed) long ago:
+    the copies the target stored (offsets 0 and 1, not 2) are found and not resent."""
+    journal, marks = await _resume_after_crash(tmp_path, [Pending(0, 0, 500_000)], (0, 1))
     skew_ms = 30_000
     assert journal == [f"scan since {500_000 - skew_ms}", "commit 2", "sent ['ID2']", "commit 3"]
+    assert parse_marks(marks.read_text()) == [Mark(0, 0, 0, 100), Mark(0, 2, 0, 102)]
+
+
+async def test_both_batches_past_a_checkpoint_in_flight_at_a_crash_are_sought_not_resent(
+    tmp_path: Path,
+) -> None:
+    """A crash long ago came while the batch from offset 0 was acknowledged (its
+    checkpoint not yet committed) and the next one, from 2, was sent: the look on the
+    target starts at the send from the checkpoint and finds the copies of both."""
+    journal, marks = await _resume_after_crash(
+        tmp_path, [Pending(0, 0, 500_000), Pending(0, 2, 500_100)], (0, 1, 2)
+    )
+    assert journal == [f"scan since {500_000 - 30_000}", "commit 2", "commit 3"]
     assert parse_marks(marks.read_text()) == [Mark(0, 0, 0, 100), Mark(0, 2, 0, 102)]
