@@ -290,7 +290,7 @@ def unpack_records(payload: bytes) -> PackedRecords:
     return PackedRecords(tuple(_record_from_wire(item) for item in exact), None)
 
 
-def _array_start(payload: bytes) -> tuple[int, int]:
+def _array_start(payload: bytes | memoryview) -> tuple[int, int]:
     """(item count, offset of the first item) of a msgpack array; ValueError if the
     payload does not start with an array header."""
     first = payload[0]
@@ -340,6 +340,20 @@ def item_bounds(data: bytes) -> list[int]:
     if bounds[-1] != len(data):
         raise RecordCorrupted("batch payload has bytes after its records")
     return bounds
+
+
+def items_span(data: bytes | memoryview) -> tuple[int, int]:
+    """(record count, where the first record array starts) of a batch: its arrays are
+    ``data[start:]``, in order, not delimited one by one. The batch's checksum is
+    verified as by :func:`decode_batch`; raises :class:`RecordCorrupted`."""
+    _store_timestamp_ms, count = _check_batch(data)
+    try:
+        header_count, header_bytes = _array_start(memoryview(data)[_HEADER.size :])
+    except (ValueError, IndexError, struct.error) as exc:
+        raise RecordCorrupted(f"batch payload is not a msgpack array: {exc}") from exc
+    if header_count != count:
+        raise RecordCorrupted(f"batch header says {count} records, payload disagrees")
+    return count, _HEADER.size + header_bytes
 
 
 def encode_packed_batch(items: Sequence[bytes], count: int, store_timestamp_ms: int) -> bytes:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -41,7 +42,7 @@ from protocol.object_store import LocationUnavailable, open_location
 from protocol.storage_api import ExportSnapshotRequest, ExportSnapshotResponse
 from storage_node.errors import BadCommand, CommandCorrupted, ExportFailed
 from storage_node.partition.queues import QueueEntry, QueueId
-from storage_node.partition.reads import EntryReader, record_items_of
+from storage_node.partition.reads import EntryReader, record_runs_of
 from storage_node.replica import GroupReplica
 from storage_node.store.base import EntryFileRange
 from storage_node.store.segment_files import read_file_ranges
@@ -56,6 +57,9 @@ SLICE_BYTES = 4 << 20
 
 EXPORTS_MAX = 2
 """Exports a node runs at once (each holds a slice and a block in memory)."""
+
+_STORE_TIME = operator.attrgetter("store_timestamp_ms")
+"""A queue entry's store time (at C speed, over a run)."""
 
 OBJECT_BYTES_MIN = 4096
 BLOCK_BYTES_MIN = 1024
@@ -115,11 +119,15 @@ class QueueObjectSink:
     def add(self, entries: list[QueueEntry], log_entries: dict[int, bytes]) -> None:
         """The messages at ``entries`` (the next offsets), read from ``log_entries``."""
         reader: EntryReader = log_entries.__getitem__
-        items = record_items_of(reader, self.group_id, self.queue, entries)
-        for entry, item in zip(entries, items, strict=True):
-            self._items.append(item)
-            self._times.append(entry.store_timestamp_ms)
-            self._pending_bytes += len(item)
+        # The records are copied as runs (a log entry's consecutive messages at once),
+        # never one by one; a block is cut after the run that fills it, so it holds
+        # about block_bytes_max (more by at most one log entry's records).
+        start = 0
+        for count, run in record_runs_of(reader, self.group_id, self.queue, entries):
+            self._items.append(run)
+            self._times.extend(map(_STORE_TIME, entries[start : start + count]))
+            start += count
+            self._pending_bytes += len(run)
             if self._pending_bytes >= self.block_bytes_max:
                 self._write_block()
 
@@ -145,7 +153,7 @@ class QueueObjectSink:
             self._file = self.fs.open(path, "wb")
             self._write(self._builder.header())
         self._write(self._builder.add_block(self._times, self._items))
-        self.next_offset += len(self._items)
+        self.next_offset += len(self._times)
         self._items, self._times, self._pending_bytes = [], [], 0
         if self._builder.size_bytes >= self.object_bytes_max:
             self._finish_object()

@@ -84,9 +84,12 @@ pytestmark = pytest.mark.integration
 
 LARGE_MB = int(os.environ.get("RIP5_TIER_TEST_MB", "0"))
 """Megabytes more to publish, upload and read back (0 in ``make test``)."""
+KILLS = int(os.environ.get("RIP5_TIER_TEST_KILLS", "3"))
+"""How many times a leader is SIGKILLed during uploads (3 in ``make test``)."""
+SEED = int(os.environ.get("RIP5_TIER_TEST_SEED", "34"))
+"""Seeds the kills' victims and moments (printed, so a run can be repeated)."""
 TOPIC = "archived"
 QUEUES = 2
-KILLS = 3
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +221,8 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     for queue_id in range(QUEUES):  # and the group's position is past them all
         assert _group_offset(cluster, "tier-readers", queue_id) == 160
 
-    rng = random.Random(34)
+    rng = random.Random(SEED)
+    print(f"tier kills: {KILLS}, seed {SEED} (RIP5_TIER_TEST_KILLS, RIP5_TIER_TEST_SEED)")
     for serial in range(1, KILLS + 1):
         status = admin(
             cluster,
@@ -232,35 +236,77 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
         )
         rows = [r for r in json.loads(status) if r["topic"] == TOPIC]
         victim_group = rng.choice(rows)["group"]
-        # Publish, then kill the leader of one of the queues' groups while it uploads.
-        more = _publish(cluster, serial, 4)
+        # Publish, then kill the leader of one of the queues' groups while it uploads:
+        # a random moment, after a random number of appends (uploads run every 200 ms
+        # for every 50 messages pending).
+        more = _publish(cluster, serial, rng.randint(1, 8))
         node = leader_of(cluster, victim_group)
         cluster.storage[node].kill()
-        more_after = _publish(cluster, serial + 100, 2)  # served by the new leader
+        more_after = _publish(cluster, serial + 10_000, 2)  # served by the new leader
         cluster.storage[node].start()
         for queue_id in range(QUEUES):
             sent[queue_id] += more[queue_id] + more_after[queue_id]
         wait_until(
             lambda: _all_uploaded(cluster, tier, sent),
             timeout_s=40,
-            what=f"the uploads after kill {serial}",
+            what=f"the uploads after kill {serial} (seed {SEED})",
         )
         verify(cluster, tier)
+        print(f"kill {serial}: node {node}, the leader of group {victim_group}")
     final = tiered_ids(tier)
     for queue_id in range(QUEUES):
         assert len(final[queue_id]) == len(set(final[queue_id])), "a message is tiered twice"
-    if LARGE_MB:  # the larger run: docs/storage-node.md, "Tiered storage"
-        bulk = _publish_bulk(cluster, LARGE_MB)
-        for queue_id in range(QUEUES):
-            sent[queue_id] += bulk[queue_id]
-        wait_until(
-            lambda: _all_uploaded(cluster, tier, sent),
-            timeout_s=60 + 3 * LARGE_MB,
-            what=f"{LARGE_MB} MB in the tier",
+        # Each new leader resumed where the recorded objects ended: along the offsets the
+        # writers' terms never go back (no deposed leader's object was recorded after).
+        terms = [_name_fields(name)[3] for name in _recorded_names(tier, queue_id)]
+        assert terms == sorted(terms), f"queue {queue_id}: terms along the offsets {terms}"
+        print(
+            f"queue {queue_id}: {len(final[queue_id])} messages in {len(terms)} objects, "
+            f"{len(set(terms)) - 1} resumes by a new leader (terms {sorted(set(terms))})"
         )
-        verify(cluster, tier)
-        for queue_id in range(QUEUES):
-            assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+    if LARGE_MB:  # the larger run: docs/storage-node.md, "Tiered storage"
+        _large_run(cluster, tier, sent)
+
+
+def _disk_bytes(cluster: LocalCluster, node: int) -> int:
+    """The bytes of storage node ``node``'s files (its data folder: WAL, state)."""
+    folder = cluster.root / f"storage-{node}"
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) -> None:
+    """``LARGE_MB`` MB more published, every message in the tier once, the local disks
+    back to the window (local retention 1 ms: what is in the tier leaves them), and
+    every message read back from offset 0. Prints the run's figures."""
+    published = LARGE_MB << 20
+    disk_before = {node: _disk_bytes(cluster, node) for node in cluster.storage}
+    bulk = _publish_bulk(cluster, LARGE_MB)
+    for queue_id in range(QUEUES):
+        sent[queue_id] += bulk[queue_id]
+    wait_until(
+        lambda: _all_uploaded(cluster, tier, sent),
+        timeout_s=60 + 3 * LARGE_MB,
+        what=f"{LARGE_MB} MB in the tier",
+    )
+    report = verify(cluster, tier)
+    # The window: the WAL's segments not yet collected (16 MiB each) and the groups'
+    # state; far below what was published once the trims passed the upload point.
+    window = published // 2
+    wait_until(
+        lambda: max(_disk_bytes(cluster, node) for node in cluster.storage) < window,
+        timeout_s=120,
+        what=f"every storage node's disk below {window} bytes",
+    )
+    disk_after = {node: _disk_bytes(cluster, node) for node in cluster.storage}
+    print(
+        f"large run: {sum(len(ids) for ids in bulk.values())} messages of 64 KiB "
+        f"({published} bytes) published; tier verify clean: {report['objects']} objects, "
+        f"{report['messages']} messages, {report['bytes']} bytes, "
+        f"{len(report['unrecorded'])} unrecorded; local disk bytes per node before "
+        f"{disk_before}, after {disk_after} (bound {window})"
+    )
+    for queue_id in range(QUEUES):
+        assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
 
 
 def _recorded_names(tier: Path, queue_id: int) -> list[str]:

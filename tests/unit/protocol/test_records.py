@@ -21,6 +21,7 @@ from protocol.records import (
     encode_batch,
     encode_packed_batch,
     item_bounds,
+    items_span,
     pack_items,
     pack_record,
     pack_records,
@@ -238,6 +239,7 @@ def test_records_cut_out_of_a_batch_pack_as_if_encoded_again(
     assert len(bounds) == len(batch) + 1
     items = [encoded[bounds[i] : bounds[i + 1]] for i in range(len(batch))]
     assert items == [pack_record(record) for record in batch]
+    assert items_span(encoded) == (len(batch), bounds[0])  # the arrays at once: the rest
     picked = data.draw(st.lists(st.integers(0, max(len(batch) - 1, 0)), max_size=len(batch)))
     chosen = [items[i] for i in picked] if batch else []
     assert pack_items(chosen) == pack_records([batch[i] for i in picked] if batch else [])
@@ -269,3 +271,17 @@ def test_records_are_not_cut_out_of_a_bad_batch(data: bytes, message: str) -> No
     flipped[-2] ^= 0x10
     with pytest.raises(RecordCorrupted, match="CRC"):
         item_bounds(bytes(flipped))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"R5", "header bytes"),
+        (_framed(msgpack.packb([]), 1), "header says 1"),
+        (_framed(msgpack.packb({"a": 1}), 1), "not a msgpack array"),
+        (_framed(b"", 1), "not a msgpack array"),
+    ],
+)
+def test_no_span_of_records_is_given_for_a_bad_batch(data: bytes, message: str) -> None:
+    with pytest.raises(RecordCorrupted, match=message):
+        items_span(data)
