@@ -112,7 +112,7 @@ class QueueObjectSink:
         self._builder: ObjectBuilder | None = None
         self._file: Any = None
         self._name = ""
-        self._items: list[bytes] = []
+        self._items: list[bytes | memoryview] = []
         self._times: list[int] = []
         self._pending_bytes = 0
 

@@ -143,14 +143,14 @@ def record_items_of(
 
 def record_runs_of(
     read_entry: EntryReader, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
-) -> list[tuple[int, bytes]]:
+) -> list[tuple[int, bytes | memoryview]]:
     """The record arrays of :func:`record_items_of`, joined into runs: (messages, their
     arrays) for each run of ``entries`` at consecutive positions of one log entry,
-    cut out at once (a run that is its whole entry is not even delimited record by
-    record; the entry's batch checksum is verified). Joined in order, the runs are
-    the record arrays of ``entries``: what a block of a message object holds
-    (``protocol.message_objects.ObjectBuilder.add_block``)."""
-    runs: list[tuple[int, bytes]] = []
+    a view of the entry's bytes, not a copy (a run that is its whole entry is not
+    even delimited record by record; the entry's batch checksum is verified).
+    Joined in order, the runs are the record arrays of ``entries``: what a block
+    of a message object holds (``protocol.message_objects.ObjectBuilder.add_block``)."""
+    runs: list[tuple[int, bytes | memoryview]] = []
     index, total = 0, len(entries)
     while index < total:
         entry = entries[index]
@@ -173,9 +173,9 @@ def record_runs_of(
     return runs
 
 
-def _run_of(data: bytes, log_index: int, group_id: int, first: int, count: int) -> bytes:
+def _run_of(data: bytes, log_index: int, group_id: int, first: int, count: int) -> memoryview:
     """The record arrays at positions ``[first, first + count)`` of the APPEND entry
-    ``data``, as one slice; ``CommandCorrupted`` if the entry does not hold them."""
+    ``data``, as one view of it; ``CommandCorrupted`` if the entry does not hold them."""
     if not data or data[0] != Op.APPEND:
         raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
     try:
@@ -183,14 +183,14 @@ def _run_of(data: bytes, log_index: int, group_id: int, first: int, count: int) 
     except RecordCorrupted as exc:
         raise CommandCorrupted(f"log entry {log_index} of group {group_id}: {exc}") from exc
     if first == 0 and count == held:
-        return data[1 + start :]
+        return memoryview(data)[1 + start :]
     bounds = append_item_bounds(data, log_index)
     if first + count > held:
         raise CommandCorrupted(
             f"log entry {log_index} of group {group_id} holds {held} records, "
             f"not position {first + count - 1}"
         )
-    return data[bounds[first] : bounds[first + count]]
+    return memoryview(data)[bounds[first] : bounds[first + count]]
 
 
 def fitting(sizes: Iterable[int], bytes_max: int) -> int:

@@ -25,6 +25,7 @@ from protocol.records import (
     pack_items,
     pack_record,
     pack_records,
+    packed_batch_parts,
     unpack_records,
 )
 from protocol.vocabulary import MessageType
@@ -240,6 +241,10 @@ def test_records_cut_out_of_a_batch_pack_as_if_encoded_again(
     items = [encoded[bounds[i] : bounds[i + 1]] for i in range(len(batch))]
     assert items == [pack_record(record) for record in batch]
     assert items_span(encoded) == (len(batch), bounds[0])  # the arrays at once: the rest
+    views = [memoryview(encoded)[bounds[i] : bounds[i + 1]] for i in range(len(batch))]
+    packed = encode_packed_batch(items, len(batch), 9)
+    assert b"".join(packed_batch_parts(views, len(batch), 9)) == packed
+    assert decode_batch(packed).records == tuple(batch)
     picked = data.draw(st.lists(st.integers(0, max(len(batch) - 1, 0)), max_size=len(batch)))
     chosen = [items[i] for i in picked] if batch else []
     assert pack_items(chosen) == pack_records([batch[i] for i in picked] if batch else [])
