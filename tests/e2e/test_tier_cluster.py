@@ -90,6 +90,8 @@ SEED = int(os.environ.get("RIP5_TIER_TEST_SEED", "34"))
 """Seeds the kills' victims and moments (printed, so a run can be repeated)."""
 TOPIC = "archived"
 QUEUES = 2
+WINDOW_SEGMENTS = 6
+"""The WAL segments a storage node's disk may hold once the large run is trimmed."""
 
 
 @pytest.fixture(scope="module")
@@ -268,9 +270,10 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
         _large_run(cluster, tier, sent)
 
 
-def _disk_bytes(cluster: LocalCluster, node: int) -> int:
-    """The bytes of storage node ``node``'s files (its data folder: WAL, state)."""
-    folder = cluster.root / f"storage-{node}"
+def _disk_bytes(cluster: LocalCluster, node: int, under: str = "") -> int:
+    """The bytes of storage node ``node``'s files (its data folder: WAL, state), or of
+    its subfolder ``under``."""
+    folder = cluster.root / f"storage-{node}" / under
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
@@ -289,21 +292,23 @@ def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) ->
         what=f"{LARGE_MB} MB in the tier",
     )
     report = verify(cluster, tier)
-    # The window: the WAL's segments not yet collected (16 MiB each) and the groups'
-    # state; far below what was published once the trims passed the upload point.
-    window = published // 2
+    # The window: the WAL's live segments (16 MiB each: the one written, spares, those
+    # not yet collected) and the groups' state; far below what a large run published,
+    # once the trims passed the upload point.
+    window = WINDOW_SEGMENTS * (16 << 20)
     wait_until(
         lambda: max(_disk_bytes(cluster, node) for node in cluster.storage) < window,
         timeout_s=120,
         what=f"every storage node's disk below {window} bytes",
     )
     disk_after = {node: _disk_bytes(cluster, node) for node in cluster.storage}
+    wal_after = {node: _disk_bytes(cluster, node, "wal") for node in cluster.storage}
     print(
         f"large run: {sum(len(ids) for ids in bulk.values())} messages of 64 KiB "
         f"({published} bytes) published; tier verify clean: {report['objects']} objects, "
         f"{report['messages']} messages, {report['bytes']} bytes, "
         f"{len(report['unrecorded'])} unrecorded; local disk bytes per node before "
-        f"{disk_before}, after {disk_after} (bound {window})"
+        f"{disk_before}, after {disk_after} (of it the WAL {wal_after}; bound {window})"
     )
     for queue_id in range(QUEUES):
         assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
