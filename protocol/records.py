@@ -365,6 +365,25 @@ def encode_packed_batch(items: Sequence[bytes], count: int, store_timestamp_ms: 
     return BATCH_MAGIC + _VERSION_BYTE + _CRC.pack(crc32c.crc32c(rest)) + rest
 
 
+def array_bounds(data: bytes | memoryview, count: int) -> list[int]:
+    """Where each of the ``count`` record arrays joined in ``data`` (a run cut out of a
+    batch: :func:`items_span`) starts and ends: ``count + 1`` offsets from 0 to
+    ``len(data)``, the arrays only delimited, not checked. Raises
+    :class:`RecordCorrupted` unless ``data`` is exactly ``count`` msgpack values."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(data)
+    bounds = [0]
+    try:
+        for _ in range(count):
+            unpacker.skip()
+            bounds.append(unpacker.tell())
+    except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise RecordCorrupted(f"the records are not {count} msgpack arrays: {exc}") from exc
+    if bounds[-1] != len(data):
+        raise RecordCorrupted(f"the records hold bytes after their {count} arrays")
+    return bounds
+
+
 def packed_batch_parts(
     items: Sequence[bytes | memoryview], count: int, store_timestamp_ms: int
 ) -> list[bytes | memoryview]:

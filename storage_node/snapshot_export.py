@@ -31,6 +31,7 @@ SHELL (file and network I/O, threads).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import logging
 import operator
@@ -39,6 +40,7 @@ from typing import Any, NamedTuple
 
 from protocol.message_objects import ObjectBuilder, ObjectEntry, QueueManifest, object_name
 from protocol.object_store import LocationUnavailable, open_location
+from protocol.records import RecordCorrupted, array_bounds
 from protocol.storage_api import ExportSnapshotRequest, ExportSnapshotResponse
 from storage_node.errors import BadCommand, CommandCorrupted, ExportFailed
 from storage_node.partition.queues import QueueEntry, QueueId
@@ -119,15 +121,31 @@ class QueueObjectSink:
     def add(self, entries: list[QueueEntry], log_entries: dict[int, bytes]) -> None:
         """The messages at ``entries`` (the next offsets), read from ``log_entries``."""
         reader: EntryReader = log_entries.__getitem__
-        # The records are copied as runs (a log entry's consecutive messages at once),
-        # never one by one; a block is cut after the run that fills it, so it holds
-        # about block_bytes_max (more by at most one log entry's records).
+        # The records come as runs (a log entry's consecutive messages, one view of its
+        # bytes); a block is cut after the message that fills it, as if they came one
+        # by one, but a run is delimited message by message only where a cut falls.
         start = 0
         for count, run in record_runs_of(reader, self.group_id, self.queue, entries):
-            self._items.append(run)
-            self._times.extend(map(_STORE_TIME, entries[start : start + count]))
+            self._add_run(entries[start : start + count], memoryview(run))
             start += count
-            self._pending_bytes += len(run)
+
+    def _add_run(self, entries: list[QueueEntry], run: memoryview) -> None:
+        count = len(entries)
+        bounds: list[int] | None = None
+        taken = taken_bytes = 0
+        while taken < count:
+            room = self.block_bytes_max - self._pending_bytes
+            if len(run) - taken_bytes < room:
+                take, end_byte = count - taken, len(run)
+            else:  # the block fills inside the run: at the message reaching its size
+                if bounds is None:
+                    bounds = _array_bounds(run, count, self.group_id, self.queue)
+                take = bisect.bisect_left(bounds, taken_bytes + room, taken + 1) - taken
+                end_byte = bounds[taken + take]
+            self._items.append(run[taken_bytes:end_byte])
+            self._times.extend(map(_STORE_TIME, entries[taken : taken + take]))
+            self._pending_bytes += end_byte - taken_bytes
+            taken, taken_bytes = taken + take, end_byte
             if self._pending_bytes >= self.block_bytes_max:
                 self._write_block()
 
@@ -171,6 +189,15 @@ class QueueObjectSink:
     def _write(self, data: bytes) -> None:
         self._file.write(data)
         self.bytes_written += len(data)
+
+
+def _array_bounds(run: memoryview, count: int, group_id: int, queue: QueueId) -> list[int]:
+    """``protocol.records.array_bounds`` of a run of ``queue``'s records; CommandCorrupted
+    naming the group and queue if the run does not hold ``count`` arrays."""
+    try:
+        return array_bounds(run, count)
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"group {group_id}, queue {queue[0]}:{queue[1]}: {exc}") from exc
 
 
 async def export_group(
