@@ -45,8 +45,9 @@ import json
 import os
 import random
 import signal
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,14 +164,18 @@ def _publish(cluster: LocalCluster, serial: int, batches: int) -> dict[int, list
     return sent
 
 
-def _publish_bulk(cluster: LocalCluster, megabytes: int) -> dict[int, list[str]]:
-    """``megabytes`` MB of 64 KiB messages, 16 per append, over the queues in turn."""
+def _publish_bulk(
+    cluster: LocalCluster, megabytes: int, after_each: Callable[[], None] = lambda: None
+) -> dict[int, list[str]]:
+    """``megabytes`` MB of 64 KiB messages, 16 per append, over the queues in turn;
+    ``after_each`` is called after every append."""
     sent: dict[int, list[str]] = {}
     for batch in range(megabytes):
         queue_id = batch % QUEUES
         ids = [f"bulk-b{batch}-m{i}" for i in range(16)]
         append(cluster, TOPIC, queue_id, ids, body_bytes=64 << 10)
         sent.setdefault(queue_id, []).extend(ids)
+        after_each()
     return sent
 
 
@@ -283,7 +288,15 @@ def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) ->
     every message read back from offset 0. Prints the run's figures."""
     published = LARGE_MB << 20
     disk_before = {node: _disk_bytes(cluster, node) for node in cluster.storage}
-    bulk = _publish_bulk(cluster, LARGE_MB)
+    disk_peak = dict(disk_before)
+
+    def note_peak() -> None:
+        for node in cluster.storage:
+            disk_peak[node] = max(disk_peak[node], _disk_bytes(cluster, node))
+
+    started = time.monotonic()
+    bulk = _publish_bulk(cluster, LARGE_MB, note_peak)
+    published_s = time.monotonic() - started
     for queue_id in range(QUEUES):
         sent[queue_id] += bulk[queue_id]
     wait_until(
@@ -291,25 +304,33 @@ def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) ->
         timeout_s=60 + 3 * LARGE_MB,
         what=f"{LARGE_MB} MB in the tier",
     )
+    uploaded_s = time.monotonic() - started
     report = verify(cluster, tier)
     # The window: the WAL's live segments (16 MiB each: the one written, spares, those
     # not yet collected) and the groups' state; far below what a large run published,
     # once the trims passed the upload point.
     window = WINDOW_SEGMENTS * (16 << 20)
-    wait_until(
-        lambda: max(_disk_bytes(cluster, node) for node in cluster.storage) < window,
-        timeout_s=120,
-        what=f"every storage node's disk below {window} bytes",
-    )
+    within: AssertionError | None = None
+    try:
+        wait_until(
+            lambda: max(_disk_bytes(cluster, node) for node in cluster.storage) < window,
+            timeout_s=120,
+            what=f"every storage node's disk below {window} bytes",
+        )
+    except AssertionError as exc:  # the figures below are printed all the same
+        within = exc
     disk_after = {node: _disk_bytes(cluster, node) for node in cluster.storage}
     wal_after = {node: _disk_bytes(cluster, node, "wal") for node in cluster.storage}
     print(
         f"large run: {sum(len(ids) for ids in bulk.values())} messages of 64 KiB "
         f"({published} bytes) published; tier verify clean: {report['objects']} objects, "
         f"{report['messages']} messages, {report['bytes']} bytes, "
-        f"{len(report['unrecorded'])} unrecorded; local disk bytes per node before "
-        f"{disk_before}, after {disk_after} (of it the WAL {wal_after}; bound {window})"
+        f"{len(report['unrecorded'])} unrecorded; published in {published_s:.0f} s, all "
+        f"in the tier {uploaded_s:.0f} s from the start; local disk bytes per node before "
+        f"{disk_before}, at most {disk_peak} while publishing, after {disk_after} (of it "
+        f"the WAL {wal_after}; bound {window})"
     )
+    assert within is None, within
     for queue_id in range(QUEUES):
         assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
 
