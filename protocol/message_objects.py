@@ -53,7 +53,7 @@ from protocol.records import (
     RecordCorrupted,
     decode_batch,
     decode_columns,
-    encode_packed_batch,
+    packed_batch_parts,
 )
 
 OBJECT_MAGIC = b"R5MO"
@@ -318,18 +318,22 @@ class ObjectBuilder:
             raise ValueError("the header was given already")
         return self._emit(HEADER.pack(OBJECT_MAGIC, OBJECT_VERSION, 0))
 
-    def add_block(self, store_timestamps_ms: Sequence[int], items: Sequence[bytes]) -> bytes:
-        """The bytes of a block of the next ``len(items)`` messages: ``items`` are their
-        record arrays (``protocol.records.pack_record`` or cut from a batch),
-        ``store_timestamps_ms`` their store times."""
-        count = len(items)
-        if not count or len(store_timestamps_ms) != count:
+    def add_block(
+        self, store_timestamps_ms: Sequence[int], items: Sequence[bytes | memoryview]
+    ) -> bytes:
+        """The bytes of a block of the next ``len(store_timestamps_ms)`` messages, stored
+        at those times: ``items`` are their record arrays, in order, as parts that
+        each hold one or more whole arrays (``protocol.records.pack_record`` per
+        message, or runs cut from a batch at once); the caller vouches that the
+        parts hold one array per store time (a reader checks the count)."""
+        count = len(store_timestamps_ms)
+        if not count or not items or len(items) > count:
             raise ValueError("a block needs one store time per record, and at least one record")
         if not self.size_bytes:
             raise ValueError("write the header first")
         head = _COUNT.pack(count) + struct.pack(_STORE_TIMES.format(count), *store_timestamps_ms)
-        batch = encode_packed_batch(items, count, store_timestamps_ms[0])
-        data = head + batch
+        # One copy of the records: the batch's parts are joined once, after the head.
+        data = b"".join((head, *packed_batch_parts(items, count, store_timestamps_ms[0])))
         self._blocks.append(
             BlockInfo(
                 self.end_offset,

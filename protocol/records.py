@@ -290,7 +290,7 @@ def unpack_records(payload: bytes) -> PackedRecords:
     return PackedRecords(tuple(_record_from_wire(item) for item in exact), None)
 
 
-def _array_start(payload: bytes) -> tuple[int, int]:
+def _array_start(payload: bytes | memoryview) -> tuple[int, int]:
     """(item count, offset of the first item) of a msgpack array; ValueError if the
     payload does not start with an array header."""
     first = payload[0]
@@ -342,6 +342,20 @@ def item_bounds(data: bytes) -> list[int]:
     return bounds
 
 
+def items_span(data: bytes | memoryview) -> tuple[int, int]:
+    """(record count, where the first record array starts) of a batch: its arrays are
+    ``data[start:]``, in order, not delimited one by one. The batch's checksum is
+    verified as by :func:`decode_batch`; raises :class:`RecordCorrupted`."""
+    _store_timestamp_ms, count = _check_batch(data)
+    try:
+        header_count, header_bytes = _array_start(memoryview(data)[_HEADER.size :])
+    except (ValueError, IndexError, struct.error) as exc:
+        raise RecordCorrupted(f"batch payload is not a msgpack array: {exc}") from exc
+    if header_count != count:
+        raise RecordCorrupted(f"batch header says {count} records, payload disagrees")
+    return count, _HEADER.size + header_bytes
+
+
 def encode_packed_batch(items: Sequence[bytes], count: int, store_timestamp_ms: int) -> bytes:
     """The batch of ``count`` records whose arrays are ``items`` joined (each part the
     ``items`` of an :func:`unpack_records`): what :func:`encode_batch` gives for
@@ -349,6 +363,38 @@ def encode_packed_batch(items: Sequence[bytes], count: int, store_timestamp_ms: 
     header: bytes = _ARRAY_HEADER.pack_array_header(count)
     rest = b"".join((_COUNT.pack(store_timestamp_ms, count), header, *items))
     return BATCH_MAGIC + _VERSION_BYTE + _CRC.pack(crc32c.crc32c(rest)) + rest
+
+
+def array_bounds(data: bytes | memoryview, count: int) -> list[int]:
+    """Where each of the ``count`` record arrays joined in ``data`` (a run cut out of a
+    batch: :func:`items_span`) starts and ends: ``count + 1`` offsets from 0 to
+    ``len(data)``, the arrays only delimited, not checked. Raises
+    :class:`RecordCorrupted` unless ``data`` is exactly ``count`` msgpack values."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(data)
+    bounds = [0]
+    try:
+        for _ in range(count):
+            unpacker.skip()
+            bounds.append(unpacker.tell())
+    except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise RecordCorrupted(f"the records are not {count} msgpack arrays: {exc}") from exc
+    if bounds[-1] != len(data):
+        raise RecordCorrupted(f"the records hold bytes after their {count} arrays")
+    return bounds
+
+
+def packed_batch_parts(
+    items: Sequence[bytes | memoryview], count: int, store_timestamp_ms: int
+) -> list[bytes | memoryview]:
+    """:func:`encode_packed_batch`'s bytes as parts (its header, then ``items`` as given),
+    the checksum taken part by part: nothing is copied, for batches too large to join
+    twice (a message object's blocks). Joined, they are exactly those bytes."""
+    rest_head = _COUNT.pack(store_timestamp_ms, count) + _ARRAY_HEADER.pack_array_header(count)
+    crc = crc32c.crc32c(rest_head)
+    for item in items:
+        crc = crc32c.crc32c(item, crc)
+    return [BATCH_MAGIC + _VERSION_BYTE + _CRC.pack(crc) + rest_head, *items]
 
 
 def decode_batch(data: bytes) -> RecordBatch:

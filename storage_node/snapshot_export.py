@@ -31,17 +31,20 @@ SHELL (file and network I/O, threads).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from protocol.message_objects import ObjectBuilder, ObjectEntry, QueueManifest, object_name
 from protocol.object_store import LocationUnavailable, open_location
+from protocol.records import RecordCorrupted, array_bounds
 from protocol.storage_api import ExportSnapshotRequest, ExportSnapshotResponse
 from storage_node.errors import BadCommand, CommandCorrupted, ExportFailed
 from storage_node.partition.queues import QueueEntry, QueueId
-from storage_node.partition.reads import EntryReader, record_items_of
+from storage_node.partition.reads import EntryReader, record_runs_of
 from storage_node.replica import GroupReplica
 from storage_node.store.base import EntryFileRange
 from storage_node.store.segment_files import read_file_ranges
@@ -56,6 +59,9 @@ SLICE_BYTES = 4 << 20
 
 EXPORTS_MAX = 2
 """Exports a node runs at once (each holds a slice and a block in memory)."""
+
+_STORE_TIME = operator.attrgetter("store_timestamp_ms")
+"""A queue entry's store time (at C speed, over a run)."""
 
 OBJECT_BYTES_MIN = 4096
 BLOCK_BYTES_MIN = 1024
@@ -108,18 +114,38 @@ class QueueObjectSink:
         self._builder: ObjectBuilder | None = None
         self._file: Any = None
         self._name = ""
-        self._items: list[bytes] = []
+        self._items: list[bytes | memoryview] = []
         self._times: list[int] = []
         self._pending_bytes = 0
 
     def add(self, entries: list[QueueEntry], log_entries: dict[int, bytes]) -> None:
         """The messages at ``entries`` (the next offsets), read from ``log_entries``."""
         reader: EntryReader = log_entries.__getitem__
-        items = record_items_of(reader, self.group_id, self.queue, entries)
-        for entry, item in zip(entries, items, strict=True):
-            self._items.append(item)
-            self._times.append(entry.store_timestamp_ms)
-            self._pending_bytes += len(item)
+        # The records come as runs (a log entry's consecutive messages, one view of its
+        # bytes); a block is cut after the message that fills it, as if they came one
+        # by one, but a run is delimited message by message only where a cut falls.
+        start = 0
+        for count, run in record_runs_of(reader, self.group_id, self.queue, entries):
+            self._add_run(entries[start : start + count], memoryview(run))
+            start += count
+
+    def _add_run(self, entries: list[QueueEntry], run: memoryview) -> None:
+        count = len(entries)
+        bounds: list[int] | None = None
+        taken = taken_bytes = 0
+        while taken < count:
+            room = self.block_bytes_max - self._pending_bytes
+            if len(run) - taken_bytes < room:
+                take, end_byte = count - taken, len(run)
+            else:  # the block fills inside the run: at the message reaching its size
+                if bounds is None:
+                    bounds = _array_bounds(run, count, self.group_id, self.queue)
+                take = bisect.bisect_left(bounds, taken_bytes + room, taken + 1) - taken
+                end_byte = bounds[taken + take]
+            self._items.append(run[taken_bytes:end_byte])
+            self._times.extend(map(_STORE_TIME, entries[taken : taken + take]))
+            self._pending_bytes += end_byte - taken_bytes
+            taken, taken_bytes = taken + take, end_byte
             if self._pending_bytes >= self.block_bytes_max:
                 self._write_block()
 
@@ -145,7 +171,7 @@ class QueueObjectSink:
             self._file = self.fs.open(path, "wb")
             self._write(self._builder.header())
         self._write(self._builder.add_block(self._times, self._items))
-        self.next_offset += len(self._items)
+        self.next_offset += len(self._times)
         self._items, self._times, self._pending_bytes = [], [], 0
         if self._builder.size_bytes >= self.object_bytes_max:
             self._finish_object()
@@ -163,6 +189,15 @@ class QueueObjectSink:
     def _write(self, data: bytes) -> None:
         self._file.write(data)
         self.bytes_written += len(data)
+
+
+def _array_bounds(run: memoryview, count: int, group_id: int, queue: QueueId) -> list[int]:
+    """``protocol.records.array_bounds`` of a run of ``queue``'s records; CommandCorrupted
+    naming the group and queue if the run does not hold ``count`` arrays."""
+    try:
+        return array_bounds(run, count)
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"group {group_id}, queue {queue[0]}:{queue[1]}: {exc}") from exc
 
 
 async def export_group(

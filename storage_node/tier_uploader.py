@@ -13,9 +13,11 @@ earlier leader recorded):
    leader recorded those offsets first) or a lost one (this node was deposed)
    leaves the object unrecorded: it is deleted at once when possible, and is
    garbage to every reader otherwise;
-4. write the group's manifest whenever the recorded objects differ from the
-   last manifest this node wrote (its own records, a previous leader's, or
-   retention's expiry).
+4. write the group's manifest when the recorded objects differ from the last
+   manifest this node wrote (its own records, a previous leader's, or
+   retention's expiry), at most once every ``MANIFEST_INTERVAL_MS``: it is a
+   copy for readers outside the cluster, the raft state is the truth, and
+   rewriting it after every round cost as much as building the objects.
 
 A failed write (tier outage) is retried with exponential backoff per group
 (``RETRY_MS_MIN`` doubling up to ``RETRY_MS_MAX``); appends and reads of local
@@ -58,6 +60,9 @@ RETRY_MS_MIN = 500
 RETRY_MS_MAX = 30_000
 BLOCK_BYTES = 256 << 10
 """About the bytes of one block of an uploaded object."""
+MANIFEST_INTERVAL_MS = 1000
+"""The least time between two manifest writes of a group (a changed manifest is written
+at the first round after it)."""
 
 
 @dataclass
@@ -73,6 +78,8 @@ class GroupUploads:
     retry_ms: int = 0
     manifest_of: tuple[tuple[str, int, int | None, int | None], ...] | None = None
     """What the manifest this node last wrote held (None: none written)."""
+    manifest_at_ms: int | None = None
+    """When this node last wrote the group's manifest (None: never)."""
 
 
 @dataclass
@@ -114,7 +121,10 @@ class Uploader:
             recorded += await self._upload_group(replica, term, status)
             # Also when another leader recorded objects (or retention expired some) and
             # did not write the manifest: it always follows the raft state.
-            if _manifest_key(replica) != status.manifest_of:
+            due = status.manifest_at_ms is None or (
+                self.node.now_ms() >= status.manifest_at_ms + MANIFEST_INTERVAL_MS
+            )
+            if due and _manifest_key(replica) != status.manifest_of:
                 await self._write_manifest(replica, status)
         return recorded
 
@@ -237,6 +247,7 @@ class Uploader:
         try:
             await asyncio.to_thread(self.tier.write_manifest, manifest, replica.group_id)
             status.manifest_of = key
+            status.manifest_at_ms = self.node.now_ms()
         except Exception as exc:  # noqa: BLE001 - fsspec drivers raise their own types: any failure is the tier's
             self._failed(replica.group_id, status, "manifest write", exc)
 

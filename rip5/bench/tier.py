@@ -10,12 +10,18 @@ the tier leaves the local disks). Then, on each:
    ``message_bytes`` to the queues round robin, each on its group's leader,
    for ``seconds`` (``rip5 bench replication``'s publisher): messages/s.
    The tier's figure over the off figure is the cost of the tier (target:
-   within 10%).
+   within 10%). With it, the storage nodes' CPU (all three processes, from
+   /proc) per message acknowledged: over the publish window, and (tier on)
+   from the publish's start until every message is in the tier, so the
+   uploads' whole cost is counted.
 2. uploads (tier on): from the publish's start until every queue's upload
    point reached its end (``queue_info``'s ``tier_upload_point``, from the
    leaders): messages uploaded per second over that time, and the lag left
-   when the publish ended. Uploads keep up when that rate is at least the
-   publish rate (and the catch-up after the publish is short).
+   when the publish ended; and the messages uploaded by the publish's end per
+   second of the publish, with the catch-up time after it. Uploads keep up when
+   the rate during the publish matches the publish rate (the lag stays about
+   one batch per queue) and the catch-up is about one batch wait
+   (``--tier-batch-wait-ms``): the last messages of a queue wait for it.
 3. cold reads (tier on): once the local trims passed the data, every queue
    is read from offset 0 (``storage.read``, 1000 messages a call, one queue
    after the other) while all of it lies in the tier only: messages/s and
@@ -52,7 +58,11 @@ from rip5.bench.storage_cluster import LocalStorageCluster
 
 METRICS = (
     harness.Metric("messages_per_s", "publish msgs/s"),
+    harness.Metric("storage_cpu_us_per_message", "storage CPU us/msg (publish)", ".1f"),
+    harness.Metric("storage_cpu_us_per_message_uploaded", "storage CPU us/msg (to tier)", ".1f"),
     harness.Metric("upload_messages_per_s", "upload msgs/s"),
+    harness.Metric("upload_messages_per_s_during_publish", "upload msgs/s in publish"),
+    harness.Metric("catch_up_s", "catch-up s", ".1f"),
     harness.Metric("lag_at_publish_end", "lag at publish end (msgs)", ",.0f"),
     harness.Metric("cold_read_messages_per_s", "cold read msgs/s"),
     harness.Metric("cold_read_mb_per_s", "cold read MB/s", ".1f"),
@@ -66,7 +76,11 @@ class ModeResult:
     """What one cluster measured (-1: not measured in this mode)."""
 
     messages_per_s: float
+    storage_cpu_us_per_message: float = -1
+    storage_cpu_us_per_message_uploaded: float = -1
     upload_messages_per_s: float = -1
+    upload_messages_per_s_during_publish: float = -1
+    catch_up_s: float = -1
     lag_at_publish_end: float = -1
     cold_read_messages_per_s: float = -1
     cold_read_mb_per_s: float = -1
@@ -146,15 +160,23 @@ async def _run_mode(
             await storage.wait_all_led()
             await _create_topic(nameservers.leader, args.queues)
             report.stage(f"{name}: publish")
+            pids = harness.pids_of(storage.processes)
+            cpu_at_start = _cpu_seconds(pids())
             started = time.monotonic()
             acked = await publish(storage, args)
             elapsed = time.monotonic() - started
             result = ModeResult(acked / elapsed)
+            result.storage_cpu_us_per_message = _us_per(cpu_at_start, pids(), acked)
             if tier_on:
                 report.stage("tier on: uploads")
                 result.lag_at_publish_end = await _lag(storage, args.queues)
+                result.upload_messages_per_s_during_publish = (
+                    acked - result.lag_at_publish_end
+                ) / elapsed
                 await _wait("the uploads", lambda: _uploaded(storage, args.queues), 600)
+                result.catch_up_s = time.monotonic() - started - elapsed
                 result.upload_messages_per_s = acked / (time.monotonic() - started)
+                result.storage_cpu_us_per_message_uploaded = _us_per(cpu_at_start, pids(), acked)
                 report.stage("tier on: cold reads")
                 await _wait("the local trims", lambda: _trimmed(storage, args.queues), 120)
                 read_started = time.monotonic()
@@ -168,6 +190,19 @@ async def _run_mode(
             await nameservers.stop()
     report.record(name, {k: v for k, v in vars(result).items() if v >= 0})
     return result
+
+
+def _cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
+    """CPU seconds so far of each live process of ``pids``."""
+    seconds = {pid: harness.cpu_seconds_of(pid) for pid in pids}
+    return {pid: value for pid, value in seconds.items() if value is not None}
+
+
+def _us_per(at_start: dict[int, float], pids: Sequence[int], messages: int) -> float:
+    """CPU microseconds the processes ``pids`` used since ``at_start``, per message."""
+    now = _cpu_seconds(pids)
+    used = sum(now[pid] - at_start.get(pid, 0.0) for pid in now)
+    return used * 1e6 / max(1, messages)
 
 
 async def _uploaded(storage: LocalStorageCluster, queues: int) -> bool:
@@ -196,8 +231,13 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
     print(
         f"  publish: tier off {off.messages_per_s:,.0f} msgs/s, tier on "
         f"{on.messages_per_s:,.0f} msgs/s ({on.messages_per_s / off.messages_per_s:.0%})\n"
+        f"  storage CPU per message: tier off {off.storage_cpu_us_per_message:.1f} us, "
+        f"tier on {on.storage_cpu_us_per_message:.1f} us over the publish, "
+        f"{on.storage_cpu_us_per_message_uploaded:.1f} us until all was in the tier\n"
         f"  uploads: {on.upload_messages_per_s:,.0f} msgs/s from the publish's start to "
-        f"all in the tier (lag {on.lag_at_publish_end:,.0f} msgs when the publish ended)\n"
+        f"all in the tier (lag {on.lag_at_publish_end:,.0f} msgs when the publish ended); "
+        f"{on.upload_messages_per_s_during_publish:,.0f} msgs/s uploaded during the publish, "
+        f"all in the tier {on.catch_up_s:.1f} s after it\n"
         f"  cold reads: {on.cold_read_messages_per_s:,.0f} msgs/s, "
         f"{on.cold_read_mb_per_s:.1f} MB/s",
         flush=True,

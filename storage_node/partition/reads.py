@@ -19,6 +19,7 @@ from protocol.records import (
     decode_batch,
     decode_record_at,
     item_bounds,
+    items_span,
     pack_record,
 )
 from storage_node.errors import CommandCorrupted
@@ -138,6 +139,58 @@ def record_items_of(
         _check_position(entry, len(bounds) - 1, group_id)
         items.append(data[bounds[entry.position] : bounds[entry.position + 1]])
     return items
+
+
+def record_runs_of(
+    read_entry: EntryReader, group_id: int, queue: QueueId, entries: Sequence[QueueEntry]
+) -> list[tuple[int, bytes | memoryview]]:
+    """The record arrays of :func:`record_items_of`, joined into runs: (messages, their
+    arrays) for each run of ``entries`` at consecutive positions of one log entry,
+    a view of the entry's bytes, not a copy (a run that is its whole entry is not
+    even delimited record by record; the entry's batch checksum is verified).
+    Joined in order, the runs are the record arrays of ``entries``: what a block
+    of a message object holds (``protocol.message_objects.ObjectBuilder.add_block``)."""
+    runs: list[tuple[int, bytes | memoryview]] = []
+    index, total = 0, len(entries)
+    while index < total:
+        entry = entries[index]
+        if entry.dead_letter:
+            runs.append((1, pack_record(records_of(read_entry, group_id, queue, [entry])[0])))
+            index += 1
+            continue
+        log_index, first = entry.log_index, entry.position
+        end = index + 1
+        while (
+            end < total
+            and entries[end].log_index == log_index
+            and entries[end].position == first + end - index
+            and not entries[end].dead_letter
+        ):
+            end += 1
+        count = end - index
+        runs.append((count, _run_of(read_entry(log_index), log_index, group_id, first, count)))
+        index = end
+    return runs
+
+
+def _run_of(data: bytes, log_index: int, group_id: int, first: int, count: int) -> memoryview:
+    """The record arrays at positions ``[first, first + count)`` of the APPEND entry
+    ``data``, as one view of it; ``CommandCorrupted`` if the entry does not hold them."""
+    if not data or data[0] != Op.APPEND:
+        raise CommandCorrupted(f"log entry {log_index} is not an APPEND entry")
+    try:
+        held, start = items_span(memoryview(data)[1:])
+    except RecordCorrupted as exc:
+        raise CommandCorrupted(f"log entry {log_index} of group {group_id}: {exc}") from exc
+    if first == 0 and count == held:
+        return memoryview(data)[1 + start :]
+    bounds = append_item_bounds(data, log_index)
+    if first + count > held:
+        raise CommandCorrupted(
+            f"log entry {log_index} of group {group_id} holds {held} records, "
+            f"not position {first + count - 1}"
+        )
+    return memoryview(data)[bounds[first] : bounds[first + count]]
 
 
 def fitting(sizes: Iterable[int], bytes_max: int) -> int:

@@ -45,8 +45,9 @@ import json
 import os
 import random
 import signal
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ from protocol.message_objects import (
 from protocol.remoting import messages as messages_codec
 from protocol.remoting.codes import RequestCode, ResponseCode
 from rip5.admin_tier import group_manifests
+from storage_node.service import WAL_RETAIN_BYTES
 from tests.contract.remoting_wire import WireClient
 from tests.e2e.cluster import LocalCluster, free_port
 from tests.e2e.storage_calls import (
@@ -84,9 +86,14 @@ pytestmark = pytest.mark.integration
 
 LARGE_MB = int(os.environ.get("RIP5_TIER_TEST_MB", "0"))
 """Megabytes more to publish, upload and read back (0 in ``make test``)."""
+KILLS = int(os.environ.get("RIP5_TIER_TEST_KILLS", "3"))
+"""How many times a leader is SIGKILLed during uploads (3 in ``make test``)."""
+SEED = int(os.environ.get("RIP5_TIER_TEST_SEED", "34"))
+"""Seeds the kills' victims and moments (printed, so a run can be repeated)."""
 TOPIC = "archived"
 QUEUES = 2
-KILLS = 3
+WINDOW_SEGMENTS = 6
+"""The WAL segments a storage node's disk may hold beyond the WAL it retains."""
 
 
 @pytest.fixture(scope="module")
@@ -158,14 +165,18 @@ def _publish(cluster: LocalCluster, serial: int, batches: int) -> dict[int, list
     return sent
 
 
-def _publish_bulk(cluster: LocalCluster, megabytes: int) -> dict[int, list[str]]:
-    """``megabytes`` MB of 64 KiB messages, 16 per append, over the queues in turn."""
+def _publish_bulk(
+    cluster: LocalCluster, megabytes: int, after_each: Callable[[], None] = lambda: None
+) -> dict[int, list[str]]:
+    """``megabytes`` MB of 64 KiB messages, 16 per append, over the queues in turn;
+    ``after_each`` is called after every append."""
     sent: dict[int, list[str]] = {}
     for batch in range(megabytes):
         queue_id = batch % QUEUES
         ids = [f"bulk-b{batch}-m{i}" for i in range(16)]
         append(cluster, TOPIC, queue_id, ids, body_bytes=64 << 10)
         sent.setdefault(queue_id, []).extend(ids)
+        after_each()
     return sent
 
 
@@ -218,7 +229,8 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
     for queue_id in range(QUEUES):  # and the group's position is past them all
         assert _group_offset(cluster, "tier-readers", queue_id) == 160
 
-    rng = random.Random(34)
+    rng = random.Random(SEED)
+    print(f"tier kills: {KILLS}, seed {SEED} (RIP5_TIER_TEST_KILLS, RIP5_TIER_TEST_SEED)")
     for serial in range(1, KILLS + 1):
         status = admin(
             cluster,
@@ -232,35 +244,97 @@ def test_committed_messages_reach_the_tier_once_and_leave_the_local_disks(
         )
         rows = [r for r in json.loads(status) if r["topic"] == TOPIC]
         victim_group = rng.choice(rows)["group"]
-        # Publish, then kill the leader of one of the queues' groups while it uploads.
-        more = _publish(cluster, serial, 4)
+        # Publish, then kill the leader of one of the queues' groups while it uploads:
+        # a random moment, after a random number of appends (uploads run every 200 ms
+        # for every 50 messages pending).
+        more = _publish(cluster, serial, rng.randint(1, 8))
         node = leader_of(cluster, victim_group)
         cluster.storage[node].kill()
-        more_after = _publish(cluster, serial + 100, 2)  # served by the new leader
+        more_after = _publish(cluster, serial + 10_000, 2)  # served by the new leader
         cluster.storage[node].start()
         for queue_id in range(QUEUES):
             sent[queue_id] += more[queue_id] + more_after[queue_id]
         wait_until(
             lambda: _all_uploaded(cluster, tier, sent),
             timeout_s=40,
-            what=f"the uploads after kill {serial}",
+            what=f"the uploads after kill {serial} (seed {SEED})",
         )
         verify(cluster, tier)
+        print(f"kill {serial}: node {node}, the leader of group {victim_group}")
     final = tiered_ids(tier)
     for queue_id in range(QUEUES):
         assert len(final[queue_id]) == len(set(final[queue_id])), "a message is tiered twice"
-    if LARGE_MB:  # the larger run: docs/storage-node.md, "Tiered storage"
-        bulk = _publish_bulk(cluster, LARGE_MB)
-        for queue_id in range(QUEUES):
-            sent[queue_id] += bulk[queue_id]
-        wait_until(
-            lambda: _all_uploaded(cluster, tier, sent),
-            timeout_s=60 + 3 * LARGE_MB,
-            what=f"{LARGE_MB} MB in the tier",
+        # Each new leader resumed where the recorded objects ended: along the offsets the
+        # writers' terms never go back (no deposed leader's object was recorded after).
+        terms = [_name_fields(name)[3] for name in _recorded_names(tier, queue_id)]
+        assert terms == sorted(terms), f"queue {queue_id}: terms along the offsets {terms}"
+        print(
+            f"queue {queue_id}: {len(final[queue_id])} messages in {len(terms)} objects, "
+            f"{len(set(terms)) - 1} resumes by a new leader (terms {sorted(set(terms))})"
         )
-        verify(cluster, tier)
-        for queue_id in range(QUEUES):
-            assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+    if LARGE_MB:  # the larger run: docs/storage-node.md, "Tiered storage"
+        _large_run(cluster, tier, sent)
+
+
+def _disk_bytes(cluster: LocalCluster, node: int, under: str = "") -> int:
+    """The bytes of storage node ``node``'s files (its data folder: WAL, state), or of
+    its subfolder ``under``."""
+    folder = cluster.root / f"storage-{node}" / under
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) -> None:
+    """``LARGE_MB`` MB more published, every message in the tier once, the local disks
+    back to the window (local retention 1 ms: what is in the tier leaves them), and
+    every message read back from offset 0. Prints the run's figures."""
+    published = LARGE_MB << 20
+    disk_before = {node: _disk_bytes(cluster, node) for node in cluster.storage}
+    disk_peak = dict(disk_before)
+
+    def note_peak() -> None:
+        for node in cluster.storage:
+            disk_peak[node] = max(disk_peak[node], _disk_bytes(cluster, node))
+
+    started = time.monotonic()
+    bulk = _publish_bulk(cluster, LARGE_MB, note_peak)
+    published_s = time.monotonic() - started
+    for queue_id in range(QUEUES):
+        sent[queue_id] += bulk[queue_id]
+    wait_until(
+        lambda: _all_uploaded(cluster, tier, sent),
+        timeout_s=60 + 3 * LARGE_MB,
+        what=f"{LARGE_MB} MB in the tier",
+    )
+    uploaded_s = time.monotonic() - started
+    report = verify(cluster, tier)
+    # The queues' local data goes once it is in the tier (local retention 1 ms)...
+    wait_until(
+        lambda: all(
+            queue_info(cluster, TOPIC, q).local_first_offset == len(sent[q]) for q in range(QUEUES)
+        ),
+        timeout_s=60,
+        what="the local trims up to the upload point",
+    )
+    # ...and a node's disk holds at most the window: the WAL it retains for its groups
+    # (WAL_RETAIN_BYTES; past it the driver snapshots and collects the segments of the
+    # trimmed entries) and the segments around it (the one written, spares, those being
+    # collected).
+    window = WAL_RETAIN_BYTES + WINDOW_SEGMENTS * (16 << 20)
+    disk_after = {node: _disk_bytes(cluster, node) for node in cluster.storage}
+    wal_after = {node: _disk_bytes(cluster, node, "wal") for node in cluster.storage}
+    print(
+        f"large run: {sum(len(ids) for ids in bulk.values())} messages of 64 KiB "
+        f"({published} bytes) published; tier verify clean: {report['objects']} objects, "
+        f"{report['messages']} messages, {report['bytes']} bytes, "
+        f"{len(report['unrecorded'])} unrecorded; published in {published_s:.0f} s, all "
+        f"in the tier {uploaded_s:.0f} s from the start; local disk bytes per node before "
+        f"{disk_before}, at most {disk_peak} while publishing, after {disk_after} (of it "
+        f"the WAL {wal_after}; bound {window})"
+    )
+    assert max(disk_peak.values()) <= window
+    assert max(disk_after.values()) <= window
+    for queue_id in range(QUEUES):
+        assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
 
 
 def _recorded_names(tier: Path, queue_id: int) -> list[str]:

@@ -15,15 +15,18 @@ from protocol.records import (
     BATCH_MAGIC,
     MessageRecord,
     RecordCorrupted,
+    array_bounds,
     decode_batch,
     decode_filter_columns,
     decode_record_at,
     encode_batch,
     encode_packed_batch,
     item_bounds,
+    items_span,
     pack_items,
     pack_record,
     pack_records,
+    packed_batch_parts,
     unpack_records,
 )
 from protocol.vocabulary import MessageType
@@ -238,6 +241,13 @@ def test_records_cut_out_of_a_batch_pack_as_if_encoded_again(
     assert len(bounds) == len(batch) + 1
     items = [encoded[bounds[i] : bounds[i + 1]] for i in range(len(batch))]
     assert items == [pack_record(record) for record in batch]
+    assert items_span(encoded) == (len(batch), bounds[0])  # the arrays at once: the rest
+    run = memoryview(encoded)[bounds[0] :]
+    assert array_bounds(run, len(batch)) == [bound - bounds[0] for bound in bounds]
+    views = [memoryview(encoded)[bounds[i] : bounds[i + 1]] for i in range(len(batch))]
+    packed = encode_packed_batch(items, len(batch), 9)
+    assert b"".join(packed_batch_parts(views, len(batch), 9)) == packed
+    assert decode_batch(packed).records == tuple(batch)
     picked = data.draw(st.lists(st.integers(0, max(len(batch) - 1, 0)), max_size=len(batch)))
     chosen = [items[i] for i in picked] if batch else []
     assert pack_items(chosen) == pack_records([batch[i] for i in picked] if batch else [])
@@ -269,3 +279,26 @@ def test_records_are_not_cut_out_of_a_bad_batch(data: bytes, message: str) -> No
     flipped[-2] ^= 0x10
     with pytest.raises(RecordCorrupted, match="CRC"):
         item_bounds(bytes(flipped))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"R5", "header bytes"),
+        (_framed(msgpack.packb([]), 1), "header says 1"),
+        (_framed(msgpack.packb({"a": 1}), 1), "not a msgpack array"),
+        (_framed(b"", 1), "not a msgpack array"),
+    ],
+)
+def test_no_span_of_records_is_given_for_a_bad_batch(data: bytes, message: str) -> None:
+    with pytest.raises(RecordCorrupted, match=message):
+        items_span(data)
+
+
+def test_a_run_that_is_not_its_count_of_arrays_is_not_delimited() -> None:
+    run = msgpack.packb(["a"]) + msgpack.packb(["b"])
+    assert array_bounds(run, 2) == [0, 3, 6]
+    with pytest.raises(RecordCorrupted, match="not 3 msgpack arrays"):
+        array_bounds(run, 3)
+    with pytest.raises(RecordCorrupted, match="bytes after their 1 arrays"):
+        array_bounds(run, 1)

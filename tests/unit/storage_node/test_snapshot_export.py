@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 from protocol import message_objects as mo
@@ -23,9 +24,12 @@ from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
 from storage_node import snapshot_export
 from storage_node.errors import BadCommand, ExportFailed
+from storage_node.partition.reads import record_items_of
 from storage_node.replica import GroupReplica
 from storage_node.service import StorageNode
 from storage_node.store.segment_files import WalBodyStore
+from tests.unit.storage_node.partition.harness import Harness
+from tests.unit.storage_node.partition.harness import record as message_record
 from tests.unit.storage_node.test_service import CONTEXT, one_node
 from tests.waiting import async_wait_until
 
@@ -196,3 +200,35 @@ async def test_a_segment_gone_meanwhile_is_read_through_the_store(
         response = await node.export_snapshot(request, CONTEXT)
         (queue,) = [q for q in response.queues if q.queue_id == 0]
         assert _read_objects(tmp_path / "snap", queue) == await _stored(node, 0, 50)
+
+
+@pytest.mark.parametrize("block_bytes_max", [100, 700, 2048, 1 << 20])
+def test_the_sink_cuts_blocks_as_if_the_messages_came_one_by_one(block_bytes_max: int) -> None:
+    """Records come as runs of log entries (views, not copies), yet every block ends at
+    the message that fills it, as when each message was added alone."""
+    h = Harness()
+    for batch in range(6):
+        h.append(*(message_record(f"m{batch}-{i}", body=b"x" * (40 * i)) for i in range(1 + batch)))
+    entries = list(h.state.read("orders", 0, 0, 100))
+    fs = fsspec.filesystem("memory")
+    sink = snapshot_export.QueueObjectSink(
+        fs, "/runs", 1, ("orders", 0), 0, 1 << 40, block_bytes_max
+    )
+    sink.add(entries[:4], h.log)  # a slice ends inside a log entry: the next starts there
+    sink.add(entries[4:], h.log)
+    (entry,) = sink.close()
+    expected = mo.ObjectBuilder("orders", 0, 0)
+    parts, items, times = [expected.header()], [], []
+    for queue_entry, item in zip(
+        entries, record_items_of(h.log.__getitem__, 1, ("orders", 0), entries), strict=True
+    ):
+        items.append(item)
+        times.append(queue_entry.store_timestamp_ms)
+        if sum(map(len, items)) >= block_bytes_max:
+            parts.append(expected.add_block(times, items))
+            items, times = [], []
+    if items:
+        parts.append(expected.add_block(times, items))
+    tail, expected_entry = expected.finish(entry.name)
+    assert fs.cat(f"/runs/{entry.name}") == b"".join([*parts, tail])
+    assert entry == expected_entry

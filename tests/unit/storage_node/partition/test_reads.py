@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from storage_node.errors import SnapshotCorrupted
+from storage_node.errors import CommandCorrupted, SnapshotCorrupted
 from storage_node.partition.commands import TrimQueue
 from storage_node.partition.image import decode_image, encode_image
+from storage_node.partition.reads import record_items_of, record_runs_of
 from storage_node.partition.snapshot import take_snapshot
 from tests.unit.storage_node.partition.harness import Harness, record
 
@@ -57,3 +58,37 @@ def test_a_damaged_group_image_is_refused_with_its_cause(damage: object, message
     image = encode_image(h.state, {1: h.log[1]})
     with pytest.raises(SnapshotCorrupted, match=message):
         decode_image(damage(image))  # type: ignore[operator]
+
+
+def test_record_runs_join_to_the_record_arrays_of_any_stretch_of_a_queue() -> None:
+    h = Harness()
+    for batch in range(3):
+        h.append(*(record(f"m{batch}-{i}") for i in range(4)))  # log entries 1..3
+    entries = h.state.read("orders", 0, 0, 12)
+    reader = h.log.__getitem__
+    for first, end in [(0, 12), (0, 4), (1, 3), (2, 11), (4, 8), (11, 12)]:
+        piece = entries[first:end]
+        runs = record_runs_of(reader, 1, ("orders", 0), piece)
+        assert sum(count for count, _ in runs) == len(piece)
+        assert b"".join(run for _, run in runs) == b"".join(
+            record_items_of(reader, 1, ("orders", 0), piece)
+        )
+    # A run per log entry: whole entries are cut at once, partial ones at their bounds.
+    assert [count for count, _ in record_runs_of(reader, 1, ("orders", 0), entries[2:11])] == [
+        2,
+        4,
+        3,
+    ]
+
+
+def test_a_record_run_of_a_damaged_entry_names_the_entry() -> None:
+    h = Harness()
+    h.append(record("a"), record("b"))
+    entries = h.state.read("orders", 0, 0, 2)
+    data = bytearray(h.log[1])
+    data[-1] ^= 1
+    with pytest.raises(CommandCorrupted, match="log entry 1 of group 7: batch CRC mismatch"):
+        record_runs_of({1: bytes(data)}.__getitem__, 7, ("orders", 0), entries)
+    beyond = [entries[1]._replace(position=1), entries[1]._replace(position=2)]
+    with pytest.raises(CommandCorrupted, match="holds 2 records, not position 2"):
+        record_runs_of(h.log.__getitem__, 7, ("orders", 0), beyond)
