@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -91,6 +89,17 @@ def page(
     return head + report.markdown_table(rows) + tail
 
 
+def _command(models: tuple[str, ...], faults: tuple[str, ...], duration: float, seed: int) -> str:
+    """The command that writes this page again: the options that shape the runs, never
+    where the runs' folders or the page went (those name one machine's paths)."""
+    words = ["rip5 chaos matrix", f"--duration {duration:g}"]
+    if seed != 1:
+        words.append(f"--seed {seed}")
+    words += [f"--model {model}" for model in models]
+    words += [f"--fault {fault}" for fault in faults]
+    return " ".join(words)
+
+
 @click.command("matrix")
 @click.option("--model", "models", multiple=True, type=click.Choice(sorted(MODELS)))
 @click.option("--fault", "faults", multiple=True, type=click.Choice(sorted(KINDS)))
@@ -125,7 +134,7 @@ def matrix_command(
             )  # fmt: skip
             verdict = run_and_report(options, console)
             rows.append(report.matrix_row(fault, seed, verdict))
-    command = " ".join(["rip5 chaos matrix", *map(shlex.quote, sys.argv[3:])])
+    command = _command(models, faults, duration, seed)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(
         page(
