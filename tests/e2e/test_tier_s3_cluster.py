@@ -6,13 +6,15 @@ storage nodes and ``rip5 admin tier`` through the environment only
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
 
 Checked: committed messages reach S3 and ``tier verify`` is clean; while S3 is
-down, appends and reads of recent messages go on and reads of tiered messages
-fail with a retriable error naming the tier; once S3 is back the uploads catch
-up with no gap, and a reader from offset 0 gets every message.
+down (30 s: ``RIP5_TIER_S3_OUTAGE_S``), appends and reads of recent messages go
+on and reads of tiered messages fail with a retriable error naming the tier;
+once S3 is back the uploads catch up with no gap, and a reader from offset 0
+gets every message.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -36,6 +38,8 @@ pytestmark = pytest.mark.integration
 BUCKET = "rip5-tier"
 TIER_URL = f"s3://{BUCKET}/cluster-1"
 TOPIC = "cold"
+OUTAGE_S = int(os.environ.get("RIP5_TIER_S3_OUTAGE_S", "30"))
+"""How long S3 stays down at least, publishing all along (the issue's 30 s)."""
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +109,12 @@ def status_row(cluster: LocalCluster) -> dict[str, Any]:
     return row
 
 
+def _lags_at_least(cluster: LocalCluster, lag_ms: int) -> bool:
+    """Whether the leader reports the queue's oldest message not uploaded as stored
+    ``lag_ms`` or more ago."""
+    return queue_info(cluster, TOPIC, 0).tier_lag_ms >= lag_ms
+
+
 def publish(cluster: LocalCluster, serial: int, batches: int) -> list[str]:
     sent = []
     for batch in range(batches):
@@ -150,6 +160,20 @@ def test_uploads_to_s3_survive_an_outage(cluster: LocalCluster, s3: ThreadedMoto
         assert failing.tier_upload_point == len(sent)
         assert failing.tier_lag_bytes > 0
         assert failing.tier_lag_ms > 0
+        # The outage goes on for OUTAGE_S: publishing goes on through it, a batch each
+        # second of upload lag as the leader reports it (the oldest message not uploaded
+        # was stored when the outage began), and nothing is trimmed past the upload point.
+        for second in range(1, OUTAGE_S + 1):
+            during += publish(cluster, 100 + second, 1)
+            wait_until(
+                functools.partial(_lags_at_least, cluster, second * 1000),
+                timeout_s=10,
+                what=f"an upload lag of {second} s",
+            )
+        assert read_ids(cluster, TOPIC, 0, len(sent)) == during
+        stalled = queue_info(cluster, TOPIC, 0)
+        assert stalled.local_first_offset == len(sent)
+        assert stalled.tier_upload_point == len(sent)
     finally:
         s3.start()  # the same port; the S3 state lives on in this process
     sent += during

@@ -77,3 +77,15 @@ def test_lifting_records_a_vote_for_the_leader_so_no_second_vote_in_its_term() -
     for _ in range(100):
         node.tick()
     assert node.role in (Role.PRE_CANDIDATE, Role.CANDIDATE)
+
+
+def test_lifting_without_a_known_leader_records_no_vote() -> None:
+    node = _lost()
+    node.lift_data_lost()
+    # No leader known: nothing to record; the replica votes again from here on.
+    assert not node.data_lost
+    assert node.hard_state().vote == NONE
+    node.step(Message(MT.VOTE, to=3, from_=1, term=5, log_term=4, index=10))
+    (answer,) = _answers(node)
+    assert not answer.reject
+    assert node.hard_state().vote == 1
