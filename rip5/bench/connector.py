@@ -8,18 +8,20 @@ nameserver, 3 storage nodes with fsync on, 1 broker), topic ``bench-connector``
 ``rip5 connector`` process with one rule east -> west (``start = "earliest"``).
 Each run:
 
-1. **publish** (the yardstick): east alone, as ``rip5 bench e2e`` publishes
-   (``in_flight`` SendMessage calls of ``batch`` messages of ``message_bytes``):
-   msgs/s over ``seconds`` after ``warmup``; what it stores is the backlog;
-2. **replication**: the connector copies the backlog (on the first run it starts
-   now; later runs find it caught up and idle): msgs/s from its first copy of the
-   run to the last, read from its ``rip5_connector_replicated_messages_total``
-   every 100 ms;
+1. **publish** (the yardstick): east alone, no connector running, as ``rip5 bench
+   e2e`` publishes (``in_flight`` SendMessage calls of ``batch`` messages of
+   ``message_bytes``): msgs/s over ``seconds`` after ``warmup``; what it stores is
+   the backlog;
+2. **replication**: a connector process starts and copies the backlog from its
+   rule's checkpoint (the previous run's end): msgs/s from its first copy to the
+   last, read from its ``rip5_connector_replicated_messages_total`` every 100 ms
+   (its start is not counted);
 3. **delay at half rate**: east gets messages at half the replication rate (sends
    of ``batch`` on a fixed schedule) for ``seconds`` after ``warmup``, while the
    connector copies them; p50/p99 of ``rip5_connector_delay_milliseconds`` (now
    minus the source store time of the last message copied) read every 100 ms
-   whenever the copied count moved since the last read.
+   whenever the copied count moved since the last read. Then the connector stops
+   (SIGTERM), so the next run's publish has the machine to itself.
 
 Targets (issue [Connector]): replication >= 50% of the publish rate; delay p99
 <= 1 s at half load. Figures are indicative on a shared machine: both clusters,
@@ -82,11 +84,11 @@ group = "{GROUP}"
 class ConnectorProcess:
     """A ``rip5 connector`` child process and its metrics."""
 
-    def __init__(self, root: Path, rules: str) -> None:
+    def __init__(self, root: Path, rules: str, serial: int = 0) -> None:
         rules_path = root / "rules.toml"
         rules_path.write_text(rules)
         self.port = free_port()
-        self.log = (root / "connector.log").open("w")
+        self.log = (root / f"connector-{serial}.log").open("w")
         argv = [
             sys.executable, "-m", "rip5", "connector", "--rules", str(rules_path),
             "--data-dir", str(root / "connector"),
@@ -123,7 +125,9 @@ class ConnectorProcess:
             time.sleep(SAMPLE_S)
 
     def stop(self) -> None:
-        """Stop it (SIGTERM, then SIGKILL after 30 s)."""
+        """Stop it (SIGTERM, then SIGKILL after 30 s); once stopped, nothing more."""
+        if self.log.closed:
+            return
         self.process.terminate()
         try:
             self.process.wait(timeout=30)
@@ -231,7 +235,7 @@ async def _runs(
     args: argparse.Namespace,
     report: harness.BenchReport,
     east: str,
-    connector: ConnectorProcess,
+    start_connector: Callable[[], ConnectorProcess],
     server_pids: Callable[[], list[int]],
 ) -> None:
     generator = Generator(east, args.channels, args.topic, GROUP, "lean")
@@ -239,7 +243,6 @@ async def _runs(
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
-            copied_before = connector.metrics().get("rip5_connector_replicated_messages_total", 0)
             publish, stored = await report.measure(
                 run, PUBLISH_CASE, meter, publish_load.phase_of(generator, args, body)
             )
@@ -248,8 +251,9 @@ async def _runs(
                 f"p99 {publish.p99_ms:.1f} ms ({stored:,} messages)"
             )
             report.stage(f"run {run + 1}: replication")
+            connector = await asyncio.to_thread(start_connector)
             meter.start()
-            rate = await _replication(connector, copied_before, stored)
+            rate = await _replication(connector, 0.0, stored)
             report.record(REPLICATION_CASE, {"msgs_per_s": rate}, meter.stop())
             report.say(f"  run {run + 1}: replication {rate:,.0f} msgs/s ({stored:,} messages)")
             report.stage(f"run {run + 1}: delay at half rate")
@@ -269,6 +273,7 @@ async def _runs(
                 f"{delay.p50_ms:.0f} ms p99 {delay.p99_ms:.0f} ms ({delay.calls} samples; "
                 f"errors {delay.error_names or 0})"
             )
+            await asyncio.to_thread(connector.stop)
     finally:
         await generator.close()
 
@@ -289,15 +294,23 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
         report.stage("waiting for the brokers to store a message")
         dev_cluster.wait_until_serving(east.endpoint, [(args.topic, False)])
         dev_cluster.wait_until_serving(west.endpoint, [(args.topic, False)])
-        connector = ConnectorProcess(root, _rules(east.endpoint, west.endpoint, args.topic))
-        stack.callback(connector.stop)
-        connector.wait_ready()
+        rules = _rules(east.endpoint, west.endpoint, args.topic)
+        running: list[ConnectorProcess] = []
+
+        def start_connector() -> ConnectorProcess:
+            """A connector process for one run's copy (stopped at the run's end)."""
+            connector = ConnectorProcess(root, rules, serial=len(running))
+            running.append(connector)
+            stack.callback(connector.stop)
+            connector.wait_ready()
+            return connector
 
         def servers() -> list[int]:
-            return [*east.server_pids(), *west.server_pids(), connector.process.pid]
+            live = [c.process.pid for c in running if c.process.poll() is None]
+            return [*east.server_pids(), *west.server_pids(), *live]
 
         shell.tune_gc()
-        uvloop.run(_runs(args, report, east.endpoint, connector, servers))
+        uvloop.run(_runs(args, report, east.endpoint, start_connector, servers))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
