@@ -116,6 +116,28 @@ class StorageMetrics:
             names,
             registry=registry,
         ).labels(*self._values)
+        # Detections (issue [Chaos]): a WAL that refuses writes, a damaged WAL set aside.
+        self._wal_failed = Gauge(
+            "rip5_storage_wal_failed",
+            "1 while this node's WAL refuses writes (a failed write or a full disk): it "
+            "serves no group and stops heartbeating until the disk takes writes again",
+            names,
+            registry=registry,
+        ).labels(*self._values)
+        self._data_lost = Gauge(
+            "rip5_storage_data_lost",
+            "1 while this node, started on an empty WAL after setting a damaged one aside, "
+            "waits for some group to re-admit it (it neither votes nor campaigns there)",
+            names,
+            registry=registry,
+        ).labels(*self._values)
+        self._wal_set_aside = Gauge(
+            "rip5_storage_wal_set_aside",
+            "1 if this process runs on an empty WAL after a damaged one was set aside "
+            "(the damage is in its log and in the data-lost marker)",
+            names,
+            registry=registry,
+        ).labels(*self._values)
         self._reported: set[tuple[str, str]] = set()
         self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
         self._refreshes = 0
@@ -153,6 +175,9 @@ class StorageMetrics:
         self._joined_entries.set(sum(r.joined_entry_bytes for r in joined))
         self._joined_tier.set(sum(r.joined_tier_bytes for r in joined))
         self._tier_read.set(0 if node.tier_reader is None else node.tier_reader.read_bytes)
+        self._wal_failed.set(1 if node.wal_failure else 0)
+        self._data_lost.set(1 if node.data_lost else 0)
+        self._wal_set_aside.set(1 if node.wal_set_aside else 0)
         for key in self._reported - lag.keys():
             for gauge in (self._lag, self._lag_latency, self._inflight):
                 gauge.remove(*self._consumer_labels(key))

@@ -758,6 +758,7 @@ async def _serve_groups(
     node = StorageNode(
         driver, store, {}, group_count, peers, injection.wall_ms if injection else None
     )
+    node.wal_set_aside = "" if loss is None else loss.cause
     callers = Peers(config.rpc_config())
     groups = LocalGroups(
         node, transport, client, config.cluster, WalBodyStore(store), callers, loss, data_dir
@@ -848,6 +849,7 @@ async def _serve_groups(
             cause = await disk_failure.failure_or_stop(driver, stopping)
             if cause is None:
                 return None
+            node.wal_failure = str(cause)
             _log.error(
                 "the WAL failed; this node serves no group (requests answer NOT_LEADER, its "
                 "groups elect leaders elsewhere) and stops heartbeating until the disk takes "

@@ -251,6 +251,11 @@ class StorageNode:
         self.data_lost = False
         """This node's WAL was set aside and some group has not re-admitted it yet
         (``storage_node.data_loss``): its heartbeats say so (reported degraded)."""
+        self.wal_set_aside = ""
+        """What this process found damaged in its WAL at start and set aside ("" if
+        nothing): the error naming the segment and offset."""
+        self.wal_failure = ""
+        """Why the WAL refuses writes ("" while it takes them): the node serves nothing."""
         self.lost_replicas: dict[int, set[int]] = {}
         """Group -> members that lost their replica's data and asked this leader to
         re-admit them (``readmit_replica``); the membership loop removes them first."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from protocol import errors
 from protocol.records import unpack_records
@@ -39,6 +40,7 @@ from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
 from storage_node import housekeeping
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
+from storage_node.metrics import StorageMetrics
 from storage_node.partition import state as partition_state
 from storage_node.replica import GroupReplica
 from storage_node.service import (
@@ -424,3 +426,21 @@ async def test_an_append_answers_in_the_queued_form_only_when_all_were_queued_an
             CONTEXT,
         )
         assert [(o.placement, o.queue_offset) for o in delayed.outcomes] == [(1, -1)]
+
+
+async def test_the_metrics_show_a_failed_wal_and_a_damaged_one_set_aside(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    async with one_node(tmp_path) as node:
+        metrics = StorageMetrics(registry, node, {"cluster": "c", "node_type": "storage"})
+
+        def value(name: str) -> float | None:
+            return registry.get_sample_value(name, {"cluster": "c", "node_type": "storage"})
+
+        metrics.refresh()
+        names = ("rip5_storage_wal_failed", "rip5_storage_data_lost", "rip5_storage_wal_set_aside")
+        assert [value(n) for n in names] == [0, 0, 0]
+        node.wal_failure = "[Errno 28] No space left on device"
+        node.wal_set_aside = "WAL segment 0000000000000002.wal is corrupt at offset 12015"
+        node.data_lost = True
+        metrics.refresh()
+        assert [value(n) for n in names] == [1, 1, 1]
