@@ -236,9 +236,11 @@ async def test_bad_bytes_get_bad_request_naming_the_cause_and_the_broker_serves_
     assert undecodable > FUZZ_EXAMPLES // 4  # the budget reached the decoders' refusals
     assert endpoint.bad_requests.total == undecodable
     # Logged rarely and without a traceback; nothing else logged a traceback either.
-    warnings = [r for r in caplog.records if r.name == "broker.grpc.bad_requests"]
+    # py4j's records are not this process's broker: the suite's one Spark session lives
+    # on in the worker that ran the Spark files, and its gateway logs (with a traceback)
+    # each connection to the JVM it replaces, whenever that happens.
+    records = [r for r in caplog.records if f"{os.sep}py4j{os.sep}" not in r.pathname]
+    warnings = [r for r in records if r.name == "broker.grpc.bad_requests"]
     reports_max = 1 + int((time.monotonic() - started_s) / LOG_INTERVAL_S)
     assert 1 <= len(warnings) <= reports_max, [r.getMessage() for r in warnings]
-    assert not [r for r in caplog.records if r.exc_info], [
-        r.getMessage() for r in caplog.records if r.exc_info
-    ]
+    assert not [r for r in records if r.exc_info], [r.getMessage() for r in records if r.exc_info]
