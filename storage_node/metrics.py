@@ -53,15 +53,15 @@ class StorageMetrics:
         self._values = tuple(labels.values())
         names = tuple(labels)
         self.raft = RaftMetrics(registry, node.driver, labels)
-        self._queues = Gauge(
-            "rip5_storage_queues", "Queues of the raft groups led here", names, registry=registry
-        ).labels(*self._values)
-        self._messages = Gauge(
-            "rip5_storage_messages",
-            "Messages kept in the queues of the raft groups led here",
-            names,
-            registry=registry,
-        ).labels(*self._values)
+
+        def node_gauge(name: str, help_text: str) -> Gauge:
+            """A gauge with this node's one series."""
+            return Gauge(name, help_text, names, registry=registry).labels(*self._values)
+
+        self._queues = node_gauge("rip5_storage_queues", "Queues of the raft groups led here")
+        self._messages = node_gauge(
+            "rip5_storage_messages", "Messages kept in the queues of the raft groups led here"
+        )
         consumer = (*names, *CONSUMER_LABELS)
         self._lag = Gauge(
             "rocketmq_consumer_lag_messages",
@@ -103,41 +103,31 @@ class StorageMetrics:
         )
         self._joined_snapshot = joined.labels(*self._values, "snapshot")
         self._joined_entries = joined.labels(*self._values, "entries")
-        self._joined_tier = Gauge(
+        self._joined_tier = node_gauge(
             "rip5_storage_joined_tier_bytes",
             "Bytes of history in the tier of the groups that replicas joined here (read "
             "from the tier, not copied from peers)",
-            names,
-            registry=registry,
-        ).labels(*self._values)
-        self._tier_read = Gauge(
+        )
+        self._tier_read = node_gauge(
             "rip5_storage_tier_read_bytes",
             "Bytes this node read from the tier (footers and blocks; cache hits not counted)",
-            names,
-            registry=registry,
-        ).labels(*self._values)
+        )
         # Detections (issue [Chaos]): a WAL that refuses writes, a damaged WAL set aside.
-        self._wal_failed = Gauge(
+        self._wal_failed = node_gauge(
             "rip5_storage_wal_failed",
             "1 while this node's WAL refuses writes (a failed write or a full disk): it "
             "serves no group and stops heartbeating until the disk takes writes again",
-            names,
-            registry=registry,
-        ).labels(*self._values)
-        self._data_lost = Gauge(
+        )
+        self._data_lost = node_gauge(
             "rip5_storage_data_lost",
             "1 while this node, started on an empty WAL after setting a damaged one aside, "
             "waits for some group to re-admit it (it neither votes nor campaigns there)",
-            names,
-            registry=registry,
-        ).labels(*self._values)
-        self._wal_set_aside = Gauge(
+        )
+        self._wal_set_aside = node_gauge(
             "rip5_storage_wal_set_aside",
             "1 if this process runs on an empty WAL after a damaged one was set aside "
             "(the damage is in its log and in the data-lost marker)",
-            names,
-            registry=registry,
-        ).labels(*self._values)
+        )
         self._reported: set[tuple[str, str]] = set()
         self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
         self._refreshes = 0
