@@ -77,14 +77,6 @@ class BrokerConfig(RpcOptions):
             "replica of a queue's raft group (optional)"
         },
     )
-    read_replica_topics: str = field(
-        default="",
-        metadata={
-            "help": "comma-separated topics whose offset reads (pull consumers) go round-robin "
-            "over the replicas of each queue's raft group instead of to its leader: hot "
-            "queues read by many consumers (see docs/scale.md for what reads then see)"
-        },
-    )
     route_stale_max_ms: int = field(
         default=120_000,
         metadata={

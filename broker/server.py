@@ -121,9 +121,6 @@ async def serve(
         metadata,
         peers,
         seeds=addresses(config.storage),
-        read_replica_topics=frozenset(
-            t.strip() for t in config.read_replica_topics.split(",") if t.strip()
-        ),
     )
     clock = SystemClock()
     transactions: list[TransactionProcessor] = []

@@ -30,6 +30,7 @@ def topic_info(topic: r.Topic) -> api.TopicInfo:
         topic.retention_bytes,
         topic.local_retention_ms,
         topic.local_retention_bytes,
+        topic.read_replicas,
     )
 
 

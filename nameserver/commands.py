@@ -117,6 +117,7 @@ class CreateTopic:
     retention_bytes: int = 0
     local_retention_ms: int = 0
     local_retention_bytes: int = 0
+    read_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,7 @@ class UpdateTopic:
     retention_bytes: int | None = None
     local_retention_ms: int | None = None
     local_retention_bytes: int | None = None
+    read_replicas: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,10 @@ class Topic:
     retention_bytes: int = 0
     local_retention_ms: int = 0
     local_retention_bytes: int = 0
+    # Read replicas: brokers spread the topic's offset reads (pull consumers) over the
+    # replicas of each queue's raft group, the leader included, instead of all to the
+    # leader (broker.processor.replica_reads). Off by default.
+    read_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True)

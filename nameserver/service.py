@@ -116,6 +116,7 @@ class NameserverImpl(ClusterCalls, AclCalls):
                 request.retention_bytes,
                 request.local_retention_ms,
                 request.local_retention_bytes,
+                request.read_replicas,
             )
         )
         assert isinstance(applied.value, r.Topic)
@@ -294,4 +295,5 @@ def _create_topic(request: api.CreateTopicRequest) -> c.CreateTopic:
         request.retention_bytes,
         request.local_retention_ms,
         request.local_retention_bytes,
+        request.read_replicas,
     )

@@ -348,8 +348,9 @@ class MetadataState(MetadataQueries):
             command.retention_bytes,
             command.local_retention_ms,
             command.local_retention_bytes,
+            command.read_replicas,
         )
-        check_topic(topic)
+        check_topic(topic, cluster.replication_factor)
         return topic
 
     def _update_topic(self, command: c.UpdateTopic) -> Topic:
@@ -363,8 +364,9 @@ class MetadataState(MetadataQueries):
             retention_bytes=_or(command.retention_bytes, known.retention_bytes),
             local_retention_ms=_or(command.local_retention_ms, known.local_retention_ms),
             local_retention_bytes=_or(command.local_retention_bytes, known.local_retention_bytes),
+            read_replicas=_or(command.read_replicas, known.read_replicas),
         )
-        check_topic(topic)
+        check_topic(topic, self.cluster(topic.cluster).replication_factor)
         if topic.queue_count != known.queue_count and routing.is_dead_letter_topic(topic.name):
             raise BadRequest(
                 f"topic {topic.name!r} is a dead-letter topic: it has one queue per raft "

@@ -35,7 +35,9 @@ def check_address(address: str) -> None:
         raise BadRequest(f"address {address!r} is not host:port")
 
 
-def check_topic(topic: Topic) -> None:
+def check_topic(topic: Topic, replication_factor: int) -> None:
+    """``topic``'s settings, in a cluster keeping ``replication_factor`` replicas of
+    each raft group."""
     if not routing.is_dead_letter_topic(topic.name):
         check_range(f"topic {topic.name!r}: queue_count", topic.queue_count, 1, QUEUE_COUNT_MAX)
     if topic.retention_ms < 1:
@@ -46,6 +48,11 @@ def check_topic(topic: Topic) -> None:
         value = getattr(topic, what)
         if value < 0:
             raise BadRequest(f"topic {topic.name!r}: {what} must be >= 0 (0: none), got {value}")
+    if topic.read_replicas and replication_factor < 2:
+        raise BadRequest(
+            f"topic {topic.name!r}: read_replicas needs followers to read from, but cluster "
+            f"{topic.cluster!r} keeps {replication_factor} replica of each raft group"
+        )
 
 
 def check_consumer_group(group: ConsumerGroup) -> None:

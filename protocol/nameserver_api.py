@@ -51,7 +51,8 @@ class ClusterInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic."""
+    """A topic. ``read_replicas``: brokers spread its offset reads (pull consumers)
+    over the replicas of each queue's raft group instead of all to the leader."""
 
     name: str
     cluster: str
@@ -62,6 +63,7 @@ class TopicInfo:
     retention_bytes: int = 0
     local_retention_ms: int = 0
     local_retention_bytes: int = 0
+    read_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +240,7 @@ class ClusterResponse:
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequest:
     """Create a topic. ``retention_ms`` 0 means the default (three days); the other
-    retention limits 0 mean none (see ``TopicInfo``)."""
+    retention limits 0 mean none; ``read_replicas`` off by default (see ``TopicInfo``)."""
 
     name: str
     cluster: str
@@ -250,6 +252,7 @@ class CreateTopicRequest:
     local_retention_ms: int = 0
     local_retention_bytes: int = 0
     signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
+    read_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +289,7 @@ class UpdateTopicRequest:
     local_retention_ms: int | None = None
     local_retention_bytes: int | None = None
     signed: SignedBy = field(default_factory=SignedBy)  # an admin's writes (ACL on)
+    read_replicas: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

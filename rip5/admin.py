@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -146,7 +146,17 @@ def _name_of(mapping: dict[str, int], number: int) -> str:
 def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
     """Topics as a table."""
     table = Table(title=title)
-    for column in ("name", "cluster", "queues", "type", "retention_ms", "perm", "limits"):
+    columns = (
+        "name",
+        "cluster",
+        "queues",
+        "type",
+        "retention_ms",
+        "perm",
+        "limits",
+        "read_replicas",
+    )
+    for column in columns:
         table.add_column(column)
     for t in topics:
         table.add_row(
@@ -157,6 +167,7 @@ def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
             str(t.retention_ms),
             _name_of(PERMISSIONS, t.permission),
             _limits(t),
+            ON_OFF_NAMES[t.read_replicas],
         )
     return table
 
@@ -187,6 +198,14 @@ _RETENTION_LIMITS = (
         "most bytes a queue keeps on the storage nodes' disks once in the tier "
         "(0: as --retention-bytes)",
     ),
+)
+
+
+ON_OFF = {"on": True, "off": False}
+ON_OFF_NAMES = {value: name for name, value in ON_OFF.items()}
+READ_REPLICAS_HELP = (
+    "spread the topic's offset reads (pull consumers) over the replicas of each queue's "
+    "raft group, the leader included, instead of all to the leader (docs/scale.md)"
 )
 
 
@@ -223,6 +242,7 @@ nameserver_option = click.option(
 cluster_option = click.option(
     "--cluster", default=DEFAULT_CLUSTER, show_default=True, help="the storage cluster"
 )
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for machines")
 
 
 @click.group()
@@ -246,6 +266,13 @@ def topic() -> None:
 @click.option("--retention-ms", type=click.IntRange(1), default=None, help="default: 3 days")
 @retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default="rw", show_default=True)
+@click.option(
+    "--read-replicas",
+    type=click.Choice(sorted(ON_OFF)),
+    default="off",
+    show_default=True,
+    help=READ_REPLICAS_HELP,
+)
 @click.option(
     "--from-file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -273,6 +300,7 @@ def topic_create(
     local_retention_ms: int | None,
     local_retention_bytes: int | None,
     perm: str,
+    read_replicas: str,
     from_file: Path | None,
     skip_existing: bool,
     as_json: bool,
@@ -288,6 +316,7 @@ def topic_create(
         retention_bytes or 0,
         local_retention_ms or 0,
         local_retention_bytes or 0,
+        read_replicas=ON_OFF[read_replicas],
     )
     if from_file is not None:
         if name:
@@ -368,6 +397,9 @@ def _create_from_file(
 @click.option("--retention-ms", type=click.IntRange(1), default=None)
 @retention_options
 @click.option("--perm", type=click.Choice(sorted(PERMISSIONS)), default=None)
+@click.option(
+    "--read-replicas", type=click.Choice(sorted(ON_OFF)), default=None, help=READ_REPLICAS_HELP
+)
 def topic_update(
     name: str,
     nameserver: str,
@@ -378,6 +410,7 @@ def topic_update(
     local_retention_ms: int | None,
     local_retention_bytes: int | None,
     perm: str | None,
+    read_replicas: str | None,
 ) -> None:
     """Change topic NAME (only the options given)."""
     check_name(names.validate_topic, name)
@@ -391,6 +424,7 @@ def topic_update(
         local_retention_ms,
         local_retention_bytes,
         signed_from_environment(),
+        None if read_replicas is None else ON_OFF[read_replicas],
     )
     response = run(nameserver, lambda ns: ns.update_topic(request, timeout_ms=CALL_TIMEOUT_MS))
     _print(topics_table([response.topic], f"updated (revision {response.revision})"))
@@ -437,21 +471,30 @@ def topic_delete(name: str, nameserver: str, cluster: str, wait_ms: int) -> None
 @topic.command("list")
 @nameserver_option
 @click.option("--cluster", default="", help="only this cluster's topics")
-def topic_list(nameserver: str, cluster: str) -> None:
+@json_option
+def topic_list(nameserver: str, cluster: str, as_json: bool) -> None:
     """List topics."""
     request = api.ListRequest(cluster)
     response = run(nameserver, lambda ns: ns.list_topics(request, timeout_ms=CALL_TIMEOUT_MS))
+    if as_json:
+        document = {"topics": [asdict(t) for t in response.topics], "revision": response.revision}
+        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        return
     _print(topics_table(response.topics, f"topics (revision {response.revision})"))
 
 
 @topic.command("describe")
 @click.argument("name")
 @nameserver_option
-def topic_describe(name: str, nameserver: str) -> None:
+@json_option
+def topic_describe(name: str, nameserver: str, as_json: bool) -> None:
     """Show topic NAME and where each of its queues is served."""
     check_name(names.validate_topic, name)
     request = api.NameRequest(name)
     route = run(nameserver, lambda ns: ns.route(request, timeout_ms=CALL_TIMEOUT_MS))
+    if as_json:
+        click.echo(json.dumps(asdict(route), indent=2, sort_keys=True))
+        return
     _print(topics_table([route.topic], f"topic {name} (revision {route.revision})"))
     table = Table(title="queues")
     for column in ("queue", "group", "term", "leader", "followers"):

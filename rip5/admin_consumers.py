@@ -33,7 +33,6 @@ T = TypeVar("T")
 BODY_PREVIEW_BYTES = 256
 """How much of a body ``message show`` prints."""
 
-json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for machines")
 begin_option = click.option("--begin", default=None, help="stored at or after (ISO 8601)")
 end_option = click.option("--end", default=None, help="stored at or before (ISO 8601)")
 
@@ -191,7 +190,7 @@ def message() -> None:
 @click.option("--topic", default="", help="only this topic (else every raft group is asked)")
 @begin_option
 @end_option
-@json_option
+@admin.json_option
 def message_show(
     message_id: str,
     nameserver: str,
@@ -263,7 +262,7 @@ def _print_message(found: Found) -> None:
 @begin_option
 @end_option
 @click.option("--limit", type=click.IntRange(1, 1000), default=32, show_default=True)
-@json_option
+@admin.json_option
 def message_query(
     nameserver: str,
     cluster: str,
@@ -305,7 +304,7 @@ def progress_json(row: Progress) -> dict[str, Any]:
 @admin.nameserver_option
 @admin.cluster_option
 @click.option("--topic", default="", help="every queue of this topic (else of the topics consumed)")
-@json_option
+@admin.json_option
 def group_lag(name: str, nameserver: str, cluster: str, topic: str, as_json: bool) -> None:
     """Consumer group NAME's progress per queue (pop and pull consumers alike)."""
     admin.check_name(names.validate_consumer_group, name)
@@ -349,7 +348,7 @@ def group_lag(name: str, nameserver: str, cluster: str, topic: str, as_json: boo
 @click.option("--topic", required=True)
 @click.option("--to", "to", type=click.Choice(["earliest", "latest"]), default=None)
 @click.option("--to-time", default=None, help="the first message stored at or after (ISO 8601)")
-@json_option
+@admin.json_option
 def group_reset_offset(
     name: str,
     nameserver: str,
@@ -405,7 +404,7 @@ def dlq() -> None:
 @click.argument("name")
 @admin.nameserver_option
 @admin.cluster_option
-@json_option
+@admin.json_option
 def dlq_resend(name: str, nameserver: str, cluster: str, as_json: bool) -> None:
     """Send the messages of %DLQ%NAME back to their original topics.
 

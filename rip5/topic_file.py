@@ -58,9 +58,10 @@ def parse_topic_file(
     text: str, toml: bool, template: api.CreateTopicRequest
 ) -> list[api.CreateTopicRequest]:
     """The topics of a topic file: each a copy of ``template`` (cluster, queue count,
-    type, retention, permission) with the file's name, and its queues and type where
-    the file gives them. :class:`TopicFileError` on a malformed line or table, a name
-    RocketMQ's rules refuse, a bad queue count or type, or a name given twice."""
+    type, retention, permission, read replicas) with the file's name, and its queues
+    and type where the file gives them. :class:`TopicFileError` on a malformed line or
+    table, a name RocketMQ's rules refuse, a bad queue count or type, or a name given
+    twice."""
     rows = _toml_rows(text) if toml else _text_rows(text)
     topics: list[api.CreateTopicRequest] = []
     where_of: dict[str, str] = {}

@@ -1,10 +1,14 @@
 """Read replicas: which replica of a raft group serves an offset read of a hot queue.
 
-For the topics configured for it (``--read-replica-topics``), the broker's
-offset reads (pull consumers) go round-robin over the replicas of the
-queue's group, the leader included, instead of all to the leader; each
-replica serves what it has applied, which is committed (storage follower
-reads never go past the commit index).
+For a topic whose record says so (the nameserver's topic attribute
+``read_replicas``: ``rip5 admin topic create|update T --read-replicas on``),
+the broker's offset reads (pull consumers) go round-robin over the replicas
+of the queue's group, the leader included, instead of all to the leader;
+each replica serves what it has applied, which is committed (storage
+follower reads never go past the commit index). The broker reads the
+attribute from the topic's route, which it caches and drops when the
+nameserver's watch reports the topic changed: a change takes effect with the
+next read after the watch delivers it.
 
 Semantics kept (read-your-acks):
 
@@ -27,18 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from protocol.nameserver_api import TopicInfo
+
 
 class ReadSpread:
-    """Round-robin choice of a replica per raft group, for the configured topics."""
+    """Round-robin choice of a replica per raft group, for topics with read replicas."""
 
-    def __init__(self, topics: frozenset[str] = frozenset()) -> None:
-        """``topics``: those whose reads are spread (empty: none)."""
-        self.topics = topics
+    def __init__(self) -> None:
         self._turn: dict[int, int] = {}  # group -> reads spread so far
 
-    def spreads(self, topic: str) -> bool:
-        """Whether reads of ``topic`` go over its replicas."""
-        return topic in self.topics
+    @staticmethod
+    def spreads(topic: TopicInfo) -> bool:
+        """Whether reads of ``topic`` (its record, as routed) go over its replicas."""
+        return topic.read_replicas
 
     def pick(self, group_id: int, replicas: Sequence[str]) -> str | None:
         """The replica (address) for the next read of ``group_id``; None if none."""

@@ -105,10 +105,9 @@ class StorageStore:
         call_timeout_ms: int = CALL_TIMEOUT_MS,
         deadline_ms: int = DEADLINE_MS,
         revisit_ms: int = REVISIT_MS,
-        read_replica_topics: frozenset[str] = frozenset(),
     ) -> None:
         self._metadata = metadata
-        self._spread = ReadSpread(read_replica_topics)
+        self._spread = ReadSpread()
         self._peers = peers
         self._seeds = list(seeds)
         self._call_timeout_ms = call_timeout_ms
@@ -129,11 +128,7 @@ class StorageStore:
     # -- routing ----------------------------------------------------------------------
 
     async def _queue_route(self, queue: QueueRef) -> ns.QueueRouteInfo:
-        route = await self._metadata.route(queue.topic)
-        for info in route.queues:
-            if info.queue_id == queue.queue_id:
-                return info
-        raise BrokerError(codes.NOT_FOUND, f"topic {queue.topic!r} has no queue {queue.queue_id}")
+        return _queue_of(await self._metadata.route(queue.topic), queue)
 
     def _candidates(self, info: ns.QueueRouteInfo) -> list[str]:
         known = self._leaders.get(info.group_id)
@@ -648,8 +643,9 @@ class StorageStore:
             filter_kind=int(message_filter.kind),
         )
         response = None
-        if self._spread.spreads(queue.topic):
-            response = await self._read_replica(queue, request)
+        route = await self._metadata.route(queue.topic)
+        if self._spread.spreads(route.topic):
+            response = await self._read_replica(_queue_of(route, queue), request)
         if response is None:
             response = await self._call(
                 queue,
@@ -666,12 +662,12 @@ class StorageStore:
         )
 
     async def _read_replica(
-        self, queue: QueueRef, request: st.ReadRequest
+        self, info: ns.QueueRouteInfo, request: st.ReadRequest
     ) -> st.ReadResponse | None:
-        """``request`` on the next replica of the queue's group in turn (read replicas,
-        :mod:`broker.processor.replica_reads`); None when the leader must answer (no
-        replica known, the replica failed, or it has not applied up to the offset)."""
-        info = await self._queue_route(queue)
+        """``request`` on the next replica of the queue's group (``info``: its route) in
+        turn (read replicas, :mod:`broker.processor.replica_reads`); None when the leader
+        must answer (no replica known, the replica failed, or it has not applied up to
+        the offset)."""
         replicas = [f.address for f in info.followers if f.alive]
         if info.leader is not None and info.leader.alive:
             replicas.append(info.leader.address)
@@ -750,6 +746,15 @@ class StorageStore:
         ]
         found.sort(key=lambda pulled: (pulled.store_timestamp_ms, pulled.queue.queue_id))
         return found[:limit]
+
+
+def _queue_of(route: ns.RouteResponse, queue: QueueRef) -> ns.QueueRouteInfo:
+    """Where ``queue`` is served, from its topic's ``route``; NOT_FOUND if it has no
+    such queue."""
+    for info in route.queues:
+        if info.queue_id == queue.queue_id:
+            return info
+    raise BrokerError(codes.NOT_FOUND, f"topic {queue.topic!r} has no queue {queue.queue_id}")
 
 
 def _records_of(packed: bytes, count: int, call: str) -> tuple[MessageRecord, ...]:

@@ -115,6 +115,7 @@ class Scenario:
                 MessageType[d.arg("type", "NORMAL")],
                 d.int_arg("retention_ms", 86_400_000),
                 Permission[d.arg("perm", "READ_WRITE")],
+                read_replicas=d.arg("read_replicas", "false") == "true",
             )
         if d.cmd == "update-topic":
             return c.UpdateTopic(
@@ -123,6 +124,9 @@ class Scenario:
                 MessageType[d.arg("type")] if d.has_arg("type") else None,
                 int(d.arg("retention_ms")) if d.has_arg("retention_ms") else None,
                 Permission[d.arg("perm")] if d.has_arg("perm") else None,
+                read_replicas=d.arg("read_replicas") == "true"
+                if d.has_arg("read_replicas")
+                else None,
             )
         if d.cmd == "delete-topic":
             return c.DeleteTopic(d.arg("name"))

@@ -4,9 +4,11 @@ One nameserver (at most 4 groups moving at once) and four storage nodes, 12
 groups of 3 replicas, shared by the tests of this module; a producer appends
 to every queue all along (so every node syncs its WAL).
 
-- Read replicas: 8 consumers reading one queue through a broker storage port
-  configured to spread that topic's reads put reads on every replica of the
-  queue's group (counted by each node's status), none on other nodes.
+- Read replicas: ``rip5 admin topic update T --read-replicas on`` sets the
+  topic attribute; 8 consumers reading one of its queues through a broker
+  storage port (which learns the attribute with the topic's route) put reads
+  on every replica of the queue's group (counted by each node's status), none
+  on other nodes; a queue of a topic without it is read from its leader only.
 - Slow disk: node 3's fault-injection file makes every one of its WAL
   fdatasyncs take 200 ms longer (``storage_node/fault_injection.py``). Its
   heartbeats report the fsync p99; the nameserver leader finds it an outlier
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from click.testing import CliRunner
 
 from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import StorageService
@@ -44,6 +47,7 @@ from broker.services.storage import StorageStore
 from protocol import nameserver_api as api
 from protocol.filters import MessageFilter
 from protocol.storage_api import AppendRequest, AppendResponse, Message, ReadRequest
+from rip5 import admin
 from storage_node.fault_injection import FAULT_FILE_ENV
 from tests.integration.test_replica_moves import (
     CLUSTER,
@@ -164,40 +168,57 @@ async def test_a_hot_queue_read_by_8_consumers_puts_reads_on_every_replica(
     cluster: Cluster,
 ) -> None:
     moves = cluster.moves
-    hot = QueueRef(TOPICS[0], 0)
+    hot, cold = QueueRef(TOPICS[0], 0), QueueRef(TOPICS[1], 0)
     nodes = sorted(moves.storage.processes)
 
     async def reads_per_node() -> dict[int, int]:
         statuses = [await moves.storage.status(n) for n in nodes]
         return {s.node_id: s.reads for s in statuses if s is not None}
 
+    # The operator's command, in this process (a worker thread: it runs its own loop).
+    update = [hot.topic, "--read-replicas", "on", "--nameserver", moves.client.addresses[0]]
+    result = await asyncio.to_thread(CliRunner().invoke, admin.topic, ["update", *update])
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip().splitlines()[-2].rstrip(" │").endswith("on"), result.output
     status = await moves.status()
     group = next(g for g in status.groups if g.group_id == moves.storage.group_of(*hot))
+    cold_group = next(g for g in status.groups if g.group_id == moves.storage.group_of(*cold))
     peers = Peers(RpcConfig())
     link = NameserverLink(list(moves.client.addresses), peers)
     metadata = ClusterMetadata(link, cluster=CLUSTER)
-    store = StorageStore(metadata, peers, read_replica_topics=frozenset({hot.topic}))
+    store = StorageStore(metadata, peers)  # no read-replica option: the topic says
     before = await reads_per_node()
 
-    async def consumer() -> int:
+    async def consumer(queue: QueueRef, reads: int) -> int:
         offset, read = 0, 0
-        for _ in range(12):
-            batch = await store.read(hot, offset, batch_size=8, message_filter=MessageFilter())
+        for _ in range(reads):
+            batch = await store.read(queue, offset, batch_size=8, message_filter=MessageFilter())
             offset = batch.next_offset if batch.messages else 0  # round again from the start
             read += len(batch.messages)
         return read
 
     try:
-        counts = await asyncio.gather(*(consumer() for _ in range(8)))
+        counts = await asyncio.gather(*(consumer(hot, 12) for _ in range(8)))
+        between = await reads_per_node()
+        cold_count = await consumer(cold, 12)
     finally:
         await peers.close()
     after = await reads_per_node()
-    served = {n: after[n] - before[n] for n in nodes}
-    print(f"reads of {hot.topic}:{hot.queue_id} per node: {served}; messages read {counts}")
+    served = {n: between[n] - before[n] for n in nodes}
+    cold_served = {n: after[n] - between[n] for n in nodes}
+    print(
+        f"reads of {hot.topic}:{hot.queue_id} per node: {served}; messages read {counts}; "
+        f"of {cold.topic}:{cold.queue_id} (no read replicas, leader {cold_group.leader}): "
+        f"{cold_served}"
+    )
     assert all(counts)
     assert set(group.replicas) == {n for n, reads in served.items() if reads > 0}
     # Spread round-robin: no replica serves more than half of the 96 reads.
     assert all(served[n] <= 48 for n in group.replicas)
+    # A topic without the attribute: every read on its queue's leader.
+    assert cold_count
+    assert {n for n, reads in cold_served.items() if reads > 0} == {cold_group.leader}
+    assert cold_served[cold_group.leader] == 12
 
 
 async def test_a_slow_disk_marks_its_node_degraded_and_takes_its_leaders(cluster: Cluster) -> None:

@@ -1,9 +1,11 @@
 """``rip5 admin topic create|update --type``: every spelling an operator may type, and a
-clear usage error for anything else. The nameserver call is replaced by a recorder."""
+clear usage error for anything else; ``--read-replicas on|off``, shown by the tables and
+``topic list --json``. The nameserver call is replaced by a recorder."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,14 +26,31 @@ class RecordingNameserver:
     async def create_topic(self, request: api.CreateTopicRequest, **_: object) -> api.TopicResponse:
         self.requests.append(request)
         topic = api.TopicInfo(
-            request.name, request.cluster, request.queue_count, request.message_type, 1, 6
+            request.name,
+            request.cluster,
+            request.queue_count,
+            request.message_type,
+            1,
+            6,
+            read_replicas=request.read_replicas,
         )
         return api.TopicResponse(topic, 7)
 
     async def update_topic(self, request: api.UpdateTopicRequest, **_: object) -> api.TopicResponse:
         self.requests.append(request)
         kind = request.message_type or int(MessageType.NORMAL)
-        return api.TopicResponse(api.TopicInfo(request.name, "c", 8, kind, 1, 6), 8)
+        topic = api.TopicInfo(
+            request.name, "c", 8, kind, 1, 6, read_replicas=bool(request.read_replicas)
+        )
+        return api.TopicResponse(topic, 8)
+
+    async def list_topics(self, request: api.ListRequest, **_: object) -> api.TopicListResponse:
+        self.requests.append(request)
+        topics = [
+            api.TopicInfo("cold", "c", 8, 0, 1, 6),
+            api.TopicInfo("hot", "c", 8, 0, 1, 6, read_replicas=True),
+        ]
+        return api.TopicListResponse(topics, 9)
 
 
 @pytest.fixture
@@ -99,3 +118,54 @@ def test_the_storage_table_shows_down_degraded_and_healthy_nodes() -> None:
     table = admin.storage_nodes_table(nodes)
     health = next(c for c in table.columns if c.header == "health")
     assert list(health.cells) == ["up", "up, DEGRADED", "DOWN, DRAINING"]
+
+
+def _column(output: str, row: str) -> str:
+    """The read_replicas cell of the table row starting with ``row`` (the last column)."""
+    line = next(line for line in output.splitlines() if line.strip("│ ").startswith(row))
+    return line.strip("│ ").rsplit("│", 1)[-1].strip()
+
+
+def test_read_replicas_are_off_unless_asked_for(nameserver: RecordingNameserver) -> None:
+    result = CliRunner().invoke(admin.topic, ["create", "Cold"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(admin.topic, ["create", "Hot", "--read-replicas", "on"])
+    assert result.exit_code == 0, result.output
+    assert _column(result.output, "Hot") == "on"
+    cold, hot = nameserver.requests
+    assert isinstance(cold, api.CreateTopicRequest)
+    assert isinstance(hot, api.CreateTopicRequest)
+    assert (cold.read_replicas, hot.read_replicas) == (False, True)
+
+
+def test_an_update_changes_read_replicas_only_when_given(nameserver: RecordingNameserver) -> None:
+    for args in (["--queues", "9"], ["--read-replicas", "on"], ["--read-replicas", "off"]):
+        result = CliRunner().invoke(admin.topic, ["update", "Hot", *args])
+        assert result.exit_code == 0, result.output
+    assert [r.read_replicas for r in nameserver.requests] == [None, True, False]  # type: ignore[attr-defined]
+    assert _column(result.output, "Hot") == "off"
+
+
+def test_a_bad_read_replicas_value_is_a_usage_error(nameserver: RecordingNameserver) -> None:
+    result = CliRunner().invoke(admin.topic, ["update", "Hot", "--read-replicas", "yes"])
+    assert result.exit_code == admin.EXIT_USAGE
+    assert "--read-replicas" in result.output
+    assert "'on'" in result.output
+    assert "'off'" in result.output
+    assert nameserver.requests == []
+
+
+def test_topic_list_shows_read_replicas_in_its_table_and_json(
+    nameserver: RecordingNameserver,
+) -> None:
+    result = CliRunner().invoke(admin.topic, ["list"])
+    assert result.exit_code == 0, result.output
+    assert (_column(result.output, "cold"), _column(result.output, "hot")) == ("off", "on")
+    result = CliRunner().invoke(admin.topic, ["list", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["revision"] == 9
+    assert {t["name"]: t["read_replicas"] for t in document["topics"]} == {
+        "cold": False,
+        "hot": True,
+    }

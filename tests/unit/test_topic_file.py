@@ -16,7 +16,9 @@ from protocol.vocabulary import MessageType
 from rip5 import admin, topic_file
 from rip5.topic_file import TopicFileError, parse_topic_file
 
-TEMPLATE = api.CreateTopicRequest("", "c1", 8, int(MessageType.NORMAL), retention_ms=60_000)
+TEMPLATE = api.CreateTopicRequest(
+    "", "c1", 8, int(MessageType.NORMAL), retention_ms=60_000, read_replicas=True
+)
 
 
 def test_csv_lines_take_the_template_for_what_they_leave_out() -> None:
@@ -29,6 +31,7 @@ def test_csv_lines_take_the_template_for_what_they_leave_out() -> None:
         ("late", 8, MessageType.DELAY),
     ]
     assert all(t.cluster == "c1" and t.retention_ms == 60_000 for t in topics)
+    assert all(t.read_replicas for t in topics)  # --read-replicas applies to every line
 
 
 def test_toml_tables() -> None:
