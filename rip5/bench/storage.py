@@ -29,7 +29,14 @@ it has a nameserver, as a deployed cluster does, and the phases start once
 its leader balance has each node leading about G/3 groups: a node leading
 most groups does most of the leaders' work, so runs whose elections fell
 unevenly measure that node (``--leaders elected`` keeps them as they fell).
-The nameserver's CPU counts as server CPU. Medians and [min-max] over the runs.
+The topic is created at that nameserver first: a group leader drops the data
+of a topic its nameserver does not list (``storage_node.retention``), so an
+unlisted topic would lose its queues mid-run. The nameserver's CPU counts as
+server CPU. Medians and [min-max] over the runs.
+
+A receive+ack phase that delivers nothing for ``STALL_S`` while messages are
+still to come fails, naming the queues and how many each still owes, instead
+of asking forever.
 """
 
 from __future__ import annotations
@@ -46,11 +53,12 @@ from pathlib import Path
 
 import uvloop
 
+from protocol.nameserver_api import CreateTopicRequest
 from protocol.records import MessageRecord, pack_records, unpack_records
 from protocol.storage_api import AckRequest, AppendRequest, ReceiptHandle, ReceiveRequest
 from rip5 import stats
 from rip5.bench import harness
-from rip5.bench.nameserver import LocalNameservers
+from rip5.bench.nameserver import CLUSTER, LocalNameservers
 from rip5.bench.storage_cluster import LocalStorageCluster
 
 TOPIC = "bench"
@@ -60,6 +68,12 @@ METRICS = (
     harness.Metric("p99_ms", "p99 ms", ".1f"),
     harness.Metric("calls", "calls"),
 )
+INVISIBLE_MS = 60_000
+"""How long a received message stays invisible to the bench's consumer group."""
+STALL_S = INVISIBLE_MS / 1000 + 30
+"""Seconds without a delivery after which the receive+ack phase fails: longer than a
+message stays invisible, so messages whose ack was refused (they come back once
+their invisibility ends) are waited for."""
 
 
 @dataclass
@@ -141,19 +155,30 @@ async def _consume_phase(
     pending = sorted(remaining)
     latencies: list[float] = []
     consumed = 0
+    refused = 0
+    last_delivery = loop.time()
+    stalled = ""
     groups = {q: cluster.group_of(TOPIC, q) for q in range(args.queues)}
 
     async def worker() -> None:
-        nonlocal consumed
-        while pending:
+        nonlocal consumed, refused, last_delivery, stalled
+        while pending and not stalled:
             queue_id = pending.pop(0)
             request = ReceiveRequest(
-                "bench-group", TOPIC, queue_id, args.batch, 60_000, packed=True
+                "bench-group", TOPIC, queue_id, args.batch, INVISIBLE_MS, packed=True
             )
             sent = loop.time()
             received = await cluster.call(methodcaller("receive", request), group=groups[queue_id])
             deliveries = received.deliveries
+            if not deliveries and sent - last_delivery > STALL_S:
+                owed = {q: n for q, n in sorted(remaining.items()) if n > 0}
+                stalled = (
+                    f"receive+ack stalled: no delivery for {STALL_S:.0f} s while queues "
+                    f"{owed} (queue: messages) still owe {sum(owed.values())} of the "
+                    f"{sum(appended.values())} appended; {refused} acked messages were refused"
+                )
             if deliveries:
+                last_delivery = sent
                 # As the broker does: the records decoded, one per delivery.
                 if len(unpack_records(received.records).records) != len(deliveries):
                     raise RuntimeError("a packed receive answer lacks records")
@@ -163,7 +188,8 @@ async def _consume_phase(
                     queue_id,
                     [ReceiptHandle(*delivery[:4]) for delivery in deliveries],
                 )
-                await cluster.call(methodcaller("ack", ack), group=groups[queue_id])
+                answer = await cluster.call(methodcaller("ack", ack), group=groups[queue_id])
+                refused += sum(1 for outcome in answer.outcomes if outcome.error_code)
                 latencies.append((loop.time() - sent) * 1000)
                 consumed += len(deliveries)
                 remaining[queue_id] -= len(deliveries)
@@ -172,6 +198,8 @@ async def _consume_phase(
 
     start = loop.time()
     await asyncio.gather(*(worker() for _ in range(min(args.in_flight, len(pending)))))
+    if stalled:
+        raise RuntimeError(stalled)
     elapsed = loop.time() - start
     return PhaseResult(
         consumed / elapsed if elapsed > 0 else 0.0,
@@ -215,6 +243,9 @@ async def _bench(args: argparse.Namespace, report: harness.BenchReport) -> int:
             try:
                 if args.leaders == "balanced":
                     leaders = await cluster.wait_balanced(timeout_s=120)
+                    # Listed at the nameserver, or the group leaders drop its data.
+                    request = CreateTopicRequest(TOPIC, CLUSTER, args.queues)
+                    await nameservers.stub().create_topic(request, timeout_ms=10_000)
                 else:
                     leaders = await cluster.wait_all_led(timeout_s=120)
                 split = _split(leaders, cluster.processes)
