@@ -43,10 +43,11 @@ from angelia_rpc import AngeliaError
 from angelia_rpc.cluster_services import ControlService, StorageService
 from angelia_rpc.nameserver_client import NameserverClient
 from protocol import control_api as ctl
+from protocol.nameserver_api import CreateTopicRequest
 from protocol.records import MessageRecord, pack_records
 from protocol.storage_api import AppendRequest, AppendResponse
 from rip5.bench import harness
-from rip5.bench.nameserver import LocalNameservers
+from rip5.bench.nameserver import CLUSTER, LocalNameservers
 from rip5.bench.storage_cluster import LocalStorageCluster
 
 TOPIC = "bench"
@@ -90,8 +91,9 @@ def _records(queue_id: int, serial: int, count: int, size: int) -> bytes:
 class Cluster:
     """A nameserver and storage nodes in one replication mode."""
 
-    def __init__(self, root: Path, mode: str, groups: int) -> None:
+    def __init__(self, root: Path, mode: str, groups: int, queues: int) -> None:
         self.mode = mode
+        self.queues = queues
         self.nodes = 2 if mode == "controller" else 3
         flags = ("--replication", mode)
         self.nameservers = LocalNameservers(
@@ -114,6 +116,9 @@ class Cluster:
         )
         await self.storage.start()
         await self.settle()
+        # Listed at the nameserver, or the group leaders' retention rounds drop its data.
+        request = CreateTopicRequest(TOPIC, CLUSTER, self.queues)
+        await self.nameservers.stub().create_topic(request, timeout_ms=10_000)
         return self.storage
 
     async def settle(self, timeout_s: float = 120) -> None:
@@ -223,7 +228,7 @@ async def _failover(cluster: Cluster, storage: LocalStorageCluster, kill: int) -
 
 async def _run_mode(mode: str, args: argparse.Namespace, report: harness.BenchReport) -> ModeResult:
     with tempfile.TemporaryDirectory(prefix=f"rip5-bench-{mode}-", dir=args.dir) as root:
-        cluster = Cluster(Path(root), mode, args.groups)
+        cluster = Cluster(Path(root), mode, args.groups, args.queues)
         try:
             storage = await cluster.start()
             report.stage(f"{mode}: publish")
