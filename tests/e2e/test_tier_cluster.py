@@ -66,7 +66,6 @@ from protocol.message_objects import (
 from protocol.remoting import messages as messages_codec
 from protocol.remoting.codes import RequestCode, ResponseCode
 from rip5.admin_tier import group_manifests
-from storage_node.service import WAL_RETAIN_BYTES
 from tests.contract.remoting_wire import WireClient
 from tests.e2e.cluster import LocalCluster, free_port
 from tests.e2e.storage_calls import (
@@ -94,6 +93,10 @@ TOPIC = "archived"
 QUEUES = 2
 WINDOW_SEGMENTS = 6
 """The WAL segments a storage node's disk may hold beyond the WAL it retains."""
+WAL_RETAIN_MB = 64
+"""The WAL a storage node retains in the large run (``--wal-retain-mb``; the default
+256 MiB in ``make test``): well below what the run publishes, so its disks show the
+trimmed data collected."""
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +120,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tier: Path) -> Iterator[Lo
             "200",
             "--retention-check-ms",
             "300",
+            *(("--wal-retain-mb", str(WAL_RETAIN_MB)) if LARGE_MB else ()),
         ),
     )
     yield from running(local)
@@ -316,10 +320,10 @@ def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) ->
         what="the local trims up to the upload point",
     )
     # ...and a node's disk holds at most the window: the WAL it retains for its groups
-    # (WAL_RETAIN_BYTES; past it the driver snapshots and collects the segments of the
+    # (WAL_RETAIN_MB; past it the driver snapshots and collects the segments of the
     # trimmed entries) and the segments around it (the one written, spares, those being
     # collected).
-    window = WAL_RETAIN_BYTES + WINDOW_SEGMENTS * (16 << 20)
+    window = (WAL_RETAIN_MB << 20) + WINDOW_SEGMENTS * (16 << 20)
     disk_after = {node: _disk_bytes(cluster, node) for node in cluster.storage}
     wal_after = {node: _disk_bytes(cluster, node, "wal") for node in cluster.storage}
     print(
@@ -335,6 +339,19 @@ def _large_run(cluster: LocalCluster, tier: Path, sent: dict[int, list[str]]) ->
     assert max(disk_after.values()) <= window
     for queue_id in range(QUEUES):
         assert read_ids(cluster, TOPIC, queue_id) == sent[queue_id]
+    # A fresh consumer group of the official client receives every acked message from
+    # offset 0 (the tier's first), nearly all of them only in the tier.
+    admin(cluster, "group", "create", "tier-readers-large", *ns(cluster))
+    every = sorted(sent[0] + sent[1])
+    started = time.monotonic()
+    seen = run_client_in(cluster.root, "tier_consume_all_large", cluster.broker_port(0), len(every))
+    received = sorted(set(seen["received"]))
+    print(
+        f"large run read back: a fresh consumer group received {len(received)} of "
+        f"{len(every)} acked messages ({len(seen['received'])} deliveries) in "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    assert received == every
 
 
 def _recorded_names(tier: Path, queue_id: int) -> list[str]:
