@@ -297,14 +297,20 @@ def slice_of(replica: GroupReplica, entries: Sequence[QueueEntry]) -> Slice:
     return Slice(list(entries[:taken]), held, located)
 
 
+def _read_and_add(sink: QueueObjectSink, piece: Slice) -> None:
+    """Read the slice's log entries from their files and give its messages to ``sink``
+    (in the worker thread)."""
+    read = read_file_ranges(piece.located.items())
+    sink.add(piece.entries, {**piece.held, **read})
+
+
 async def add_slice(replica: GroupReplica, sink: QueueObjectSink, piece: Slice) -> None:
     """Read the slice's log entries in the worker thread and give its messages to
     ``sink``. If a segment was collected meanwhile (file gone, other bytes there),
     those entries are read through the body store instead, which says whether
     the log still holds them."""
     try:
-        read = await asyncio.to_thread(read_file_ranges, piece.located.items())
-        await asyncio.to_thread(sink.add, piece.entries, {**piece.held, **read})
+        await asyncio.to_thread(_read_and_add, sink, piece)  # one hop to the thread
     except (OSError, ValueError, CommandCorrupted):
         _log.info("group %d: a segment moved during an export; reading on", replica.group_id)
         bodies = replica.bodies
