@@ -90,6 +90,17 @@ class StorageConfig(RpcOptions):
             "max": 1 << 30,
         },
     )
+    wal_retain_mb: int = field(
+        default=256,
+        metadata={
+            "help": "MiB of live WAL segments past which the groups pinning the oldest "
+            "are snapshotted and compacted (never past their truncate floors), so the "
+            "segments of trimmed entries are collected: with local retention, a node's "
+            "disk holds about this much WAL",
+            "min": 1,
+            "max": 1 << 20,
+        },
+    )
     flush: str = field(
         default="sync",
         metadata={

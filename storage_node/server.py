@@ -87,7 +87,6 @@ from storage_node.service import (
     FIRST_GROUP_ID,
     KEEP_ENTRIES,
     SNAPSHOT_ENTRIES,
-    WAL_RETAIN_BYTES,
     StorageNode,
 )
 from storage_node.store.base import BodyStore
@@ -749,7 +748,7 @@ async def _serve_groups(
     options = DriverOptions(
         snapshot_entries=SNAPSHOT_ENTRIES,
         keep_entries=KEEP_ENTRIES,
-        wal_retain_bytes=WAL_RETAIN_BYTES,
+        wal_retain_bytes=config.wal_retain_mb << 20,
     )
     driver = Driver(config.node_id, store, transport, options)
     injection = fault_injection.from_environment()  # None outside the chaos suite

@@ -194,10 +194,6 @@ SNAPSHOT_ENTRIES = 20_000
 KEEP_ENTRIES = 2_000
 """Entries kept below a snapshot (if nothing references them either) for lagging followers."""
 
-WAL_RETAIN_BYTES = 256 << 20
-"""Past this many bytes in live WAL segments, the groups pinning the oldest segments are
-snapshotted and compacted (never past their truncate floors): raft's compaction by WAL bytes."""
-
 WAL_CACHED_BYTES = 256 << 20
 """Sealed WAL segments older than the newest this many bytes of them leave the page cache
 right before each spare segment is zero-filled (``uncache_segments``, run by the driver's

@@ -297,16 +297,40 @@ def slice_of(replica: GroupReplica, entries: Sequence[QueueEntry]) -> Slice:
     return Slice(list(entries[:taken]), held, located)
 
 
-async def add_slice(replica: GroupReplica, sink: QueueObjectSink, piece: Slice) -> None:
-    """Read the slice's log entries in the worker thread and give its messages to
-    ``sink``. If a segment was collected meanwhile (file gone, other bytes there),
-    those entries are read through the body store instead, which says whether
-    the log still holds them."""
+def _read_and_add(sink: QueueObjectSink, piece: Slice, close: bool) -> list[ObjectEntry] | None:
+    """In the worker thread: read the slice's log entries from their files, give its
+    messages to ``sink`` and, if ``close``, close it (its objects; [] if not). None if a
+    segment moved meanwhile (its file is gone or holds other bytes)."""
     try:
-        read = await asyncio.to_thread(read_file_ranges, piece.located.items())
-        await asyncio.to_thread(sink.add, piece.entries, {**piece.held, **read})
+        read = read_file_ranges(piece.located.items())
+        sink.add(piece.entries, {**piece.held, **read})
     except (OSError, ValueError, CommandCorrupted):
-        _log.info("group %d: a segment moved during an export; reading on", replica.group_id)
-        bodies = replica.bodies
-        again = {i: bodies.read_entry(replica.group_id, i) for i in piece.located}
-        await asyncio.to_thread(sink.add, piece.entries, {**piece.held, **again})
+        return None
+    return sink.close() if close else []
+
+
+def _add_and_close(
+    sink: QueueObjectSink, entries: list[QueueEntry], log_entries: dict[int, bytes], close: bool
+) -> list[ObjectEntry]:
+    """In the worker thread: ``sink.add`` and, if ``close``, ``sink.close``."""
+    sink.add(entries, log_entries)
+    return sink.close() if close else []
+
+
+async def add_slice(
+    replica: GroupReplica, sink: QueueObjectSink, piece: Slice, close: bool = False
+) -> list[ObjectEntry]:
+    """Read the slice's log entries in the worker thread and give its messages to
+    ``sink``, then (``close``) close it, in one hop to the thread: the sink's objects
+    if closed, else []. If a segment was collected meanwhile (file gone, other bytes
+    there), those entries are read through the body store instead, which says whether
+    the log still holds them."""
+    done = await asyncio.to_thread(_read_and_add, sink, piece, close)
+    if done is not None:
+        return done
+    _log.info("group %d: a segment moved during an export; reading on", replica.group_id)
+    bodies = replica.bodies
+    again = {i: bodies.read_entry(replica.group_id, i) for i in piece.located}
+    return await asyncio.to_thread(
+        _add_and_close, sink, piece.entries, {**piece.held, **again}, close
+    )

@@ -122,14 +122,14 @@ def _object_end(
     """Where an object from ``start`` ends: within the message and byte bounds (at least
     one message)."""
     end = min(end, start + policy.object_messages_max)
+    log_indexes = state.log_indexes(*queue, start, end - start)
     total = 0
-    counted: set[int] = set()
-    for offset, entry in enumerate(state.read(*queue, start, end - start), start):
-        if entry.log_index not in counted:
-            counted.add(entry.log_index)
-            total += entry_bytes(entry.log_index)
-            if total > policy.object_bytes_max and offset > start:
-                return offset
+    for log_index in dict.fromkeys(log_indexes):  # each log entry once, in offset order
+        total += entry_bytes(log_index)
+        if total > policy.object_bytes_max:
+            cut = start + log_indexes.index(log_index)  # the entry's first message
+            if cut > start:
+                return cut
     return end
 
 

@@ -183,12 +183,14 @@ class Uploader:
         )
         try:
             offset = upload.first_offset
+            objects: list[ObjectEntry] = []
             while offset < upload.end_offset:
                 count = min(upload.end_offset - offset, SLICE_MESSAGES)
                 piece = slice_of(replica, replica.state.read(topic, queue_id, offset, count))
-                await add_slice(replica, sink, piece)
                 offset += len(piece.entries)
-            (entry,) = await asyncio.to_thread(sink.close)
+                # The last slice closes the object in the same hop to the thread.
+                objects = await add_slice(replica, sink, piece, offset >= upload.end_offset)
+            (entry,) = objects
         except BaseException:
             await asyncio.to_thread(sink.abort)
             raise

@@ -19,7 +19,8 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice, repeat
+from itertools import repeat
+from typing import cast
 
 from protocol.vocabulary import Placement
 from storage_node.partition.chunks import PackedChunks
@@ -32,6 +33,11 @@ queue offset, store time)."""
 
 _Item = tuple[tuple[str, str], _Remembered]
 """One entry of the window: its key and what is remembered of it."""
+
+_Wire = list[object]
+"""One entry in its snapshot form: ``[RecordOutcome.to_wire(), store time]``, i.e.
+``[[topic, queue id, message id, placement, queue offset], store time]`` (lists: msgpack
+packs them faster than tuples)."""
 
 _Run = tuple[str, int, int, int, int, tuple[str, ...]]
 """(topic, queue id, placement as an int, first queue offset, store time, message ids):
@@ -250,28 +256,59 @@ class DedupWindow:
                 yield key, changed.get(key) or (queue_id, placement, first + i, stored)
             cut = 0
 
-    def to_wire(self) -> list[object]:
+    def to_wire(self) -> list[_Wire]:
         """Snapshot form, in store order."""
-        return [_dedup_wire(item) for item in self._items()]
+        return self._wire_of(self._runs, self._skip)
 
     def packed(self) -> bytes:
         """The msgpack of :meth:`to_wire`.
 
         Packs only the entries no earlier call packed, those of a chunk an
-        update touched, and those of the chunk eviction cut into.
+        update touched, and those of the chunk eviction cut into. Each is
+        built in its wire form a run at a time (:meth:`_wire_of`): this runs
+        in every raft snapshot of the group, so on every replica for every
+        message once the log is compacted (a tier's local trims).
         """
         memo = self._memo
         first = self._dropped
         wanted = memo.missing(first, first + self._count)
-        for (chunk, lo, hi), items in zip(wanted, self._items_at(wanted), strict=True):
-            wire = [_dedup_wire(item) for item in items]
-            memo.add(chunk, lo, hi, pack_items(wire), (items[0][1][3], items[-1][1][3]))
+        for (chunk, lo, hi), wire in zip(wanted, self._wire_at(wanted), strict=True):
+            stored = (cast(int, wire[0][1]), cast(int, wire[-1][1]))
+            memo.add(chunk, lo, hi, pack_items(wire), stored)
         pieces = memo.pieces()
         self._spans = [(*piece.meta, piece.lo // memo.size) for piece in pieces]
         return b"".join([array_header(self._count), *(piece.packed for piece in pieces)])
 
-    def _items_at(self, ranges: list[tuple[int, int, int]]) -> list[list[_Item]]:
-        """The items at each ``(chunk, lo, hi)`` of ``ranges`` (ascending sequence numbers).
+    def _wire_of(self, runs: Iterable[_Run], skip: int, limit: int | None = None) -> list[_Wire]:
+        """The snapshot form (:data:`_Wire`) of the entries of ``runs`` in
+        store order, the first run's first ``skip`` ids left out; the first ``limit``
+        of them only (None: all)."""
+        changed = self._changed
+        wire: list[_Wire] = []
+        cut = skip
+        for topic, queue_id, placement, first, stored, run_ids in runs:
+            ids = run_ids[cut:] if cut else run_ids
+            if changed:
+                wire += [
+                    _changed_wire(topic, message_id, found)
+                    if (found := changed.get((topic, message_id))) is not None
+                    else [[topic, queue_id, message_id, placement, offset], stored]
+                    for offset, message_id in enumerate(ids, first + cut)
+                ]
+            else:
+                wire += [
+                    [[topic, queue_id, message_id, placement, offset], stored]
+                    for offset, message_id in enumerate(ids, first + cut)
+                ]
+            cut = 0
+            if limit is not None and len(wire) >= limit:
+                del wire[limit:]
+                break
+        return wire
+
+    def _wire_at(self, ranges: list[tuple[int, int, int]]) -> list[list[_Wire]]:
+        """The snapshot form of the entries at each ``(chunk, lo, hi)`` of ``ranges``
+        (ascending sequence numbers).
 
         Reads each from the nearer end of the window, walking only up to the
         ranges farthest in: what changes is mostly at the ends (the newest
@@ -282,9 +319,9 @@ class DedupWindow:
         middle = first + count // 2
         front = [item for item in ranges if item[1] < middle]
         back = ranges[len(front) :]
-        found: list[list[_Item]] = []
+        found: list[list[_Wire]] = []
         if front:
-            head = list(islice(self._items(), front[-1][2] - first))
+            head = self._wire_of(self._runs, self._skip, front[-1][2] - first)
             found += [head[lo - first : hi - first] for _chunk, lo, hi in front]
         if back:
             start = back[0][1]
@@ -299,7 +336,7 @@ class DedupWindow:
             tail_runs.reverse()
             skip = self._skip if len(tail_runs) == len(self._runs) else 0
             held -= skip
-            tail = list(islice(self._items(tail_runs, skip), held - wanted, None))
+            tail = self._wire_of(tail_runs, skip)[held - wanted :]
             found += [tail[lo - start : hi - start] for _chunk, lo, hi in back]
         return found
 
@@ -376,9 +413,9 @@ def _outcome(key: tuple[str, str], found: _Remembered) -> RecordOutcome:
     return RecordOutcome(key[0], found[0], key[1], Placement(found[1]), found[2])
 
 
-def _dedup_wire(item: _Item) -> list[object]:
-    """Snapshot form of one item: ``[RecordOutcome.to_wire(), store time]``."""
-    (topic, message_id), (queue_id, placement, offset, stored) = item
+def _changed_wire(topic: str, message_id: str, found: _Remembered) -> _Wire:
+    """The snapshot form of a changed entry, from what ``_changed`` holds for it."""
+    queue_id, placement, offset, stored = found
     return [[topic, queue_id, message_id, placement, offset], stored]
 
 

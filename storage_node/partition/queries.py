@@ -177,13 +177,25 @@ class PartitionQueries:
         self, topic: str, queue_id: int, queue_offset: int, count_max: int
     ) -> Sequence[QueueEntry]:
         """Up to ``count_max`` entries from ``queue_offset`` (the end offset gives none)."""
+        return self._index_at(topic, queue_id, queue_offset).read(queue_offset, count_max)
+
+    def log_indexes(
+        self, topic: str, queue_id: int, queue_offset: int, count_max: int
+    ) -> list[int]:
+        """The log indexes of the entries :meth:`read` gives (the same range check)."""
+        index = self._index_at(topic, queue_id, queue_offset)
+        return index.log_indexes(queue_offset, count_max)
+
+    def _index_at(self, topic: str, queue_id: int, queue_offset: int) -> QueueIndex:
+        """The queue's index; OffsetOutOfRange unless ``queue_offset`` is within
+        ``[first_offset, end_offset]``."""
         index = self._queues.get((topic, queue_id), _EMPTY)
         if not index.first_offset <= queue_offset <= index.end_offset:
             raise OffsetOutOfRange(
                 f"offset {queue_offset} outside [{index.first_offset}, {index.end_offset}] "
                 f"of {topic}:{queue_id}"
             )
-        return index.read(queue_offset, count_max)
+        return index
 
     def min_log_index_referenced(self) -> int | None:
         """The oldest log index a queue entry, half message or held message still needs.

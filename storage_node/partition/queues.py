@@ -207,6 +207,12 @@ class QueueIndex:
         start = queue_offset - self.first_offset
         return tuple(map(_as_entry, self._entries[start : start + max(count_max, 0)]))
 
+    def log_indexes(self, queue_offset: int, count_max: int) -> list[int]:
+        """The log indexes of up to ``count_max`` entries from ``queue_offset`` (within the
+        range): :meth:`read`'s ``log_index`` fields, without building the entries."""
+        start = queue_offset - self.first_offset
+        return [row[0] for row in self._entries[start : start + max(count_max, 0)]]
+
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (``end_offset`` if none).
 

@@ -319,15 +319,17 @@ def after_storage_loss(port: int) -> dict[str, Any]:
     return out
 
 
-def simple_consume_all(port: int, topic: str, group: str, count: int) -> dict[str, Any]:
-    """A fresh consumer group receives (and acks) ``count`` messages of ``topic``;
-    ``out["received"]``: their ids in the order received."""
+def simple_consume_all(
+    port: int, topic: str, group: str, count: int, deadline_s: float = DEADLINE_S
+) -> dict[str, Any]:
+    """A fresh consumer group receives (and acks) ``count`` messages of ``topic`` within
+    ``deadline_s``; ``out["received"]``: their ids in the order received."""
     out: dict[str, Any] = {}
     consumer = SimpleConsumer(_config(port), group, {topic: FilterExpression()}, 5)
     consumer.startup()
     try:
         received: list[str] = []
-        deadline = time.monotonic() + DEADLINE_S
+        deadline = time.monotonic() + deadline_s
         while len(set(received)) < count and time.monotonic() < deadline:
             for message in consumer.receive(32, 30):
                 received.append(message.message_id)
@@ -349,6 +351,9 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "after_storage_loss": after_storage_loss,
     "tier_consume_all": lambda port, count: simple_consume_all(
         port, "archived", "tier-readers", count
+    ),
+    "tier_consume_all_large": lambda port, count: simple_consume_all(
+        port, "archived", "tier-readers-large", count, deadline_s=200
     ),
 }
 

@@ -52,6 +52,22 @@ def test_an_upload_starts_at_the_recorded_point_and_is_bounded() -> None:
     assert plan_uploads(h.state, small, h.now_ms, _sizes) == [Upload(("orders", 0), 5, 7)]
 
 
+def test_the_byte_bound_cuts_before_the_log_entry_that_passes_it() -> None:
+    h = Harness()
+    for batch in range(3):  # three log entries of three messages each
+        h.append(*(record(f"m{batch}-{i}") for i in range(3)))
+    queue = ("orders", 0)
+    log_indexes = h.state.log_indexes(*queue, 0, 9)
+    assert log_indexes == [entry.log_index for entry in h.state.read(*queue, 0, 9)]
+    assert len(set(log_indexes)) == 3
+    # 100 bytes per log entry, 250 at most: the third entry would pass it, so the object
+    # ends at its first message; an entry alone past the bound still makes an object.
+    small = UploadPolicy(batch_messages_min=1, object_bytes_max=250)
+    assert plan_uploads(h.state, small, h.now_ms, _sizes) == [Upload(queue, 0, 6)]
+    tiny = UploadPolicy(batch_messages_min=1, object_bytes_max=50)
+    assert plan_uploads(h.state, tiny, h.now_ms, _sizes) == [Upload(queue, 0, 3)]
+
+
 def test_nothing_is_planned_when_all_is_uploaded_or_the_next_offsets_are_gone() -> None:
     h = Harness()
     for i in range(4):
