@@ -49,7 +49,7 @@ import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -63,7 +63,7 @@ from connector.copies import (
     SOURCE_OFFSET,
     SOURCE_QUEUE,
     SOURCE_TOPIC,
-    copy_message,
+    copy_messages,
 )
 from connector.plan import (
     CLOCK_SKEW_MS,
@@ -577,15 +577,27 @@ class RuleCopier:
         rule, name = self.rule, self.rule.name
         messages = taken.messages
         if messages:
-            copies = [
-                copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
-                for m in messages
-            ]
-            placed = await self._send_new(queue, offset, messages, copies, found)
+            # Per-message work stays in the batch calls (copy_messages, the send's
+            # serialization); ``found`` (copies already on the target) is empty but
+            # after a restart's resend check.
+            offsets = [m.system_properties.queue_offset for m in messages] if found else []
+            fresh = (
+                [m for m, at in zip(messages, offsets, strict=True) if at not in found]
+                if found
+                else messages
+            )
+            copies, queues = copy_messages(
+                fresh, rule.source, queue, rule.target_topic, self.target_queues
+            )
+            stored = await self._send(queue, offset, copies)
+            placed: Iterable[tuple[int, int]] = zip(queues, stored, strict=True)
+            if found:
+                sent = iter(placed)
+                placed = [found.get(at) or next(sent) for at in offsets]
             self._mark(queue, messages, placed)
             now_ms = time.time_ns() // 1_000_000
             last = messages[-1].system_properties.store_timestamp
-            self.metrics.messages.labels(name).inc(len(copies))
+            self.metrics.messages.labels(name).inc(len(messages))
             self.metrics.bytes.labels(name).inc(taken.body_bytes)
             self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
             self.metrics.last_sync.labels(name).set(now_ms)
@@ -603,50 +615,30 @@ class RuleCopier:
             self.metrics.lag.labels(self.rule.name).set(sum(self._lags.values()))
             await asyncio.sleep(LAG_REFRESH_S)
 
-    async def _send_new(
-        self,
-        queue: int,
-        offset: int,
-        pulled: Sequence[pb.Message],
-        copies: Sequence[tuple[pb.Message, int]],
-        found: dict[int, tuple[int, int]],
-    ) -> list[tuple[int, int]]:
-        """Send the copies not ``found`` on the target, after a pending line saying the
-        batch pulled from ``offset`` is being sent; each copy's (target queue, target
-        offset), in order."""
-        fresh = [
-            copy
-            for message, (copy, _) in zip(pulled, copies, strict=True)
-            if message.system_properties.queue_offset not in found
-        ]
-        stored: list[int] = []
-        if fresh:
-            assert self._marks is not None
-            sent_ms = time.time_ns() // 1_000_000
-            self._marks.write(format_pending(Pending(queue, offset, sent_ms)))
-            self._marks.flush()
-            stored = await self._retrying("send", self.target.send, fresh)
-        placed = iter(stored)
-        return [
-            found.get(message.system_properties.queue_offset) or (target_queue, next(placed))
-            for message, (_, target_queue) in zip(pulled, copies, strict=True)
-        ]
+    async def _send(self, queue: int, offset: int, copies: Sequence[pb.Message]) -> list[int]:
+        """Send ``copies`` (none: nothing), after a pending line saying the batch pulled
+        from ``offset`` is being sent; each one's target offset, in order."""
+        if not copies:
+            return []
+        assert self._marks is not None
+        sent_ms = time.time_ns() // 1_000_000
+        self._marks.write(format_pending(Pending(queue, offset, sent_ms)))
+        self._marks.flush()
+        return await self._retrying("send", self.target.send, copies)
 
     def _mark(
-        self,
-        queue: int,
-        pulled: Sequence[pb.Message],
-        placed: Sequence[tuple[int, int]],
+        self, queue: int, pulled: Sequence[pb.Message], placed: Iterable[tuple[int, int]]
     ) -> None:
-        """One mark per target queue the batch reached: its first copy there."""
+        """One mark per target queue the batch reached: its first copy there. ``placed``:
+        each pulled message's (target queue, target offset), in order."""
         seen: set[int] = set()
         lines = []
-        for message, (target_queue, target_offset) in zip(pulled, placed, strict=True):
+        for index, (target_queue, target_offset) in enumerate(placed):
             if target_queue in seen:
                 continue
             seen.add(target_queue)
-            mark = Mark(queue, message.system_properties.queue_offset, target_queue, target_offset)
-            lines.append(format_mark(mark))
+            source_offset = pulled[index].system_properties.queue_offset
+            lines.append(format_mark(Mark(queue, source_offset, target_queue, target_offset)))
         assert self._marks is not None
         self._marks.write("".join(lines))
         self._marks.flush()
