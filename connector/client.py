@@ -247,16 +247,16 @@ class ClusterClient:
         _check(answer.status)
         return int(answer.offset)
 
-    async def send(self, messages: Sequence[pb.Message]) -> list[int]:
-        """Send ``messages`` (one topic) in one request; each one's stored offset.
+    async def send(self, request: spb.SendMessageRequest) -> list[int]:
+        """Send ``request``'s messages (one topic); each one's stored offset.
 
         A message id the target stored recently is answered with its first outcome
         (the storage's dedup window), so a resend returns the first copy's offset."""
-        answer = await self._call("SendMessage", spb.SendMessageRequest(messages=list(messages)))
+        answer = await self._call("SendMessage", request)
         _check(answer.status)
         for entry in answer.entries:
             _check(entry.status)
-        if len(answer.entries) != len(messages):
+        if len(answer.entries) != len(request.messages):
             raise ConnectorCallError(
                 "ENTRY_COUNT_MISMATCH", f"{len(answer.entries)} entries", retriable=True
             )

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from connector.plan import target_queue
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
 
 SOURCE_CLUSTER = "CONNECTOR_SOURCE_CLUSTER"
 SOURCE_TOPIC = "CONNECTOR_SOURCE_TOPIC"
@@ -50,15 +51,17 @@ def copy_messages(
     source_queue: int,
     target_topic: str,
     target_queues: Sequence[int],
-) -> tuple[list[pb.Message], list[int]]:
+) -> tuple[spb.SendMessageRequest, list[int]]:
     """The copies of pulled ``messages`` (of one source queue) for ``target_topic``,
-    in order, and each one's target queue."""
+    in order, as the SendMessage that carries them (built in place: no second copy of
+    each), and each one's target queue."""
     # Per copy: one copy of the whole message and one merge of what every copy of the
     # batch adds (upb, in C), then the few per-message changes: the batch's copies
     # cost a few microseconds each, most of it the clearing of the dropped fields.
     plain_queue = target_queue(source_queue, None, target_queues)
     added: dict[str, tuple[pb.Message, pb.Message]] = {}  # by source topic: plain, FIFO
-    copies: list[pb.Message] = []
+    request = spb.SendMessageRequest()
+    add = request.messages.add
     queues: list[int] = []
     for message in messages:
         source_topic = message.topic.name
@@ -67,7 +70,7 @@ def copy_messages(
             templates = added[source_topic] = _added(
                 source_cluster, source_topic, source_queue, target_topic, plain_queue
             )
-        copy = pb.Message()
+        copy = add()
         copy.CopyFrom(message)
         out = copy.system_properties
         if out.HasField("message_group"):
@@ -82,8 +85,7 @@ def copy_messages(
             out.ClearField(name)
         if out.message_type == pb.TRANSACTION:
             out.message_type = pb.NORMAL
-        copies.append(copy)
-    return copies, queues
+    return request, queues
 
 
 def _added(
@@ -115,7 +117,7 @@ def copy_message(
 ) -> tuple[pb.Message, int]:
     """The copy of pulled ``message`` for ``target_topic``, and its target queue (see
     :func:`copy_messages`)."""
-    copies, queues = copy_messages(
+    request, queues = copy_messages(
         (message,), source_cluster, source_queue, target_topic, target_queues
     )
-    return copies[0], queues[0]
+    return request.messages[0], queues[0]

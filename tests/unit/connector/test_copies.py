@@ -112,10 +112,10 @@ def test_a_batch_copies_each_message_as_alone_in_order() -> None:
     pulled[2].topic.name = "Other"
     copies, queues = copy_messages(pulled, "east", 3, "OrdersCopy", [5, 1, 2])
     alone = [copy_message(m, "east", 3, "OrdersCopy", [5, 1, 2]) for m in pulled]
-    assert copies == [copy for copy, _ in alone]
+    assert list(copies.messages) == [copy for copy, _ in alone]
     assert queues == [queue for _, queue in alone]
     assert queues[0] == 1  # source queue 3 -> the 3 mod 3 = 0th of [1, 2, 5]
-    assert not copies[1].system_properties.HasField("queue_id")
-    assert copies[2].system_properties.message_type == pb.NORMAL
-    assert copies[1].user_properties[SOURCE_OFFSET] == "18"
-    assert copies[2].user_properties[SOURCE_TOPIC] == "Other"
+    assert not copies.messages[1].system_properties.HasField("queue_id")
+    assert copies.messages[2].system_properties.message_type == pb.NORMAL
+    assert copies.messages[1].user_properties[SOURCE_OFFSET] == "18"
+    assert copies.messages[2].user_properties[SOURCE_TOPIC] == "Other"
