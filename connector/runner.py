@@ -5,7 +5,7 @@ Per (rule, source queue), a puller and a sender task:
 - the puller pulls the queue (long polling, the rule's tag filter applied by the
   source's storage, 32 messages a pull: the broker's cap) ahead of the sends, into a
   buffer of at most :data:`AHEAD_BYTES_MAX` body bytes, while its pulls come back
-  full, else one pull per send (:class:`PulledAhead`);
+  full, else one pull per send or per :data:`PULL_LINGER_S` (:class:`PulledAhead`);
 - the sender loops: take what was pulled meanwhile, at most
   :data:`SEND_MESSAGES_MAX` messages and :data:`SEND_BYTES_MAX` body bytes (so a
   batch grows with the target's latency); send the copies
@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -63,7 +64,7 @@ from connector.copies import (
     SOURCE_OFFSET,
     SOURCE_QUEUE,
     SOURCE_TOPIC,
-    copy_message,
+    copy_messages,
 )
 from connector.plan import (
     CLOCK_SKEW_MS,
@@ -83,6 +84,7 @@ from connector.plan import (
     target_type,
 )
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.vocabulary import MessageType
 
 log = logging.getLogger("rip5.connector")
@@ -109,6 +111,10 @@ by then): each commit is a raft write on the source cluster."""
 AHEAD_BYTES_MAX = SEND_BYTES_MAX
 """Pulls run ahead of a queue's sends until this many body bytes wait: a full next send
 is ready when one returns."""
+PULL_LINGER_S = 0.1
+"""After a pull that reached the queue's end, the next one waits for the sender to take
+what it found at most this long (:class:`PulledAhead`): at most 10 such pulls a second
+a queue, and what arrives during a send waits at most this long to be pulled."""
 
 
 class Metrics:
@@ -187,23 +193,28 @@ class PulledAhead:
     """One source queue's messages pulled ahead of their sends.
 
     The puller appends whole pulls while fewer than ``bytes_max`` body bytes wait (the
-    pull that crosses the bound is kept whole) and the last pull was full; after one
-    that moved past fewer offsets than it asked for messages (the queue's end), the
-    next waits until the sender took everything, so a queue copied at a moderate rate costs
-    one pull per send, not a pull per few messages. The sender takes a batch from the
-    front.
+    pull that crosses the bound is kept whole): at once after a full pull; after one
+    that moved past fewer offsets than it asked for messages (the queue's end), once
+    the sender took everything or ``linger_s`` passed, whichever comes first. So a
+    queue copied at a moderate rate costs at most a pull per send or per ``linger_s``,
+    not a pull per few messages, and what arrives while a send is in flight is
+    pulled meanwhile: the next send takes it as soon as the last one is acknowledged
+    (holding the next pull until the take would leave it in the source for another
+    send's time). The sender takes a batch from the front.
     Offsets: :attr:`end_offset` is where the next pull starts; a pull's messages are in
     offset order, each past the last one's.
     """
 
-    def __init__(self, offset: int, bytes_max: int) -> None:
+    def __init__(self, offset: int, bytes_max: int, linger_s: float) -> None:
         """Empty, pulling from ``offset`` on."""
         self.end_offset = offset
         self._bytes_max = bytes_max
+        self._linger_s = linger_s
         self._messages: deque[pb.Message] = deque()
+        self._sizes: deque[int] = deque()  # each message's body bytes (a body read copies it)
         self._bytes = 0
         self._caught_up = False
-        self._held = False  # a partial pull waits to be taken before the next pull
+        self._held = False  # a partial pull waits (lingers) to be taken before the next pull
         self._error: BaseException | None = None
         self._news = asyncio.Event()
         self._room = asyncio.Event()
@@ -212,13 +223,17 @@ class PulledAhead:
     def put(self, pulled: Pulled, *, full: bool) -> None:
         """Append a pull's answer; ``full``: it moved past as many offsets as it asked for
         messages (so the queue's end was not reached)."""
+        sizes = [len(m.body) for m in pulled.messages]
         self._messages.extend(pulled.messages)
-        self._bytes += sum(len(m.body) for m in pulled.messages)
+        self._sizes.extend(sizes)
+        self._bytes += sum(sizes)
         self.end_offset = pulled.next_offset
         self._caught_up = not pulled.messages and pulled.status == "MESSAGE_NOT_FOUND"
         self._held = bool(pulled.messages) and not full
         if self._bytes >= self._bytes_max or self._held:
             self._room.clear()
+        else:
+            self._room.set()
         self._news.set()
 
     def fail(self, error: BaseException) -> None:
@@ -228,6 +243,12 @@ class PulledAhead:
 
     async def wait_room(self) -> None:
         """Until the next pull may go (see the class docstring)."""
+        if self._held and self._bytes < self._bytes_max:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._linger_s):
+                    await self._room.wait()
+            if self._bytes < self._bytes_max:
+                return
         await self._room.wait()
 
     async def news_within(self, offset: int, timeout_s: float) -> bool:
@@ -254,14 +275,17 @@ class PulledAhead:
     def take(self, messages_max: int, bytes_max: int) -> Taken:
         """The oldest messages, at most ``messages_max`` and ``bytes_max`` body bytes (at
         least one message, whatever its size)."""
-        taken: list[pb.Message] = []
-        size = 0
-        while self._messages and len(taken) < messages_max:
-            body = len(self._messages[0].body)
-            if taken and size + body > bytes_max:
+        sizes = self._sizes
+        count = size = 0
+        for body in itertools.islice(sizes, messages_max):
+            if count and size + body > bytes_max:
                 break
-            taken.append(self._messages.popleft())
+            count += 1
             size += body
+        messages = self._messages
+        taken = [messages.popleft() for _ in range(count)]
+        for _ in range(count):
+            sizes.popleft()
         self._bytes -= size
         if not self._messages:
             self._held = False
@@ -507,7 +531,7 @@ class RuleCopier:
         # Pulls run ahead of the sends; each send takes what was pulled meanwhile (up to
         # the send caps), so a batch grows with the target's latency. One send in flight
         # per queue, in source order.
-        ahead = PulledAhead(offset, AHEAD_BYTES_MAX)
+        ahead = PulledAhead(offset, AHEAD_BYTES_MAX, PULL_LINGER_S)
         puller = asyncio.create_task(self._pull_ahead(queue, ahead))
         # Checkpoints: at most one per CHECKPOINT_INTERVAL_S (each is a raft write on the
         # source), past the batches acknowledged by then; one overlaps the next sends and
@@ -577,15 +601,27 @@ class RuleCopier:
         rule, name = self.rule, self.rule.name
         messages = taken.messages
         if messages:
-            copies = [
-                copy_message(m, rule.source, queue, rule.target_topic, self.target_queues)
-                for m in messages
-            ]
-            placed = await self._send_new(queue, offset, messages, copies, found)
+            # Per-message work stays in the batch calls (copy_messages, the send's
+            # serialization); ``found`` (copies already on the target) is empty but
+            # after a restart's resend check.
+            offsets = [m.system_properties.queue_offset for m in messages] if found else []
+            fresh = (
+                [m for m, at in zip(messages, offsets, strict=True) if at not in found]
+                if found
+                else messages
+            )
+            copies, queues = copy_messages(
+                fresh, rule.source, queue, rule.target_topic, self.target_queues
+            )
+            stored = await self._send(queue, offset, copies)
+            placed: Iterable[tuple[int, int]] = zip(queues, stored, strict=True)
+            if found:
+                sent = iter(placed)
+                placed = [found.get(at) or next(sent) for at in offsets]
             self._mark(queue, messages, placed)
             now_ms = time.time_ns() // 1_000_000
             last = messages[-1].system_properties.store_timestamp
-            self.metrics.messages.labels(name).inc(len(copies))
+            self.metrics.messages.labels(name).inc(len(messages))
             self.metrics.bytes.labels(name).inc(taken.body_bytes)
             self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
             self.metrics.last_sync.labels(name).set(now_ms)
@@ -603,50 +639,30 @@ class RuleCopier:
             self.metrics.lag.labels(self.rule.name).set(sum(self._lags.values()))
             await asyncio.sleep(LAG_REFRESH_S)
 
-    async def _send_new(
-        self,
-        queue: int,
-        offset: int,
-        pulled: Sequence[pb.Message],
-        copies: Sequence[tuple[pb.Message, int]],
-        found: dict[int, tuple[int, int]],
-    ) -> list[tuple[int, int]]:
-        """Send the copies not ``found`` on the target, after a pending line saying the
-        batch pulled from ``offset`` is being sent; each copy's (target queue, target
-        offset), in order."""
-        fresh = [
-            copy
-            for message, (copy, _) in zip(pulled, copies, strict=True)
-            if message.system_properties.queue_offset not in found
-        ]
-        stored: list[int] = []
-        if fresh:
-            assert self._marks is not None
-            sent_ms = time.time_ns() // 1_000_000
-            self._marks.write(format_pending(Pending(queue, offset, sent_ms)))
-            self._marks.flush()
-            stored = await self._retrying("send", self.target.send, fresh)
-        placed = iter(stored)
-        return [
-            found.get(message.system_properties.queue_offset) or (target_queue, next(placed))
-            for message, (_, target_queue) in zip(pulled, copies, strict=True)
-        ]
+    async def _send(self, queue: int, offset: int, copies: spb.SendMessageRequest) -> list[int]:
+        """Send ``copies`` (none: nothing), after a pending line saying the batch pulled
+        from ``offset`` is being sent; each one's target offset, in order."""
+        if not copies.messages:
+            return []
+        assert self._marks is not None
+        sent_ms = time.time_ns() // 1_000_000
+        self._marks.write(format_pending(Pending(queue, offset, sent_ms)))
+        self._marks.flush()
+        return await self._retrying("send", self.target.send, copies)
 
     def _mark(
-        self,
-        queue: int,
-        pulled: Sequence[pb.Message],
-        placed: Sequence[tuple[int, int]],
+        self, queue: int, pulled: Sequence[pb.Message], placed: Iterable[tuple[int, int]]
     ) -> None:
-        """One mark per target queue the batch reached: its first copy there."""
+        """One mark per target queue the batch reached: its first copy there. ``placed``:
+        each pulled message's (target queue, target offset), in order."""
         seen: set[int] = set()
         lines = []
-        for message, (target_queue, target_offset) in zip(pulled, placed, strict=True):
+        for index, (target_queue, target_offset) in enumerate(placed):
             if target_queue in seen:
                 continue
             seen.add(target_queue)
-            mark = Mark(queue, message.system_properties.queue_offset, target_queue, target_offset)
-            lines.append(format_mark(mark))
+            source_offset = pulled[index].system_properties.queue_offset
+            lines.append(format_mark(Mark(queue, source_offset, target_queue, target_offset)))
         assert self._marks is not None
         self._marks.write("".join(lines))
         self._marks.flush()

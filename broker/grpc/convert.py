@@ -126,7 +126,9 @@ def message_from_pb(message: pb.Message) -> Message:
             message_type,
             system.tag or None,  # an empty tag is no tag, as in the proxy
             tuple(keys) if keys else (),
-            dict(properties) if properties else {},
+            # A comprehension reads the map natively; dict(map) goes through the
+            # Mapping ABC in Python (twice the time a message with properties).
+            {key: properties[key] for key in properties} if properties else {},
             system.message_group if system.HasField("message_group") else None,
             born.seconds * 1000 + born.nanos // 1_000_000,  # timestamp_ms, inline
             system.born_host,

@@ -15,13 +15,16 @@ Each run:
 2. **replication**: a connector process starts and copies the backlog from its
    rule's checkpoint (the previous run's end): msgs/s from its first copy to the
    last, read from its ``rip5_connector_replicated_messages_total`` every 100 ms
-   (its start is not counted);
+   (its start is not counted); then, not measured, until its lag is 0;
 3. **delay at half rate**: east gets messages at half the replication rate (sends
    of ``batch`` on a fixed schedule) for ``seconds`` after ``warmup``, while the
    connector copies them; p50/p99 of ``rip5_connector_delay_milliseconds`` (now
    minus the source store time of the last message copied) read every 100 ms
-   whenever the copied count moved since the last read. Then the connector stops
-   (SIGTERM), so the next run's publish has the machine to itself.
+   whenever the copied count moved since the last read. Then, once its lag is 0,
+   the connector stops (SIGTERM), so the next run's publish has the machine to
+   itself and the next run's copy is of its own backlog only (a connector stopped
+   while behind left the rest to be counted in the next run's replication, which
+   then ended early and left old messages to the delay phase: samples of 20 s).
 
 Targets (issue [Connector]): replication >= 50% of the publish rate; delay p99
 <= 1 s at half load. Figures are indicative on a shared machine: both clusters,
@@ -160,6 +163,20 @@ async def _replication(connector: ConnectorProcess, copied_before: float, backlo
         await asyncio.sleep(SAMPLE_S)
 
 
+async def _caught_up(connector: ConnectorProcess) -> None:
+    """Until the connector has nothing left to copy (its rule's lag is 0: each queue's
+    position at its end offset), outside any measured window: a phase then starts
+    with no backlog of the one before, and a run's copy is of its own publish only
+    (a connector stopped while behind left the rest to the next run's count)."""
+    deadline = time.monotonic() + COPY_TIMEOUT_S
+    while (await asyncio.to_thread(connector.metrics)).get(
+        "rip5_connector_lag_messages", -1.0
+    ) != 0.0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the connector did not catch up in {COPY_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(SAMPLE_S)
+
+
 async def _paced_delay(
     generator: Generator,
     connector: ConnectorProcess,
@@ -256,6 +273,7 @@ async def _runs(
             rate = await _replication(connector, 0.0, stored)
             report.record(REPLICATION_CASE, {"msgs_per_s": rate}, meter.stop())
             report.say(f"  run {run + 1}: replication {rate:,.0f} msgs/s ({stored:,} messages)")
+            await _caught_up(connector)
             report.stage(f"run {run + 1}: delay at half rate")
             meter.start()
             delay = await _paced_delay(
@@ -273,6 +291,7 @@ async def _runs(
                 f"{delay.p50_ms:.0f} ms p99 {delay.p99_ms:.0f} ms ({delay.calls} samples; "
                 f"errors {delay.error_names or 0})"
             )
+            await _caught_up(connector)
             await asyncio.to_thread(connector.stop)
     finally:
         await generator.close()

@@ -6,7 +6,7 @@ with ``--endpoint``. Topic ``bench-e2e`` (``queues`` queues) and group
 ``bench-e2e-group`` are created through the nameserver.
 
 The load generator is one client process speaking RocketMQ gRPC v2 over
-``channels`` connections, with the lean client of ``rip5.bench.grpc_lean``
+``channels`` connections, with the lean client of ``loadtest.grpc_lean``
 on uvloop (``--client lean``, the default) or grpc.aio on asyncio
 (``--client grpcio``). The lean client leaves more of the machine to the
 servers: grpc.aio took half of the 2 cores in the receive+ack phase. Per run:
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--client",
         choices=("lean", "grpcio"),
         default="lean",
-        help="the load generator's gRPC client: lean (rip5.bench.grpc_lean) or grpc.aio",
+        help="the load generator's gRPC client: lean (loadtest.grpc_lean) or grpc.aio",
     )
     parser.add_argument(
         "--queues",

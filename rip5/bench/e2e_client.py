@@ -16,10 +16,10 @@ from typing import Any
 import grpc
 
 from loadtest.client import CLIENT_ID_HEADER, CallFailed, endpoints_of
+from loadtest.grpc_lean import LeanChannel
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
 from rip5.bench import acl
-from rip5.bench.grpc_lean import LeanChannel
 
 Metadata = Sequence[tuple[str, str]]
 

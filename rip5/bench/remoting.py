@@ -11,7 +11,7 @@ messages of ``message_bytes`` over ``channels`` connections from one client proc
 (uvloop), ``warmup`` seconds and then msgs/s over ``seconds`` and p50/p99 of a send
 (every message of a send is stored, replicated and fsynced by a majority first):
 
-- gRPC: SendMessage with the lean client of ``rip5.bench.grpc_lean`` (as ``rip5
+- gRPC: SendMessage with the lean client of ``loadtest.grpc_lean`` (as ``rip5
   bench e2e`` publishes);
 - remoting: SEND_BATCH_MESSAGE (code 320, short header keys, as ali-ons and the Java
   client send a batch) on raw connections, requests answered by opaque. Each message

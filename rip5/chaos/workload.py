@@ -1,7 +1,7 @@
 """Producers and consumers of a chaos run, over the public protocol (RocketMQ gRPC v2).
 
 They speak the official clients' wire format through the lean HTTP/2 client
-(:class:`rip5.bench.grpc_lean.LeanChannel`) and write what they did and saw
+(:class:`loadtest.grpc_lean.LeanChannel`) and write what they did and saw
 into a :class:`Recorder`, from which the run's
 :class:`~rip5.chaos.history.History` is made.
 
@@ -46,9 +46,9 @@ from loadtest.client import (
     receive_request,
     received_of,
 )
+from loadtest.grpc_lean import LeanChannel
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
-from rip5.bench.grpc_lean import LeanChannel
 from rip5.chaos.history import Delivery, Intent, Outcome, Send
 
 SERVICE = "/apache.rocketmq.v2.MessagingService/"

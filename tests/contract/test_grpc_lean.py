@@ -19,10 +19,10 @@ import pytest
 import uvloop
 
 from broker.grpc.http2 import Http2GrpcServer
+from loadtest import grpc_lean
 from loadtest.client import CallFailed
+from loadtest.grpc_lean import LeanChannel
 from protocol import http2
-from rip5.bench import grpc_lean
-from rip5.bench.grpc_lean import LeanChannel
 
 LIMIT = 64 * 1024 * 1024
 BIG = 20 * 1024 * 1024  # beyond the first window of either server

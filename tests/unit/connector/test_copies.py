@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from connector.copies import SOURCE_CLUSTER, SOURCE_OFFSET, SOURCE_QUEUE, SOURCE_TOPIC, copy_message
+from connector.copies import (
+    SOURCE_CLUSTER,
+    SOURCE_OFFSET,
+    SOURCE_QUEUE,
+    SOURCE_TOPIC,
+    copy_message,
+    copy_messages,
+)
 from protocol.rocketmq.v2 import definition_pb2 as pb
 
 
@@ -93,3 +100,22 @@ def test_a_copy_drops_the_source_stores_facts() -> None:
     assert system.body_encoding == pb.IDENTITY
     assert pulled.system_properties.queue_offset == 17  # the pulled message is untouched
     assert pulled.topic.name == "Orders"
+
+
+def test_a_batch_copies_each_message_as_alone_in_order() -> None:
+    pulled = [
+        _pulled(tag="TagA", message_type=pb.NORMAL),
+        _pulled(message_type=pb.FIFO, message_group="g-1"),
+        _pulled(message_type=pb.TRANSACTION),
+    ]
+    pulled[1].system_properties.queue_offset = 18
+    pulled[2].topic.name = "Other"
+    copies, queues = copy_messages(pulled, "east", 3, "OrdersCopy", [5, 1, 2])
+    alone = [copy_message(m, "east", 3, "OrdersCopy", [5, 1, 2]) for m in pulled]
+    assert list(copies.messages) == [copy for copy, _ in alone]
+    assert queues == [queue for _, queue in alone]
+    assert queues[0] == 1  # source queue 3 -> the 3 mod 3 = 0th of [1, 2, 5]
+    assert not copies.messages[1].system_properties.HasField("queue_id")
+    assert copies.messages[2].system_properties.message_type == pb.NORMAL
+    assert copies.messages[1].user_properties[SOURCE_OFFSET] == "18"
+    assert copies.messages[2].user_properties[SOURCE_TOPIC] == "Other"

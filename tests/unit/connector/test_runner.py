@@ -14,6 +14,7 @@ from connector.copies import copy_message
 from connector.plan import Mark, Pending, Rule, format_pending, parse_marks
 from connector.runner import Metrics, RuleCopier
 from protocol.rocketmq.v2 import definition_pb2 as pb
+from protocol.rocketmq.v2 import service_pb2 as spb
 
 RULE = Rule("orders", "east", "west", "Orders", "OrdersCopy", "*", "earliest", "connector-orders")
 
@@ -96,7 +97,8 @@ class Target:
         messages = self.existing[offset - 100 :]
         return Pulled(messages, offset + len(messages), "OK")
 
-    async def send(self, messages: list[pb.Message]) -> list[int]:
+    async def send(self, request: spb.SendMessageRequest) -> list[int]:
+        messages = request.messages
         if self.failures:
             self.failures -= 1
             self.journal.append("send failed")
@@ -289,3 +291,18 @@ async def test_both_batches_past_a_checkpoint_in_flight_at_a_crash_are_sought_no
     )
     assert journal == [f"scan since {500_000 - 30_000}", "commit 2", "commit 3"]
     assert parse_marks(marks.read_text()) == [Mark(0, 0, 0, 100), Mark(0, 2, 0, 102)]
+
+
+async def test_a_pull_that_reached_the_end_lingers_then_the_next_pull_goes_untaken() -> None:
+    """After a partial pull the next one waits for the take at most the linger: what
+    arrives while a send is in flight is pulled meanwhile, taken in one batch."""
+    ahead = runner.PulledAhead(0, 1 << 20, linger_s=0.01)
+    ahead.put(Pulled([_message(0)], 1, "OK"), full=False)
+    async with asyncio.timeout(5):
+        await ahead.wait_room()  # nothing taken: the linger ended
+    ahead.put(Pulled([_message(1), _message(2)], 3, "OK"), full=False)
+    taken = ahead.take(1024, 1 << 20)
+    assert [m.system_properties.queue_offset for m in taken.messages] == [0, 1, 2]
+    assert taken.end_offset == 3
+    async with asyncio.timeout(5):
+        await ahead.wait_room()  # everything taken: at once

@@ -1,4 +1,5 @@
-"""A lean gRPC client for the load generators: unary and server-streaming calls over h2c.
+"""A lean gRPC client for the load generators and the connector: unary and
+server-streaming calls over h2c.
 
 Why it exists: a load generator shares the machine with the servers it
 measures, and grpc.aio is costly there: in ``rip5 bench e2e``'s receive+ack
@@ -8,7 +9,8 @@ frames with ``struct``, splits gRPC messages out of DATA frames itself, and
 keeps HPACK to the header blocks, one each way per call (its own indexed, as
 grpc's client indexes them).
 
-Scope, a load generator's: cleartext HTTP/2 (h2c, prior knowledge), identity
+Scope, a load generator's (and the connector's, whose calls go through its
+own failover, ``connector/client.py``): cleartext HTTP/2 (h2c, prior knowledge), identity
 encoding only, no retries, no keepalive pings of its own. It follows the
 protocol where a server relies on it: the connection preface and SETTINGS
 (acknowledged), flow control of what it sends (connection and stream
