@@ -20,7 +20,10 @@ RSS of each role (from /proc: nameserver, each storage node, broker) is
 read before step 2, after step 2 and after step 4; bytes per queue are the
 growth over N (the nameserver's after creation; the storage nodes' and the
 broker's after publishing and reading, when the queues hold data). The
-machine's other load changes the rates: figures are indicative.
+CPU time each role used (from /proc) is divided by the messages of the
+baseline, the publish and the read: server CPU per message, the figure the
+machine's other load changes least. The machine's other load changes the
+rates: figures are indicative.
 
 SHELL (processes, threads, clocks).
 """
@@ -78,9 +81,9 @@ def role_of(cmdline: str) -> str | None:
     return None
 
 
-def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
-    """RSS bytes of each role's processes (storage: one entry per node)."""
-    found: dict[str, list[int]] = {role: [] for role in ROLES}
+def _by_role(pids: Sequence[int], read: Callable[[int], Any]) -> dict[str, list[Any]]:
+    """``read(pid)`` of each role's processes (storage: one entry per node, by pid)."""
+    found: dict[str, list[Any]] = {role: [] for role in ROLES}
     for pid in sorted(pids):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -88,10 +91,27 @@ def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         role = role_of(cmdline)
-        rss = harness.rss_bytes_of(pid)
-        if role is not None and rss is not None:
-            found[role].append(rss)
+        value = read(pid)
+        if role is not None and value is not None:
+            found[role].append(value)
     return found
+
+
+def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
+    """RSS bytes of each role's processes (storage: one entry per node)."""
+    return _by_role(pids, harness.rss_bytes_of)
+
+
+def cpu_by_role(pids: Sequence[int]) -> dict[str, float]:
+    """CPU seconds (user + system) each role's processes used so far (storage: all
+    nodes together)."""
+    return {role: sum(seconds) for role, seconds in _by_role(pids, harness.cpu_seconds_of).items()}
+
+
+def _cpu_us_per_message(
+    before: dict[str, float], after: dict[str, float], messages: int
+) -> dict[str, float]:
+    return {role: (after[role] - before[role]) * 1e6 / messages for role in ROLES}
 
 
 def _retrying(call: Callable[[], Any]) -> Any:
@@ -205,19 +225,25 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             )
             dev_cluster.wait_until_serving(cluster.endpoint, [(BASELINE_TOPIC, False)])
             batches = -(-args.baseline_messages // QUEUES_PER_TOPIC)
-            log(f"baseline: {batches * QUEUES_PER_TOPIC} messages into 8 queues")
+            baseline_messages = batches * QUEUES_PER_TOPIC
+            log(f"baseline: {baseline_messages} messages into 8 queues")
+            cpu_baseline = cpu_by_role(cluster.server_pids())
             baseline_s, _ = publish(
                 cluster.endpoint, [(BASELINE_TOPIC, QUEUES_PER_TOPIC)] * batches, args.workers
             )
-            baseline_rate = batches * QUEUES_PER_TOPIC / baseline_s
+            cpu_start = cpu_by_role(cluster.server_pids())
+            baseline_rate = baseline_messages / baseline_s
             rss_start = rss_by_role(cluster.server_pids())
             log(f"creating {args.queues:,} queues ({len(topics):,} topics)")
             create_s = create_topics(cluster.nameserver, topics)
             rss_created = rss_by_role(cluster.server_pids())
             log(f"publishing one message to each of {args.queues:,} queues")
+            cpu_created = cpu_by_role(cluster.server_pids())
             publish_s, sent = publish(cluster.endpoint, topics, args.workers)
+            cpu_published = cpu_by_role(cluster.server_pids())
             log("reading each back")
             read_s, read = read_back(cluster.endpoint, sent, args.workers)
+            cpu_read = cpu_by_role(cluster.server_pids())
             rss_end = rss_by_role(cluster.server_pids())
     publish_rate = args.queues / publish_s
     return {
@@ -231,6 +257,11 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "read_msgs": read,
         "read_msgs_per_s": read / read_s,
         "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
+        "cpu_us_per_msg": {
+            "baseline": _cpu_us_per_message(cpu_baseline, cpu_start, baseline_messages),
+            "publish": _cpu_us_per_message(cpu_created, cpu_published, args.queues),
+            "read": _cpu_us_per_message(cpu_published, cpu_read, max(read, 1)),
+        },
         "nameserver_bytes_per_queue": _growth_per_queue(
             rss_start["nameserver"], rss_created["nameserver"], args.queues
         ),
@@ -264,6 +295,14 @@ def render(figures: dict[str, Any]) -> str:
                 f"  {role}{'' if role != 'storage' else f' {index + 1}'}: "
                 f"{start / mib:.0f} / {created / mib:.0f} / {end / mib:.0f}"
             )
+    lines.append("server CPU per message (us) nameserver / storage (3 nodes) / broker:")
+    for phase, label in (
+        ("baseline", "publish at 8 queues"),
+        ("publish", f"publish at {figures['queues']:,} queues"),
+        ("read", "read back"),
+    ):
+        cpu = figures["cpu_us_per_msg"][phase]
+        lines.append(f"  {label}: " + " / ".join(f"{cpu[role]:,.0f}" for role in ROLES))
     for key, label in (
         ("nameserver_bytes_per_queue", "nameserver (after creation)"),
         ("storage_bytes_per_queue", "each storage node (after publish+read)"),
