@@ -12,9 +12,11 @@ free ports. Steps, each timed:
 3. publish one message to each of the N queues (one SendMessage per topic,
    its 8 messages each naming its queue), from ``--workers`` threads:
    msgs/s at N queues, and its ratio to the baseline;
-4. read each back: the consumer group ``bench-queues-group`` receives from
-   every topic until its 8 messages came (their ids are checked against
-   the ones sent).
+4. read each back with the consumer group ``bench-queues-group``: by
+   default as a simple consumer, receiving from every topic until its 8
+   messages came (a pop of each queue: a raft entry each); with ``--read
+   pull`` as a pull consumer, pulling each queue from offset 0 (offset reads,
+   no raft entry). The ids are checked against the ones sent.
 
 RSS of each role (from /proc: nameserver, each storage node, broker) is
 read before step 2, after step 2 and after step 4; bytes per queue are the
@@ -37,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +61,10 @@ TOPIC_PREFIX = "bq-"
 ROLES = ("nameserver", "storage", "broker")
 CALL_ATTEMPTS = 20  # a fresh group may answer "no leader yet" for a while: retried
 RETRY_PAUSE_S = 0.2
-READ_DEADLINE_S = 30.0  # per topic, for its 8 messages to come back
+READ_INVISIBLE_MS = 10_000
+"""How long a received message stays invisible: a delivery lost on the way (a call
+that timed out on a loaded machine) comes again after it, as a simple consumer's does."""
+READ_DEADLINE_S = 60.0  # per topic, for its 8 messages to come back (past redeliveries)
 
 
 def topic_names(queues: int) -> list[str]:
@@ -155,11 +161,32 @@ def publish(
     return time.monotonic() - started, sent
 
 
-def read_back(endpoint: str, sent: dict[str, list[str]], workers: int) -> tuple[float, int]:
-    """Receive every topic's messages with the bench group; the seconds it took and the
-    messages read. RuntimeError if one is missing or unknown."""
+def read_back(
+    endpoint: str, sent: dict[str, list[str]], workers: int, mode: str = "receive"
+) -> tuple[float, int]:
+    """Read every topic's messages with the bench group, as a simple consumer
+    (``mode`` "receive": ReceiveMessage of the whole topic, a pop of each queue) or a
+    pull consumer ("pull": PullMessage of each queue from offset 0, offset reads);
+    the seconds it took and the messages read. RuntimeError if one is missing or
+    unknown."""
     clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
     names = sorted(sent)
+
+    def receive(client: RocketClient, topic: str, wanted: set[str]) -> set[str]:
+        got = _retrying(
+            lambda: client.receive(GROUP, topic, batch_size=32, invisible_ms=READ_INVISIBLE_MS)
+        )
+        return {m.message_id for m in got}
+
+    def pull(client: RocketClient, topic: str, wanted: set[str]) -> set[str]:
+        ids: set[str] = set()
+        for queue_id, message_id in enumerate(sent[topic]):
+            if message_id in wanted:  # not read yet: its queue holds just this one
+                got, _next = _retrying(partial(client.pull, GROUP, topic, queue_id, 0))
+                ids.update(got)
+        return ids
+
+    take = {"receive": receive, "pull": pull}[mode]
 
     def read(index: int) -> int:
         client = clients[index % workers]
@@ -170,8 +197,7 @@ def read_back(endpoint: str, sent: dict[str, list[str]], workers: int) -> tuple[
         while seen != wanted:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{topic}: {len(wanted - seen)} messages not read back")
-            got = _retrying(lambda: client.receive(GROUP, topic, batch_size=32))
-            ids = {m.message_id for m in got}
+            ids = take(client, topic, wanted - seen)
             if ids - wanted:
                 raise RuntimeError(f"{topic}: read messages that were not sent: {ids - wanted}")
             seen |= ids
@@ -242,7 +268,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             publish_s, sent = publish(cluster.endpoint, topics, args.workers)
             cpu_published = cpu_by_role(cluster.server_pids())
             log("reading each back")
-            read_s, read = read_back(cluster.endpoint, sent, args.workers)
+            read_s, read = read_back(cluster.endpoint, sent, args.workers, args.read)
             cpu_read = cpu_by_role(cluster.server_pids())
             rss_end = rss_by_role(cluster.server_pids())
     publish_rate = args.queues / publish_s
@@ -254,6 +280,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "baseline_msgs_per_s": baseline_rate,
         "publish_msgs_per_s": publish_rate,
         "publish_ratio": publish_rate / baseline_rate,
+        "read_mode": args.read,
         "read_msgs": read,
         "read_msgs_per_s": read / read_s,
         "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
@@ -285,7 +312,8 @@ def render(figures: dict[str, Any]) -> str:
         f"publish at {figures['queues']:,} queues (one message each): "
         f"{figures['publish_msgs_per_s']:,.0f} msgs/s "
         f"({figures['publish_ratio']:.0%} of the 8-queue rate)",
-        f"read back: {figures['read_msgs']:,} messages, {figures['read_msgs_per_s']:,.0f} msgs/s",
+        f"read back ({figures['read_mode']}): {figures['read_msgs']:,} messages, "
+        f"{figures['read_msgs_per_s']:,.0f} msgs/s",
         "RSS (MiB) start / after creation / after publish+read:",
     ]
     for role in ROLES:
@@ -321,6 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16, help="client threads for sends/reads")
     parser.add_argument(
         "--baseline-messages", type=int, default=4_000, help="messages of the 8-queue baseline"
+    )
+    parser.add_argument(
+        "--read",
+        choices=("receive", "pull"),
+        default="receive",
+        help="read back as a simple consumer (a pop of each queue, a raft entry each) "
+        "or a pull consumer (offset reads)",
     )
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
