@@ -47,9 +47,9 @@ FLOOR_CHECK_ENTRIES = 4_096
 (besides at each snapshot and restore): the pass costs one look at every referenced entry."""
 
 FLOOR_REFRESH_MS = 1_000
-"""And at most this long after it applied anything
-(:func:`storage_node.housekeeping.run_floor_keeper`), so a quiet group's floor follows its
-acks and does not pin the WAL's oldest segments."""
+"""And this long after it applied anything (:func:`storage_node.housekeeping.run_floor_keeper`;
+longer on a node whose pass over its queues is slow: ``FLOOR_SHARE`` there), so a quiet
+group's floor follows its acks and does not pin the WAL's oldest segments."""
 
 
 class GroupReplica:
@@ -67,7 +67,8 @@ class GroupReplica:
 
     The floor may lag the state (it is recomputed at each snapshot, each
     restore, every ``FLOOR_CHECK_ENTRIES`` applied entries and within
-    ``FLOOR_REFRESH_MS`` of any apply), which is safe:
+    ``FLOOR_REFRESH_MS`` of any apply, longer on a node whose pass over its
+    queues takes long: ``housekeeping.FLOOR_SHARE``), which is safe:
     the oldest referenced index never decreases while entries are applied
     (a message leaves a queue, half or timer only to be dropped or to be
     named by another one), so a floor reported earlier is never above the
