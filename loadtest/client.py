@@ -382,6 +382,51 @@ class RocketClient:
             raise self._rpc_error(error) from None
         return received
 
+    def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        batch_size: int = 32,
+        long_polling_ms: int = 1_000,
+    ) -> tuple[list[str], int]:
+        """A pull consumer's read of one queue from ``offset`` (PullMessage: an offset
+        read, no pop): the message ids read and the next offset."""
+        request = spb.PullMessageRequest(
+            group=pb.Resource(name=group),
+            message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=topic),
+                id=queue_id,
+                permission=pb.READ_WRITE,
+                broker=pb.Broker(name="rip5", endpoints=self._endpoints),
+            ),
+            offset=offset,
+            batch_size=batch_size,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            long_polling_timeout=_duration(long_polling_ms),
+        )
+        ids: list[str] = []
+        next_offset = offset
+        try:
+            for response in self._stub.PullMessage(
+                request,
+                timeout=long_polling_ms / 1000 + self.timeout_s,
+                metadata=self._metadata,
+            ):
+                which = response.WhichOneof("content")
+                if which == "status":
+                    if response.status.code != pb.MESSAGE_NOT_FOUND:
+                        check_status(response.status)
+                elif which == "message":
+                    ids.append(response.message.system_properties.message_id)
+                elif which == "next_offset":
+                    next_offset = response.next_offset
+        except grpc.RpcError as error:
+            raise self._rpc_error(error) from None
+        return ids, next_offset
+
     def ack(self, group: str, topic: str, messages: Sequence[Received]) -> None:
         """Acknowledge ``messages`` in one call; raises if any entry failed."""
         request = ack_request(group, topic, messages)

@@ -80,12 +80,22 @@ async def run_timers(node: StorageNode) -> None:
             future.add_done_callback(functools.partial(_ticked, group_id, now_ms, ticking))
 
 
+FLOOR_SHARE = 0.05
+"""The most of its time a node spends bringing floors up to date: a pass looks at every
+queue of every group that applied something, so after a pass of d seconds the next
+comes no sooner than d / FLOOR_SHARE later (and no sooner than FLOOR_REFRESH_MS)."""
+
+
 async def run_floor_keeper(node: StorageNode) -> None:
     """Forever: bring every group's truncate floor up to its state (raft compacts by it)."""
+    loop = asyncio.get_running_loop()
+    wait_s = FLOOR_REFRESH_MS / 1000
     while True:
-        await asyncio.sleep(FLOOR_REFRESH_MS / 1000)
+        await asyncio.sleep(wait_s)
+        started = loop.time()
         for replica in list(node.replicas.values()):
             replica.maybe_refresh_floor()
+        wait_s = max(FLOOR_REFRESH_MS / 1000, (loop.time() - started) / FLOOR_SHARE)
 
 
 async def run_segment_indexer(node: StorageNode) -> None:

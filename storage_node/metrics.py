@@ -16,15 +16,21 @@ read every ``SLOW_REFRESHES``-th refresh only.
 
 Everything here is read by :meth:`StorageMetrics.refresh` on the event loop
 (angelia_rpc/metrics_export.py, ``refresh_every``); the scrape thread reads
-only the metric objects. The series of a (consumer group, topic) that no longer
-has a queue led here are removed at the next refresh.
+only the metric objects. The queue and consumer gauges walk every queue led
+here: so that many queues do not make the metrics eat the node, after a walk
+of d seconds the next one comes no sooner than d / ``WALK_SHARE`` later (on a
+node with many queues they are updated less often than the other gauges).
+The series of a (consumer group, topic) that no longer has a queue led here
+are removed at the next walk.
 
 SHELL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -33,6 +39,9 @@ from protocol.storage_api import TIME_MAX_MS
 from raft.host.metrics import RaftMetrics
 from storage_node.progress import queue_progress
 from storage_node.service import StorageNode
+
+WALK_SHARE = 0.05
+"""The most of its time a node spends walking its queues for the gauges."""
 
 SLOW_REFRESHES = 10
 """The half and timing message counts are read every this many refreshes."""
@@ -46,10 +55,17 @@ class StorageMetrics:
     """The metrics of one storage node, registered in ``registry``."""
 
     def __init__(
-        self, registry: CollectorRegistry, node: StorageNode, labels: Mapping[str, str]
+        self,
+        registry: CollectorRegistry,
+        node: StorageNode,
+        labels: Mapping[str, str],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Register the metrics of ``node``; ``labels``: cluster, node_type, node_id."""
+        """Register the metrics of ``node``; ``labels``: cluster, node_type, node_id;
+        ``clock``: seconds, monotonic (paces the walk over the queues)."""
         self._node = node
+        self._clock = clock
+        self._walk_due = -math.inf
         self._values = tuple(labels.values())
         names = tuple(labels)
         self.raft = RaftMetrics(registry, node.driver, labels)
@@ -133,8 +149,26 @@ class StorageMetrics:
         self._refreshes = 0
 
     def refresh(self) -> None:
-        """Read every gauge from the node (on the event loop)."""
+        """Read every gauge from the node (on the event loop); the ones that walk
+        every queue only once the last walk's pause (see the module) is over."""
         self.raft.refresh()
+        node = self._node
+        joined = [r for r in node.replicas.values() if r.joining]
+        self._joined_snapshot.set(sum(r.joined_snapshot_bytes for r in joined))
+        self._joined_entries.set(sum(r.joined_entry_bytes for r in joined))
+        self._joined_tier.set(sum(r.joined_tier_bytes for r in joined))
+        self._tier_read.set(0 if node.tier_reader is None else node.tier_reader.read_bytes)
+        self._wal_failed.set(1 if node.wal_failure else 0)
+        self._data_lost.set(1 if node.data_lost else 0)
+        self._wal_set_aside.set(1 if node.wal_set_aside else 0)
+        started = self._clock()
+        if started < self._walk_due:
+            return
+        self._refresh_queues()
+        self._walk_due = started + (self._clock() - started) / WALK_SHARE
+
+    def _refresh_queues(self) -> None:
+        """The queue, message and consumer gauges (a walk over every queue led here)."""
         node = self._node
         me = node.driver.node_id
         now_ms = node.now_ms()
@@ -160,14 +194,6 @@ class StorageMetrics:
                     oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
         self._queues.set(queues)
         self._messages.set(messages)
-        joined = [r for r in node.replicas.values() if r.joining]
-        self._joined_snapshot.set(sum(r.joined_snapshot_bytes for r in joined))
-        self._joined_entries.set(sum(r.joined_entry_bytes for r in joined))
-        self._joined_tier.set(sum(r.joined_tier_bytes for r in joined))
-        self._tier_read.set(0 if node.tier_reader is None else node.tier_reader.read_bytes)
-        self._wal_failed.set(1 if node.wal_failure else 0)
-        self._data_lost.set(1 if node.data_lost else 0)
-        self._wal_set_aside.set(1 if node.wal_set_aside else 0)
         for key in self._reported - lag.keys():
             for gauge in (self._lag, self._lag_latency, self._inflight):
                 gauge.remove(*self._consumer_labels(key))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Literal
 
 from raft.types import Entry, Snapshot
 from storage_node.errors import OutOfOrderApply, StorageError
@@ -22,14 +23,33 @@ from storage_node.store.memory import MemoryBodyStore
 
 _log = logging.getLogger(__name__)
 
+WAITERS_SWEEP_MIN = 1_024
+"""Growth events a replica keeps before it first drops those nobody waits on."""
+
+
+class Growth(asyncio.Event):
+    """An :class:`asyncio.Event` that counts the tasks waiting on it (a replica drops
+    the ones nobody waits on)."""
+
+    waiting = 0
+
+    async def wait(self) -> Literal[True]:
+        """Wait until set (as :meth:`asyncio.Event.wait`), counted while waiting."""
+        self.waiting += 1
+        try:
+            return await super().wait()
+        finally:
+            self.waiting -= 1
+
+
 FLOOR_CHECK_ENTRIES = 4_096
 """A replica recomputes its truncate floor at least every this many applied entries
 (besides at each snapshot and restore): the pass costs one look at every referenced entry."""
 
 FLOOR_REFRESH_MS = 1_000
-"""And at most this long after it applied anything
-(:func:`storage_node.housekeeping.run_floor_keeper`), so a quiet group's floor follows its
-acks and does not pin the WAL's oldest segments."""
+"""And this long after it applied anything (:func:`storage_node.housekeeping.run_floor_keeper`;
+longer on a node whose pass over its queues is slow: ``FLOOR_SHARE`` there), so a quiet
+group's floor follows its acks and does not pin the WAL's oldest segments."""
 
 
 class GroupReplica:
@@ -47,7 +67,8 @@ class GroupReplica:
 
     The floor may lag the state (it is recomputed at each snapshot, each
     restore, every ``FLOOR_CHECK_ENTRIES`` applied entries and within
-    ``FLOOR_REFRESH_MS`` of any apply), which is safe:
+    ``FLOOR_REFRESH_MS`` of any apply, longer on a node whose pass over its
+    queues takes long: ``housekeeping.FLOOR_SHARE``), which is safe:
     the oldest referenced index never decreases while entries are applied
     (a message leaves a queue, half or timer only to be dropped or to be
     named by another one), so a floor reported earlier is never above the
@@ -73,7 +94,8 @@ class GroupReplica:
         self.joined_tier_bytes = 0
         """Bytes of the group's history in the tier when it restored the leader's image
         (the recorded objects): read from there, never copied from a peer."""
-        self._waiters: dict[QueueId, asyncio.Event] = {}
+        self._waiters: dict[QueueId, Growth] = {}
+        self._waiters_swept = 0  # how many were left by the last sweep (see grown)
         self._set_floor: Callable[[int, int | None], None] | None = None
         self._floor_checked_index = 0
         # Commands this node proposed, by the id of their entry bytes (held, so the id
@@ -202,9 +224,25 @@ class GroupReplica:
             return snapshot.data
         return encode_image(state, carried)
 
-    def grown(self, queue: QueueId) -> asyncio.Event:
-        """An event set the next time ``queue`` gets new messages."""
+    def grown(self, queue: QueueId) -> Growth:
+        """An event set the next time ``queue`` gets new messages.
+
+        Every receive asks for one before it looks at the queue, and most never
+        wait on it (they found messages): so that a queue read once does not keep
+        an event for good, once the table doubled since the last sweep the events
+        nobody waits on are set (a receive that had not reached its wait yet then
+        only looks at its queue once more) and dropped. Amortized O(1) a call.
+        """
         waiter = self._waiters.get(queue)
         if waiter is None:
-            waiter = self._waiters[queue] = asyncio.Event()
+            if len(self._waiters) >= max(WAITERS_SWEEP_MIN, 2 * self._waiters_swept):
+                self._sweep_waiters()
+            waiter = self._waiters[queue] = Growth()
         return waiter
+
+    def _sweep_waiters(self) -> None:
+        for queue, waiter in list(self._waiters.items()):
+            if not waiter.waiting:
+                waiter.set()
+                del self._waiters[queue]
+        self._waiters_swept = len(self._waiters)

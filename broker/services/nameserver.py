@@ -42,9 +42,11 @@ write into it by themselves), auto-create or not; so is a retry topic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -73,6 +75,12 @@ WATCH_SILENCE_MAX_MS = 10_000
 """A watch stream silent this long is taken as broken (nameservers confirm an idle
 stream every few seconds, ``nameserver.service.WATCH_IDLE_MS``)."""
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
+ROUTE_CACHE_TOPICS_MAX = 100_000
+"""The most topics whose routes a broker keeps (least recently used go first): a broker
+holds the routes it uses, not every topic of a cluster of a million queues."""
+SHARED_PARTS_MAX = 65_536
+"""The most distinct queue routes and queue tuples kept for sharing between cached routes
+(past it the table starts afresh; the routes keep what they hold)."""
 
 
 class NameserverLink:
@@ -148,14 +156,21 @@ class ClusterMetadata:
         watch_silence_max_ms: int = WATCH_SILENCE_MAX_MS,
         clock: Callable[[], float] = time.monotonic,
         signer: Callable[[], ns.SignedBy] = ns.SignedBy,
+        route_cache_topics_max: int = ROUTE_CACHE_TOPICS_MAX,
     ) -> None:
         """``route_stale_max_ms``: how long past its last confirmation a cached entry
         serves while the watch is down (see the module docstring; the broker option's
         default unless given); ``watch_silence_max_ms``: a watch stream
         silent this long counts as down; ``clock``: seconds, monotonic; ``signer``: the
-        signature of the topics and groups this broker creates (ACL on)."""
+        signature of the topics and groups this broker creates (ACL on);
+        ``route_cache_topics_max``: the most topics whose routes are kept (least
+        recently used dropped first)."""
         if route_stale_max_ms < 0:
             raise ValueError(f"route_stale_max_ms must not be negative, not {route_stale_max_ms}")
+        if route_cache_topics_max < 1:
+            raise ValueError(
+                f"route_cache_topics_max must be at least 1, not {route_cache_topics_max}"
+            )
         self._link = link
         self.cluster = cluster
         self.auto_create = auto_create
@@ -164,11 +179,18 @@ class ClusterMetadata:
         self._watch_silence_max_s = watch_silence_max_ms / 1000
         self._clock = clock
         self._signer = signer
-        # Cached entries with the clock reading of their read (see _usable).
-        self._routes: dict[str, tuple[ns.RouteResponse, float]] = {}
+        # Cached entries with the clock reading of their read (see _usable), least
+        # recently used first; at most route_cache_topics_max of them.
+        self._routes: OrderedDict[str, tuple[ns.RouteResponse, float]] = OrderedDict()
+        self._routes_max = route_cache_topics_max
         self._forgotten: set[str] = set()  # routes to read again, kept as a fallback
         # The topic of each route last converted, by topic name (see _topic_of).
+        # Invariant: its keys are cached routes' topics.
         self._topics: dict[str, tuple[ns.RouteResponse, TopicInfo]] = {}
+        # Equal parts of cached routes, shared (see _compact): most topics' queue i is
+        # served by one of a few raft groups, so their queue routes are equal.
+        self._queue_routes: dict[tuple[object, ...], ns.QueueRouteInfo] = {}
+        self._queue_tuples: dict[tuple[QueueInfo, ...], tuple[QueueInfo, ...]] = {}
         self._groups: dict[str, tuple[GroupInfo, float]] = {}
         self._status: tuple[ns.ClusterStatusResponse, float] | None = None
         self._route_listeners: list[Callable[[], None]] = []
@@ -258,6 +280,7 @@ class ClusterMetadata:
         """Where each queue of ``topic`` is served; raises TOPIC_NOT_FOUND."""
         cached = self._routes.get(topic)
         if cached is not None and topic not in self._forgotten and self._usable(cached[1]):
+            self._routes.move_to_end(topic)
             return cached[0]
         try:
             route = await self._read_route(topic)
@@ -273,9 +296,27 @@ class ClusterMetadata:
             if error.reason is not Reason.TOPIC_NOT_FOUND or not _is_group_topic(topic):
                 raise
             route = await self._create_group_topic(topic)
+        route = self._compact(route)
         self._routes[topic] = (route, self._clock())
+        self._routes.move_to_end(topic)
         self._forgotten.discard(topic)
+        while len(self._routes) > self._routes_max:
+            evicted, _ = self._routes.popitem(last=False)
+            self._topics.pop(evicted, None)
+            self._forgotten.discard(evicted)
         return route
+
+    def _compact(self, route: ns.RouteResponse) -> ns.RouteResponse:
+        """``route`` with each queue route replaced by an equal one already cached, if
+        any (queue routes are frozen: sharing them changes nothing a reader sees)."""
+        shared = self._queue_routes
+        if len(shared) >= SHARED_PARTS_MAX:
+            shared.clear()
+        queues = []
+        for queue in route.queues:
+            key = (queue.queue_id, queue.group_id, queue.term, queue.leader, *queue.followers)
+            queues.append(shared.setdefault(key, queue))
+        return dataclasses.replace(route, queues=queues)
 
     def _usable(self, read_at: float) -> bool:
         """Whether a cached entry read at ``read_at`` may serve: always while the
@@ -313,7 +354,14 @@ class ClusterMetadata:
         if cached is not None and cached[0] is route:
             return cached[1]
         topic = convert.topic_from_route(route)
-        self._topics[name] = (route, topic)
+        tuples = self._queue_tuples
+        if len(tuples) >= SHARED_PARTS_MAX:
+            tuples.clear()
+        queues = tuples.setdefault(topic.queues, topic.queues)
+        if queues is not topic.queues:
+            topic = dataclasses.replace(topic, queues=queues)
+        if name in self._routes:  # a route evicted meanwhile is not converted into the cache
+            self._topics[name] = (route, topic)
         return topic
 
     def forget_route(self, topic: str | None = None) -> None:
@@ -372,6 +420,8 @@ class ClusterMetadata:
             self._groups.pop(change.key, None)
         else:  # a raft group's leader or a storage node changed: routes may be stale
             self._routes.clear()
+            self._topics.clear()  # each was converted from a route just dropped
+            self._queue_routes.clear()
             self._forgotten.clear()
             for listener in self._route_listeners:
                 listener()
@@ -379,6 +429,7 @@ class ClusterMetadata:
     def _clear(self) -> None:
         self._routes.clear()
         self._topics.clear()
+        self._queue_routes.clear()
         self._groups.clear()
         self._forgotten.clear()
         self._status = None

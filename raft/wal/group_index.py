@@ -10,10 +10,105 @@ PURE.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import overload
 
 from raft.types import ConfState, Entry, HardState
 from raft.wal import format as fmt
+
+Location = tuple[int, int, int, int, int]
+"""Where one entry's record lies: (term, segment seq, record offset, payload length,
+entry type)."""
+
+
+class EntryLocations:
+    """The :data:`Location` of each live entry of a group, in index order.
+
+    Kept as five typed columns (the record header's widths: 8 + 8 + 8 + 4 + 1
+    bytes an entry) instead of a list of tuples (about 120 bytes an entry):
+    the index holds every live entry of every group, and a group's log is
+    pinned by the oldest message its queues still hold, so on a node with
+    many queues the entries stay. Reads give tuples back, as a list would.
+    """
+
+    __slots__ = ("_lengths", "_offsets", "_seqs", "_terms", "_types")
+
+    def __init__(self, locations: Iterable[Location] = ()) -> None:
+        """An index of ``locations``."""
+        self._terms = array("Q")
+        self._seqs = array("Q")
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        self._types = array("B")
+        self.extend(locations)
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    @overload
+    def __getitem__(self, key: int) -> Location: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> list[Location]: ...
+
+    def __getitem__(self, key: int | slice) -> Location | list[Location]:
+        if isinstance(key, slice):
+            return list(
+                zip(
+                    self._terms[key],
+                    self._seqs[key],
+                    self._offsets[key],
+                    self._lengths[key],
+                    self._types[key],
+                    strict=True,
+                )
+            )
+        return (
+            self._terms[key],
+            self._seqs[key],
+            self._offsets[key],
+            self._lengths[key],
+            self._types[key],
+        )
+
+    def __delitem__(self, key: slice) -> None:
+        for column in self._columns():
+            del column[key]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EntryLocations):
+            return self[:] == other[:]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"EntryLocations({self[:]!r})"
+
+    def append(self, location: Location) -> None:
+        """Add the next entry's location."""
+        term, seq, offset, length, entry_type = location
+        self._terms.append(term)
+        self._seqs.append(seq)
+        self._offsets.append(offset)
+        self._lengths.append(length)
+        self._types.append(entry_type)
+
+    def extend(self, locations: Iterable[Location]) -> None:
+        """Add the next entries' locations."""
+        rows = list(locations)
+        if rows:
+            for column, values in zip(self._columns(), zip(*rows, strict=True), strict=True):
+                column.extend(values)
+
+    def __iadd__(self, locations: Iterable[Location]) -> EntryLocations:
+        self.extend(locations)
+        return self
+
+    def _columns(self) -> tuple[array[int], ...]:
+        return (self._terms, self._seqs, self._offsets, self._lengths, self._types)
 
 
 @dataclass(slots=True)
@@ -32,7 +127,7 @@ class GroupIndex:
     snapshot_location: fmt.SnapshotLocation = fmt.NO_SNAPSHOT  # where the snapshot's bytes lie
     first: int = 1
     # (term, segment seq, record offset, payload length, entry type) per live entry
-    locs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    locs: EntryLocations = field(default_factory=EntryLocations)
     cache_from: int = 1  # entries >= cache_from are in ``cache`` (within the live range)
     cache: list[Entry] = field(default_factory=list)
     cache_bytes: int = 0
@@ -57,7 +152,7 @@ class GroupIndex:
     def compact_to(self, index: int, term: int) -> None:
         """Discard entries <= index; the log then starts at index + 1."""
         if index >= self.last:
-            self.locs = []
+            self.locs = EntryLocations()
         else:
             del self.locs[: max(0, index + 1 - self.first)]
         self.first = index + 1
@@ -79,7 +174,7 @@ class GroupIndex:
         self.snapshot_conf_state = conf
         self.snapshot_location = location
         if flag == fmt.SNAPSHOT_INSTALL:
-            self.locs = []
+            self.locs = EntryLocations()
             self.cache = []
             self.cache_bytes = 0
             self.first = index + 1

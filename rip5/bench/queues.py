@@ -12,15 +12,20 @@ free ports. Steps, each timed:
 3. publish one message to each of the N queues (one SendMessage per topic,
    its 8 messages each naming its queue), from ``--workers`` threads:
    msgs/s at N queues, and its ratio to the baseline;
-4. read each back: the consumer group ``bench-queues-group`` receives from
-   every topic until its 8 messages came (their ids are checked against
-   the ones sent).
+4. read each back with the consumer group ``bench-queues-group``: by
+   default as a simple consumer, receiving from every topic until its 8
+   messages came (a pop of each queue: a raft entry each); with ``--read
+   pull`` as a pull consumer, pulling each queue from offset 0 (offset reads,
+   no raft entry). The ids are checked against the ones sent.
 
 RSS of each role (from /proc: nameserver, each storage node, broker) is
 read before step 2, after step 2 and after step 4; bytes per queue are the
 growth over N (the nameserver's after creation; the storage nodes' and the
 broker's after publishing and reading, when the queues hold data). The
-machine's other load changes the rates: figures are indicative.
+CPU time each role used (from /proc) is divided by the messages of the
+baseline, the publish and the read: server CPU per message, the figure the
+machine's other load changes least. The machine's other load changes the
+rates: figures are indicative.
 
 SHELL (processes, threads, clocks).
 """
@@ -34,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +61,10 @@ TOPIC_PREFIX = "bq-"
 ROLES = ("nameserver", "storage", "broker")
 CALL_ATTEMPTS = 20  # a fresh group may answer "no leader yet" for a while: retried
 RETRY_PAUSE_S = 0.2
-READ_DEADLINE_S = 30.0  # per topic, for its 8 messages to come back
+READ_INVISIBLE_MS = 10_000
+"""How long a received message stays invisible: a delivery lost on the way (a call
+that timed out on a loaded machine) comes again after it, as a simple consumer's does."""
+READ_DEADLINE_S = 60.0  # per topic, for its 8 messages to come back (past redeliveries)
 
 
 def topic_names(queues: int) -> list[str]:
@@ -78,9 +87,9 @@ def role_of(cmdline: str) -> str | None:
     return None
 
 
-def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
-    """RSS bytes of each role's processes (storage: one entry per node)."""
-    found: dict[str, list[int]] = {role: [] for role in ROLES}
+def _by_role(pids: Sequence[int], read: Callable[[int], Any]) -> dict[str, list[Any]]:
+    """``read(pid)`` of each role's processes (storage: one entry per node, by pid)."""
+    found: dict[str, list[Any]] = {role: [] for role in ROLES}
     for pid in sorted(pids):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -88,10 +97,27 @@ def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         role = role_of(cmdline)
-        rss = harness.rss_bytes_of(pid)
-        if role is not None and rss is not None:
-            found[role].append(rss)
+        value = read(pid)
+        if role is not None and value is not None:
+            found[role].append(value)
     return found
+
+
+def rss_by_role(pids: Sequence[int]) -> dict[str, list[int]]:
+    """RSS bytes of each role's processes (storage: one entry per node)."""
+    return _by_role(pids, harness.rss_bytes_of)
+
+
+def cpu_by_role(pids: Sequence[int]) -> dict[str, float]:
+    """CPU seconds (user + system) each role's processes used so far (storage: all
+    nodes together)."""
+    return {role: sum(seconds) for role, seconds in _by_role(pids, harness.cpu_seconds_of).items()}
+
+
+def _cpu_us_per_message(
+    before: dict[str, float], after: dict[str, float], messages: int
+) -> dict[str, float]:
+    return {role: (after[role] - before[role]) * 1e6 / messages for role in ROLES}
 
 
 def _retrying(call: Callable[[], Any]) -> Any:
@@ -135,11 +161,32 @@ def publish(
     return time.monotonic() - started, sent
 
 
-def read_back(endpoint: str, sent: dict[str, list[str]], workers: int) -> tuple[float, int]:
-    """Receive every topic's messages with the bench group; the seconds it took and the
-    messages read. RuntimeError if one is missing or unknown."""
+def read_back(
+    endpoint: str, sent: dict[str, list[str]], workers: int, mode: str = "receive"
+) -> tuple[float, int]:
+    """Read every topic's messages with the bench group, as a simple consumer
+    (``mode`` "receive": ReceiveMessage of the whole topic, a pop of each queue) or a
+    pull consumer ("pull": PullMessage of each queue from offset 0, offset reads);
+    the seconds it took and the messages read. RuntimeError if one is missing or
+    unknown."""
     clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
     names = sorted(sent)
+
+    def receive(client: RocketClient, topic: str, wanted: set[str]) -> set[str]:
+        got = _retrying(
+            lambda: client.receive(GROUP, topic, batch_size=32, invisible_ms=READ_INVISIBLE_MS)
+        )
+        return {m.message_id for m in got}
+
+    def pull(client: RocketClient, topic: str, wanted: set[str]) -> set[str]:
+        ids: set[str] = set()
+        for queue_id, message_id in enumerate(sent[topic]):
+            if message_id in wanted:  # not read yet: its queue holds just this one
+                got, _next = _retrying(partial(client.pull, GROUP, topic, queue_id, 0))
+                ids.update(got)
+        return ids
+
+    take = {"receive": receive, "pull": pull}[mode]
 
     def read(index: int) -> int:
         client = clients[index % workers]
@@ -150,8 +197,7 @@ def read_back(endpoint: str, sent: dict[str, list[str]], workers: int) -> tuple[
         while seen != wanted:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{topic}: {len(wanted - seen)} messages not read back")
-            got = _retrying(lambda: client.receive(GROUP, topic, batch_size=32))
-            ids = {m.message_id for m in got}
+            ids = take(client, topic, wanted - seen)
             if ids - wanted:
                 raise RuntimeError(f"{topic}: read messages that were not sent: {ids - wanted}")
             seen |= ids
@@ -205,19 +251,25 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             )
             dev_cluster.wait_until_serving(cluster.endpoint, [(BASELINE_TOPIC, False)])
             batches = -(-args.baseline_messages // QUEUES_PER_TOPIC)
-            log(f"baseline: {batches * QUEUES_PER_TOPIC} messages into 8 queues")
+            baseline_messages = batches * QUEUES_PER_TOPIC
+            log(f"baseline: {baseline_messages} messages into 8 queues")
+            cpu_baseline = cpu_by_role(cluster.server_pids())
             baseline_s, _ = publish(
                 cluster.endpoint, [(BASELINE_TOPIC, QUEUES_PER_TOPIC)] * batches, args.workers
             )
-            baseline_rate = batches * QUEUES_PER_TOPIC / baseline_s
+            cpu_start = cpu_by_role(cluster.server_pids())
+            baseline_rate = baseline_messages / baseline_s
             rss_start = rss_by_role(cluster.server_pids())
             log(f"creating {args.queues:,} queues ({len(topics):,} topics)")
             create_s = create_topics(cluster.nameserver, topics)
             rss_created = rss_by_role(cluster.server_pids())
             log(f"publishing one message to each of {args.queues:,} queues")
+            cpu_created = cpu_by_role(cluster.server_pids())
             publish_s, sent = publish(cluster.endpoint, topics, args.workers)
+            cpu_published = cpu_by_role(cluster.server_pids())
             log("reading each back")
-            read_s, read = read_back(cluster.endpoint, sent, args.workers)
+            read_s, read = read_back(cluster.endpoint, sent, args.workers, args.read)
+            cpu_read = cpu_by_role(cluster.server_pids())
             rss_end = rss_by_role(cluster.server_pids())
     publish_rate = args.queues / publish_s
     return {
@@ -228,9 +280,15 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "baseline_msgs_per_s": baseline_rate,
         "publish_msgs_per_s": publish_rate,
         "publish_ratio": publish_rate / baseline_rate,
+        "read_mode": args.read,
         "read_msgs": read,
         "read_msgs_per_s": read / read_s,
         "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
+        "cpu_us_per_msg": {
+            "baseline": _cpu_us_per_message(cpu_baseline, cpu_start, baseline_messages),
+            "publish": _cpu_us_per_message(cpu_created, cpu_published, args.queues),
+            "read": _cpu_us_per_message(cpu_published, cpu_read, max(read, 1)),
+        },
         "nameserver_bytes_per_queue": _growth_per_queue(
             rss_start["nameserver"], rss_created["nameserver"], args.queues
         ),
@@ -254,7 +312,8 @@ def render(figures: dict[str, Any]) -> str:
         f"publish at {figures['queues']:,} queues (one message each): "
         f"{figures['publish_msgs_per_s']:,.0f} msgs/s "
         f"({figures['publish_ratio']:.0%} of the 8-queue rate)",
-        f"read back: {figures['read_msgs']:,} messages, {figures['read_msgs_per_s']:,.0f} msgs/s",
+        f"read back ({figures['read_mode']}): {figures['read_msgs']:,} messages, "
+        f"{figures['read_msgs_per_s']:,.0f} msgs/s",
         "RSS (MiB) start / after creation / after publish+read:",
     ]
     for role in ROLES:
@@ -264,6 +323,14 @@ def render(figures: dict[str, Any]) -> str:
                 f"  {role}{'' if role != 'storage' else f' {index + 1}'}: "
                 f"{start / mib:.0f} / {created / mib:.0f} / {end / mib:.0f}"
             )
+    lines.append("server CPU per message (us) nameserver / storage (3 nodes) / broker:")
+    for phase, label in (
+        ("baseline", "publish at 8 queues"),
+        ("publish", f"publish at {figures['queues']:,} queues"),
+        ("read", "read back"),
+    ):
+        cpu = figures["cpu_us_per_msg"][phase]
+        lines.append(f"  {label}: " + " / ".join(f"{cpu[role]:,.0f}" for role in ROLES))
     for key, label in (
         ("nameserver_bytes_per_queue", "nameserver (after creation)"),
         ("storage_bytes_per_queue", "each storage node (after publish+read)"),
@@ -282,6 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16, help="client threads for sends/reads")
     parser.add_argument(
         "--baseline-messages", type=int, default=4_000, help="messages of the 8-queue baseline"
+    )
+    parser.add_argument(
+        "--read",
+        choices=("receive", "pull"),
+        default="receive",
+        help="read back as a simple consumer (a pop of each queue, a raft entry each) "
+        "or a pull consumer (offset reads)",
     )
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)

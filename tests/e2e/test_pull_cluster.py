@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from loadtest.client import RocketClient
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -45,6 +46,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "recommit": (1, NORMAL),
                 "range": (1, NORMAL),
                 "filtered": (1, NORMAL),
+                "loadtest": (1, NORMAL),
             },
             {"puller": (False, 3), "mixed": (False, 3)},
         )
@@ -166,6 +168,19 @@ def test_pull_from_the_earliest_offset_of_every_queue_finds_every_message(
             found += [message_id for _, message_id in pulled["messages"]]
             offset = pulled["next_offset"]
     assert sorted(found) == sorted(sent)
+
+
+def test_the_load_test_clients_pull_reads_a_queue_from_an_offset(
+    cluster: LocalCluster, stubs: tuple[Stub, Stub]
+) -> None:
+    """``loadtest.client.RocketClient.pull`` (``rip5 bench queues --read pull``)."""
+    sent = _send(stubs[0], "loadtest", 3)
+    client = RocketClient(f"127.0.0.1:{cluster.broker_port(1)}")
+    try:
+        assert client.pull("puller", "loadtest", 0, 0) == (sent, 3)
+        assert client.pull("puller", "loadtest", 0, 1, batch_size=1) == (sent[1:2], 2)
+    finally:
+        client.close()
 
 
 def test_a_pull_at_the_latest_offset_waits_and_wakes_on_a_send(stubs: tuple[Stub, Stub]) -> None:

@@ -31,6 +31,12 @@ def test_bench_queues_creates_publishes_and_reads_back(tmp_path: Path) -> None:
     for role, count in (("nameserver", 1), ("storage", 3), ("broker", 1)):
         assert len(figures["rss_bytes"]["end"][role]) == count, role
     assert len(figures["storage_bytes_per_queue"]) == 3
+    cpu = figures["cpu_us_per_msg"]  # from /proc in clock ticks: a tiny phase may read 0
+    for phase in ("baseline", "publish", "read"):
+        assert set(cpu[phase]) == {"nameserver", "storage", "broker"}
+        assert min(cpu[phase].values()) >= 0, phase
+    assert sum(cpu[phase]["storage"] for phase in cpu) > 0
+    assert "server CPU per message (us) nameserver / storage (3 nodes) / broker:" in result.stdout
     assert "queues: 60 (8 topics of up to 8)" in result.stdout
     assert "bytes per queue, nameserver (after creation):" in result.stdout
 

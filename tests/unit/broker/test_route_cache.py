@@ -16,6 +16,7 @@ from broker.errors import BrokerError
 from broker.services.nameserver import ClusterMetadata, NameserverLink
 from protocol import errors
 from protocol import nameserver_api as api
+from protocol.vocabulary import MessageType
 from tests.waiting import async_wait_until
 
 A, B, C = "ns-a:1", "ns-b:1", "ns-c:1"
@@ -23,7 +24,7 @@ BOUND_MS = 60_000
 
 
 def _route(topic: str, leader: str = "storage-1:1") -> api.RouteResponse:
-    info = api.TopicInfo(topic, "c", 1, 0, 0, 6)
+    info = api.TopicInfo(topic, "c", 1, int(MessageType.NORMAL), 0, 6)
     queue = api.QueueRouteInfo(0, 1, 1, api.EndpointInfo(1, leader, True), [])
     return api.RouteResponse(info, [queue], 1)
 
@@ -214,6 +215,61 @@ def test_a_negative_bound_is_refused() -> None:
     link = NameserverLink([A], _Nameservers())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="route_stale_max_ms"):
         ClusterMetadata(link, cluster="c", route_stale_max_ms=-1)
+    with pytest.raises(ValueError, match="route_cache_topics_max must be at least 1, not 0"):
+        ClusterMetadata(link, cluster="c", route_cache_topics_max=0)
+
+
+async def test_the_route_cache_keeps_the_topics_used_last_up_to_its_bound() -> None:
+    """A broker holds the routes it uses: past the bound the least recently used
+    topic's route (and its converted topic) goes, and is read again when asked."""
+    nameservers = _Nameservers()
+    nameservers.routes = {name: _route(name) for name in ("t1", "t2", "t3")}
+    link = NameserverLink([A], nameservers)  # type: ignore[arg-type]
+    metadata = ClusterMetadata(link, cluster="c", route_cache_topics_max=2)
+    metadata.watching = True  # cached entries serve (as while a watch runs)
+    await metadata.get_topic("t1")
+    await metadata.get_topic("t2")
+    await metadata.route("t1")  # t1 used last: t2 is the least recently used
+    await metadata.get_topic("t3")
+    assert nameservers.calls == [f"route@{A}"] * 3
+    await metadata.route("t1")
+    await metadata.route("t3")
+    assert len(nameservers.calls) == 3  # both still cached
+    topic = await metadata.get_topic("t2")  # evicted: read again
+    assert topic.name == "t2"
+    assert len(nameservers.calls) == 4
+    await metadata.route("t3")  # t1 went when t2 came back; t3 stays
+    assert len(nameservers.calls) == 4
+    await metadata.route("t1")
+    assert len(nameservers.calls) == 5
+
+
+async def test_cached_routes_share_their_equal_queue_routes() -> None:
+    """Topics whose queue i is served by the same raft group hold one queue route
+    object (and one queue tuple), not a copy each: per-topic memory stays small."""
+    nameservers = _Nameservers()
+    leader = api.EndpointInfo(1, "storage-1:1", True)
+    followers = [api.EndpointInfo(2, "storage-2:1", True)]
+    for name in ("a", "b"):
+        queues = [
+            api.QueueRouteInfo(queue_id, 7 + queue_id, 3, leader, list(followers))
+            for queue_id in range(4)
+        ]
+        nameservers.routes[name] = api.RouteResponse(
+            api.TopicInfo(name, "c", 4, int(MessageType.NORMAL), 0, 6), queues, 1
+        )
+    link = NameserverLink([A], nameservers)  # type: ignore[arg-type]
+    metadata = ClusterMetadata(link, cluster="c")
+    metadata.watching = True
+    a, b = await metadata.route("a"), await metadata.route("b")
+    assert a == nameservers.routes["a"]
+    assert b == nameservers.routes["b"]
+    assert all(qa is qb for qa, qb in zip(a.queues, b.queues, strict=True))
+    topic_a, topic_b = await metadata.get_topic("a"), await metadata.get_topic("b")
+    assert topic_a.name == "a"
+    assert topic_b.name == "b"
+    assert [q.queue_id for q in topic_a.queues] == [0, 1, 2, 3]
+    assert topic_a.queues is topic_b.queues
 
 
 async def test_a_new_consumer_group_while_away_fails_retriably_even_with_auto_create() -> None:

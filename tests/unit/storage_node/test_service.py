@@ -40,7 +40,7 @@ from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
 from storage_node import housekeeping
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
-from storage_node.metrics import StorageMetrics
+from storage_node.metrics import WALK_SHARE, StorageMetrics
 from storage_node.partition import state as partition_state
 from storage_node.replica import GroupReplica
 from storage_node.service import (
@@ -444,3 +444,39 @@ async def test_the_metrics_show_a_failed_wal_and_a_damaged_one_set_aside(tmp_pat
         node.data_lost = True
         metrics.refresh()
         assert [value(n) for n in names] == [1, 1, 1]
+        node.data_lost = False
+        # A walk over the queues of d seconds is followed by none for d / WALK_SHARE:
+        # the queue gauges wait (the node's own do not), then show the queues as they are.
+        paced_registry = CollectorRegistry()
+        clock = _SteppingClock(step_s=1.0)  # every walk seems to take 1 s
+        paced = StorageMetrics(
+            paced_registry, node, {"cluster": "c", "node_type": "storage"}, clock=clock
+        )
+
+        def paced_value(name: str) -> float | None:
+            return paced_registry.get_sample_value(name, {"cluster": "c", "node_type": "storage"})
+
+        paced.refresh()  # walks at 0 (took 1 s): the next walk from 1 / WALK_SHARE on
+        assert paced_value("rip5_storage_messages") == 0
+        await node.append(AppendRequest("t", 0, _messages(0, 3)), CONTEXT)
+        node.data_lost = True
+        clock.now_s = 1 / WALK_SHARE - 1
+        paced.refresh()
+        assert paced_value("rip5_storage_data_lost") == 1  # the node's gauges: every refresh
+        assert paced_value("rip5_storage_messages") == 0  # the queues: not yet
+        clock.now_s = 1 + 1 / WALK_SHARE
+        paced.refresh()
+        assert paced_value("rip5_storage_messages") == 3
+
+
+class _SteppingClock:
+    """Seconds that move ``step_s`` forward at every reading."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now_s = 0.0
+        self.step_s = step_s
+
+    def __call__(self) -> float:
+        now_s = self.now_s
+        self.now_s += self.step_s
+        return now_s
