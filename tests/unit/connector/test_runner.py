@@ -12,6 +12,7 @@ from connector import runner
 from connector.client import ConnectorCallError, Pulled
 from connector.copies import copy_message
 from connector.plan import Mark, Pending, Rule, format_pending, parse_marks
+from connector.pulled_ahead import PulledAhead
 from connector.runner import Metrics, RuleCopier
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
@@ -296,7 +297,7 @@ async def test_both_batches_past_a_checkpoint_in_flight_at_a_crash_are_sought_no
 async def test_a_pull_that_reached_the_end_lingers_then_the_next_pull_goes_untaken() -> None:
     """After a partial pull the next one waits for the take at most the linger: what
     arrives while a send is in flight is pulled meanwhile, taken in one batch."""
-    ahead = runner.PulledAhead(0, 1 << 20, linger_s=0.01)
+    ahead = PulledAhead(0, 1 << 20, linger_s=0.01)
     ahead.put(Pulled([_message(0)], 1, "OK"), full=False)
     async with asyncio.timeout(5):
         await ahead.wait_room()  # nothing taken: the linger ended
