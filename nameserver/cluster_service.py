@@ -101,10 +101,17 @@ class ClusterCalls(ServiceBase):
                 n,
                 degraded=n.node_id in degraded,
                 fsync_p99_us=self.monitor.fsync_p99_us(n.node_id),
+                append_p99_us=self.monitor.append_p99_us(n.node_id),
             )
             for n in response.storage_nodes
         ]
-        return dataclasses.replace(response, storage_nodes=nodes)
+        throttle = self.monitor.throttle
+        return dataclasses.replace(
+            response,
+            storage_nodes=nodes,
+            moves_budget=throttle.budget,
+            append_baseline_us=throttle.baseline_us or 0,
+        )
 
     async def storage_heartbeat(
         self, request: api.StorageHeartbeatRequest, context: CallContext
@@ -129,6 +136,7 @@ class ClusterCalls(ServiceBase):
                 request.fsync_p99_us,
                 {g.group_id: g.msgs_per_s for g in request.group_loads},
                 request.data_lost,
+                request.append_p99_us,
             )
         except ValueError as exc:
             raise BadRequest(str(exc)) from None

@@ -107,7 +107,8 @@ class NameserverConfig(RpcOptions):
     moves_max: int = field(
         default=8,
         metadata={
-            "help": "most raft groups moving a replica at once (joins and evacuations)",
+            "help": "most raft groups moving a replica at once (joins and evacuations); "
+            "fewer while the storage nodes' append p99 is above twice its level before",
             "min": 1,
             "max": 65_536,
         },

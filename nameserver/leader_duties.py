@@ -29,6 +29,7 @@ from nameserver.balancer import plan_leader_balance, plan_placement
 from nameserver.cluster_service import ClusterCalls
 from nameserver.errors import NameserverError
 from nameserver.forecast_placement import PLACEMENT_FORECAST
+from nameserver.move_throttle import MoveThrottle
 from nameserver.moves import EVACUATE_AFTER_MS_DEFAULT, MOVES_MAX_DEFAULT, plan_moves
 from nameserver.service_base import GROUP_ID
 from protocol.acl import User
@@ -61,6 +62,7 @@ async def run_leader_duties(
     replicas (:mod:`nameserver.moves`), balance leaders."""
     impl.evacuate_after_ms = evacuate_after_ms
     impl.moves_max = moves_max
+    impl.monitor.throttle = MoveThrottle(moves_max)
     impl.placement = placement
     interval_s = expire_interval_ms / 1000
     # A new leader (after an election, or every nameserver restarted after an outage)
@@ -126,7 +128,17 @@ async def _maybe_place(impl: ClusterCalls, cluster: str) -> None:
     """Place unplaced groups; plan leader transfers when the last plan is old enough."""
     state = impl.machine.state
     before = impl.monitor.degraded
-    degraded = impl.monitor.tick(impl.clock())
+    throttle = impl.monitor.throttle
+    budget = throttle.budget
+    moving = any(g.joining or g.leaving for g in state.raft_groups(cluster))
+    degraded = impl.monitor.tick(impl.clock(), moving)
+    if throttle.budget != budget:
+        log.info(
+            "replica moves at once: %d (append p99 %.1f ms; baseline %.1f ms)",
+            throttle.budget,
+            throttle.last_us / 1000,
+            (throttle.baseline_us or 0) / 1000,
+        )
     if degraded != before:
         log.warning(
             "degraded storage nodes (fsync latency an outlier among peers): %s",
@@ -146,7 +158,7 @@ async def _maybe_place(impl: ClusterCalls, cluster: str) -> None:
         impl.leader_memberships(),
         now_ms,
         evacuate_after_ms=impl.evacuate_after_ms,
-        moves_max=impl.moves_max,
+        moves_max=throttle.budget,
     )
     if moves is not None:
         log.info(

@@ -124,6 +124,7 @@ class StorageNodeInfo:
     degraded: bool = False  # its latency is an outlier among its peers: it leads no group
     fsync_p99_us: int = 0  # as it last reported
     draining: bool = False  # its replicas are being moved off before it is removed
+    append_p99_us: int = 0  # as it last reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +375,10 @@ class ClusterStatusResponse:
     topic_count: int
     consumer_group_count: int
     revision: int
+    # How many groups may move at once now (the move throttle), and the append p99 it
+    # judges against (0: none yet); filled by the nameserver leader.
+    moves_budget: int = 0
+    append_baseline_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +404,9 @@ class StorageHeartbeatRequest:
     ``fsync_p99_us`` is the p99 of its WAL syncs since its last heartbeat (0: none
     ran), ``group_loads`` the rates of the groups it leads (those not at 0);
     ``data_lost``: its WAL was set aside and some group has not re-admitted it yet
-    (storage_node/data_loss.py): the nameserver reports it degraded meanwhile."""
+    (storage_node/data_loss.py): the nameserver reports it degraded meanwhile;
+    ``append_p99_us`` the p99 of its appends since its last heartbeat, from their
+    arrival to their commit (0: none ran): the nameserver throttles replica moves by it."""
 
     node_id: int
     cluster: str
@@ -413,6 +420,7 @@ class StorageHeartbeatRequest:
     fsync_p99_us: int = 0
     group_loads: list[GroupLoadInfo] = field(default_factory=list)
     data_lost: bool = False
+    append_p99_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -640,7 +640,8 @@ def replica_sets_table(records: list[ctl.ReplicaSetInfo]) -> Table:
 def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
     """Storage nodes: health (DOWN; DEGRADED: its fsync latency is an outlier among its
     peers, so it leads nothing; DRAINING: its replicas are moving off), the groups
-    they host and lead, and their load."""
+    they host and lead, and their load (the p99 of their WAL syncs and of their
+    appends over their last heartbeat's interval)."""
     table = Table(title="storage nodes")
     for column in (
         "id",
@@ -650,6 +651,8 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
         "leaders",
         "bytes",
         "msgs/s",
+        "fsync_p99",
+        "append_p99",
         "disk_free",
         "last_heartbeat_ms",
     ):
@@ -663,10 +666,17 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
             str(n.leaders),
             str(n.bytes),
             str(n.msgs_per_s),
+            _latency(n.fsync_p99_us),
+            _latency(n.append_p99_us),
             str(n.disk_free_bytes),
             str(n.last_heartbeat_ms),
         )
     return table
+
+
+def _latency(us: int) -> str:
+    """A reported p99 for people ("-": none reported)."""
+    return f"{us / 1000:.1f} ms" if us else "-"
 
 
 def _health(node: api.StorageNodeInfo) -> str:

@@ -4,7 +4,9 @@ cluster (drain, then remove), or a broker (drain: it exits when done).
 - ``node drain N`` records node N as draining (replicated: a nameserver
   failover carries on with it). The nameserver leader's sweeps then move
   every replica off it, at most ``--moves-max`` groups at a time (the
-  nameserver's option), each as a raft membership change: the new replica
+  nameserver's option; fewer while the cluster's append p99 is above twice
+  what it was before moves began: ``nameserver/move_throttle.py``; the
+  progress shows how many at once), each as a raft membership change: the new replica
   joins as a learner, is caught up by snapshot and log, is promoted, and
   only then is N's replica removed (N hands leadership away first when it
   leads). N gets no new replica and no leadership while draining. The
@@ -61,6 +63,7 @@ class DrainProgress:
     leaders: int  # groups N leads, as the state records them
     hosted: int  # replicas N itself reports hosting (its last heartbeat)
     alive: bool
+    moves_budget: int = 0  # groups the nameserver lets move at once now (0: not told)
 
     @property
     def done(self) -> bool:
@@ -70,7 +73,9 @@ class DrainProgress:
     def line(self) -> str:
         """One line for the operator."""
         return (
-            f"node {self.node_id}: {self.replicas} replicas left ({self.moving} moving), "
+            f"node {self.node_id}: {self.replicas} replicas left ({self.moving} moving"
+            + (f", at most {self.moves_budget} at once" if self.moves_budget else "")
+            + "), "
             f"leads {self.leaders}, hosts {self.hosted}"
             + ("" if self.alive else ", down")
             + (": drained" if self.done else "")
@@ -90,6 +95,7 @@ def drain_progress(status: api.ClusterStatusResponse, node_id: int) -> DrainProg
         leaders=sum(1 for g in status.groups if g.leader == node_id),
         hosted=node.groups,
         alive=node.alive,
+        moves_budget=status.moves_budget,
     )
 
 

@@ -35,6 +35,8 @@ SHELL: event loop futures and the raft driver.
 from __future__ import annotations
 
 import asyncio
+import collections
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -63,6 +65,10 @@ Joined = tuple[AppendResult, int]
 """What one append gets back: the result of its own records, and the store time."""
 
 
+LATENCY_SAMPLES_MAX = 4096
+"""Append latencies kept between two heartbeats at most (the newest)."""
+
+
 @dataclass(slots=True)
 class _Batch:
     records: list[MessageRecord] = field(default_factory=list)
@@ -72,6 +78,8 @@ class _Batch:
     items: list[bytes] | None = field(default_factory=list)
     # (first record, record count, the caller's future)
     callers: list[tuple[int, int, asyncio.Future[Joined]]] = field(default_factory=list)
+    # When the batch opened (its first append arrived): its appends' latency starts here.
+    opened_ns: int = field(default_factory=time.perf_counter_ns)
 
 
 class AppendBatcher:
@@ -93,6 +101,9 @@ class AppendBatcher:
         self._open: dict[int, list[_Batch]] = {}
         self.batches = 0
         self.appends = 0
+        # Per committed batch, from its first append's arrival to its commit (ns); the
+        # node's heartbeats drain it (their append p99). Bounded: the newest are kept.
+        self.latencies_ns: collections.deque[int] = collections.deque(maxlen=LATENCY_SAMPLES_MAX)
         driver.before_each_round(self._propose_all)
 
     def add(
@@ -178,6 +189,7 @@ class AppendBatcher:
                     error = result
                 else:
                     assert isinstance(result, AppendResult)
+                    self.latencies_ns.append(time.perf_counter_ns() - batch.opened_ns)
                     for first, count, future in callers:
                         if not future.done():
                             future.set_result((result.part(first, count), now_ms))

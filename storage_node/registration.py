@@ -247,6 +247,8 @@ class Registration:
         self._group_counts_at = (counts, now_ms)
         durations = self._sync_durations_ns
         fsync_ns = [durations.popleft() for _ in range(len(durations))]
+        appends = node.batcher.latencies_ns
+        append_ns = [appends.popleft() for _ in range(len(appends))]
         return api.StorageHeartbeatRequest(
             node.driver.node_id,
             self.config.cluster,
@@ -260,6 +262,7 @@ class Registration:
             fsync_p99_us=percentile_us(fsync_ns),
             group_loads=[api.GroupLoadInfo(g, r) for g, r in sorted(group_loads.items())],
             data_lost=node.data_lost,
+            append_p99_us=percentile_us(append_ns),
         )
 
     # -- leader reports ----------------------------------------------------------------

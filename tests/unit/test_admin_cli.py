@@ -118,6 +118,8 @@ def test_the_storage_table_shows_down_degraded_and_healthy_nodes() -> None:
     table = admin.storage_nodes_table(nodes)
     health = next(c for c in table.columns if c.header == "health")
     assert list(health.cells) == ["up", "up, DEGRADED", "DOWN, DRAINING"]
+    fsync = next(c for c in table.columns if c.header == "fsync_p99")
+    assert list(fsync.cells) == ["-", "250.0 ms", "-"]
 
 
 def _column(output: str, row: str) -> str:

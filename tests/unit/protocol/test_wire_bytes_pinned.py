@@ -391,11 +391,11 @@ GOLDEN_HEX: dict[str, str] = {
     ),
     "angelia/report-leaders-response": "9292c3c209",
     "angelia/storage-heartbeat-request": (
-        "9c01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090c2"
+        "9d01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090c200"
     ),
     "angelia/storage-heartbeat-request-load": (
-        "9c01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
-        "cd09c491920478c2"
+        "9d01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+        "cd09c491920478c200"
     ),
 }
 
@@ -540,6 +540,14 @@ OLDER_HEX: dict[str, str] = {
     "angelia/storage-heartbeat-request-load (before data_lost)": (
         "9b01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
         "cd09c491920478"
+    ),
+    # StorageHeartbeatRequest before append_p99_us (the move throttle's figure).
+    "angelia/storage-heartbeat-request (before append_p99_us)": (
+        "9c01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090c2"
+    ),
+    "angelia/storage-heartbeat-request-load (before append_p99_us)": (
+        "9c01a26331ad31302e302e302e313a3737303003010a05cf0000000200000000919304930102039105"
+        "cd09c491920478c2"
     ),
     # NodeStatusResponse before reads (read replicas).
     "angelia/node-status": "940101930100029101",
