@@ -40,6 +40,7 @@ from protocol.acl_wire import signed_by
 from protocol.vocabulary import MessageType, Permission
 from rip5 import rpc_environment, topic_file
 from rip5.admin_storage import ClusterAdmin
+from rip5.units import ago, duration_text, size_text
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -151,7 +152,7 @@ def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
         "cluster",
         "queues",
         "type",
-        "retention_ms",
+        "retention",
         "perm",
         "limits",
         "read_replicas",
@@ -164,7 +165,7 @@ def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
             t.cluster,
             str(t.queue_count),
             _name_of(MESSAGE_TYPES, t.message_type),
-            str(t.retention_ms),
+            duration_text(t.retention_ms) if t.retention_ms else "default",
             _name_of(PERMISSIONS, t.permission),
             _limits(t),
             ON_OFF_NAMES[t.read_replicas],
@@ -175,11 +176,11 @@ def topics_table(topics: list[api.TopicInfo], title: str = "topics") -> Table:
 def _limits(topic: api.TopicInfo) -> str:
     """The retention limits beside retention_ms that are set (0 is none)."""
     limits = [
-        f"{what}={value}"
-        for what, value in (
-            ("retention_bytes", topic.retention_bytes),
-            ("local_retention_ms", topic.local_retention_ms),
-            ("local_retention_bytes", topic.local_retention_bytes),
+        f"{what} {text(value)}"
+        for what, value, text in (
+            ("bytes", topic.retention_bytes, size_text),
+            ("local", topic.local_retention_ms, duration_text),
+            ("local bytes", topic.local_retention_bytes, size_text),
         )
         if value
     ]
@@ -589,7 +590,7 @@ def cluster_status(nameserver: str, name: str) -> None:
         f"{status.topic_count} topics, {status.consumer_group_count} consumer groups, "
         f"revision {status.revision}"
     )
-    _print(storage_nodes_table(status.storage_nodes))
+    _print(storage_nodes_table(status.storage_nodes, int(time.time() * 1000)))
     brokers = Table(title="brokers")
     for column in ("id", "address", "alive", "last_heartbeat_ms"):
         brokers.add_column(column)
@@ -637,7 +638,7 @@ def replica_sets_table(records: list[ctl.ReplicaSetInfo]) -> Table:
     return table
 
 
-def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
+def storage_nodes_table(nodes: list[api.StorageNodeInfo], now_ms: int) -> Table:
     """Storage nodes: health (DOWN; DEGRADED: its fsync latency is an outlier among its
     peers, so it leads nothing; DRAINING: its replicas are moving off), the groups
     they host and lead, and their load (the p99 of their WAL syncs and of their
@@ -654,7 +655,7 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
         "fsync_p99",
         "append_p99",
         "disk_free",
-        "last_heartbeat_ms",
+        "last_heartbeat",
     ):
         table.add_column(column)
     for n in nodes:
@@ -664,12 +665,12 @@ def storage_nodes_table(nodes: list[api.StorageNodeInfo]) -> Table:
             _health(n),
             str(n.groups),
             str(n.leaders),
-            str(n.bytes),
+            size_text(n.bytes),
             str(n.msgs_per_s),
             _latency(n.fsync_p99_us),
             _latency(n.append_p99_us),
-            str(n.disk_free_bytes),
-            str(n.last_heartbeat_ms),
+            size_text(n.disk_free_bytes),
+            ago(n.last_heartbeat_ms, now_ms) if n.last_heartbeat_ms else "never",
         )
     return table
 

@@ -28,6 +28,7 @@ from protocol.storage_api import TIME_MAX_MS
 from protocol.vocabulary import MessageType
 from rip5 import admin
 from rip5.admin_storage import ClusterAdmin, Found, Progress, QueryOutcome, Resent, Reset
+from rip5.units import ago
 
 T = TypeVar("T")
 BODY_PREVIEW_BYTES = 256
@@ -63,17 +64,6 @@ def parse_time_ms(text: str | None, option: str, default: int) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return int(moment.timestamp() * 1000)
-
-
-def ago(then_ms: int, now_ms: int) -> str:
-    """How long before ``now_ms`` ``then_ms`` was, for people ("3 s ago"; "-" if never)."""
-    if then_ms < 0:
-        return "-"
-    seconds = max(0, now_ms - then_ms) // 1000
-    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds} s ago"
 
 
 def _iso(ms: int) -> str:

@@ -43,10 +43,11 @@ from protocol import errors
 from protocol import nameserver_api as ns
 from protocol.message_objects import ObjectCorrupted
 from protocol.vocabulary import MessageType, Permission
-from rip5.admin_consumers import ago, body_preview
+from rip5.admin_consumers import body_preview
 from rip5.dashboard.chart import svg_chart
 from rip5.dashboard.cluster import DashboardCluster
 from rip5.dashboard.login import SESSION_KEY, Login, Logins
+from rip5.units import ago, duration_text, size_text
 
 HERE = Path(__file__).parent
 MESSAGE_TYPES = {kind.name.lower(): int(kind) for kind in MessageType}
@@ -79,6 +80,37 @@ def _whole(text: str, field: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise BadInput(f"{field}: {value} is not in {low}..{high}")
     return value
+
+
+RETENTION_FIELDS = (
+    "retention_ms",
+    "retention_bytes",
+    "local_retention_ms",
+    "local_retention_bytes",
+)
+"""A topic's retention limits, as its forms name them (the admin CLI's options)."""
+ON_OFF = {"on": True, "off": False}
+LIMIT_MAX = (1 << 63) - 1
+
+
+def _retention(form: dict[str, str]) -> dict[str, int | None]:
+    """The retention limits a form filled in (None: left empty). 0 is "none" for the
+    limits beside ``retention_ms``; ``retention_ms`` must be at least 1 when given."""
+    limits: dict[str, int | None] = {}
+    for name in RETENTION_FIELDS:
+        text = form.get(name, "")
+        low = 1 if name == "retention_ms" else 0
+        limits[name] = _whole(text, name, low, LIMIT_MAX) if text else None
+    return limits
+
+
+def _on_off(text: str, field: str) -> bool | None:
+    """``on``/``off`` (None: left empty)."""
+    if not text:
+        return None
+    if text not in ON_OFF:
+        raise BadInput(f"{field}: {text!r} is not one of on, off")
+    return ON_OFF[text]
 
 
 def _choice(text: str, field: str, choices: dict[str, int]) -> int:
@@ -115,6 +147,8 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
     templates.env.undefined = StrictUndefined  # a misspelt field fails, never renders empty
     templates.env.globals.update(
         ago=ago,
+        duration=duration_text,
+        size=size_text,
         type_name=lambda n: _name_of(MESSAGE_TYPES, n),
         perm_name=lambda n: _name_of(PERMISSIONS, n),
         preview=body_preview,
@@ -167,14 +201,19 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
 
     async def topic_create(request: Request) -> Response:
         form = await _form(request)
+        limits = _retention(form)
         created = ns.CreateTopicRequest(
             _topic_name(form.get("name", "")),
             cluster.cluster,
             _whole(form.get("queues", ""), "queues", 1, 1024),
             _choice(form.get("type", "normal"), "type", MESSAGE_TYPES),
-            0,
+            limits["retention_ms"] or 0,
             _choice(form.get("perm", "rw"), "perm", PERMISSIONS),
+            limits["retention_bytes"] or 0,
+            limits["local_retention_ms"] or 0,
+            limits["local_retention_bytes"] or 0,
             signed=signed(request),
+            read_replicas=bool(_on_off(form.get("read_replicas", ""), "read_replicas")),
         )
         response = await cluster.create_topic(created)
         return back("/topics", f"created topic {response.topic.name}")
@@ -184,13 +223,18 @@ def build_app(cluster: DashboardCluster, *, acl: bool = False) -> Starlette:
         form = await _form(request)
         queues = form.get("queues", "")
         perm = form.get("perm", "")
+        limits = _retention(form)
         update = ns.UpdateTopicRequest(
             name,
             _whole(queues, "queues", 1, 1024) if queues else None,
             None,
-            None,
+            limits["retention_ms"],
             _choice(perm, "perm", PERMISSIONS) if perm else None,
+            limits["retention_bytes"],
+            limits["local_retention_ms"],
+            limits["local_retention_bytes"],
             signed=signed(request),
+            read_replicas=_on_off(form.get("read_replicas", ""), "read_replicas"),
         )
         await cluster.update_topic(update)
         return back("/topics", f"updated topic {name}")

@@ -31,7 +31,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from angelia_rpc.nameserver_client import NameserverClient
 from protocol import nameserver_api as api
@@ -264,16 +264,32 @@ def test_a_topic_is_created_updated_and_deleted_from_the_page(
     queues = form.find_element(By.NAME, "queues")
     queues.clear()
     queues.send_keys("4")
+    form.find_element(By.NAME, "local_retention_bytes").send_keys(str(64 << 20))
     submit(browser, form.find_element(By.TAG_NAME, "button"))
     assert text_of(browser, "note") == "created topic from-the-page"
     row = browser.find_element(By.ID, "topic-from-the-page")
     assert row.text.split()[:3] == ["from-the-page", "4", "normal"]
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[4:7] == ["3 d", "local bytes 64 MiB", "off"], cells
     screenshot(browser, "topics")
 
     row.find_element(By.NAME, "queues").send_keys("8")
+    row.find_element(By.NAME, "retention_ms").send_keys("5400000")
+    Select(row.find_element(By.NAME, "read_replicas")).select_by_visible_text("on")
     submit(browser, row.find_element(By.XPATH, ".//button[text()='Update']"))
     assert text_of(browser, "note") == "updated topic from-the-page"
-    assert text_of(browser, "topic-from-the-page").split()[:2] == ["from-the-page", "8"]
+    row = browser.find_element(By.ID, "topic-from-the-page")
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:2] == ["from-the-page", "8"]
+    assert cells[4:7] == ["1 h 30 min", "local bytes 64 MiB", "on"], cells
+
+    # A limit that is not a number: 400, naming the field; the topic is untouched.
+    row.find_element(By.NAME, "retention_ms").send_keys("soon")
+    submit(browser, row.find_element(By.XPATH, ".//button[text()='Update']"))
+    assert text_of(browser, "error") == "retention_ms: 'soon' is not a whole number"
+    browser.get_log("browser")  # the refusal's 400, expected
+    visit(browser, dashboard + "/topics")
+    assert text_of(browser, "topic-from-the-page").split()[4:7] == ["1", "h", "30"]
 
     form = browser.find_element(By.ID, "create-topic")
     form.find_element(By.NAME, "name").send_keys("from-the-page")  # exists already

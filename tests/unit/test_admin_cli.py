@@ -115,7 +115,7 @@ def test_the_storage_table_shows_down_degraded_and_healthy_nodes() -> None:
         api.StorageNodeInfo(2, "c1", "h:2", True, 5, degraded=True, fsync_p99_us=250_000),
         api.StorageNodeInfo(3, "c1", "h:3", False, 5, draining=True),
     ]
-    table = admin.storage_nodes_table(nodes)
+    table = admin.storage_nodes_table(nodes, 5)
     health = next(c for c in table.columns if c.header == "health")
     assert list(health.cells) == ["up", "up, DEGRADED", "DOWN, DRAINING"]
     fsync = next(c for c in table.columns if c.header == "fsync_p99")

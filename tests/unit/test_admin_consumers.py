@@ -22,23 +22,6 @@ from tests.unit.storage_node.test_service import CONTEXT, one_node
 NOW_MS = 1_800_000_000_000
 
 
-@pytest.mark.parametrize(
-    ("then_ms", "text"),
-    [
-        (-1, "-"),
-        (NOW_MS, "0 s ago"),
-        (NOW_MS - 3_000, "3 s ago"),
-        (NOW_MS - 59_999, "59 s ago"),
-        (NOW_MS - 120_000, "2 min ago"),
-        (NOW_MS - 7_200_000, "2 h ago"),
-        (NOW_MS - 3 * 86_400_000, "3 d ago"),
-        (NOW_MS + 5_000, "0 s ago"),  # a clock ahead of ours: not in the future
-    ],
-)
-def test_ago_reads_for_people(then_ms: int, text: str) -> None:
-    assert admin_consumers.ago(then_ms, NOW_MS) == text
-
-
 def test_iso_times_are_utc_unless_they_name_a_zone() -> None:
     assert admin_consumers.parse_time_ms("1970-01-01T00:00:01", "--begin", 0) == 1000
     assert admin_consumers.parse_time_ms("1970-01-01T01:00:01+01:00", "--begin", 0) == 1000
