@@ -115,5 +115,6 @@ def test_invisible_durations() -> None:
 def test_batch_size_is_capped() -> None:
     assert validation.check_batch_size(100) == 32
     assert validation.check_batch_size(1) == 1
+    assert validation.check_batch_size(1000, 256) == 256  # a replicator's pull
     with pytest.raises(BrokerError):
         validation.check_batch_size(0)
