@@ -682,6 +682,9 @@ async def serve(
 ) -> None:
     """The connector role: start the rules, serve metrics, reload on SIGHUP, stop.
     ``create_topic``: how rules with ``create`` create target topics (none: they fail)."""
+    # At debug level (the copied batches' delay stages) hpack would log every header
+    # of every call: not ours to log, and most of the process's CPU when it did.
+    logging.getLogger("hpack").setLevel(max(logging.INFO, log.getEffectiveLevel()))
     metrics = Metrics()
     connector = Connector(
         Path(config.rules), data_dir, metrics, config.resend_check_after_ms, create_topic

@@ -121,6 +121,23 @@ def check_keys(keys: Iterable[str]) -> None:
             raise BrokerError.of(Reason.ILLEGAL_MESSAGE_KEY, "message key has a control character")
 
 
+@functools.lru_cache(maxsize=4096)  # every sent property is checked; a key passes or not
+def _property_key_bytes(key: str) -> int:
+    """A user property key's UTF-8 size, once it is neither blank, nor with a control
+    character, nor reserved (only keys that pass are remembered)."""
+    if not key or not key.strip():
+        raise BrokerError.of(Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key is blank")
+    if _CONTROL.search(key):
+        raise BrokerError.of(
+            Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key has a control character"
+        )
+    if key in RESERVED_PROPERTY_KEYS:
+        raise BrokerError.of(
+            Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved"
+        )
+    return len(key.encode())
+
+
 def check_properties(properties: Mapping[str, str]) -> None:
     """At most 128 user properties, 16 KiB in all; keys neither reserved nor with controls."""
     if len(properties) > PROPERTY_COUNT_MAX:
@@ -130,17 +147,7 @@ def check_properties(properties: Mapping[str, str]) -> None:
         )
     size = 0
     for key, value in properties.items():
-        if not key or not key.strip():
-            raise BrokerError.of(Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key is blank")
-        if _CONTROL.search(key):
-            raise BrokerError.of(
-                Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key has a control character"
-            )
-        if key in RESERVED_PROPERTY_KEYS:
-            raise BrokerError.of(
-                Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved"
-            )
-        size += len(key.encode()) + len(value.encode())
+        size += _property_key_bytes(key) + len(value.encode())
     if size > PROPERTIES_BYTES_MAX:
         raise BrokerError.of(
             Reason.MESSAGE_PROPERTIES_TOO_LARGE,
