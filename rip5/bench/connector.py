@@ -88,6 +88,22 @@ group = "{GROUP}"
 """
 
 
+def stages_of(log_text: str, from_s: float, to_s: float) -> dict[str, list[float]]:
+    """Each delay stage of the batches a connector's JSON log says were copied between
+    epoch seconds ``from_s`` and ``to_s``, by stage name (:data:`STAGES`)."""
+    found: dict[str, list[float]] = {}
+    for line in log_text.splitlines():
+        if '"batch copied"' not in line:
+            continue
+        event = json.loads(line)
+        at_s = datetime.fromisoformat(event["ts"]).timestamp()
+        if from_s <= at_s < to_s:
+            for name in STAGES:
+                if name in event:
+                    found.setdefault(name, []).append(float(event[name]))
+    return found
+
+
 class ConnectorProcess:
     """A ``rip5 connector`` child process and its metrics."""
 
@@ -129,17 +145,7 @@ class ConnectorProcess:
         """Each delay stage (``connector.pulled_ahead.delay_stages``) of the batches it
         logged as copied between epoch seconds ``from_s`` and ``to_s``, by stage name."""
         self.log.flush()
-        found: dict[str, list[float]] = {}
-        for line in self.log_path.read_text().splitlines():
-            if '"batch copied"' not in line:
-                continue
-            event = json.loads(line)
-            at_s = datetime.fromisoformat(event["ts"]).timestamp()
-            if from_s <= at_s < to_s:
-                for name in STAGES:
-                    if name in event:
-                        found.setdefault(name, []).append(float(event[name]))
-        return found
+        return stages_of(self.log_path.read_text(), from_s, to_s)
 
     def wait_ready(self) -> None:
         """Until the connector serves its rule's metrics (it prepared the rule)."""
