@@ -29,7 +29,13 @@ from google.protobuf.message import DecodeError
 
 from loadtest.client import CallFailed
 from loadtest.grpc_lean import LeanChannel
-from protocol.rocketmq.pull import pull_request, read_pull
+from protocol.rocketmq.pull import (
+    BATCH_SIZE_MAX,
+    REPLICATOR_BATCH_SIZE_MAX,
+    REPLICATOR_HEADER,
+    pull_request,
+    read_pull,
+)
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 
@@ -39,7 +45,14 @@ CALL_TIMEOUT_S = 20.0
 LONG_POLL_MS = 5_000
 """The long poll of a pull: the shortest a broker plans, so a rule's tasks notice a
 stop or a reload within seconds."""
-PULL_BATCH_MAX = 32
+PULL_BATCH_MAX = REPLICATOR_BATCH_SIZE_MAX
+"""What a pull asks for. The connector's calls say they are a replicator's
+(``REPLICATOR_HEADER``): a broker answers its pulls with up to this many messages (and
+no body digest, which a copy does not keep); one that does not know the header, with up
+to RocketMQ's 32."""
+PULL_FULL_OFFSETS = BATCH_SIZE_MAX
+"""A pull that moved past at least this many offsets is taken as not at the queue's end
+(the next one goes at once): every broker answers at least this many when it can."""
 _SERVICE = "/apache.rocketmq.v2.MessagingService/"
 _RESPONSES: dict[str, Any] = {
     "QueryRoute": spb.QueryRouteResponse,
@@ -118,7 +131,7 @@ class ClusterClient:
         self._channels = [LeanChannel(endpoint) for endpoint in self.endpoints]
         self._next = 0
         client_id = f"connector-{socket.gethostname()}-{os.getpid()}-{name}"
-        self._metadata = ((CLIENT_ID_HEADER, client_id),)
+        self._metadata = ((CLIENT_ID_HEADER, client_id), (REPLICATOR_HEADER, "connector"))
 
     async def close(self) -> None:
         """Close every channel."""

@@ -30,6 +30,9 @@ class Taken:
     the next pull starts (past what the tag filter skipped)."""
     caught_up: bool
     """A pull found nothing more (before its long poll ended) and nothing is left."""
+    pull_ms: tuple[int, int] = (0, 0)
+    """When the pull that brought the last message went and came back (epoch ms, as
+    :meth:`PulledAhead.put` was told; 0 when not told): the delay stages."""
 
 
 class PulledAhead:
@@ -58,15 +61,21 @@ class PulledAhead:
         self._bytes = 0
         self._caught_up = False
         self._held = False  # a partial pull waits (lingers) to be taken before the next pull
+        # Per pull that brought messages: its last offset, when it went and came back.
+        self._pulls: deque[tuple[int, int, int]] = deque()
         self._error: BaseException | None = None
         self._news = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
 
-    def put(self, pulled: Pulled, *, full: bool) -> None:
+    def put(self, pulled: Pulled, *, full: bool, pull_ms: tuple[int, int] = (0, 0)) -> None:
         """Append a pull's answer; ``full``: it moved past as many offsets as it asked for
-        messages (so the queue's end was not reached)."""
+        messages (so the queue's end was not reached); ``pull_ms``: when it went and came
+        back (epoch ms), handed on with the take of its messages (:attr:`Taken.pull_ms`)."""
         sizes = [len(m.body) for m in pulled.messages]
+        if pulled.messages:
+            last = pulled.messages[-1].system_properties.queue_offset
+            self._pulls.append((last, *pull_ms))
         self._messages.extend(pulled.messages)
         self._sizes.extend(sizes)
         self._bytes += sum(sizes)
@@ -139,4 +148,40 @@ class PulledAhead:
         )
         caught_up = self._caught_up and not self._messages
         self._caught_up = False
-        return Taken(taken, size, end, caught_up)
+        return Taken(taken, size, end, caught_up, self._pull_of(taken))
+
+    def _pull_of(self, taken: list[pb.Message]) -> tuple[int, int]:
+        """When the pull that brought the last of ``taken`` went and came back; the
+        record of every pull taken whole is dropped."""
+        pulls = self._pulls
+        if not taken:
+            return (0, 0)
+        last = taken[-1].system_properties.queue_offset
+        while pulls and pulls[0][0] < last:
+            pulls.popleft()  # taken whole before
+        if not pulls:
+            return (0, 0)
+        end, went, came = pulls[0]
+        if end == last:
+            pulls.popleft()  # taken whole now
+        return (went, came)
+
+
+def delay_stages(
+    stored_ms: int, pull_ms: tuple[int, int], taken_ms: int, acked_ms: int
+) -> dict[str, int]:
+    """Where a copied batch's last message spent its delay (epoch ms in, ms out):
+    ``wait_pull_ms`` in the source before the pull that brought it went (the puller
+    lingering for a take, held by a full buffer or busy with earlier pulls);
+    ``pull_ms`` from then (or its store, when the pull was long polling for it) until
+    the pull came back; ``wait_send_ms`` pulled, until its send took it (the send
+    before in flight); ``send_ms`` from the take until the target acknowledged it;
+    ``delay_ms`` the whole (the ``rip5_connector_delay_milliseconds`` it set). Without
+    the pull's times (0, 0) only the last two stages and the whole."""
+    went_ms, came_ms = pull_ms
+    stages = {"send_ms": acked_ms - taken_ms, "delay_ms": acked_ms - stored_ms}
+    if came_ms:
+        stages["wait_pull_ms"] = max(0, went_ms - stored_ms)
+        stages["pull_ms"] = came_ms - max(went_ms, stored_ms)
+        stages["wait_send_ms"] = taken_ms - came_ms
+    return stages

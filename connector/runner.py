@@ -3,9 +3,10 @@
 Per (rule, source queue), a puller and a sender task:
 
 - the puller pulls the queue (long polling, the rule's tag filter applied by the
-  source's storage, 32 messages a pull: the broker's cap) ahead of the sends, into a
-  buffer of at most :data:`AHEAD_BYTES_MAX` body bytes, while its pulls come back
-  full, else one pull per send or per :data:`PULL_LINGER_S` (:class:`PulledAhead`);
+  source's storage, up to 256 messages a pull: a replicator's cap, see
+  :mod:`connector.client`) ahead of the sends, into a buffer of at most
+  :data:`AHEAD_BYTES_MAX` body bytes, while its pulls come back full (32 offsets
+  or more), else one pull per send or per :data:`PULL_LINGER_S` (:class:`PulledAhead`);
 - the sender loops: take what was pulled meanwhile, at most
   :data:`SEND_MESSAGES_MAX` messages and :data:`SEND_BYTES_MAX` body bytes (so a
   batch grows with the target's latency); send the copies
@@ -54,7 +55,7 @@ from typing import IO, Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from connector.client import PULL_BATCH_MAX, ClusterClient, ConnectorCallError
+from connector.client import PULL_FULL_OFFSETS, ClusterClient, ConnectorCallError
 from connector.config import ConnectorConfig
 from connector.copies import (
     SOURCE_CLUSTER,
@@ -80,7 +81,7 @@ from connector.plan import (
     resend_unsafe,
     target_type,
 )
-from connector.pulled_ahead import PulledAhead, Taken
+from connector.pulled_ahead import PulledAhead, Taken, delay_stages
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.vocabulary import MessageType
@@ -453,6 +454,7 @@ class RuleCopier:
             while True:
                 await ahead.wait_room()
                 offset = ahead.end_offset
+                went_ms = time.time_ns() // 1_000_000
                 pulled = await self._retrying(
                     "pull", self.source.pull, rule.group, rule.topic, queue, offset, rule.filter
                 )
@@ -464,7 +466,11 @@ class RuleCopier:
                     )
                 # A pull that moved a whole batch of offsets is not at the queue's end
                 # (with a tag filter, fewer messages than that may have matched).
-                ahead.put(pulled, full=pulled.next_offset - offset >= PULL_BATCH_MAX)
+                ahead.put(
+                    pulled,
+                    full=pulled.next_offset - offset >= PULL_FULL_OFFSETS,
+                    pull_ms=(went_ms, time.time_ns() // 1_000_000),
+                )
         except Exception as exc:  # noqa: BLE001 - raised by the copy task, which reports it
             ahead.fail(exc)
 
@@ -484,6 +490,7 @@ class RuleCopier:
                 if found
                 else messages
             )
+            taken_ms = time.time_ns() // 1_000_000
             copies, queues = copy_messages(
                 fresh, rule.source, queue, rule.target_topic, self.target_queues
             )
@@ -497,8 +504,19 @@ class RuleCopier:
             last = messages[-1].system_properties.store_timestamp
             self.metrics.messages.labels(name).inc(len(messages))
             self.metrics.bytes.labels(name).inc(taken.body_bytes)
-            self.metrics.delay.labels(name).set(now_ms - last.ToMilliseconds())
+            stored_ms = last.ToMilliseconds()
+            self.metrics.delay.labels(name).set(now_ms - stored_ms)
             self.metrics.last_sync.labels(name).set(now_ms)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "batch copied",
+                    extra={
+                        "rule": name,
+                        "queue": queue,
+                        "messages": len(messages),
+                        **delay_stages(stored_ms, taken.pull_ms, taken_ms, now_ms),
+                    },
+                )
         elif taken.caught_up:
             self.metrics.last_sync.labels(name).set(time.time_ns() // 1_000_000)
 
@@ -664,6 +682,9 @@ async def serve(
 ) -> None:
     """The connector role: start the rules, serve metrics, reload on SIGHUP, stop.
     ``create_topic``: how rules with ``create`` create target topics (none: they fail)."""
+    # At debug level (the copied batches' delay stages) hpack would log every header
+    # of every call: not ours to log, and most of the process's CPU when it did.
+    logging.getLogger("hpack").setLevel(max(logging.INFO, log.getEffectiveLevel()))
     metrics = Metrics()
     connector = Connector(
         Path(config.rules), data_dir, metrics, config.resend_check_after_ms, create_topic

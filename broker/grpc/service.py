@@ -29,6 +29,7 @@ from broker.processor.route import RouteProcessor
 from broker.processor.transaction import TransactionProcessor
 from broker.services.base import Clock
 from protocol import errors as codes
+from protocol.rocketmq.pull import BATCH_SIZE_MAX, REPLICATOR_BATCH_SIZE_MAX, REPLICATOR_HEADER
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -47,6 +48,11 @@ def client_id_of(context: Any) -> str:
         if key == CLIENT_ID_HEADER and value:
             return str(value)
     raise BrokerError.of(Reason.CLIENT_ID_REQUIRED, f"header {CLIENT_ID_HEADER} is required")
+
+
+def replicator_of(context: Any) -> bool:
+    """Whether the call says it is a replicator's (:data:`REPLICATOR_HEADER`)."""
+    return any(key == REPLICATOR_HEADER for key, _ in context.invocation_metadata() or ())
 
 
 def remaining_ms(context: Any) -> int | None:
@@ -359,6 +365,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             client_id_of(context)
             poll_ms = poll_ms_of(request, context)
+            # A replicator's pull: a larger batch and no body digest (its copies carry
+            # none); every other caller keeps RocketMQ's cap and digest.
+            replicator = replicator_of(context)
             result = await self._pull_processor().pull(
                 request.group.name,
                 queue.topic.name,
@@ -367,6 +376,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 convert.filter_from_pb(request.filter_expression),
                 batch_size=request.batch_size,
                 poll_ms=poll_ms,
+                batch_size_max=REPLICATOR_BATCH_SIZE_MAX if replicator else BATCH_SIZE_MAX,
             )
         except Exception as error:  # noqa: BLE001
             yield spb.PullMessageResponse(status=status_of(error))
@@ -386,7 +396,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             store_host = convert.endpoint_text(self._endpoint)
             for pulled in result.messages:
                 response = spb.PullMessageResponse()
-                convert.fill_pulled(response.message, pulled, namespace, store_host)
+                convert.fill_pulled(
+                    response.message, pulled, namespace, store_host, digest=not replicator
+                )
                 yield response
         yield spb.PullMessageResponse(next_offset=result.next_offset)
 

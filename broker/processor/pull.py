@@ -41,6 +41,7 @@ from broker.processor import validation
 from broker.services.base import MessageStore, MetadataService
 from protocol import errors as codes
 from protocol.filters import MessageFilter
+from protocol.rocketmq.pull import BATCH_SIZE_MAX
 
 SKIPPED_READS_MAX = 16
 """Reads whose whole window the filter skipped, at most, in one pull: a pull through
@@ -113,11 +114,13 @@ class PullProcessor:
         *,
         batch_size: int,
         poll_ms: int,
+        batch_size_max: int = BATCH_SIZE_MAX,
     ) -> PullResult:
-        """Up to ``batch_size`` messages matching ``message_filter`` from ``offset`` on,
-        waiting at most ``poll_ms`` for the first (see the module docstring)."""
+        """Up to ``batch_size`` (capped to ``batch_size_max``) messages matching
+        ``message_filter`` from ``offset`` on, waiting at most ``poll_ms`` for the first
+        (see the module docstring)."""
         queue = await self._group_queue(group_name, topic_name, queue_id)
-        batch_size = validation.check_batch_size(batch_size)
+        batch_size = validation.check_batch_size(batch_size, batch_size_max)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
         skipped_reads = 0

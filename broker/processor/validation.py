@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from broker.domain import Message, TopicInfo
 from broker.errors import BrokerError, Reason
 from protocol import errors as codes
+from protocol.rocketmq.pull import BATCH_SIZE_MAX
 from protocol.vocabulary import MessageType
 
 TOPIC_LENGTH_MAX = 127
@@ -26,7 +27,6 @@ MESSAGE_GROUP_BYTES_MAX = 63  # 64 bytes or more is refused
 DELIVERY_AHEAD_MS_MAX = 24 * 3600 * 1000
 RECEIVE_INVISIBLE_MS_MIN = 10_000
 INVISIBLE_MS_MAX = 12 * 3600 * 1000
-BATCH_SIZE_MAX = 32
 
 _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -121,6 +121,23 @@ def check_keys(keys: Iterable[str]) -> None:
             raise BrokerError.of(Reason.ILLEGAL_MESSAGE_KEY, "message key has a control character")
 
 
+@functools.lru_cache(maxsize=4096)  # every sent property is checked; a key passes or not
+def _property_key_bytes(key: str) -> int:
+    """A user property key's UTF-8 size, once it is neither blank, nor with a control
+    character, nor reserved (only keys that pass are remembered)."""
+    if not key or not key.strip():
+        raise BrokerError.of(Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key is blank")
+    if _CONTROL.search(key):
+        raise BrokerError.of(
+            Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key has a control character"
+        )
+    if key in RESERVED_PROPERTY_KEYS:
+        raise BrokerError.of(
+            Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved"
+        )
+    return len(key.encode())
+
+
 def check_properties(properties: Mapping[str, str]) -> None:
     """At most 128 user properties, 16 KiB in all; keys neither reserved nor with controls."""
     if len(properties) > PROPERTY_COUNT_MAX:
@@ -130,17 +147,7 @@ def check_properties(properties: Mapping[str, str]) -> None:
         )
     size = 0
     for key, value in properties.items():
-        if not key or not key.strip():
-            raise BrokerError.of(Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key is blank")
-        if _CONTROL.search(key):
-            raise BrokerError.of(
-                Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key has a control character"
-            )
-        if key in RESERVED_PROPERTY_KEYS:
-            raise BrokerError.of(
-                Reason.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved"
-            )
-        size += len(key.encode()) + len(value.encode())
+        size += _property_key_bytes(key) + len(value.encode())
     if size > PROPERTIES_BYTES_MAX:
         raise BrokerError.of(
             Reason.MESSAGE_PROPERTIES_TOO_LARGE,
@@ -222,8 +229,9 @@ def check_change_invisible_ms(invisible_ms: int) -> None:
         )
 
 
-def check_batch_size(batch_size: int) -> int:
-    """A receive batch: at least 1; more than 32 is capped to 32."""
+def check_batch_size(batch_size: int, most: int = BATCH_SIZE_MAX) -> int:
+    """A receive or pull batch: at least 1; more than ``most`` (RocketMQ's 32, or a
+    replicator's pull cap) is capped to it."""
     if batch_size <= 0:
         raise BrokerError(codes.BAD_REQUEST, f"batch size {batch_size} must be positive")
-    return min(batch_size, BATCH_SIZE_MAX)
+    return min(batch_size, most)

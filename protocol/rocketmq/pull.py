@@ -19,6 +19,22 @@ from dataclasses import dataclass
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 
+BATCH_SIZE_MAX = 32
+"""The most messages a broker answers one pull or receive with: RocketMQ's
+``maxTransferCountOnMessageInMemory``."""
+REPLICATOR_HEADER = "x-rip5-replicator"
+"""A pull whose call carries this header (any value) is a replicator's (the
+connector's): the broker answers it with up to :data:`REPLICATOR_BATCH_SIZE_MAX`
+messages and no body digest, since the replicator copies bodies as they are and
+sends its copies without one. Every other caller keeps RocketMQ's limit and digest.
+The cap is a bound on one call's work, not a permission: a storage read is bounded to
+4 MiB of records whatever the count."""
+REPLICATOR_BATCH_SIZE_MAX = 256
+"""The most messages a broker answers a replicator's pull with: a queue copied at a
+few thousand messages a second needs a pull per 32 messages otherwise, a chain of
+round trips that fell behind the queue (messages waited longer for their pull than
+for their send) and cost the source a pull's fixed work per 32 messages."""
+
 
 def pull_request(
     group: str,

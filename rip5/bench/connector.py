@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -43,6 +44,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 
 import uvloop
@@ -65,6 +67,8 @@ COPY_TIMEOUT_S = 300.0
 PUBLISH_CASE = "publish (one cluster)"
 REPLICATION_CASE = "replication"
 DELAY_CASE = "delay at half rate"
+STAGES = ("wait_pull_ms", "pull_ms", "wait_send_ms", "send_ms", "delay_ms")
+"""The delay stages of a copied batch's last message, in order (``--stages``)."""
 
 
 def _rules(east: str, west: str, topic: str) -> str:
@@ -84,18 +88,38 @@ group = "{GROUP}"
 """
 
 
+def stages_of(log_text: str, from_s: float, to_s: float) -> dict[str, list[float]]:
+    """Each delay stage of the batches a connector's JSON log says were copied between
+    epoch seconds ``from_s`` and ``to_s``, by stage name (:data:`STAGES`)."""
+    found: dict[str, list[float]] = {}
+    for line in log_text.splitlines():
+        if '"batch copied"' not in line:
+            continue
+        event = json.loads(line)
+        at_s = datetime.fromisoformat(event["ts"]).timestamp()
+        if from_s <= at_s < to_s:
+            for name in STAGES:
+                if name in event:
+                    found.setdefault(name, []).append(float(event[name]))
+    return found
+
+
 class ConnectorProcess:
     """A ``rip5 connector`` child process and its metrics."""
 
-    def __init__(self, root: Path, rules: str, serial: int = 0) -> None:
+    def __init__(self, root: Path, rules: str, serial: int = 0, *, stages: bool = False) -> None:
+        """Start it; ``stages``: at debug level, its log (JSON) says each batch's delay
+        stages (:meth:`stages`)."""
         rules_path = root / "rules.toml"
         rules_path.write_text(rules)
         self.port = free_port()
-        self.log = (root / f"connector-{serial}.log").open("w")
+        self.log_path = root / f"connector-{serial}.log"
+        self.log = self.log_path.open("w")
         argv = [
             sys.executable, "-m", "rip5", "connector", "--rules", str(rules_path),
             "--data-dir", str(root / "connector"),
-            "--metrics-listen", f"127.0.0.1:{self.port}", "--log-level", "warning",
+            "--metrics-listen", f"127.0.0.1:{self.port}",
+            "--log-level", "debug" if stages else "warning", "--log-format", "json",
         ]  # fmt: skip
         self.process = subprocess.Popen(
             argv,
@@ -116,6 +140,12 @@ class ConnectorProcess:
             if rest and not line.startswith("#"):
                 values[name] = float(rest)
         return values
+
+    def stages(self, from_s: float, to_s: float) -> dict[str, list[float]]:
+        """Each delay stage (``connector.pulled_ahead.delay_stages``) of the batches it
+        logged as copied between epoch seconds ``from_s`` and ``to_s``, by stage name."""
+        self.log.flush()
+        return stages_of(self.log_path.read_text(), from_s, to_s)
 
     def wait_ready(self) -> None:
         """Until the connector serves its rule's metrics (it prepared the rule)."""
@@ -140,6 +170,57 @@ class ConnectorProcess:
         self.log.close()
 
 
+ROLES = ("broker", "storage", "nameserver")
+
+
+def _role_of(pid: int) -> str:
+    """The ``rip5`` role a process runs (from its command line), else ``other``."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "other"
+    words = [word.decode(errors="replace") for word in argv]
+    return next((word for word in words if word in ROLES), "other")
+
+
+class RoleCpu:
+    """CPU seconds per part of the copy (east's and west's roles, the connector) over a
+    window: the CPU cost per message copied, part by part (from /proc; a process
+    started in the window counts from its start)."""
+
+    def __init__(self, parts: Callable[[], dict[str, list[int]]]) -> None:
+        """``parts``: the pids of each part, by its name (asked at start and stop)."""
+        self._parts = parts
+        self._start: dict[int, float] = {}
+
+    def start(self) -> None:
+        """Read every part's processes' CPU now."""
+        self._start = {
+            pid: seconds
+            for pids in self._parts().values()
+            for pid in pids
+            if (seconds := harness.cpu_seconds_of(pid)) is not None
+        }
+
+    def us_per_message(self, messages: float) -> dict[str, float]:
+        """Each part's CPU since :meth:`start`, in microseconds per one of ``messages``."""
+        spent: dict[str, float] = {}
+        for part, pids in self._parts().items():
+            for pid in pids:
+                seconds = harness.cpu_seconds_of(pid)
+                if seconds is not None:
+                    spent[part] = spent.get(part, 0.0) + seconds - self._start.get(pid, 0.0)
+        return {part: 1e6 * seconds / max(1.0, messages) for part, seconds in spent.items()}
+
+
+def _say_cpu(report: harness.BenchReport, what: str, us: dict[str, float]) -> None:
+    report.say(
+        f"  {what}: CPU us per message copied: "
+        + ", ".join(f"{part} {value:.0f}" for part, value in sorted(us.items()))
+        + f" (total {sum(us.values()):.0f})"
+    )
+
+
 async def _replication(connector: ConnectorProcess, copied_before: float, backlog: int) -> float:
     """msgs/s of copying ``backlog`` messages past ``copied_before`` copies, from the
     first copy seen to the last."""
@@ -161,6 +242,11 @@ async def _replication(connector: ConnectorProcess, copied_before: float, backlo
                 f"in {COPY_TIMEOUT_S:.0f} s"
             )
         await asyncio.sleep(SAMPLE_S)
+
+
+def _copied(connector: ConnectorProcess) -> float:
+    """The messages the connector copied so far (its counter)."""
+    return connector.metrics().get("rip5_connector_replicated_messages_total", 0.0)
 
 
 async def _caught_up(connector: ConnectorProcess) -> None:
@@ -254,9 +340,11 @@ async def _runs(
     east: str,
     start_connector: Callable[[], ConnectorProcess],
     server_pids: Callable[[], list[int]],
+    parts: Callable[[], dict[str, list[int]]],
 ) -> None:
     generator = Generator(east, args.channels, args.topic, GROUP, "lean")
     meter = harness.CpuMeter(server_pids)
+    role_cpu = RoleCpu(parts)
     body = os.urandom(args.message_bytes)
     try:
         for run in range(args.runs):
@@ -270,12 +358,17 @@ async def _runs(
             report.stage(f"run {run + 1}: replication")
             connector = await asyncio.to_thread(start_connector)
             meter.start()
+            role_cpu.start()
             rate = await _replication(connector, 0.0, stored)
             report.record(REPLICATION_CASE, {"msgs_per_s": rate}, meter.stop())
+            _say_cpu(report, f"run {run + 1}: replication", role_cpu.us_per_message(stored))
             report.say(f"  run {run + 1}: replication {rate:,.0f} msgs/s ({stored:,} messages)")
             await _caught_up(connector)
             report.stage(f"run {run + 1}: delay at half rate")
             meter.start()
+            role_cpu.start()
+            copied_before = await asyncio.to_thread(_copied, connector)
+            measure_from_s = time.time() + args.warmup
             delay = await _paced_delay(
                 generator,
                 connector,
@@ -286,11 +379,24 @@ async def _runs(
                 warmup_s=args.warmup,
             )
             report.record(DELAY_CASE, delay.values(), meter.stop())
+            copied = await asyncio.to_thread(_copied, connector) - copied_before
+            _say_cpu(report, f"run {run + 1}: delay phase", role_cpu.us_per_message(copied))
             report.say(
                 f"  run {run + 1}: at {delay.msgs_per_s:,.0f} msgs/s the delay is p50 "
                 f"{delay.p50_ms:.0f} ms p99 {delay.p99_ms:.0f} ms ({delay.calls} samples; "
                 f"errors {delay.error_names or 0})"
             )
+            if args.stages:
+                stages = connector.stages(measure_from_s, measure_from_s + args.seconds)
+                report.say(
+                    f"  run {run + 1}: delay stages of the batches' last messages, p50/p99 ms: "
+                    + ", ".join(
+                        f"{name} {stats.percentile(stages.get(name, []), 0.5):.0f}/"
+                        f"{stats.percentile(stages.get(name, []), 0.99):.0f}"
+                        for name in STAGES
+                    )
+                    + f" ({len(stages.get('delay_ms', []))} batches)"
+                )
             await _caught_up(connector)
             await asyncio.to_thread(connector.stop)
     finally:
@@ -318,24 +424,40 @@ def _measure(args: argparse.Namespace, report: harness.BenchReport) -> None:
 
         def start_connector() -> ConnectorProcess:
             """A connector process for one run's copy (stopped at the run's end)."""
-            connector = ConnectorProcess(root, rules, serial=len(running))
+            connector = ConnectorProcess(root, rules, serial=len(running), stages=args.stages)
             running.append(connector)
             stack.callback(connector.stop)
             connector.wait_ready()
             return connector
 
+        def connectors() -> list[int]:
+            return [c.process.pid for c in running if c.process.poll() is None]
+
         def servers() -> list[int]:
-            live = [c.process.pid for c in running if c.process.poll() is None]
-            return [*east.server_pids(), *west.server_pids(), *live]
+            return [*east.server_pids(), *west.server_pids(), *connectors()]
+
+        def parts() -> dict[str, list[int]]:
+            found: dict[str, list[int]] = {"connector": connectors()}
+            for name, cluster in (("east", east), ("west", west)):
+                for pid in cluster.server_pids():
+                    found.setdefault(f"{name} {_role_of(pid)}", []).append(pid)
+            return found
 
         shell.tune_gc()
-        uvloop.run(_runs(args, report, east.endpoint, start_connector, servers))
+        uvloop.run(_runs(args, report, east.endpoint, start_connector, servers, parts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the options and run the benchmark."""
     parser = publish_load.parser_of(
         "connector", description=__doc__, runs=1, topic=TOPIC, queues=QUEUES
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also say where the delay goes: each copied batch's stages, from the "
+        "connector's debug log (source store -> pull sent -> pulled -> taken into a send "
+        "-> acknowledged)",
     )
     args, report = publish_load.report_of("connector", parser, argv)
     report.note(

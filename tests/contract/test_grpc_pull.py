@@ -4,6 +4,7 @@ own stubs (the official Python client has no pull consumer): the stream's order
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,7 @@ import pytest
 from broker.domain import GroupInfo, MessageType, QueueInfo, TopicInfo
 from broker.grpc.server import SERVERS
 from broker.services.memory import MemoryMetadata
+from protocol.rocketmq.pull import BATCH_SIZE_MAX, REPLICATOR_HEADER
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
 from protocol.rocketmq.v2 import service_pb2_grpc
@@ -89,6 +91,26 @@ async def test_pull_streams_status_messages_then_next_offset(stub: Stub) -> None
     assert await _pull(stub, 1, "a") == [pb.OK, (2, "a", False), ("next", 3)]
     beyond = await _pull(stub, 9)
     assert beyond == [pb.ILLEGAL_OFFSET, ("next", 3)]
+
+
+async def test_a_replicators_pull_is_larger_and_carries_no_digest(stub: Stub) -> None:
+    """RocketMQ's cap (32) and MD5 digest for every caller but a replicator, whose pull
+    (the header) gets up to its own cap and no digest (its copies keep none)."""
+    await _send(stub, *(f"t{n}" for n in range(40)))
+    request = spb.PullMessageRequest(
+        group=pb.Resource(name="puller"), message_queue=QUEUE, offset=0, batch_size=1000
+    )
+    ordinary = [r async for r in stub.PullMessage(request, metadata=META, timeout=30)]
+    replicator_meta = (*META, (REPLICATOR_HEADER, "connector"))
+    replicated = [r async for r in stub.PullMessage(request, metadata=replicator_meta, timeout=30)]
+    for answers, count in ((ordinary, BATCH_SIZE_MAX), (replicated, 40)):
+        assert answers[0].status.code == pb.OK
+        assert answers[-1].next_offset == count
+        messages = [a.message for a in answers[1:-1]]
+        assert [m.system_properties.queue_offset for m in messages] == list(range(count))
+    digest = ordinary[1].message.system_properties.body_digest
+    assert (digest.type, digest.checksum) == (pb.MD5, hashlib.md5(b"body-t0").hexdigest().upper())
+    assert not replicated[1].message.system_properties.HasField("body_digest")
 
 
 async def test_an_illegal_offset_names_the_valid_range(stub: Stub) -> None:

@@ -115,5 +115,15 @@ def test_invisible_durations() -> None:
 def test_batch_size_is_capped() -> None:
     assert validation.check_batch_size(100) == 32
     assert validation.check_batch_size(1) == 1
+    assert validation.check_batch_size(1000, 256) == 256  # a replicator's pull
     with pytest.raises(BrokerError):
         validation.check_batch_size(0)
+
+
+def test_a_refused_property_key_is_refused_every_time() -> None:
+    """Keys that pass are remembered; a refused one is checked (and refused) again."""
+    for _ in range(2):
+        validation.check_properties({"fine": "v"})
+        with pytest.raises(BrokerError) as refused:
+            validation.check_properties({"fine": "v", "UNIQ_KEY": "v"})
+        assert refused.value.reason is Reason.ILLEGAL_MESSAGE_PROPERTY_KEY

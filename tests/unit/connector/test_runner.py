@@ -12,7 +12,7 @@ from connector import runner
 from connector.client import ConnectorCallError, Pulled
 from connector.copies import copy_message
 from connector.plan import Mark, Pending, Rule, format_pending, parse_marks
-from connector.pulled_ahead import PulledAhead
+from connector.pulled_ahead import PulledAhead, delay_stages
 from connector.runner import Metrics, RuleCopier
 from protocol.rocketmq.v2 import definition_pb2 as pb
 from protocol.rocketmq.v2 import service_pb2 as spb
@@ -182,7 +182,7 @@ async def test_what_was_pulled_ahead_goes_in_one_send_within_the_caps(
     next one comes no sooner than the checkpoint interval later, past every batch
     acknowledged by then (with one message a send: 1, then 3). A partial first pull
     (``pull_max`` 32) is taken before the next pull goes: two sends."""
-    monkeypatch.setattr(runner, "PULL_BATCH_MAX", pull_max)
+    monkeypatch.setattr(runner, "PULL_FULL_OFFSETS", pull_max)
     monkeypatch.setattr(runner, "SEND_MESSAGES_MAX", messages_max)
     monkeypatch.setattr(runner, "SEND_BYTES_MAX", bytes_max)
     journal: list[str] = []
@@ -307,3 +307,24 @@ async def test_a_pull_that_reached_the_end_lingers_then_the_next_pull_goes_untak
     assert taken.end_offset == 3
     async with asyncio.timeout(5):
         await ahead.wait_room()  # everything taken: at once
+
+
+def test_a_take_says_when_the_pull_of_its_last_message_went_and_came_back() -> None:
+    """The delay stages of a batch's last message: its pull's times (the record of each
+    pull taken whole is dropped), then from the store time to the acknowledgement."""
+    ahead = PulledAhead(0, 1 << 20, linger_s=0.01)
+    ahead.put(Pulled([_message(0), _message(1)], 2, "OK"), full=False, pull_ms=(10, 20))
+    ahead.put(Pulled([_message(2), _message(3)], 4, "OK"), full=False, pull_ms=(30, 40))
+    assert ahead.take(3, 1 << 20).pull_ms == (30, 40)  # ends inside the second pull
+    assert ahead.take(1024, 1 << 20).pull_ms == (30, 40)  # the rest of it
+    ahead.put(Pulled([_message(4)], 5, "OK"), full=False)
+    assert ahead.take(1024, 1 << 20).pull_ms == (0, 0)  # times not told
+    assert delay_stages(1_000, (900, 1_050), 1_070, 1_200) == {
+        "wait_pull_ms": 0,  # the pull was long polling when the message was stored
+        "pull_ms": 50,
+        "wait_send_ms": 20,
+        "send_ms": 130,
+        "delay_ms": 200,
+    }
+    assert delay_stages(1_000, (1_300, 1_350), 1_400, 1_500)["wait_pull_ms"] == 300
+    assert delay_stages(1_000, (0, 0), 1_400, 1_500) == {"send_ms": 100, "delay_ms": 500}
