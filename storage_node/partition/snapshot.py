@@ -103,13 +103,13 @@ def _to_wire(state: PartitionState) -> list[object]:
 
 
 def _payload_parts(state: PartitionState) -> list[bytes]:
-    """``pack(_to_wire(state))`` in pieces, item for item, with the queue entries and
-    the dedup window packed by their memos (``QueueIndex.packed``,
-    ``DedupWindow.packed_parts``)."""
+    """``pack(_to_wire(state))`` in pieces, item for item, with the queue entries, the
+    dedup window and the tier's records packed by their memos
+    (``QueueIndex.packed_parts``, ``DedupWindow.packed_parts``, ``TierObjects.packed_parts``)."""
     queues = sorted(state._queues.items())
-    tier = _tier_wire(state)
+    tier = bool(state.tier)
     parts = [
-        array_header(8 + len(tier)),
+        array_header(9 if tier else 8),
         pack_items([_config_wire(state.config), state.applied_index, state.clock_ms]),
         array_header(len(queues)),
     ]
@@ -120,7 +120,9 @@ def _payload_parts(state: PartitionState) -> list[bytes]:
             *index.packed_parts(),
         )
     parts += (pack(_groups_wire(state)), *state._dedup.packed_parts())
-    parts += (pack(state._halves.to_wire()), pack(state._timers.to_wire()), *map(pack, tier))
+    parts += (pack(state._halves.to_wire()), pack(state._timers.to_wire()))
+    if tier:
+        parts += state.tier.packed_parts()
     return parts
 
 
