@@ -5,7 +5,9 @@ their items sit at ``[first, end)``, where appends raise ``end`` and drops from
 the front raise ``first``; neither goes down. Chunk ``k`` is the positions
 ``[k * CHUNK, (k + 1) * CHUNK)`` that lie in ``[first, end)``: chunks are aligned
 to absolute positions, so dropping from the front cuts into one chunk only.
-(``CHUNK`` is read when a memo is made: tests make small chunks.)
+(``CHUNK``, the default size, is read when a memo is made: tests make small
+chunks. The positions need not be single items: the dedup window's are its
+runs of entries, and it gives its own size.)
 
 :class:`PackedChunks` keeps per chunk a :class:`Piece`: the encodings of the
 items at ``[lo, hi)`` back to back (no array header; see ``wire.pack_items``)
@@ -55,10 +57,11 @@ class PackedChunks(Generic[M]):
 
     __slots__ = ("_merge", "_pieces", "size")
 
-    def __init__(self, merge: Callable[[M, M], M]) -> None:
+    def __init__(self, merge: Callable[[M, M], M], size: int | None = None) -> None:
+        """``size``: positions per chunk (None: ``CHUNK``)."""
         self._merge = merge
         self._pieces: dict[int, Piece[M]] = {}
-        self.size = CHUNK
+        self.size = CHUNK if size is None else size
 
     def forget(self, chunk: int) -> None:
         """Drop chunk ``chunk``'s piece (one of its items changed)."""

@@ -5,27 +5,35 @@ their records, so a retried append (a broker retrying after NOT_LEADER or a
 timeout, a client resending) is answered with the original outcome instead of
 queueing the message twice.
 
-It is kept by run: the messages of one queued run of an append (one queue,
-consecutive offsets, one store time) are remembered together, and each message
-id maps to its run's number, a plain int shared by the run's ids. That is one
-dict insert per message and nothing else built for it, and the maps hold no
-object the cyclic GC tracks.
+It is kept by run: the messages remembered together (one queue, consecutive
+offsets, one store time: a queued run of an append, joined with the run before
+it when it continues that one) share a run, and each message id maps to its
+run's number, a plain int shared by the run's ids. That is one dict insert per
+message and nothing else built for it, and the maps hold no object the cyclic
+GC tracks.
+
+Its snapshot form is by run too (:meth:`DedupWindow.to_wire`, partition
+snapshot version 2): a run packs as one array of its fields and its ids (in C,
+a string copy per entry), and the window keeps the packed runs by chunk, so a
+snapshot packs only the runs added since the last one. Version 1 held one
+array per entry, built in Python; it is still read
+(:meth:`DedupWindow.load_entries_wire`).
 
 PURE.
 """
 
 from __future__ import annotations
 
-import bisect
+import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import repeat
-from typing import cast
+from itertools import islice, pairwise, repeat
 
 from protocol.vocabulary import Placement
+from storage_node.errors import SnapshotCorrupted
 from storage_node.partition.chunks import PackedChunks
 from storage_node.partition.queues import RecordOutcome
-from storage_node.partition.wire import array_header, as_int, as_list, pack_items
+from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
 
 _Remembered = tuple[int, int, int, int]
 """What the window knows of one (topic, message id): (queue id, placement as an int,
@@ -35,16 +43,25 @@ _Item = tuple[tuple[str, str], _Remembered]
 """One entry of the window: its key and what is remembered of it."""
 
 _Wire = list[object]
-"""One entry in its snapshot form: ``[RecordOutcome.to_wire(), store time]``, i.e.
-``[[topic, queue id, message id, placement, queue offset], store time]`` (lists: msgpack
-packs them faster than tuples)."""
+"""One entry in the version-1 snapshot form: ``[RecordOutcome.to_wire(), store time]``,
+i.e. ``[[topic, queue id, message id, placement, queue offset], store time]``."""
 
 _Run = tuple[str, int, int, int, int, tuple[str, ...]]
 """(topic, queue id, placement as an int, first queue offset, store time, message ids):
 entries remembered together. Id ``i`` of a run has queue offset ``first + i``; a run
-that is not QUEUED has one id, with its own offset (-1)."""
+that is not QUEUED has one id, with its own offset (-1). msgpack packs it as the
+array of its fields, the ids an array of strings: its snapshot form."""
+
+_Changed = tuple[str, str, int, int, int, int]
+"""A changed outcome in the snapshot form: (topic, message id) and its :data:`_Remembered`."""
 
 _QUEUED = int(Placement.QUEUED)
+_PLACEMENTS = frozenset(int(placement) for placement in Placement)
+
+RUNS_PER_CHUNK = 64
+"""Runs per chunk of the snapshot memo (read when a window is made: tests change it).
+A snapshot repacks the chunk the front has moved into, so a chunk is small: 64
+runs of a broker's 64-message batches are about 140 KB packed."""
 
 
 class DedupWindow:
@@ -58,34 +75,40 @@ class DedupWindow:
     cut (its first ``_skip`` ids have left); per topic, a map from each
     remembered id to its run's number (the front run's number is
     ``_first_run``, the next ones count up). An outcome changed after its
-    append (:meth:`update`) is kept aside in ``_changed``.
+    append (:meth:`update`) is kept aside in ``_changed`` (in the order the
+    changes came: the log's), its run as it was.
 
     Invariants: store times never decrease from the front run to the back;
-    every id of a run, past the front's cut, maps to that run and no other id
-    is mapped; ``_count`` is how many that is; ``_changed`` holds only
-    remembered keys.
+    no run continues the one before it (:func:`_continues`: they would be
+    one); every id of a run, past the front's cut, maps to that run and no
+    other id is mapped; ``_count`` is how many that is; ``_changed`` holds
+    only remembered keys. So the runs depend only on the outcomes remembered,
+    in order, not on how appends grouped them: equal windows snapshot alike.
 
-    The snapshot encoding is kept by chunk of sequence numbers (the entry at
-    the front has number ``_dropped``, the next ones count up), with each
-    chunk's first and last store time: :meth:`update` finds the chunk of the
-    entry it replaces by store time (the invariant above) and forgets it.
+    The snapshot encoding of the runs past the front one (which eviction cuts
+    into, so it is packed afresh each time) is kept by chunk of
+    ``RUNS_PER_CHUNK`` run numbers; a run changes in place only when one
+    joins it at the back, which forgets its chunk.
     """
 
     def __init__(self, window_ms: int, entries_max: int) -> None:
         self.window_ms = window_ms
         self.entries_max = entries_max
+        self._replace_runs([])
+
+    def _replace_runs(self, runs: list[_Run]) -> None:
+        """Hold ``runs`` (in store order, distinct ids), none changed, numbered from 0;
+        the snapshot memo starts empty."""
         self._ids: dict[str, dict[str, int]] = {}
-        self._runs: deque[_Run] = deque()
+        self._runs: deque[_Run] = deque(runs)
         self._first_run = 0
         self._skip = 0
         self._count = 0
         self._changed: dict[tuple[str, str], _Remembered] = {}
-        # How many entries ever left the front: the front entry's sequence number.
-        self._dropped = 0
-        self._memo: PackedChunks[tuple[int, int]] = PackedChunks(_span)
-        # (first store time, last store time, chunk) of each piece of the memo,
-        # ascending, as of the last packed() (pieces only go in between).
-        self._spans: list[tuple[int, int, int]] = []
+        self._memo: PackedChunks[None] = PackedChunks(_no_summary, RUNS_PER_CHUNK)
+        for number, run in enumerate(runs):
+            self._ids.setdefault(run[0], {}).update(dict.fromkeys(run[5], number))
+            self._count += len(run[5])
 
     def __len__(self) -> int:
         return self._count
@@ -155,18 +178,27 @@ class DedupWindow:
             self._add((topic, queue_id, _QUEUED, first_offset, stored_ms, tuple(message_ids)))
 
     def _add(self, run: _Run) -> None:
-        """Remember ``run`` at the back (ids remembered already keep their place)."""
+        """Remember ``run`` at the back, as part of the last run if it continues it
+        (ids remembered already keep their place)."""
         topic, run_ids = run[0], run[5]
         ids = self._ids.get(topic)
         if ids is None:
             ids = self._ids[topic] = {}
+        runs = self._runs
+        joins = bool(runs) and _continues(runs[-1], run)
+        number = self._first_run + len(runs) - (1 if joins else 0)
         before = len(ids)
-        ids.update(dict.fromkeys(run_ids, self._first_run + len(self._runs)))
-        if len(ids) - before == len(run_ids):
-            self._runs.append(run)
-            self._count += len(run_ids)
-        else:
+        ids.update(dict.fromkeys(run_ids, number))
+        if len(ids) - before != len(run_ids):
             self._readd(run)  # an id was remembered already (callers exclude it)
+        elif joins:
+            last = runs[-1]
+            runs[-1] = (*last[:5], last[5] + run_ids)
+            self._count += len(run_ids)
+            self._memo.forget(number // self._memo.size)
+        else:
+            runs.append(run)
+            self._count += len(run_ids)
         self._evict_front(self._count - self.entries_max)
 
     def _readd(self, run: _Run) -> None:
@@ -181,8 +213,6 @@ class DedupWindow:
         entries = {key: fresh.pop(key, remembered) for key, remembered in self._items()}
         entries.update(fresh)
         self._load(entries.items())
-        self._memo = PackedChunks(_span)  # entries changed in place: pack them all again
-        self._spans = []
 
     def _evict_front(self, excess: int) -> None:
         """Drop the ``excess`` oldest entries (nothing if ``excess`` is not positive)."""
@@ -206,7 +236,6 @@ class DedupWindow:
                 self._skip += len(gone)
             excess -= len(gone)
             self._count -= len(gone)
-            self._dropped += len(gone)
 
     def update(self, outcome: RecordOutcome) -> None:
         """Replace a remembered outcome (a timer fired, a half message committed)."""
@@ -215,20 +244,6 @@ class DedupWindow:
         if number is not None:
             stored = self._runs[number - self._first_run][4]
             self._changed[(outcome.topic, outcome.message_id)] = _remembered(outcome, stored)
-            self._forget_stored_at(stored)
-
-    def _forget_stored_at(self, stored_ms: int) -> None:
-        """Forget the memo's pieces whose store times span ``stored_ms``.
-
-        By the store order invariant, they include the piece of any entry
-        stored then. Spans ascend at both ends, so they are the ones just
-        before the first span that starts later.
-        """
-        spans = self._spans
-        later = bisect.bisect_left(spans, (stored_ms + 1,))
-        while later > 0 and spans[later - 1][1] >= stored_ms:
-            later -= 1
-            self._memo.forget(spans[later][2])
 
     def maybe_evict(self, clock_ms: int) -> int:
         """Drop entries stored before ``clock_ms - window_ms``; returns how many."""
@@ -256,89 +271,77 @@ class DedupWindow:
                 yield key, changed.get(key) or (queue_id, placement, first + i, stored)
             cut = 0
 
-    def to_wire(self) -> list[_Wire]:
-        """Snapshot form, in store order."""
-        return self._wire_of(self._runs, self._skip)
+    def to_wire(self) -> list[object]:
+        """Snapshot form (version 2): ``[runs, changed]``, the runs in store order
+        (:data:`_Run`, the front run's cut ids left out) and the changed outcomes
+        in the order they changed (:data:`_Changed`). A restore holds the runs
+        as they are (:meth:`load_wire`), so it snapshots as the original does,
+        now and after any later change."""
+        runs = list(self._runs)
+        if runs:
+            runs[0] = self._front()
+        return [runs, self._changed_wire()]
 
     def packed(self) -> bytes:
-        """The msgpack of :meth:`to_wire`.
+        """The msgpack of :meth:`to_wire`."""
+        return b"".join(self.packed_parts())
 
-        Packs only the entries no earlier call packed, those of a chunk an
-        update touched, and those of the chunk eviction cut into. Each is
-        built in its wire form a run at a time (:meth:`_wire_of`): this runs
-        in every raft snapshot of the group, so on every replica for every
-        message once the log is compacted (a tier's local trims).
+    def packed_parts(self) -> list[bytes]:
+        """:meth:`packed` in pieces (for a snapshot to join once with the rest).
+
+        Packs the front run, the changed outcomes, and of the other runs only
+        those no earlier call packed, and those of the chunk the front moved
+        into or a run joined. A run is packed as it is held (msgpack packs its
+        tuple and its ids in C), so the cost per entry is about a string's
+        copy. This runs in every raft snapshot of the group, so on every
+        replica for every message once the log is compacted (a tier's local
+        trims).
         """
-        memo = self._memo
-        first = self._dropped
-        wanted = memo.missing(first, first + self._count)
-        for (chunk, lo, hi), wire in zip(wanted, self._wire_at(wanted), strict=True):
-            stored = (cast(int, wire[0][1]), cast(int, wire[-1][1]))
-            memo.add(chunk, lo, hi, pack_items(wire), stored)
-        pieces = memo.pieces()
-        self._spans = [(*piece.meta, piece.lo // memo.size) for piece in pieces]
-        return b"".join([array_header(self._count), *(piece.packed for piece in pieces)])
+        runs = self._runs
+        parts = [array_header(2), array_header(len(runs))]
+        if runs:
+            parts.append(pack(self._front()))
+            memo = self._memo
+            for chunk, lo, hi in memo.missing(self._first_run + 1, self._first_run + len(runs)):
+                memo.add(chunk, lo, hi, pack_items(self._runs_between(lo, hi)), None)
+            parts += (piece.packed for piece in memo.pieces())
+        parts.append(pack(self._changed_wire()))
+        return parts
 
-    def _wire_of(self, runs: Iterable[_Run], skip: int, limit: int | None = None) -> list[_Wire]:
-        """The snapshot form (:data:`_Wire`) of the entries of ``runs`` in
-        store order, the first run's first ``skip`` ids left out; the first ``limit``
-        of them only (None: all)."""
-        changed = self._changed
-        wire: list[_Wire] = []
-        cut = skip
-        for topic, queue_id, placement, first, stored, run_ids in runs:
-            ids = run_ids[cut:] if cut else run_ids
-            if changed:
-                wire += [
-                    _changed_wire(topic, message_id, found)
-                    if (found := changed.get((topic, message_id))) is not None
-                    else [[topic, queue_id, message_id, placement, offset], stored]
-                    for offset, message_id in enumerate(ids, first + cut)
-                ]
-            else:
-                wire += [
-                    [[topic, queue_id, message_id, placement, offset], stored]
-                    for offset, message_id in enumerate(ids, first + cut)
-                ]
-            cut = 0
-            if limit is not None and len(wire) >= limit:
-                del wire[limit:]
-                break
-        return wire
+    def _front(self) -> _Run:
+        """The front run, its first ``_skip`` ids left out."""
+        run = self._runs[0]
+        skip = self._skip
+        if not skip:
+            return run
+        topic, queue_id, placement, first, stored, run_ids = run
+        return (topic, queue_id, placement, first + skip, stored, run_ids[skip:])
 
-    def _wire_at(self, ranges: list[tuple[int, int, int]]) -> list[list[_Wire]]:
-        """The snapshot form of the entries at each ``(chunk, lo, hi)`` of ``ranges``
-        (ascending sequence numbers).
+    def _changed_wire(self) -> list[_Changed]:
+        """The changed outcomes in their snapshot form, in the order they changed."""
+        return [
+            (topic, message_id, queue_id, placement, offset, stored)
+            for (topic, message_id), (queue_id, placement, offset, stored) in self._changed.items()
+        ]
 
-        Reads each from the nearer end of the window, walking only up to the
-        ranges farthest in: what changes is mostly at the ends (the newest
-        entries, the chunk eviction cut).
-        """
-        first = self._dropped
-        count = self._count
-        middle = first + count // 2
-        front = [item for item in ranges if item[1] < middle]
-        back = ranges[len(front) :]
-        found: list[list[_Wire]] = []
-        if front:
-            head = self._wire_of(self._runs, self._skip, front[-1][2] - first)
-            found += [head[lo - first : hi - first] for _chunk, lo, hi in front]
-        if back:
-            start = back[0][1]
-            wanted = first + count - start  # entries from the back
-            tail_runs: list[_Run] = []
-            held = 0
-            for run in reversed(self._runs):
-                tail_runs.append(run)
-                held += len(run[5])
-                if held >= wanted:
-                    break
-            tail_runs.reverse()
-            skip = self._skip if len(tail_runs) == len(self._runs) else 0
-            held -= skip
-            tail = self._wire_of(tail_runs, skip)[held - wanted :]
-            found += [tail[lo - start : hi - start] for _chunk, lo, hi in back]
+    def _runs_between(self, lo: int, hi: int) -> list[_Run]:
+        """The runs numbered ``[lo, hi)``, walked to from the nearer end: what a
+        snapshot packs is mostly at the ends (the newest runs, the front's chunk)."""
+        runs = self._runs
+        start, stop = lo - self._first_run, hi - self._first_run
+        if start <= len(runs) - stop:
+            return list(islice(runs, start, stop))
+        found = list(islice(reversed(runs), len(runs) - stop, len(runs) - start))
+        found.reverse()
         return found
+
+    def to_entries_wire(self) -> list[_Wire]:
+        """The version-1 snapshot form: one :data:`_Wire` per entry, in store order
+        (what older snapshots hold; :meth:`load_entries_wire` reads it)."""
+        return [
+            [[topic, queue_id, message_id, placement, offset], stored]
+            for (topic, message_id), (queue_id, placement, offset, stored) in self._items()
+        ]
 
     def check_invariants(self) -> None:
         """Raise AssertionError if store times decrease along the window, or the
@@ -358,22 +361,68 @@ class DedupWindow:
             raise AssertionError("dedup window ids do not map to their runs")
         if not self._changed.keys() <= held.keys():
             raise AssertionError("dedup window keeps a changed outcome it does not remember")
+        for before, run in pairwise(self._runs):
+            if _continues(before, run):
+                raise AssertionError(f"dedup window run {run!r} continues the one before")
 
     def load_wire(self, data: list[object]) -> None:
-        """Restore from :meth:`to_wire` (replacing any entries)."""
+        """Restore from :meth:`to_wire` (replacing any entries).
+
+        Raises ``SnapshotCorrupted`` naming what is wrong (the window is then
+        unusable: the restore fails as a whole)."""
+        runs_wire, changed_wire = as_list(data, "dedup", 2)
+        runs: list[_Run] = []
+        for item in as_list(runs_wire, "dedup runs"):
+            topic, queue_id, placement, first, stored, ids = as_list(item, "dedup run", 6)
+            run_ids = tuple(as_list(ids, "dedup run ids"))
+            if not run_ids or not all(type(message_id) is str for message_id in run_ids):
+                raise SnapshotCorrupted(f"dedup run: expected message ids, got {run_ids!r:.80}")
+            kind = _placement(placement)
+            if len(run_ids) > 1 and kind != _QUEUED:
+                raise SnapshotCorrupted(f"dedup run: placement {kind} with {len(run_ids)} ids")
+            stored_ms = as_int(stored, "dedup run store time")
+            if runs and stored_ms < runs[-1][4]:
+                raise SnapshotCorrupted("dedup runs: store times go back")
+            runs.append(
+                (
+                    sys.intern(as_str(topic, "dedup run topic")),
+                    as_int(queue_id, "dedup run queue id"),
+                    kind,
+                    as_int(first, "dedup run queue offset"),
+                    stored_ms,
+                    run_ids,  # type: ignore[arg-type]  # checked: all str
+                )
+            )
+        self._replace_runs(runs)
+        if sum(map(len, self._ids.values())) != self._count:
+            raise SnapshotCorrupted("dedup runs: a message id is remembered twice")
+        for item in as_list(changed_wire, "dedup changed outcomes"):
+            topic, message_id, queue_id, placement, offset, stored = as_list(
+                item, "dedup changed outcome", 6
+            )
+            key = (as_str(topic, "topic"), as_str(message_id, "message id"))
+            if key not in self:
+                raise SnapshotCorrupted(f"dedup: a changed outcome of {key!r}, not remembered")
+            self._changed[key] = (
+                as_int(queue_id, "queue id"),
+                _placement(placement),
+                as_int(offset, "queue offset"),
+                as_int(stored, "store time"),
+            )
+
+    def load_entries_wire(self, data: list[object]) -> None:
+        """Restore from :meth:`to_entries_wire` (a version-1 snapshot; replacing any
+        entries); the runs are the longest a queued append could have made."""
         entries: dict[tuple[str, str], _Remembered] = {}
         for item in data:
             wire, stored = as_list(item, "dedup entry", 2)
             outcome = RecordOutcome.from_wire(as_list(wire, "record outcome"))
             entries[(outcome.topic, outcome.message_id)] = _remembered(outcome, as_int(stored))
         self._load(entries.items())
-        self._dropped = 0
-        self._memo = PackedChunks(_span)
-        self._spans = []
 
     def _load(self, items: Iterable[_Item]) -> None:
         """Replace the runs by ``items`` (distinct keys, in store order), joining the
-        entries a queued run would hold; the sequence numbers go on."""
+        entries a queued run would hold (the runs are numbered from 0 again)."""
         runs: list[_Run] = []
         run_ids: list[str] = []
         for (topic, message_id), (queue_id, placement, offset, stored) in items:
@@ -392,15 +441,31 @@ class DedupWindow:
             run_ids = [message_id]
         if run_ids:
             runs[-1] = (*runs[-1][:5], tuple(run_ids))
-        self._ids = {}
-        self._runs = deque(runs)
-        self._first_run = 0
-        self._skip = 0
-        self._count = 0
-        self._changed = {}
-        for number, run in enumerate(runs):
-            self._ids.setdefault(run[0], {}).update(dict.fromkeys(run[5], number))
-            self._count += len(run[5])
+        self._replace_runs(runs)
+
+
+def _continues(run: _Run, after: _Run) -> bool:
+    """Whether ``after`` holds the entries right after ``run``'s, as one queued run would."""
+    return (
+        run[2] == _QUEUED
+        and after[2] == _QUEUED
+        and run[4] == after[4]
+        and run[3] + len(run[5]) == after[3]
+        and run[1] == after[1]
+        and run[0] == after[0]
+    )
+
+
+def _placement(value: object) -> int:
+    """A placement read from a snapshot, as an int."""
+    placement = as_int(value, "placement")
+    if placement not in _PLACEMENTS:
+        raise SnapshotCorrupted(f"unknown placement {placement}")
+    return placement
+
+
+def _no_summary(_one: None, _other: None) -> None:
+    """The memo keeps no summary of its pieces."""
 
 
 def _remembered(outcome: RecordOutcome, stored_ms: int) -> _Remembered:
@@ -411,14 +476,3 @@ def _remembered(outcome: RecordOutcome, stored_ms: int) -> _Remembered:
 def _outcome(key: tuple[str, str], found: _Remembered) -> RecordOutcome:
     """The outcome remembered as ``found`` under ``key``."""
     return RecordOutcome(key[0], found[0], key[1], Placement(found[1]), found[2])
-
-
-def _changed_wire(topic: str, message_id: str, found: _Remembered) -> _Wire:
-    """The snapshot form of a changed entry, from what ``_changed`` holds for it."""
-    queue_id, placement, offset, stored = found
-    return [[topic, queue_id, message_id, placement, offset], stored]
-
-
-def _span(one: tuple[int, int], other: tuple[int, int]) -> tuple[int, int]:
-    """The store times of two adjacent runs of entries, as one run's."""
-    return one[0], other[1]

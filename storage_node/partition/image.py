@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import crc32c
 
 from storage_node.errors import SnapshotCorrupted
-from storage_node.partition.snapshot import restore, take_snapshot
+from storage_node.partition.snapshot import restore, snapshot_parts
 from storage_node.partition.state import PartitionState
 
 IMAGE_MAGIC = b"R5GI"
@@ -43,12 +43,18 @@ _BODY = struct.Struct(">QI")
 
 
 def encode_image(state: PartitionState, bodies: Mapping[int, bytes]) -> bytes:
-    """The image of ``state`` with the APPEND entries ``bodies`` (log index -> data)."""
-    parts = [_BODY.pack(index, len(bodies[index])) + bodies[index] for index in sorted(bodies)]
-    rest = b"".join(parts) + take_snapshot(state)
-    count = struct.pack(">I", len(bodies))
-    crc = crc32c.crc32c(count + rest)
-    return struct.pack(">4sBI", IMAGE_MAGIC, IMAGE_VERSION, crc) + count + rest
+    """The image of ``state`` with the APPEND entries ``bodies`` (log index -> data).
+
+    Joined once from its parts (the checksum taken part by part): an image is
+    taken at every compaction of the group, and its snapshot is megabytes."""
+    parts = [struct.pack(">I", len(bodies))]
+    for index in sorted(bodies):
+        parts += (_BODY.pack(index, len(bodies[index])), bodies[index])
+    parts += snapshot_parts(state)
+    crc = 0
+    for part in parts:
+        crc = crc32c.crc32c(part, crc)
+    return b"".join([struct.pack(">4sBI", IMAGE_MAGIC, IMAGE_VERSION, crc), *parts])
 
 
 def decode_image(data: bytes) -> tuple[PartitionState, dict[int, bytes]]:

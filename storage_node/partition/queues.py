@@ -236,12 +236,15 @@ class QueueIndex:
         return before
 
     def packed(self) -> bytes:
-        """The msgpack of ``[entry.to_wire() for entry in self]``.
+        """The msgpack of ``[entry.to_wire() for entry in self]``."""
+        return b"".join(self.packed_parts())
+
+    def packed_parts(self) -> list[bytes]:
+        """:meth:`packed` in pieces (for a snapshot to join once with the rest).
 
         Packs only the entries no earlier call packed (and a chunk a trim cut).
         """
-        parts = [piece.packed for piece in self._refreshed()]
-        return b"".join([array_header(len(self._entries)), *parts])
+        return [array_header(len(self._entries)), *(piece.packed for piece in self._refreshed())]
 
     def log_index_sets(self) -> list[frozenset[int]]:
         """Sets whose union is every log index the entries name (one per chunk)."""

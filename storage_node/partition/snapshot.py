@@ -13,7 +13,10 @@ only where retention no longer needs those entries.
 Layout: magic b"R5PS", version (1 byte), crc32c (4 bytes, over the rest),
 then a msgpack array (see ``_to_wire``) of 8 items, or 9 once the group has
 recorded a tier upload (the tier's metadata, ``partition.tier``). The transient ``grown_queues`` is
-not kept.
+not kept. Version 2 holds the dedup window by run (``DedupWindow.to_wire``);
+version 1, one array per remembered entry, is still read (its window comes
+back with the same entries, its runs joined as a queued append would make
+them).
 
 Cost: the queue entries and the dedup window, which hold nearly all of it,
 keep their encoding by chunk (``chunks.PackedChunks``), so a snapshot packs
@@ -39,33 +42,42 @@ from storage_node.partition.state import PartitionState
 from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
 
 SNAPSHOT_MAGIC = b"R5PS"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+ENTRIES_DEDUP_VERSION = 1
+"""The older version, whose dedup window is one array per entry; still read."""
 
 
 def take_snapshot(state: PartitionState) -> bytes:
     """The bytes of ``state`` as of its ``applied_index``."""
-    payload = _payload(state)
-    return (
-        SNAPSHOT_MAGIC
-        + bytes([SNAPSHOT_VERSION])
-        + struct.pack(">I", crc32c.crc32c(payload))
-        + payload
-    )
+    return b"".join(snapshot_parts(state))
+
+
+def snapshot_parts(state: PartitionState) -> list[bytes]:
+    """:func:`take_snapshot`'s bytes as parts (the header, then the payload's pieces),
+    the checksum taken part by part: joined once, by whoever writes them (a group
+    image), they are exactly those bytes. A snapshot is megabytes; each copy of it
+    counts."""
+    payload = _payload_parts(state)
+    crc = 0
+    for part in payload:
+        crc = crc32c.crc32c(part, crc)
+    return [SNAPSHOT_MAGIC + bytes([SNAPSHOT_VERSION]) + struct.pack(">I", crc), *payload]
 
 
 def restore(data: bytes) -> PartitionState:
     """The state saved by :func:`take_snapshot`; raises :class:`SnapshotCorrupted`."""
     if len(data) < 9 or data[:4] != SNAPSHOT_MAGIC:
         raise SnapshotCorrupted("not a partition snapshot (bad magic)")
-    if data[4] != SNAPSHOT_VERSION:
-        raise SnapshotCorrupted(f"unknown partition snapshot version {data[4]}")
+    version = data[4]
+    if version not in (SNAPSHOT_VERSION, ENTRIES_DEDUP_VERSION):
+        raise SnapshotCorrupted(f"unknown partition snapshot version {version}")
     (crc,) = struct.unpack_from(">I", data, 5)
     payload = data[9:]
     if crc32c.crc32c(payload) != crc:
         raise SnapshotCorrupted("partition snapshot CRC mismatch")
     try:
         wire = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-        return _from_wire(wire)
+        return _from_wire(wire, version)
     except SnapshotCorrupted:
         raise
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
@@ -73,7 +85,7 @@ def restore(data: bytes) -> PartitionState:
 
 
 def _to_wire(state: PartitionState) -> list[object]:
-    """The layout: the snapshot payload is this list's msgpack (see :func:`_payload`)."""
+    """The layout: the snapshot payload is this list's msgpack (see :func:`_payload_parts`)."""
     return [
         _config_wire(state.config),
         state.applied_index,
@@ -90,13 +102,14 @@ def _to_wire(state: PartitionState) -> list[object]:
     ]
 
 
-def _payload(state: PartitionState) -> bytes:
-    """``pack(_to_wire(state))``, item for item, with the queue entries and the
-    dedup window packed by their memos (``QueueIndex.packed``, ``DedupWindow.packed``)."""
+def _payload_parts(state: PartitionState) -> list[bytes]:
+    """``pack(_to_wire(state))`` in pieces, item for item, with the queue entries, the
+    dedup window and the tier's records packed by their memos
+    (``QueueIndex.packed_parts``, ``DedupWindow.packed_parts``, ``TierObjects.packed_parts``)."""
     queues = sorted(state._queues.items())
-    tier = _tier_wire(state)
+    tier = bool(state.tier)
     parts = [
-        array_header(8 + len(tier)),
+        array_header(9 if tier else 8),
         pack_items([_config_wire(state.config), state.applied_index, state.clock_ms]),
         array_header(len(queues)),
     ]
@@ -104,16 +117,13 @@ def _payload(state: PartitionState) -> bytes:
         parts += (
             array_header(4),
             pack_items([topic, queue_id, index.first_offset]),
-            index.packed(),
+            *index.packed_parts(),
         )
-    parts += (
-        pack(_groups_wire(state)),
-        state._dedup.packed(),
-        pack(state._halves.to_wire()),
-        pack(state._timers.to_wire()),
-        *map(pack, tier),
-    )
-    return b"".join(parts)
+    parts += (pack(_groups_wire(state)), *state._dedup.packed_parts())
+    parts += (pack(state._halves.to_wire()), pack(state._timers.to_wire()))
+    if tier:
+        parts += state.tier.packed_parts()
+    return parts
 
 
 def _tier_wire(state: PartitionState) -> list[object]:
@@ -138,7 +148,7 @@ def _groups_wire(state: PartitionState) -> list[object]:
     ]
 
 
-def _from_wire(wire: object) -> PartitionState:
+def _from_wire(wire: object, version: int) -> PartitionState:
     items = as_list(wire, "snapshot")
     if len(items) not in (8, 9):
         raise SnapshotCorrupted(f"snapshot: expected 8 or 9 items, got {len(items)}")
@@ -166,7 +176,10 @@ def _from_wire(wire: object) -> PartitionState:
             as_str(group, "group"), as_str(topic, "topic"), as_int(queue_id, "queue id")
         )
         state._groups[key] = GroupQueue.from_wire(group_queue)
-    state._dedup.load_wire(as_list(dedup, "dedup"))
+    if version == ENTRIES_DEDUP_VERSION:
+        state._dedup.load_entries_wire(as_list(dedup, "dedup"))
+    else:
+        state._dedup.load_wire(as_list(dedup, "dedup"))
     state._halves.load_wire(as_list(halves, "half messages"))
     state._timers.load_wire(as_list(timers, "timers"))
     if len(items) == 9:

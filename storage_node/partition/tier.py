@@ -20,18 +20,21 @@ object of its successor either.
 Invariant: a queue's recorded objects are contiguous, in offset order, and
 each is non-empty.
 
+Every raft snapshot of the group holds these records, and they accumulate
+(until the topic's retention expires them): each object keeps its snapshot
+encoding from when it is recorded, so a snapshot joins bytes per object.
+
 PURE.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import astuple
 from itertools import pairwise
 
 from protocol.message_objects import ObjectEntry
 from storage_node.partition.queues import QueueId
-from storage_node.partition.wire import as_int, as_list, as_str
+from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
 
 
 def upload_refusal(
@@ -58,6 +61,8 @@ class TierObjects:
 
     def __init__(self) -> None:
         self._by_queue: dict[QueueId, list[ObjectEntry]] = {}
+        # The msgpack of each object's snapshot fields, as _by_queue.
+        self._packed: dict[QueueId, list[bytes]] = {}
         # The upload point of every queue that ever had an object recorded: it outlives
         # its objects' expiry (the next object must still start there).
         self._ends: dict[QueueId, int] = {}
@@ -86,6 +91,7 @@ class TierObjects:
         """Add ``entry`` after the queue's objects (the caller checked
         :func:`upload_refusal`)."""
         self._by_queue.setdefault(queue, []).append(entry)
+        self._packed.setdefault(queue, []).append(pack(_fields(entry)))
         self._ends[queue] = entry.end_offset
 
     def expire(self, queue: QueueId, before_offset: int) -> list[ObjectEntry]:
@@ -97,8 +103,10 @@ class TierObjects:
             kept = objects[len(gone) :]
             if kept:
                 self._by_queue[queue] = kept
+                del self._packed[queue][: len(gone)]
             else:
                 del self._by_queue[queue]
+                del self._packed[queue]
         return gone
 
     def drop_topic(self, topic: str) -> list[ObjectEntry]:
@@ -107,6 +115,7 @@ class TierObjects:
         gone: list[ObjectEntry] = []
         for queue in [queue for queue in self._ends if queue[0] == topic]:
             gone += self._by_queue.pop(queue, [])
+            self._packed.pop(queue, None)
             del self._ends[queue]
         return gone
 
@@ -117,6 +126,15 @@ class TierObjects:
             for queue, end in sorted(self._ends.items())
             for topic, queue_id in [queue]
         ]
+
+    def packed_parts(self) -> list[bytes]:
+        """The msgpack of :meth:`to_wire`, in pieces (the objects' kept encodings)."""
+        parts = [array_header(len(self._ends))]
+        for queue, end in sorted(self._ends.items()):
+            packed = self._packed.get(queue, [])
+            parts += (array_header(4), pack_items([*queue, end]), array_header(len(packed)))
+            parts += packed
+        return parts
 
     def load_wire(self, data: list[object]) -> None:
         """Inverse of :meth:`to_wire` (into an empty instance)."""
@@ -129,6 +147,7 @@ class TierObjects:
             ]
             if entries:
                 self._by_queue[queue] = entries
+                self._packed[queue] = [pack(_fields(entry)) for entry in entries]
 
     def check_invariants(self) -> None:
         """Raise AssertionError unless every queue's objects are contiguous and non-empty."""
@@ -141,10 +160,23 @@ class TierObjects:
             for entry in objects:
                 if entry.end_offset <= entry.first_offset:
                     raise AssertionError(f"{queue}: tier object {entry.name} is empty")
+            if self._packed.get(queue) != [pack(_fields(entry)) for entry in objects]:
+                raise AssertionError(f"{queue}: tier objects' kept encodings differ from them")
+        if self._packed.keys() != self._by_queue.keys():
+            raise AssertionError("tier objects' kept encodings are not by the same queues")
 
 
 def _fields(entry: ObjectEntry) -> list[object]:
-    return list(astuple(entry))
+    """An object's snapshot form (its fields in declaration order)."""
+    return [
+        entry.name,
+        entry.first_offset,
+        entry.end_offset,
+        entry.min_store_timestamp_ms,
+        entry.max_store_timestamp_ms,
+        entry.size_bytes,
+        entry.crc32c,
+    ]
 
 
 def _entry(fields: list[object]) -> ObjectEntry:

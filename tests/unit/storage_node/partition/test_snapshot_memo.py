@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from protocol.vocabulary import MessageType, Placement
 from storage_node.errors import StorageError
-from storage_node.partition import chunks, queues
+from storage_node.partition import chunks, dedup, queues
 from storage_node.partition import commands as c
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import QueueEntry, RecordOutcome
@@ -117,6 +117,7 @@ def test_snapshots_from_memos_equal_the_whole_encoding(
 ) -> None:
     with (
         mock.patch.object(chunks, "CHUNK", chunk),
+        mock.patch.object(dedup, "RUNS_PER_CHUNK", chunk),
         mock.patch.object(queues, "MEMO_ENTRIES_MIN", memo_entries_min),
     ):
         state = PartitionState(config)
