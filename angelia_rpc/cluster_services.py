@@ -26,6 +26,7 @@ class StorageService(Service, name="storage"):
     """The storage node's API, called by brokers (and tests, benches)."""
 
     append = Unary(st.AppendRequest, st.AppendResponse)
+    append_queues = Unary(st.AppendQueuesRequest, st.AppendQueuesResponse)
     read = Unary(st.ReadRequest, st.ReadResponse)
     receive = Unary(st.ReceiveRequest, st.ReceiveResponse)
     ack = Unary(st.AckRequest, st.AckResponse)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
 
 from angelia_rpc.codec.base import Codec
-from angelia_rpc.errors import AngeliaError, RemoteError, cancelled, unavailable
+from angelia_rpc.errors import AngeliaError, cancelled, from_wire, to_wire, unavailable
 from angelia_rpc.framing import (
     CANCEL,
     CREDIT,
@@ -28,22 +27,13 @@ from angelia_rpc.framing import (
 )
 from angelia_rpc.transport.base import Link, fail_future
 from protocol import errors
+from protocol.errors import WireError
 
 # Every stream starts with this many messages of credit in each direction;
 # a receiver grants more (CREDIT) as its reader consumes half of it.
 STREAM_WINDOW = 256
 # Frames queued in one loop turn that are written without waiting for its end.
 FLUSH_FRAMES = 16
-
-
-@dataclass(frozen=True, slots=True)
-class WireError:
-    """An error as it crosses the wire in an ERROR frame (encoded with the connection's codec)."""
-
-    code: int
-    message: str
-    retriable: bool
-    leader_hint: str
 
 
 class Connection:
@@ -187,9 +177,7 @@ class Connection:
 
     def send_error(self, call_id: int, error: AngeliaError) -> None:
         """An ERROR frame for one call."""
-        payload = self._encode_error(
-            WireError(error.code.number, error.message, error.retriable, error.leader_hint)
-        )
+        payload = self._encode_error(to_wire(error))
         self.send_raw(
             encode_frame(
                 ERROR, call_id, payload, codec_id=self.codec_id, frame_bytes_max=self.send_bytes_max
@@ -199,12 +187,7 @@ class Connection:
     def decode_error(self, frame: Frame) -> AngeliaError:
         """The error an ERROR frame carries."""
         wire: WireError = self._decode_error(frame.payload)
-        return RemoteError(
-            errors.by_number(wire.code),
-            wire.message,
-            retriable=wire.retriable,
-            leader_hint=wire.leader_hint,
-        )
+        return from_wire(wire)
 
 
 class StreamState:

@@ -20,7 +20,7 @@ PURE.
 from __future__ import annotations
 
 from protocol import errors
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, WireError
 
 
 class AngeliaError(Exception):
@@ -92,6 +92,22 @@ def deadline_exceeded(message: str) -> AngeliaError:
 def cancelled(message: str) -> AngeliaError:
     """The call was cancelled (not retriable: the caller chose to stop)."""
     return AngeliaError(errors.CANCELLED, message)
+
+
+def to_wire(error: AngeliaError) -> WireError:
+    """``error`` as it crosses the wire (its code's number and its flags)."""
+    return WireError(error.code.number, error.message, error.retriable, error.leader_hint)
+
+
+def from_wire(wire: WireError) -> RemoteError:
+    """The error a peer sent (:func:`to_wire`), as raised on this side: its code (an
+    unknown number reads as INTERNAL), message and flags intact."""
+    return RemoteError(
+        errors.by_number(wire.code),
+        wire.message,
+        retriable=wire.retriable,
+        leader_hint=wire.leader_hint,
+    )
 
 
 def from_exception(exc: BaseException) -> AngeliaError:

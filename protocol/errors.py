@@ -34,6 +34,18 @@ class ErrorCode:
     description: str
 
 
+@dataclass(frozen=True, slots=True)
+class WireError:
+    """An error as it crosses a wire between processes: an Angelia ERROR frame, or one
+    failed item of a call that answers item by item (``code``: an :class:`ErrorCode`
+    number; the flags as the sender's error had them)."""
+
+    code: int
+    message: str
+    retriable: bool
+    leader_hint: str
+
+
 _TABLE: list[ErrorCode] = []
 _BY_NUMBER: dict[int, ErrorCode] = {}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from protocol.errors import WireError
 from protocol.message_objects import QueueManifest
 from protocol.positional import positional
 from protocol.records import MESSAGE_TYPES, MessageRecord
@@ -236,6 +237,40 @@ class AppendResponse:
             AppendOutcome(message_id, 0, offset, False)
             for offset, message_id in enumerate(self.queued_ids, first)
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendQueuesRequest:
+    """Several appends in one call, to one storage node: each of its own queue (or the
+    same queue twice), of any raft groups the node leads.
+
+    Each append is handled as :class:`AppendRequest` alone would be (one log
+    entry of its group, joined with the group's other appends of the round),
+    and has its own outcome: one append's failure (NOT_LEADER of its group, a
+    bad record) fails only it. The appends are under way at once, as concurrent
+    calls would be: two of one queue in one request have no order between them
+    (brokers put a queue in a request at most once).
+    """
+
+    appends: list[AppendRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAppended:
+    """The outcome of one append of an :class:`AppendQueuesRequest`: ``response`` when
+    it was stored, else ``failure``: the error the append alone would have raised, as
+    Angelia carries it (NOT_LEADER's ``leader_hint`` names the replica leading its group,
+    when known)."""
+
+    response: AppendResponse | None
+    failure: WireError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendQueuesResponse:
+    """One outcome per append, in request order."""
+
+    outcomes: list[QueueAppended]
 
 
 # ------------------------------------------------------------------------ read

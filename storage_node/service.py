@@ -50,10 +50,11 @@ import contextlib
 import logging
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar, cast
 
 from angelia_rpc import CallContext
+from angelia_rpc.errors import from_exception, to_wire
 from protocol import routing
 from protocol.filters import MATCH_ALL, TagFilter
 from protocol.records import (
@@ -67,6 +68,8 @@ from protocol.storage_api import (
     AckOutcome,
     AckRequest,
     AckResponse,
+    AppendQueuesRequest,
+    AppendQueuesResponse,
     AppendRequest,
     AppendResponse,
     CancelTimerRequest,
@@ -92,6 +95,7 @@ from protocol.storage_api import (
     PackedDelivery,
     QueryMessagesRequest,
     QueryMessagesResponse,
+    QueueAppended,
     QueueInfoRequest,
     QueueInfoResponse,
     ReadmitRequest,
@@ -117,7 +121,7 @@ from storage_node.api_convert import (
     receive_command,
     sql_filter,
 )
-from storage_node.append_batcher import AppendBatcher
+from storage_node.append_batcher import AppendBatcher, Joined
 from storage_node.errors import (
     BadCommand,
     GroupNotHosted,
@@ -366,6 +370,38 @@ class StorageNode:
     # ------------------------------------------------------------- methods
     async def append(self, request: AppendRequest, context: CallContext) -> AppendResponse:
         """Store a batch of messages of one queue as one log entry."""
+        group_id, count, stored = self._begin_append(request)
+        return self._appended(group_id, count, await stored)
+
+    async def append_queues(
+        self, request: AppendQueuesRequest, context: CallContext
+    ) -> AppendQueuesResponse:
+        """Several appends, each as :meth:`append` alone (joined per group by the
+        batcher), each with its own outcome: a failure fails only its append."""
+        begun: list[tuple[int, int, Awaitable[Joined]] | BaseException] = []
+        for append in request.appends:
+            try:
+                begun.append(self._begin_append(append))
+            except Exception as exc:  # noqa: BLE001 - this append's outcome
+                begun.append(exc)
+        # Every append is under way (its future set before the next round); only now wait.
+        outcomes: list[QueueAppended] = []
+        for item in begun:
+            if isinstance(item, BaseException):
+                failed = item
+            else:
+                group_id, count, stored = item
+                try:
+                    outcomes.append(QueueAppended(self._appended(group_id, count, await stored)))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - this append's outcome
+                    failed = exc
+            outcomes.append(QueueAppended(None, to_wire(from_exception(failed))))
+        return AppendQueuesResponse(outcomes)
+
+    def _begin_append(self, request: AppendRequest) -> tuple[int, int, Awaitable[Joined]]:
+        """Check ``request`` and put it under way: its group, its record count and what
+        ends with its result and store time (raises what the append fails with at once)."""
         group_id = self._group_of(request.topic, request.queue_id)
         self._led_replica(group_id)
         records, items = append_records(request)
@@ -381,19 +417,32 @@ class StorageNode:
             if not request.topic or request.queue_id < 0 or "" in map(_record_id, records):
                 for record in records:
                     check_record(record)  # names the record at fault
-            try:
-                result, now_ms = await self.batcher.add(group_id, records, body_bytes, items)
-            except RaftNotLeader as exc:
-                raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
-        else:
-            # Alone, and decoded on apply by every replica: a record of a wrong type
-            # fails alike everywhere.
-            now_ms = self.now_ms()
-            appended = await self._propose(group_id, Append(now_ms, tuple(records)))
-            assert isinstance(appended, AppendResult)
-            result = appended
-        self.appended_messages += len(records)
-        self.appended_by_group[group_id] = self.appended_by_group.get(group_id, 0) + len(records)
+            return (
+                group_id,
+                len(records),
+                self._joined(self.batcher.add(group_id, records, body_bytes, items)),
+            )
+        # Alone, and decoded on apply by every replica: a record of a wrong type
+        # fails alike everywhere.
+        return group_id, len(records), self._alone(group_id, records)
+
+    async def _joined(self, joined: Awaitable[Joined]) -> Joined:
+        try:
+            return await joined
+        except RaftNotLeader as exc:
+            raise StorageNotLeader(str(exc), self._leader_hint(exc.leader)) from exc
+
+    async def _alone(self, group_id: int, records: list[MessageRecord]) -> Joined:
+        now_ms = self.now_ms()
+        appended = await self._propose(group_id, Append(now_ms, tuple(records)))
+        assert isinstance(appended, AppendResult)
+        return appended, now_ms
+
+    def _appended(self, group_id: int, count: int, stored: Joined) -> AppendResponse:
+        """Count a stored append (the load this node reports) and answer it."""
+        result, now_ms = stored
+        self.appended_messages += count
+        self.appended_by_group[group_id] = self.appended_by_group.get(group_id, 0) + count
         return append_response(result, now_ms)
 
     async def read(self, request: ReadRequest, context: CallContext) -> ReadResponse:

@@ -45,10 +45,15 @@ def permission_of(bits: int) -> Permission:
     return Permission(bits & Permission.READ_WRITE)
 
 
+_MESSAGE_TYPES = {int(kind): frozenset({kind}) for kind in MessageType}
+"""One set per type, shared by every topic of it (a broker may cache many topics)."""
+
+
 def message_types_of(message_type: int) -> frozenset[MessageType]:
     """What a topic of the nameserver's ``message_type`` accepts: that type only
     (RocketMQ's topic message type check)."""
-    return frozenset({MessageType(message_type)})
+    kinds = _MESSAGE_TYPES.get(message_type)
+    return frozenset({MessageType(message_type)}) if kinds is None else kinds
 
 
 def topic_from_route(route: ns.RouteResponse) -> TopicInfo:

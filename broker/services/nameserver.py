@@ -75,9 +75,18 @@ WATCH_SILENCE_MAX_MS = 10_000
 """A watch stream silent this long is taken as broken (nameservers confirm an idle
 stream every few seconds, ``nameserver.service.WATCH_IDLE_MS``)."""
 WATCH_KINDS = [ns.KIND_TOPIC, ns.KIND_CONSUMER_GROUP, ns.KIND_RAFT_GROUP, ns.KIND_STORAGE_NODE]
-ROUTE_CACHE_TOPICS_MAX = 100_000
-"""The most topics whose routes a broker keeps (least recently used go first): a broker
-holds the routes it uses, not every topic of a cluster of a million queues."""
+ROUTE_CACHE_BYTES_MAX = 128 << 20
+"""About the most memory the routes a broker keeps may take (least recently used go
+first, by :func:`cached_route_bytes`): a broker holds the routes it uses, not every
+topic of the cluster. 128 MiB is about 190,000 topics of 8 queues (1.5 million queues):
+a sweep over every topic of a million queues fits, where a bound below the topics in
+use evicts each route before its next use and reads every route again."""
+ROUTE_TOPIC_BYTES = 640
+ROUTE_QUEUE_BYTES = 8
+"""What one cached route takes, measured with tracemalloc over 20,000 routes decoded
+as the nameserver sends them, over 3 storage nodes: 625, 657 and 721 bytes a topic of
+1, 8 and 16 queues (its record, name, route, converted topic and cache entry; the
+queue routes themselves are shared between topics, see ``SHARED_PARTS_MAX``)."""
 SHARED_PARTS_MAX = 65_536
 """The most distinct queue routes and queue tuples kept for sharing between cached routes
 (past it the table starts afresh; the routes keep what they hold)."""
@@ -142,6 +151,23 @@ class NameserverLink:
             self._current = failover.address
 
 
+def cached_route_bytes(queues: int) -> int:
+    """About the memory a cached route of ``queues`` queues takes (the cache's measure)."""
+    return ROUTE_TOPIC_BYTES + ROUTE_QUEUE_BYTES * queues
+
+
+class _CachedRoute:
+    """A cached route: when it was read (see ``ClusterMetadata._usable``) and, once a
+    lookup converted it, its topic."""
+
+    __slots__ = ("read_at", "route", "topic")
+
+    def __init__(self, route: ns.RouteResponse, read_at: float) -> None:
+        self.route = route
+        self.read_at = read_at
+        self.topic: TopicInfo | None = None
+
+
 class ClusterMetadata:
     """The ``MetadataService`` port over the nameserver (see the module docstring)."""
 
@@ -156,20 +182,20 @@ class ClusterMetadata:
         watch_silence_max_ms: int = WATCH_SILENCE_MAX_MS,
         clock: Callable[[], float] = time.monotonic,
         signer: Callable[[], ns.SignedBy] = ns.SignedBy,
-        route_cache_topics_max: int = ROUTE_CACHE_TOPICS_MAX,
+        route_cache_bytes_max: int = ROUTE_CACHE_BYTES_MAX,
     ) -> None:
         """``route_stale_max_ms``: how long past its last confirmation a cached entry
         serves while the watch is down (see the module docstring; the broker option's
         default unless given); ``watch_silence_max_ms``: a watch stream
         silent this long counts as down; ``clock``: seconds, monotonic; ``signer``: the
         signature of the topics and groups this broker creates (ACL on);
-        ``route_cache_topics_max``: the most topics whose routes are kept (least
-        recently used dropped first)."""
+        ``route_cache_bytes_max``: about the most memory the cached routes take
+        (:func:`cached_route_bytes`; least recently used dropped first)."""
         if route_stale_max_ms < 0:
             raise ValueError(f"route_stale_max_ms must not be negative, not {route_stale_max_ms}")
-        if route_cache_topics_max < 1:
+        if route_cache_bytes_max < 1:
             raise ValueError(
-                f"route_cache_topics_max must be at least 1, not {route_cache_topics_max}"
+                f"route_cache_bytes_max must be at least 1, not {route_cache_bytes_max}"
             )
         self._link = link
         self.cluster = cluster
@@ -179,14 +205,13 @@ class ClusterMetadata:
         self._watch_silence_max_s = watch_silence_max_ms / 1000
         self._clock = clock
         self._signer = signer
-        # Cached entries with the clock reading of their read (see _usable), least
-        # recently used first; at most route_cache_topics_max of them.
-        self._routes: OrderedDict[str, tuple[ns.RouteResponse, float]] = OrderedDict()
-        self._routes_max = route_cache_topics_max
+        # Cached routes, least recently used first. Invariant: _routes_bytes is the sum
+        # of cached_route_bytes over them, at most _routes_bytes_max past an insertion
+        # (one route larger than the bound stays alone).
+        self._routes: OrderedDict[str, _CachedRoute] = OrderedDict()
+        self._routes_bytes = 0
+        self._routes_bytes_max = route_cache_bytes_max
         self._forgotten: set[str] = set()  # routes to read again, kept as a fallback
-        # The topic of each route last converted, by topic name (see _topic_of).
-        # Invariant: its keys are cached routes' topics.
-        self._topics: dict[str, tuple[ns.RouteResponse, TopicInfo]] = {}
         # Equal parts of cached routes, shared (see _compact): most topics' queue i is
         # served by one of a few raft groups, so their queue routes are equal.
         self._queue_routes: dict[tuple[object, ...], ns.QueueRouteInfo] = {}
@@ -279,32 +304,46 @@ class ClusterMetadata:
     async def route(self, topic: str) -> ns.RouteResponse:
         """Where each queue of ``topic`` is served; raises TOPIC_NOT_FOUND."""
         cached = self._routes.get(topic)
-        if cached is not None and topic not in self._forgotten and self._usable(cached[1]):
+        if cached is not None and topic not in self._forgotten and self._usable(cached.read_at):
             self._routes.move_to_end(topic)
-            return cached[0]
+            return cached.route
         try:
             route = await self._read_route(topic)
         except BrokerError as error:
             if self._away(error):
-                if cached is not None and self._usable(cached[1]):
+                if cached is not None and self._usable(cached.read_at):
                     # The read was tried: later lookups take the cache again (the next
                     # failed pass over the group forgets it again), never a read each.
                     self._forgotten.discard(topic)
                     log.debug("nameserver away: the last route serves", extra={"topic": topic})
-                    return cached[0]
+                    return cached.route
                 raise self._stale(error, f"topic {topic!r}", cached) from None
             if error.reason is not Reason.TOPIC_NOT_FOUND or not _is_group_topic(topic):
                 raise
             route = await self._create_group_topic(topic)
         route = self._compact(route)
-        self._routes[topic] = (route, self._clock())
-        self._routes.move_to_end(topic)
+        self._drop_route(topic)
+        name = route.topic.name
+        # Keyed by the route's own copy of the name where equal: one string, not two.
+        self._routes[name if name == topic else topic] = _CachedRoute(route, self._clock())
+        self._routes_bytes += cached_route_bytes(len(route.queues))
         self._forgotten.discard(topic)
-        while len(self._routes) > self._routes_max:
-            evicted, _ = self._routes.popitem(last=False)
-            self._topics.pop(evicted, None)
-            self._forgotten.discard(evicted)
+        while self._routes_bytes > self._routes_bytes_max and len(self._routes) > 1:
+            self._drop_route(next(iter(self._routes)))
         return route
+
+    def _drop_route(self, topic: str) -> None:
+        """Forget the cached route of ``topic``, if any (and its converted topic)."""
+        cached = self._routes.pop(topic, None)
+        if cached is not None:
+            self._routes_bytes -= cached_route_bytes(len(cached.route.queues))
+            self._forgotten.discard(topic)
+
+    def _drop_routes(self) -> None:
+        self._routes.clear()
+        self._routes_bytes = 0
+        self._queue_routes.clear()
+        self._forgotten.clear()
 
     def _compact(self, route: ns.RouteResponse) -> ns.RouteResponse:
         """``route`` with each queue route replaced by an equal one already cached, if
@@ -350,9 +389,9 @@ class ClusterMetadata:
 
     def _topic_of(self, name: str, route: ns.RouteResponse) -> TopicInfo:
         """The topic of ``route``, converted once per route read: every send asks."""
-        cached = self._topics.get(name)
-        if cached is not None and cached[0] is route:
-            return cached[1]
+        cached = self._routes.get(name)
+        if cached is not None and cached.route is route and cached.topic is not None:
+            return cached.topic
         topic = convert.topic_from_route(route)
         tuples = self._queue_tuples
         if len(tuples) >= SHARED_PARTS_MAX:
@@ -360,8 +399,8 @@ class ClusterMetadata:
         queues = tuples.setdefault(topic.queues, topic.queues)
         if queues is not topic.queues:
             topic = dataclasses.replace(topic, queues=queues)
-        if name in self._routes:  # a route evicted meanwhile is not converted into the cache
-            self._topics[name] = (route, topic)
+        if cached is not None and cached.route is route:  # else evicted or read anew since
+            cached.topic = topic
         return topic
 
     def forget_route(self, topic: str | None = None) -> None:
@@ -414,24 +453,17 @@ class ClusterMetadata:
 
     def _apply(self, change: ns.ChangeInfo) -> None:
         if change.kind == ns.KIND_TOPIC:
-            self._routes.pop(change.key, None)
-            self._topics.pop(change.key, None)
+            self._drop_route(change.key)
         elif change.kind == ns.KIND_CONSUMER_GROUP:
             self._groups.pop(change.key, None)
         else:  # a raft group's leader or a storage node changed: routes may be stale
-            self._routes.clear()
-            self._topics.clear()  # each was converted from a route just dropped
-            self._queue_routes.clear()
-            self._forgotten.clear()
+            self._drop_routes()
             for listener in self._route_listeners:
                 listener()
 
     def _clear(self) -> None:
-        self._routes.clear()
-        self._topics.clear()
-        self._queue_routes.clear()
+        self._drop_routes()
         self._groups.clear()
-        self._forgotten.clear()
         self._status = None
         for listener in self._route_listeners:
             listener()

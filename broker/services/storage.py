@@ -58,6 +58,7 @@ from broker.processor.replica_reads import ReadSpread, usable_answer
 from broker.services import cluster_convert as convert
 from broker.services.growth import GrowthWatch
 from broker.services.nameserver import ClusterMetadata
+from broker.services.node_appends import NodeAppends
 from broker.waiting import deal_out, fail_waiting
 from protocol import errors as codes
 from protocol import nameserver_api as ns
@@ -118,6 +119,8 @@ class StorageStore:
         self._revisit_ms = revisit_ms
         self._growth = GrowthWatch(self._end_above, retry_ms=GROWTH_RETRY_MS)
         self._leaders: dict[int, str] = {}  # raft group id -> the address that last led it
+        # Appends to the leader last seen, joined per storage node (group commit).
+        self.node_appends = NodeAppends(self._append_queues, self._append_single)
         self._acks: dict[
             tuple[str, QueueRef],
             list[tuple[list[st.ReceiptHandle], asyncio.Future[list[BrokerError | None]]]],
@@ -166,19 +169,23 @@ class StorageStore:
         method: Callable[[StorageService, int], Awaitable[T]],
         *,
         deadline_ms: int | None = None,
+        first: Callable[[str, int], Awaitable[T]] | None = None,
     ) -> T:
-        """``method(stub, timeout_ms)`` on the leader of ``queue``'s group (see the module)."""
+        """``method(stub, timeout_ms)`` on the leader of ``queue``'s group (see the module);
+        ``first(address, timeout_ms)``, if given, is the hot path's call to the leader last
+        seen instead (a failure of it goes through the failover with ``method``)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (deadline_ms or self._deadline_ms) / 1000
         info = await self._queue_route(queue)
         leader = self._leaders.get(info.group_id)
         failure = None
         if leader:  # the hot path: the leader last seen, no failover state
-            stub = self._peers.stub(StorageService, leader, wait_for_ready=False)
+            timeout_ms = attempt_timeout_ms(self._call_timeout_ms, deadline, loop.time())
             try:
-                return await method(
-                    stub, attempt_timeout_ms(self._call_timeout_ms, deadline, loop.time())
-                )
+                if first is not None:
+                    return await first(leader, timeout_ms)
+                stub = self._peers.stub(StorageService, leader, wait_for_ready=False)
+                return await method(stub, timeout_ms)
             except AngeliaError as error:
                 failure = error
         return await self._fail_over(queue, info, what, method, deadline, leader, failure)
@@ -241,6 +248,18 @@ class StorageStore:
         self._leaders[group_id] = failover.address
         return result
 
+    def _append_queues(
+        self, address: str, request: st.AppendQueuesRequest, timeout_ms: int
+    ) -> Awaitable[st.AppendQueuesResponse]:
+        stub = self._peers.stub(StorageService, address, wait_for_ready=False)
+        return stub.append_queues(request, timeout_ms=timeout_ms)
+
+    def _append_single(
+        self, address: str, request: st.AppendRequest, timeout_ms: int
+    ) -> Awaitable[st.AppendResponse]:
+        stub = self._peers.stub(StorageService, address, wait_for_ready=False)
+        return stub.append(request, timeout_ms=timeout_ms)
+
     # -- the port ---------------------------------------------------------------------
 
     async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
@@ -251,6 +270,9 @@ class StorageStore:
             queue,
             f"append to {queue.topic}:{queue.queue_id}",
             lambda stub, timeout_ms: stub.append(request, timeout_ms=timeout_ms),
+            first=lambda address, timeout_ms: self.node_appends.append(
+                address, request, timeout_ms
+            ),
         )
         stored_ms = response.store_timestamp_ms
         if response.queued_ids:  # the common form: queued, in order, at consecutive offsets

@@ -13,7 +13,7 @@ import pytest
 
 from angelia_rpc.errors import AngeliaError
 from broker.errors import BrokerError
-from broker.services.nameserver import ClusterMetadata, NameserverLink
+from broker.services.nameserver import ClusterMetadata, NameserverLink, cached_route_bytes
 from protocol import errors
 from protocol import nameserver_api as api
 from protocol.vocabulary import MessageType
@@ -215,8 +215,8 @@ def test_a_negative_bound_is_refused() -> None:
     link = NameserverLink([A], _Nameservers())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="route_stale_max_ms"):
         ClusterMetadata(link, cluster="c", route_stale_max_ms=-1)
-    with pytest.raises(ValueError, match="route_cache_topics_max must be at least 1, not 0"):
-        ClusterMetadata(link, cluster="c", route_cache_topics_max=0)
+    with pytest.raises(ValueError, match="route_cache_bytes_max must be at least 1, not 0"):
+        ClusterMetadata(link, cluster="c", route_cache_bytes_max=0)
 
 
 async def test_the_route_cache_keeps_the_topics_used_last_up_to_its_bound() -> None:
@@ -225,7 +225,7 @@ async def test_the_route_cache_keeps_the_topics_used_last_up_to_its_bound() -> N
     nameservers = _Nameservers()
     nameservers.routes = {name: _route(name) for name in ("t1", "t2", "t3")}
     link = NameserverLink([A], nameservers)  # type: ignore[arg-type]
-    metadata = ClusterMetadata(link, cluster="c", route_cache_topics_max=2)
+    metadata = ClusterMetadata(link, cluster="c", route_cache_bytes_max=2 * cached_route_bytes(1))
     metadata.watching = True  # cached entries serve (as while a watch runs)
     await metadata.get_topic("t1")
     await metadata.get_topic("t2")

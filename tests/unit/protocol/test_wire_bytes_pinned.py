@@ -25,6 +25,7 @@ from nameserver.state import MetadataState
 from protocol import nameserver_api as ns
 from protocol import storage_api as st
 from protocol.acl import Action, Decision, PolicyEntry, User, UserType, parse_resource
+from protocol.errors import WireError
 from protocol.message_objects import ObjectEntry
 from protocol.records import MessageRecord
 from protocol.vocabulary import MessageType, Permission
@@ -194,6 +195,21 @@ ANGELIA_VALUES: list[tuple[str, object]] = [
     ("append-request-records", st.AppendRequest("orders", 3, records=b"\x92\x01\x02")),
     ("append-response-listed", st.AppendResponse([st.AppendOutcome("m-1", 1, -1, True)], 5)),
     ("append-response-queued", st.AppendResponse([], 5, ["m-1", "m-2"], 40)),
+    (
+        "append-queues-request",
+        st.AppendQueuesRequest(
+            [st.AppendRequest("orders", 3, records=b"\x92\x01\x02"), st.AppendRequest("t", 0)]
+        ),
+    ),
+    (
+        "append-queues-response",
+        st.AppendQueuesResponse(
+            [
+                st.QueueAppended(st.AppendResponse([], 5, ["m-1"], 40)),
+                st.QueueAppended(None, WireError(40, "not the leader", True, "h:1")),
+            ]
+        ),
+    ),
     ("read-response", st.ReadResponse([st.StoredMessage(40, 5, _MESSAGE)], 0, 41)),
     ("receive-request", st.ReceiveRequest("g", "orders", 3, 32, 30_000, packed=True)),
     (
@@ -356,6 +372,10 @@ GOLDEN_HEX: dict[str, str] = {
     "angelia/append-request-records": "94a66f72646572730390c403920102",
     "angelia/append-response-listed": "949194a36d2d3101ffc30590ff",
     "angelia/append-response-queued": "94900592a36d2d31a36d2d3228",
+    "angelia/append-queues-request": "919294a66f72646572730390c40392010294a1740090c400",
+    "angelia/append-queues-response": (
+        "91929294900591a36d2d3128c092c09428ae6e6f7420746865206c6561646572c3a3683a31"
+    ),
     "angelia/read-response": (
         "96919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
         "31110004a168a0a00029ffc40090"

@@ -23,6 +23,7 @@ from protocol import errors
 from protocol.records import unpack_records
 from protocol.storage_api import (
     AckRequest,
+    AppendQueuesRequest,
     AppendRequest,
     CancelTimerRequest,
     EndTransactionRequest,
@@ -192,6 +193,35 @@ async def test_an_oversized_append_is_refused_and_nothing_is_stored(tmp_path: Pa
             await node.append(AppendRequest("t", 0, big), CONTEXT)
         fits = await node.append(AppendRequest("t", 0, big[:2]), CONTEXT)
         assert [o.queue_offset for o in fits.outcomes] == [0, 1]
+        # Among other appends in one call: only the bad ones fail, each with its error.
+        many = await node.append_queues(
+            AppendQueuesRequest(
+                [
+                    AppendRequest("t", 1, _messages(1, 2)),
+                    AppendRequest("t", 0, big),
+                    AppendRequest("", 0, _messages(0, 1)),
+                    AppendRequest("u", 0, [Message("u", 0, "u-0", b"x")]),
+                    AppendRequest("t", 0, _messages(0, 1)),
+                ]
+            ),
+            CONTEXT,
+        )
+        stored = [
+            o.response and [x.queue_offset for x in o.response.outcomes] for o in many.outcomes
+        ]
+        assert stored == [[0, 1], None, None, [0], [2]]
+        failures = [o.failure for o in many.outcomes]
+        assert [f and (f.code, f.retriable) for f in failures] == [
+            None,
+            (errors.BAD_REQUEST.number, False),
+            (errors.BAD_REQUEST.number, False),
+            None,
+            None,
+        ]
+        assert "body bytes" in getattr(failures[1], "message", "")
+        assert "topic" in getattr(failures[2], "message", "")
+        read = await node.read(ReadRequest("t", 1, 0), CONTEXT)
+        assert [m.message.message_id for m in read.messages] == ["m1-0", "m1-1"]
 
 
 async def test_the_leader_applies_its_own_records_without_decoding_them(
