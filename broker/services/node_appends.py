@@ -149,14 +149,11 @@ class NodeAppends:
         self.appends += len(batch)
         try:
             response = await self._call_queues(address, request, timeout_ms)
-        except AngeliaError as error:
-            if error.code is codes.UNKNOWN_METHOD:
+        except Exception as error:  # noqa: BLE001 - handed to every waiting caller
+            if isinstance(error, AngeliaError) and error.code is codes.UNKNOWN_METHOD:
                 self._single_only.add(address)
                 await asyncio.gather(*(self._alone(address, item) for item in batch))
                 return
-            fail_waiting((item.done for item in batch), error)
-            return
-        except Exception as error:  # noqa: BLE001 - handed to every waiting caller
             fail_waiting((item.done for item in batch), error)
             return
         outcomes = response.outcomes
