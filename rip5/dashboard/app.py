@@ -43,6 +43,7 @@ from protocol import errors
 from protocol import nameserver_api as ns
 from protocol.message_objects import ObjectCorrupted
 from protocol.vocabulary import MessageType, Permission
+from rip5.admin import ON_OFF
 from rip5.admin_consumers import body_preview
 from rip5.dashboard.chart import svg_chart
 from rip5.dashboard.cluster import DashboardCluster
@@ -89,7 +90,6 @@ RETENTION_FIELDS = (
     "local_retention_bytes",
 )
 """A topic's retention limits, as its forms name them (the admin CLI's options)."""
-ON_OFF = {"on": True, "off": False}
 LIMIT_MAX = (1 << 63) - 1
 
 
