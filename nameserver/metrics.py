@@ -68,10 +68,8 @@ class NameserverMetrics:
             1 if self._driver.host.node(self._group_id).is_leader() else 0
         )
         self._revision.labels(*values).set(state.revision)
-        self._groups.labels(*values).set(len(state.consumer_groups()))
-        topics: dict[str, int] = {}
-        for topic in state.topics():
-            topics[topic.cluster] = topics.get(topic.cluster, 0) + 1
+        topics, groups_by_cluster = state.counts_by_cluster()
+        self._groups.labels(*values).set(sum(groups_by_cluster.values()))
         for cluster in state.clusters():
             self._topics.labels(*values, cluster.name).set(topics.get(cluster.name, 0))
             groups = state.raft_groups(cluster.name)

@@ -11,7 +11,7 @@ PURE.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from typing import Any, TypeVar
 
 from nameserver.errors import BadRequest, ConsumerGroupNotFound, NotFound, TopicNotFound
@@ -51,6 +51,8 @@ class MetadataQueries:
         self._revision = 0
         # Every change with revision <= this may be missing from the history.
         self._compacted_revision = 0
+        # No topic changed after this revision (the last topic change's, or later).
+        self._topics_revision = 0
         self._clusters: dict[str, Cluster] = {}
         self._storage_nodes: dict[int, StorageNode] = {}
         self._brokers: dict[str, Broker] = {}
@@ -66,6 +68,12 @@ class MetadataQueries:
     def revision(self) -> int:
         """The revision of the last change applied (0 for an empty state)."""
         return self._revision
+
+    @property
+    def topics_revision(self) -> int:
+        """A revision no topic changed after: the last topic change's (after a
+        restore, the snapshot's revision, which is no earlier)."""
+        return self._topics_revision
 
     def acl_tables(self) -> AclTables:
         """Every ACL user and policy, each in name order."""
@@ -92,6 +100,14 @@ class MetadataQueries:
     def topics(self) -> tuple[Topic, ...]:
         """Every topic, by name."""
         return by_key(self._topics)
+
+    def counts_by_cluster(self) -> tuple[Counter[str], Counter[str]]:
+        """How many topics and how many consumer groups each cluster has (one pass
+        over each table, unsorted: the metrics ask every second)."""
+        return (
+            Counter(topic.cluster for topic in self._topics.values()),
+            Counter(group.cluster for group in self._consumer_groups.values()),
+        )
 
     def consumer_group(self, name: str) -> ConsumerGroup:
         """The consumer group ``name``; :class:`ConsumerGroupNotFound` if there is none."""
@@ -195,13 +211,14 @@ class MetadataQueries:
     def cluster_status(self, cluster: str) -> ClusterStatus:
         """Everything known about one cluster."""
         found = self.cluster(cluster)
+        topics, groups = self.counts_by_cluster()
         return ClusterStatus(
             found,
             tuple(n for n in by_key(self._storage_nodes) if n.cluster == cluster),
             tuple(b for b in by_key(self._brokers) if b.cluster == cluster),
             self.raft_groups(cluster),
-            sum(1 for t in self._topics.values() if t.cluster == cluster),
-            sum(1 for g in self._consumer_groups.values() if g.cluster == cluster),
+            topics[cluster],
+            groups[cluster],
             self._revision,
         )
 

@@ -138,8 +138,11 @@ class NameserverImpl(ClusterCalls, AclCalls):
     async def list_topics(
         self, request: api.ListRequest, context: CallContext
     ) -> api.TopicListResponse:
-        """Topics, of one cluster or all (linearizable)."""
+        """Topics, of one cluster or all (linearizable); ``unchanged`` and none listed
+        when no topic changed after ``request.unchanged_since``."""
         state = await self.linearizable()
+        if 0 < state.topics_revision <= request.unchanged_since <= state.revision:
+            return api.TopicListResponse([], state.revision, unchanged=True)
         topics = _of_cluster(state, request.cluster, state.topics())
         return api.TopicListResponse(list(map(topic_info, topics)), state.revision)
 

@@ -173,6 +173,8 @@ class MetadataState(MetadataQueries):
         self._pending = []
         if changes:
             self._revision += 1
+            if any(change.kind is ChangeKind.TOPIC for change in changes):
+                self._topics_revision = self._revision
             self._history.extend(changes)
             while len(self._history) > self._history_max:
                 self._compacted_revision = self._history.popleft().revision
@@ -659,6 +661,7 @@ class MetadataState(MetadataQueries):
         state = cls(history_max)
         state._revision = tables.revision
         state._compacted_revision = tables.compacted_revision
+        state._topics_revision = tables.revision  # no later than the snapshot
         state._next_group_id = tables.next_group_id
         state._clusters = {x.name: x for x in tables.clusters}
         state._storage_nodes = {x.node_id: x for x in tables.storage_nodes}

@@ -303,17 +303,25 @@ class TopicResponse:
 
 @dataclass(frozen=True, slots=True)
 class ListRequest:
-    """List topics or consumer groups; ``cluster`` "" means every cluster."""
+    """List topics or consumer groups; ``cluster`` "" means every cluster.
+
+    ``unchanged_since`` (topics only): the revision of a topic list the caller
+    holds; when no topic changed after it, the answer is ``unchanged`` and lists
+    nothing (0: always list)."""
 
     cluster: str = ""
+    unchanged_since: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TopicListResponse:
-    """Topics by name."""
+    """Topics by name, as of ``revision``. ``unchanged``: no topic changed after the
+    request's ``unchanged_since``, so the caller's list stands as of ``revision`` and
+    ``topics`` is empty."""
 
     topics: list[TopicInfo]
     revision: int
+    unchanged: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from angelia_rpc import AngeliaError
 from protocol.segments import SegmentCorrupted
@@ -80,6 +81,22 @@ async def run_timers(node: StorageNode) -> None:
             future.add_done_callback(functools.partial(_ticked, group_id, now_ms, ticking))
 
 
+class WalkTime:
+    """Seconds spent in the timed sections (the event loop's own work, not awaits)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the time spent inside the ``with`` block."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
 FLOOR_SHARE = 0.05
 """The most of its time a node spends bringing floors up to date: a pass looks at every
 queue of every group that applied something, so after a pass of d seconds the next
@@ -87,15 +104,20 @@ comes no sooner than d / FLOOR_SHARE later (and no sooner than FLOOR_REFRESH_MS)
 
 
 async def run_floor_keeper(node: StorageNode) -> None:
-    """Forever: bring every group's truncate floor up to its state (raft compacts by it)."""
-    loop = asyncio.get_running_loop()
+    """Forever: bring every group's truncate floor up to its state (raft compacts by it).
+
+    A pass lets other work run between groups: at a million queues one group's look
+    takes milliseconds, all of them together a stall of every group this node serves.
+    """
     wait_s = FLOOR_REFRESH_MS / 1000
     while True:
         await asyncio.sleep(wait_s)
-        started = loop.time()
+        walk = WalkTime()
         for replica in list(node.replicas.values()):
-            replica.maybe_refresh_floor()
-        wait_s = max(FLOOR_REFRESH_MS / 1000, (loop.time() - started) / FLOOR_SHARE)
+            with walk.timed():
+                replica.maybe_refresh_floor()
+            await asyncio.sleep(0)
+        wait_s = max(FLOOR_REFRESH_MS / 1000, walk.seconds / FLOOR_SHARE)
 
 
 async def run_segment_indexer(node: StorageNode) -> None:
@@ -114,36 +136,65 @@ TopicLister = Callable[[], Awaitable[Mapping[str, retention.TopicLimits]]]
 """Every topic of the cluster with its limits (from the nameserver); raises if unknown now."""
 
 
+RETENTION_SHARE = 0.05
+"""The most of its time a node spends planning retention: a round looks at every queue
+of the groups it leads (a million queues: a third of them on each of three nodes), so
+after a round whose planning took d seconds the next starts no sooner than
+d / RETENTION_SHARE later (and no sooner than the configured interval)."""
+
+
 async def run_retention(
     node: StorageNode, list_topics: TopicLister, interval_ms: int, tier: Tier | None = None
 ) -> None:
-    """Forever, every ``interval_ms``: on the groups ``node`` leads, propose the trims and
-    topic drops ``storage_node.retention.plan`` decides (one at a time, awaited); with a
-    tier, local trims stop at the upload point and follow the local limits, tier objects
-    past the whole limits expire, and the bytes of expired or dropped objects are deleted.
+    """Forever, every ``interval_ms`` (or less often, see :data:`RETENTION_SHARE`): on the
+    groups ``node`` leads, propose the trims and topic drops ``storage_node.retention.plan``
+    decides (one at a time, awaited); with a tier, local trims stop at the upload point
+    and follow the local limits, tier objects past the whole limits expire, and the
+    bytes of expired or dropped objects are deleted.
 
     A round whose topic list cannot be read does nothing (a nameserver that is
     away must never look like every topic deleted).
     """
+    wait_s = interval_ms / 1000
     while True:
-        await asyncio.sleep(interval_ms / 1000)
+        await asyncio.sleep(wait_s)
+        walk = WalkTime()
         try:
-            await retention_round(node, list_topics, tier)
+            await retention_round(node, list_topics, tier, walk)
         except AngeliaError as exc:
             _log.info("retention skipped: the topic list is unknown now: %s", exc)
+        wait_s = max(interval_ms / 1000, walk.seconds / RETENTION_SHARE)
 
 
 async def retention_round(
-    node: StorageNode, list_topics: TopicLister, tier: Tier | None = None
+    node: StorageNode,
+    list_topics: TopicLister,
+    tier: Tier | None = None,
+    walk: WalkTime | None = None,
 ) -> int:
-    """One round of :func:`run_retention`; how many commands were applied."""
-    led = {g: r for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()}
+    """One round of :func:`run_retention`; how many commands were applied. The walks
+    over each group's queues are timed into ``walk``, and the round lets other work
+    run between groups (a walk of one group blocks the loop, never all of them)."""
+    walk = walk or WalkTime()
+    led = [g for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()]
     # Read before the list: a topic held now and unlisted after was deleted (or the
     # list would name it), never created after the listing.
-    held_before = {g: {topic for topic, _ in r.state.queue_ids()} for g, r in led.items()}
+    held_before: dict[int, set[str]] = {}
+    for group_id in led:
+        replica = node.replicas.get(group_id)
+        if replica is None:
+            continue
+        with walk.timed():
+            held_before[group_id] = {topic for topic, _ in replica.state.queue_ids()}
+        await asyncio.sleep(0)
     topics = await list_topics()
+    local: Mapping[str, retention.TopicLimits] = {}
+    if tier is not None:
+        with walk.timed():
+            local = {name: limits.local() for name, limits in topics.items()}
     applied = 0
     for group_id, held in held_before.items():
+        await asyncio.sleep(0)
         replica = node.replicas.get(group_id)
         if replica is None or not node.driver.host.node(group_id).is_leader():
             continue
@@ -151,15 +202,15 @@ async def retention_round(
         now_ms = node.now_ms()
         sizes = entry_bytes_of(replica, group_id)
         commands: list[Command]
-        if tier is None:
-            commands = [*retention.plan(state, topics, held, now_ms, sizes)]
-        else:
-            local = {name: limits.local() for name, limits in topics.items()}
-            keep_from = {queue: upload_start(state, queue) for queue in state.queue_ids()}
-            commands = [
-                *retention.plan(state, local, held, now_ms, sizes, keep_from),
-                *plan_expiry(state, topics, now_ms),
-            ]
+        with walk.timed():
+            if tier is None:
+                commands = [*retention.plan(state, topics, held, now_ms, sizes)]
+            else:
+                keep_from = {queue: upload_start(state, queue) for queue in state.queue_ids()}
+                commands = [
+                    *retention.plan(state, local, held, now_ms, sizes, keep_from),
+                    *plan_expiry(state, topics, now_ms),
+                ]
         for command in commands:
             try:
                 result = await node.driver.propose(group_id, encode(command))

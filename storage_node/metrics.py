@@ -17,9 +17,11 @@ read every ``SLOW_REFRESHES``-th refresh only.
 Everything here is read by :meth:`StorageMetrics.refresh` on the event loop
 (angelia_rpc/metrics_export.py, ``refresh_every``); the scrape thread reads
 only the metric objects. The queue and consumer gauges walk every queue led
-here: so that many queues do not make the metrics eat the node, after a walk
-of d seconds the next one comes no sooner than d / ``WALK_SHARE`` later (on a
-node with many queues they are updated less often than the other gauges).
+here: so that many queues do not make the metrics eat the node, a walk goes
+on over several refreshes, a raft group at a time, about ``WALK_SLICE_S`` each
+(never one long stall of the loop), and after a walk that took d seconds of the
+loop the next one starts no sooner than d / ``WALK_SHARE`` later (on a node with
+many queues they are updated less often than the other gauges).
 The series of a (consumer group, topic) that no longer has a queue led here
 are removed at the next walk.
 
@@ -37,11 +39,17 @@ from prometheus_client import CollectorRegistry, Gauge
 from protocol.routing import RETRY_TOPIC_PREFIX
 from protocol.storage_api import TIME_MAX_MS
 from raft.host.metrics import RaftMetrics
+from storage_node.partition.queries import PartitionQueries
 from storage_node.progress import queue_progress
 from storage_node.service import StorageNode
 
 WALK_SHARE = 0.05
 """The most of its time a node spends walking its queues for the gauges."""
+
+WALK_SLICE_S = 0.01
+"""About the longest one refresh walks queues: a walk over many queues (a third of a
+million on each of three nodes) goes on over several refreshes, a raft group at a
+time, so that it never stalls the node's event loop (every group it serves) for long."""
 
 SLOW_REFRESHES = 10
 """The half and timing message counts are read every this many refreshes."""
@@ -66,6 +74,7 @@ class StorageMetrics:
         self._node = node
         self._clock = clock
         self._walk_due = -math.inf
+        self._walk: _QueueWalk | None = None  # a walk over the queues under way
         self._values = tuple(labels.values())
         names = tuple(labels)
         self.raft = RaftMetrics(registry, node.driver, labels)
@@ -162,38 +171,31 @@ class StorageMetrics:
         self._data_lost.set(1 if node.data_lost else 0)
         self._wal_set_aside.set(1 if node.wal_set_aside else 0)
         started = self._clock()
-        if started < self._walk_due:
-            return
-        self._refresh_queues()
-        self._walk_due = started + (self._clock() - started) / WALK_SHARE
+        if self._walk is None:
+            if started < self._walk_due:
+                return
+            self._walk = _QueueWalk(list(node.replicas), node.now_ms(), started)
+        walk = self._walk
+        slice_end_s = time.perf_counter() + WALK_SLICE_S  # real time: the loop's stall
+        while walk.group_ids:
+            group_id = walk.group_ids.pop()
+            replica = node.replicas.get(group_id)
+            if replica is not None and node.driver.leader_of(group_id) == node.driver.node_id:
+                walk.add(replica.state)
+            if time.perf_counter() >= slice_end_s:
+                break
+        walk.spent_s += self._clock() - started
+        if walk.group_ids:
+            return  # the walk goes on at the next refresh
+        self._walk = None
+        self._publish_queues(walk)
+        self._walk_due = walk.started_s + walk.spent_s / WALK_SHARE
 
-    def _refresh_queues(self) -> None:
-        """The queue, message and consumer gauges (a walk over every queue led here)."""
-        node = self._node
-        me = node.driver.node_id
-        now_ms = node.now_ms()
-        queues = messages = 0
-        lag: dict[tuple[str, str], int] = {}
-        inflight: dict[tuple[str, str], int] = {}
-        oldest_ms: dict[tuple[str, str], int] = {}
-        for group_id, replica in list(node.replicas.items()):
-            if node.driver.leader_of(group_id) != me:
-                continue
-            state = replica.state
-            for topic, queue_id in state.queue_ids():
-                queues += 1
-                messages += state.end_offset(topic, queue_id) - state.first_offset(topic, queue_id)
-            for consumer_group, topic, queue_id in state.group_queues():
-                key = (consumer_group, topic)
-                progress = queue_progress(state, consumer_group, topic, queue_id)
-                lag[key] = lag.get(key, 0) + progress.lag
-                inflight[key] = inflight.get(key, 0) + progress.in_flight
-                waiting = max(progress.consumer_offset, progress.first_offset)
-                if progress.lag > 0 and waiting < progress.end_offset:
-                    stored_ms = state.entry(topic, queue_id, waiting).store_timestamp_ms
-                    oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
-        self._queues.set(queues)
-        self._messages.set(messages)
+    def _publish_queues(self, walk: _QueueWalk) -> None:
+        """The queue, message and consumer gauges, from a finished walk."""
+        now_ms, lag, inflight, oldest_ms = walk.now_ms, walk.lag, walk.inflight, walk.oldest_ms
+        self._queues.set(walk.queues)
+        self._messages.set(walk.messages)
         for key in self._reported - lag.keys():
             for gauge in (self._lag, self._lag_latency, self._inflight):
                 gauge.remove(*self._consumer_labels(key))
@@ -233,3 +235,35 @@ class StorageMetrics:
         consumer_group, topic = key
         is_retry = "true" if topic.startswith(RETRY_TOPIC_PREFIX) else "false"
         return (*self._values, consumer_group, topic, is_retry, "false")
+
+
+class _QueueWalk:
+    """A walk over the queues of the groups led here, summed group by group: what is
+    left to walk and the sums so far."""
+
+    def __init__(self, group_ids: list[int], now_ms: int, started_s: float) -> None:
+        self.group_ids = group_ids  # still to walk (taken from the end)
+        self.now_ms = now_ms
+        self.started_s = started_s  # the metrics clock's reading when it began
+        self.spent_s = 0.0  # the event loop's time spent walking so far
+        self.queues = 0
+        self.messages = 0
+        self.lag: dict[tuple[str, str], int] = {}
+        self.inflight: dict[tuple[str, str], int] = {}
+        self.oldest_ms: dict[tuple[str, str], int] = {}
+
+    def add(self, state: PartitionQueries) -> None:
+        """Add the queues of one group's state."""
+        lag, inflight, oldest_ms = self.lag, self.inflight, self.oldest_ms
+        for topic, queue_id in state.queue_ids():
+            self.queues += 1
+            self.messages += state.end_offset(topic, queue_id) - state.first_offset(topic, queue_id)
+        for consumer_group, topic, queue_id in state.group_queues():
+            key = (consumer_group, topic)
+            progress = queue_progress(state, consumer_group, topic, queue_id)
+            lag[key] = lag.get(key, 0) + progress.lag
+            inflight[key] = inflight.get(key, 0) + progress.in_flight
+            waiting = max(progress.consumer_offset, progress.first_offset)
+            if progress.lag > 0 and waiting < progress.end_offset:
+                stored_ms = state.entry(topic, queue_id, waiting).store_timestamp_ms
+                oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)

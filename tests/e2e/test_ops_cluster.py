@@ -151,6 +151,9 @@ def test_prometheus_scrapes_every_role_and_queries_rates_and_lag_under_load(
     assert scraper.value('sum(rip5_raft_groups{node_type="storage"})') == GROUPS * 3
     assert scraper.value('rip5_nameserver_storage_nodes{alive="true"}') == 3
     assert scraper.value('rip5_nameserver_leader{node_type="nameserver"}') == 1
+    counted = ("sum(rip5_nameserver_topics)", "sum(rip5_nameserver_consumer_groups)")
+    for what, query in zip(("topics", "consumer groups"), counted, strict=True):
+        scraper.wait_for(f"the {what} counted", query, lambda v: v >= 1)
     assert (scraper.value('sum(rip5_raft_fsync_seconds_count{node_type="storage"})') or 0) > 0
 
 

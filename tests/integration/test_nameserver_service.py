@@ -160,6 +160,15 @@ async def test_topics_and_groups_list_by_cluster(nameserver: NameserverService) 
     other = await nameserver.list_topics(api.ListRequest("Other"))
     assert names(other.topics) == ["T-other"]
     assert other.revision >= every.revision
+    # A caller holding a list learns it still stands without the topics being sent.
+    same = await nameserver.list_topics(api.ListRequest("Other", unchanged_since=other.revision))
+    assert same.unchanged
+    assert same.topics == []
+    assert same.revision >= other.revision
+    await nameserver.create_topic(api.CreateTopicRequest("T-later", CLUSTER, 1))
+    changed = await nameserver.list_topics(api.ListRequest(unchanged_since=same.revision))
+    assert not changed.unchanged
+    assert "T-later" in names(changed.topics)
     groups = await nameserver.list_consumer_groups(api.ListRequest(CLUSTER))
     assert "G-default" in names(groups.groups)
     assert "G-other" not in names(groups.groups)

@@ -210,6 +210,27 @@ def test_restore_then_apply_equals_apply(commands: list[c.Command], data: st.Dat
     assert restored.changes_since(0) == original.changes_since(0)
 
 
+@settings(max_examples=100, deadline=None)
+@given(SEQUENCES, st.data())
+def test_no_topic_changes_after_the_topics_revision(
+    commands: list[c.Command], data: st.DataObject
+) -> None:
+    """What a topic list's ``unchanged_since`` relies on: the topics at any revision
+    from ``topics_revision`` on are the topics now, restored or not."""
+    split = data.draw(st.integers(0, len(commands)), label="split")
+    state = MetadataState(history_max=1_000_000)
+    topics_at: dict[int, tuple[object, ...]] = {0: ()}
+    for index, command in enumerate(commands):
+        if index == split:
+            state = MetadataState.restore(state.snapshot(), history_max=1_000_000)
+        run(state, command)
+        topics_at[state.revision] = state.topics()
+        assert state.topics_revision <= state.revision
+        for revision, topics in topics_at.items():
+            if revision >= state.topics_revision:
+                assert topics == state.topics(), (revision, state.topics_revision)
+
+
 @settings(max_examples=200, deadline=None)
 @given(SEQUENCES)
 def test_the_watch_stream_rebuilds_what_watchers_follow(commands: list[c.Command]) -> None:

@@ -260,6 +260,8 @@ ANGELIA_VALUES: list[tuple[str, object]] = [
         ),
     ),
     ("report-leaders-response", ns.ReportLeadersResponse([True, False], 9)),
+    ("list-request-unchanged-since", ns.ListRequest("c1", 7)),
+    ("topic-list-response-unchanged", ns.TopicListResponse([], 9, True)),
     ("storage-heartbeat-request", _HEARTBEAT),
     (
         "storage-heartbeat-request-load",
@@ -410,6 +412,8 @@ GOLDEN_HEX: dict[str, str] = {
         "939aa174a263310101cd03e806000000c291950001039301a3683a31c3919302a3683a32c209"
     ),
     "angelia/report-leaders-response": "9292c3c209",
+    "angelia/list-request-unchanged-since": "92a2633107",
+    "angelia/topic-list-response-unchanged": "939009c3",
     "angelia/storage-heartbeat-request": (
         "9d01a26331ad31302e302e302e313a3737303003010a05cf00000002000000009193049301020391050090c200"
     ),

@@ -40,6 +40,7 @@ from raft.host.angelia_transport import AngeliaTransport
 from raft.host.driver import Driver, DriverOptions
 from raft.wal.logstore import LogStore
 from storage_node import housekeeping
+from storage_node import metrics as metrics_module
 from storage_node.errors import BadCommand, CommandCorrupted, StorageError
 from storage_node.metrics import WALK_SHARE, StorageMetrics
 from storage_node.partition import state as partition_state
@@ -497,6 +498,31 @@ async def test_the_metrics_show_a_failed_wal_and_a_damaged_one_set_aside(tmp_pat
         clock.now_s = 1 + 1 / WALK_SHARE
         paced.refresh()
         assert paced_value("rip5_storage_messages") == 3
+
+
+async def test_a_walk_over_the_queues_goes_on_a_group_at_a_time_when_it_is_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each refresh walks groups for at most WALK_SLICE_S of real time (0 here: one
+    # group), so many queues never stall the loop: the gauges change when it ends.
+    monkeypatch.setattr(metrics_module, "WALK_SLICE_S", 0.0)
+    registry = CollectorRegistry()
+    async with one_node(tmp_path) as node:
+        for queue_id in range(GROUPS * 4):
+            await node.append(AppendRequest("t", queue_id, _messages(queue_id, 1)), CONTEXT)
+        led = len(node.replicas)
+        metrics = StorageMetrics(registry, node, {"cluster": "c", "node_type": "storage"})
+
+        def queues() -> float | None:
+            return registry.get_sample_value(
+                "rip5_storage_queues", {"cluster": "c", "node_type": "storage"}
+            )
+
+        for _ in range(led - 1):
+            metrics.refresh()
+            assert queues() == 0  # not yet reported: the walk is under way
+        metrics.refresh()
+        assert queues() == GROUPS * 4
 
 
 class _SteppingClock:
