@@ -587,15 +587,17 @@ def cluster_status(nameserver: str, name: str) -> None:
     click.echo(
         f"cluster {c.name}: {c.group_count} raft groups (ids {c.first_group_id}.."
         f"{c.first_group_id + c.group_count - 1}), replication {c.replication_factor}, "
-        f"{status.topic_count} topics, {status.consumer_group_count} consumer groups, "
+        f"{status.topic_count:,} topics, {status.consumer_group_count:,} consumer groups, "
         f"revision {status.revision}"
     )
-    _print(storage_nodes_table(status.storage_nodes, int(time.time() * 1000)))
+    now_ms = int(time.time() * 1000)
+    _print(storage_nodes_table(status.storage_nodes, now_ms))
     brokers = Table(title="brokers")
-    for column in ("id", "address", "alive", "last_heartbeat_ms"):
+    for column in ("id", "address", "alive", "last_heartbeat"):
         brokers.add_column(column)
     for b in status.brokers:
-        brokers.add_row(b.broker_id, b.address, str(b.alive).lower(), str(b.last_heartbeat_ms))
+        heartbeat = ago(b.last_heartbeat_ms, now_ms) if b.last_heartbeat_ms else "never"
+        brokers.add_row(b.broker_id, b.address, str(b.alive).lower(), heartbeat)
     _print(brokers)
     _print(raft_groups_table(status.groups, {n.node_id: n for n in status.storage_nodes}))
     leaderless = [g.group_id for g in status.groups if g.leader == 0]

@@ -97,7 +97,7 @@ class WalkTime:
             self.seconds += time.perf_counter() - started
 
 
-FLOOR_SHARE = 0.05
+FLOOR_SHARE = 0.02
 """The most of its time a node spends bringing floors up to date: a pass looks at every
 queue of every group that applied something, so after a pass of d seconds the next
 comes no sooner than d / FLOOR_SHARE later (and no sooner than FLOOR_REFRESH_MS)."""
@@ -136,7 +136,7 @@ TopicLister = Callable[[], Awaitable[Mapping[str, retention.TopicLimits]]]
 """Every topic of the cluster with its limits (from the nameserver); raises if unknown now."""
 
 
-RETENTION_SHARE = 0.05
+RETENTION_SHARE = 0.02
 """The most of its time a node spends planning retention: a round looks at every queue
 of the groups it leads (a million queues: a third of them on each of three nodes), so
 after a round whose planning took d seconds the next starts no sooner than

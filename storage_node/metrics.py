@@ -43,7 +43,7 @@ from storage_node.partition.queries import PartitionQueries
 from storage_node.progress import queue_progress
 from storage_node.service import StorageNode
 
-WALK_SHARE = 0.05
+WALK_SHARE = 0.02
 """The most of its time a node spends walking its queues for the gauges."""
 
 WALK_SLICE_S = 0.01
