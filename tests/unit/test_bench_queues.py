@@ -1,6 +1,7 @@
-"""``rip5 bench queues`` stopped by a signal: the signal raises in the main thread,
-the sends not started are dropped rather than waited for, and the handlers are
-restored (no cluster is started: the cluster's stop is ``rip5.dev_cluster``'s)."""
+"""``rip5 bench queues`` without a cluster: its refusal of bad sizes, and a run
+stopped by a signal (the signal raises in the main thread, the sends not started
+are dropped rather than waited for, the handlers are restored; the cluster's stop
+itself is ``rip5.dev_cluster``'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 
 import pytest
 
-from rip5.bench.queues import BenchStopped, map_stoppable, stopped_by_signals
+from rip5.bench.queues import BenchStopped, main, map_stoppable, stopped_by_signals
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -46,3 +47,11 @@ def test_a_stopped_map_drops_the_calls_not_started() -> None:
     release.set()
     assert len(started) < 100  # the other 900-odd were cancelled, not run
     assert map_stoppable(lambda i: i * 2, 5, 2) == [0, 2, 4, 6, 8]
+
+
+def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before any cluster starts (in process: the command's own parser)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--queues", "0"])
+    assert exited.value.code == 2
+    assert "--queues must be at least 1" in capsys.readouterr().err

@@ -18,7 +18,6 @@ from nameserver import commands as c
 from nameserver.api_convert import route_response, watch_batch_info
 from nameserver.state import MetadataState
 from protocol import nameserver_api as api
-from tests.waiting import async_wait_until
 
 CLUSTER = "c"
 GROUPS = 16
@@ -28,14 +27,16 @@ TIMEOUT_MS = 1_000
 
 class _StateNameserver:
     """A nameserver over a real ``MetadataState``: routes are read from it (counted),
-    and the watch streams its changes whenever ``publish`` is called; with
-    ``compacted`` the watch's first batch asks for a resync, as a nameserver whose
-    history no longer holds the revision asked."""
+    and the watch streams its changes whenever ``publish`` is called (``caught_up``
+    is set once the watcher, done with a batch reaching the state's revision, asks
+    for the next); with ``compacted`` the watch's first batch asks for a resync, as
+    a nameserver whose history no longer holds the revision asked."""
 
     def __init__(self, *, compacted: bool = False) -> None:
         self.state = MetadataState()
         self.route_reads: list[str] = []
         self.compacted = compacted
+        self.caught_up = asyncio.Event()
         self._published = asyncio.Event()
 
     def stub(self, service: object, address: str, *, wait_for_ready: bool = True) -> Any:
@@ -59,6 +60,8 @@ class _StateNameserver:
                 batch = watch_batch_info(self.state.changes_since(revision))
                 yield batch
                 revision = batch.revision
+                if revision == self.state.revision:
+                    self.caught_up.set()
                 await self._published.wait()
                 self._published.clear()
 
@@ -98,12 +101,12 @@ async def _watched(
 
 
 async def _caught_up(metadata: ClusterMetadata, nameserver: _StateNameserver) -> None:
+    nameserver.caught_up.clear()
     nameserver.publish()
-    await async_wait_until(
-        lambda: metadata.watching and metadata.revision == nameserver.state.revision,
-        timeout_s=5,
-        what="the watch applied every change",
-    )
+    async with asyncio.timeout(5):
+        await nameserver.caught_up.wait()
+    assert metadata.watching
+    assert metadata.revision == nameserver.state.revision
 
 
 async def _assert_routes_current(
