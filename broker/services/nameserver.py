@@ -7,10 +7,15 @@ within the call's deadline, deciding by the error's flags alone.
 
 :class:`ClusterMetadata` implements the ``MetadataService`` port. Lookups
 are served from a cache kept fresh by the watch stream (:meth:`run_watch`); a
-change of a topic, group, raft group or storage node drops what it touches,
-and a miss is a linearizable read. So a topic created or changed through any
-nameserver client is seen by the next lookup after the watch delivers it,
-and never an older state after that.
+change of a topic or consumer group drops what it touches, and a miss is a
+linearizable read. So a topic created or changed through any nameserver
+client is seen by the next lookup after the watch delivers it, and never an
+older state after that. A raft group's change (its leader, term or replicas)
+or a storage node's (its address, up or down) does not drop routes: the
+cache keeps each group's and node's latest record from the watch, and a
+lookup patches the queues of a cached route whose group or nodes changed
+since the route was read, in memory (see :meth:`ClusterMetadata._patched`);
+it reads the route again only when it lacks a record the patch needs.
 
 Traffic outlives the nameserver. While the watch is down (every nameserver
 away, or this broker cut off from them), cached topics, groups, routes and
@@ -86,7 +91,8 @@ ROUTE_QUEUE_BYTES = 8
 """What one cached route takes, measured with tracemalloc over 20,000 routes decoded
 as the nameserver sends them, over 3 storage nodes: 625, 657 and 721 bytes a topic of
 1, 8 and 16 queues (its record, name, route, converted topic and cache entry; the
-queue routes themselves are shared between topics, see ``SHARED_PARTS_MAX``)."""
+queue routes themselves are shared between topics, see ``SHARED_PARTS_MAX``), before
+the entry's ``as_of`` slot: 8 bytes more (its int is the route's revision, shared)."""
 SHARED_PARTS_MAX = 65_536
 """The most distinct queue routes and queue tuples kept for sharing between cached routes
 (past it the table starts afresh; the routes keep what they hold)."""
@@ -157,14 +163,17 @@ def cached_route_bytes(queues: int) -> int:
 
 
 class _CachedRoute:
-    """A cached route: when it was read (see ``ClusterMetadata._usable``) and, once a
+    """A cached route: when it was read (see ``ClusterMetadata._usable``), the
+    nameserver revision its queues are known current at (``as_of``: the route's
+    revision, raised as lookups check or patch it against later changes) and, once a
     lookup converted it, its topic."""
 
-    __slots__ = ("read_at", "route", "topic")
+    __slots__ = ("as_of", "read_at", "route", "topic")
 
     def __init__(self, route: ns.RouteResponse, read_at: float) -> None:
         self.route = route
         self.read_at = read_at
+        self.as_of = route.revision
         self.topic: TopicInfo | None = None
 
 
@@ -216,10 +225,25 @@ class ClusterMetadata:
         # served by one of a few raft groups, so their queue routes are equal.
         self._queue_routes: dict[tuple[object, ...], ns.QueueRouteInfo] = {}
         self._queue_tuples: dict[tuple[QueueInfo, ...], tuple[QueueInfo, ...]] = {}
+        # What patches cached routes (see _patched). Revisions are the nameserver's.
+        # _raft_groups: each raft group's latest record the watch brought, with its
+        # revision. _nodes: each storage node's latest endpoint (None: removed) with
+        # the revision it is known at, from the watch and from every route read; as
+        # the watch applies every change in order from _floor on, an entry known at
+        # revision r >= _floor is current at the later of r and the watch's revision.
+        # Invariant: a node a cached route names has an entry at least as new as the
+        # route. _changed_at: the latest revision of a group or node change applied;
+        # a route whose as_of is below it is checked (and patched) on its next lookup.
+        # _floor: the revision of the last resync; a route older has missed changes.
+        self._raft_groups: dict[int, tuple[int, ns.RaftGroupInfo | None]] = {}
+        self._nodes: dict[int, tuple[int, ns.EndpointInfo | None]] = {}
+        self._changed_at = 0
+        self._floor = 0
         self._groups: dict[str, tuple[GroupInfo, float]] = {}
         self._status: tuple[ns.ClusterStatusResponse, float] | None = None
-        self._route_listeners: list[Callable[[], None]] = []
+        self._route_listeners: list[Callable[[int | None], None]] = []
         self.watching = False  # a watch stream is confirmed: the cache is current
+        self.revision = 0  # the nameserver revision of the last watch batch applied
         self._current_at = -math.inf  # when the watch last confirmed the cache
 
     # -- the port ---------------------------------------------------------------------
@@ -304,7 +328,12 @@ class ClusterMetadata:
     async def route(self, topic: str) -> ns.RouteResponse:
         """Where each queue of ``topic`` is served; raises TOPIC_NOT_FOUND."""
         cached = self._routes.get(topic)
-        if cached is not None and topic not in self._forgotten and self._usable(cached.read_at):
+        if (
+            cached is not None
+            and topic not in self._forgotten
+            and self._usable(cached.read_at)
+            and (cached.as_of >= self._changed_at or self._patched(cached))
+        ):
             self._routes.move_to_end(topic)
             return cached.route
         try:
@@ -315,12 +344,14 @@ class ClusterMetadata:
                     # The read was tried: later lookups take the cache again (the next
                     # failed pass over the group forgets it again), never a read each.
                     self._forgotten.discard(topic)
+                    cached.as_of = max(cached.as_of, self._changed_at)
                     log.debug("nameserver away: the last route serves", extra={"topic": topic})
                     return cached.route
                 raise self._stale(error, f"topic {topic!r}", cached) from None
             if error.reason is not Reason.TOPIC_NOT_FOUND or not _is_group_topic(topic):
                 raise
             route = await self._create_group_topic(topic)
+        self._learn_nodes(route)
         route = self._compact(route)
         self._drop_route(topic)
         name = route.topic.name
@@ -348,14 +379,116 @@ class ClusterMetadata:
     def _compact(self, route: ns.RouteResponse) -> ns.RouteResponse:
         """``route`` with each queue route replaced by an equal one already cached, if
         any (queue routes are frozen: sharing them changes nothing a reader sees)."""
+        return dataclasses.replace(route, queues=self._shared(route.queues))
+
+    def _shared(self, queues: Sequence[ns.QueueRouteInfo]) -> list[ns.QueueRouteInfo]:
+        """``queues``, each replaced by an equal queue route already cached, if any."""
         shared = self._queue_routes
         if len(shared) >= SHARED_PARTS_MAX:
             shared.clear()
-        queues = []
+        return [
+            shared.setdefault(
+                (queue.queue_id, queue.group_id, queue.term, queue.leader, *queue.followers),
+                queue,
+            )
+            for queue in queues
+        ]
+
+    def _learn_nodes(self, route: ns.RouteResponse) -> None:
+        """Keep the endpoints ``route`` names where they are newer than those known (a
+        route read before the last resync may have missed changes: not taken)."""
+        revision = route.revision
+        if revision < self._floor:
+            return
+        nodes = self._nodes
         for queue in route.queues:
-            key = (queue.queue_id, queue.group_id, queue.term, queue.leader, *queue.followers)
-            queues.append(shared.setdefault(key, queue))
-        return dataclasses.replace(route, queues=queues)
+            if queue.leader is not None:
+                known = nodes.get(queue.leader.node_id)
+                if known is None or known[0] < revision:
+                    nodes[queue.leader.node_id] = (revision, queue.leader)
+            for follower in queue.followers:
+                known = nodes.get(follower.node_id)
+                if known is None or known[0] < revision:
+                    nodes[follower.node_id] = (revision, follower)
+
+    def _patched(self, cached: _CachedRoute) -> bool:
+        """Bring ``cached`` up to the raft group and storage node changes the watch
+        applied since its ``as_of``, in memory; False when that cannot be done (the
+        route predates the last resync, or a replica's endpoint is unknown): the
+        caller reads the route again.
+
+        A queue whose group changed after ``as_of`` is rebuilt from the group's record
+        as the nameserver builds it (``nameserver/queries.py``, ``route``): the
+        leader's endpoint (None when there is no leader or it is not registered), and
+        the other replicas' registered endpoints in replica order. A queue whose group
+        did not change keeps its replicas: only their endpoints are brought up to date
+        (a removed node is dropped; a node can only be a replica while registered, as
+        the nameserver places groups on registered nodes and removes none that hosts
+        one). Equal results are shared through the queue route table; the route keeps
+        its converted topic (its queue ids do not change)."""
+        if cached.as_of < self._floor:
+            return False
+        route = cached.route
+        queues: list[ns.QueueRouteInfo] = []
+        for queue in route.queues:
+            changed = self._raft_groups.get(queue.group_id)
+            if changed is not None and changed[0] > cached.as_of:
+                rebuilt = self._queue_of_group(queue.queue_id, changed[1])
+                if rebuilt is None:
+                    return False
+                queues.append(rebuilt)
+                continue
+            leader = queue.leader if queue.leader is None else self._endpoint(queue.leader)
+            followers = [
+                endpoint
+                for follower in queue.followers
+                if (endpoint := self._endpoint(follower)) is not None
+            ]
+            if leader is queue.leader and followers == queue.followers:
+                queues.append(queue)
+            else:
+                queues.append(
+                    ns.QueueRouteInfo(queue.queue_id, queue.group_id, queue.term, leader, followers)
+                )
+        if any(new is not old for new, old in zip(queues, route.queues, strict=True)):
+            cached.route = dataclasses.replace(
+                route, queues=self._shared(queues), revision=self._changed_at
+            )
+        cached.as_of = self._changed_at
+        return True
+
+    def _endpoint(self, endpoint: ns.EndpointInfo) -> ns.EndpointInfo | None:
+        """The latest known endpoint of the node ``endpoint`` names (None: removed);
+        ``endpoint`` itself when it is current."""
+        known = self._nodes.get(endpoint.node_id)
+        if known is None or known[1] == endpoint:
+            return endpoint
+        return known[1]
+
+    def _queue_of_group(
+        self, queue_id: int, group: ns.RaftGroupInfo | None
+    ) -> ns.QueueRouteInfo | None:
+        """The route of queue ``queue_id`` served by ``group`` (None: the group's record
+        or a replica's endpoint is unknown here)."""
+        if group is None:
+            return None
+        nodes = self._nodes
+        leader = None
+        if group.leader != 0:
+            known = nodes.get(group.leader)
+            if known is None:
+                return None
+            leader = known[1]
+        followers = []
+        for node_id in group.replicas:
+            if node_id == group.leader:
+                continue
+            known = nodes.get(node_id)
+            if known is None:
+                return None
+            if known[1] is not None:
+                followers.append(known[1])
+        return ns.QueueRouteInfo(queue_id, group.group_id, group.term, leader, followers)
 
     def _usable(self, read_at: float) -> bool:
         """Whether a cached entry read at ``read_at`` may serve: always while the
@@ -409,8 +542,10 @@ class ClusterMetadata:
         while the nameserver cannot be reached (see the module docstring)."""
         self._forgotten.update(self._routes if topic is None else (topic,))
 
-    def on_route_change(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` whenever leaders or storage nodes may have changed."""
+    def on_route_change(self, listener: Callable[[int | None], None]) -> None:
+        """Call ``listener(group_id)`` whenever raft group ``group_id``'s leader or
+        replicas may have changed, and ``listener(None)`` whenever any group's may
+        have (a storage node changed, or the cache was resynced)."""
         self._route_listeners.append(listener)
 
     async def _read_route(self, topic: str) -> ns.RouteResponse:
@@ -452,21 +587,44 @@ class ClusterMetadata:
     # -- the watch ----------------------------------------------------------------------
 
     def _apply(self, change: ns.ChangeInfo) -> None:
+        """One change of the watch (changes come in revision order)."""
         if change.kind == ns.KIND_TOPIC:
             self._drop_route(change.key)
         elif change.kind == ns.KIND_CONSUMER_GROUP:
             self._groups.pop(change.key, None)
-        else:  # a raft group's leader or a storage node changed: routes may be stale
-            self._drop_routes()
+        elif change.kind == ns.KIND_RAFT_GROUP:
+            group_id = int(change.key)
+            known = self._raft_groups.get(group_id)
+            if known is None or known[0] < change.revision:
+                self._raft_groups[group_id] = (change.revision, change.raft_group)
+            self._changed_at = max(self._changed_at, change.revision)
             for listener in self._route_listeners:
-                listener()
+                listener(group_id)
+        elif change.kind == ns.KIND_STORAGE_NODE:
+            node_id = int(change.key)
+            node = change.storage_node
+            endpoint = None
+            if not change.deleted and node is not None:
+                endpoint = ns.EndpointInfo(node.node_id, node.address, node.alive)
+            node_known = self._nodes.get(node_id)
+            if node_known is None or node_known[0] < change.revision:
+                self._nodes[node_id] = (change.revision, endpoint)
+            self._changed_at = max(self._changed_at, change.revision)
+            for listener in self._route_listeners:
+                listener(None)
 
-    def _clear(self) -> None:
+    def _clear(self, revision: int) -> None:
+        """Forget everything cached: the watch resynced at ``revision`` (routes read
+        before it may have missed changes, so none is patched or learned from)."""
         self._drop_routes()
         self._groups.clear()
         self._status = None
+        self._raft_groups.clear()
+        self._nodes.clear()
+        self._floor = revision
+        self._changed_at = max(self._changed_at, revision)
         for listener in self._route_listeners:
-            listener()
+            listener(None)
 
     async def run_watch(self) -> None:
         """Forever: keep the cache fresh from the nameserver's watch stream.
@@ -495,10 +653,10 @@ class ClusterMetadata:
                             self._link.moved(AngeliaError(codes.UNAVAILABLE, "watch silent"))
                             break
                         if batch.resync_required:
-                            self._clear()
+                            self._clear(batch.revision)
                         for change in batch.changes:
                             self._apply(change)
-                        revision = batch.revision
+                        revision = self.revision = batch.revision
                         self.watching = True
                         self._current_at = self._clock()
                         delay_s = 0.05

@@ -126,9 +126,17 @@ class StorageStore:
             list[tuple[list[st.ReceiptHandle], asyncio.Future[list[BrokerError | None]]]],
         ] = {}
         self._ack_flushers: dict[tuple[str, QueueRef], asyncio.Task[None]] = {}
-        metadata.on_route_change(self._leaders.clear)
+        metadata.on_route_change(self._forget_leader)
 
     # -- routing ----------------------------------------------------------------------
+
+    def _forget_leader(self, group_id: int | None) -> None:
+        """Forget the leader last seen of raft group ``group_id`` (None: of every
+        group): its route changed, so the next call starts from the route's leader."""
+        if group_id is None:
+            self._leaders.clear()
+        else:
+            self._leaders.pop(group_id, None)
 
     async def _queue_route(self, queue: QueueRef) -> ns.QueueRouteInfo:
         return _queue_of(await self._metadata.route(queue.topic), queue)

@@ -27,21 +27,30 @@ baseline, the publish and the read: server CPU per message, the figure the
 machine's other load changes least. The machine's other load changes the
 rates: figures are indicative.
 
-SHELL (processes, threads, clocks).
+A run at a million queues takes half an hour and more, so the baseline's rate
+is logged as soon as it is measured and the publish's rate and ratio as soon
+as the publish ends. SIGTERM or SIGINT stops the run: the sends and reads not
+started are dropped, those under way end (each within its call timeout), the
+dev cluster is stopped as at the end of a run (``rip5.dev_cluster``: SIGTERM,
+then SIGKILL to its process group), and the command exits 128 + the signal.
+
+SHELL (processes, threads, clocks, signals).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import uvloop
 
@@ -65,6 +74,57 @@ READ_INVISIBLE_MS = 10_000
 """How long a received message stays invisible: a delivery lost on the way (a call
 that timed out on a loaded machine) comes again after it, as a simple consumer's does."""
 READ_DEADLINE_S = 60.0  # per topic, for its 8 messages to come back (past redeliveries)
+BASELINE_MESSAGES = 20_000
+"""The 8-queue baseline's messages by default: about 5-10 s of publishing here, so
+the anchor of the publish ratio is not a 2 s sample."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+T = TypeVar("T")
+
+
+class BenchStopped(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived: the run stops (see the module docstring). A
+    KeyboardInterrupt, so that an event loop it interrupts (the topics' creation)
+    passes it on rather than logging it as a callback's error."""
+
+    def __init__(self, signum: int) -> None:
+        """``signum``: the signal that stopped the run."""
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise :class:`BenchStopped` in the main
+    thread (once: later ones are ignored, so the cluster's stop is not cut short);
+    the previous handlers are back after it."""
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+
+    def stop(signum: int, frame: object) -> None:
+        for other in STOP_SIGNALS:
+            signal.signal(other, signal.SIG_IGN)
+        raise BenchStopped(signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def map_stoppable(function: Callable[[int], T], count: int, workers: int) -> list[T]:
+    """``function(i)`` for i in ``range(count)`` on ``workers`` threads, in order.
+    When it fails (or the run is stopped), the calls not started are cancelled
+    rather than waited for; those under way end by themselves."""
+    pool = ThreadPoolExecutor(workers)
+    try:
+        results = list(pool.map(function, range(count)))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results
 
 
 def topic_names(queues: int) -> list[str]:
@@ -153,8 +213,7 @@ def publish(
 
     started = time.monotonic()
     try:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(send, range(len(topics))))
+        map_stoppable(send, len(topics), workers)
     finally:
         for client in clients:
             client.close()
@@ -205,8 +264,7 @@ def read_back(
 
     started = time.monotonic()
     try:
-        with ThreadPoolExecutor(workers) as pool:
-            total = sum(pool.map(read, range(len(names))))
+        total = sum(map_stoppable(read, len(names), workers))
     finally:
         for client in clients:
             client.close()
@@ -259,6 +317,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             )
             cpu_start = cpu_by_role(cluster.server_pids())
             baseline_rate = baseline_messages / baseline_s
+            log(f"baseline: {baseline_rate:,.0f} msgs/s at 8 queues ({baseline_s:.1f} s)")
             rss_start = rss_by_role(cluster.server_pids())
             log(f"creating {args.queues:,} queues ({len(topics):,} topics)")
             create_s = create_topics(cluster.nameserver, topics)
@@ -267,11 +326,15 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             cpu_created = cpu_by_role(cluster.server_pids())
             publish_s, sent = publish(cluster.endpoint, topics, args.workers)
             cpu_published = cpu_by_role(cluster.server_pids())
+            publish_rate = args.queues / publish_s
+            log(
+                f"publish: {publish_rate:,.0f} msgs/s at {args.queues:,} queues "
+                f"({publish_s:.1f} s), {publish_rate / baseline_rate:.0%} of the 8-queue rate"
+            )
             log("reading each back")
             read_s, read = read_back(cluster.endpoint, sent, args.workers, args.read)
             cpu_read = cpu_by_role(cluster.server_pids())
             rss_end = rss_by_role(cluster.server_pids())
-    publish_rate = args.queues / publish_s
     return {
         "queues": args.queues,
         "topics": len(topics),
@@ -348,7 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queues", type=int, default=100_000, help="queues to create")
     parser.add_argument("--workers", type=int, default=16, help="client threads for sends/reads")
     parser.add_argument(
-        "--baseline-messages", type=int, default=4_000, help="messages of the 8-queue baseline"
+        "--baseline-messages",
+        type=int,
+        default=BASELINE_MESSAGES,
+        help="messages of the 8-queue baseline",
     )
     parser.add_argument(
         "--read",
@@ -367,7 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
     try:
-        figures = measure(args, log)
+        with stopped_by_signals():
+            figures = measure(args, log)
+    except BenchStopped as stopped:
+        log(f"{stopped}: the dev cluster is stopped, no figures")
+        return 128 + stopped.signum
     except (dev_cluster.ClusterError, RuntimeError, CallFailed, AngeliaError) as exc:
         print(f"rip5 bench queues: {exc}", file=sys.stderr)
         return 1

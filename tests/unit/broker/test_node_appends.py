@@ -125,7 +125,7 @@ def test_bounds_below_one_are_refused() -> None:
 
 
 class _Metadata:
-    def on_route_change(self, callback: Callable[[], None]) -> None:
+    def on_route_change(self, callback: Callable[[int | None], None]) -> None:
         del callback
 
     async def route(self, topic: str) -> ns.RouteResponse:

@@ -53,7 +53,7 @@ class _Metadata:
     def __init__(self, topic: ns.TopicInfo) -> None:
         self.topic = topic
 
-    def on_route_change(self, callback: Callable[[], None]) -> None:
+    def on_route_change(self, callback: Callable[[int | None], None]) -> None:
         del callback
 
     async def route(self, topic: str) -> ns.RouteResponse:

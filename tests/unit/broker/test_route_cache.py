@@ -287,7 +287,7 @@ async def test_a_new_consumer_group_while_away_fails_retriably_even_with_auto_cr
 async def test_a_silent_watch_stream_is_dropped_for_the_next_replica() -> None:
     """A stream that confirms once and then says nothing (a replica cut off from its
     group sends no confirmations) counts as down after the silence bound."""
-    _metadata, nameservers, _clock, watch = await _watched(silence_max_ms=200)
+    _metadata, nameservers, _clock, watch = await _watched(silence_max_ms=100)
     await async_wait_until(
         lambda: (
             [c for c in nameservers.calls if c.startswith("watch")][:2]

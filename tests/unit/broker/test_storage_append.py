@@ -18,7 +18,7 @@ QUEUE = QueueRef("t", 3)
 
 
 class _Metadata:
-    def on_route_change(self, callback: Callable[[], None]) -> None:
+    def on_route_change(self, callback: Callable[[int | None], None]) -> None:
         del callback
 
 

@@ -28,7 +28,7 @@ class _Metadata:
         self.reads = 0
         self.forgotten = 0
 
-    def on_route_change(self, callback: Callable[[], None]) -> None:
+    def on_route_change(self, callback: Callable[[int | None], None]) -> None:
         del callback
 
     async def route(self, topic: str) -> ns.RouteResponse:

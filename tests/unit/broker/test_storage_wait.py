@@ -10,7 +10,7 @@ from broker.services.storage import StorageStore
 
 
 class _Metadata:
-    def on_route_change(self, callback: Callable[[], None]) -> None:
+    def on_route_change(self, callback: Callable[[int | None], None]) -> None:
         del callback
 
 

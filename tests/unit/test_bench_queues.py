@@ -1,0 +1,57 @@
+"""``rip5 bench queues`` without a cluster: its refusal of bad sizes, and a run
+stopped by a signal (the signal raises in the main thread, the sends not started
+are dropped rather than waited for, the handlers are restored; the cluster's stop
+itself is ``rip5.dev_cluster``'s)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from rip5.bench.queues import BenchStopped, main, map_stoppable, stopped_by_signals
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_raises_once_and_the_handlers_come_back(signum: int) -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    stopped = None
+    with stopped_by_signals():
+        try:
+            os.kill(os.getpid(), signum)
+            threading.Event().wait(5)  # the handler raises here, at once
+        except BenchStopped as raised:
+            stopped = raised
+        os.kill(os.getpid(), signum)  # a second one is ignored while the run stops
+    assert stopped is not None
+    assert stopped.signum == signum
+    assert str(stopped) == f"stopped by {signal.Signals(signum).name}"
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_stopped_map_drops_the_calls_not_started() -> None:
+    started: list[int] = []
+    release = threading.Event()
+
+    def call(index: int) -> int:
+        started.append(index)
+        if index == 0:
+            raise BenchStopped(signal.SIGTERM)  # as the signal would, mid-run
+        release.wait(5)
+        return index
+
+    with pytest.raises(BenchStopped):
+        map_stoppable(call, 1_000, 2)
+    release.set()
+    assert len(started) < 100  # the other 900-odd were cancelled, not run
+    assert map_stoppable(lambda i: i * 2, 5, 2) == [0, 2, 4, 6, 8]
+
+
+def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before any cluster starts (in process: the command's own parser)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--queues", "0"])
+    assert exited.value.code == 2
+    assert "--queues must be at least 1" in capsys.readouterr().err
