@@ -9,6 +9,12 @@ as ``rip5 admin group lag`` (storage_node/progress.py) and summed per (consumer
 group, topic). Summing a metric over the cluster's storage nodes gives the
 group's figure: a group's queues are reported by its leader only.
 
+The three consumer families are made at scrape time by a collector
+(``ConsumerGauges``) from the last walk's figures, one tuple of three ints per
+(consumer group, topic), instead of three prometheus children per (consumer group,
+topic) kept between walks (about 1.6 KB a topic read: a storage node with many
+topics read by a simple consumer spent about 200 bytes a queue on them).
+
 The leader also reports ``rocketmq_half_messages`` (transactional messages not
 yet committed or rolled back) and ``rocketmq_timing_messages`` (delayed messages
 not yet due) per topic. Counting them walks every such message, so they are
@@ -22,8 +28,8 @@ on over several refreshes, a raft group at a time, about ``WALK_SLICE_S`` each
 (never one long stall of the loop), and after a walk that took d seconds of the
 loop the next one starts no sooner than d / ``WALK_SHARE`` later (on a node with
 many queues they are updated less often than the other gauges).
-The series of a (consumer group, topic) that no longer has a queue led here
-are removed at the next walk.
+A (consumer group, topic) that no longer has a queue led here has no series
+from the next walk on.
 
 SHELL.
 """
@@ -32,9 +38,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from protocol.routing import RETRY_TOPIC_PREFIX
 from protocol.storage_api import TIME_MAX_MS
@@ -87,26 +95,8 @@ class StorageMetrics:
         self._messages = node_gauge(
             "rip5_storage_messages", "Messages kept in the queues of the raft groups led here"
         )
-        consumer = (*names, *CONSUMER_LABELS)
-        self._lag = Gauge(
-            "rocketmq_consumer_lag_messages",
-            "Messages of the topic not yet consumed by the group",
-            consumer,
-            registry=registry,
-        )
-        self._lag_latency = Gauge(
-            "rocketmq_consumer_lag_latency",
-            "Age of the oldest message the group has not consumed yet",
-            consumer,
-            registry=registry,
-            unit="milliseconds",
-        )
-        self._inflight = Gauge(
-            "rocketmq_consumer_inflight_messages",
-            "Messages delivered to the group and not acked yet (still invisible)",
-            consumer,
-            registry=registry,
-        )
+        self._consumers = ConsumerGauges(names, self._values)
+        registry.register(self._consumers)
         self._half = Gauge(
             "rocketmq_half_messages",
             "Transactional messages neither committed nor rolled back yet",
@@ -153,7 +143,6 @@ class StorageMetrics:
             "1 if this process runs on an empty WAL after a damaged one was set aside "
             "(the damage is in its log and in the data-lost marker)",
         )
-        self._reported: set[tuple[str, str]] = set()
         self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
         self._refreshes = 0
 
@@ -193,19 +182,9 @@ class StorageMetrics:
 
     def _publish_queues(self, walk: _QueueWalk) -> None:
         """The queue, message and consumer gauges, from a finished walk."""
-        now_ms, lag, inflight, oldest_ms = walk.now_ms, walk.lag, walk.inflight, walk.oldest_ms
         self._queues.set(walk.queues)
         self._messages.set(walk.messages)
-        for key in self._reported - lag.keys():
-            for gauge in (self._lag, self._lag_latency, self._inflight):
-                gauge.remove(*self._consumer_labels(key))
-        for key, count in lag.items():
-            labels = self._consumer_labels(key)
-            self._lag.labels(*labels).set(count)
-            self._inflight.labels(*labels).set(inflight[key])
-            oldest = oldest_ms.get(key)
-            self._lag_latency.labels(*labels).set(0 if oldest is None else max(0, now_ms - oldest))
-        self._reported = set(lag)
+        self._consumers.figures = walk.consumers.figures(walk.now_ms)
         if self._refreshes % SLOW_REFRESHES == 0:
             self._refresh_waiting()
         self._refreshes += 1
@@ -231,10 +210,104 @@ class StorageMetrics:
             gauges[kind].labels(*self._values, topic).set(count)
         self._waiting_topics = set(counts)
 
-    def _consumer_labels(self, key: tuple[str, str]) -> tuple[str, ...]:
-        consumer_group, topic = key
-        is_retry = "true" if topic.startswith(RETRY_TOPIC_PREFIX) else "false"
-        return (*self._values, consumer_group, topic, is_retry, "false")
+
+ConsumerFigures = dict[tuple[str, str], tuple[int, int, int]]
+"""(consumer group, topic) -> (lag messages, lag latency ms, in-flight messages)."""
+
+
+class ConsumerSums:
+    """The RIP-46 consumer figures being summed over the queues of several states."""
+
+    def __init__(self) -> None:
+        self._lag: dict[tuple[str, str], int] = {}
+        self._inflight: dict[tuple[str, str], int] = {}
+        self._oldest_ms: dict[tuple[str, str], int] = {}
+
+    def add(self, state: PartitionQueries) -> None:
+        """Add every (consumer group, queue) of ``state``."""
+        lag, inflight, oldest_ms = self._lag, self._inflight, self._oldest_ms
+        for consumer_group, topic, queue_id in state.group_queues():
+            key = (consumer_group, topic)
+            progress = queue_progress(state, consumer_group, topic, queue_id)
+            lag[key] = lag.get(key, 0) + progress.lag
+            inflight[key] = inflight.get(key, 0) + progress.in_flight
+            waiting = max(progress.consumer_offset, progress.first_offset)
+            if progress.lag > 0 and waiting < progress.end_offset:
+                stored_ms = state.entry(topic, queue_id, waiting).store_timestamp_ms
+                oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
+
+    def figures(self, now_ms: int) -> ConsumerFigures:
+        """The sums so far: lag and in-flight are sums, the latency is the age at
+        ``now_ms`` of the oldest message not done yet (0 without lag)."""
+        oldest_ms = self._oldest_ms
+        return {
+            key: (
+                count,
+                0 if (oldest := oldest_ms.get(key)) is None else max(0, now_ms - oldest),
+                self._inflight[key],
+            )
+            for key, count in self._lag.items()
+        }
+
+
+def consumer_figures(states: Iterable[PartitionQueries], now_ms: int) -> ConsumerFigures:
+    """The RIP-46 consumer figures of every (consumer group, topic) with a queue in
+    ``states``, summed over its queues (see :class:`ConsumerSums`)."""
+    sums = ConsumerSums()
+    for state in states:
+        sums.add(state)
+    return sums.figures(now_ms)
+
+
+class ConsumerGauges(Collector):
+    """``rocketmq_consumer_lag_messages``, ``rocketmq_consumer_lag_latency_milliseconds``
+    and ``rocketmq_consumer_inflight_messages``, made at each scrape from ``figures``.
+
+    ``figures`` is replaced whole by the walk on the event loop and read once per
+    scrape on the scrape thread, so a scrape shows one walk's figures; no label
+    tuple or metric object is kept between scrapes."""
+
+    def __init__(self, node_labels: tuple[str, ...], node_values: tuple[str, ...]) -> None:
+        """``node_labels``/``node_values``: the node's labels (cluster, node_type,
+        node_id) that precede RIP-46's consumer labels."""
+        self._labels = (*node_labels, *CONSUMER_LABELS)
+        self._values = node_values
+        self.figures: ConsumerFigures = {}
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "rocketmq_consumer_lag_messages",
+                "Messages of the topic not yet consumed by the group",
+                labels=self._labels,
+            ),
+            GaugeMetricFamily(
+                "rocketmq_consumer_lag_latency",
+                "Age of the oldest message the group has not consumed yet",
+                labels=self._labels,
+                unit="milliseconds",
+            ),
+            GaugeMetricFamily(
+                "rocketmq_consumer_inflight_messages",
+                "Messages delivered to the group and not acked yet (still invisible)",
+                labels=self._labels,
+            ),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        """The three families without samples (the registry checks names with it)."""
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        """The three families with a series per (consumer group, topic) of ``figures``."""
+        lag, latency, inflight = self._families()
+        for (consumer_group, topic), (count, latency_ms, in_flight) in self.figures.items():
+            is_retry = "true" if topic.startswith(RETRY_TOPIC_PREFIX) else "false"
+            values = [*self._values, consumer_group, topic, is_retry, "false"]
+            lag.add_metric(values, count)
+            latency.add_metric(values, latency_ms)
+            inflight.add_metric(values, in_flight)
+        return iter((lag, latency, inflight))
 
 
 class _QueueWalk:
@@ -248,22 +321,11 @@ class _QueueWalk:
         self.spent_s = 0.0  # the event loop's time spent walking so far
         self.queues = 0
         self.messages = 0
-        self.lag: dict[tuple[str, str], int] = {}
-        self.inflight: dict[tuple[str, str], int] = {}
-        self.oldest_ms: dict[tuple[str, str], int] = {}
+        self.consumers = ConsumerSums()
 
     def add(self, state: PartitionQueries) -> None:
         """Add the queues of one group's state."""
-        lag, inflight, oldest_ms = self.lag, self.inflight, self.oldest_ms
         for topic, queue_id in state.queue_ids():
             self.queues += 1
             self.messages += state.end_offset(topic, queue_id) - state.first_offset(topic, queue_id)
-        for consumer_group, topic, queue_id in state.group_queues():
-            key = (consumer_group, topic)
-            progress = queue_progress(state, consumer_group, topic, queue_id)
-            lag[key] = lag.get(key, 0) + progress.lag
-            inflight[key] = inflight.get(key, 0) + progress.in_flight
-            waiting = max(progress.consumer_offset, progress.first_offset)
-            if progress.lag > 0 and waiting < progress.end_offset:
-                stored_ms = state.entry(topic, queue_id, waiting).store_timestamp_ms
-                oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
+        self.consumers.add(state)
