@@ -141,7 +141,8 @@ class NameserverImpl(ClusterCalls, AclCalls):
         """Topics, of one cluster or all (linearizable); ``unchanged`` and none listed
         when no topic changed after ``request.unchanged_since``."""
         state = await self.linearizable()
-        if 0 < state.topics_revision <= request.unchanged_since <= state.revision:
+        since = request.unchanged_since
+        if since > 0 and state.topics_revision <= since <= state.revision:
             return api.TopicListResponse([], state.revision, unchanged=True)
         topics = _of_cluster(state, request.cluster, state.topics())
         return api.TopicListResponse(list(map(topic_info, topics)), state.revision)

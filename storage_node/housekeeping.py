@@ -176,16 +176,13 @@ async def retention_round(
     over each group's queues are timed into ``walk``, and the round lets other work
     run between groups (a walk of one group blocks the loop, never all of them)."""
     walk = walk or WalkTime()
-    led = [g for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()]
+    led = [(g, r) for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()]
     # Read before the list: a topic held now and unlisted after was deleted (or the
     # list would name it), never created after the listing.
     held_before: dict[int, set[str]] = {}
-    for group_id in led:
-        replica = node.replicas.get(group_id)
-        if replica is None:
-            continue
+    for group_id, leading in led:
         with walk.timed():
-            held_before[group_id] = {topic for topic, _ in replica.state.queue_ids()}
+            held_before[group_id] = {topic for topic, _ in leading.state.queue_ids()}
         await asyncio.sleep(0)
     topics = await list_topics()
     local: Mapping[str, retention.TopicLimits] = {}
