@@ -63,6 +63,7 @@ class NameserverService(Service, name="nameserver"):
     get_consumer_group = Unary(ns.NameRequest, ns.ConsumerGroupResponse)
     list_consumer_groups = Unary(ns.ListRequest, ns.ConsumerGroupListResponse)
     route = Unary(ns.NameRequest, ns.RouteResponse)
+    routes = Unary(ns.NamesRequest, ns.RoutesResponse)
     cluster_status = Unary(ns.NameRequest, ns.ClusterStatusResponse)
     storage_heartbeat = Unary(ns.StorageHeartbeatRequest, ns.StorageHeartbeatResponse)
     broker_heartbeat = Unary(ns.BrokerHeartbeatRequest, ns.RevisionResponse)

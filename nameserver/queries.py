@@ -58,6 +58,10 @@ class MetadataQueries:
         self._brokers: dict[str, Broker] = {}
         self._topics: dict[str, Topic] = {}
         self._consumer_groups: dict[str, ConsumerGroup] = {}
+        # Kept as the tables change (the metrics ask every second): len(_topics) and
+        # len(_consumer_groups) by cluster, no cluster with a zero count.
+        self._topics_by_cluster: Counter[str] = Counter()
+        self._groups_by_cluster: Counter[str] = Counter()
         self._raft_groups: dict[int, RaftGroup] = {}
         self._leases: dict[str, Lease] = {}
         self._users: dict[str, User] = {}  # ACL users by name
@@ -102,12 +106,10 @@ class MetadataQueries:
         return by_key(self._topics)
 
     def counts_by_cluster(self) -> tuple[Counter[str], Counter[str]]:
-        """How many topics and how many consumer groups each cluster has (one pass
-        over each table, unsorted: the metrics ask every second)."""
-        return (
-            Counter(topic.cluster for topic in self._topics.values()),
-            Counter(group.cluster for group in self._consumer_groups.values()),
-        )
+        """How many topics and how many consumer groups each cluster has (copies of
+        counts kept as topics and groups come and go: the metrics ask every second,
+        and a walk over a million queues' topics would cost every second)."""
+        return Counter(self._topics_by_cluster), Counter(self._groups_by_cluster)
 
     def consumer_group(self, name: str) -> ConsumerGroup:
         """The consumer group ``name``; :class:`ConsumerGroupNotFound` if there is none."""

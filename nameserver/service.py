@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any, TypeVar
 
 from angelia_rpc import CallContext
+from angelia_rpc.errors import from_exception, to_wire
 from nameserver import commands as c
 from nameserver import records as r
 from nameserver.acl_service import AclCalls
@@ -33,7 +34,7 @@ from nameserver.api_convert import (
     watch_batch_info,
 )
 from nameserver.cluster_service import ClusterCalls
-from nameserver.errors import BadRequest
+from nameserver.errors import BadRequest, NameserverError
 from nameserver.state import MetadataState
 from nameserver.validation import CREATE_TOPICS_MAX
 from protocol import nameserver_api as api
@@ -41,6 +42,9 @@ from protocol.acl import Action, ResourceType
 from protocol.vocabulary import MessageType, Permission
 
 _InCluster = TypeVar("_InCluster", r.Topic, r.ConsumerGroup)
+
+ROUTES_NAMES_MAX = 1024
+"""The most topics one ``routes`` call may name (a broker joins fewer)."""
 
 WATCH_IDLE_MS = 3000
 """A watch quiet this long re-confirms (ReadIndex) and sends an empty batch: a
@@ -205,6 +209,23 @@ class NameserverImpl(ClusterCalls, AclCalls):
         """The route of a topic (linearizable)."""
         state = await self.linearizable()
         return route_response(state.route(request.name))
+
+    async def routes(self, request: api.NamesRequest, context: CallContext) -> api.RoutesResponse:
+        """The routes of several topics, each with its own outcome (a missing topic
+        fails only its name), all read at one linearizable point: one read index for
+        the names a broker's concurrent route misses joined."""
+        if len(request.names) > ROUTES_NAMES_MAX:
+            raise BadRequest(
+                f"a routes call names {len(request.names)} topics, more than {ROUTES_NAMES_MAX}"
+            )
+        state = await self.linearizable()
+        outcomes: list[api.TopicRouted] = []
+        for name in request.names:
+            try:
+                outcomes.append(api.TopicRouted(route_response(state.route(name))))
+            except NameserverError as exc:
+                outcomes.append(api.TopicRouted(None, to_wire(from_exception(exc))))
+        return api.RoutesResponse(outcomes)
 
     # -- leases ----------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ PURE.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -305,6 +305,7 @@ class MetadataState(MetadataQueries):
         if command.name in self._topics:
             raise AlreadyExists(f"topic {command.name!r} exists already")
         self._topics[topic.name] = topic
+        self._topics_by_cluster[topic.cluster] += 1
         self._changed(ChangeKind.TOPIC, topic.name, topic)
         return topic
 
@@ -330,6 +331,7 @@ class MetadataState(MetadataQueries):
             created[topic.name] = topic
         for topic in created.values():
             self._topics[topic.name] = topic
+            self._topics_by_cluster[topic.cluster] += 1
             self._changed(ChangeKind.TOPIC, topic.name, topic)
         return tuple(created.values())
 
@@ -385,7 +387,7 @@ class MetadataState(MetadataQueries):
         return topic
 
     def _delete_topic(self, command: c.DeleteTopic) -> None:
-        self.topic(command.name)
+        _discount(self._topics_by_cluster, self.topic(command.name).cluster)
         del self._topics[command.name]
         self._changed(ChangeKind.TOPIC, command.name, None)
 
@@ -403,6 +405,7 @@ class MetadataState(MetadataQueries):
         if command.name in self._consumer_groups:
             raise AlreadyExists(f"consumer group {command.name!r} exists already")
         self._consumer_groups[group.name] = group
+        self._groups_by_cluster[group.cluster] += 1
         self._changed(ChangeKind.CONSUMER_GROUP, group.name, group)
         return group
 
@@ -421,7 +424,7 @@ class MetadataState(MetadataQueries):
         return group
 
     def _delete_consumer_group(self, command: c.DeleteConsumerGroup) -> None:
-        self.consumer_group(command.name)
+        _discount(self._groups_by_cluster, self.consumer_group(command.name).cluster)
         del self._consumer_groups[command.name]
         self._changed(ChangeKind.CONSUMER_GROUP, command.name, None)
 
@@ -668,6 +671,8 @@ class MetadataState(MetadataQueries):
         state._brokers = {x.broker_id: x for x in tables.brokers}
         state._topics = {x.name: x for x in tables.topics}
         state._consumer_groups = {x.name: x for x in tables.consumer_groups}
+        state._topics_by_cluster = Counter(x.cluster for x in tables.topics)
+        state._groups_by_cluster = Counter(x.cluster for x in tables.consumer_groups)
         state._raft_groups = {x.group_id: x for x in tables.raft_groups}
         state._leases = {x.name: x for x in tables.leases}
         if len(raw) == 4:
@@ -694,6 +699,13 @@ def _checked(check: Callable[[Any], None], value: object) -> None:
         check(value)
     except InvalidAcl as error:
         raise BadRequest(str(error)) from None
+
+
+def _discount(counts: Counter[str], key: str) -> None:
+    """One fewer of ``key`` in ``counts``; a count that reaches 0 goes (as none counted)."""
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]
 
 
 def _or(value: T | None, default: T) -> T:

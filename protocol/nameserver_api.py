@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocol.errors import WireError
 from protocol.vocabulary import MessageType, Permission
 
 MESSAGE_TYPE_NORMAL = int(MessageType.NORMAL)
@@ -370,6 +371,29 @@ class RouteResponse:
     topic: TopicInfo
     queues: list[QueueRouteInfo]
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class NamesRequest:
+    """Names several topics (``routes``: a route each)."""
+
+    names: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRouted:
+    """The outcome of one name of a ``routes`` call: ``route`` when the topic exists,
+    else ``failure``: the error a ``route`` call of that name alone would have raised."""
+
+    route: RouteResponse | None
+    failure: WireError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesResponse:
+    """One outcome per name, in request order, all read at one linearizable point."""
+
+    outcomes: list[TopicRouted]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,10 @@ A batch holds whole sends only, at most ``batch_messages_max`` messages and
 ``batch_bytes_max`` body bytes (a single larger send goes alone).
 
 Ordering: messages of one call keep their order and calls to one queue are
-appended in arrival order. Each queue's flushing runs in its own task, so a
+appended in arrival order. A send to a queue with nothing in flight appends in
+its caller's own task (no task or future of its own: with many queues and a
+message or two each, that is nearly every send); sends that come meanwhile
+are flushed, in order, by a task of the queue's own once it returns, so a
 caller that gives up (cancellation) never strands the others.
 """
 
@@ -49,16 +52,31 @@ class AppendCoalescer:
         self._store = store
         self._batch_messages_max = batch_messages_max
         self._batch_bytes_max = batch_bytes_max
+        # Invariant: a queue has pending sends only while it is in _flushers (an append
+        # of it is in flight: a caller's own, None, or its flusher task's).
         self._pending: dict[QueueRef, list[_Pending]] = {}
-        self._flushers: dict[QueueRef, asyncio.Task[None]] = {}
+        self._flushers: dict[QueueRef, asyncio.Task[None] | None] = {}
 
     async def append(self, queue: QueueRef, messages: Sequence[Message]) -> list[SendResult]:
         """Append ``messages`` to ``queue``, possibly in one store call with other senders."""
+        if queue not in self._flushers:  # nothing in flight: append at once, in this task
+            self._flushers[queue] = None
+            try:
+                return await self._store.append(queue, messages)
+            finally:
+                self._hand_over(queue)
         done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         self._pending.setdefault(queue, []).append(_Pending(messages, done))
-        if queue not in self._flushers:
-            self._flushers[queue] = asyncio.create_task(self._flush(queue))
         return await done
+
+    def _hand_over(self, queue: QueueRef) -> None:
+        """A caller's own append to ``queue`` ended: the sends that came meanwhile go
+        next, in a task of the queue's, or nothing of it is in flight."""
+        if self._pending.get(queue):
+            self._flushers[queue] = asyncio.create_task(self._flush(queue))
+        else:
+            del self._flushers[queue]
+            self._pending.pop(queue, None)
 
     def pending_messages(self, queue: QueueRef) -> int:
         """Messages waiting for the next append to ``queue`` (not counting the one in flight)."""

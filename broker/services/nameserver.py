@@ -57,12 +57,14 @@ from typing import TypeVar
 
 from angelia_rpc import AngeliaError, Peers
 from angelia_rpc.cluster_services import NameserverService
+from angelia_rpc.errors import from_wire
 from angelia_rpc.failover import Failover, FailoverPolicy, call_leader, starting_at
 from broker.config import BrokerConfig
 from broker.domain import GroupInfo, QueueInfo, TopicInfo
 from broker.errors import BrokerError, Reason
 from broker.services import cluster_convert as convert
 from broker.services.base import NAMESERVER_QUIET_AT_START_MS
+from broker.services.route_reads import RouteReads
 from protocol import errors as codes
 from protocol import nameserver_api as ns
 from protocol import routing
@@ -157,6 +159,16 @@ class NameserverLink:
             self._current = failover.address
 
 
+def _routed(topic: str, outcome: ns.TopicRouted) -> ns.RouteResponse | BrokerError:
+    """One topic's outcome of a ``routes`` call: its route, or the error a ``route`` call
+    of it alone would have raised."""
+    if outcome.route is not None:
+        return outcome.route
+    if outcome.failure is None:
+        return BrokerError(codes.INTERNAL, f"topic {topic!r}: the nameserver left it unanswered")
+    return convert.error_from_angelia(from_wire(outcome.failure), f"topic {topic!r}")
+
+
 def cached_route_bytes(queues: int) -> int:
     """About the memory a cached route of ``queues`` queues takes (the cache's measure)."""
     return ROUTE_TOPIC_BYTES + ROUTE_QUEUE_BYTES * queues
@@ -221,6 +233,8 @@ class ClusterMetadata:
         self._routes_bytes = 0
         self._routes_bytes_max = route_cache_bytes_max
         self._forgotten: set[str] = set()  # routes to read again, kept as a fallback
+        # Concurrent misses' reads joined into one nameserver call.
+        self.route_reads = RouteReads(self._read_one_route, self._read_routes)
         # Equal parts of cached routes, shared (see _compact): most topics' queue i is
         # served by one of a few raft groups, so their queue routes are equal.
         self._queue_routes: dict[tuple[object, ...], ns.QueueRouteInfo] = {}
@@ -549,10 +563,23 @@ class ClusterMetadata:
         self._route_listeners.append(listener)
 
     async def _read_route(self, topic: str) -> ns.RouteResponse:
+        """The route of ``topic`` from the nameserver (joined with concurrent reads)."""
+        return await self.route_reads.read(topic)
+
+    async def _read_one_route(self, topic: str) -> ns.RouteResponse:
         return await self._link.call(
             f"topic {topic!r}",
             lambda stub, timeout_ms: stub.route(ns.NameRequest(topic), timeout_ms=timeout_ms),
         )
+
+    async def _read_routes(self, topics: Sequence[str]) -> list[ns.RouteResponse | BrokerError]:
+        request = ns.NamesRequest(list(topics))
+        response = await self._link.call(
+            f"routes of {len(topics)} topics",
+            lambda stub, timeout_ms: stub.routes(request, timeout_ms=timeout_ms),
+        )
+        # A count that differs from the topics' fails them all (RouteReads checks it).
+        return list(map(_routed, topics, response.outcomes))
 
     async def _create_group_topic(self, topic: str) -> ns.RouteResponse:
         prefix = routing.DLQ_TOPIC_PREFIX if routing.is_dead_letter_topic(topic) else ""

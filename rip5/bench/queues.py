@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -78,6 +78,8 @@ BASELINE_MESSAGES = 20_000
 """The 8-queue baseline's messages by default: about 5-10 s of publishing here, so
 the anchor of the publish ratio is not a 2 s sample."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+PROGRESS_EVERY_S = 30.0
+"""How often a long step (the publish, the read back) logs how far it got."""
 T = TypeVar("T")
 
 
@@ -113,13 +115,31 @@ def stopped_by_signals() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def map_stoppable(function: Callable[[int], T], count: int, workers: int) -> list[T]:
+def map_stoppable(
+    function: Callable[[int], T],
+    count: int,
+    workers: int,
+    progress: Callable[[int, float], None] | None = None,
+    every_s: float = PROGRESS_EVERY_S,
+) -> list[T]:
     """``function(i)`` for i in ``range(count)`` on ``workers`` threads, in order.
     When it fails (or the run is stopped), the calls not started are cancelled
-    rather than waited for; those under way end by themselves."""
+    rather than waited for; those under way end by themselves. ``progress(done,
+    seconds)``, if given, is called every ``every_s`` while calls remain, with the
+    calls finished so far and the seconds since the start (from the main thread)."""
     pool = ThreadPoolExecutor(workers)
+    started = time.monotonic()
     try:
-        results = list(pool.map(function, range(count)))
+        futures = [pool.submit(function, i) for i in range(count)]
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=every_s, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                if (error := future.exception()) is not None:
+                    raise error
+            if pending and progress is not None:
+                progress(count - len(pending), time.monotonic() - started)
+        results = [future.result() for future in futures]
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
@@ -192,11 +212,33 @@ def _retrying(call: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
+def progress_logger(
+    log: Callable[[str], None], what: str, topics: int, messages_per_topic: int
+) -> Callable[[int, float], None]:
+    """A ``map_stoppable`` progress callback that logs, for ``what`` (a step over
+    ``topics`` topics of ``messages_per_topic`` messages each), the topics done and
+    the message rate since the last line (the rate as queues fill, not an average)."""
+    last = [0, 0.0]
+
+    def report(done: int, seconds: float) -> None:
+        rate = (done - last[0]) * messages_per_topic / max(seconds - last[1], 1e-9)
+        last[:] = [done, seconds]
+        log(
+            f"{what}: {done:,} of {topics:,} topics ({done / topics:.0%}), "
+            f"{rate:,.0f} msgs/s in the last {PROGRESS_EVERY_S:.0f} s"
+        )
+
+    return report
+
+
 def publish(
-    endpoint: str, topics: Sequence[tuple[str, int]], workers: int
+    endpoint: str,
+    topics: Sequence[tuple[str, int]],
+    workers: int,
+    progress: Callable[[int, float], None] | None = None,
 ) -> tuple[float, dict[str, list[str]]]:
     """One SendMessage per (topic, queue count), one message per queue; the seconds it
-    took and the message ids sent, by topic."""
+    took and the message ids sent, by topic. ``progress``: see :func:`map_stoppable`."""
     sent: dict[str, list[str]] = {}
     clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
 
@@ -213,7 +255,7 @@ def publish(
 
     started = time.monotonic()
     try:
-        map_stoppable(send, len(topics), workers)
+        map_stoppable(send, len(topics), workers, progress)
     finally:
         for client in clients:
             client.close()
@@ -221,13 +263,17 @@ def publish(
 
 
 def read_back(
-    endpoint: str, sent: dict[str, list[str]], workers: int, mode: str = "receive"
+    endpoint: str,
+    sent: dict[str, list[str]],
+    workers: int,
+    mode: str = "receive",
+    progress: Callable[[int, float], None] | None = None,
 ) -> tuple[float, int]:
     """Read every topic's messages with the bench group, as a simple consumer
     (``mode`` "receive": ReceiveMessage of the whole topic, a pop of each queue) or a
     pull consumer ("pull": PullMessage of each queue from offset 0, offset reads);
     the seconds it took and the messages read. RuntimeError if one is missing or
-    unknown."""
+    unknown. ``progress``: see :func:`map_stoppable`."""
     clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
     names = sorted(sent)
 
@@ -264,7 +310,7 @@ def read_back(
 
     started = time.monotonic()
     try:
-        total = sum(map_stoppable(read, len(names), workers))
+        total = sum(map_stoppable(read, len(names), workers, progress))
     finally:
         for client in clients:
             client.close()
@@ -324,7 +370,12 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             rss_created = rss_by_role(cluster.server_pids())
             log(f"publishing one message to each of {args.queues:,} queues")
             cpu_created = cpu_by_role(cluster.server_pids())
-            publish_s, sent = publish(cluster.endpoint, topics, args.workers)
+            publish_s, sent = publish(
+                cluster.endpoint,
+                topics,
+                args.workers,
+                progress_logger(log, "publish", len(topics), QUEUES_PER_TOPIC),
+            )
             cpu_published = cpu_by_role(cluster.server_pids())
             publish_rate = args.queues / publish_s
             log(
@@ -332,7 +383,13 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
                 f"({publish_s:.1f} s), {publish_rate / baseline_rate:.0%} of the 8-queue rate"
             )
             log("reading each back")
-            read_s, read = read_back(cluster.endpoint, sent, args.workers, args.read)
+            read_s, read = read_back(
+                cluster.endpoint,
+                sent,
+                args.workers,
+                args.read,
+                progress_logger(log, "read back", len(topics), QUEUES_PER_TOPIC),
+            )
             cpu_read = cpu_by_role(cluster.server_pids())
             rss_end = rss_by_role(cluster.server_pids())
     return {

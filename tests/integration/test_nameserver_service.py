@@ -15,7 +15,7 @@ from angelia_rpc import AngeliaError, Peers, RpcConfig
 from angelia_rpc.cluster_services import NameserverService
 from nameserver.config import NameserverConfig
 from nameserver.server import serve
-from nameserver.service import WATCH_IDLE_MS
+from nameserver.service import ROUTES_NAMES_MAX, WATCH_IDLE_MS
 from protocol import errors
 from protocol import nameserver_api as api
 from tests.waiting import async_wait_until
@@ -143,6 +143,18 @@ async def test_bad_requests_name_their_cause(nameserver: NameserverService) -> N
     # The process goes on serving.
     created = await nameserver.create_topic(api.CreateTopicRequest("T", CLUSTER, 1))
     assert created.topic.queue_count == 1
+    # Routes read together: each name has its own outcome, a missing one its own error.
+    joined = await nameserver.routes(api.NamesRequest(["T", "Missing", "T"]))
+    alone = await nameserver.route(api.NameRequest("T"))
+    assert [o.route for o in joined.outcomes] == [alone, None, alone]
+    failure = joined.outcomes[1].failure
+    assert failure is not None
+    assert errors.by_number(failure.code) is errors.TOPIC_NOT_FOUND
+    assert "'Missing'" in failure.message
+    with pytest.raises(AngeliaError) as too_many:
+        await nameserver.routes(api.NamesRequest(["T"] * (ROUTES_NAMES_MAX + 1)))
+    assert too_many.value.code is errors.BAD_REQUEST
+    assert f"more than {ROUTES_NAMES_MAX}" in too_many.value.message
 
 
 async def test_topics_and_groups_list_by_cluster(nameserver: NameserverService) -> None:

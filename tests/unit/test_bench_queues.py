@@ -49,6 +49,26 @@ def test_a_stopped_map_drops_the_calls_not_started() -> None:
     assert map_stoppable(lambda i: i * 2, 5, 2) == [0, 2, 4, 6, 8]
 
 
+def test_a_long_map_reports_its_progress_while_calls_remain() -> None:
+    reported: list[int] = []
+    first_done = threading.Event()
+
+    def call(index: int) -> int:
+        if index == 1:  # ends only once progress saw call 0 finished
+            assert first_done.wait(5)
+        return index * 2
+
+    def progress(done: int, seconds: float) -> None:
+        assert seconds >= 0
+        reported.append(done)
+        if done == 1:
+            first_done.set()
+
+    assert map_stoppable(call, 2, 2, progress, every_s=0.01) == [0, 2]
+    assert reported[-1:] == [1]
+    assert set(reported) <= {0, 1}
+
+
 def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """Refused before any cluster starts (in process: the command's own parser)."""
     with pytest.raises(SystemExit) as exited:

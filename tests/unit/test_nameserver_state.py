@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -212,11 +213,12 @@ def test_restore_then_apply_equals_apply(commands: list[c.Command], data: st.Dat
 
 @settings(max_examples=100, deadline=None)
 @given(SEQUENCES, st.data())
-def test_no_topic_changes_after_the_topics_revision(
+def test_no_topic_changes_after_the_topics_revision_and_counts_kept(
     commands: list[c.Command], data: st.DataObject
 ) -> None:
     """What a topic list's ``unchanged_since`` relies on: the topics at any revision
-    from ``topics_revision`` on are the topics now, restored or not."""
+    from ``topics_revision`` on are the topics now, restored or not; and the
+    per-cluster counts the metrics read equal the tables'."""
     split = data.draw(st.integers(0, len(commands)), label="split")
     state = MetadataState(history_max=1_000_000)
     topics_at: dict[int, tuple[object, ...]] = {0: ()}
@@ -226,6 +228,11 @@ def test_no_topic_changes_after_the_topics_revision(
         run(state, command)
         topics_at[state.revision] = state.topics()
         assert state.topics_revision <= state.revision
+        # The counts kept as topics and groups come and go are the tables' counts.
+        assert state.counts_by_cluster() == (
+            Counter(topic.cluster for topic in state.topics()),
+            Counter(group.cluster for group in state.consumer_groups()),
+        )
         for revision, topics in topics_at.items():
             if revision >= state.topics_revision:
                 assert topics == state.topics(), (revision, state.topics_revision)

@@ -198,6 +198,27 @@ async def test_concurrent_sends_to_one_queue_coalesce(world: World) -> None:
     assert [r[0].offset for r in results] == [0, 1, 2, 3, 4, 5]
 
 
+async def test_a_sender_that_gives_up_mid_append_strands_no_one(world: World) -> None:
+    store = SlowStore(world.clock)
+    coalescer = AppendCoalescer(store)
+    producer = ProducerProcessor(world.metadata, store, world.clock, coalescer=coalescer)
+    queue = QueueRef("one", 0)
+    first = asyncio.create_task(producer.send([_msg("one", 0)]))
+    await async_wait_until(lambda: store.batches == [1], what="the first append")
+    rest = [asyncio.create_task(producer.send([_msg("one", i)])) for i in (1, 2)]
+    await async_wait_until(lambda: coalescer.pending_messages(queue) == 2, what="sends waiting")
+    first.cancel()  # its append was its own task's: the waiting ones go on without it
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    store.release.set()
+    results = await asyncio.gather(*rest)
+    assert store.batches == [1, 2]
+    assert [r[0].offset for r in results] == [0, 1]  # the given-up append never stored
+    assert coalescer.pending_messages(queue) == 0
+    (again,) = await producer.send([_msg("one", 3)])  # idle again: appended at once
+    assert (store.batches[-1], again.offset) == (1, 2)
+
+
 async def test_under_load_sends_to_one_queue_join_its_forming_append(world: World) -> None:
     store = SlowStore(world.clock)
     coalescer = AppendCoalescer(store)

@@ -259,6 +259,16 @@ ANGELIA_VALUES: list[tuple[str, object]] = [
             9,
         ),
     ),
+    ("names-request", ns.NamesRequest(["t", "u"])),
+    (
+        "routes-response",
+        ns.RoutesResponse(
+            [
+                ns.TopicRouted(ns.RouteResponse(ns.TopicInfo("t", "c1", 1, 1, 1000, 6), [], 9)),
+                ns.TopicRouted(None, WireError(7, "topic 'u' does not exist", False, "")),
+            ]
+        ),
+    ),
     ("report-leaders-response", ns.ReportLeadersResponse([True, False], 9)),
     ("list-request-unchanged-since", ns.ListRequest("c1", 7)),
     ("topic-list-response-unchanged", ns.TopicListResponse([], 9, True)),
@@ -377,6 +387,11 @@ GOLDEN_HEX: dict[str, str] = {
     "angelia/append-queues-request": "919294a66f72646572730390c40392010294a1740090c400",
     "angelia/append-queues-response": (
         "91929294900591a36d2d3128c092c09428ae6e6f7420746865206c6561646572c3a3683a31"
+    ),
+    "angelia/names-request": "9192a174a175",
+    "angelia/routes-response": (
+        "919292939aa174a263310101cd03e806000000c29009c092c09407b8746f7069632027752720646f"
+        "6573206e6f74206578697374c2a0"
     ),
     "angelia/read-response": (
         "96919328059ea66f726465727303a36d2d31c404626f6479a47461674191a26b31a26d6781a161a1"
