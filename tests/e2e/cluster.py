@@ -55,9 +55,17 @@ class Process:
         self.env = env
         self.popen: subprocess.Popen[bytes] | None = None
         self.endpoint = ""
+        self._ready_fd: int | None = None  # the ready pipe's end, from spawn to wait_ready
+        self._ready_deadline = 0.0
 
     def start(self) -> str:
         """Start the process and wait for its ready line; the endpoint it reported."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the process; :meth:`wait_ready` then waits for its ready line (so
+        processes that do not need each other can start together)."""
         read_fd, write_fd = os.pipe()
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
@@ -68,11 +76,19 @@ class Process:
                 pass_fds=(write_fd,),
             )
         os.close(write_fd)
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        self._ready_fd = read_fd
+        self._ready_deadline = time.monotonic() + READY_TIMEOUT_S
+
+    def wait_ready(self) -> str:
+        """Wait for the ready line of the process :meth:`spawn` started (at most
+        ``READY_TIMEOUT_S`` from its start); the endpoint it reported."""
+        assert self.popen is not None, f"{self.name} was not spawned"
+        assert self._ready_fd is not None, f"{self.name}: wait_ready once per spawn"
+        read_fd, self._ready_fd = self._ready_fd, None
         data = b""
         try:
             while b"\n" not in data:
-                remaining = deadline - time.monotonic()
+                remaining = self._ready_deadline - time.monotonic()
                 if remaining <= 0 or self.popen.poll() is not None:
                     raise RuntimeError(
                         f"{self.name} did not become ready:\n{self.log_path.read_text()[-4000:]}"
@@ -96,9 +112,20 @@ class Process:
 
     def stop(self) -> int | None:
         """SIGTERM and wait; the exit code (None if it had to be killed)."""
-        if self.popen is None or self.popen.poll() is not None:
-            return None if self.popen is None else self.popen.returncode
-        self.popen.terminate()
+        self.terminate()
+        return self.wait_stopped()
+
+    def terminate(self) -> None:
+        """Send SIGTERM if it runs; :meth:`wait_stopped` then waits for the exit (so
+        processes can stop together)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.terminate()
+
+    def wait_stopped(self) -> int | None:
+        """Wait for the exit :meth:`terminate` asked for (SIGKILL after 20 s); the exit
+        code (None if it had to be killed or never started)."""
+        if self.popen is None:
+            return None
         try:
             return self.popen.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -199,7 +226,9 @@ class LocalCluster:
         return process
 
     def start(self) -> None:
-        """Start every process, in dependency order, each once the previous is ready."""
+        """Start every process in dependency order: the nameservers one by one, then
+        the storage nodes together, then the brokers, each role once the previous is
+        ready."""
         self.root.mkdir(parents=True, exist_ok=True)
         for node in range(1, len(self.nameserver_addresses) + 1):
             self.start_nameserver(node)
@@ -219,8 +248,11 @@ class LocalCluster:
                 *WAL_SEGMENT_FLAGS,
                 *self.storage_flags,
             )
-            process.start()
+            process.spawn()
             self.storage[node] = process
+        # The storage nodes need only the nameserver: they start together.
+        for process in self.storage.values():
+            process.wait_ready()
         for _ in range(self.broker_count):
             self.add_broker()
 
@@ -251,12 +283,14 @@ class LocalCluster:
         return int(self.brokers[index].endpoint.rpartition(":")[2])
 
     def stop(self) -> dict[str, int | None]:
-        """Stop everything (brokers first); each process's exit code."""
+        """Stop everything, a role at a time (brokers, storage nodes, nameservers), the
+        processes of a role together; each process's exit code."""
         codes: dict[str, int | None] = {}
-        for process in [*self.brokers, *self.storage.values()]:
-            codes[process.name] = process.stop()
-        for process in self.nameservers.values():
-            codes[process.name] = process.stop()
+        for role in (self.brokers, list(self.storage.values()), list(self.nameservers.values())):
+            for process in role:
+                process.terminate()
+            for process in role:
+                codes[process.name] = process.wait_stopped()
         return codes
 
     # -- metadata through the nameserver, as `rip5 admin` does it ------------------------

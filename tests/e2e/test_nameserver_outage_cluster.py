@@ -68,6 +68,7 @@ class Traffic:
     received: dict[str, tuple[int, float]] = field(default_factory=dict)  # id -> (queue, time)
     send_failures: int = 0
     threads: list[threading.Thread] = field(default_factory=list)
+    receiving: grpc.Call | None = None  # the consumer's long poll under way, if any
 
     def start(self) -> None:
         self.sending.set()
@@ -118,7 +119,8 @@ class Traffic:
         receive.long_polling_timeout.FromSeconds(5)
         while not self.stopping.is_set():
             try:
-                responses = list(self.stub.ReceiveMessage(receive, metadata=META, timeout=20))
+                self.receiving = self.stub.ReceiveMessage(receive, metadata=META, timeout=20)
+                responses = list(self.receiving)
             except grpc.RpcError:
                 continue
             messages = [r.message for r in responses if r.WhichOneof("content") == "message"]
@@ -152,7 +154,10 @@ class Traffic:
         return sent, got
 
     def stop(self) -> None:
+        """Stop the threads; the consumer's long poll is cancelled, not waited out."""
         self.stopping.set()
+        if (receiving := self.receiving) is not None:
+            receiving.cancel()
         for thread in self.threads:
             thread.join(timeout=30)
 

@@ -31,7 +31,11 @@ from rip5.chaos.schedule import KINDS, FaultStep
 from rip5.chaos.workload import MODELS, Client, Recorder, Workload
 from tests.waiting import async_wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(240)]
+# Not `alone`: the runs last a fixed time and their bounds are correctness (nothing
+# lost, duplicated, early or out of order) or far below what a loaded machine still
+# delivers (e.g. acked > 100 of ~1,000 sent); the whole file passed three runs in a row
+# beside a busy-looping process on a 2-core machine shared with other clusters.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def chaos(out_dir: Path, drain_s: float = 20.0, **options: object) -> tuple[Verdict, str]:

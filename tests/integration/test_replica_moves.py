@@ -44,11 +44,18 @@ QUEUES = 6
 MESSAGES_PER_QUEUE = 5
 EVACUATE_AFTER_MS = 4000
 MOVES_TIMEOUT_S = 120.0
+# Each step of a move waits for the group leader's next heartbeat and the nameserver
+# leader's next sweep (500 ms each by default): at 100 ms this module's moves take about
+# a quarter of the time. What it checks (where the replicas end up, every message on each)
+# does not depend on the pace. test_storage_elasticity keeps the defaults: its fsync and
+# append p99 figures are per heartbeat.
+QUICK_SWEEPS = ("--expire-interval-ms", "100")
+QUICK_HEARTBEATS = ("--heartbeat-interval-ms", "100")
 LOG_LEVEL = os.environ.get("RIP5_TEST_LOG_LEVEL", "warning")  # "info" shows every move step
 
 
 @contextlib.asynccontextmanager
-async def _nameserver(root: Path) -> AsyncIterator[str]:
+async def _nameserver(root: Path, nameserver_flags: tuple[str, ...] = ()) -> AsyncIterator[str]:
     address = f"127.0.0.1:{free_port()}"
     read_fd, write_fd = os.pipe()
     args = [
@@ -59,6 +66,7 @@ async def _nameserver(root: Path) -> AsyncIterator[str]:
         *("--data-dir", str(root / "nameserver"), "--log-level", LOG_LEVEL),
         *("--listen", address, "--groups", str(GROUPS)),
         *("--evacuate-after-ms", str(EVACUATE_AFTER_MS), "--moves-max", "4"),
+        *nameserver_flags,
     ]
     try:
         process = await asyncio.create_subprocess_exec(
@@ -178,10 +186,16 @@ class Moves:
 
 
 @contextlib.asynccontextmanager
-async def four_node_cluster(root: Path, started: tuple[int, ...]) -> AsyncIterator[Moves]:
+async def four_node_cluster(
+    root: Path,
+    started: tuple[int, ...],
+    nameserver_flags: tuple[str, ...] = (),
+    storage_flags: tuple[str, ...] = (),
+) -> AsyncIterator[Moves]:
     """A nameserver and room for storage nodes 1-4 under ``root``; the ``started``
-    ones run (the others can be started later)."""
-    async with _nameserver(root) as nameserver:
+    ones run (the others can be started later); more flags of the nameserver and of
+    every storage node."""
+    async with _nameserver(root, nameserver_flags) as nameserver:
         storage = LocalStorageCluster(
             root,
             nodes=4,
@@ -189,6 +203,7 @@ async def four_node_cluster(root: Path, started: tuple[int, ...]) -> AsyncIterat
             nameserver=nameserver,
             static=False,
             log_level=LOG_LEVEL,
+            flags=storage_flags,
         )
         client = NameserverClient([nameserver])
         try:
@@ -201,7 +216,7 @@ async def four_node_cluster(root: Path, started: tuple[int, ...]) -> AsyncIterat
 
 @pytest.fixture
 async def moves(tmp_path: Path) -> AsyncIterator[Moves]:
-    async with four_node_cluster(tmp_path, (1, 2, 3)) as cluster:
+    async with four_node_cluster(tmp_path, (1, 2, 3), QUICK_SWEEPS, QUICK_HEARTBEATS) as cluster:
         yield cluster
 
 
