@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -126,20 +126,29 @@ def map_stoppable(
     When it fails (or the run is stopped), the calls not started are cancelled
     rather than waited for; those under way end by themselves. ``progress(done,
     seconds)``, if given, is called every ``every_s`` while calls remain, with the
-    calls finished so far and the seconds since the start (from the main thread)."""
+    calls finished so far and the seconds since the start (from the main thread).
+
+    The results are awaited one by one, in order (``Future.result`` with a
+    timeout), never with ``concurrent.futures.wait``: a signal's exception raised
+    while ``wait`` holds every future's lock would leave some held, and the
+    workers, which take a future's lock to hand over their result, would hang."""
     pool = ThreadPoolExecutor(workers)
     started = time.monotonic()
+    report_at = started + every_s
     try:
         futures = [pool.submit(function, i) for i in range(count)]
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=every_s, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                if (error := future.exception()) is not None:
-                    raise error
-            if pending and progress is not None:
-                progress(count - len(pending), time.monotonic() - started)
-        results = [future.result() for future in futures]
+        results: list[T] = []
+        for future in futures:
+            while True:
+                try:
+                    results.append(future.result(timeout=max(0.0, report_at - time.monotonic())))
+                    break
+                except TimeoutError:
+                    if future.done():  # the call itself raised TimeoutError
+                        raise
+                    if progress is not None:
+                        progress(sum(map(Future.done, futures)), time.monotonic() - started)
+                    report_at = time.monotonic() + every_s
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise

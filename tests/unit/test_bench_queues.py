@@ -69,6 +69,26 @@ def test_a_long_map_reports_its_progress_while_calls_remain() -> None:
     assert set(reported) <= {0, 1}
 
 
+def test_a_map_stopped_in_the_main_thread_leaves_its_workers_free() -> None:
+    """A stop raised while the main thread waits (as the signal handler raises it) ends
+    the map; the call under way still hands over its result and ends."""
+    release = threading.Event()
+    ended = threading.Event()
+
+    def call(index: int) -> int:
+        release.wait(5)
+        ended.set()
+        return index
+
+    def progress(done: int, seconds: float) -> None:
+        release.set()
+        raise BenchStopped(signal.SIGTERM)
+
+    with pytest.raises(BenchStopped):
+        map_stoppable(call, 100, 1, progress, every_s=0.01)
+    assert ended.wait(5)
+
+
 def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """Refused before any cluster starts (in process: the command's own parser)."""
     with pytest.raises(SystemExit) as exited:
