@@ -11,6 +11,7 @@ PURE.
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -61,6 +62,16 @@ class PartitionQueries:
         self.clock_ms = 0
         self.grown_queues: set[QueueId] = set()
         self._queues: dict[QueueId, QueueIndex] = {}
+        # The truncate floor's index over the queues, kept so that a floor query costs
+        # the queues changed since the last one, not the queues held. Invariant:
+        # unless ``_floor_rebuild``, every queue with entries that is not in
+        # ``_floor_dirty`` has ``(its min_log_index, queue)`` in ``_floor_heap``;
+        # other heap items are stale (queue gone or its minimum moved) and are
+        # dropped when they reach the top. Apply marks a queue dirty whenever its
+        # entries change (append, trim, topic drop); a restored state rebuilds.
+        self._floor_heap: list[tuple[int, QueueId]] = []
+        self._floor_dirty: set[QueueId] = set()
+        self._floor_rebuild = True
         self._groups: dict[GroupQueueKey, GroupQueue] = {}
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
@@ -202,10 +213,65 @@ class PartitionQueries:
 
         Log entries below it hold no message anyone can read: with a snapshot
         at or after it, the log may be truncated there. None: nothing is
-        referenced. Costs a pass over the held and half messages and one look
-        at each queue (a queue trimmed since its last look is passed over once);
-        call it when planning truncation, not per request.
+        referenced. Costs a pass over the held and half messages and, for the
+        queues, amortized O(log n) per queue changed since the last call (a kept
+        lazy min-heap; idle queues cost nothing); call it when planning
+        truncation, not per request.
         """
+        indexes = [half.log_index for half in self._halves]
+        indexes += [held.log_index for held in self._timers.unordered()]
+        least = self._queues_min_log_index()
+        if least is not None:
+            indexes.append(least)
+        return min(indexes, default=None)
+
+    def _queues_min_log_index(self) -> int | None:
+        """The least log index any queue entry names (None: no entries): the lazy
+        heap's top after the dirty queues are pushed again and stale items popped.
+        Amortized O(log n) per queue changed since the last call; a rebuild (after a
+        restore, or once stale items outnumber a quarter of the queues) is one pass."""
+        stale_max = max(64, len(self._queues) // 4)
+        if self._floor_rebuild or len(self._floor_heap) > len(self._queues) + stale_max:
+            self._rebuild_floor_heap()
+        heap = self._floor_heap
+        if self._floor_dirty:
+            queues = self._queues
+            for queue in self._floor_dirty:
+                index = queues.get(queue)
+                least = None if index is None else index.min_log_index()
+                if least is not None:
+                    heapq.heappush(heap, (least, queue))
+            self._floor_dirty.clear()
+        while heap:
+            least, queue = heap[0]
+            index = self._queues.get(queue)
+            if index is not None and index.min_log_index() == least:
+                return least
+            heapq.heappop(heap)
+        return None
+
+    def _floor_changed(self, queue: QueueId) -> None:
+        """Note that ``queue``'s entries changed (apply calls it on every append and trim):
+        the next floor query looks at it again. Nothing is kept before the first query
+        (it rebuilds), so a state nobody asks keeps no set of changed queues."""
+        if not self._floor_rebuild:
+            self._floor_dirty.add(queue)
+
+    def _rebuild_floor_heap(self) -> None:
+        """The floor heap afresh from every queue (one pass; no stale items)."""
+        heap: list[tuple[int, QueueId]] = []
+        for queue, index in self._queues.items():
+            least = index.min_log_index()
+            if least is not None:
+                heap.append((least, queue))
+        heapq.heapify(heap)
+        self._floor_heap = heap
+        self._floor_dirty.clear()
+        self._floor_rebuild = False
+
+    def min_log_index_referenced_by_walk(self) -> int | None:
+        """:meth:`min_log_index_referenced` by a pass over every queue (the oracle the
+        tests check the kept index against)."""
         mins = [index.min_log_index() for index in self._queues.values()]
         indexes = [least for least in mins if least is not None]
         indexes += [half.log_index for half in self._halves]
@@ -294,6 +360,13 @@ class PartitionQueries:
                 )
             if any(entry.log_index > self.applied_index for entry in index):
                 raise AssertionError(f"{queue} indexes an entry after the applied index")
+        if not self._floor_rebuild:
+            kept = set(self._floor_heap)
+            for queue, index in self._queues.items():
+                least = index.min_log_index()
+                dirty = queue in self._floor_dirty
+                if least is not None and not dirty and (least, queue) not in kept:
+                    raise AssertionError(f"{queue} minimum {least} missing from the floor heap")
         for held in self._timers:
             if held.due_ms <= self.clock_ms:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")

@@ -216,6 +216,7 @@ class PartitionState(PartitionQueries):
         if index is None:
             index = self._queues[queue_key(*queue)] = QueueIndex()
         self.grown_queues.add(queue)
+        self._floor_changed(queue)
         return index.append(entry)
 
     # ------------------------------------------------------------------ append
@@ -310,6 +311,7 @@ class PartitionState(PartitionQueries):
             if index is None:
                 index = self._queues[queue_key(topic, queue_id)] = QueueIndex()
             self.grown_queues.add(queue)
+            self._floor_changed(queue)
             ids = message_ids[start:end]
             first = index.append_run(
                 log_index,
@@ -563,6 +565,7 @@ class PartitionState(PartitionQueries):
         if index is None:
             return TrimQueueResult(0)
         first = index.trim(command.before_offset)
+        self._floor_changed((command.topic, command.queue_id))
         self._trim_groups((command.topic, command.queue_id))
         return TrimQueueResult(first)
 
