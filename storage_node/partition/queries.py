@@ -72,6 +72,9 @@ class PartitionQueries:
         self._floor_heap: list[tuple[int, QueueId]] = []
         self._floor_dirty: set[QueueId] = set()
         self._floor_rebuild = True
+        # The messages in the queues (sum of end - first offsets), kept by apply so the
+        # gauges need no walk; a restore recounts (:meth:`recount_messages`).
+        self._messages_held = 0
         self._groups: dict[GroupQueueKey, GroupQueue] = {}
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
@@ -109,6 +112,18 @@ class PartitionQueries:
         FIFO message group they block being released, a change of invisibility)."""
         group_queue = self._groups.get((group, topic, queue_id))
         return 0 if group_queue is None else len(group_queue.leases)
+
+    def queue_count(self) -> int:
+        """How many queues hold or held a message (and were not dropped)."""
+        return len(self._queues)
+
+    def message_count(self) -> int:
+        """How many messages the queues hold (trimmed ones not counted): kept, O(1)."""
+        return self._messages_held
+
+    def recount_messages(self) -> None:
+        """Count the queues' messages afresh (a restore, which fills the queues directly)."""
+        self._messages_held = sum(i.end_offset - i.first_offset for i in self._queues.values())
 
     def queue_ids(self) -> list[QueueId]:
         """Every queue with at least one message, sorted."""
@@ -367,6 +382,9 @@ class PartitionQueries:
                 dirty = queue in self._floor_dirty
                 if least is not None and not dirty and (least, queue) not in kept:
                     raise AssertionError(f"{queue} minimum {least} missing from the floor heap")
+        counted = sum(index.end_offset - index.first_offset for index in self._queues.values())
+        if counted != self._messages_held:
+            raise AssertionError(f"{self._messages_held} messages kept, {counted} held")
         for held in self._timers:
             if held.due_ms <= self.clock_ms:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
