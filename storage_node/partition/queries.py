@@ -63,14 +63,17 @@ class PartitionQueries:
         self.grown_queues: set[QueueId] = set()
         self._queues: dict[QueueId, QueueIndex] = {}
         # The truncate floor's index over the queues, kept so that a floor query costs
-        # the queues changed since the last one, not the queues held. Invariant:
-        # unless ``_floor_rebuild``, every queue with entries that is not in
-        # ``_floor_dirty`` has ``(its min_log_index, queue)`` in ``_floor_heap``;
-        # other heap items are stale (queue gone or its minimum moved) and are
-        # dropped when they reach the top. Apply marks a queue dirty whenever its
-        # entries change (append, trim, topic drop); a restored state rebuilds.
-        self._floor_heap: list[tuple[int, QueueId]] = []
-        self._floor_dirty: set[QueueId] = set()
+        # the queues changed since the last one, not the queues held. Unless
+        # ``_floor_rebuild``: ``_floor_counts`` maps each least log index to how many
+        # queues have it as their minimum, as of the last query (a queue changed since
+        # is in ``_floor_dirty`` with its minimum then, None: empty or new);
+        # ``_floor_heap`` holds every key of the counts, and stale values (count gone to
+        # 0) dropped when they reach the top. Per distinct minimum, not per queue: the
+        # queues of one APPEND entry share theirs. Apply notes a queue before changing
+        # its entries (append, trim, topic drop); a restored state rebuilds.
+        self._floor_counts: dict[int, int] = {}
+        self._floor_heap: list[int] = []
+        self._floor_dirty: dict[QueueId, int | None] = {}
         self._floor_rebuild = True
         # The messages in the queues (sum of end - first offsets), kept by apply so the
         # gauges need no walk; a restore recounts (:meth:`recount_messages`).
@@ -241,46 +244,56 @@ class PartitionQueries:
         return min(indexes, default=None)
 
     def _queues_min_log_index(self) -> int | None:
-        """The least log index any queue entry names (None: no entries): the lazy
-        heap's top after the dirty queues are pushed again and stale items popped.
-        Amortized O(log n) per queue changed since the last call; a rebuild (after a
-        restore, or once stale items outnumber a quarter of the queues) is one pass."""
-        stale_max = max(64, len(self._queues) // 4)
-        if self._floor_rebuild or len(self._floor_heap) > len(self._queues) + stale_max:
-            self._rebuild_floor_heap()
-        heap = self._floor_heap
-        if self._floor_dirty:
-            queues = self._queues
-            for queue in self._floor_dirty:
-                index = queues.get(queue)
-                least = None if index is None else index.min_log_index()
-                if least is not None:
-                    heapq.heappush(heap, (least, queue))
-            self._floor_dirty.clear()
-        while heap:
-            least, queue = heap[0]
-            index = self._queues.get(queue)
-            if index is not None and index.min_log_index() == least:
-                return least
+        """The least log index any queue entry names (None: no entries): the counts
+        brought up to date for the queues changed since the last call, then the
+        heap's least value still counted. Amortized O(log n) per queue changed; a
+        rebuild (after a restore, or once stale values outnumber the counted ones
+        and 64) is one pass."""
+        if self._floor_rebuild:
+            self._rebuild_floor()
+        counts, heap, queues = self._floor_counts, self._floor_heap, self._queues
+        for queue, old in self._floor_dirty.items():
+            index = queues.get(queue)
+            new = None if index is None else index.min_log_index()
+            if old == new:
+                continue
+            if old is not None:
+                left = counts[old] - 1
+                if left:
+                    counts[old] = left
+                else:
+                    del counts[old]
+            if new is not None:
+                had = counts.get(new, 0)
+                counts[new] = had + 1
+                if not had:
+                    heapq.heappush(heap, new)
+        self._floor_dirty.clear()
+        if len(heap) > 2 * len(counts) + 64:
+            heap[:] = counts
+            heapq.heapify(heap)
+        while heap and heap[0] not in counts:
             heapq.heappop(heap)
-        return None
+        return heap[0] if heap else None
 
-    def _floor_changed(self, queue: QueueId) -> None:
-        """Note that ``queue``'s entries changed (apply calls it on every append and trim):
-        the next floor query looks at it again. Nothing is kept before the first query
-        (it rebuilds), so a state nobody asks keeps no set of changed queues."""
-        if not self._floor_rebuild:
-            self._floor_dirty.add(queue)
+    def _floor_changed(self, queue: QueueId, index: QueueIndex) -> None:
+        """Note, BEFORE its entries change (apply calls it on every append, trim and
+        drop), that ``queue`` may get another minimum: the next floor query looks at it
+        again. Nothing is kept before the first query (it rebuilds), so a state nobody
+        asks keeps no changed queues."""
+        if not self._floor_rebuild and queue not in self._floor_dirty:
+            self._floor_dirty[queue] = index.min_log_index()
 
-    def _rebuild_floor_heap(self) -> None:
-        """The floor heap afresh from every queue (one pass; no stale items)."""
-        heap: list[tuple[int, QueueId]] = []
-        for queue, index in self._queues.items():
+    def _rebuild_floor(self) -> None:
+        """The floor counts and heap afresh from every queue (one pass; nothing stale)."""
+        counts: dict[int, int] = {}
+        for index in self._queues.values():
             least = index.min_log_index()
             if least is not None:
-                heap.append((least, queue))
-        heapq.heapify(heap)
-        self._floor_heap = heap
+                counts[least] = counts.get(least, 0) + 1
+        self._floor_counts = counts
+        self._floor_heap = list(counts)
+        heapq.heapify(self._floor_heap)
         self._floor_dirty.clear()
         self._floor_rebuild = False
 
@@ -376,12 +389,20 @@ class PartitionQueries:
             if any(entry.log_index > self.applied_index for entry in index):
                 raise AssertionError(f"{queue} indexes an entry after the applied index")
         if not self._floor_rebuild:
-            kept = set(self._floor_heap)
+            expected: dict[int, int] = {}
             for queue, index in self._queues.items():
-                least = index.min_log_index()
-                dirty = queue in self._floor_dirty
-                if least is not None and not dirty and (least, queue) not in kept:
-                    raise AssertionError(f"{queue} minimum {least} missing from the floor heap")
+                least = (
+                    self._floor_dirty[queue]
+                    if queue in self._floor_dirty
+                    else index.min_log_index()
+                )
+                if least is not None:
+                    expected[least] = expected.get(least, 0) + 1
+            for queue, least in self._floor_dirty.items():
+                if queue not in self._queues and least is not None:
+                    expected[least] = expected.get(least, 0) + 1
+            if expected != self._floor_counts or not expected.keys() <= set(self._floor_heap):
+                raise AssertionError("the floor counts differ from the queues' minimums")
         counted = sum(index.end_offset - index.first_offset for index in self._queues.values())
         if counted != self._messages_held:
             raise AssertionError(f"{self._messages_held} messages kept, {counted} held")
