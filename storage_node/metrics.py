@@ -324,8 +324,7 @@ class _QueueWalk:
         self.consumers = ConsumerSums()
 
     def add(self, state: PartitionQueries) -> None:
-        """Add the queues of one group's state."""
-        for topic, queue_id in state.queue_ids():
-            self.queues += 1
-            self.messages += state.end_offset(topic, queue_id) - state.first_offset(topic, queue_id)
+        """Add the queues of one group's state (their counts are kept by the state)."""
+        self.queues += state.queue_count()
+        self.messages += state.message_count()
         self.consumers.add(state)

@@ -11,6 +11,7 @@ PURE.
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -61,6 +62,22 @@ class PartitionQueries:
         self.clock_ms = 0
         self.grown_queues: set[QueueId] = set()
         self._queues: dict[QueueId, QueueIndex] = {}
+        # The truncate floor's index over the queues, kept so that a floor query costs
+        # the queues changed since the last one, not the queues held. Unless
+        # ``_floor_rebuild``: ``_floor_counts`` maps each least log index to how many
+        # queues have it as their minimum, as of the last query (a queue changed since
+        # is in ``_floor_dirty`` with its minimum then, None: empty or new);
+        # ``_floor_heap`` holds every key of the counts, and stale values (count gone to
+        # 0) dropped when they reach the top. Per distinct minimum, not per queue: the
+        # queues of one APPEND entry share theirs. Apply notes a queue before changing
+        # its entries (append, trim, topic drop); a restored state rebuilds.
+        self._floor_counts: dict[int, int] = {}
+        self._floor_heap: list[int] = []
+        self._floor_dirty: dict[QueueId, int | None] = {}
+        self._floor_rebuild = True
+        # The messages in the queues (sum of end - first offsets), kept by apply so the
+        # gauges need no walk; a restore recounts (:meth:`recount_messages`).
+        self._messages_held = 0
         self._groups: dict[GroupQueueKey, GroupQueue] = {}
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
@@ -98,6 +115,18 @@ class PartitionQueries:
         FIFO message group they block being released, a change of invisibility)."""
         group_queue = self._groups.get((group, topic, queue_id))
         return 0 if group_queue is None else len(group_queue.leases)
+
+    def queue_count(self) -> int:
+        """How many queues hold or held a message (and were not dropped)."""
+        return len(self._queues)
+
+    def message_count(self) -> int:
+        """How many messages the queues hold (trimmed ones not counted): kept, O(1)."""
+        return self._messages_held
+
+    def recount_messages(self) -> None:
+        """Count the queues' messages afresh (a restore, which fills the queues directly)."""
+        self._messages_held = sum(i.end_offset - i.first_offset for i in self._queues.values())
 
     def queue_ids(self) -> list[QueueId]:
         """Every queue with at least one message, sorted."""
@@ -202,10 +231,75 @@ class PartitionQueries:
 
         Log entries below it hold no message anyone can read: with a snapshot
         at or after it, the log may be truncated there. None: nothing is
-        referenced. Costs a pass over the held and half messages and one look
-        at each queue (a queue trimmed since its last look is passed over once);
-        call it when planning truncation, not per request.
+        referenced. Costs a pass over the held and half messages and, for the
+        queues, amortized O(log n) per queue changed since the last call (a kept
+        lazy min-heap; idle queues cost nothing); call it when planning
+        truncation, not per request.
         """
+        indexes = [half.log_index for half in self._halves]
+        indexes += [held.log_index for held in self._timers.unordered()]
+        least = self._queues_min_log_index()
+        if least is not None:
+            indexes.append(least)
+        return min(indexes, default=None)
+
+    def _queues_min_log_index(self) -> int | None:
+        """The least log index any queue entry names (None: no entries): the counts
+        brought up to date for the queues changed since the last call, then the
+        heap's least value still counted. Amortized O(log n) per queue changed; a
+        rebuild (after a restore, or once stale values outnumber the counted ones
+        and 64) is one pass."""
+        if self._floor_rebuild:
+            self._rebuild_floor()
+        counts, heap, queues = self._floor_counts, self._floor_heap, self._queues
+        for queue, old in self._floor_dirty.items():
+            index = queues.get(queue)
+            new = None if index is None else index.min_log_index()
+            if old == new:
+                continue
+            if old is not None:
+                left = counts[old] - 1
+                if left:
+                    counts[old] = left
+                else:
+                    del counts[old]
+            if new is not None:
+                had = counts.get(new, 0)
+                counts[new] = had + 1
+                if not had:
+                    heapq.heappush(heap, new)
+        self._floor_dirty.clear()
+        if len(heap) > 2 * len(counts) + 64:
+            heap[:] = counts
+            heapq.heapify(heap)
+        while heap and heap[0] not in counts:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def _floor_changed(self, queue: QueueId, index: QueueIndex) -> None:
+        """Note, BEFORE its entries change (apply calls it on every append, trim and
+        drop), that ``queue`` may get another minimum: the next floor query looks at it
+        again. Nothing is kept before the first query (it rebuilds), so a state nobody
+        asks keeps no changed queues."""
+        if not self._floor_rebuild and queue not in self._floor_dirty:
+            self._floor_dirty[queue] = index.min_log_index()
+
+    def _rebuild_floor(self) -> None:
+        """The floor counts and heap afresh from every queue (one pass; nothing stale)."""
+        counts: dict[int, int] = {}
+        for index in self._queues.values():
+            least = index.min_log_index()
+            if least is not None:
+                counts[least] = counts.get(least, 0) + 1
+        self._floor_counts = counts
+        self._floor_heap = list(counts)
+        heapq.heapify(self._floor_heap)
+        self._floor_dirty.clear()
+        self._floor_rebuild = False
+
+    def min_log_index_referenced_by_walk(self) -> int | None:
+        """:meth:`min_log_index_referenced` by a pass over every queue (the oracle the
+        tests check the kept index against)."""
         mins = [index.min_log_index() for index in self._queues.values()]
         indexes = [least for least in mins if least is not None]
         indexes += [half.log_index for half in self._halves]
@@ -294,6 +388,24 @@ class PartitionQueries:
                 )
             if any(entry.log_index > self.applied_index for entry in index):
                 raise AssertionError(f"{queue} indexes an entry after the applied index")
+        if not self._floor_rebuild:
+            expected: dict[int, int] = {}
+            for queue, index in self._queues.items():
+                least = (
+                    self._floor_dirty[queue]
+                    if queue in self._floor_dirty
+                    else index.min_log_index()
+                )
+                if least is not None:
+                    expected[least] = expected.get(least, 0) + 1
+            for queue, least in self._floor_dirty.items():
+                if queue not in self._queues and least is not None:
+                    expected[least] = expected.get(least, 0) + 1
+            if expected != self._floor_counts or not expected.keys() <= set(self._floor_heap):
+                raise AssertionError("the floor counts differ from the queues' minimums")
+        counted = sum(index.end_offset - index.first_offset for index in self._queues.values())
+        if counted != self._messages_held:
+            raise AssertionError(f"{self._messages_held} messages kept, {counted} held")
         for held in self._timers:
             if held.due_ms <= self.clock_ms:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")

@@ -170,6 +170,7 @@ def _from_wire(wire: object, version: int) -> PartitionState:
             as_int(first_offset, "first offset"),
             [QueueEntry.from_wire(entry) for entry in as_list(entries, "queue entries")],
         )
+    state.recount_messages()
     for item in as_list(groups, "group queues"):
         group, topic, queue_id, group_queue = as_list(item, "group queue", 4)
         key = group_queue_key(

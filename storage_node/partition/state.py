@@ -216,6 +216,8 @@ class PartitionState(PartitionQueries):
         if index is None:
             index = self._queues[queue_key(*queue)] = QueueIndex()
         self.grown_queues.add(queue)
+        self._floor_changed(queue, index)
+        self._messages_held += 1
         return index.append(entry)
 
     # ------------------------------------------------------------------ append
@@ -310,6 +312,7 @@ class PartitionState(PartitionQueries):
             if index is None:
                 index = self._queues[queue_key(topic, queue_id)] = QueueIndex()
             self.grown_queues.add(queue)
+            self._floor_changed(queue, index)
             ids = message_ids[start:end]
             first = index.append_run(
                 log_index,
@@ -318,6 +321,7 @@ class PartitionState(PartitionQueries):
                 tags[start:end],
                 message_groups[start:end],
             )
+            self._messages_held += end - start
             runs.append(QueuedRun(topic, queue_id, ids, first))
             self._dedup.remember_queued(topic, queue_id, ids, first, clock_ms)
         return AppendResult.of_runs(tuple(runs))
@@ -562,7 +566,10 @@ class PartitionState(PartitionQueries):
         index = self._queues.get((command.topic, command.queue_id))
         if index is None:
             return TrimQueueResult(0)
+        held = index.end_offset - index.first_offset
+        self._floor_changed((command.topic, command.queue_id), index)
         first = index.trim(command.before_offset)
+        self._messages_held -= held - (index.end_offset - first)
         self._trim_groups((command.topic, command.queue_id))
         return TrimQueueResult(first)
 
@@ -585,7 +592,9 @@ class PartitionState(PartitionQueries):
         messages = 0
         for queue in queues:
             index = self._queues.pop(queue)
+            self._floor_changed(queue, index)
             messages += index.end_offset - index.first_offset
+        self._messages_held -= messages
         consumer_queues = [key for key in self._groups if key[1] == topic]
         for key in consumer_queues:
             del self._groups[key]

@@ -93,6 +93,12 @@ def referenced_by_brute_force(state: PartitionState) -> set[int]:
     return referenced
 
 
+def check_floor(state: PartitionState) -> None:
+    """The kept truncate floor and message count equal a walk over every queue."""
+    assert state.min_log_index_referenced() == state.min_log_index_referenced_by_walk()
+    assert state.message_count() == sum(len(list(index)) for index in state._queues.values())
+
+
 def check_snapshot(state: PartitionState) -> PartitionState:
     """Assert the snapshot is the reference, again from the memo, and after a restore."""
     image = take_snapshot(state)
@@ -102,6 +108,7 @@ def check_snapshot(state: PartitionState) -> PartitionState:
     restored = restore(image)
     assert take_snapshot(restored) == image
     assert restored.referenced_log_indexes() == referenced_by_brute_force(state)
+    check_floor(restored)
     return restored
 
 
@@ -127,6 +134,7 @@ def test_snapshots_from_memos_equal_the_whole_encoding(
                 check_snapshot(state)
             elif item == REFERENCED:
                 assert state.referenced_log_indexes() == referenced_by_brute_force(state)
+                check_floor(state)
             elif item == RESTART:
                 state = check_snapshot(state)
             else:
@@ -135,6 +143,8 @@ def test_snapshots_from_memos_equal_the_whole_encoding(
                 now += elapsed
                 with contextlib.suppress(StorageError):  # rejected: changes no more
                     state.apply_entry(c.encode(at_time(proposed, now)), state.applied_index + 1)
+        check_floor(state)
+        state.check_invariants()  # the floor heap's among them
         check_snapshot(state)
 
 

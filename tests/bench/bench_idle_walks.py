@@ -1,0 +1,101 @@
+"""CPU of a storage node's periodic walks at many idle queues (one process, no I/O).
+
+Run: ``.venv/bin/python -m tests.bench.bench_idle_walks [--queues N] [--runs R]``.
+Builds one partition state with N queues (8 per topic) holding one message
+each, then times, as this process's CPU (``time.process_time``, median of R):
+
+- the truncate floor: the kept counts and heap (``min_log_index_referenced``) after
+  one more message, against the walk over every queue it replaced
+  (``min_log_index_referenced_by_walk``);
+- the queue and message gauges of one group: the kept counts against the walk
+  over every queue they replaced;
+- one retention plan (``storage_node.retention.plan``), which still looks at
+  every queue.
+
+Figures are indicative (a shared machine); docs/scale.md quotes them.
+Not a test: pytest does not collect it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from protocol.records import MessageRecord
+from storage_node import retention
+from storage_node.partition import commands as c
+from storage_node.partition.state import PartitionState
+
+QUEUES_PER_TOPIC = 8
+BATCH = 1_000
+
+
+def idle_state(queues: int) -> PartitionState:
+    """A state with ``queues`` queues of one message each."""
+    state = PartitionState()
+    for start in range(0, queues, BATCH):
+        records = tuple(
+            MessageRecord(f"t{n // QUEUES_PER_TOPIC}", n % QUEUES_PER_TOPIC, f"m{n}", b"x")
+            for n in range(start, min(start + BATCH, queues))
+        )
+        state.apply(c.Append(1_000, records), state.applied_index + 1)
+    return state
+
+
+def median_ms(runs: int, body: Callable[[], object]) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.process_time()
+        body()
+        samples.append(time.process_time() - started)
+    return statistics.median(samples) * 1_000
+
+
+def walked_counts(state: PartitionState) -> tuple[int, int]:
+    """The gauges' (queues, messages) as the metrics walk computed them before."""
+    queues = messages = 0
+    for topic, queue_id in state.queue_ids():
+        queues += 1
+        messages += state.end_offset(topic, queue_id) - state.first_offset(topic, queue_id)
+    return queues, messages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--queues", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    state = idle_state(args.queues)
+    state.min_log_index_referenced()  # the first query builds the heap (one pass)
+
+    def kept_floor() -> None:
+        state.apply(
+            c.Append(1_000, (MessageRecord("t0", 0, "more", b"x"),)), state.applied_index + 1
+        )
+        state.min_log_index_referenced()
+
+    assert state.min_log_index_referenced() == state.min_log_index_referenced_by_walk()
+    assert (state.queue_count(), state.message_count()) == walked_counts(state)
+    limits = {f"t{n}": retention.TopicLimits(3_600_000) for n in range(args.queues // 8 + 1)}
+    figures = {
+        "floor, walk over every queue": median_ms(
+            args.runs, state.min_log_index_referenced_by_walk
+        ),
+        "floor, kept (one append + query)": median_ms(args.runs, kept_floor),
+        "queue/message gauges, walk": median_ms(args.runs, lambda: walked_counts(state)),
+        "queue/message gauges, kept": median_ms(
+            args.runs, lambda: (state.queue_count(), state.message_count())
+        ),
+        "retention plan (walks every queue)": median_ms(
+            args.runs, lambda: retention.plan(state, limits, (), 2_000, lambda _index: 0)
+        ),
+    }
+    print(f"{args.queues:,} idle queues, one message each; CPU ms, median of {args.runs}")
+    for name, ms in figures.items():
+        print(f"  {name:42s} {ms:9.3f}")
+
+
+if __name__ == "__main__":
+    main()
