@@ -297,15 +297,6 @@ class PartitionQueries:
         self._floor_dirty.clear()
         self._floor_rebuild = False
 
-    def min_log_index_referenced_by_walk(self) -> int | None:
-        """:meth:`min_log_index_referenced` by a pass over every queue (the oracle the
-        tests check the kept index against)."""
-        mins = [index.min_log_index() for index in self._queues.values()]
-        indexes = [least for least in mins if least is not None]
-        indexes += [half.log_index for half in self._halves]
-        indexes += [held.log_index for held in self._timers.unordered()]
-        return min(indexes, default=None)
-
     def referenced_log_indexes(self) -> set[int]:
         """Every log index a queue entry, half message or held message names.
 
