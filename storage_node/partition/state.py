@@ -214,9 +214,12 @@ class PartitionState(PartitionQueries):
     def _enqueue(self, queue: QueueId, entry: QueueRow) -> int:
         index = self._queues.get(queue)
         if index is None:
-            index = self._queues[queue_key(*queue)] = QueueIndex()
+            key = queue_key(*queue)
+            index = self._queues[key] = QueueIndex()
+            self._retention_new_queue(key[0])
         self.grown_queues.add(queue)
         self._floor_changed(queue, index)
+        self._retention_changed(queue, index.first_offset == index.end_offset)
         self._messages_held += 1
         return index.append(entry)
 
@@ -310,9 +313,11 @@ class PartitionState(PartitionQueries):
             topic, queue_id = queue = queue_key(topics[start], queue_ids[start])
             index = self._queues.get(queue)
             if index is None:
-                index = self._queues[queue_key(topic, queue_id)] = QueueIndex()
+                index = self._queues[queue] = QueueIndex()
+                self._retention_new_queue(topic)
             self.grown_queues.add(queue)
             self._floor_changed(queue, index)
+            self._retention_changed(queue, index.first_offset == index.end_offset)
             ids = message_ids[start:end]
             first = index.append_run(
                 log_index,
@@ -568,7 +573,10 @@ class PartitionState(PartitionQueries):
             return TrimQueueResult(0)
         held = index.end_offset - index.first_offset
         self._floor_changed((command.topic, command.queue_id), index)
+        before = index.first_offset
         first = index.trim(command.before_offset)
+        if first != before:
+            self._retention_changed((command.topic, command.queue_id), True)
         self._messages_held -= held - (index.end_offset - first)
         self._trim_groups((command.topic, command.queue_id))
         return TrimQueueResult(first)
@@ -595,6 +603,7 @@ class PartitionState(PartitionQueries):
             self._floor_changed(queue, index)
             messages += index.end_offset - index.first_offset
         self._messages_held -= messages
+        self._retention_dropped(topic)
         consumer_queues = [key for key in self._groups if key[1] == topic]
         for key in consumer_queues:
             del self._groups[key]
@@ -622,6 +631,37 @@ class PartitionState(PartitionQueries):
             self.tier.record(queue, command.object)
         point = self.tier.end_offset(queue)
         return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
+
+    # ------------------------------------------------------------------ retention feed
+
+    def _retention_changed(self, queue: QueueId, first_changed: bool) -> None:
+        """Note for the retention planner (``take_retention_changes``) that ``queue``
+        grows, or (``first_changed``) that its oldest entry changes: an append to an
+        empty queue, or a trim. Nothing is kept while nobody takes them; too many
+        (more than a quarter of the queues, and 64) stop the keeping: the next taker
+        looks at every queue."""
+        changes = self._retention_changes
+        if changes is None:
+            return
+        if first_changed:
+            changes[queue] = True
+        elif queue not in changes:
+            changes[queue] = False
+        else:
+            return
+        if len(changes) > (len(self._queues) >> 2) + 64:
+            self._retention_changes = None
+
+    def _retention_new_queue(self, topic: str) -> None:
+        """Count a new queue of ``topic`` (once anyone asked for the held topics)."""
+        counts = self._topic_queues
+        if counts is not None:
+            counts[topic] = counts.get(topic, 0) + 1
+
+    def _retention_dropped(self, topic: str) -> None:
+        """Forget a dropped topic's queue count."""
+        if self._topic_queues is not None:
+            self._topic_queues.pop(topic, None)
 
     # ------------------------------------------------------------------ transactions
 

@@ -9,8 +9,11 @@ each, then times, as this process's CPU (``time.process_time``, median of R):
   (``walked_floor``);
 - the queue and message gauges of one group: the kept counts against the walk
   over every queue they replaced;
-- one retention plan (``storage_node.retention.plan``), which still looks at
-  every queue.
+- retention: the walk over every queue (``storage_node.retention.plan``), with
+  nothing expired and with every queue expired, against a leader's rounds
+  (``retention.GroupRetention``): its first (every queue looked at and filed),
+  one after one more message, and one as every queue's oldest message has
+  expired (the trims themselves not applied).
 
 Figures are indicative (a shared machine); docs/scale.md quotes them.
 Not a test: pytest does not collect it.
@@ -88,6 +91,40 @@ def main() -> None:
     assert state.min_log_index_referenced() == walked_floor(state)
     assert (state.queue_count(), state.message_count()) == walked_counts(state)
     limits = {f"t{n}": retention.TopicLimits(3_600_000) for n in range(args.queues // 8 + 1)}
+    planner = retention.GroupRetention()
+
+    def retention_round(now_ms: int) -> list[object]:
+        planner.before_listing(state)
+        return [*planner.plan(state, limits, now_ms, lambda _index: 0)]
+
+    retention_round(2_000)  # the first round files every queue (one pass)
+
+    def kept_retention() -> None:
+        state.apply(
+            c.Append(1_000, (MessageRecord("t0", 0, "again", b"x"),)), state.applied_index + 1
+        )
+        retention_round(2_000)
+
+    def first_round_ms() -> float:
+        samples = []
+        for _ in range(args.runs):
+            planner.forget()
+            started = time.process_time()
+            retention_round(2_000)
+            samples.append(time.process_time() - started)
+        return statistics.median(samples) * 1_000
+
+    def expired_round_ms() -> float:
+        samples = []
+        for _ in range(args.runs):
+            started = time.process_time()
+            trims = retention_round(3_602_000)
+            samples.append(time.process_time() - started)
+            assert len(trims) == args.queues
+            planner.forget()
+            retention_round(2_000)  # every queue filed again (the trims are not applied)
+        return statistics.median(samples) * 1_000
+
     figures = {
         "floor, walk over every queue": median_ms(args.runs, lambda: walked_floor(state)),
         "floor, kept (one append + query)": median_ms(args.runs, kept_floor),
@@ -95,9 +132,15 @@ def main() -> None:
         "queue/message gauges, kept": median_ms(
             args.runs, lambda: (state.queue_count(), state.message_count())
         ),
-        "retention plan (walks every queue)": median_ms(
+        "retention plan, walk over every queue": median_ms(
             args.runs, lambda: retention.plan(state, limits, (), 2_000, lambda _index: 0)
         ),
+        "retention plan, walk, every queue expired": median_ms(
+            args.runs, lambda: retention.plan(state, limits, (), 3_602_000, lambda _index: 0)
+        ),
+        "retention round, first (files every queue)": first_round_ms(),
+        "retention round, kept (one append + round)": median_ms(args.runs, kept_retention),
+        "retention round, every queue expired": expired_round_ms(),
     }
     print(f"{args.queues:,} idle queues, one message each; CPU ms, median of {args.runs}")
     for name, ms in figures.items():

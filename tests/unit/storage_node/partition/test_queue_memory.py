@@ -8,7 +8,9 @@ the 1 KiB per queue a storage node may spend (the million-queue target). This
 test measured 2,428 bytes per queue before group queues shared their empty
 containers, short queues kept no snapshot memo and names were interned, and 862
 after, on CPython 3.11 (about 410 of them are the message's: its index entry,
-its id and dedup record, which the dedup window evicts later).
+its id and dedup record, which the dedup window evicts later). With a leader's
+retention planning (each queue filed under its due time, each topic's queue count)
+884 against 871 without it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from storage_node.partition.commands import Ack, Append, Receive, encode
 from storage_node.partition.pop import GroupQueue
 from storage_node.partition.snapshot import restore, take_snapshot
 from storage_node.partition.state import PartitionState
+from storage_node.retention import GroupRetention, TopicLimits
 
 QUEUES_PER_TOPIC = 8
 GROUP = "bench-queues-group"
@@ -60,10 +63,21 @@ class Writer:
                 self.apply(Ack(now_ms, GROUP, handles))
 
 
+def _retention_round(state: PartitionState, planner: GroupRetention, topics: int) -> None:
+    """A leader's retention round over the topics written (nothing expires yet)."""
+    planner.before_listing(state)
+    limits = {
+        f"{prefix}-{t}": TopicLimits(3_600_000) for prefix in ("warm", "bq") for t in range(topics)
+    }
+    planner.plan(state, limits, 3_000, lambda _log_index: 0)
+
+
 def test_a_written_and_read_queue_costs_at_most_1_kib() -> None:
     writer = Writer()
     writer.write_and_read("warm", 50, 1_000)  # caches, interned names, grown tables
     writer.state.min_log_index_referenced()  # the node asks the floor now and then
+    planner = GroupRetention()  # and, leading, plans retention (its first round: every queue)
+    _retention_round(writer.state, planner, 250)
     topics = 250
     gc.collect()
     tracemalloc.start()
@@ -73,6 +87,7 @@ def test_a_written_and_read_queue_costs_at_most_1_kib() -> None:
         take_snapshot(writer.state)
         writer.state.referenced_log_indexes()
         writer.state.min_log_index_referenced()  # the floor heap holds every queue
+        _retention_round(writer.state, planner, topics)  # each queue filed by its due time
         gc.collect()
         after = tracemalloc.take_snapshot()
     finally:
