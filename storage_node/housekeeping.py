@@ -28,7 +28,7 @@ from storage_node.partition.results import DropTopicResult, ExpireTierResult
 from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
 from storage_node.service import StorageNode
 from storage_node.store.segment_files import index_segments
-from storage_node.tier_plan import plan_expiry, upload_start
+from storage_node.tier_plan import TierExpiry, upload_start
 from storage_node.tier_store import Tier
 
 _log = logging.getLogger(__name__)
@@ -147,10 +147,12 @@ of a group, and one after a topic's limits changed, looks at every queue."""
 
 @dataclass
 class RetentionMemory:
-    """What a node's retention rounds keep between rounds: a planner per group it led
-    in the last round, and (with a tier) the local limits of the last topic list."""
+    """What a node's retention rounds keep between rounds: planners per group it led
+    in the last round (with a tier, of its objects' expiry too), and (with a tier)
+    the local limits of the last topic list."""
 
     groups: dict[int, retention.GroupRetention] = field(default_factory=dict)
+    tier_groups: dict[int, TierExpiry] = field(default_factory=dict)
     listed: Mapping[str, retention.TopicLimits] | None = None
     local: Mapping[str, retention.TopicLimits] = field(default_factory=dict)
 
@@ -195,16 +197,22 @@ async def retention_round(
     led = [(g, r) for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()]
     planners = {g: memory.groups.get(g) or retention.GroupRetention() for g, _ in led}
     memory.groups = planners  # a group not led now starts afresh when led again
+    tier_planners: dict[int, TierExpiry] = {}
+    if tier is not None:
+        tier_planners = {g: memory.tier_groups.get(g) or TierExpiry() for g, _ in led}
+    memory.tier_groups = tier_planners
     # Before the list: a topic held now and unlisted after was deleted (or the list
     # would name it), never created after the listing.
     for group_id, leading in led:
         with walk.timed():
             planners[group_id].before_listing(leading.state)
+            if tier is not None:
+                tier_planners[group_id].before_listing(leading.state)
         await asyncio.sleep(0)
     try:
         topics = await list_topics()
     except BaseException:
-        memory.groups = {}  # the changes taken above are not planned: look at everything
+        memory.groups, memory.tier_groups = {}, {}  # what was taken is not planned
         raise
     local: Mapping[str, retention.TopicLimits] = {}
     if tier is not None:
@@ -219,6 +227,7 @@ async def retention_round(
         replica = node.replicas.get(group_id)
         if replica is None or not node.driver.host.node(group_id).is_leader():
             del planners[group_id]
+            tier_planners.pop(group_id, None)
             continue
         state = replica.state
         now_ms = node.now_ms()
@@ -231,7 +240,7 @@ async def retention_round(
                 keep_from = functools.partial(upload_start, state)
                 commands = [
                     *planner.plan(state, local, now_ms, sizes, keep_from),
-                    *plan_expiry(state, topics, now_ms),
+                    *tier_planners[group_id].plan(state, topics, now_ms),
                 ]
         for command in commands:
             try:
@@ -241,6 +250,8 @@ async def retention_round(
             if isinstance(result, (RaftError, StorageError, TimeoutError)):
                 _log.info("retention of group %d stopped: %s", group_id, result)
                 planner.forget()  # what was not applied is planned again next round
+                if tier is not None:
+                    tier_planners[group_id].forget()
                 break
             applied += 1
             names: tuple[str, ...] = ()

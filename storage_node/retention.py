@@ -61,7 +61,7 @@ PURE.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 
@@ -188,12 +188,7 @@ class GroupRetention:
     def forget(self) -> None:
         """Drop what is known: the next round looks at every queue and topic."""
         self._topics: Mapping[str, TopicLimits] | None = None  # the last round's listing
-        # Due seconds (a min-heap of keys) -> the queues filed under each; _filed counts
-        # the filed and set-aside queues (a rebuild once stale ones pile up).
-        self._due: dict[int, list[QueueId]] = {}
-        self._due_keys: list[int] = []
-        self._filed = 0
-        self._unlisted: dict[str, list[QueueId]] = {}  # queues of topics not listed
+        self._queues = DueQueues()
         # What before_listing took, from which state (a restore replaces the state).
         self._changes: dict[QueueId, bool] | None = None
         self._held_before: set[str] | None = None
@@ -233,7 +228,7 @@ class GroupRetention:
         changes, previous = self._changes, self._topics
         self._changes = self._held_before = self._state = None
         self._topics = topics
-        full = changes is None or previous is None or self._filed > 2 * state.queue_count() + 64
+        full = changes is None or previous is None or self._queues.overfull(state.queue_count())
         gone: list[str] = []
         if previous is not None and topics is not previous:
             gone = [topic for topic in previous if topic not in topics]
@@ -252,45 +247,84 @@ class GroupRetention:
                 commands.append(DropTopic(now_ms, topic))
         look = _Look(state, topics, now_ms, entry_bytes, keep_from, dropped)
         if full or changes is None:
-            self._due.clear()
-            self._due_keys.clear()
-            self._unlisted.clear()
-            self._filed = 0
+            self._queues.clear()
             for queue in state.queue_ids():
-                look.queue(queue, _CHANGED)
+                look.queue(queue, REASON_CHANGED)
         else:
-            # Each queue is looked at once, for the strongest of its reasons.
-            due: list[list[QueueId]] = []
-            while self._due_keys and self._due_keys[0] * DUE_BUCKET_MS <= now_ms:
-                due.append(self._due.pop(heapq.heappop(self._due_keys)))
-                self._filed -= len(due[-1])
-            reasons = dict.fromkeys(chain.from_iterable(due), _POPPED)
-            for topic in [topic for topic in self._unlisted if topic in topics]:
-                queues = self._unlisted.pop(topic)
-                self._filed -= len(queues)
-                reasons.update(dict.fromkeys(queues, _CHANGED))
-            for queue, first_changed in changes.items():
-                if first_changed:
-                    reasons[queue] = _CHANGED
-                elif _has_byte_limit(topics.get(queue[0])):
-                    reasons.setdefault(queue, _GREW)
-            for queue, reason in reasons.items():
+            for queue, reason in self._queues.reasons(now_ms, topics, changes).items():
                 look.queue(queue, reason)
-        for queue in look.unlisted:
-            self._unlisted.setdefault(queue[0], []).append(queue)
-        for key, queue in look.filed:
-            bucket = self._due.get(key)
-            if bucket is None:
-                bucket = self._due[key] = []
-                heapq.heappush(self._due_keys, key)
-            bucket.append(queue)
-        self._filed += len(look.filed) + len(look.unlisted)
+        self._queues.file(look.filed, look.unlisted)
         self.queues_looked = look.looked
         commands += look.trims
         return commands
 
 
-_GREW, _POPPED, _CHANGED = 0, 1, 2
+class DueQueues:
+    """Queues filed by the second they are due (a min-heap of seconds, a list of queues
+    each), and queues of unlisted topics set aside by topic; both may hold stale
+    entries, which the looks drop (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, list[QueueId]] = {}
+        self._due_keys: list[int] = []
+        self._unlisted: dict[str, list[QueueId]] = {}
+        self._filed = 0  # filed and set-aside entries
+
+    def clear(self) -> None:
+        """Forget every entry (a walk over every queue files them again)."""
+        self.__init__()  # type: ignore[misc]
+
+    def overfull(self, queue_count: int) -> bool:
+        """Whether stale entries pile up: more than twice the queues (and 64)."""
+        return self._filed > 2 * queue_count + 64
+
+    def reasons(
+        self, now_ms: int, topics: Mapping[str, TopicLimits], changes: Mapping[QueueId, bool]
+    ) -> dict[QueueId, int]:
+        """The queues to look at now, each once, with the strongest of its reasons: the
+        due seconds begun by ``now_ms`` and the set-aside queues of listed topics (taken
+        off), the queues whose oldest entry changed and those grown with a byte limit."""
+        due: list[list[QueueId]] = []
+        while self._due_keys and self._due_keys[0] * DUE_BUCKET_MS <= now_ms:
+            due.append(self._due.pop(heapq.heappop(self._due_keys)))
+            self._filed -= len(due[-1])
+        reasons = dict.fromkeys(chain.from_iterable(due), REASON_POPPED)
+        for topic in [topic for topic in self._unlisted if topic in topics]:
+            queues = self._unlisted.pop(topic)
+            self._filed -= len(queues)
+            reasons.update(dict.fromkeys(queues, REASON_CHANGED))
+        for queue, first_changed in changes.items():
+            if first_changed:
+                reasons[queue] = REASON_CHANGED
+            elif _has_byte_limit(topics.get(queue[0])):
+                reasons.setdefault(queue, REASON_GREW)
+        return reasons
+
+    def file(self, filed: Iterable[tuple[int, QueueId]], unlisted: Iterable[QueueId]) -> None:
+        """File queues under their due seconds, and set queues of unlisted topics aside."""
+        for queue in unlisted:
+            self._unlisted.setdefault(queue[0], []).append(queue)
+            self._filed += 1
+        for key, queue in filed:
+            bucket = self._due.get(key)
+            if bucket is None:
+                bucket = self._due[key] = []
+                heapq.heappush(self._due_keys, key)
+            bucket.append(queue)
+            self._filed += 1
+
+    @staticmethod
+    def refiled(reason: int, due_ms: int, now_ms: int) -> int | None:
+        """The second to file a queue not trimmed under, due at ``due_ms``: for a change
+        (or set aside), its due second; popped before its millisecond, that second
+        again; else None (a stale entry: the change of its oldest entry filed it)."""
+        key = due_ms // DUE_BUCKET_MS
+        if reason == REASON_CHANGED or (reason == REASON_POPPED and key * DUE_BUCKET_MS <= now_ms):
+            return key
+        return None
+
+
+REASON_GREW, REASON_POPPED, REASON_CHANGED = 0, 1, 2
 """Why a round looks at a queue: it grew (and has a byte limit), its due second began,
 its oldest entry changed (or its topic is listed again)."""
 
@@ -325,8 +359,8 @@ class _Look:
 
     def queue(self, queue: QueueId, reason: int) -> None:
         """Look at ``queue`` (once a round, the caller sees to it): a trim if one is due,
-        else file it under its due second if it is looked at for a change (``_CHANGED``:
-        its oldest entry changed, or it was set aside), or if popped (``_POPPED``)
+        else file it under its due second if it is looked at for a change (``REASON_CHANGED``:
+        its oldest entry changed, or it was set aside), or if popped (``REASON_POPPED``)
         from a second begun but before its due millisecond. Any other popped entry is
         stale and goes: the change of its queue's oldest entry filed the queue anew."""
         self.looked += 1
@@ -350,6 +384,6 @@ class _Look:
             if before > first:  # due, held by the upload point: popped next round
                 self.filed.append((now_ms // DUE_BUCKET_MS, queue))
                 return
-        key = (oldest_ms + limits.retention_ms + 1) // DUE_BUCKET_MS
-        if reason == _CHANGED or (reason == _POPPED and key * DUE_BUCKET_MS <= now_ms):
+        key = DueQueues.refiled(reason, oldest_ms + limits.retention_ms + 1, now_ms)
+        if key is not None:
             self.filed.append((key, queue))

@@ -81,6 +81,7 @@ class PartitionQueries:
         # them, None: not kept since (look at every queue); and each held topic's
         # queue count, None: not asked yet (a restore asks afresh).
         self._retention_changes: dict[QueueId, bool] | None = None
+        self._tier_changes: dict[QueueId, bool] | None = None  # the same, of tier objects
         self._topic_queues: dict[str, int] | None = None
         # The messages in the queues (sum of end - first offsets), kept by apply so the
         # gauges need no walk; a restore recounts (:meth:`recount_messages`).
@@ -142,6 +143,13 @@ class PartitionQueries:
         the caller looks at every queue. Changes only this derived record."""
         changes = self._retention_changes
         self._retention_changes = {}
+        return changes
+
+    def take_tier_changes(self) -> dict[QueueId, bool] | None:
+        """As :meth:`take_retention_changes`, of the queues' tier objects: an upload
+        recorded (True if the queue had no object), objects expired (True)."""
+        changes = self._tier_changes
+        self._tier_changes = {}
         return changes
 
     def held_topics(self) -> Collection[str]:

@@ -190,6 +190,8 @@ class PartitionState(PartitionQueries):
             return self._record_upload(command)
         if isinstance(command, ExpireTier):
             expired = self.tier.expire((command.topic, command.queue_id), command.before_offset)
+            if expired:
+                self._tier_changed((command.topic, command.queue_id), True)
             self._trim_groups((command.topic, command.queue_id))
             return ExpireTierResult(tuple(entry.name for entry in expired))
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
@@ -628,6 +630,7 @@ class PartitionState(PartitionQueries):
             command.object.end_offset,
         )
         if not refusal:
+            self._tier_changed(queue, self.tier.first_offset(queue) is None)
             self.tier.record(queue, command.object)
         point = self.tier.end_offset(queue)
         return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
@@ -637,20 +640,17 @@ class PartitionState(PartitionQueries):
     def _retention_changed(self, queue: QueueId, first_changed: bool) -> None:
         """Note for the retention planner (``take_retention_changes``) that ``queue``
         grows, or (``first_changed``) that its oldest entry changes: an append to an
-        empty queue, or a trim. Nothing is kept while nobody takes them; too many
-        (more than a quarter of the queues, and 64) stop the keeping: the next taker
-        looks at every queue."""
-        changes = self._retention_changes
-        if changes is None:
-            return
-        if first_changed:
-            changes[queue] = True
-        elif queue not in changes:
-            changes[queue] = False
-        else:
-            return
-        if len(changes) > (len(self._queues) >> 2) + 64:
-            self._retention_changes = None
+        empty queue, or a trim (see :func:`_noted`)."""
+        if self._retention_changes is not None:
+            self._retention_changes = _noted(
+                self._retention_changes, queue, first_changed, len(self._queues)
+            )
+
+    def _tier_changed(self, queue: QueueId, first_changed: bool) -> None:
+        """As :meth:`_retention_changed`, for the queue's tier objects (a record grows
+        them; the first one, or an expiry, changes the oldest)."""
+        if self._tier_changes is not None:
+            self._tier_changes = _noted(self._tier_changes, queue, first_changed, len(self._queues))
 
     def _retention_new_queue(self, topic: str) -> None:
         """Count a new queue of ``topic`` (once anyone asked for the held topics)."""
@@ -729,6 +729,21 @@ def _delivery(
     offset = grant.queue_offset
     entry = index.at(offset) if offset >= index.first_offset else tier_entries[offset]
     return Delivery(handle, grant.lease.attempt, grant.lease.invisible_until_ms, entry)
+
+
+def _noted(
+    changes: dict[QueueId, bool], queue: QueueId, first_changed: bool, queues_held: int
+) -> dict[QueueId, bool] | None:
+    """``changes`` with ``queue`` noted (True sticks: its oldest entry changed); None once
+    they are more than a quarter of the queues and 64: the keeping stops, and the next
+    taker looks at every queue. Nothing is kept while nobody takes them (None stays)."""
+    if first_changed:
+        changes[queue] = True
+    elif queue not in changes:
+        changes[queue] = False
+    else:
+        return changes
+    return None if len(changes) > (queues_held >> 2) + 64 else changes
 
 
 def _require(condition: bool, message: str) -> None:

@@ -1,61 +1,115 @@
-"""A leader's retention rounds (storage_node.retention.GroupRetention): each proposes
-exactly what the walk over every queue (``retention.plan``) proposes at that moment,
-while looking only at the queues that may have something to trim."""
+"""A leader's retention rounds (``retention.GroupRetention`` and, with a tier,
+``tier_plan.TierExpiry``): each proposes exactly what the walks over every queue
+(``retention.plan``, ``tier_plan.plan_expiry``) propose at that moment, while
+looking only at the queues that may have something to trim."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
-from storage_node.partition.commands import DropTopic, Tick, TrimQueue
-from storage_node.retention import GroupRetention, TopicLimits, plan
+from protocol.message_objects import ObjectEntry
+from storage_node.partition.commands import (
+    Command,
+    DropTopic,
+    RecordUpload,
+    Tick,
+    TrimQueue,
+)
+from storage_node.retention import GroupRetention, KeepFrom, TopicLimits, plan
+from storage_node.tier_plan import TierExpiry, plan_expiry, upload_start
 
 from .partition.harness import Harness, record
 
 TOPICS = ("a", "b", "c", "d", "%DLQ%g")
 QUEUES = 3
+QueueId = tuple[str, int]
 
 
 def _limits(rng: random.Random) -> TopicLimits:
-    return TopicLimits(rng.choice((1, 2_000, 5_000, 20_000)), rng.choice((0, 0, 300, 900)))
-
-
-def _round(
-    h: Harness,
-    planner: GroupRetention,
-    topics: dict[str, TopicLimits],
-    keep: dict[tuple[str, int], int] | None,
-    restore_while_listing: bool = False,
-) -> list[TrimQueue | DropTopic]:
-    """One round, checked against the full walk at the same moment."""
-    held_before = {topic for topic, _ in h.state.queue_ids()}
-    planner.before_listing(h.state)
-    if restore_while_listing:  # a snapshot installed while the list is read: next round
-        h.restart_from_snapshot()
-        assert planner.plan(h.state, topics, h.now_ms, lambda _log_index: 0) == []
-        return []
-
-    def entry_bytes(log_index: int) -> int:
-        return len(h.log[log_index])
-
-    full_keep = None if keep is None else {q: keep.get(q, 0) for q in h.state.queue_ids()}
-    expected = plan(h.state, topics, held_before, h.now_ms, entry_bytes, full_keep)
-    got = planner.plan(
-        h.state,
-        topics,
-        h.now_ms,
-        entry_bytes,
-        None if keep is None else (lambda queue: keep.get(queue, 0)),
+    return TopicLimits(
+        rng.choice((1, 2_000, 5_000, 20_000)),
+        rng.choice((0, 0, 300, 900)),
+        rng.choice((0, 1, 1_000)),
+        rng.choice((0, 0, 200)),
     )
-    assert sorted(map(repr, got)) == sorted(map(repr, expected))
-    return got
+
+
+class Leader:
+    """A group's leader planning rounds; with a tier (``tier``) its local trims follow
+    the local limits and stop at the upload point, else at ``keep`` if given."""
+
+    def __init__(self, h: Harness, tier: bool, keep: dict[QueueId, int] | None) -> None:
+        self.h = h
+        self.tier = tier
+        self.keep = keep
+        self.planner = GroupRetention()
+        self.expiry = TierExpiry()
+
+    def keep_from(self) -> Callable[[QueueId], int] | None:
+        state, keep = self.h.state, self.keep
+        if self.tier:
+            return lambda queue: upload_start(state, queue)
+        if keep is None:
+            return None
+        return lambda queue: keep.get(queue, 0)
+
+    def round(self, topics: dict[str, TopicLimits], restore_while_listing: bool) -> list[Command]:
+        """One round, checked against the full walks at the same moment."""
+        h = self.h
+        held_before = {topic for topic, _ in h.state.queue_ids()}
+        self.planner.before_listing(h.state)
+        self.expiry.before_listing(h.state)
+        if restore_while_listing:  # a snapshot installed while the list is read: next round
+            h.restart_from_snapshot()
+            assert self.planner.plan(h.state, topics, h.now_ms, lambda _log_index: 0) == []
+            assert self.expiry.plan(h.state, topics, h.now_ms) == []
+            return []
+
+        def entry_bytes(log_index: int) -> int:
+            return len(h.log[log_index])
+
+        local = {name: limits.local() for name, limits in topics.items()} if self.tier else topics
+        keep_from: KeepFrom | None = self.keep_from()
+        full_keep = None if keep_from is None else {q: keep_from(q) for q in h.state.queue_ids()}
+        expected: list[Command] = [
+            *plan(h.state, local, held_before, h.now_ms, entry_bytes, full_keep)
+        ]
+        got: list[Command] = [*self.planner.plan(h.state, local, h.now_ms, entry_bytes, keep_from)]
+        if self.tier:
+            expected += plan_expiry(h.state, topics, h.now_ms)
+            got += self.expiry.plan(h.state, topics, h.now_ms)
+        assert sorted(map(repr, got)) == sorted(map(repr, expected))
+        return got
+
+    def forget(self) -> None:
+        self.planner.forget()
+        self.expiry.forget()
+
+
+def _upload(h: Harness, rng: random.Random, topic: str, queue_id: int) -> None:
+    """Record an object of the queue's next offsets, as a leader's upload would."""
+    queue = (topic, queue_id)
+    start, end = upload_start(h.state, queue), h.state.end_offset(topic, queue_id)
+    if start >= end or start < h.state.first_offset(topic, queue_id):
+        return
+    stop = rng.randint(start + 1, end)
+    first, last = h.state.entry(topic, queue_id, start), h.state.entry(topic, queue_id, stop - 1)
+    size = rng.choice((50, 150, 400))
+    name = f"{topic}-{queue_id}-{start}"
+    entry = ObjectEntry(
+        name, start, stop, first.store_timestamp_ms, last.store_timestamp_ms, size, 0
+    )
+    h.apply(RecordUpload(h.now_ms, topic, queue_id, entry))
 
 
 def _run(seed: int, steps: int) -> None:
     rng = random.Random(seed)
     h = Harness()
-    planner = GroupRetention()
+    mode = rng.choice(("plain", "keep", "tier"))
+    keep: dict[QueueId, int] | None = {} if mode == "keep" else None
+    leader = Leader(h, mode == "tier", keep)
     topics = {topic: _limits(rng) for topic in TOPICS[:3]}
-    keep: dict[tuple[str, int], int] | None = {} if rng.random() < 0.5 else None
     serial = 0
     for _ in range(steps):
         step = rng.random()
@@ -92,16 +146,19 @@ def _run(seed: int, steps: int) -> None:
                 topics.pop(topic, None)
             elif rng.random() < 0.5:
                 topics[topic] = _limits(rng)
-        elif step < 0.72 and keep is not None:  # the tier's upload points move
+        elif step < 0.72:  # the upload points move (the tier's, or as given)
             topic, queue_id = rng.choice(TOPICS), rng.randrange(QUEUES)
-            keep[(topic, queue_id)] = h.state.end_offset(topic, queue_id) - rng.randint(0, 2)
+            if mode == "tier":
+                _upload(h, rng, topic, queue_id)
+            elif keep is not None:
+                keep[(topic, queue_id)] = h.state.end_offset(topic, queue_id) - rng.randint(0, 2)
         else:
-            commands = _round(h, planner, topics, keep, rng.random() < 0.05)
+            commands = leader.round(topics, rng.random() < 0.05)
             applied = rng.choice((len(commands), len(commands), rng.randint(0, len(commands))))
             for command in commands[:applied]:
                 h.apply(command)
             if applied < len(commands):
-                planner.forget()
+                leader.forget()
             if any(isinstance(command, DropTopic) for command in commands[:applied]):
                 h.state.check_invariants()  # the topics' queue counts among them
     h.state.check_invariants()
@@ -115,30 +172,40 @@ def test_rounds_propose_what_the_full_walk_proposes() -> None:
             raise AssertionError(f"seed {seed}: {exc}") from exc
 
 
+def _idle_round(
+    h: Harness, planner: GroupRetention, topics: dict[str, TopicLimits]
+) -> list[TrimQueue | DropTopic]:
+    held_before = {topic for topic, _ in h.state.queue_ids()}
+    planner.before_listing(h.state)
+    got = planner.plan(h.state, topics, h.now_ms, lambda _log_index: 0)
+    assert got == plan(h.state, topics, held_before, h.now_ms, lambda _log_index: 0)
+    return got
+
+
 def test_idle_queues_are_looked_at_when_their_oldest_message_expires() -> None:
     h = Harness()
     for topic in range(50):  # 400 queues of one message each
         h.append(*(record(f"{topic}-{q}", topic=f"t{topic}", queue_id=q) for q in range(8)))
     topics = {f"t{topic}": TopicLimits(60_000) for topic in range(50)}
     planner = GroupRetention()
-    assert _round(h, planner, topics, None) == []
+    assert _idle_round(h, planner, topics) == []
     assert planner.queues_looked == 400  # the first round looks at every queue
     h.advance(30_000)
     h.append(record("late", topic="t0", queue_id=0))
-    assert _round(h, planner, topics, None) == []
+    assert _idle_round(h, planner, topics) == []
     assert planner.queues_looked == 0  # the append to a queue that held one changes nothing
     h.advance(30_001)
-    commands = _round(h, planner, topics, None)
+    commands = _idle_round(h, planner, topics)
     assert len(commands) == 400
     assert planner.queues_looked == 400
     for command in commands:
         h.apply(command)
-    assert _round(h, planner, topics, None) == []
+    assert _idle_round(h, planner, topics) == []
     assert planner.queues_looked == 400  # each trimmed queue filed again: one is not empty
-    assert _round(h, planner, topics, None) == []
+    assert _idle_round(h, planner, topics) == []
     assert planner.queues_looked == 0
     h.advance(30_000)
-    assert len(_round(h, planner, topics, None)) == 1
+    assert len(_idle_round(h, planner, topics)) == 1
     assert planner.queues_looked == 1
 
 
