@@ -265,14 +265,14 @@ class DueQueues:
     entries, which the looks drop (see the module docstring)."""
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every entry (a walk over every queue files them again)."""
         self._due: dict[int, list[QueueId]] = {}
         self._due_keys: list[int] = []
         self._unlisted: dict[str, list[QueueId]] = {}
         self._filed = 0  # filed and set-aside entries
-
-    def clear(self) -> None:
-        """Forget every entry (a walk over every queue files them again)."""
-        self.__init__()  # type: ignore[misc]
 
     def overfull(self, queue_count: int) -> bool:
         """Whether stale entries pile up: more than twice the queues (and 64)."""

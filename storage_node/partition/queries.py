@@ -172,9 +172,7 @@ class PartitionQueries:
     def oldest_timestamp_ms(self, topic: str, queue_id: int) -> int | None:
         """When the queue's oldest entry was stored (None: the queue is empty)."""
         index = self._queues.get((topic, queue_id))
-        if index is None or index.first_offset == index.end_offset:
-            return None
-        return index.at(index.first_offset).store_timestamp_ms
+        return None if index is None else index.first_timestamp_ms()
 
     def queue_ids(self) -> list[QueueId]:
         """Every queue with at least one message, sorted."""
