@@ -4,7 +4,8 @@
 timers of one raft group, and answers the host's reads (offsets, entries,
 backlogs, leases, what the log must keep, timers and transactions due).
 :class:`storage_node.partition.state.PartitionState` adds apply, the only way
-the state changes. A query changes nothing.
+the state changes. A query changes nothing applied: some keep derived records
+(the truncate floor's index; the changes the retention planner takes).
 
 PURE.
 """
