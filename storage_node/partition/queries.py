@@ -19,6 +19,8 @@ from typing import NamedTuple
 from storage_node.errors import OffsetOutOfRange
 from storage_node.partition.commands import InitialPosition
 from storage_node.partition.config import PartitionConfig
+from storage_node.partition.consumer_tally import ConsumerChange, ConsumerTally
+from storage_node.partition.counts import move_count
 from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.pop import GroupQueue, Lease
 from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex
@@ -79,6 +81,10 @@ class PartitionQueries:
         # gauges need no walk; a restore recounts (:meth:`recount_messages`).
         self._messages_held = 0
         self._groups: dict[GroupQueueKey, GroupQueue] = {}
+        # The consumer figures kept by what changed (``consumer_tally``), from the
+        # first :meth:`consumer_changes` until :meth:`retire_consumer_changes`; None:
+        # nobody reads them (a follower), apply notes nothing.
+        self._consumer_tally: ConsumerTally | None = None
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
         self._timers = TimerIndex()
@@ -255,19 +261,8 @@ class PartitionQueries:
         for queue, old in self._floor_dirty.items():
             index = queues.get(queue)
             new = None if index is None else index.min_log_index()
-            if old == new:
-                continue
-            if old is not None:
-                left = counts[old] - 1
-                if left:
-                    counts[old] = left
-                else:
-                    del counts[old]
-            if new is not None:
-                had = counts.get(new, 0)
-                counts[new] = had + 1
-                if not had:
-                    heapq.heappush(heap, new)
+            if old != new and move_count(counts, old, new) and new is not None:
+                heapq.heappush(heap, new)
         self._floor_dirty.clear()
         if len(heap) > 2 * len(counts) + 64:
             heap[:] = counts
@@ -343,6 +338,25 @@ class PartitionQueries:
         group_queue = self._groups.get((group, topic, queue_id))
         return None if group_queue is None else group_queue.leases.get(queue_offset)
 
+    def consumer_changes(self) -> list[ConsumerChange]:
+        """How the consumer figures of the group queues changed since the last call
+        (``partition.consumer_tally``): the first call counts every group queue (one
+        pass), later ones cost the group queues changed since, not those held."""
+        if self._consumer_tally is None:
+            self._consumer_tally = ConsumerTally()
+            return self._consumer_tally.whole(self)
+        return self._consumer_tally.changes(self)
+
+    def retire_consumer_changes(self) -> list[ConsumerChange]:
+        """The changes that undo every change :meth:`consumer_changes` gave (its reader
+        stops reading this state: it no longer leads it, or the state was replaced); the
+        tally is dropped, so apply notes nothing until the next read. Empty if none."""
+        tally = self._consumer_tally
+        if tally is None:
+            return []
+        self._consumer_tally = None
+        return tally.retire(self)
+
     def group_queues(self) -> list[GroupQueueKey]:
         """Every (group, topic, queue id) with consumption state, sorted."""
         return sorted(self._groups)
@@ -402,6 +416,8 @@ class PartitionQueries:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
         self._dedup.check_invariants()
         self.tier.check_invariants()
+        if self._consumer_tally is not None:
+            self._consumer_tally.check(self)
 
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""

@@ -72,7 +72,7 @@ from storage_node.partition.commands import (
     decode,
 )
 from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
-from storage_node.partition.queries import PartitionQueries, group_queue_key
+from storage_node.partition.queries import GroupQueueKey, PartitionQueries, group_queue_key
 from storage_node.partition.queues import (
     TIER_ONLY,
     QueueEntry,
@@ -217,6 +217,8 @@ class PartitionState(PartitionQueries):
             index = self._queues[queue_key(*queue)] = QueueIndex()
         self.grown_queues.add(queue)
         self._floor_changed(queue, index)
+        if self._consumer_tally is not None:
+            self._consumer_tally.queue(queue)
         self._messages_held += 1
         return index.append(entry)
 
@@ -313,6 +315,8 @@ class PartitionState(PartitionQueries):
                 index = self._queues[queue_key(topic, queue_id)] = QueueIndex()
             self.grown_queues.add(queue)
             self._floor_changed(queue, index)
+            if self._consumer_tally is not None:
+                self._consumer_tally.queue(queue)
             ids = message_ids[start:end]
             first = index.append_run(
                 log_index,
@@ -396,6 +400,9 @@ class PartitionState(PartitionQueries):
                 command.initial_position, index, self.readable_first_offset(*queue)
             )
             self._groups[group_queue_key(*key)] = group_queue
+            self._tally_made(key)
+        else:
+            self._tally_key(key)
         tier_entries = (
             {
                 row.queue_offset: QueueEntry(
@@ -491,6 +498,7 @@ class PartitionState(PartitionQueries):
                     outcomes.append(AckOutcome(handle, errors.INVALID_RECEIPT_HANDLE))
             if group_queue is not None:
                 group_queue.settle(self.end_offset(*queue))
+                self._tally_key((command.group, *queue))
         return AckResult(tuple(outcomes))
 
     def _release(self, command: Release, log_index: int) -> ReleaseResult:
@@ -500,6 +508,7 @@ class PartitionState(PartitionQueries):
             if found is None:
                 continue
             group_queue, lease = found
+            self._tally_key((command.group, handle.topic, handle.queue_id))
             # Expired now, one attempt back: the next grant counts this attempt again.
             group_queue.set_lease(
                 handle.queue_offset,
@@ -523,6 +532,7 @@ class PartitionState(PartitionQueries):
             lease.message_group,
         )
         group_queue.set_lease(command.handle.queue_offset, renewed)
+        self._tally_key((command.group, command.handle.topic, command.handle.queue_id))
         handle = ReceiptHandle(
             command.handle.topic, command.handle.queue_id, command.handle.queue_offset, log_index
         )
@@ -540,6 +550,7 @@ class PartitionState(PartitionQueries):
             "a dead-letter copy needs the local log entry",
         )
         group_queue.finish(command.handle.queue_offset, self.end_offset(*queue))
+        self._tally_key((command.group, *queue))
         return DeadLetterResult(
             self._move_to_dead_letter(
                 command.group, queue, command.handle.queue_offset, lease.attempt
@@ -556,10 +567,13 @@ class PartitionState(PartitionQueries):
         group_queue = self._groups.get(key)
         if group_queue is None:
             self._groups[group_queue_key(*key)] = GroupQueue(offset)
-        elif isinstance(command, CommitOffset):
+            self._tally_made(key)
+            return CommitOffsetResult(offset)
+        if isinstance(command, CommitOffset):
             group_queue.reset(offset)
         else:
             group_queue.commit(offset, end)
+        self._tally_key(key)
         return CommitOffsetResult(offset)
 
     def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:
@@ -577,6 +591,8 @@ class PartitionState(PartitionQueries):
         """Drop the groups' state of offsets no longer readable: below the local first
         offset only where the tier does not hold them (a group behind a local trim
         goes on reading the tier's copies)."""
+        if self._consumer_tally is not None:
+            self._consumer_tally.queue(queue)
         index = self._queues.get(queue)
         if index is None:
             return
@@ -598,6 +614,8 @@ class PartitionState(PartitionQueries):
         consumer_queues = [key for key in self._groups if key[1] == topic]
         for key in consumer_queues:
             del self._groups[key]
+        if self._consumer_tally is not None:
+            self._consumer_tally.dropped(topic, consumer_queues)
         held = [h.message_id for h in self._timers.unordered() if h.topic == topic]
         for message_id in held:
             self._timers.cancel(topic, message_id)
@@ -622,6 +640,21 @@ class PartitionState(PartitionQueries):
             self.tier.record(queue, command.object)
         point = self.tier.end_offset(queue)
         return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
+
+    # ------------------------------------------------------------------ consumer tally
+    # Apply tells the consumer tally (``consumer_tally``: the RIP-46 figures kept by what
+    # changed) which group queues changed, when someone reads it; appends and trims
+    # tell it their queue inline (above).
+
+    def _tally_key(self, key: GroupQueueKey) -> None:
+        """The group queue's pop state changed."""
+        if self._consumer_tally is not None:
+            self._consumer_tally.key(key)
+
+    def _tally_made(self, key: GroupQueueKey) -> None:
+        """A group queue was made."""
+        if self._consumer_tally is not None:
+            self._consumer_tally.made(group_queue_key(*key))
 
     # ------------------------------------------------------------------ transactions
 
