@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from storage_node.partition.counts import move_count
 
 if TYPE_CHECKING:
-    from storage_node.partition.queries import GroupQueueKey, PartitionQueries
+    from storage_node.partition.group_queues import GroupQueueKey
+    from storage_node.partition.queries import PartitionQueries
     from storage_node.partition.queues import QueueId
 
 QueueFigures = tuple[int, int, int | None, int | None]

@@ -22,6 +22,7 @@ from storage_node.partition.config import PartitionConfig
 from storage_node.partition.consumer_tally import ConsumerChange, ConsumerTally
 from storage_node.partition.counts import move_count
 from storage_node.partition.dedup import DedupWindow
+from storage_node.partition.group_queues import GroupQueueKey, GroupQueues
 from storage_node.partition.pop import GroupQueue, Lease
 from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex
 from storage_node.partition.tier import TierObjects
@@ -29,9 +30,6 @@ from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
 
 _EMPTY = QueueIndex()
-
-GroupQueueKey = tuple[str, str, int]
-"""(consumer group, topic, queue id)."""
 
 
 def group_queue_key(group: str, topic: str, queue_id: int) -> GroupQueueKey:
@@ -80,7 +78,7 @@ class PartitionQueries:
         # The messages in the queues (sum of end - first offsets), kept by apply so the
         # gauges need no walk; a restore recounts (:meth:`recount_messages`).
         self._messages_held = 0
-        self._groups: dict[GroupQueueKey, GroupQueue] = {}
+        self._groups = GroupQueues()  # those consumed to their end kept as cursors
         # The consumer figures kept by what changed (``consumer_tally``), from the
         # first :meth:`consumer_changes` until :meth:`retire_consumer_changes`; None:
         # nobody reads them (a follower), apply notes nothing.
@@ -382,6 +380,7 @@ class PartitionQueries:
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
+        self._groups.check_invariants()
         for (_group, topic, queue_id), group_queue in self._groups.items():
             group_queue.check_invariants(
                 self.readable_first_offset(topic, queue_id), self.end_offset(topic, queue_id)

@@ -13,7 +13,11 @@ only where retention no longer needs those entries.
 Layout: magic b"R5PS", version (1 byte), crc32c (4 bytes, over the rest),
 then a msgpack array (see ``_to_wire``) of 8 items, or 9 once the group has
 recorded a tier upload (the tier's metadata, ``partition.tier``). The transient ``grown_queues`` is
-not kept. Version 2 holds the dedup window by run (``DedupWindow.to_wire``);
+not kept. A group queue consumed to its end (no lease, nothing done ahead) is
+written with no latest attempt (``["", 0, []]``): the state keeps it as its cursor
+alone (``partition.group_queues``), and the attempt it drops named no lease. A
+snapshot written before that, with such an attempt, is read as before (the
+attempt dropped). Version 2 holds the dedup window by run (``DedupWindow.to_wire``);
 version 1, one array per remembered entry, is still read (its window comes
 back with the same entries, its runs joined as a queued append would make
 them).
@@ -176,7 +180,7 @@ def _from_wire(wire: object, version: int) -> PartitionState:
         key = group_queue_key(
             as_str(group, "group"), as_str(topic, "topic"), as_int(queue_id, "queue id")
         )
-        state._groups[key] = GroupQueue.from_wire(group_queue)
+        state._groups.restore(key, GroupQueue.from_wire(group_queue))
     if version == ENTRIES_DEDUP_VERSION:
         state._dedup.load_entries_wire(as_list(dedup, "dedup"))
     else:

@@ -71,8 +71,9 @@ from storage_node.partition.commands import (
     check_record,
     decode,
 )
+from storage_node.partition.group_queues import GroupQueueKey
 from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
-from storage_node.partition.queries import GroupQueueKey, PartitionQueries, group_queue_key
+from storage_node.partition.queries import PartitionQueries, group_queue_key
 from storage_node.partition.queues import (
     TIER_ONLY,
     QueueEntry,
@@ -138,12 +139,18 @@ class PartitionState(PartitionQueries):
             if result is not None:
                 return result
         # (Applying the clock again is a no-op: it only moves forward.)
-        return self._apply(decode(data), log_index)
+        try:
+            return self._apply(decode(data), log_index)
+        finally:
+            self._groups.compact()
 
     def apply(self, command: Command, log_index: int) -> Result:
         """Apply a decoded ``command`` committed at ``log_index``."""
         self._begin(log_index)
-        return self._apply(command, log_index)
+        try:
+            return self._apply(command, log_index)
+        finally:
+            self._groups.compact()  # group queues consumed to their end: cursors again
 
     def _begin(self, log_index: int) -> None:
         if log_index <= self.applied_index:
@@ -394,7 +401,7 @@ class PartitionState(PartitionQueries):
         if index is None:
             return ReceiveResult((), (), 0)
         key = (command.group, command.topic, command.queue_id)
-        group_queue = self._groups.get(key)
+        group_queue = self._groups.writable(key)
         if group_queue is None:
             group_queue = GroupQueue.starting(
                 command.initial_position, index, self.readable_first_offset(*queue)
@@ -474,7 +481,7 @@ class PartitionState(PartitionQueries):
         )
 
     def _valid_lease(self, group: str, handle: ReceiptHandle) -> tuple[GroupQueue, Lease] | None:
-        group_queue = self._groups.get((group, handle.topic, handle.queue_id))
+        group_queue = self._groups.writable((group, handle.topic, handle.queue_id))
         if group_queue is None:
             return None
         lease = group_queue.valid_lease(handle.queue_offset, handle.generation, self.clock_ms)
@@ -488,7 +495,7 @@ class PartitionState(PartitionQueries):
         outcomes = []
         clock_ms = self.clock_ms
         for queue, run in groupby(command.handles, _queue_of):
-            group_queue = self._groups.get((command.group, *queue))
+            group_queue = self._groups.writable((command.group, *queue))
             for handle in run:
                 if group_queue is not None and group_queue.finish_current(
                     handle.queue_offset, handle.generation, clock_ms
@@ -564,7 +571,7 @@ class PartitionState(PartitionQueries):
         end = self.end_offset(command.topic, command.queue_id)
         offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
-        group_queue = self._groups.get(key)
+        group_queue = self._groups.writable(key)
         if group_queue is None:
             self._groups[group_queue_key(*key)] = GroupQueue(offset)
             self._tally_made(key)
@@ -597,8 +604,9 @@ class PartitionState(PartitionQueries):
         if index is None:
             return
         first = self.readable_first_offset(*queue)
-        for (_group, topic, queue_id), group_queue in self._groups.items():
-            if (topic, queue_id) == queue:
+        for key in [key for key in self._groups if (key[1], key[2]) == queue]:
+            group_queue = self._groups.writable(key)
+            if group_queue is not None:
                 group_queue.trim(first, index.end_offset)
 
     def _drop_topic(self, command: DropTopic) -> DropTopicResult:
