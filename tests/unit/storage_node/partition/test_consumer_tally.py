@@ -31,7 +31,7 @@ from storage_node.partition.state import PartitionState
 
 from ..consumer_walk import consumer_figures
 
-SEEDS = 24
+SEEDS = 16
 STEPS = 200
 GROUPS = ("g1", "g2")
 TOPICS = ("t0", "t1", f"{RETRY_TOPIC_PREFIX}g1")
