@@ -28,7 +28,7 @@ PURE.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, KeysView
+from collections.abc import Iterator
 
 from storage_node.partition.pop import GroupQueue
 
@@ -89,10 +89,6 @@ class GroupQueues:
 
     def __len__(self) -> int:
         return len(self._table)
-
-    def keys(self) -> KeysView[GroupQueueKey]:
-        """The keys (a view)."""
-        return self._table.keys()
 
     def items(self) -> Iterator[tuple[GroupQueueKey, GroupQueue]]:
         """Every (key, group queue), to read (see :meth:`get`)."""
