@@ -24,7 +24,7 @@ from storage_node.partition.counts import move_count
 from storage_node.partition.dedup import DedupWindow
 from storage_node.partition.group_queues import GroupQueueKey, GroupQueues
 from storage_node.partition.pop import GroupQueue, Lease
-from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex
+from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex, queue_key
 from storage_node.partition.tier import TierObjects
 from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
@@ -140,6 +140,14 @@ class PartitionQueries:
         """The offset the next message of the queue will get (0 for an unknown queue)."""
         index = self._queues.get((topic, queue_id))
         return 0 if index is None else index.end_offset
+
+    def queue_key_of(self, topic: str, queue_id: int) -> QueueId:
+        """The queue table's key of the queue (its tuple, shared by the group queues of
+        the queue), or a new interned one if the queue does not exist."""
+        index = self._queues.get((topic, queue_id))
+        if index is not None and index.key is not None:
+            return index.key
+        return queue_key(topic, queue_id)
 
     def first_offset(self, topic: str, queue_id: int) -> int:
         """The oldest offset still in the queue (older ones were trimmed)."""

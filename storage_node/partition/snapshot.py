@@ -40,7 +40,6 @@ import msgpack
 from storage_node.errors import SnapshotCorrupted
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.pop import GroupQueue
-from storage_node.partition.queries import group_queue_key
 from storage_node.partition.queues import QueueEntry, QueueIndex, queue_key
 from storage_node.partition.state import PartitionState
 from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
@@ -170,17 +169,20 @@ def _from_wire(wire: object, version: int) -> PartitionState:
     state.clock_ms = as_int(clock_ms, "clock")
     for item in as_list(queues, "queues"):
         topic, queue_id, first_offset, entries = as_list(item, "queue", 4)
-        state._queues[queue_key(as_str(topic, "topic"), as_int(queue_id, "queue id"))] = QueueIndex(
+        queue = queue_key(as_str(topic, "topic"), as_int(queue_id, "queue id"))
+        state._queues[queue] = QueueIndex(
             as_int(first_offset, "first offset"),
             [QueueEntry.from_wire(entry) for entry in as_list(entries, "queue entries")],
+            queue,
         )
     state.recount_messages()
     for item in as_list(groups, "group queues"):
         group, topic, queue_id, group_queue = as_list(item, "group queue", 4)
-        key = group_queue_key(
-            as_str(group, "group"), as_str(topic, "topic"), as_int(queue_id, "queue id")
+        state._groups.restore(
+            as_str(group, "group"),
+            state.queue_key_of(as_str(topic, "topic"), as_int(queue_id, "queue id")),
+            GroupQueue.from_wire(group_queue),
         )
-        state._groups.restore(key, GroupQueue.from_wire(group_queue))
     if version == ENTRIES_DEDUP_VERSION:
         state._dedup.load_entries_wire(as_list(dedup, "dedup"))
     else:

@@ -221,7 +221,8 @@ class PartitionState(PartitionQueries):
     def _enqueue(self, queue: QueueId, entry: QueueRow) -> int:
         index = self._queues.get(queue)
         if index is None:
-            index = self._queues[queue_key(*queue)] = QueueIndex()
+            key = queue_key(*queue)
+            index = self._queues[key] = QueueIndex(key=key)
         self.grown_queues.add(queue)
         self._floor_changed(queue, index)
         if self._consumer_tally is not None:
@@ -319,7 +320,7 @@ class PartitionState(PartitionQueries):
             topic, queue_id = queue = queue_key(topics[start], queue_ids[start])
             index = self._queues.get(queue)
             if index is None:
-                index = self._queues[queue_key(topic, queue_id)] = QueueIndex()
+                index = self._queues[queue] = QueueIndex(key=queue)
             self.grown_queues.add(queue)
             self._floor_changed(queue, index)
             if self._consumer_tally is not None:
@@ -406,7 +407,7 @@ class PartitionState(PartitionQueries):
             group_queue = GroupQueue.starting(
                 command.initial_position, index, self.readable_first_offset(*queue)
             )
-            self._groups[group_queue_key(*key)] = group_queue
+            self._groups.add(command.group, self.queue_key_of(*queue), group_queue)
             self._tally_made(key)
         else:
             self._tally_key(key)
@@ -573,7 +574,8 @@ class PartitionState(PartitionQueries):
         key = (command.group, command.topic, command.queue_id)
         group_queue = self._groups.writable(key)
         if group_queue is None:
-            self._groups[group_queue_key(*key)] = GroupQueue(offset)
+            queue = self.queue_key_of(command.topic, command.queue_id)
+            self._groups.add(command.group, queue, GroupQueue(offset))
             self._tally_made(key)
             return CommitOffsetResult(offset)
         if isinstance(command, CommitOffset):
@@ -604,8 +606,8 @@ class PartitionState(PartitionQueries):
         if index is None:
             return
         first = self.readable_first_offset(*queue)
-        for key in [key for key in self._groups if (key[1], key[2]) == queue]:
-            group_queue = self._groups.writable(key)
+        for group in self._groups.groups_of(queue):
+            group_queue = self._groups.writable((group, *queue))
             if group_queue is not None:
                 group_queue.trim(first, index.end_offset)
 

@@ -11,7 +11,8 @@ after, on CPython 3.11 (about 410 of them are the message's: its index entry,
 its id and dedup record, which the dedup window evicts later). With the truncate
 floor's counts 871, and 880 with the consumer tally asked too (it keeps nothing per
 idle group queue: the 9 bytes are each topic's tuple of group names, 8 queues a
-topic); 809 once a group queue consumed to its end is kept as its cursor.
+topic); 809 once a group queue consumed to its end is kept as its cursor, and 753
+once group queues share their queue's key (the queue index keeps it: 8 bytes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from storage_node.partition.state import PartitionState
 QUEUES_PER_TOPIC = 8
 GROUP = "bench-queues-group"
 BYTES_PER_QUEUE_MAX = 1024
-READ_BYTES_PER_QUEUE_MAX = 112
+READ_BYTES_PER_QUEUE_MAX = 64
 
 
 class Writer:
@@ -73,6 +74,15 @@ class Writer:
                 self.apply(Ack(now_ms, GROUP, handles))
 
 
+def snapshot_and_queries(state: PartitionState) -> None:
+    """What a node does now and then: a snapshot, the floor and the consumer figures."""
+    take_snapshot(state)
+    state.referenced_log_indexes()
+    state.min_log_index_referenced()  # the floor heap holds every queue
+    state.consumer_changes()  # the tally keeps nothing per idle group queue
+    gc.collect()
+
+
 def test_a_written_and_read_queue_costs_at_most_1_kib() -> None:
     writer = Writer()
     writer.write_and_read("warm", 50, 1_000)  # caches, interned names, grown tables
@@ -85,14 +95,10 @@ def test_a_written_and_read_queue_costs_at_most_1_kib() -> None:
     try:
         before = tracemalloc.take_snapshot()
         writer.write("bq", topics, 2_000)
-        gc.collect()
+        snapshot_and_queries(writer.state)
         written = tracemalloc.take_snapshot()
         writer.read("bq", topics, 2_000)
-        take_snapshot(writer.state)
-        writer.state.referenced_log_indexes()
-        writer.state.min_log_index_referenced()  # the floor heap holds every queue
-        writer.state.consumer_changes()  # the tally keeps nothing per idle group queue
-        gc.collect()
+        snapshot_and_queries(writer.state)
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
@@ -100,10 +106,10 @@ def test_a_written_and_read_queue_costs_at_most_1_kib() -> None:
     per_queue = grown / queues
     assert 0 < per_queue <= BYTES_PER_QUEUE_MAX, f"{per_queue:.0f} bytes per queue"
     # Of which the read as a simple consumer (receive and ack, then the snapshot and
-    # queries): mostly the group queue's key (64 bytes), its slot in the table (about
-    # 30) and its topic's share of the consumer tally's names (9). It measured 81 (809
-    # in all) with a group queue consumed to its end kept as its cursor, 153 (881) as a
-    # GroupQueue object (72 bytes more).
+    # queries again): mostly the group queue's slot in its table (about 30 bytes) and
+    # its topic's share of the consumer tally's names (9). It measured 46 (753 in all);
+    # 110 (809) with a (group, topic, queue id) key of its own (64 bytes), and 182
+    # (881) with that and a GroupQueue object kept (72) for a queue consumed to its end.
     read = sum(stat.size_diff for stat in after.compare_to(written, "filename")) / queues
     assert 0 < read <= READ_BYTES_PER_QUEUE_MAX, f"{read:.0f} bytes per queue read"
 
@@ -154,3 +160,7 @@ def test_a_queue_consumed_to_its_end_is_kept_as_its_cursor() -> None:
     assert restored._groups.objects() == 0
     assert take_snapshot(restored) == take_snapshot(writer.state)
     restored.check_invariants()
+    # Each group queue is kept under its queue's own key tuple: no key of its own.
+    for state in (writer.state, restored):
+        queue_keys = {id(key) for key in state._queues}
+        assert all(id(key) in queue_keys for key in state._groups._table[GROUP])
