@@ -4,10 +4,15 @@
 Consumer lag lives where the queues are: each group's leader reports, for the
 consumer groups that consumed its queues, ``rocketmq_consumer_lag_messages``,
 ``rocketmq_consumer_lag_latency_milliseconds`` (the age of the oldest message not
-yet done) and ``rocketmq_consumer_inflight_messages``, read with the same query
-as ``rip5 admin group lag`` (storage_node/progress.py) and summed per (consumer
-group, topic). Summing a metric over the cluster's storage nodes gives the
-group's figure: a group's queues are reported by its leader only.
+yet done) and ``rocketmq_consumer_inflight_messages``, the figures ``rip5 admin
+group lag`` reads (storage_node/progress.py) summed per (consumer group, topic).
+Summing a metric over the cluster's storage nodes gives the group's figure: a
+group's queues are reported by its leader only. They are kept, not walked: each
+led state's tally (``storage_node/partition/consumer_tally.py``) gives how its
+group queues changed since the walk last asked, and ``ConsumerTotals`` sums those
+changes, so a walk costs the group queues that changed, not the group queues
+held. A state that is no longer led here (or was replaced by a restore) is
+retired: its figures are taken out and it keeps no tally.
 
 The three consumer families are made at scrape time by a collector
 (``ConsumerGauges``) from the last walk's figures, one tuple of three ints per
@@ -22,8 +27,9 @@ read every ``SLOW_REFRESHES``-th refresh only.
 
 Everything here is read by :meth:`StorageMetrics.refresh` on the event loop
 (angelia_rpc/metrics_export.py, ``refresh_every``); the scrape thread reads
-only the metric objects. The queue and consumer gauges walk every queue led
-here: so that many queues do not make the metrics eat the node, a walk goes
+only the metric objects. The queue and consumer gauges walk every group led
+here (the queue and message counts are kept by each state, the consumer figures
+by its tally): so that many groups do not make the metrics eat the node, a walk goes
 on over several refreshes, a raft group at a time, about ``WALK_SLICE_S`` each
 (never one long stall of the loop), and after a walk that took d seconds of the
 loop the next one starts no sooner than d / ``WALK_SHARE`` later (on a node with
@@ -38,7 +44,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -47,8 +53,8 @@ from prometheus_client.registry import Collector
 from protocol.routing import RETRY_TOPIC_PREFIX
 from protocol.storage_api import TIME_MAX_MS
 from raft.host.metrics import RaftMetrics
+from storage_node.partition.consumer_tally import ConsumerTotals
 from storage_node.partition.queries import PartitionQueries
-from storage_node.progress import queue_progress
 from storage_node.service import StorageNode
 
 WALK_SHARE = 0.02
@@ -83,6 +89,7 @@ class StorageMetrics:
         self._clock = clock
         self._walk_due = -math.inf
         self._walk: _QueueWalk | None = None  # a walk over the queues under way
+        self._consumer_totals = ConsumerTotals()
         self._values = tuple(labels.values())
         names = tuple(labels)
         self.raft = RaftMetrics(registry, node.driver, labels)
@@ -163,14 +170,19 @@ class StorageMetrics:
         if self._walk is None:
             if started < self._walk_due:
                 return
-            self._walk = _QueueWalk(list(node.replicas), node.now_ms(), started)
+            group_ids = list(node.replicas)
+            group_ids += [g for g in self._consumer_totals.group_ids() if g not in node.replicas]
+            self._walk = _QueueWalk(group_ids, node.now_ms(), started)
         walk = self._walk
         slice_end_s = time.perf_counter() + WALK_SLICE_S  # real time: the loop's stall
         while walk.group_ids:
             group_id = walk.group_ids.pop()
             replica = node.replicas.get(group_id)
+            state = None
             if replica is not None and node.driver.leader_of(group_id) == node.driver.node_id:
-                walk.add(replica.state)
+                state = replica.state
+                walk.add(state)
+            self._consumer_totals.read(group_id, state)  # retires a state no longer led
             if time.perf_counter() >= slice_end_s:
                 break
         walk.spent_s += self._clock() - started
@@ -184,7 +196,7 @@ class StorageMetrics:
         """The queue, message and consumer gauges, from a finished walk."""
         self._queues.set(walk.queues)
         self._messages.set(walk.messages)
-        self._consumers.figures = walk.consumers.figures(walk.now_ms)
+        self._consumers.figures = self._consumer_totals.figures(walk.now_ms)
         if self._refreshes % SLOW_REFRESHES == 0:
             self._refresh_waiting()
         self._refreshes += 1
@@ -213,50 +225,6 @@ class StorageMetrics:
 
 ConsumerFigures = dict[tuple[str, str], tuple[int, int, int]]
 """(consumer group, topic) -> (lag messages, lag latency ms, in-flight messages)."""
-
-
-class ConsumerSums:
-    """The RIP-46 consumer figures being summed over the queues of several states."""
-
-    def __init__(self) -> None:
-        self._lag: dict[tuple[str, str], int] = {}
-        self._inflight: dict[tuple[str, str], int] = {}
-        self._oldest_ms: dict[tuple[str, str], int] = {}
-
-    def add(self, state: PartitionQueries) -> None:
-        """Add every (consumer group, queue) of ``state``."""
-        lag, inflight, oldest_ms = self._lag, self._inflight, self._oldest_ms
-        for consumer_group, topic, queue_id in state.group_queues():
-            key = (consumer_group, topic)
-            progress = queue_progress(state, consumer_group, topic, queue_id)
-            lag[key] = lag.get(key, 0) + progress.lag
-            inflight[key] = inflight.get(key, 0) + progress.in_flight
-            waiting = max(progress.consumer_offset, progress.first_offset)
-            if progress.lag > 0 and waiting < progress.end_offset:
-                stored_ms = state.entry(topic, queue_id, waiting).store_timestamp_ms
-                oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
-
-    def figures(self, now_ms: int) -> ConsumerFigures:
-        """The sums so far: lag and in-flight are sums, the latency is the age at
-        ``now_ms`` of the oldest message not done yet (0 without lag)."""
-        oldest_ms = self._oldest_ms
-        return {
-            key: (
-                count,
-                0 if (oldest := oldest_ms.get(key)) is None else max(0, now_ms - oldest),
-                self._inflight[key],
-            )
-            for key, count in self._lag.items()
-        }
-
-
-def consumer_figures(states: Iterable[PartitionQueries], now_ms: int) -> ConsumerFigures:
-    """The RIP-46 consumer figures of every (consumer group, topic) with a queue in
-    ``states``, summed over its queues (see :class:`ConsumerSums`)."""
-    sums = ConsumerSums()
-    for state in states:
-        sums.add(state)
-    return sums.figures(now_ms)
 
 
 class ConsumerGauges(Collector):
@@ -311,8 +279,8 @@ class ConsumerGauges(Collector):
 
 
 class _QueueWalk:
-    """A walk over the queues of the groups led here, summed group by group: what is
-    left to walk and the sums so far."""
+    """A walk over the groups led here, summed group by group: what is left to walk
+    and the queue and message counts so far."""
 
     def __init__(self, group_ids: list[int], now_ms: int, started_s: float) -> None:
         self.group_ids = group_ids  # still to walk (taken from the end)
@@ -321,10 +289,8 @@ class _QueueWalk:
         self.spent_s = 0.0  # the event loop's time spent walking so far
         self.queues = 0
         self.messages = 0
-        self.consumers = ConsumerSums()
 
     def add(self, state: PartitionQueries) -> None:
         """Add the queues of one group's state (their counts are kept by the state)."""
         self.queues += state.queue_count()
         self.messages += state.message_count()
-        self.consumers.add(state)

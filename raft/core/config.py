@@ -49,6 +49,14 @@ class Config:
     # with its help. The host lifts it (RawNode.lift_data_lost) once the group
     # re-admitted the node (removed it, caught it up as a learner, promoted it).
     data_lost: bool = False
+    # True: when the commit index moves, the leader tells every follower at once
+    # (an append without entries if it has none to send), as etcd/raft does.
+    # False: followers learn it from the next append or heartbeat, so an entry
+    # costs one message and one answer fewer per follower; a follower applies
+    # (and serves follower reads) up to a heartbeat later when nothing follows.
+    # Either way the leader quiesces only once every follower was told its
+    # last index is committed (RawNode.quiesce_point).
+    eager_commit_news: bool = True
 
     def validate(self) -> None:
         """Raise InvalidConfig naming the first option that cannot work."""

@@ -313,7 +313,8 @@ class RawNode:
 
     def quiesce_point(self) -> tuple[int, int] | None:
         """(term, last index) when this replica leads and its whole log is committed,
-        applied and matched by every peer it tracks; None otherwise.
+        applied, matched by every peer it tracks and known committed to each of them
+        (sent in an append or heartbeat); None otherwise.
 
         What a host checks before quiescing an idle group: the same answer as
         reading :meth:`status`, without building its progress map and conf state.
@@ -325,7 +326,7 @@ class RawNode:
             return None
         me = raft.id
         for node_id, pr in raft.tracker.progress.items():
-            if node_id != me and pr.match != last:
+            if node_id != me and (pr.match != last or pr.sent_commit < last):
                 return None
         return raft.term, last
 

@@ -188,14 +188,16 @@ class Raft:
         self.appends_due = True
 
     def flush_appends(self) -> None:
-        """Send the due appends: entries a follower lacks, or news of the commit index."""
+        """Send the due appends: entries a follower lacks, or news of the commit index
+        (only with ``Config.eager_commit_news``)."""
         if not self.appends_due:
             return
         self.appends_due = False
         committed = self.log.committed
+        news = self.config.eager_commit_news  # else commit news rides on what comes next
         for node_id, pr in self.tracker.progress.items():
             if node_id != self.id and self.maybe_send_append(
-                node_id, send_if_empty=pr.sent_commit < committed
+                node_id, send_if_empty=news and pr.sent_commit < committed
             ):
                 # Pipeline the rest, up to the in-flight window.
                 while self.maybe_send_append(node_id, send_if_empty=False):

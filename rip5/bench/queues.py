@@ -5,7 +5,9 @@ free ports. Steps, each timed:
 
 1. baseline: publish ``--baseline-messages`` messages into one topic of 8
    queues (``bench-queues-8``), 8 per SendMessage (one per queue), from
-   ``--workers`` threads: msgs/s at 8 queues;
+   ``--workers`` threads, ``--baseline-samples`` times: msgs/s at 8 queues,
+   the median of the samples (each is a few seconds; one alone moved by half
+   between runs on a quiet machine, the first of a fresh cluster most);
 2. create N queues in bulk: N / 8 topics (``bq-<i>``) of 8 queues each, in
    CreateTopics requests of 1,000 topics (one raft entry each), one at a time,
    as ``rip5 admin topic create --from-file`` sends them: queues/s;
@@ -43,6 +45,7 @@ import argparse
 import contextlib
 import json
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -77,6 +80,8 @@ READ_DEADLINE_S = 60.0  # per topic, for its 8 messages to come back (past redel
 BASELINE_MESSAGES = 20_000
 """The 8-queue baseline's messages by default: about 5-10 s of publishing here, so
 the anchor of the publish ratio is not a 2 s sample."""
+BASELINE_SAMPLES = 3
+"""How many times the baseline is measured; its rate is the median."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PROGRESS_EVERY_S = 30.0
 """How often a long step (the publish, the read back) logs how far it got."""
@@ -365,14 +370,24 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             dev_cluster.wait_until_serving(cluster.endpoint, [(BASELINE_TOPIC, False)])
             batches = -(-args.baseline_messages // QUEUES_PER_TOPIC)
             baseline_messages = batches * QUEUES_PER_TOPIC
-            log(f"baseline: {baseline_messages} messages into 8 queues")
-            cpu_baseline = cpu_by_role(cluster.server_pids())
-            baseline_s, _ = publish(
-                cluster.endpoint, [(BASELINE_TOPIC, QUEUES_PER_TOPIC)] * batches, args.workers
+            log(
+                f"baseline: {baseline_messages} messages into 8 queues, "
+                f"{args.baseline_samples} times"
             )
+            cpu_baseline = cpu_by_role(cluster.server_pids())
+            baseline_rates = []
+            for sample in range(args.baseline_samples):
+                sample_s, _ = publish(
+                    cluster.endpoint, [(BASELINE_TOPIC, QUEUES_PER_TOPIC)] * batches, args.workers
+                )
+                baseline_rates.append(baseline_messages / sample_s)
+                log(
+                    f"baseline sample {sample + 1}: {baseline_rates[-1]:,.0f} msgs/s "
+                    f"({sample_s:.1f} s)"
+                )
             cpu_start = cpu_by_role(cluster.server_pids())
-            baseline_rate = baseline_messages / baseline_s
-            log(f"baseline: {baseline_rate:,.0f} msgs/s at 8 queues ({baseline_s:.1f} s)")
+            baseline_rate = statistics.median(baseline_rates)
+            log(f"baseline: {baseline_rate:,.0f} msgs/s at 8 queues (median)")
             rss_start = rss_by_role(cluster.server_pids())
             log(f"creating {args.queues:,} queues ({len(topics):,} topics)")
             create_s = create_topics(cluster.nameserver, topics)
@@ -407,6 +422,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "create_s": create_s,
         "create_queues_per_s": args.queues / create_s,
         "baseline_msgs_per_s": baseline_rate,
+        "baseline_samples_msgs_per_s": baseline_rates,
         "publish_msgs_per_s": publish_rate,
         "publish_ratio": publish_rate / baseline_rate,
         "read_mode": args.read,
@@ -414,7 +430,9 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "read_msgs_per_s": read / read_s,
         "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
         "cpu_us_per_msg": {
-            "baseline": _cpu_us_per_message(cpu_baseline, cpu_start, baseline_messages),
+            "baseline": _cpu_us_per_message(
+                cpu_baseline, cpu_start, baseline_messages * args.baseline_samples
+            ),
             "publish": _cpu_us_per_message(cpu_created, cpu_published, args.queues),
             "read": _cpu_us_per_message(cpu_published, cpu_read, max(read, 1)),
         },
@@ -437,7 +455,9 @@ def render(figures: dict[str, Any]) -> str:
     lines = [
         f"queues: {figures['queues']:,} ({figures['topics']:,} topics of up to 8)",
         f"creation: {figures['create_s']:.1f} s, {figures['create_queues_per_s']:,.0f} queues/s",
-        f"publish at 8 queues: {figures['baseline_msgs_per_s']:,.0f} msgs/s",
+        f"publish at 8 queues: {figures['baseline_msgs_per_s']:,.0f} msgs/s (median of "
+        + ", ".join(f"{rate:,.0f}" for rate in figures["baseline_samples_msgs_per_s"])
+        + ")",
         f"publish at {figures['queues']:,} queues (one message each): "
         f"{figures['publish_msgs_per_s']:,.0f} msgs/s "
         f"({figures['publish_ratio']:.0%} of the 8-queue rate)",
@@ -489,9 +509,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="read back as a simple consumer (a pop of each queue, a raft entry each) "
         "or a pull consumer (offset reads)",
     )
+    parser.add_argument(
+        "--baseline-samples",
+        type=int,
+        default=BASELINE_SAMPLES,
+        help="times the baseline is measured (its rate is their median)",
+    )
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
-    for name in ("queues", "workers", "baseline_messages"):
+    for name in ("queues", "workers", "baseline_messages", "baseline_samples"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 

@@ -139,6 +139,11 @@ class GroupQueue:
             return cls(queue.end_offset)
         return cls(queue.first_offset if first_offset is None else first_offset)
 
+    def consumed(self) -> bool:
+        """Whether nothing is in flight or done ahead of the cursor (such a group queue
+        is kept as its cursor alone: ``partition.group_queues``)."""
+        return not self.leases and not self.done_ahead
+
     def consumer_offset(self) -> int:
         """The offset below which every message is done for the group."""
         if not self.leases:

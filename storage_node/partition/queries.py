@@ -20,17 +20,17 @@ from typing import NamedTuple
 from storage_node.errors import OffsetOutOfRange
 from storage_node.partition.commands import InitialPosition
 from storage_node.partition.config import PartitionConfig
+from storage_node.partition.consumer_tally import ConsumerChange, ConsumerTally
+from storage_node.partition.counts import move_count
 from storage_node.partition.dedup import DedupWindow
+from storage_node.partition.group_queues import GroupQueueKey, GroupQueues
 from storage_node.partition.pop import GroupQueue, Lease
-from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex
+from storage_node.partition.queues import QueueEntry, QueueId, QueueIndex, queue_key
 from storage_node.partition.tier import TierObjects
 from storage_node.partition.timers import HeldMessage, TimerIndex
 from storage_node.partition.transactions import HalfMessage, HalfMessages
 
 _EMPTY = QueueIndex()
-
-GroupQueueKey = tuple[str, str, int]
-"""(consumer group, topic, queue id)."""
 
 
 def group_queue_key(group: str, topic: str, queue_id: int) -> GroupQueueKey:
@@ -87,7 +87,11 @@ class PartitionQueries:
         # The messages in the queues (sum of end - first offsets), kept by apply so the
         # gauges need no walk; a restore recounts (:meth:`recount_messages`).
         self._messages_held = 0
-        self._groups: dict[GroupQueueKey, GroupQueue] = {}
+        self._groups = GroupQueues()  # those consumed to their end kept as cursors
+        # The consumer figures kept by what changed (``consumer_tally``), from the
+        # first :meth:`consumer_changes` until :meth:`retire_consumer_changes`; None:
+        # nobody reads them (a follower), apply notes nothing.
+        self._consumer_tally: ConsumerTally | None = None
         self._dedup = DedupWindow(self.config.dedup_window_ms, self.config.dedup_entries_max)
         self._halves = HalfMessages()
         self._timers = TimerIndex()
@@ -183,6 +187,14 @@ class PartitionQueries:
         """The offset the next message of the queue will get (0 for an unknown queue)."""
         index = self._queues.get((topic, queue_id))
         return 0 if index is None else index.end_offset
+
+    def queue_key_of(self, topic: str, queue_id: int) -> QueueId:
+        """The queue table's key of the queue (its tuple, shared by the group queues of
+        the queue), or a new interned one if the queue does not exist."""
+        index = self._queues.get((topic, queue_id))
+        if index is not None and index.key is not None:
+            return index.key
+        return queue_key(topic, queue_id)
 
     def first_offset(self, topic: str, queue_id: int) -> int:
         """The oldest offset still in the queue (older ones were trimmed)."""
@@ -302,19 +314,8 @@ class PartitionQueries:
         for queue, old in self._floor_dirty.items():
             index = queues.get(queue)
             new = None if index is None else index.min_log_index()
-            if old == new:
-                continue
-            if old is not None:
-                left = counts[old] - 1
-                if left:
-                    counts[old] = left
-                else:
-                    del counts[old]
-            if new is not None:
-                had = counts.get(new, 0)
-                counts[new] = had + 1
-                if not had:
-                    heapq.heappush(heap, new)
+            if old != new and move_count(counts, old, new) and new is not None:
+                heapq.heappush(heap, new)
         self._floor_dirty.clear()
         if len(heap) > 2 * len(counts) + 64:
             heap[:] = counts
@@ -390,6 +391,25 @@ class PartitionQueries:
         group_queue = self._groups.get((group, topic, queue_id))
         return None if group_queue is None else group_queue.leases.get(queue_offset)
 
+    def consumer_changes(self) -> list[ConsumerChange]:
+        """How the consumer figures of the group queues changed since the last call
+        (``partition.consumer_tally``): the first call counts every group queue (one
+        pass), later ones cost the group queues changed since, not those held."""
+        if self._consumer_tally is None:
+            self._consumer_tally = ConsumerTally()
+            return self._consumer_tally.whole(self)
+        return self._consumer_tally.changes(self)
+
+    def retire_consumer_changes(self) -> list[ConsumerChange]:
+        """The changes that undo every change :meth:`consumer_changes` gave (its reader
+        stops reading this state: it no longer leads it, or the state was replaced); the
+        tally is dropped, so apply notes nothing until the next read. Empty if none."""
+        tally = self._consumer_tally
+        if tally is None:
+            return []
+        self._consumer_tally = None
+        return tally.retire(self)
+
     def group_queues(self) -> list[GroupQueueKey]:
         """Every (group, topic, queue id) with consumption state, sorted."""
         return sorted(self._groups)
@@ -415,6 +435,7 @@ class PartitionQueries:
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the state's invariants do not hold (tests, simulation)."""
+        self._groups.check_invariants()
         for (_group, topic, queue_id), group_queue in self._groups.items():
             group_queue.check_invariants(
                 self.readable_first_offset(topic, queue_id), self.end_offset(topic, queue_id)
@@ -455,6 +476,8 @@ class PartitionQueries:
                 raise AssertionError(f"timer {held.message_id} due at {held.due_ms} not released")
         self._dedup.check_invariants()
         self.tier.check_invariants()
+        if self._consumer_tally is not None:
+            self._consumer_tally.check(self)
 
     def dedup_size(self) -> int:
         """How many message ids the dedup window remembers."""

@@ -131,10 +131,15 @@ class QueueIndex:
     the node (181 ms per million messages, a pause of the whole node).
     """
 
-    __slots__ = ("_entries", "_memo", "_min_log_index", "first_offset")
+    __slots__ = ("_entries", "_memo", "_min_log_index", "first_offset", "key")
 
-    def __init__(self, first_offset: int = 0, entries: Iterable[QueueRow] = ()) -> None:
+    def __init__(
+        self, first_offset: int = 0, entries: Iterable[QueueRow] = (), key: QueueId | None = None
+    ) -> None:
         self.first_offset = first_offset
+        # The key the queue is kept under (``queue_key``), so that the group queues of
+        # the queue share that tuple instead of one each (``partition.group_queues``).
+        self.key = key
         self._entries: list[QueueRow] = [cast(QueueRow, tuple(entry)) for entry in entries]
         # The least log index of the entries; None: not known (computed on demand).
         # Log indexes do not grow along a queue (released timers and committed

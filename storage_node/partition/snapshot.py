@@ -13,7 +13,11 @@ only where retention no longer needs those entries.
 Layout: magic b"R5PS", version (1 byte), crc32c (4 bytes, over the rest),
 then a msgpack array (see ``_to_wire``) of 8 items, or 9 once the group has
 recorded a tier upload (the tier's metadata, ``partition.tier``). The transient ``grown_queues`` is
-not kept. Version 2 holds the dedup window by run (``DedupWindow.to_wire``);
+not kept. A group queue consumed to its end (no lease, nothing done ahead) is
+written with no latest attempt (``["", 0, []]``): the state keeps it as its cursor
+alone (``partition.group_queues``), and the attempt it drops named no lease. A
+snapshot written before that, with such an attempt, is read as before (the
+attempt dropped). Version 2 holds the dedup window by run (``DedupWindow.to_wire``);
 version 1, one array per remembered entry, is still read (its window comes
 back with the same entries, its runs joined as a queued append would make
 them).
@@ -36,7 +40,6 @@ import msgpack
 from storage_node.errors import SnapshotCorrupted
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.pop import GroupQueue
-from storage_node.partition.queries import group_queue_key
 from storage_node.partition.queues import QueueEntry, QueueIndex, queue_key
 from storage_node.partition.state import PartitionState
 from storage_node.partition.wire import array_header, as_int, as_list, as_str, pack, pack_items
@@ -166,17 +169,20 @@ def _from_wire(wire: object, version: int) -> PartitionState:
     state.clock_ms = as_int(clock_ms, "clock")
     for item in as_list(queues, "queues"):
         topic, queue_id, first_offset, entries = as_list(item, "queue", 4)
-        state._queues[queue_key(as_str(topic, "topic"), as_int(queue_id, "queue id"))] = QueueIndex(
+        queue = queue_key(as_str(topic, "topic"), as_int(queue_id, "queue id"))
+        state._queues[queue] = QueueIndex(
             as_int(first_offset, "first offset"),
             [QueueEntry.from_wire(entry) for entry in as_list(entries, "queue entries")],
+            queue,
         )
     state.recount_messages()
     for item in as_list(groups, "group queues"):
         group, topic, queue_id, group_queue = as_list(item, "group queue", 4)
-        key = group_queue_key(
-            as_str(group, "group"), as_str(topic, "topic"), as_int(queue_id, "queue id")
+        state._groups.restore(
+            as_str(group, "group"),
+            state.queue_key_of(as_str(topic, "topic"), as_int(queue_id, "queue id")),
+            GroupQueue.from_wire(group_queue),
         )
-        state._groups[key] = GroupQueue.from_wire(group_queue)
     if version == ENTRIES_DEDUP_VERSION:
         state._dedup.load_entries_wire(as_list(dedup, "dedup"))
     else:

@@ -71,6 +71,7 @@ from storage_node.partition.commands import (
     check_record,
     decode,
 )
+from storage_node.partition.group_queues import GroupQueueKey
 from storage_node.partition.pop import FilterVerdicts, Grant, GroupQueue, Lease
 from storage_node.partition.queries import PartitionQueries, group_queue_key
 from storage_node.partition.queues import (
@@ -138,12 +139,18 @@ class PartitionState(PartitionQueries):
             if result is not None:
                 return result
         # (Applying the clock again is a no-op: it only moves forward.)
-        return self._apply(decode(data), log_index)
+        try:
+            return self._apply(decode(data), log_index)
+        finally:
+            self._groups.compact()
 
     def apply(self, command: Command, log_index: int) -> Result:
         """Apply a decoded ``command`` committed at ``log_index``."""
         self._begin(log_index)
-        return self._apply(command, log_index)
+        try:
+            return self._apply(command, log_index)
+        finally:
+            self._groups.compact()  # group queues consumed to their end: cursors again
 
     def _begin(self, log_index: int) -> None:
         if log_index <= self.applied_index:
@@ -217,11 +224,13 @@ class PartitionState(PartitionQueries):
         index = self._queues.get(queue)
         if index is None:
             key = queue_key(*queue)
-            index = self._queues[key] = QueueIndex()
+            index = self._queues[key] = QueueIndex(key=key)
             self._retention_new_queue(key[0])
         self.grown_queues.add(queue)
         self._floor_changed(queue, index)
         self._retention_changed(queue, index.first_offset == index.end_offset)
+        if self._consumer_tally is not None:
+            self._consumer_tally.queue(queue)
         self._messages_held += 1
         return index.append(entry)
 
@@ -315,11 +324,13 @@ class PartitionState(PartitionQueries):
             topic, queue_id = queue = queue_key(topics[start], queue_ids[start])
             index = self._queues.get(queue)
             if index is None:
-                index = self._queues[queue] = QueueIndex()
+                index = self._queues[queue] = QueueIndex(key=queue)
                 self._retention_new_queue(topic)
             self.grown_queues.add(queue)
             self._floor_changed(queue, index)
             self._retention_changed(queue, index.first_offset == index.end_offset)
+            if self._consumer_tally is not None:
+                self._consumer_tally.queue(queue)
             ids = message_ids[start:end]
             first = index.append_run(
                 log_index,
@@ -397,12 +408,15 @@ class PartitionState(PartitionQueries):
         if index is None:
             return ReceiveResult((), (), 0)
         key = (command.group, command.topic, command.queue_id)
-        group_queue = self._groups.get(key)
+        group_queue = self._groups.writable(key)
         if group_queue is None:
             group_queue = GroupQueue.starting(
                 command.initial_position, index, self.readable_first_offset(*queue)
             )
-            self._groups[group_queue_key(*key)] = group_queue
+            self._groups.add(command.group, self.queue_key_of(*queue), group_queue)
+            self._tally_made(key)
+        else:
+            self._tally_key(key)
         tier_entries = (
             {
                 row.queue_offset: QueueEntry(
@@ -474,7 +488,7 @@ class PartitionState(PartitionQueries):
         )
 
     def _valid_lease(self, group: str, handle: ReceiptHandle) -> tuple[GroupQueue, Lease] | None:
-        group_queue = self._groups.get((group, handle.topic, handle.queue_id))
+        group_queue = self._groups.writable((group, handle.topic, handle.queue_id))
         if group_queue is None:
             return None
         lease = group_queue.valid_lease(handle.queue_offset, handle.generation, self.clock_ms)
@@ -488,7 +502,7 @@ class PartitionState(PartitionQueries):
         outcomes = []
         clock_ms = self.clock_ms
         for queue, run in groupby(command.handles, _queue_of):
-            group_queue = self._groups.get((command.group, *queue))
+            group_queue = self._groups.writable((command.group, *queue))
             for handle in run:
                 if group_queue is not None and group_queue.finish_current(
                     handle.queue_offset, handle.generation, clock_ms
@@ -498,6 +512,7 @@ class PartitionState(PartitionQueries):
                     outcomes.append(AckOutcome(handle, errors.INVALID_RECEIPT_HANDLE))
             if group_queue is not None:
                 group_queue.settle(self.end_offset(*queue))
+                self._tally_key((command.group, *queue))
         return AckResult(tuple(outcomes))
 
     def _release(self, command: Release, log_index: int) -> ReleaseResult:
@@ -507,6 +522,7 @@ class PartitionState(PartitionQueries):
             if found is None:
                 continue
             group_queue, lease = found
+            self._tally_key((command.group, handle.topic, handle.queue_id))
             # Expired now, one attempt back: the next grant counts this attempt again.
             group_queue.set_lease(
                 handle.queue_offset,
@@ -530,6 +546,7 @@ class PartitionState(PartitionQueries):
             lease.message_group,
         )
         group_queue.set_lease(command.handle.queue_offset, renewed)
+        self._tally_key((command.group, command.handle.topic, command.handle.queue_id))
         handle = ReceiptHandle(
             command.handle.topic, command.handle.queue_id, command.handle.queue_offset, log_index
         )
@@ -547,6 +564,7 @@ class PartitionState(PartitionQueries):
             "a dead-letter copy needs the local log entry",
         )
         group_queue.finish(command.handle.queue_offset, self.end_offset(*queue))
+        self._tally_key((command.group, *queue))
         return DeadLetterResult(
             self._move_to_dead_letter(
                 command.group, queue, command.handle.queue_offset, lease.attempt
@@ -560,13 +578,17 @@ class PartitionState(PartitionQueries):
         end = self.end_offset(command.topic, command.queue_id)
         offset = min(max(command.offset, first), end)
         key = (command.group, command.topic, command.queue_id)
-        group_queue = self._groups.get(key)
+        group_queue = self._groups.writable(key)
         if group_queue is None:
-            self._groups[group_queue_key(*key)] = GroupQueue(offset)
-        elif isinstance(command, CommitOffset):
+            queue = self.queue_key_of(command.topic, command.queue_id)
+            self._groups.add(command.group, queue, GroupQueue(offset))
+            self._tally_made(key)
+            return CommitOffsetResult(offset)
+        if isinstance(command, CommitOffset):
             group_queue.reset(offset)
         else:
             group_queue.commit(offset, end)
+        self._tally_key(key)
         return CommitOffsetResult(offset)
 
     def _trim_queue(self, command: TrimQueue) -> TrimQueueResult:
@@ -587,12 +609,15 @@ class PartitionState(PartitionQueries):
         """Drop the groups' state of offsets no longer readable: below the local first
         offset only where the tier does not hold them (a group behind a local trim
         goes on reading the tier's copies)."""
+        if self._consumer_tally is not None:
+            self._consumer_tally.queue(queue)
         index = self._queues.get(queue)
         if index is None:
             return
         first = self.readable_first_offset(*queue)
-        for (_group, topic, queue_id), group_queue in self._groups.items():
-            if (topic, queue_id) == queue:
+        for group in self._groups.groups_of(queue):
+            group_queue = self._groups.writable((group, *queue))
+            if group_queue is not None:
                 group_queue.trim(first, index.end_offset)
 
     def _drop_topic(self, command: DropTopic) -> DropTopicResult:
@@ -609,6 +634,8 @@ class PartitionState(PartitionQueries):
         consumer_queues = [key for key in self._groups if key[1] == topic]
         for key in consumer_queues:
             del self._groups[key]
+        if self._consumer_tally is not None:
+            self._consumer_tally.dropped(topic, consumer_queues)
         held = [h.message_id for h in self._timers.unordered() if h.topic == topic]
         for message_id in held:
             self._timers.cancel(topic, message_id)
@@ -634,6 +661,21 @@ class PartitionState(PartitionQueries):
             self.tier.record(queue, command.object)
         point = self.tier.end_offset(queue)
         return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
+
+    # ------------------------------------------------------------------ consumer tally
+    # Apply tells the consumer tally (``consumer_tally``: the RIP-46 figures kept by what
+    # changed) which group queues changed, when someone reads it; appends and trims
+    # tell it their queue inline (above).
+
+    def _tally_key(self, key: GroupQueueKey) -> None:
+        """The group queue's pop state changed."""
+        if self._consumer_tally is not None:
+            self._consumer_tally.key(key)
+
+    def _tally_made(self, key: GroupQueueKey) -> None:
+        """A group queue was made."""
+        if self._consumer_tally is not None:
+            self._consumer_tally.made(group_queue_key(*key))
 
     # ------------------------------------------------------------------ retention feed
 

@@ -13,7 +13,12 @@ each, then times, as this process's CPU (``time.process_time``, median of R):
   nothing expired and with every queue expired, against a leader's rounds
   (``retention.GroupRetention``): its first (every queue looked at and filed),
   one after one more message, and one as every queue's oldest message has
-  expired (the trims themselves not applied).
+  expired (the trims themselves not applied);
+- the consumer gauges, every queue received and acked by one group: the kept
+  figures (``consumer_changes`` after one more receive and ack, summed into
+  ``ConsumerTotals``) against the walk over every group queue they replaced
+  (``consumer_walk.consumer_figures``), and the figures the collector is given at
+  the end of a walk (one per (group, topic): the answer's size).
 
 Figures are indicative (a shared machine); docs/scale.md quotes them.
 Not a test: pytest does not collect it.
@@ -29,10 +34,14 @@ from collections.abc import Callable
 from protocol.records import MessageRecord
 from storage_node import retention
 from storage_node.partition import commands as c
+from storage_node.partition.consumer_tally import ConsumerTotals
+from storage_node.partition.results import ReceiveResult
 from storage_node.partition.state import PartitionState
+from tests.unit.storage_node.consumer_walk import consumer_figures
 
 QUEUES_PER_TOPIC = 8
 BATCH = 1_000
+GROUP = "bench-group"
 
 
 def idle_state(queues: int) -> PartitionState:
@@ -47,9 +56,24 @@ def idle_state(queues: int) -> PartitionState:
     return state
 
 
-def median_ms(runs: int, body: Callable[[], object]) -> float:
+def consume(state: PartitionState, topic: str, queue_id: int) -> None:
+    """One receive and ack of the queue by ``GROUP``."""
+    received = state.apply(
+        c.Receive(1_000, GROUP, topic, queue_id, 32, 30_000, 16), state.applied_index + 1
+    )
+    assert isinstance(received, ReceiveResult)
+    handles = tuple(delivery.handle for delivery in received.deliveries)
+    if handles:
+        state.apply(c.Ack(1_000, GROUP, handles), state.applied_index + 1)
+
+
+def median_ms(
+    runs: int, body: Callable[[], object], setup: Callable[[], object] = lambda: None
+) -> float:
+    """CPU ms of ``body``, median of ``runs`` (``setup`` before each, not timed)."""
     samples = []
     for _ in range(runs):
+        setup()
         started = time.process_time()
         body()
         samples.append(time.process_time() - started)
@@ -91,6 +115,19 @@ def main() -> None:
     assert state.min_log_index_referenced() == walked_floor(state)
     assert (state.queue_count(), state.message_count()) == walked_counts(state)
     limits = {f"t{n}": retention.TopicLimits(3_600_000) for n in range(args.queues // 8 + 1)}
+    for topic, queue_id in state.queue_ids():
+        consume(state, topic, queue_id)
+    totals = ConsumerTotals()
+    totals.apply(state.consumer_changes())  # the first read counts every group queue
+
+    def one_more_consumed() -> None:
+        state.apply(
+            c.Append(1_000, (MessageRecord("t0", 0, f"more-{state.applied_index}", b"x"),)),
+            state.applied_index + 1,
+        )
+        consume(state, "t0", 0)
+
+    assert totals.figures(2_000) == consumer_figures([state], 2_000)
     planner = retention.GroupRetention()
 
     def retention_round(now_ms: int) -> list[object]:
@@ -99,31 +136,15 @@ def main() -> None:
 
     retention_round(2_000)  # the first round files every queue (one pass)
 
-    def kept_retention() -> None:
+    def one_more_message() -> None:
         state.apply(
-            c.Append(1_000, (MessageRecord("t0", 0, "again", b"x"),)), state.applied_index + 1
+            c.Append(1_000, (MessageRecord("t0", 0, f"again-{state.applied_index}", b"x"),)),
+            state.applied_index + 1,
         )
-        retention_round(2_000)
 
-    def first_round_ms() -> float:
-        samples = []
-        for _ in range(args.runs):
-            planner.forget()
-            started = time.process_time()
-            retention_round(2_000)
-            samples.append(time.process_time() - started)
-        return statistics.median(samples) * 1_000
-
-    def expired_round_ms() -> float:
-        samples = []
-        for _ in range(args.runs):
-            started = time.process_time()
-            trims = retention_round(3_602_000)
-            samples.append(time.process_time() - started)
-            assert len(trims) == args.queues
-            planner.forget()
-            retention_round(2_000)  # every queue filed again (the trims are not applied)
-        return statistics.median(samples) * 1_000
+    def refiled() -> None:
+        planner.forget()
+        retention_round(2_000)  # every queue filed again (the trims are not applied)
 
     figures = {
         "floor, walk over every queue": median_ms(args.runs, lambda: walked_floor(state)),
@@ -138,10 +159,24 @@ def main() -> None:
         "retention plan, walk, every queue expired": median_ms(
             args.runs, lambda: retention.plan(state, limits, (), 3_602_000, lambda _index: 0)
         ),
-        "retention round, first (files every queue)": first_round_ms(),
-        "retention round, kept (one append + round)": median_ms(args.runs, kept_retention),
-        "retention round, every queue expired": expired_round_ms(),
+        "retention round, first (files every queue)": median_ms(
+            args.runs, lambda: retention_round(2_000), planner.forget
+        ),
+        "retention round, kept (after one append)": median_ms(
+            args.runs, lambda: retention_round(2_000), one_more_message
+        ),
+        "retention round, every queue expired": median_ms(
+            args.runs, lambda: retention_round(3_602_000), refiled
+        ),
+        "consumer gauges, walk": median_ms(args.runs, lambda: consumer_figures([state], 2_000)),
+        "consumer gauges, kept (after one consumed)": median_ms(
+            args.runs, lambda: totals.apply(state.consumer_changes()), one_more_consumed
+        ),
+        "consumer gauges, figures given (per topic)": median_ms(
+            args.runs, lambda: totals.figures(2_000)
+        ),
     }
+    assert totals.figures(2_000) == consumer_figures([state], 2_000)
     print(f"{args.queues:,} idle queues, one message each; CPU ms, median of {args.runs}")
     for name, ms in figures.items():
         print(f"  {name:42s} {ms:9.3f}")

@@ -27,7 +27,11 @@ def test_bench_queues_creates_publishes_and_reads_back(tmp_path: Path) -> None:
     assert figures["read_msgs"] == 60  # every message read back, each checked by id
     assert figures["create_queues_per_s"] > 0
     assert figures["publish_msgs_per_s"] > 0
-    assert figures["baseline_msgs_per_s"] > 0
+    samples = figures["baseline_samples_msgs_per_s"]
+    assert len(samples) == 3  # the default
+    assert figures["baseline_msgs_per_s"] == sorted(samples)[1] > 0  # their median
+    assert "publish at 8 queues:" in result.stdout
+    assert "(median of " in result.stdout
     for role, count in (("nameserver", 1), ("storage", 3), ("broker", 1)):
         assert len(figures["rss_bytes"]["end"][role]) == count, role
     assert len(figures["storage_bytes_per_queue"]) == 3

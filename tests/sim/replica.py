@@ -67,6 +67,7 @@ class NodeOptions:
     compact_every: int = 0  # snapshot + compact after this many applied entries (0: never)
     max_size_per_msg_bytes: int = 1 << 20
     max_inflight_msgs: int = 256
+    eager_commit_news: bool = True
 
 
 class QueueMachine:
@@ -196,6 +197,7 @@ class SimNode:
                 check_quorum=self.options.check_quorum,
                 max_size_per_msg_bytes=self.options.max_size_per_msg_bytes,
                 max_inflight_msgs=self.options.max_inflight_msgs,
+                eager_commit_news=self.options.eager_commit_news,
             )
             raw = RawNode(config, log, self.rng.randrange)
             replica = Replica(group, raw, log, machine, applied)

@@ -7,6 +7,7 @@ names its seed and the command that replays it with its trace.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -66,7 +67,12 @@ def test_an_ack_that_does_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(GroupQueue, "finish_current", ack_nothing)
     failures = [r.failure for r in (run_partition_seed(seed) for seed in range(6)) if r.failure]
     assert len(failures) >= 3, failures
-    assert all("done" in f for f in failures), failures  # the acked one is not done
+    # The acked one is not done: it is delivered again, which the model sees as a
+    # delivery of a done offset, or, after a commit moved the offset back over it
+    # (the model then holds it fresh), as a delivery whose attempt is not the first.
+    assert all("done" in f or re.search(r"attempt \d+ after 0 deliveries", f) for f in failures), (
+        failures
+    )
 
 
 @pytest.mark.sim

@@ -95,3 +95,7 @@ def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--queues", "0"])
     assert exited.value.code == 2
     assert "--queues must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["--baseline-samples", "0"])
+    assert exited.value.code == 2
+    assert "--baseline-samples must be at least 1" in capsys.readouterr().err

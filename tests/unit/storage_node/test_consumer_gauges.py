@@ -17,9 +17,11 @@ from prometheus_client import CollectorRegistry
 
 from protocol.records import MessageRecord
 from protocol.routing import RETRY_TOPIC_PREFIX
-from storage_node.metrics import ConsumerGauges, consumer_figures
+from storage_node.metrics import ConsumerGauges
 from storage_node.partition.commands import Ack, Append, Receive, encode
 from storage_node.partition.state import PartitionState
+
+from .consumer_walk import consumer_figures
 
 NODE_LABELS = ("cluster", "node_type", "node_id")
 NODE_VALUES = ("c", "storage", "1")

@@ -26,6 +26,7 @@ from protocol.storage_api import (
     AppendQueuesRequest,
     AppendRequest,
     CancelTimerRequest,
+    CommitOffsetRequest,
     EndTransactionRequest,
     Message,
     QueueInfoRequest,
@@ -523,6 +524,18 @@ async def test_a_walk_over_the_queues_goes_on_a_group_at_a_time_when_it_is_long(
             assert queues() == 0  # not yet reported: the walk is under way
         metrics.refresh()
         assert queues() == GROUPS * 4
+        # The consumer gauges of the walk: one message of queue 0 in flight, the other
+        # queues' message waiting (lag), from the states' tallies.
+        await node.receive(ReceiveRequest("g", "t", 0, 8, 30_000), CONTEXT)
+        for queue_id in range(1, GROUPS * 4):
+            await node.commit_offset(CommitOffsetRequest("g", "t", queue_id, 0), CONTEXT)
+        labels = {"cluster": "c", "node_type": "storage", "consumer_group": "g", "topic": "t"}
+        labels |= {"is_retry": "false", "is_system": "false"}
+        metrics._walk_due = 0.0  # the next walk now, not after its pause
+        for _ in range(led):
+            metrics.refresh()
+        assert registry.get_sample_value("rocketmq_consumer_lag_messages", labels) == GROUPS * 4
+        assert registry.get_sample_value("rocketmq_consumer_inflight_messages", labels) == 1
 
 
 class _SteppingClock:

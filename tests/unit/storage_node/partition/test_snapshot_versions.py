@@ -14,6 +14,7 @@ from storage_node.errors import SnapshotCorrupted
 from storage_node.partition import commands as c
 from storage_node.partition.config import PartitionConfig
 from storage_node.partition.queues import RecordOutcome
+from storage_node.partition.results import ReceiveResult
 from storage_node.partition.snapshot import SNAPSHOT_MAGIC, _to_wire, restore, take_snapshot
 from storage_node.partition.state import PartitionState
 
@@ -117,3 +118,22 @@ RUN = ["orders", 0, 0, 0, 1_000, ["a", "b"]]
 def test_a_damaged_dedup_window_is_refused(dedup: object, message: str) -> None:
     with pytest.raises(SnapshotCorrupted, match=message):
         restore(_with_dedup(dedup))
+
+
+def test_a_consumed_group_queue_with_an_attempt_as_written_before_cursors_is_read() -> None:
+    # Before group queues consumed to their end were kept as their cursors, such a
+    # queue was written with its latest attempt; the state now drops it (it names no
+    # lease), so a snapshot of the restored state writes it as a cursor's.
+    state = _state()
+    received = state.apply(c.Receive(2_000, "g", "orders", 1, 8, 30_000, 16, attempt_id="a"), 4)
+    assert isinstance(received, ReceiveResult)
+    state.apply(c.Ack(2_000, "g", tuple(d.handle for d in received.deliveries)), 5)
+    wire = _to_wire(state)
+    assert wire[4] == [["g", "orders", 1, [1, [], [], ["", 0, []]]]]  # the cursor's form
+    wire[4] = [["g", "orders", 1, [1, [], [], ["a", 4, [0]]]]]
+    payload = msgpack.packb(wire, use_bin_type=True)
+    before = SNAPSHOT_MAGIC + b"\x02" + struct.pack(">I", crc32c.crc32c(payload)) + payload
+    restored = restore(before)
+    assert restored._groups.objects() == 0
+    assert take_snapshot(restored) == take_snapshot(state)
+    restored.check_invariants()
