@@ -16,6 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from angelia_rpc import AngeliaError
 from protocol.segments import SegmentCorrupted
@@ -27,7 +28,7 @@ from storage_node.partition.results import DropTopicResult, ExpireTierResult
 from storage_node.replica import FLOOR_REFRESH_MS, GroupReplica
 from storage_node.service import StorageNode
 from storage_node.store.segment_files import index_segments
-from storage_node.tier_plan import plan_expiry, upload_start
+from storage_node.tier_plan import TierExpiry, upload_start
 from storage_node.tier_store import Tier
 
 _log = logging.getLogger(__name__)
@@ -137,17 +138,30 @@ TopicLister = Callable[[], Awaitable[Mapping[str, retention.TopicLimits]]]
 
 
 RETENTION_SHARE = 0.02
-"""The most of its time a node spends planning retention: a round looks at every queue
-of the groups it leads (a million queues: a third of them on each of three nodes), so
-after a round whose planning took d seconds the next starts no sooner than
-d / RETENTION_SHARE later (and no sooner than the configured interval)."""
+"""The most of its time a node spends planning retention: after a round whose planning
+took d seconds the next starts no sooner than d / RETENTION_SHARE later (and no sooner
+than the configured interval). A round looks at the queues whose oldest message
+expired and those that changed (``retention.GroupRetention``); a leader's first round
+of a group, and one after a topic's limits changed, looks at every queue."""
+
+
+@dataclass
+class RetentionMemory:
+    """What a node's retention rounds keep between rounds: planners per group it led
+    in the last round (with a tier, of its objects' expiry too), and (with a tier)
+    the local limits of the last topic list."""
+
+    groups: dict[int, retention.GroupRetention] = field(default_factory=dict)
+    tier_groups: dict[int, TierExpiry] = field(default_factory=dict)
+    listed: Mapping[str, retention.TopicLimits] | None = None
+    local: Mapping[str, retention.TopicLimits] = field(default_factory=dict)
 
 
 async def run_retention(
     node: StorageNode, list_topics: TopicLister, interval_ms: int, tier: Tier | None = None
 ) -> None:
     """Forever, every ``interval_ms`` (or less often, see :data:`RETENTION_SHARE`): on the
-    groups ``node`` leads, propose the trims and topic drops ``storage_node.retention.plan``
+    groups ``node`` leads, propose the trims and topic drops ``storage_node.retention``
     decides (one at a time, awaited); with a tier, local trims stop at the upload point
     and follow the local limits, tier objects past the whole limits expire, and the
     bytes of expired or dropped objects are deleted.
@@ -156,11 +170,12 @@ async def run_retention(
     away must never look like every topic deleted).
     """
     wait_s = interval_ms / 1000
+    memory = RetentionMemory()
     while True:
         await asyncio.sleep(wait_s)
         walk = WalkTime()
         try:
-            await retention_round(node, list_topics, tier, walk)
+            await retention_round(node, list_topics, tier, walk, memory)
         except AngeliaError as exc:
             _log.info("retention skipped: the topic list is unknown now: %s", exc)
         wait_s = max(interval_ms / 1000, walk.seconds / RETENTION_SHARE)
@@ -171,29 +186,48 @@ async def retention_round(
     list_topics: TopicLister,
     tier: Tier | None = None,
     walk: WalkTime | None = None,
+    memory: RetentionMemory | None = None,
 ) -> int:
-    """One round of :func:`run_retention`; how many commands were applied. The walks
-    over each group's queues are timed into ``walk``, and the round lets other work
-    run between groups (a walk of one group blocks the loop, never all of them)."""
+    """One round of :func:`run_retention`; how many commands were applied. The planning
+    of each group is timed into ``walk``, and the round lets other work run between
+    groups (planning one group blocks the loop, never all of them). ``memory``: what
+    the previous rounds kept (None: none, every queue is looked at)."""
     walk = walk or WalkTime()
+    memory = memory or RetentionMemory()
     led = [(g, r) for g, r in node.replicas.items() if node.driver.host.node(g).is_leader()]
-    # Read before the list: a topic held now and unlisted after was deleted (or the
-    # list would name it), never created after the listing.
-    held_before: dict[int, set[str]] = {}
+    planners = {g: memory.groups.get(g) or retention.GroupRetention() for g, _ in led}
+    memory.groups = planners  # a group not led now starts afresh when led again
+    tier_planners: dict[int, TierExpiry] = {}
+    if tier is not None:
+        tier_planners = {g: memory.tier_groups.get(g) or TierExpiry() for g, _ in led}
+    memory.tier_groups = tier_planners
+    # Before the list: a topic held now and unlisted after was deleted (or the list
+    # would name it), never created after the listing.
     for group_id, leading in led:
         with walk.timed():
-            held_before[group_id] = {topic for topic, _ in leading.state.queue_ids()}
+            planners[group_id].before_listing(leading.state)
+            if tier is not None:
+                tier_planners[group_id].before_listing(leading.state)
         await asyncio.sleep(0)
-    topics = await list_topics()
+    try:
+        topics = await list_topics()
+    except BaseException:
+        memory.groups, memory.tier_groups = {}, {}  # what was taken is not planned
+        raise
     local: Mapping[str, retention.TopicLimits] = {}
     if tier is not None:
         with walk.timed():
-            local = {name: limits.local() for name, limits in topics.items()}
+            if topics is not memory.listed:
+                memory.local = {name: limits.local() for name, limits in topics.items()}
+                memory.listed = topics
+            local = memory.local
     applied = 0
-    for group_id, held in held_before.items():
+    for group_id, planner in list(planners.items()):
         await asyncio.sleep(0)
         replica = node.replicas.get(group_id)
         if replica is None or not node.driver.host.node(group_id).is_leader():
+            del planners[group_id]
+            tier_planners.pop(group_id, None)
             continue
         state = replica.state
         now_ms = node.now_ms()
@@ -201,12 +235,12 @@ async def retention_round(
         commands: list[Command]
         with walk.timed():
             if tier is None:
-                commands = [*retention.plan(state, topics, held, now_ms, sizes)]
+                commands = [*planner.plan(state, topics, now_ms, sizes)]
             else:
-                keep_from = {queue: upload_start(state, queue) for queue in state.queue_ids()}
+                keep_from = functools.partial(upload_start, state)
                 commands = [
-                    *retention.plan(state, local, held, now_ms, sizes, keep_from),
-                    *plan_expiry(state, topics, now_ms),
+                    *planner.plan(state, local, now_ms, sizes, keep_from),
+                    *tier_planners[group_id].plan(state, topics, now_ms),
                 ]
         for command in commands:
             try:
@@ -215,6 +249,9 @@ async def retention_round(
                 result = exc
             if isinstance(result, (RaftError, StorageError, TimeoutError)):
                 _log.info("retention of group %d stopped: %s", group_id, result)
+                planner.forget()  # what was not applied is planned again next round
+                if tier is not None:
+                    tier_planners[group_id].forget()
                 break
             applied += 1
             names: tuple[str, ...] = ()

@@ -12,20 +12,23 @@ entries, so an upload's memory is bounded.
 
 Tier retention (:func:`plan_expiry`): a queue's objects whose newest message is
 older than ``retention_ms``, or that lie beyond ``retention_bytes`` counted from
-the newest object, are expired (``ExpireTier``).
+the newest object, are expired (``ExpireTier``). A leader's rounds plan them with
+:class:`TierExpiry`, which looks only at the queues whose oldest object may have
+expired or that changed, as ``retention.GroupRetention`` does for the local log.
 
 PURE.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from protocol.message_objects import ObjectEntry
 from storage_node.partition.commands import ExpireTier
 from storage_node.partition.queries import PartitionQueries
 from storage_node.partition.queues import QueueId
-from storage_node.retention import EntryBytes, TopicLimits
+from storage_node.retention import REASON_CHANGED, DueQueues, EntryBytes, TopicLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,24 +140,99 @@ def plan_expiry(
     state: PartitionQueries, topics: Mapping[str, TopicLimits], now_ms: int
 ) -> list[ExpireTier]:
     """``ExpireTier`` for the objects of listed topics past their limits (see the module
-    docstring); an unlisted topic's objects go with its drop."""
+    docstring), a walk over every queue with objects; an unlisted topic's objects go
+    with its drop. A leader's rounds go through :class:`TierExpiry` instead."""
     commands = []
     for queue in state.tier.queues():
         limits = topics.get(queue[0])
         if limits is None:
             continue
-        objects = state.tier.objects(queue)
-        cut = 0
-        for entry in objects:
-            if entry.max_store_timestamp_ms < now_ms - limits.retention_ms:
-                cut = entry.end_offset
-        if limits.retention_bytes > 0:
-            total = 0
-            for entry in reversed(objects):
-                total += entry.size_bytes
-                if total > limits.retention_bytes:
-                    cut = max(cut, entry.end_offset)
-                    break
-        if objects and cut > objects[0].first_offset:
+        cut = expiry_cut(state.tier.objects(queue), limits, now_ms)
+        if cut is not None:
             commands.append(ExpireTier(now_ms, queue[0], queue[1], cut))
     return commands
+
+
+def expiry_cut(objects: Sequence[ObjectEntry], limits: TopicLimits, now_ms: int) -> int | None:
+    """Where a queue's ``objects`` past ``limits`` end (None: none is past them)."""
+    cut = 0
+    for entry in objects:
+        if entry.max_store_timestamp_ms < now_ms - limits.retention_ms:
+            cut = entry.end_offset
+    if limits.retention_bytes > 0:
+        total = 0
+        for entry in reversed(objects):
+            total += entry.size_bytes
+            if total > limits.retention_bytes:
+                cut = max(cut, entry.end_offset)
+                break
+    return cut if objects and cut > objects[0].first_offset else None
+
+
+class TierExpiry:
+    """:func:`plan_expiry` across a leader's rounds, looking only at the queues whose
+    oldest object's newest message expired, whose first object changed (an upload to
+    a queue without objects, an expiry), or that recorded an upload while their
+    topic has a byte limit: as ``retention.GroupRetention`` does for the local log
+    (:meth:`before_listing`, the list read, :meth:`plan`; :meth:`forget` after a
+    round that did not apply every command). A first round, or one after a topic's
+    limits changed, walks every queue with objects."""
+
+    def __init__(self) -> None:
+        self.queues_looked = 0
+        """How many queues the last :meth:`plan` looked at."""
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop what is known: the next round looks at every queue with objects."""
+        self._topics: Mapping[str, TopicLimits] | None = None
+        self._queues = DueQueues()
+        self._changes: dict[QueueId, bool] | None = None
+        self._state: PartitionQueries | None = None
+
+    def before_listing(self, state: PartitionQueries) -> None:
+        """Take the state's tier changes (before the topic list is read)."""
+        self._changes = state.take_tier_changes()
+        self._state = state
+
+    def plan(
+        self, state: PartitionQueries, topics: Mapping[str, TopicLimits], now_ms: int
+    ) -> list[ExpireTier]:
+        """The commands :func:`plan_expiry` would give now."""
+        if state is not self._state:  # restored meanwhile (or no before_listing)
+            self.forget()
+            return []
+        changes, previous = self._changes, self._topics
+        self._changes = self._state = None
+        self._topics = topics
+        full = changes is None or previous is None or self._queues.overfull(state.queue_count())
+        if not full and previous is not None and topics is not previous:
+            full = any(previous.get(topic, limits) != limits for topic, limits in topics.items())
+        reasons: Mapping[QueueId, int]
+        if full or changes is None:
+            self._queues.clear()
+            reasons = dict.fromkeys(state.tier.queues(), REASON_CHANGED)
+        else:
+            reasons = self._queues.reasons(now_ms, topics, changes)
+        commands: list[ExpireTier] = []
+        filed: list[tuple[int, QueueId]] = []
+        unlisted: list[QueueId] = []
+        for queue, reason in reasons.items():
+            objects = state.tier.objects(queue)
+            if not objects:  # expired or dropped: an upload is a change
+                continue
+            limits = topics.get(queue[0])
+            if limits is None:
+                unlisted.append(queue)
+                continue
+            cut = expiry_cut(objects, limits, now_ms)
+            if cut is not None:
+                commands.append(ExpireTier(now_ms, queue[0], queue[1], cut))  # a change
+                continue
+            due_ms = objects[0].max_store_timestamp_ms + limits.retention_ms + 1
+            key = DueQueues.refiled(reason, due_ms, now_ms)
+            if key is not None:
+                filed.append((key, queue))
+        self._queues.file(filed, unlisted)
+        self.queues_looked = len(reasons)
+        return sorted(commands, key=lambda command: (command.topic, command.queue_id))

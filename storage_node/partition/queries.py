@@ -4,7 +4,8 @@
 timers of one raft group, and answers the host's reads (offsets, entries,
 backlogs, leases, what the log must keep, timers and transactions due).
 :class:`storage_node.partition.state.PartitionState` adds apply, the only way
-the state changes. A query changes nothing.
+the state changes. A query changes nothing applied: some keep derived records
+(the truncate floor's index; the changes the retention planner takes).
 
 PURE.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import NamedTuple
 
 from storage_node.errors import OffsetOutOfRange
@@ -75,6 +76,14 @@ class PartitionQueries:
         self._floor_heap: list[int] = []
         self._floor_dirty: dict[QueueId, int | None] = {}
         self._floor_rebuild = True
+        # For the retention planner (``storage_node.retention.GroupRetention``), kept
+        # only once it asks (a replica that never leads keeps nothing): the queues
+        # that grew (False) or whose oldest entry changed (True) since it last took
+        # them, None: not kept since (look at every queue); and each held topic's
+        # queue count, None: not asked yet (a restore asks afresh).
+        self._retention_changes: dict[QueueId, bool] | None = None
+        self._tier_changes: dict[QueueId, bool] | None = None  # the same, of tier objects
+        self._topic_queues: dict[str, int] | None = None
         # The messages in the queues (sum of end - first offsets), kept by apply so the
         # gauges need no walk; a restore recounts (:meth:`recount_messages`).
         self._messages_held = 0
@@ -131,6 +140,44 @@ class PartitionQueries:
     def recount_messages(self) -> None:
         """Count the queues' messages afresh (a restore, which fills the queues directly)."""
         self._messages_held = sum(i.end_offset - i.first_offset for i in self._queues.values())
+
+    def take_retention_changes(self) -> dict[QueueId, bool] | None:
+        """The queues that grew (False) or whose oldest entry changed (True: an append to
+        an empty queue, a trim) since the last call, and from now on keep noting them;
+        None: not noted since (the first call, a restored state, or too many changed):
+        the caller looks at every queue. Changes only this derived record."""
+        changes = self._retention_changes
+        self._retention_changes = {}
+        return changes
+
+    def take_tier_changes(self) -> dict[QueueId, bool] | None:
+        """As :meth:`take_retention_changes`, of the queues' tier objects: an upload
+        recorded (True if the queue had no object), objects expired (True)."""
+        changes = self._tier_changes
+        self._tier_changes = {}
+        return changes
+
+    def held_topics(self) -> Collection[str]:
+        """Every topic with a queue here (kept per topic once asked: costs topics, not
+        queues; the first call after a restore counts them, one pass)."""
+        return self._topic_counts().keys()
+
+    def holds_topic(self, topic: str) -> bool:
+        """Whether a queue of ``topic`` is here (see :meth:`held_topics`)."""
+        return topic in self._topic_counts()
+
+    def _topic_counts(self) -> dict[str, int]:
+        counts = self._topic_queues
+        if counts is None:
+            counts = self._topic_queues = {}
+            for topic, _queue_id in self._queues:
+                counts[topic] = counts.get(topic, 0) + 1
+        return counts
+
+    def oldest_timestamp_ms(self, topic: str, queue_id: int) -> int | None:
+        """When the queue's oldest entry was stored (None: the queue is empty)."""
+        index = self._queues.get((topic, queue_id))
+        return None if index is None else index.first_timestamp_ms()
 
     def queue_ids(self) -> list[QueueId]:
         """Every queue with at least one message, sorted."""
@@ -415,6 +462,12 @@ class PartitionQueries:
                     expected[least] = expected.get(least, 0) + 1
             if expected != self._floor_counts or not expected.keys() <= set(self._floor_heap):
                 raise AssertionError("the floor counts differ from the queues' minimums")
+        if self._topic_queues is not None:
+            topic_queues: dict[str, int] = {}
+            for topic, _queue_id in self._queues:
+                topic_queues[topic] = topic_queues.get(topic, 0) + 1
+            if topic_queues != self._topic_queues:
+                raise AssertionError("the topics' queue counts differ from the queues")
         counted = sum(index.end_offset - index.first_offset for index in self._queues.values())
         if counted != self._messages_held:
             raise AssertionError(f"{self._messages_held} messages kept, {counted} held")

@@ -161,6 +161,10 @@ class QueueIndex:
         """The entry at ``queue_offset``; the caller checks the range."""
         return _as_entry(self._entries[queue_offset - self.first_offset])
 
+    def first_timestamp_ms(self) -> int | None:
+        """The store timestamp of the entry at ``first_offset`` (None: empty)."""
+        return self._entries[0][2] if self._entries else None
+
     def holds(self, queue_offset: int) -> bool:
         """Whether ``queue_offset`` is in [first_offset, end_offset)."""
         return self.first_offset <= queue_offset < self.end_offset

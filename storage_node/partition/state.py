@@ -197,6 +197,8 @@ class PartitionState(PartitionQueries):
             return self._record_upload(command)
         if isinstance(command, ExpireTier):
             expired = self.tier.expire((command.topic, command.queue_id), command.before_offset)
+            if expired:
+                self._tier_changed((command.topic, command.queue_id), True)
             self._trim_groups((command.topic, command.queue_id))
             return ExpireTierResult(tuple(entry.name for entry in expired))
         raise AssertionError(f"no apply for {type(command).__name__}")  # pragma: no cover
@@ -223,8 +225,10 @@ class PartitionState(PartitionQueries):
         if index is None:
             key = queue_key(*queue)
             index = self._queues[key] = QueueIndex(key=key)
+            self._retention_new_queue(key[0])
         self.grown_queues.add(queue)
         self._floor_changed(queue, index)
+        self._retention_changed(queue, index.first_offset == index.end_offset)
         if self._consumer_tally is not None:
             self._consumer_tally.queue(queue)
         self._messages_held += 1
@@ -321,8 +325,10 @@ class PartitionState(PartitionQueries):
             index = self._queues.get(queue)
             if index is None:
                 index = self._queues[queue] = QueueIndex(key=queue)
+                self._retention_new_queue(topic)
             self.grown_queues.add(queue)
             self._floor_changed(queue, index)
+            self._retention_changed(queue, index.first_offset == index.end_offset)
             if self._consumer_tally is not None:
                 self._consumer_tally.queue(queue)
             ids = message_ids[start:end]
@@ -591,7 +597,10 @@ class PartitionState(PartitionQueries):
             return TrimQueueResult(0)
         held = index.end_offset - index.first_offset
         self._floor_changed((command.topic, command.queue_id), index)
+        before = index.first_offset
         first = index.trim(command.before_offset)
+        if first != before:
+            self._retention_changed((command.topic, command.queue_id), True)
         self._messages_held -= held - (index.end_offset - first)
         self._trim_groups((command.topic, command.queue_id))
         return TrimQueueResult(first)
@@ -621,6 +630,7 @@ class PartitionState(PartitionQueries):
             self._floor_changed(queue, index)
             messages += index.end_offset - index.first_offset
         self._messages_held -= messages
+        self._retention_dropped(topic)
         consumer_queues = [key for key in self._groups if key[1] == topic]
         for key in consumer_queues:
             del self._groups[key]
@@ -647,6 +657,7 @@ class PartitionState(PartitionQueries):
             command.object.end_offset,
         )
         if not refusal:
+            self._tier_changed(queue, self.tier.first_offset(queue) is None)
             self.tier.record(queue, command.object)
         point = self.tier.end_offset(queue)
         return RecordUploadResult(not refusal, -1 if point is None else point, refusal)
@@ -665,6 +676,34 @@ class PartitionState(PartitionQueries):
         """A group queue was made."""
         if self._consumer_tally is not None:
             self._consumer_tally.made(group_queue_key(*key))
+
+    # ------------------------------------------------------------------ retention feed
+
+    def _retention_changed(self, queue: QueueId, first_changed: bool) -> None:
+        """Note for the retention planner (``take_retention_changes``) that ``queue``
+        grows, or (``first_changed``) that its oldest entry changes: an append to an
+        empty queue, or a trim (see :func:`_noted`)."""
+        if self._retention_changes is not None:
+            self._retention_changes = _noted(
+                self._retention_changes, queue, first_changed, len(self._queues)
+            )
+
+    def _tier_changed(self, queue: QueueId, first_changed: bool) -> None:
+        """As :meth:`_retention_changed`, for the queue's tier objects (a record grows
+        them; the first one, or an expiry, changes the oldest)."""
+        if self._tier_changes is not None:
+            self._tier_changes = _noted(self._tier_changes, queue, first_changed, len(self._queues))
+
+    def _retention_new_queue(self, topic: str) -> None:
+        """Count a new queue of ``topic`` (once anyone asked for the held topics)."""
+        counts = self._topic_queues
+        if counts is not None:
+            counts[topic] = counts.get(topic, 0) + 1
+
+    def _retention_dropped(self, topic: str) -> None:
+        """Forget a dropped topic's queue count."""
+        if self._topic_queues is not None:
+            self._topic_queues.pop(topic, None)
 
     # ------------------------------------------------------------------ transactions
 
@@ -732,6 +771,21 @@ def _delivery(
     offset = grant.queue_offset
     entry = index.at(offset) if offset >= index.first_offset else tier_entries[offset]
     return Delivery(handle, grant.lease.attempt, grant.lease.invisible_until_ms, entry)
+
+
+def _noted(
+    changes: dict[QueueId, bool], queue: QueueId, first_changed: bool, queues_held: int
+) -> dict[QueueId, bool] | None:
+    """``changes`` with ``queue`` noted (True sticks: its oldest entry changed); None once
+    they are more than a quarter of the queues and 64: the keeping stops, and the next
+    taker looks at every queue. Nothing is kept while nobody takes them (None stays)."""
+    if first_changed:
+        changes[queue] = True
+    elif queue not in changes:
+        changes[queue] = False
+    else:
+        return changes
+    return None if len(changes) > (queues_held >> 2) + 64 else changes
 
 
 def _require(condition: bool, message: str) -> None:

@@ -9,8 +9,11 @@ each, then times, as this process's CPU (``time.process_time``, median of R):
   (``walked_floor``);
 - the queue and message gauges of one group: the kept counts against the walk
   over every queue they replaced;
-- one retention plan (``storage_node.retention.plan``), which still looks at
-  every queue;
+- retention: the walk over every queue (``storage_node.retention.plan``), with
+  nothing expired and with every queue expired, against a leader's rounds
+  (``retention.GroupRetention``): its first (every queue looked at and filed),
+  one after one more message, and one as every queue's oldest message has
+  expired (the trims themselves not applied);
 - the consumer gauges, every queue received and acked by one group: the kept
   figures (``consumer_changes`` after one more receive and ack, summed into
   ``ConsumerTotals``) against the walk over every group queue they replaced
@@ -125,6 +128,24 @@ def main() -> None:
         consume(state, "t0", 0)
 
     assert totals.figures(2_000) == consumer_figures([state], 2_000)
+    planner = retention.GroupRetention()
+
+    def retention_round(now_ms: int) -> list[object]:
+        planner.before_listing(state)
+        return [*planner.plan(state, limits, now_ms, lambda _index: 0)]
+
+    retention_round(2_000)  # the first round files every queue (one pass)
+
+    def one_more_message() -> None:
+        state.apply(
+            c.Append(1_000, (MessageRecord("t0", 0, f"again-{state.applied_index}", b"x"),)),
+            state.applied_index + 1,
+        )
+
+    def refiled() -> None:
+        planner.forget()
+        retention_round(2_000)  # every queue filed again (the trims are not applied)
+
     figures = {
         "floor, walk over every queue": median_ms(args.runs, lambda: walked_floor(state)),
         "floor, kept (one append + query)": median_ms(args.runs, kept_floor),
@@ -132,8 +153,20 @@ def main() -> None:
         "queue/message gauges, kept": median_ms(
             args.runs, lambda: (state.queue_count(), state.message_count())
         ),
-        "retention plan (walks every queue)": median_ms(
+        "retention plan, walk over every queue": median_ms(
             args.runs, lambda: retention.plan(state, limits, (), 2_000, lambda _index: 0)
+        ),
+        "retention plan, walk, every queue expired": median_ms(
+            args.runs, lambda: retention.plan(state, limits, (), 3_602_000, lambda _index: 0)
+        ),
+        "retention round, first (files every queue)": median_ms(
+            args.runs, lambda: retention_round(2_000), planner.forget
+        ),
+        "retention round, kept (after one append)": median_ms(
+            args.runs, lambda: retention_round(2_000), one_more_message
+        ),
+        "retention round, every queue expired": median_ms(
+            args.runs, lambda: retention_round(3_602_000), refiled
         ),
         "consumer gauges, walk": median_ms(args.runs, lambda: consumer_figures([state], 2_000)),
         "consumer gauges, kept (after one consumed)": median_ms(

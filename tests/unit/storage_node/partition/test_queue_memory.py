@@ -13,6 +13,9 @@ floor's counts 871, and 880 with the consumer tally asked too (it keeps nothing 
 idle group queue: the 9 bytes are each topic's tuple of group names, 8 queues a
 topic); 809 once a group queue consumed to its end is kept as its cursor, and 753
 once group queues share their queue's key (the queue index keeps it: 8 bytes).
+With a leader's retention rounds too (each queue filed under the second its oldest
+message expires, each topic's queue count; the topic list itself is the node's
+either way): 757 against 744 without them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from storage_node.partition.commands import Ack, Append, Receive, encode
 from storage_node.partition.pop import GroupQueue
 from storage_node.partition.snapshot import restore, take_snapshot
 from storage_node.partition.state import PartitionState
+from storage_node.retention import GroupRetention, TopicLimits
 
 QUEUES_PER_TOPIC = 8
 GROUP = "bench-queues-group"
@@ -74,12 +78,17 @@ class Writer:
                 self.apply(Ack(now_ms, GROUP, handles))
 
 
-def snapshot_and_queries(state: PartitionState) -> None:
-    """What a node does now and then: a snapshot, the floor and the consumer figures."""
+def snapshot_and_queries(
+    state: PartitionState, planner: GroupRetention, listed: dict[str, TopicLimits]
+) -> None:
+    """What a node does now and then: a snapshot, the floor, the consumer figures and,
+    where it leads, a retention round over the ``listed`` topics (nothing expires yet)."""
     take_snapshot(state)
     state.referenced_log_indexes()
     state.min_log_index_referenced()  # the floor heap holds every queue
     state.consumer_changes()  # the tally keeps nothing per idle group queue
+    planner.before_listing(state)
+    planner.plan(state, listed, 3_000, lambda _log_index: 0)  # each queue filed by its due time
     gc.collect()
 
 
@@ -89,16 +98,20 @@ def test_a_written_and_read_queue_costs_at_most_1_kib() -> None:
     writer.state.min_log_index_referenced()  # the node asks the floor now and then
     writer.state.consumer_changes()  # and, where it leads, the consumer figures
     topics = 250
+    # The cluster's topic list, which the node holds whether it plans or not.
+    listed = {f"{p}-{t}": TopicLimits(3_600_000) for p in ("warm", "bq") for t in range(topics)}
+    planner = GroupRetention()  # and retention (its first round: every queue)
+    snapshot_and_queries(writer.state, planner, listed)
     queues = topics * QUEUES_PER_TOPIC
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
         writer.write("bq", topics, 2_000)
-        snapshot_and_queries(writer.state)
+        snapshot_and_queries(writer.state, planner, listed)
         written = tracemalloc.take_snapshot()
         writer.read("bq", topics, 2_000)
-        snapshot_and_queries(writer.state)
+        snapshot_and_queries(writer.state, planner, listed)
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
