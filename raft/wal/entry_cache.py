@@ -37,11 +37,14 @@ ENTRY_OVERHEAD_BYTES = 240
 """The most a cached entry of a few dozen bytes costs beyond its data (214 bytes
 traced on CPython 3.11: see tests/unit/raft_wal/test_entry_cache.py)."""
 
-ENTRIES_TOTAL = 1 << 17
-"""The most entries a node caches by default: at most 30 MiB beyond their data
+ENTRIES_TOTAL = 1 << 14
+"""The most entries a node caches by default: at most 3.75 MiB beyond their data
 (``ENTRY_OVERHEAD_BYTES`` each). Followers and the apply loop read what was just
-written, far fewer entries back than this; one further behind reads from disk, as
-past the byte budgets."""
+written, a round trip's worth of entries, far fewer than this; one further behind
+reads from disk, as past the byte budgets. It was 131,072 (30 MiB beyond the data):
+on each storage node of ``rip5 bench queues --queues 100000`` the cache then held
+131,072 pops and acks, about 38 MiB for entries nobody read again (docs/scale.md, "Per-queue
+memory on a storage node")."""
 
 
 class EntryCache:

@@ -16,7 +16,8 @@ free ports. Steps, each timed:
    msgs/s at N queues, and its ratio to the baseline;
 4. read each back with the consumer group ``bench-queues-group``: by
    default as a simple consumer, receiving from every topic until its 8
-   messages came (a pop of each queue: a raft entry each); with ``--read
+   messages came and acking what each receive gave (a pop of each queue and
+   an ack of it: two raft entries a queue); with ``--read
    pull`` as a pull consumer, pulling each queue from offset 0 (offset reads,
    no raft entry). The ids are checked against the ones sent.
 
@@ -59,7 +60,7 @@ import uvloop
 
 from angelia_rpc import AngeliaError
 from angelia_rpc.nameserver_client import NameserverClient
-from loadtest.client import CallFailed, RocketClient
+from loadtest.client import CallFailed, Received, RocketClient
 from protocol import nameserver_api as api
 from protocol.vocabulary import MessageType
 from rip5 import dev_cluster, topic_file
@@ -226,6 +227,24 @@ def _retrying(call: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
+def _ack(client: RocketClient, topic: str, got: Sequence[Received]) -> None:
+    """Ack what one receive gave, as a simple consumer does (a raft entry: the group
+    queues read are consumed to their end again), retried as other calls. An
+    INVALID_RECEIPT_HANDLE answer ends it: the lease lapsed (the message comes again
+    after its invisibility, as a simple consumer's would) or an earlier attempt's ack
+    went through."""
+    for attempt in range(CALL_ATTEMPTS):
+        try:
+            client.ack(GROUP, topic, got)
+            return
+        except CallFailed as exc:
+            if exc.name == "INVALID_RECEIPT_HANDLE":
+                return
+            if attempt == CALL_ATTEMPTS - 1:
+                raise
+            time.sleep(RETRY_PAUSE_S)
+
+
 def progress_logger(
     log: Callable[[str], None], what: str, topics: int, messages_per_topic: int
 ) -> Callable[[int, float], None]:
@@ -284,10 +303,10 @@ def read_back(
     progress: Callable[[int, float], None] | None = None,
 ) -> tuple[float, int]:
     """Read every topic's messages with the bench group, as a simple consumer
-    (``mode`` "receive": ReceiveMessage of the whole topic, a pop of each queue) or a
-    pull consumer ("pull": PullMessage of each queue from offset 0, offset reads);
-    the seconds it took and the messages read. RuntimeError if one is missing or
-    unknown. ``progress``: see :func:`map_stoppable`."""
+    (``mode`` "receive": ReceiveMessage of the whole topic, a pop of each queue, then an
+    ack of what came) or a pull consumer ("pull": PullMessage of each queue from
+    offset 0, offset reads); the seconds it took and the messages read. RuntimeError
+    if one is missing or unknown. ``progress``: see :func:`map_stoppable`."""
     clients = [RocketClient(endpoint, timeout_s=10.0) for _ in range(workers)]
     names = sorted(sent)
 
@@ -295,6 +314,8 @@ def read_back(
         got = _retrying(
             lambda: client.receive(GROUP, topic, batch_size=32, invisible_ms=READ_INVISIBLE_MS)
         )
+        if got:
+            _ack(client, topic, got)
         return {m.message_id for m in got}
 
     def pull(client: RocketClient, topic: str, wanted: set[str]) -> set[str]:
@@ -506,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--read",
         choices=("receive", "pull"),
         default="receive",
-        help="read back as a simple consumer (a pop of each queue, a raft entry each) "
+        help="read back as a simple consumer (a pop and an ack of each queue, a raft entry each) "
         "or a pull consumer (offset reads)",
     )
     parser.add_argument(

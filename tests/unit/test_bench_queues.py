@@ -11,6 +11,8 @@ import threading
 
 import pytest
 
+from loadtest.client import CallFailed, Received
+from rip5.bench import queues
 from rip5.bench.queues import BenchStopped, main, map_stoppable, stopped_by_signals
 
 
@@ -99,3 +101,35 @@ def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--baseline-samples", "0"])
     assert exited.value.code == 2
     assert "--baseline-samples must be at least 1" in capsys.readouterr().err
+
+
+class _AckingClient:
+    """Answers acks from a script of outcomes: None (acked) or a status name."""
+
+    def __init__(self, outcomes: list[str | None]) -> None:
+        self.outcomes = outcomes
+        self.acks: list[tuple[str, str, list[Received]]] = []
+
+    def ack(self, group: str, topic: str, messages: list[Received]) -> None:
+        self.acks.append((group, topic, list(messages)))
+        outcome = self.outcomes.pop(0)
+        if outcome is not None:
+            raise CallFailed(outcome)
+
+
+def test_the_simple_consumer_acks_what_it_received(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queues, "RETRY_PAUSE_S", 0.0)
+    got = [Received("id-1", "handle-1", 16), Received("id-2", "handle-2", 16)]
+    # A retriable failure is retried, and the ack then goes through.
+    client = _AckingClient(["UNAVAILABLE", None])
+    queues._ack(client, "bq-0", got)  # type: ignore[arg-type]
+    assert client.acks == [(queues.GROUP, "bq-0", got)] * 2
+    # A lapsed lease (or an earlier attempt's ack that went through) ends it.
+    client = _AckingClient(["INVALID_RECEIPT_HANDLE"])
+    queues._ack(client, "bq-0", got)  # type: ignore[arg-type]
+    assert len(client.acks) == 1
+    # Past the attempts, the failure is the bench's.
+    client = _AckingClient(["UNAVAILABLE"] * queues.CALL_ATTEMPTS)
+    with pytest.raises(CallFailed, match="UNAVAILABLE"):
+        queues._ack(client, "bq-0", got)  # type: ignore[arg-type]
+    assert len(client.acks) == queues.CALL_ATTEMPTS

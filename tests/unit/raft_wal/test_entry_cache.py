@@ -10,7 +10,7 @@ import tracemalloc
 import pytest
 
 from raft.types import Entry
-from raft.wal.entry_cache import ENTRY_OVERHEAD_BYTES, EntryCache
+from raft.wal.entry_cache import ENTRIES_TOTAL, ENTRY_OVERHEAD_BYTES, EntryCache
 from raft.wal.group_index import GroupIndex
 
 DATA_BYTES = 50  # a Receive command's encoding
@@ -59,3 +59,21 @@ def test_a_small_cached_entry_costs_at_most_its_data_and_the_overhead() -> None:
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     overhead = grown / count - DATA_BYTES
     assert 0 < overhead <= ENTRY_OVERHEAD_BYTES, f"{overhead:.0f} bytes beyond the data"
+
+
+def test_by_default_a_node_caches_a_few_mib_beyond_the_data() -> None:
+    """A node's pops and acks, small entries, fill the default cache to
+    ``ENTRIES_TOTAL`` and no further: at most 4 MiB beyond their data (the overhead
+    an entry is pinned above), where 131,072 entries were 30 MiB."""
+    assert ENTRIES_TOTAL * ENTRY_OVERHEAD_BYTES <= 4 << 20
+    cache = EntryCache(bytes_per_group=4 << 20, bytes_total=64 << 20)
+    groups = [GroupIndex(group_id) for group_id in range(1, 65)]
+    run = 64  # entries a raft round appends to a group
+    for step in range(ENTRIES_TOTAL // run + 16):
+        g = groups[step % len(groups)]
+        first = g.cache_from + len(g.cache)
+        cache.add(g, [_entry(index) for index in range(first, first + run)])
+    assert sum(len(g.cache) for g in groups) == ENTRIES_TOTAL
+    # Each group kept its newest entries.
+    for g in groups:
+        assert [e.index for e in g.cache] == list(range(g.cache_from, g.cache_from + len(g.cache)))
