@@ -243,8 +243,14 @@ class LogStore:
             if size > self.segment_bytes - fmt.SEGMENT_HEADER_BYTES - fmt.RECORD_HEADER_BYTES:
                 raise ValueError(f"a {size}-byte record exceeds the segment size")
             assert self._current is not None
-            self._seal_current()
-            self._start_segment(self._current.seq + 1)
+            try:
+                self._seal_current()
+                self._start_segment(self._current.seq + 1)
+            except OSError as exc:
+                # As a failed flush: the store stops for good, and the driver stops
+                # its rounds through StorageFailed (a raw OSError ended them unseen).
+                self._failed = exc
+                raise StorageFailed(f"WAL write failed while sealing a segment: {exc}") from exc
             if size > self._room():
                 raise StorageFailed(f"a {size}-byte record does not fit in a new segment")
         assert self._current is not None

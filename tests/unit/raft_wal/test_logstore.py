@@ -398,3 +398,23 @@ def test_the_sync_observer_hears_each_sync_with_something_to_sync(tmp_path: Path
     assert len(heard) == 1
     assert heard[0] > 0
     store.close()
+
+
+def test_a_write_that_fails_while_sealing_a_segment_fails_the_store(tmp_path: Path) -> None:
+    """ENOSPC on the write of a full segment's SEAL record: StorageFailed (which
+    the driver turns into a node that stops and probes its disk), never a raw
+    OSError, and the store refuses everything after it."""
+    store = open_store(tmp_path, segment_bytes=8192)
+    store.append(1, entries(1, 1, 3, size=40))
+    store.commit()
+
+    def full(operation: str) -> None:
+        if operation == "write":
+            raise OSError(28, "No space left on device (injected)")
+
+    store.io_hook = full
+    with pytest.raises(StorageFailed, match=r"while sealing a segment: .*No space left"):
+        store.append(1, entries(1, 3, 400, size=40))  # more than a segment's room
+    store.io_hook = None
+    with pytest.raises(StorageFailed, match="failed earlier"):
+        store.append(1, entries(1, 3, 4))
