@@ -221,6 +221,12 @@ class PartitionState(PartitionQueries):
         return len(due)
 
     def _enqueue(self, queue: QueueId, entry: QueueRow) -> int:
+        return self._growing(queue, 1).append(entry)
+
+    def _growing(self, queue: QueueId, messages: int) -> QueueIndex:
+        """The index of ``queue`` (made if new) about to take ``messages`` more: the
+        records kept of changed queues (floor, retention, consumer tally) note it
+        first, while its entries are still as they were."""
         index = self._queues.get(queue)
         if index is None:
             key = queue_key(*queue)
@@ -231,8 +237,8 @@ class PartitionState(PartitionQueries):
         self._retention_changed(queue, index.first_offset == index.end_offset)
         if self._consumer_tally is not None:
             self._consumer_tally.queue(queue)
-        self._messages_held += 1
-        return index.append(entry)
+        self._messages_held += messages
+        return index
 
     # ------------------------------------------------------------------ append
 
@@ -322,15 +328,7 @@ class PartitionState(PartitionQueries):
         for start, end in pairwise(starts):
             # The interned name: the dedup run below keeps it, one copy for the topic.
             topic, queue_id = queue = queue_key(topics[start], queue_ids[start])
-            index = self._queues.get(queue)
-            if index is None:
-                index = self._queues[queue] = QueueIndex(key=queue)
-                self._retention_new_queue(topic)
-            self.grown_queues.add(queue)
-            self._floor_changed(queue, index)
-            self._retention_changed(queue, index.first_offset == index.end_offset)
-            if self._consumer_tally is not None:
-                self._consumer_tally.queue(queue)
+            index = self._growing(queue, end - start)
             ids = message_ids[start:end]
             first = index.append_run(
                 log_index,
@@ -339,7 +337,6 @@ class PartitionState(PartitionQueries):
                 tags[start:end],
                 message_groups[start:end],
             )
-            self._messages_held += end - start
             runs.append(QueuedRun(topic, queue_id, ids, first))
             self._dedup.remember_queued(topic, queue_id, ids, first, clock_ms)
         return AppendResult.of_runs(tuple(runs))
