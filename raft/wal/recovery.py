@@ -55,13 +55,16 @@ def replay_segments(wal_dir: Path, snapshot_packs: SnapshotPacks) -> Replayed:
                 path.unlink()
                 fsync_dir(wal_dir)
                 break
-            raise StorageFailed(f"WAL segment {path.name}: {exc}") from None
+            raise StorageFailed(f"WAL segment {path.name} is corrupt at offset 0: {exc}") from None
         if header_seq != seq:
             if is_last:
                 path.unlink()  # a recycled spare renamed before its header was written
                 fsync_dir(wal_dir)
                 break
-            raise StorageFailed(f"WAL segment {path.name} names sequence {header_seq}")
+            raise StorageFailed(
+                f"WAL segment {path.name} is corrupt at offset 0: its header names sequence "
+                f"{header_seq}"
+            )
         out.segments.append((seq, path))
         out.tail_end, out.tail_sealed = replay.segment(seq, path.name, data, is_last)
     replay.validate_groups()
@@ -87,7 +90,9 @@ class _Replay:
             except fmt.FormatError as exc:
                 header = None
                 if not is_last:
-                    raise StorageFailed(f"WAL segment {name}: {exc}") from None
+                    raise StorageFailed(
+                        f"WAL segment {name} is corrupt at offset {offset}: {exc}"
+                    ) from None
             if header is None or not fmt.record_intact(view, offset, header, salt):
                 if is_last:
                     return offset, False  # torn tail: cut here
@@ -101,7 +106,9 @@ class _Replay:
             try:
                 self.record(seq, offset, header, payload)
             except fmt.FormatError as exc:
-                raise StorageFailed(f"WAL segment {name} offset {offset}: {exc}") from None
+                raise StorageFailed(
+                    f"WAL segment {name} is corrupt at offset {offset}: {exc}"
+                ) from None
             offset += header.record_bytes
 
     def record(self, seq: int, offset: int, header: fmt.RecordHeader, payload: memoryview) -> None:

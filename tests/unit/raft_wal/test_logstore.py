@@ -180,6 +180,34 @@ def test_corruption_in_a_sealed_segment_is_refused(tmp_path: Path) -> None:
         open_store(tmp_path, segment_bytes=8192)
 
 
+@pytest.mark.parametrize(
+    "where",
+    ["a record's payload", "a record header's kind", "the segment header's sequence"],
+)
+def test_damage_anywhere_in_a_sealed_segment_names_segment_and_offset(
+    tmp_path: Path, where: str
+) -> None:
+    """Whatever byte of a sealed segment is damaged, the refusal says the same thing an
+    operator (and storage_node/data_loss.py's log line) can act on: segment and offset."""
+    store = open_store(tmp_path, segment_bytes=8192)
+    store.append(1, entries(1, 1, 200))
+    store.commit()
+    store.close()
+    segments = sorted(p for p in (tmp_path / "wal").iterdir() if not p.name.startswith("spare-"))
+    first_record = fmt.SEGMENT_HEADER_BYTES
+    position = {
+        "a record's payload": first_record + fmt.RECORD_HEADER_BYTES + 3,
+        "a record header's kind": first_record + 8,  # <IIB: crc, payload_len, kind
+        "the segment header's sequence": 12,
+    }[where]
+    blob = bytearray(segments[0].read_bytes())
+    blob[position] ^= 0xFF
+    segments[0].write_bytes(bytes(blob))
+    named = rf"WAL segment {segments[0].name} is corrupt at offset"
+    with pytest.raises(StorageFailed, match=named):
+        open_store(tmp_path, segment_bytes=8192)
+
+
 def test_conflicting_append_replaces_the_suffix(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.append(3, entries(1, 1, 11))
