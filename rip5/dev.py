@@ -71,6 +71,7 @@ class DevLayout:
 REPLICATION_FACTOR_MAX = 3
 REMOTING_FLAG = "--remoting-listen"
 METRICS_FLAG = "--metrics-listen"
+METRICS_PREFIX = "rip5 dev metrics:"
 DASHBOARD_FLAG = "--listen"
 
 
@@ -233,7 +234,20 @@ def metrics_endpoints(specs: list[ChildSpec]) -> dict[str, str]:
 def metrics_banner(endpoints: dict[str, str]) -> str:
     """What ``rip5 dev`` prints after :func:`ready_banner`: where each child's metrics are."""
     listed = ", ".join(f"{name} http://{address}/metrics" for name, address in endpoints.items())
-    return f"rip5 dev metrics: {listed or 'none (--no-metrics)'}"
+    return f"{METRICS_PREFIX} {listed or 'none (--no-metrics)'}"
+
+
+def parse_metrics_banner(line: str) -> dict[str, str] | None:
+    """The endpoints (host:port by child name) a :func:`metrics_banner` line names; None
+    if ``line`` is not one."""
+    if not line.startswith(METRICS_PREFIX):
+        return None
+    endpoints: dict[str, str] = {}
+    for item in line[len(METRICS_PREFIX) :].strip().split(", "):
+        name, _, url = item.partition(" http://")
+        if url.endswith("/metrics"):
+            endpoints[name] = url[: -len("/metrics")]
+    return endpoints
 
 
 def dashboard_banner(endpoints: dict[str, str]) -> str | None:

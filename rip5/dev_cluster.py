@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
@@ -34,10 +34,12 @@ from loadtest.client import CallFailed, RocketClient
 from protocol import errors
 from protocol import nameserver_api as api
 from rip5.admin import DEFAULT_CLUSTER, NameserverClient
+from rip5.dev import parse_metrics_banner
 
 EXIT_UNAVAILABLE = 69
 DEV_READY_TIMEOUT_S = 120.0
 READY_PREFIX = "rip5 dev ready:"
+METRICS_BANNER_TIMEOUT_S = 10.0
 ENDPOINT_MARK = "client endpoint "
 
 
@@ -81,6 +83,9 @@ class DevCluster:
     log_path: Path
     remoting: str = ""
     """The broker's remoting endpoint (4.x clients)."""
+    metrics: dict[str, str] = field(default_factory=dict)
+    """Each child's Prometheus metrics endpoint (host:port) by child name, as ``rip5 dev``
+    printed them (``storage-1``, ``broker-1``, ...)."""
 
     def server_pids(self) -> list[int]:
         """The role processes (the supervisor's descendants)."""
@@ -118,6 +123,8 @@ def dev_cluster(
     )
     ready = threading.Event()
     banner: list[str] = []
+    metrics: dict[str, str] = {}
+    metrics_seen = threading.Event()
 
     def drain() -> None:
         assert process.stdout is not None
@@ -128,7 +135,12 @@ def dev_cluster(
                 if line.startswith(READY_PREFIX) and not banner:
                     banner.append(line.strip())
                     ready.set()
+                endpoints = parse_metrics_banner(line.strip())
+                if endpoints is not None and not metrics_seen.is_set():
+                    metrics.update(endpoints)
+                    metrics_seen.set()
         ready.set()
+        metrics_seen.set()
 
     reader = threading.Thread(target=drain, name="rip5-dev-output", daemon=True)
     reader.start()
@@ -145,12 +157,15 @@ def dev_cluster(
                 EXIT_UNAVAILABLE,
             )
         endpoint = line.split(ENDPOINT_MARK, 1)[1].split()[0]
+        # rip5 dev prints where the metrics are right after it is ready.
+        metrics_seen.wait(METRICS_BANNER_TIMEOUT_S)
         yield DevCluster(
             process,
             f"127.0.0.1:{nameserver_port}",
             endpoint,
             log_path,
             f"127.0.0.1:{remoting_port}",
+            dict(metrics),
         )
     finally:
         if process.poll() is None:

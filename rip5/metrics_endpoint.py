@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Gauge, disable_created_metrics, start_http_server
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("rip5.metrics")
@@ -78,15 +79,22 @@ def start_metrics_endpoint(listen: str) -> MetricsEndpoint | None:
     return MetricsEndpoint(address, server)
 
 
+def scrape(address: str, timeout_s: float = CHECK_TIMEOUT_S) -> list[Metric]:
+    """The metric families the role whose endpoint is ``address`` (host:port) serves now;
+    OSError if it cannot be read."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout_s) as response:
+        text = response.read().decode()
+    return list(text_string_to_metric_families(text))
+
+
 def is_ready(address: str) -> tuple[bool, str]:
     """Whether the role whose metrics endpoint is ``address`` (host:port) is ready, and
     why not."""
     try:
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=CHECK_TIMEOUT_S) as r:
-            text = r.read().decode()
+        families = scrape(address)
     except OSError as error:
         return False, f"no metrics endpoint at {address}: {error}"
-    for family in text_string_to_metric_families(text):
+    for family in families:
         if family.name == "rip5_ready":
             ready = any(sample.value == 1 for sample in family.samples)
             return ready, "" if ready else "the role is not ready yet"

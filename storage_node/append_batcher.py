@@ -101,6 +101,8 @@ class AppendBatcher:
         self._open: dict[int, list[_Batch]] = {}
         self.batches = 0
         self.appends = 0
+        self.stored_batches = 0
+        """Batches (log entries) proposed here that were committed and applied."""
         # Per committed batch, from its first append's arrival to its commit (ns); the
         # node's heartbeats drain it (their append p99). Bounded: the newest are kept.
         self.latencies_ns: collections.deque[int] = collections.deque(maxlen=LATENCY_SAMPLES_MAX)
@@ -189,6 +191,7 @@ class AppendBatcher:
                     error = result
                 else:
                     assert isinstance(result, AppendResult)
+                    self.stored_batches += 1
                     self.latencies_ns.append(time.perf_counter_ns() - batch.opened_ns)
                     for first, count, future in callers:
                         if not future.done():

@@ -20,6 +20,11 @@ The three consumer families are made at scrape time by a collector
 topic) kept between walks (about 1.6 KB a topic read: a storage node with many
 topics read by a simple consumer spent about 200 bytes a queue on them).
 
+How appends join into raft entries: ``rip5_storage_appended_messages``,
+``rip5_storage_appends`` and ``rip5_storage_append_entries`` (counters of what the
+node led and stored; messages / entries is the join, the figure a message's
+share of a raft entry's cost follows).
+
 The leader also reports ``rocketmq_half_messages`` (transactional messages not
 yet committed or rolled back) and ``rocketmq_timing_messages`` (delayed messages
 not yet due) per topic. Counting them walks every such message, so they are
@@ -46,7 +51,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -67,6 +72,16 @@ time, so that it never stalls the node's event loop (every group it serves) for 
 
 SLOW_REFRESHES = 10
 """The half and timing message counts are read every this many refreshes."""
+
+APPEND_COUNTERS = {
+    "rip5_storage_appended_messages": "Messages stored by the appends this node led",
+    "rip5_storage_appends": "Appends this node led and stored (one queue's messages each, "
+    "as a broker sends them)",
+    "rip5_storage_append_entries": "Raft log entries those appends were stored in (the "
+    "appends to one group that arrive between two raft rounds are joined into one entry)",
+}
+"""The counters of how appends join into raft entries, in the order of
+:meth:`StorageMetrics._count_appends`'s totals (messages, appends, entries)."""
 
 CONSUMER_LABELS = ("consumer_group", "topic", "is_retry", "is_system")
 """The labels RIP-46 gives the consumer gauges (no consumer group of rip5 is a system
@@ -150,6 +165,13 @@ class StorageMetrics:
             "1 if this process runs on an empty WAL after a damaged one was set aside "
             "(the damage is in its log and in the data-lost marker)",
         )
+        # How well appends join into raft entries (messages / entries): counters read
+        # from the node's running totals at each refresh.
+        self._append_counters = tuple(
+            Counter(name, help_text, names, registry=registry).labels(*self._values)
+            for name, help_text in APPEND_COUNTERS.items()
+        )
+        self._counted = (0, 0, 0)  # the node's totals at the last refresh
         self._waiting_topics: set[tuple[str, str]] = set()  # (gauge name, topic) reported
         self._refreshes = 0
 
@@ -166,6 +188,7 @@ class StorageMetrics:
         self._wal_failed.set(1 if node.wal_failure else 0)
         self._data_lost.set(1 if node.data_lost else 0)
         self._wal_set_aside.set(1 if node.wal_set_aside else 0)
+        self._count_appends()
         started = self._clock()
         if self._walk is None:
             if started < self._walk_due:
@@ -191,6 +214,16 @@ class StorageMetrics:
         self._walk = None
         self._publish_queues(walk)
         self._walk_due = walk.started_s + walk.spent_s / WALK_SHARE
+
+    def _count_appends(self) -> None:
+        """Add the appends stored since the last refresh to their counters."""
+        node = self._node
+        totals = (node.appended_messages, node.appends_stored, node.append_entries)
+        for counter, total, counted in zip(
+            self._append_counters, totals, self._counted, strict=True
+        ):
+            counter.inc(total - counted)
+        self._counted = totals
 
     def _publish_queues(self, walk: _QueueWalk) -> None:
         """The queue, message and consumer gauges, from a finished walk."""

@@ -236,6 +236,9 @@ class StorageNode:
         """Messages appended through this node since it started (the load it reports)."""
         self.appended_by_group: dict[int, int] = {}
         """The same, per group (the per-group load it reports)."""
+        self.appends_stored = 0
+        """Appends stored through this node since it started (one queue's records each)."""
+        self._alone_entries = 0  # appends stored as a log entry of their own (not joined)
         self.reads_served = 0
         """Offset reads served since it started (leader or follower: read replicas)."""
         self._exports = asyncio.Semaphore(EXPORTS_MAX)
@@ -426,6 +429,13 @@ class StorageNode:
         # fails alike everywhere.
         return group_id, len(records), self._alone(group_id, records)
 
+    @property
+    def append_entries(self) -> int:
+        """The raft log entries the appends stored through this node took since it started:
+        the appends to one group that arrive between two rounds join into one entry
+        (``append_batcher``), so messages per entry is how well they were joined."""
+        return self.batcher.stored_batches + self._alone_entries
+
     async def _joined(self, joined: Awaitable[Joined]) -> Joined:
         try:
             return await joined
@@ -436,11 +446,13 @@ class StorageNode:
         now_ms = self.now_ms()
         appended = await self._propose(group_id, Append(now_ms, tuple(records)))
         assert isinstance(appended, AppendResult)
+        self._alone_entries += 1
         return appended, now_ms
 
     def _appended(self, group_id: int, count: int, stored: Joined) -> AppendResponse:
         """Count a stored append (the load this node reports) and answer it."""
         result, now_ms = stored
+        self.appends_stored += 1
         self.appended_messages += count
         self.appended_by_group[group_id] = self.appended_by_group.get(group_id, 0) + count
         return append_response(result, now_ms)

@@ -27,7 +27,11 @@ growth over N (the nameserver's after creation; the storage nodes' and the
 broker's after publishing and reading, when the queues hold data). The
 CPU time each role used (from /proc) is divided by the messages of the
 baseline, the publish and the read: server CPU per message, the figure the
-machine's other load changes least. The machine's other load changes the
+machine's other load changes least. The storage nodes' append counters (their
+metrics endpoints: ``rip5_storage_appended_messages``, ``_appends`` and
+``_append_entries``) give the messages and appends per raft entry of the
+baseline and of the publish: how well the appends joined, which sets the share
+of a raft entry's cost each message pays. The machine's other load changes the
 rates: figures are indicative.
 
 A run at a million queues takes half an hour and more, so the baseline's rate
@@ -59,6 +63,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from angelia_rpc import AngeliaError
+from angelia_rpc.metrics_export import REFRESH_MS
 from angelia_rpc.nameserver_client import NameserverClient
 from loadtest.client import CallFailed, Received, RocketClient
 from protocol import nameserver_api as api
@@ -66,6 +71,8 @@ from protocol.vocabulary import MessageType
 from rip5 import dev_cluster, topic_file
 from rip5.admin import DEFAULT_CLUSTER
 from rip5.bench import harness
+from rip5.metrics_endpoint import scrape
+from storage_node.metrics import APPEND_COUNTERS
 
 QUEUES_PER_TOPIC = 8
 BASELINE_TOPIC = "bench-queues-8"
@@ -86,6 +93,8 @@ BASELINE_SAMPLES = 3
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PROGRESS_EVERY_S = 30.0
 """How often a long step (the publish, the read back) logs how far it got."""
+SETTLE_MARGIN_S = 0.2
+SETTLE_DEADLINE_S = 30.0
 T = TypeVar("T")
 
 
@@ -213,6 +222,49 @@ def _cpu_us_per_message(
     before: dict[str, float], after: dict[str, float], messages: int
 ) -> dict[str, float]:
     return {role: (after[role] - before[role]) * 1e6 / messages for role in ROLES}
+
+
+def append_counts(endpoints: Sequence[str]) -> tuple[int, int, int]:
+    """The messages, appends and raft entries the storage nodes whose metrics are at
+    ``endpoints`` (host:port) stored, summed, as of each node's last metrics refresh."""
+    totals = dict.fromkeys(APPEND_COUNTERS, 0.0)
+    for address in endpoints:
+        for family in scrape(address):
+            if family.name in totals:
+                totals[family.name] += sum(
+                    s.value for s in family.samples if s.name.endswith("_total")
+                )
+    messages, appends, entries = (int(totals[name]) for name in APPEND_COUNTERS)
+    return messages, appends, entries
+
+
+def settled_append_counts(
+    endpoints: Sequence[str], deadline_s: float = SETTLE_DEADLINE_S
+) -> tuple[int, int, int]:
+    """:func:`append_counts` once two reads a metrics refresh apart agree: with no
+    append under way, every append sent so far is counted (RuntimeError after
+    ``deadline_s``)."""
+    before = append_counts(endpoints)
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        time.sleep(REFRESH_MS / 1000 + SETTLE_MARGIN_S)
+        now = append_counts(endpoints)
+        if now == before:
+            return now
+        before = now
+    raise RuntimeError(f"the storage nodes' append counters still moved after {deadline_s:.0f} s")
+
+
+def joining(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, float]:
+    """Messages and appends per raft entry between two :func:`append_counts`."""
+    messages, appends, entries = (b - a for a, b in zip(before, after, strict=True))
+    return {
+        "messages": messages,
+        "appends": appends,
+        "entries": entries,
+        "messages_per_entry": messages / max(entries, 1),
+        "appends_per_entry": appends / max(entries, 1),
+    }
 
 
 def _retrying(call: Callable[[], Any]) -> Any:
@@ -395,6 +447,8 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
                 f"baseline: {baseline_messages} messages into 8 queues, "
                 f"{args.baseline_samples} times"
             )
+            storage_metrics = [a for n, a in cluster.metrics.items() if n.startswith("storage")]
+            appends_start = settled_append_counts(storage_metrics)
             cpu_baseline = cpu_by_role(cluster.server_pids())
             baseline_rates = []
             for sample in range(args.baseline_samples):
@@ -407,6 +461,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
                     f"({sample_s:.1f} s)"
                 )
             cpu_start = cpu_by_role(cluster.server_pids())
+            appends_baseline = settled_append_counts(storage_metrics)
             baseline_rate = statistics.median(baseline_rates)
             log(f"baseline: {baseline_rate:,.0f} msgs/s at 8 queues (median)")
             rss_start = rss_by_role(cluster.server_pids())
@@ -422,6 +477,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
                 progress_logger(log, "publish", len(topics), QUEUES_PER_TOPIC),
             )
             cpu_published = cpu_by_role(cluster.server_pids())
+            appends_published = settled_append_counts(storage_metrics)
             publish_rate = args.queues / publish_s
             log(
                 f"publish: {publish_rate:,.0f} msgs/s at {args.queues:,} queues "
@@ -450,6 +506,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "read_msgs": read,
         "read_msgs_per_s": read / read_s,
         "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
+        "joined": {
+            "baseline": joining(appends_start, appends_baseline),
+            "publish": joining(appends_baseline, appends_published),
+        },
         "cpu_us_per_msg": {
             "baseline": _cpu_us_per_message(
                 cpu_baseline, cpu_start, baseline_messages * args.baseline_samples
@@ -493,6 +553,16 @@ def render(figures: dict[str, Any]) -> str:
                 f"  {role}{'' if role != 'storage' else f' {index + 1}'}: "
                 f"{start / mib:.0f} / {created / mib:.0f} / {end / mib:.0f}"
             )
+    joined = figures["joined"]
+    lines.append("storage: messages (appends) per raft entry:")
+    for phase, label in (
+        ("baseline", "publish at 8 queues"),
+        ("publish", f"publish at {figures['queues']:,} queues"),
+    ):
+        lines.append(
+            f"  {label}: {joined[phase]['messages_per_entry']:.1f} "
+            f"({joined[phase]['appends_per_entry']:.1f}), {joined[phase]['entries']:,} entries"
+        )
     lines.append("server CPU per message (us) nameserver / storage (3 nodes) / broker:")
     for phase, label in (
         ("baseline", "publish at 8 queues"),

@@ -41,6 +41,17 @@ def test_bench_queues_creates_publishes_and_reads_back(tmp_path: Path) -> None:
         assert min(cpu[phase].values()) >= 0, phase
     assert sum(cpu[phase]["storage"] for phase in cpu) > 0
     assert "server CPU per message (us) nameserver / storage (3 nodes) / broker:" in result.stdout
+    # From the storage nodes' counters: every message sent was stored (a send retried
+    # after a timeout is stored again, as a duplicate), in at most as many raft entries
+    # as appends (baseline: 40 messages, 3 samples).
+    joined = figures["joined"]
+    assert joined["baseline"]["messages"] >= 3 * 40
+    assert joined["publish"]["messages"] >= 60
+    for phase in ("baseline", "publish"):
+        counts = joined[phase]
+        assert 0 < counts["entries"] <= counts["appends"] <= counts["messages"], phase
+        assert counts["messages_per_entry"] == counts["messages"] / counts["entries"], phase
+    assert "storage: messages (appends) per raft entry:" in result.stdout
     assert "queues: 60 (8 topics of up to 8)" in result.stdout
     assert "bytes per queue, nameserver (after creation):" in result.stdout
 

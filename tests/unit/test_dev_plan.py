@@ -11,6 +11,7 @@ from rip5.dev import (
     dashboard_banner,
     metrics_banner,
     metrics_endpoints,
+    parse_metrics_banner,
     plan,
     ready_banner,
     remoting_endpoints,
@@ -118,6 +119,10 @@ def test_every_child_gets_a_metrics_port_and_the_dashboard_charts_the_brokers(
     assert metrics_banner({"broker-1": "127.0.0.1:5557"}) == (
         "rip5 dev metrics: broker-1 http://127.0.0.1:5557/metrics"
     )
+    # Read back as rip5.dev_cluster reads the banner from the child's output.
+    assert parse_metrics_banner(metrics_banner(metrics)) == metrics
+    assert parse_metrics_banner(metrics_banner({})) == {}
+    assert parse_metrics_banner("rip5 dev ready: ...") is None
     assert all(spec.name != "dashboard" for spec in plan(DevLayout(tmp_path)))
 
 

@@ -501,6 +501,43 @@ async def test_the_metrics_show_a_failed_wal_and_a_damaged_one_set_aside(tmp_pat
         assert paced_value("rip5_storage_messages") == 3
 
 
+async def test_the_metrics_count_appends_and_the_entries_they_were_joined_into(
+    tmp_path: Path,
+) -> None:
+    registry = CollectorRegistry()
+    labels = {"cluster": "c", "node_type": "storage"}
+    async with one_node(tmp_path) as node:
+        metrics = StorageMetrics(registry, node, labels)
+
+        def counted() -> list[float | None]:
+            metrics.refresh()
+            names = ("appended_messages", "appends", "append_entries")
+            return [registry.get_sample_value(f"rip5_storage_{n}_total", labels) for n in names]
+
+        assert counted() == [0, 0, 0]
+        # Queues 0 and GROUPS hash to one group: their appends, begun in one call before
+        # the next round, are one log entry; queue 1's group takes another.
+        same = [q for q in range(64) if node._group_of("t", q) == node._group_of("t", 0)]
+        other = next(q for q in range(64) if node._group_of("t", q) != node._group_of("t", 0))
+        await node.append_queues(
+            AppendQueuesRequest(
+                [
+                    AppendRequest("t", same[0], _messages(same[0], 3)),
+                    AppendRequest("t", same[1], _messages(same[1], 2)),
+                    AppendRequest("t", other, _messages(other, 1)),
+                ]
+            ),
+            CONTEXT,
+        )
+        assert counted() == [6, 3, 2]
+        await node.append(AppendRequest("t", other, _messages(other, 4)[3:]), CONTEXT)
+        assert counted() == [7, 4, 3]
+        # A failed append is not counted (nothing was stored).
+        with pytest.raises(BadCommand):
+            await node.append(AppendRequest("", 0, _messages(0, 1)), CONTEXT)
+        assert counted() == [7, 4, 3]
+
+
 async def test_a_walk_over_the_queues_goes_on_a_group_at_a_time_when_it_is_long(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
