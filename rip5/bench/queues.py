@@ -35,8 +35,8 @@ of a raft entry's cost each message pays. The machine's other load changes the
 rates: figures are indicative.
 
 A run at a million queues takes half an hour and more, so the baseline's rate
-is logged as soon as it is measured and the publish's rate and ratio as soon
-as the publish ends. SIGTERM or SIGINT stops the run: the sends and reads not
+is logged as soon as it is measured and the publish's rate, ratio, messages
+per raft entry and server CPU a message as soon as the publish ends. SIGTERM or SIGINT stops the run: the sends and reads not
 started are dropped, those under way end (each within its call timeout), the
 dev cluster is stopped as at the end of a run (``rip5.dev_cluster``: SIGTERM,
 then SIGKILL to its process group), and the command exits 128 + the signal.
@@ -479,9 +479,26 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             cpu_published = cpu_by_role(cluster.server_pids())
             appends_published = settled_append_counts(storage_metrics)
             publish_rate = args.queues / publish_s
+            joined = {
+                "baseline": joining(appends_start, appends_baseline),
+                "publish": joining(appends_baseline, appends_published),
+            }
             log(
                 f"publish: {publish_rate:,.0f} msgs/s at {args.queues:,} queues "
-                f"({publish_s:.1f} s), {publish_rate / baseline_rate:.0%} of the 8-queue rate"
+                f"({publish_s:.1f} s), {publish_rate / baseline_rate:.0%} of the 8-queue rate; "
+                f"{joined['publish']['messages_per_entry']:.1f} messages a raft entry "
+                f"({joined['baseline']['messages_per_entry']:.1f} at 8 queues)"
+            )
+            cpu_publish = _cpu_us_per_message(cpu_created, cpu_published, args.queues)
+            cpu_base = _cpu_us_per_message(
+                cpu_baseline, cpu_start, baseline_messages * args.baseline_samples
+            )
+            log(
+                "publish: server CPU a message (us), nameserver / storage / broker: "
+                + " / ".join(f"{cpu_publish[role]:,.0f}" for role in ROLES)
+                + " ("
+                + " / ".join(f"{cpu_base[role]:,.0f}" for role in ROLES)
+                + " at 8 queues)"
             )
             log("reading each back")
             read_s, read = read_back(
@@ -506,15 +523,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         "read_msgs": read,
         "read_msgs_per_s": read / read_s,
         "rss_bytes": {"start": rss_start, "created": rss_created, "end": rss_end},
-        "joined": {
-            "baseline": joining(appends_start, appends_baseline),
-            "publish": joining(appends_baseline, appends_published),
-        },
+        "joined": joined,
         "cpu_us_per_msg": {
-            "baseline": _cpu_us_per_message(
-                cpu_baseline, cpu_start, baseline_messages * args.baseline_samples
-            ),
-            "publish": _cpu_us_per_message(cpu_created, cpu_published, args.queues),
+            "baseline": cpu_base,
+            "publish": cpu_publish,
             "read": _cpu_us_per_message(cpu_published, cpu_read, max(read, 1)),
         },
         "nameserver_bytes_per_queue": _growth_per_queue(
