@@ -29,17 +29,19 @@ CPU time each role used (from /proc) is divided by the messages of the
 baseline, the publish and the read: server CPU per message, the figure the
 machine's other load changes least. The storage nodes' append counters (their
 metrics endpoints: ``rip5_storage_appended_messages``, ``_appends`` and
-``_append_entries``) give the messages and appends per raft entry of the
-baseline and of the publish: how well the appends joined, which sets the share
-of a raft entry's cost each message pays. The machine's other load changes the
+``_append_entries``, and ``rip5_raft_rounds``) give the messages and appends
+per raft entry, and the messages per raft round, of the baseline and of the
+publish: how well the appends joined, which sets the share of a raft entry's
+cost each message pays. The machine's other load changes the
 rates: figures are indicative.
 
 A run at a million queues takes half an hour and more, so the baseline's rate
 is logged as soon as it is measured and the publish's rate, ratio, messages
-per raft entry and server CPU a message as soon as the publish ends. SIGTERM or SIGINT stops the run: the sends and reads not
-started are dropped, those under way end (each within its call timeout), the
-dev cluster is stopped as at the end of a run (``rip5.dev_cluster``: SIGTERM,
-then SIGKILL to its process group), and the command exits 128 + the signal.
+per raft entry and round and server CPU a message as soon as the publish ends.
+SIGTERM or SIGINT stops the run: the sends and reads not started are dropped,
+those under way end (each within its call timeout), the dev cluster is stopped
+as at the end of a run (``rip5.dev_cluster``: SIGTERM, then SIGKILL to its
+process group), and the command exits 128 + the signal.
 
 SHELL (processes, threads, clocks, signals).
 """
@@ -93,6 +95,9 @@ BASELINE_SAMPLES = 3
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PROGRESS_EVERY_S = 30.0
 """How often a long step (the publish, the read back) logs how far it got."""
+ROUNDS_COUNTER = "rip5_raft_rounds"
+"""Every storage node's raft rounds (raft/host/metrics.py): one WAL write and fsync, and
+one stream message to each peer, for all the groups with work."""
 SETTLE_MARGIN_S = 0.2
 SETTLE_DEADLINE_S = 30.0
 T = TypeVar("T")
@@ -224,46 +229,54 @@ def _cpu_us_per_message(
     return {role: (after[role] - before[role]) * 1e6 / messages for role in ROLES}
 
 
-def append_counts(endpoints: Sequence[str]) -> tuple[int, int, int]:
+def append_counts(endpoints: Sequence[str]) -> tuple[int, int, int, int]:
     """The messages, appends and raft entries the storage nodes whose metrics are at
-    ``endpoints`` (host:port) stored, summed, as of each node's last metrics refresh."""
-    totals = dict.fromkeys(APPEND_COUNTERS, 0.0)
+    ``endpoints`` (host:port) stored, and the raft rounds they ran (each node's rounds
+    for every group it hosts, leader or follower), summed, as of each node's last
+    metrics refresh."""
+    names = (*APPEND_COUNTERS, ROUNDS_COUNTER)
+    totals = dict.fromkeys(names, 0.0)
     for address in endpoints:
         for family in scrape(address):
             if family.name in totals:
                 totals[family.name] += sum(
                     s.value for s in family.samples if s.name.endswith("_total")
                 )
-    messages, appends, entries = (int(totals[name]) for name in APPEND_COUNTERS)
-    return messages, appends, entries
+    messages, appends, entries, rounds = (int(totals[name]) for name in names)
+    return messages, appends, entries, rounds
 
 
 def settled_append_counts(
     endpoints: Sequence[str], deadline_s: float = SETTLE_DEADLINE_S
-) -> tuple[int, int, int]:
-    """:func:`append_counts` once two reads a metrics refresh apart agree: with no
-    append under way, every append sent so far is counted (RuntimeError after
-    ``deadline_s``)."""
+) -> tuple[int, int, int, int]:
+    """:func:`append_counts` once two reads a metrics refresh apart agree on the
+    appends (rounds go on while idle: heartbeats): with no append under way, every
+    append sent so far is counted (RuntimeError after ``deadline_s``)."""
     before = append_counts(endpoints)
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         time.sleep(REFRESH_MS / 1000 + SETTLE_MARGIN_S)
         now = append_counts(endpoints)
-        if now == before:
+        if now[:3] == before[:3]:
             return now
         before = now
     raise RuntimeError(f"the storage nodes' append counters still moved after {deadline_s:.0f} s")
 
 
-def joining(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, float]:
-    """Messages and appends per raft entry between two :func:`append_counts`."""
-    messages, appends, entries = (b - a for a, b in zip(before, after, strict=True))
+def joining(
+    before: tuple[int, int, int, int], after: tuple[int, int, int, int]
+) -> dict[str, float]:
+    """Messages and appends per raft entry, and messages per raft round (every node's
+    rounds), between two :func:`append_counts`."""
+    messages, appends, entries, rounds = (b - a for a, b in zip(before, after, strict=True))
     return {
         "messages": messages,
         "appends": appends,
         "entries": entries,
+        "rounds": rounds,
         "messages_per_entry": messages / max(entries, 1),
         "appends_per_entry": appends / max(entries, 1),
+        "messages_per_round": messages / max(rounds, 1),
     }
 
 
@@ -487,7 +500,9 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
                 f"publish: {publish_rate:,.0f} msgs/s at {args.queues:,} queues "
                 f"({publish_s:.1f} s), {publish_rate / baseline_rate:.0%} of the 8-queue rate; "
                 f"{joined['publish']['messages_per_entry']:.1f} messages a raft entry "
-                f"({joined['baseline']['messages_per_entry']:.1f} at 8 queues)"
+                f"({joined['baseline']['messages_per_entry']:.1f} at 8 queues), "
+                f"{joined['publish']['messages_per_round']:.1f} a raft round "
+                f"({joined['baseline']['messages_per_round']:.1f})"
             )
             cpu_publish = _cpu_us_per_message(cpu_created, cpu_published, args.queues)
             cpu_base = _cpu_us_per_message(
@@ -573,7 +588,8 @@ def render(figures: dict[str, Any]) -> str:
     ):
         lines.append(
             f"  {label}: {joined[phase]['messages_per_entry']:.1f} "
-            f"({joined[phase]['appends_per_entry']:.1f}), {joined[phase]['entries']:,} entries"
+            f"({joined[phase]['appends_per_entry']:.1f}), {joined[phase]['entries']:,} entries; "
+            f"{joined[phase]['messages_per_round']:.1f} messages a round (all nodes' rounds)"
         )
     lines.append("server CPU per message (us) nameserver / storage (3 nodes) / broker:")
     for phase, label in (

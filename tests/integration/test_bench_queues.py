@@ -51,6 +51,7 @@ def test_bench_queues_creates_publishes_and_reads_back(tmp_path: Path) -> None:
         counts = joined[phase]
         assert 0 < counts["entries"] <= counts["appends"] <= counts["messages"], phase
         assert counts["messages_per_entry"] == counts["messages"] / counts["entries"], phase
+        assert counts["rounds"] > 0, phase  # every node's rounds: each entry takes some
     assert "storage: messages (appends) per raft entry:" in result.stdout
     assert "queues: 60 (8 topics of up to 8)" in result.stdout
     assert "bytes per queue, nameserver (after creation):" in result.stdout
