@@ -10,7 +10,9 @@ offsets, one store time: a queued run of an append, joined with the run before
 it when it continues that one) share a run, and each message id maps to its
 run's number, a plain int shared by the run's ids. That is one dict insert per
 message and nothing else built for it, and the maps hold no object the cyclic
-GC tracks.
+GC tracks. The runs are kept by column (:class:`_Runs`), so a run builds no
+object either: what the window lets go is its ids and their numbers, not objects
+mixed in the allocator's pools among the queues' long-lived ones.
 
 Its snapshot form is by run too (:meth:`DedupWindow.to_wire`, partition
 snapshot version 2): a run packs as one array of its fields and its ids (in C,
@@ -64,6 +66,116 @@ A snapshot repacks the chunk the front has moved into, so a chunk is small: 64
 runs of a broker's 64-message batches are about 140 KB packed."""
 
 
+class _Runs:
+    """The window's runs in store order, kept by column: one deque per field of
+    :data:`_Run`, so a run adds no object of its own (its fields are the append's:
+    the interned topic, small ints, the shared store time, the ids' tuple; a run of
+    one message keeps its id alone, not a tuple of one).
+
+    Held as a tuple each (88 bytes, a block of 96), a run was one more small
+    object per message remembered, made among the queues' long-lived ones and
+    freed two minutes later: its freed blocks stayed in the allocator's pools and
+    arenas as long as those held the queues'. A deque keeps its items in blocks of
+    64 (528 bytes, outside those pools), freed whole as the window moves on.
+
+    Reads give runs as tuples, their ids as a tuple (made for the read, not kept)."""
+
+    __slots__ = ("first_offsets", "ids", "placements", "queue_ids", "stored", "topics")
+
+    def __init__(self, runs: Iterable[_Run] = ()) -> None:
+        self.topics: deque[str] = deque()
+        self.queue_ids: deque[int] = deque()
+        self.placements: deque[int] = deque()
+        self.first_offsets: deque[int] = deque()
+        self.stored: deque[int] = deque()
+        # A run's ids: a tuple of two or more, or a lone id (a str).
+        self.ids: deque[str | tuple[str, ...]] = deque()
+        for run in runs:
+            self.append(run)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, number: int) -> _Run:
+        """The run at ``number`` from the front (negative: from the back)."""
+        return (
+            self.topics[number],
+            self.queue_ids[number],
+            self.placements[number],
+            self.first_offsets[number],
+            self.stored[number],
+            self.ids_at(number),
+        )
+
+    def ids_at(self, number: int) -> tuple[str, ...]:
+        """The ids of the run at ``number`` (as :meth:`__getitem__`)."""
+        found = self.ids[number]
+        return (found,) if type(found) is str else found  # type: ignore[return-value]
+
+    def count_at(self, number: int) -> int:
+        """How many ids the run at ``number`` has."""
+        found = self.ids[number]
+        return 1 if type(found) is str else len(found)
+
+    def __iter__(self) -> Iterator[_Run]:
+        return zip(
+            self.topics,
+            self.queue_ids,
+            self.placements,
+            self.first_offsets,
+            self.stored,
+            map(_id_tuple, self.ids),
+            strict=True,
+        )
+
+    def __reversed__(self) -> Iterator[_Run]:
+        return zip(
+            reversed(self.topics),
+            reversed(self.queue_ids),
+            reversed(self.placements),
+            reversed(self.first_offsets),
+            reversed(self.stored),
+            map(_id_tuple, reversed(self.ids)),
+            strict=True,
+        )
+
+    def append(self, run: _Run) -> None:
+        """Add ``run`` at the back."""
+        topic, queue_id, placement, first, stored, run_ids = run
+        self.topics.append(topic)
+        self.queue_ids.append(queue_id)
+        self.placements.append(placement)
+        self.first_offsets.append(first)
+        self.stored.append(stored)
+        self.ids.append(run_ids[0] if len(run_ids) == 1 else run_ids)
+
+    def popleft(self) -> None:
+        """Drop the front run."""
+        self.topics.popleft()
+        self.queue_ids.popleft()
+        self.placements.popleft()
+        self.first_offsets.popleft()
+        self.stored.popleft()
+        self.ids.popleft()
+
+    def last_continued_by(self, run: _Run) -> bool:
+        """Whether ``run`` holds the entries right after the back run's (:func:`_continues`),
+        read off the columns."""
+        return (
+            bool(self.ids)
+            and run[2] == _QUEUED
+            and self.placements[-1] == _QUEUED
+            and self.stored[-1] == run[4]
+            and self.first_offsets[-1] + self.count_at(-1) == run[3]
+            and self.queue_ids[-1] == run[1]
+            and self.topics[-1] == run[0]
+        )
+
+    def join_last(self, run_ids: tuple[str, ...]) -> None:
+        """Add ``run_ids`` to the back run's ids (the run they continue)."""
+        self.ids[-1] = self.ids_at(-1) + run_ids
+
+
 class DedupWindow:
     """Outcomes of recent appends by (topic, message id), for idempotent retries.
 
@@ -71,8 +183,9 @@ class DedupWindow:
     clock and among the newest ``entries_max``. Entries are kept in store
     order (the clock is monotonic), so eviction is from the front.
 
-    Representation: runs in store order (:data:`_Run`), the front one possibly
-    cut (its first ``_skip`` ids have left); per topic, a map from each
+    Representation: runs in store order (:data:`_Run`, kept by column:
+    :class:`_Runs`), the front one possibly cut (its first ``_skip`` ids have
+    left); per topic, a map from each
     remembered id to its run's number (the front run's number is
     ``_first_run``, the next ones count up). An outcome changed after its
     append (:meth:`update`) is kept aside in ``_changed`` (in the order the
@@ -100,7 +213,7 @@ class DedupWindow:
         """Hold ``runs`` (in store order, distinct ids), none changed, numbered from 0;
         the snapshot memo starts empty."""
         self._ids: dict[str, dict[str, int]] = {}
-        self._runs: deque[_Run] = deque(runs)
+        self._runs = _Runs(runs)
         self._first_run = 0
         self._skip = 0
         self._count = 0
@@ -185,15 +298,14 @@ class DedupWindow:
         if ids is None:
             ids = self._ids[topic] = {}
         runs = self._runs
-        joins = bool(runs) and _continues(runs[-1], run)
+        joins = runs.last_continued_by(run)
         number = self._first_run + len(runs) - (1 if joins else 0)
         before = len(ids)
         ids.update(dict.fromkeys(run_ids, number))
         if len(ids) - before != len(run_ids):
             self._readd(run)  # an id was remembered already (callers exclude it)
         elif joins:
-            last = runs[-1]
-            runs[-1] = (*last[:5], last[5] + run_ids)
+            runs.join_last(run_ids)
             self._count += len(run_ids)
             self._memo.forget(number // self._memo.size)
         else:
@@ -218,7 +330,7 @@ class DedupWindow:
         """Drop the ``excess`` oldest entries (nothing if ``excess`` is not positive)."""
         runs = self._runs
         while excess > 0:
-            topic, run_ids = runs[0][0], runs[0][5]
+            topic, run_ids = runs.topics[0], runs.ids_at(0)
             skip = self._skip
             gone = run_ids[skip : skip + excess]
             ids = self._ids[topic]
@@ -242,7 +354,7 @@ class DedupWindow:
         ids = self._ids.get(outcome.topic)
         number = None if ids is None else ids.get(outcome.message_id)
         if number is not None:
-            stored = self._runs[number - self._first_run][4]
+            stored = self._runs.stored[number - self._first_run]
             self._changed[(outcome.topic, outcome.message_id)] = _remembered(outcome, stored)
 
     def maybe_evict(self, clock_ms: int) -> int:
@@ -250,8 +362,9 @@ class DedupWindow:
         horizon = clock_ms - self.window_ms
         runs = self._runs
         evicted = 0
-        while runs and runs[0][4] < horizon:
-            live = len(runs[0][5]) - self._skip
+        stored = runs.stored
+        while stored and stored[0] < horizon:
+            live = runs.count_at(0) - self._skip
             self._evict_front(live)
             evicted += live
         return evicted
@@ -346,7 +459,7 @@ class DedupWindow:
     def check_invariants(self) -> None:
         """Raise AssertionError if store times decrease along the window, or the
         maps disagree with the runs (tests)."""
-        stored = [run[4] for run in self._runs]
+        stored = list(self._runs.stored)
         if stored != sorted(stored):
             raise AssertionError("dedup window entries out of store order")
         mapped: dict[tuple[str, str], int] = {}
@@ -442,6 +555,11 @@ class DedupWindow:
         if run_ids:
             runs[-1] = (*runs[-1][:5], tuple(run_ids))
         self._replace_runs(runs)
+
+
+def _id_tuple(ids: str | tuple[str, ...]) -> tuple[str, ...]:
+    """A run's ids as :class:`_Runs` keeps them (a lone id alone), as a tuple."""
+    return (ids,) if type(ids) is str else ids  # type: ignore[return-value]
 
 
 def _continues(run: _Run, after: _Run) -> bool:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import bisect
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
-from operator import itemgetter
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from protocol.positional import positional
 from protocol.records import MessageRecord
@@ -108,10 +106,33 @@ _as_entry: Callable[[QueueRow], QueueEntry] = positional(QueueEntry)
 
 
 MEMO_ENTRIES_MIN = 64
-"""A queue keeps the snapshot encoding of its entries (``QueueIndex._memo``) only
-from this many entries on. Most queues of a node with many of them hold a few
-entries; packing those again at each snapshot costs microseconds, a memo 650
-bytes each (its chunk table, piece, bytes and set of log indexes)."""
+"""A queue keeps the snapshot encoding of its entries and its least log index
+(``QueueIndex._memo``) only from this many entries on. Most queues of a node with
+many of them hold a few entries; packing those again at each snapshot, or finding
+their least log index again, costs microseconds, a memo 650 bytes each (its chunk
+table, piece, bytes and set of log indexes)."""
+
+
+class _Memo:
+    """What a long queue (:data:`MEMO_ENTRIES_MIN`) keeps to save work: the snapshot
+    encoding of its entries by chunk (None until a snapshot asks) and the least log
+    index they name (None: not known, found again on demand)."""
+
+    __slots__ = ("chunks", "min_log_index")
+
+    def __init__(self) -> None:
+        self.chunks: PackedChunks[frozenset[int]] | None = None
+        self.min_log_index: int | None = None
+
+
+ENTRY_FIELDS = 6
+"""Values a queue entry takes in :attr:`QueueIndex._entries`: a :data:`QueueRow`'s."""
+
+
+def _rows(flat: list[Any]) -> Iterator[QueueRow]:
+    """The entries of a flat run of entry fields (``QueueIndex._entries``), as tuples."""
+    fields = iter(flat)
+    return cast(Iterator[QueueRow], zip(*([fields] * ENTRY_FIELDS), strict=True))
 
 
 class QueueIndex:
@@ -123,15 +144,22 @@ class QueueIndex:
     offsets (``chunks.PackedChunks``, built when a snapshot asks): a snapshot
     packs only the entries appended since the last one, and a chunk a trim cut.
 
-    Entries are held as plain tuples (:data:`QueueRow`) and handed out as
-    QueueEntry: the cyclic garbage collector stops tracking a plain tuple of
-    numbers and strings the first time it sees one, never a named tuple's. A
-    queue holds an entry per message for as long as the message is kept, so
-    held as QueueEntry they made every full collection walk every message of
-    the node (181 ms per million messages, a pause of the whole node).
+    Entries are held packed: the fields of each in order (:data:`QueueRow`), one
+    after the other in one flat list, :data:`ENTRY_FIELDS` values an entry, and
+    handed out as QueueEntry. No object is made per entry: an entry's ints and
+    strings are those its append gave (shared by the entries of one append), so
+    an entry costs its list 48 bytes. Held as a tuple each (88 bytes, a block of
+    96), a queue's one entry was one more small long-lived object among the
+    short-lived ones of the same size (a dedup run's tuple), whose freed blocks
+    it kept in the allocator's pools; held as QueueEntry (a named tuple, which
+    the cyclic garbage collector keeps tracking), every full collection walked
+    every message of the node (181 ms per million messages).
     """
 
-    __slots__ = ("_entries", "_memo", "_min_log_index", "first_offset", "key")
+    # Four slots: the object is a block of 64 bytes, as the queue's key tuple and its
+    # entries' list are; with five it was one of 80, the size of a message id's
+    # string, so the queue pinned the blocks of the ids its dedup window let go.
+    __slots__ = ("_entries", "_memo", "first_offset", "key")
 
     def __init__(
         self, first_offset: int = 0, entries: Iterable[QueueRow] = (), key: QueueId | None = None
@@ -140,30 +168,47 @@ class QueueIndex:
         # The key the queue is kept under (``queue_key``), so that the group queues of
         # the queue share that tuple instead of one each (``partition.group_queues``).
         self.key = key
-        self._entries: list[QueueRow] = [cast(QueueRow, tuple(entry)) for entry in entries]
-        # The least log index of the entries; None: not known (computed on demand).
-        # Log indexes do not grow along a queue (released timers and committed
-        # transactions name older entries), so it is kept, not read off the front.
-        self._min_log_index: int | None = None
-        # Per chunk: the entries' msgpack and the set of log indexes they name. None
-        # while the queue is short (MEMO_ENTRIES_MIN) or no snapshot asked yet.
-        self._memo: PackedChunks[frozenset[int]] | None = None
+        # Entry i's fields are [i * ENTRY_FIELDS, (i + 1) * ENTRY_FIELDS); the
+        # length is always a multiple of ENTRY_FIELDS.
+        self._entries: list[Any] = []
+        for entry in entries:
+            row = tuple(entry)
+            if len(row) != ENTRY_FIELDS:
+                raise ValueError(f"a queue entry has {ENTRY_FIELDS} fields, got {len(row)}")
+            self._entries += row
+        # Per chunk: the entries' msgpack and the set of log indexes they name, and
+        # the least log index. None while the queue is short (MEMO_ENTRIES_MIN) or
+        # neither a snapshot nor the floor asked yet. Log indexes do not grow along
+        # a queue (released timers and committed transactions name older entries),
+        # so the least is kept, not read off the front.
+        self._memo: _Memo | None = None
+
+    def entry_count(self) -> int:
+        """How many entries the queue holds: ``end_offset - first_offset``."""
+        return len(self._entries) // ENTRY_FIELDS
 
     @property
     def end_offset(self) -> int:
         """The offset the next message will get."""
-        return self.first_offset + len(self._entries)
+        return self.first_offset + len(self._entries) // ENTRY_FIELDS
 
     def __iter__(self) -> Iterator[QueueEntry]:
-        return map(_as_entry, self._entries)
+        return map(_as_entry, _rows(self._entries))
 
     def at(self, queue_offset: int) -> QueueEntry:
         """The entry at ``queue_offset``; the caller checks the range."""
-        return _as_entry(self._entries[queue_offset - self.first_offset])
+        start = (queue_offset - self.first_offset) * ENTRY_FIELDS
+        if start < 0:
+            raise IndexError(f"queue offset {queue_offset} is below the queue's first")
+        entry = _as_entry(self._entries[start : start + ENTRY_FIELDS])  # type: ignore[arg-type]
+        if not entry:  # past the end: the slice is empty
+            raise IndexError(f"queue offset {queue_offset} is past the queue's end")
+        return entry
 
     def first_timestamp_ms(self) -> int | None:
         """The store timestamp of the entry at ``first_offset`` (None: empty)."""
-        return self._entries[0][2] if self._entries else None
+        entries = self._entries
+        return entries[2] if entries else None
 
     def holds(self, queue_offset: int) -> bool:
         """Whether ``queue_offset`` is in [first_offset, end_offset)."""
@@ -172,10 +217,10 @@ class QueueIndex:
     def append(self, entry: QueueRow) -> int:
         """Add an entry (a QueueEntry, or its fields as a plain tuple) at the end; returns
         its offset."""
-        row = entry if type(entry) is tuple else cast(QueueRow, tuple(entry))
-        self._entries.append(row)
-        if self._min_log_index is not None and row[0] < self._min_log_index:
-            self._min_log_index = row[0]
+        self._entries += entry
+        memo = self._memo
+        if memo is not None and memo.min_log_index is not None and entry[0] < memo.min_log_index:
+            memo.min_log_index = entry[0]
         return self.end_offset - 1
 
     def append_run(
@@ -190,37 +235,51 @@ class QueueIndex:
         tags and message groups in order), as :meth:`append` one by one would;
         returns the first one's offset."""
         first = self.end_offset
-        self._entries.extend(
-            zip(
-                repeat(log_index),
-                positions,
-                repeat(store_timestamp_ms),
-                tags,
-                message_groups,
-                repeat(False),
-                strict=False,  # the repeats are endless: positions, tags, groups are equal
+        entries = self._entries
+        if len(positions) == 1:
+            entries += (
+                log_index,
+                positions[0],
+                store_timestamp_ms,
+                tags[0],
+                message_groups[0],
+                False,
             )
-        )
-        if self._min_log_index is not None and log_index < self._min_log_index:
-            self._min_log_index = log_index
+        else:
+            for position, tag, message_group in zip(positions, tags, message_groups, strict=True):
+                entries += (log_index, position, store_timestamp_ms, tag, message_group, False)
+        memo = self._memo
+        if memo is not None and memo.min_log_index is not None and log_index < memo.min_log_index:
+            memo.min_log_index = log_index
         return first
 
     def min_log_index(self) -> int | None:
-        """The least log index an entry names (None: empty); a pass only after a trim."""
-        if self._min_log_index is None and self._entries:
-            self._min_log_index = min(row[0] for row in self._entries)
-        return self._min_log_index
+        """The least log index an entry names (None: empty); a pass over a short
+        queue's entries, over a long one's only after a trim."""
+        memo = self._memo
+        if memo is not None and memo.min_log_index is not None:
+            return memo.min_log_index
+        if not self._entries:
+            return None
+        least: int = min(self._entries[0::ENTRY_FIELDS])
+        if memo is None and self.entry_count() >= MEMO_ENTRIES_MIN:
+            memo = self._memo = _Memo()
+        if memo is not None:
+            memo.min_log_index = least
+        return least
 
     def read(self, queue_offset: int, count_max: int) -> tuple[QueueEntry, ...]:
         """Up to ``count_max`` entries from ``queue_offset`` (within the range)."""
-        start = queue_offset - self.first_offset
-        return tuple(map(_as_entry, self._entries[start : start + max(count_max, 0)]))
+        start = (queue_offset - self.first_offset) * ENTRY_FIELDS
+        stop = start + max(count_max, 0) * ENTRY_FIELDS
+        return tuple(map(_as_entry, _rows(self._entries[start:stop])))
 
     def log_indexes(self, queue_offset: int, count_max: int) -> list[int]:
         """The log indexes of up to ``count_max`` entries from ``queue_offset`` (within the
         range): :meth:`read`'s ``log_index`` fields, without building the entries."""
-        start = queue_offset - self.first_offset
-        return [row[0] for row in self._entries[start : start + max(count_max, 0)]]
+        start = (queue_offset - self.first_offset) * ENTRY_FIELDS
+        stop = start + max(count_max, 0) * ENTRY_FIELDS
+        return self._entries[start:stop:ENTRY_FIELDS]
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (``end_offset`` if none).
@@ -228,7 +287,12 @@ class QueueIndex:
         Store timestamps never decrease along a queue (they are the state
         clock when an entry is queued, and that clock is monotonic).
         """
-        position = bisect.bisect_left(self._entries, timestamp_ms, key=itemgetter(2))
+        entries = self._entries
+        position = bisect.bisect_left(
+            range(self.entry_count()),
+            timestamp_ms,
+            key=lambda i: entries[i * ENTRY_FIELDS + 2],
+        )
         return self.first_offset + position
 
     def trim(self, before_offset: int) -> int:
@@ -239,8 +303,9 @@ class QueueIndex:
         """
         before = min(max(before_offset, self.first_offset), self.end_offset)
         if before > self.first_offset:
-            del self._entries[: before - self.first_offset]
-            self._min_log_index = None
+            del self._entries[: (before - self.first_offset) * ENTRY_FIELDS]
+            if self._memo is not None:
+                self._memo.min_log_index = None
         self.first_offset = before
         return before
 
@@ -253,7 +318,7 @@ class QueueIndex:
 
         Packs only the entries no earlier call packed (and a chunk a trim cut).
         """
-        return [array_header(len(self._entries)), *(piece.packed for piece in self._refreshed())]
+        return [array_header(self.entry_count()), *(piece.packed for piece in self._refreshed())]
 
     def log_index_sets(self) -> list[frozenset[int]]:
         """Sets whose union is every log index the entries name (one per chunk)."""
@@ -267,18 +332,21 @@ class QueueIndex:
         since a memo would cost it about 650 bytes for as long as it lives."""
         first = self.first_offset
         entries = self._entries
-        if len(entries) < MEMO_ENTRIES_MIN:
+        if self.entry_count() < MEMO_ENTRIES_MIN:
             self._memo = None
             if not entries:
                 return []
-            log_indexes = frozenset([row[0] for row in entries])
-            return [Piece(first, self.end_offset, pack_items(entries), log_indexes)]
-        memo = self._memo
+            log_indexes = frozenset(entries[0::ENTRY_FIELDS])
+            return [Piece(first, self.end_offset, pack_items(list(_rows(entries))), log_indexes)]
+        if self._memo is None:
+            self._memo = _Memo()
+        memo = self._memo.chunks
         if memo is None:
-            memo = self._memo = PackedChunks(_union)
+            memo = self._memo.chunks = PackedChunks(_union)
         for chunk, lo, hi in memo.missing(first, self.end_offset):
-            entries = self._entries[lo - first : hi - first]
-            memo.add(chunk, lo, hi, pack_items(entries), frozenset([row[0] for row in entries]))
+            run = entries[(lo - first) * ENTRY_FIELDS : (hi - first) * ENTRY_FIELDS]
+            log_indexes = frozenset(run[0::ENTRY_FIELDS])
+            memo.add(chunk, lo, hi, pack_items(list(_rows(run))), log_indexes)
         return memo.pieces()
 
 
