@@ -109,8 +109,7 @@ class _Runs:
 
     def ids_at(self, number: int) -> tuple[str, ...]:
         """The ids of the run at ``number`` (as :meth:`__getitem__`)."""
-        found = self.ids[number]
-        return (found,) if type(found) is str else found  # type: ignore[return-value]
+        return _id_tuple(self.ids[number])
 
     def count_at(self, number: int) -> int:
         """How many ids the run at ``number`` has."""
@@ -159,17 +158,8 @@ class _Runs:
         self.ids.popleft()
 
     def last_continued_by(self, run: _Run) -> bool:
-        """Whether ``run`` holds the entries right after the back run's (:func:`_continues`),
-        read off the columns."""
-        return (
-            bool(self.ids)
-            and run[2] == _QUEUED
-            and self.placements[-1] == _QUEUED
-            and self.stored[-1] == run[4]
-            and self.first_offsets[-1] + self.count_at(-1) == run[3]
-            and self.queue_ids[-1] == run[1]
-            and self.topics[-1] == run[0]
-        )
+        """Whether ``run`` holds the entries right after the back run's (:func:`_continues`)."""
+        return bool(self.ids) and _continues(self[-1], run)
 
     def join_last(self, run_ids: tuple[str, ...]) -> None:
         """Add ``run_ids`` to the back run's ids (the run they continue)."""
