@@ -461,6 +461,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
                 f"{args.baseline_samples} times"
             )
             storage_metrics = [a for n, a in cluster.metrics.items() if n.startswith("storage")]
+            if not storage_metrics:
+                raise RuntimeError(
+                    f"rip5 dev named no storage node's metrics endpoint; see {cluster.log_path}"
+                )
             appends_start = settled_append_counts(storage_metrics)
             cpu_baseline = cpu_by_role(cluster.server_pids())
             baseline_rates = []
