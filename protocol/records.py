@@ -505,6 +505,15 @@ def _columns_fast(items: tuple[Any, ...]) -> RecordColumns | None:
     """The columns of records unpacked with arrays as tuples (at least one), if every
     record is a current-version array whose fields all have their exact wire
     types and a known message type; else None."""
+    if len(items) == 1:  # one record (an append to one of many queues): its row at once
+        item = items[0]
+        if type(item) is not tuple or tuple(map(type, item)) != _TUPLE_KINDS:
+            return None
+        if (item[5] or item[7]) and not _arrays_ok(item[5], item[7]):
+            return None
+        if item[10] not in MESSAGE_TYPES:
+            return None
+        return tuple(zip(item))
     if not _TUPLE_ONLY.issuperset(map(type, items)) or set(map(len, items)) != _CURRENT_WIDTH:
         return None
     columns = tuple(zip(*items, strict=True))

@@ -159,7 +159,14 @@ class _Runs:
 
     def last_continued_by(self, run: _Run) -> bool:
         """Whether ``run`` holds the entries right after the back run's (:func:`_continues`)."""
-        return bool(self.ids) and _continues(self[-1], run)
+        # A run of another queue or store time (with many queues: nearly every run)
+        # cannot continue the back one; only a run that may is built and checked.
+        return (
+            bool(self.ids)
+            and self.queue_ids[-1] == run[1]
+            and self.stored[-1] == run[4]
+            and _continues(self[-1], run)
+        )
 
     def join_last(self, run_ids: tuple[str, ...]) -> None:
         """Add ``run_ids`` to the back run's ids (the run they continue)."""

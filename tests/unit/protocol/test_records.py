@@ -29,6 +29,7 @@ from protocol.records import (
     packed_batch_parts,
     unpack_records,
 )
+from protocol.records import _columns_fast as columns_fast
 from protocol.vocabulary import MessageType
 
 text = st.text(max_size=12)
@@ -69,6 +70,82 @@ def test_one_record_reads_like_the_whole_batch(
     encoded = encode_batch(batch, 5)
     position = data.draw(st.integers(0, len(batch) - 1))
     assert decode_record_at(encoded, position) == batch[position]
+
+
+# Values of the wrong wire type for some field: a bool is an int to ==, an ExtType is a
+# tuple subclass, a list is not the tuple the fast paths unpack arrays as.
+stray_values = st.one_of(
+    st.booleans(),
+    st.integers(-5, 5),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.none(),
+    st.floats(allow_nan=False),
+    st.just(msgpack.ExtType(1, b"x")),
+    st.lists(st.text(max_size=2), max_size=2),
+    st.lists(st.text(max_size=2), max_size=2).map(tuple),
+    st.tuples(st.text(max_size=2), st.integers()),
+    st.just((("k", "v"),)),
+    st.just((("k",),)),
+)
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None)
+@given(
+    records,
+    # Keys (5), properties (7) and the message type (10) have checks beyond the type.
+    st.lists(st.tuples(st.sampled_from([5, 7, 10, *range(15)]), stray_values), max_size=2),
+    st.booleans(),
+)
+def test_one_record_is_checked_as_a_batch_of_it_is(
+    record: MessageRecord, strays: list[tuple[int, object]], short: bool
+) -> None:
+    """The one-record path of the column checks (an append to one of many queues)
+    accepts exactly the records the batch path accepts, with the same columns."""
+    item = list(msgpack.unpackb(pack_record(record), use_list=False, raw=False))
+    item[10] = int(record.message_type)
+    for field, value in strays:
+        if field < len(item):
+            item[field] = value
+    if short:
+        item = item[:-1]
+    alone = columns_fast((tuple(item),))
+    twice = columns_fast((tuple(item), tuple(item)))
+    if twice is None:
+        assert alone is None
+    else:
+        assert alone == tuple(column[:1] for column in twice)
+
+
+_PLAIN_ROW = (
+    "t", 1, "m", b"b", "tag", ("k",), "g", (("p", "v"),), 1, 2,
+    int(MessageType.NORMAL), "h", "", "",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (5, ("k", 3)),  # a key that is not a string
+        (5, msgpack.ExtType(1, b"x")),  # a tuple subclass
+        (7, (("p",),)),  # a property that is not a pair
+        (7, (("p", 3),)),  # a property value that is not a string
+        (7, ("p", "v")),  # pairs flattened
+        (10, 99),  # no such message type
+        (1, True),  # a bool where an int goes
+        (4, ["tag"]),
+        (3, "body"),
+    ],
+)
+def test_one_record_of_a_wrong_type_is_left_to_the_exact_path(field: int, value: object) -> None:
+    assert columns_fast((_PLAIN_ROW,)) == tuple(zip(_PLAIN_ROW))
+    row = list(_PLAIN_ROW)
+    row[field] = value
+    assert columns_fast((tuple(row),)) is None
+    assert columns_fast((tuple(row), _PLAIN_ROW)) is None
+    assert columns_fast((_PLAIN_ROW[:-1],)) is None
+    assert columns_fast(((*_PLAIN_ROW, ""),)) is None
+    assert columns_fast((list(_PLAIN_ROW),)) is None
 
 
 @given(st.lists(records, min_size=1, max_size=6))
