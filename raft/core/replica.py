@@ -194,13 +194,17 @@ class Raft:
             return
         self.appends_due = False
         committed = self.log.committed
+        last_index = self.log.last_index()
         news = self.config.eager_commit_news  # else commit news rides on what comes next
         for node_id, pr in self.tracker.progress.items():
             if node_id != self.id and self.maybe_send_append(
                 node_id, send_if_empty=news and pr.sent_commit < committed
             ):
-                # Pipeline the rest, up to the in-flight window.
-                while self.maybe_send_append(node_id, send_if_empty=False):
+                # Pipeline the rest, up to the in-flight window. A follower sent up to
+                # the last entry is owed nothing more (no entries, so no snapshot either).
+                while pr.next <= last_index and self.maybe_send_append(
+                    node_id, send_if_empty=False
+                ):
                     pass
 
     def _send_heartbeat(self, to: int, context: bytes) -> None:
