@@ -164,8 +164,7 @@ def _append_response(r: Raft, m: Message, pr: Progress) -> None:
         pr.inflights.free_le(m.index)
     if not r.maybe_commit() and was_paused:
         r.maybe_send_append(m.from_)
-    while r.maybe_send_append(m.from_, send_if_empty=False):
-        pass
+    r.send_remaining_appends(m.from_, pr)
     if m.from_ == r.lead_transferee and pr.match == r.log.last_index():
         _send_timeout_now(r, m.from_)
 

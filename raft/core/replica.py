@@ -194,18 +194,24 @@ class Raft:
             return
         self.appends_due = False
         committed = self.log.committed
-        last_index = self.log.last_index()
         news = self.config.eager_commit_news  # else commit news rides on what comes next
         for node_id, pr in self.tracker.progress.items():
-            if node_id != self.id and self.maybe_send_append(
-                node_id, send_if_empty=news and pr.sent_commit < committed
-            ):
-                # Pipeline the rest, up to the in-flight window. A follower sent up to
-                # the last entry is owed nothing more (no entries, so no snapshot either).
-                while pr.next <= last_index and self.maybe_send_append(
-                    node_id, send_if_empty=False
-                ):
-                    pass
+            if node_id == self.id:
+                continue
+            if news and pr.sent_commit < committed:
+                if self.maybe_send_append(node_id):
+                    self.send_remaining_appends(node_id, pr)
+            else:
+                self.send_remaining_appends(node_id, pr)
+
+    def send_remaining_appends(self, to: int, pr: Progress) -> None:
+        """Send ``to`` (whose progress is ``pr``) the entries it lacks, up to its in-flight
+        window, as ``maybe_send_append(to, send_if_empty=False)`` until it sends nothing.
+        A follower sent up to the last entry is owed nothing (no entries, so no snapshot
+        either): that common case costs no call."""
+        last_index = self.log.last_index()
+        while pr.next <= last_index and self.maybe_send_append(to, send_if_empty=False):
+            pass
 
     def _send_heartbeat(self, to: int, context: bytes) -> None:
         pr = self.tracker.progress[to]
