@@ -16,10 +16,23 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, dataclass_transform
 
 NONE = 0
 """The node id meaning "nobody" (no vote cast, no known leader)."""
+
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True)
+def _value(cls: type[_T]) -> type[_T]:
+    """A value made many times an entry (a message, an entry, a Ready, a hard or soft
+    state): a slotted dataclass, equal and hashable by its fields, never changed once
+    made. The type checker holds it frozen (``dataclass_transform``); at run time it is
+    not, because a frozen dataclass's ``__init__`` sets every field through
+    ``object.__setattr__``: a Message took 1.21 us to make frozen and 0.43 us not, and
+    the three replicas of a group make about eight a committed entry."""
+    return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 class EntryType(enum.IntEnum):
@@ -30,7 +43,7 @@ class EntryType(enum.IntEnum):
     CONF_CHANGE_V2 = 2  # data is an encoded ConfChangeV2 (joint consensus)
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class Entry:
     """One log entry. Invariant: index >= 1, term >= 1."""
 
@@ -40,7 +53,7 @@ class Entry:
     data: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class HardState:
     """What must be on disk before any message that depends on it is sent."""
 
@@ -156,7 +169,7 @@ class MsgType(enum.IntEnum):
     CHECK_QUORUM = 18  # local
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class Message:
     """One message of one group. Fields unused by a type keep their zero value."""
 
@@ -194,7 +207,7 @@ class Role(enum.IntEnum):
     PRE_CANDIDATE = 3
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class SoftState:
     """Volatile state the host may want to observe; never persisted."""
 
@@ -202,7 +215,7 @@ class SoftState:
     role: Role = Role.FOLLOWER
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class Ready:
     """Work the host must do, in this order, then call ``advance(ready)``.
 
