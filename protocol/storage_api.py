@@ -28,6 +28,7 @@ from protocol.errors import WireError
 from protocol.message_objects import QueueManifest
 from protocol.positional import positional
 from protocol.records import MESSAGE_TYPES, MessageRecord
+from protocol.value_types import value_type
 from protocol.vocabulary import MessageType
 
 _set_attribute = object.__setattr__
@@ -173,7 +174,7 @@ class ReceiptHandle(NamedTuple):
 
 
 # ---------------------------------------------------------------------- append
-@dataclass(frozen=True, slots=True)
+@value_type
 class AppendRequest:
     """Store ``messages``, all of queue ``(topic, queue_id)``, as one log entry.
 
@@ -209,7 +210,7 @@ class AppendOutcome:
     duplicate: bool
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class AppendResponse:
     """One outcome per message, in request order; ``store_timestamp_ms`` of the batch.
 
@@ -239,7 +240,7 @@ class AppendResponse:
         ]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class AppendQueuesRequest:
     """Several appends in one call, to one storage node: each of its own queue (or the
     same queue twice), of any raft groups the node leads.
@@ -255,7 +256,7 @@ class AppendQueuesRequest:
     appends: list[AppendRequest]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class QueueAppended:
     """The outcome of one append of an :class:`AppendQueuesRequest`: ``response`` when
     it was stored, else ``failure``: the error the append alone would have raised, as
@@ -266,7 +267,7 @@ class QueueAppended:
     failure: WireError | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class AppendQueuesResponse:
     """One outcome per append, in request order."""
 

@@ -16,23 +16,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, dataclass_transform
+from typing import Protocol
+
+from protocol.value_types import value_type
 
 NONE = 0
 """The node id meaning "nobody" (no vote cast, no known leader)."""
-
-_T = TypeVar("_T")
-
-
-@dataclass_transform(frozen_default=True)
-def _value(cls: type[_T]) -> type[_T]:
-    """A value made many times an entry (a message, an entry, a Ready, a hard or soft
-    state): a slotted dataclass, equal and hashable by its fields, never changed once
-    made. The type checker holds it frozen (``dataclass_transform``); at run time it is
-    not, because a frozen dataclass's ``__init__`` sets every field through
-    ``object.__setattr__``: a Message took 1.21 us to make frozen and 0.43 us not, and
-    the three replicas of a group make about eight a committed entry."""
-    return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 class EntryType(enum.IntEnum):
@@ -43,7 +32,7 @@ class EntryType(enum.IntEnum):
     CONF_CHANGE_V2 = 2  # data is an encoded ConfChangeV2 (joint consensus)
 
 
-@_value
+@value_type
 class Entry:
     """One log entry. Invariant: index >= 1, term >= 1."""
 
@@ -53,7 +42,7 @@ class Entry:
     data: bytes = b""
 
 
-@_value
+@value_type
 class HardState:
     """What must be on disk before any message that depends on it is sent."""
 
@@ -169,7 +158,7 @@ class MsgType(enum.IntEnum):
     CHECK_QUORUM = 18  # local
 
 
-@_value
+@value_type
 class Message:
     """One message of one group. Fields unused by a type keep their zero value."""
 
@@ -207,7 +196,7 @@ class Role(enum.IntEnum):
     PRE_CANDIDATE = 3
 
 
-@_value
+@value_type
 class SoftState:
     """Volatile state the host may want to observe; never persisted."""
 
@@ -215,7 +204,7 @@ class SoftState:
     role: Role = Role.FOLLOWER
 
 
-@_value
+@value_type
 class Ready:
     """Work the host must do, in this order, then call ``advance(ready)``.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocol.value_types import value_type
 from raft.errors import ProposalDropped, RaftError
 from raft.host import wire
 from raft.host.collaborators import GroupNode, StateMachine
@@ -88,7 +89,7 @@ class Round:
         return not self.readies and not self.rejected and not self.notices
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Outcome:
     """A proposal's end: ``error`` is None when it committed and applied with ``result``."""
 

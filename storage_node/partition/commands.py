@@ -51,6 +51,7 @@ from protocol.records import (
     encode_packed_batch,
 )
 from protocol.storage_api import ReceiptHandle
+from protocol.value_types import value_type
 from storage_node.errors import BadCommand, CommandCorrupted
 
 
@@ -84,7 +85,7 @@ class InitialPosition(enum.IntEnum):
     LATEST = 1  # the queue's end offset: only messages stored from now on
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Append:
     """Store ``records`` (each names its own topic and queue) at ``now_ms``.
 
