@@ -200,26 +200,24 @@ class MetadataQueries:
         found = self.topic(topic)
         cluster = self._clusters[found.cluster]
         first, count = cluster.first_group_id, cluster.group_count
-        # One Endpoint per node of the route (they are immutable), and one
-        # (leader, followers) per group: queues of one group share them.
+        # One Endpoint per node of the route (they are immutable): queues share them.
         endpoints: dict[int, Endpoint | None] = {}
-        served: dict[int, tuple[Endpoint | None, tuple[Endpoint, ...]]] = {}
+
+        def endpoint(node_id: int) -> Endpoint | None:
+            if node_id not in endpoints:
+                endpoints[node_id] = self._endpoint(node_id)
+            return endpoints[node_id]
+
         queues = []
         for queue_id in routing.queue_ids(topic, found.queue_count, first, count):
             group = self._raft_groups[routing.group_id(topic, queue_id, first, count)]
-            replicas = served.get(group.group_id)
-            if replicas is None:
-                for node_id in (*group.replicas, group.leader):
-                    if node_id not in endpoints:
-                        endpoints[node_id] = self._endpoint(node_id)
-                leader = endpoints[group.leader] if group.leader != NO_NODE else None
-                followers = tuple(
-                    endpoint
-                    for node_id in group.replicas
-                    if node_id != group.leader and (endpoint := endpoints[node_id]) is not None
-                )
-                replicas = served[group.group_id] = (leader, followers)
-            queues.append(QueueRoute(queue_id, group.group_id, group.term, *replicas))
+            leader = endpoint(group.leader) if group.leader != NO_NODE else None
+            followers = tuple(
+                found_endpoint
+                for node_id in group.replicas
+                if node_id != group.leader and (found_endpoint := endpoint(node_id)) is not None
+            )
+            queues.append(QueueRoute(queue_id, group.group_id, group.term, leader, followers))
         return TopicRoute(found, tuple(queues), self._revision)
 
     def cluster_status(self, cluster: str) -> ClusterStatus:
