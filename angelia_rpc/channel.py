@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from angelia_rpc.codec import codec_named
 from angelia_rpc.codec.base import Codec, Decoder, Encoder
-from angelia_rpc.config import RpcConfig
+from angelia_rpc.config import RECONNECT_JITTER_MAX, RpcConfig
 from angelia_rpc.connection import Connection, StreamState, message_frame
 from angelia_rpc.errors import (
     AngeliaError,
@@ -416,7 +416,7 @@ class Channel:
                 self._last_error = (
                     f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 )
-                jitter = 1 + self._random.random() / 2
+                jitter = 1 + self._random.random() * RECONNECT_JITTER_MAX
                 self._next_attempt = loop.time() + self._backoff_s * jitter
                 self._backoff_s = min(
                     self._backoff_s * 2, self.config.reconnect_backoff_max_ms / 1000

@@ -32,6 +32,11 @@ class TlsConfig:
     mutual: bool = False
 
 
+RECONNECT_JITTER_MAX = 0.5
+"""A reconnect backoff is stretched by a random fraction up to this (clients that
+lost one server together do not reconnect together)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RpcConfig:
     """How the processes of one cluster talk; every peer must agree on transport and codec.
@@ -43,8 +48,9 @@ class RpcConfig:
     and the calls a server runs for one connection (it stops reading until one
     finishes). A lost connection is re-established by the next call, after a
     backoff that doubles from ``reconnect_backoff_min_ms`` to
-    ``reconnect_backoff_max_ms``. ``tls`` is ignored by the in-process memory
-    transport.
+    ``reconnect_backoff_max_ms``, each wait stretched by up to
+    ``RECONNECT_JITTER_MAX`` (:attr:`reconnect_wait_max_ms` is the longest). ``tls``
+    is ignored by the in-process memory transport.
     """
 
     transport: str = "tcp"
@@ -55,6 +61,12 @@ class RpcConfig:
     in_flight_max: int = 1024
     reconnect_backoff_min_ms: int = 10
     reconnect_backoff_max_ms: int = 2_000
+
+    @property
+    def reconnect_wait_max_ms(self) -> int:
+        """The longest a client waits between two connect attempts to a peer that came
+        back: how long after a server starts its clients may still be reconnecting."""
+        return int(self.reconnect_backoff_max_ms * (1 + RECONNECT_JITTER_MAX))
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORT_NAMES:

@@ -85,6 +85,21 @@ def place(group_id: int, replicas: tuple[int, ...]) -> ReplicaSet:
     return ReplicaSet(group_id, tuple(sorted(replicas)))
 
 
+def alive(
+    replicas: tuple[int, ...],
+    heard_ms: dict[int, int],
+    heard_at_least_ms: int,
+    now_ms: int,
+    dead_after_ms: int,
+) -> frozenset[int]:
+    """The replicas heard within ``dead_after_ms`` of ``now_ms``; each counts as heard at
+    ``heard_at_least_ms`` at the latest (a controller that just began to lead has heard
+    nobody yet, or only long ago: it gives every node until then to be heard)."""
+    return frozenset(
+        n for n in replicas if now_ms - max(heard_ms.get(n, 0), heard_at_least_ms) < dead_after_ms
+    )
+
+
 def eligible(group: ReplicaSet, alive: frozenset[int]) -> tuple[int, ...]:
     """The replicas that may become master now: live members of the SyncStateSet
     (any live replica before the first election, when no write exists yet)."""

@@ -17,9 +17,11 @@ one node at a time, on the leader:
 Controller: the groups' records (:mod:`nameserver.controller`) are read after
 a ReadIndex round like any read; a SyncStateSet change is a control command.
 A storage node's read names it: the leader keeps when it last heard each
-node (in memory: a new leader counts every node alive for a whole
-``dead_after_ms`` first). :func:`run_controller_duties` places the records of
-a controller-mode cluster's groups once they are placed, and elects a master
+node (in memory: a new leader counts every node alive for ``dead_after_ms``
+after a grace of the longest reconnect wait, since the nodes that lost the
+old leader, or this one restarting, may still be backing off).
+:func:`run_controller_duties` places the records of a controller-mode
+cluster's groups once they are placed, and elects a master
 (:func:`nameserver.controller.elect_master`) for a group whose master has
 been silent for ``dead_after_ms``.
 
@@ -34,7 +36,7 @@ import logging
 import time
 from typing import cast
 
-from angelia_rpc import CallContext
+from angelia_rpc import CallContext, RpcConfig
 from nameserver import control_commands as cc
 from nameserver import controller
 from nameserver.control_state import replica_set_info
@@ -234,6 +236,10 @@ class ControlImpl:
 
 DEAD_AFTER_MS_DEFAULT = 1000
 CONTROLLER_INTERVAL_MS = 100
+RECONNECT_GRACE_MS = RpcConfig().reconnect_wait_max_ms
+"""How long after it begins to lead the controller counts every node as just heard: a
+node may be that long in its reconnect backoff (it lost the old leader, or this node
+while it restarted) before its first read arrives."""
 
 
 def monotonic_ms() -> int:
@@ -246,9 +252,12 @@ async def run_controller_duties(
     cluster: str,
     dead_after_ms: int = DEAD_AFTER_MS_DEFAULT,
     interval_ms: int = CONTROLLER_INTERVAL_MS,
+    grace_ms: int = RECONNECT_GRACE_MS,
 ) -> None:
     """While this node leads: record the placed groups of ``cluster`` for the
-    controller, and elect a master for each group whose master went silent."""
+    controller, and elect a master for each group whose master went silent
+    (for ``grace_ms`` + ``dead_after_ms`` after this node began to lead, every
+    node counts as heard at that start)."""
     leading_since_ms: int | None = None
     while True:
         await asyncio.sleep(interval_ms / 1000)
@@ -259,11 +268,13 @@ async def run_controller_duties(
         if leading_since_ms is None:
             leading_since_ms = now_ms
         with contextlib.suppress(NameserverError):
-            await _controller_round(control, cluster, dead_after_ms, leading_since_ms, now_ms)
+            await _controller_round(
+                control, cluster, dead_after_ms, leading_since_ms + grace_ms, now_ms
+            )
 
 
 async def _controller_round(
-    control: ControlImpl, cluster: str, dead_after_ms: int, since_ms: int, now_ms: int
+    control: ControlImpl, cluster: str, dead_after_ms: int, heard_at_least_ms: int, now_ms: int
 ) -> None:
     impl = control.impl
     state = impl.machine.state
@@ -273,8 +284,8 @@ async def _controller_round(
             if group.replicas and group.group_id not in records:
                 await control.propose(cc.PlaceReplicaSet(group.group_id, tuple(group.replicas)))
     for record in list(records.values()):
-        alive = frozenset(
-            n for n in record.replicas if now_ms - control.heard_ms.get(n, since_ms) < dead_after_ms
+        alive = controller.alive(
+            record.replicas, control.heard_ms, heard_at_least_ms, now_ms, dead_after_ms
         )
         if not controller.needs_election(record, alive):
             continue

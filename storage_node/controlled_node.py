@@ -152,7 +152,7 @@ class ControlledNode(RawNode):
             return False
         raft.become_leader()
         self.peers = {
-            n: PeerSync(heard_ms=now_ms, behind_since_ms=now_ms)
+            n: PeerSync(heard_ms=now_ms, caught_up_ms=now_ms)
             for n in self._replicas()
             if n != raft.id
         }
@@ -182,6 +182,16 @@ class ControlledNode(RawNode):
         last = raft.log.last_index()
         return any(p.match < last for p in raft.tracker.progress.values())
 
+    def sync_report(self, now_ms: int) -> str:
+        """As master: each slave's match, when it last answered and when it last held
+        the whole log (for logs), e.g. ``2: match 41/42, heard 0.1 s ago, caught up 0.6 s ago``."""
+        last = self.raft.log.last_index()
+        return "; ".join(
+            f"{n}: match {peer.match}/{last}, heard {(now_ms - peer.heard_ms) / 1000:.1f} s ago, "
+            f"caught up {(now_ms - peer.caught_up_ms) / 1000:.1f} s ago"
+            for n, peer in sorted(self.peers.items())
+        )
+
     def on_fenced(self, master: int, epoch: int) -> None:
         """The controller knows a newer epoch: stop leading."""
         if epoch > self.raft.term:
@@ -200,8 +210,8 @@ class ControlledNode(RawNode):
             progress = raft.tracker.progress.get(n)
             if progress is not None and (progress.match > peer.match or progress.match >= last):
                 peer.observe(progress.match, last, now_ms)
-            elif peer.behind_since_ms is None and peer.match < last:
-                peer.behind_since_ms = now_ms
+            else:
+                peer.track(last, now_ms)
         if self.asked is not None:
             return None
         members = plan_sync_state_set(

@@ -4,11 +4,14 @@ Every ``POLL_MS`` the node reads the controller's records (``control.replica_set
 which also tells the controller this node is alive) and, at the start of the
 next raft round, hands each hosted group its record
 (:meth:`storage_node.controlled_node.ControlledNode.follow`): the named master
-leads at the record's epoch, the others follow it. A master then asks for the
-SyncStateSet change its progress calls for, one at a time; a change the
-controller has not recorded yet is asked again on the next poll (the same
-request: if an earlier one was recorded after all, its set epoch is stale and
-the next record brings the new set). A fenced master steps down.
+leads at the record's epoch, the others follow it. Every ``POLL_MS`` too,
+whether or not the controller answers, each master samples its slaves'
+progress and asks for the SyncStateSet change it calls for, one at a time (the
+samples must be closer than the lag bound: a slave is in sync when by one
+sample it reached the log's end of the one before); a change the controller
+has not recorded yet is asked again on the next poll (the same request: if an
+earlier one was recorded after all, its set epoch is stale and the next record
+brings the new set). A fenced master steps down.
 
 With the controller (every nameserver) away, reads fail and the loop keeps
 trying: masters keep serving with the set they have; only failover and set
@@ -57,6 +60,7 @@ class ControllerFollower:
         self.poll_ms = poll_ms
         self.lag_ms = lag_ms
         self._views: dict[int, ctl.ReplicaSetInfo] = {}
+        self._sample_due = False
         self._sending: dict[int, asyncio.Task[None]] = {}
         self._unreachable = False
         node.driver.before_each_round(self._apply)
@@ -71,25 +75,45 @@ class ControllerFollower:
         return raft if isinstance(raft, ControlledNode) else None
 
     def _apply(self) -> None:
-        """At the start of a round: hand each group its newest record; start the
-        SyncStateSet changes the masters ask for."""
+        """At the start of a round: hand each group its newest record; when a sample is
+        due, every master samples its slaves; start the SyncStateSet changes the
+        masters ask for."""
         views, self._views = self._views, {}
+        sampled: set[int] = set(self.node.replicas) if self._sample_due else set()
+        self._sample_due = False
+        if not views and not sampled:
+            return
         now_ms = self._now_ms()
         host = self.node.driver.host
-        for group_id, view in views.items():
+        for group_id in sorted(sampled | views.keys()):
             raft = self._controlled(group_id)
             if raft is None:
                 continue
+            view = views.get(group_id)
             before = (raft.raft.role, raft.raft.term, raft.raft.tracker.config)
-            raft.follow(view, now_ms)
+            if view is not None:
+                raft.follow(view, now_ms)
+            elif not raft.is_leader():
+                continue
             request = raft.sync_state_request(now_ms, self.lag_ms)
+            if request is not None:
+                _log.info(
+                    "SyncStateSet change asked",
+                    extra={
+                        "group": group_id,
+                        "sync_state_set": raft.view.sync_state_set if raft.view else [],
+                        "asked": request.sync_state_set,
+                        "peers": raft.sync_report(now_ms),
+                    },
+                )
             asked = raft.asked
             if (
                 request is None
                 and asked
+                and view is not None
                 and view.sync_state_set_epoch == asked.sync_state_set_epoch
             ):
-                request = asked  # not recorded yet: ask again
+                request = asked  # not recorded yet: ask again (once a poll)
             if request is not None and group_id not in self._sending:
                 self._sending[group_id] = asyncio.create_task(
                     self._alter(group_id, request), name=f"alter-sync-state-set-{group_id}"
@@ -97,7 +121,7 @@ class ControllerFollower:
             changed = (raft.raft.role, raft.raft.term, raft.raft.tracker.config) != before
             if changed or raft.behind():
                 host.touch(group_id)
-            if changed:
+            if changed and view is not None:
                 _log.info(
                     "controller record applied",
                     extra={
@@ -130,7 +154,21 @@ class ControllerFollower:
         self.node.driver.wake()
 
     async def run(self) -> None:
-        """Forever: read the records, then let the next round apply them."""
+        """Forever: read the records, then let the next round apply them; and have the
+        masters sample their slaves every ``poll_ms``, the controller away or not."""
+        sampling = asyncio.create_task(self._sample_every(), name="controller-samples")
+        try:
+            await self._poll_every()
+        finally:
+            sampling.cancel()
+
+    async def _sample_every(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_ms / 1000)
+            self._sample_due = True
+            self.node.driver.wake()
+
+    async def _poll_every(self) -> None:
         me = self.node.driver.node_id
         request = ctl.ReplicaSetsRequest([], me)
         while True:

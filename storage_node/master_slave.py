@@ -15,7 +15,8 @@ asks the controller):
   it is asked for. So every member of the controller's set holds every
   committed entry, which is what makes an elected member safe.
 - **SyncStateSet changes** (:meth:`MasterSlaveReplica.sync_state_request`): a
-  member silent or behind for ``lag_ms`` is dropped; a slave whose log reaches
+  member silent, or not caught up with the master's log, for ``lag_ms`` is
+  dropped (:class:`PeerSync`); a slave whose log reaches
   the commit index is added. One change at a time; the controller answers
   with the group's record, or refuses a fenced master.
 - **Slaves** take a master's appends only at an epoch at least their own
@@ -93,13 +94,22 @@ class AppendReply:
 @dataclass(slots=True)
 class PeerSync:
     """What a master knows of one slave's sync: its match, when it last answered,
-    since when it has been behind the master's log."""
+    and when it last held the whole log.
+
+    Behind is measured the way Kafka measures a follower's lag: ``caught_up_ms``
+    is the latest moment the slave is known to have held every entry the
+    master had then (a *mark*, the master's last index at one observation, is
+    reached by a later one). A slave that keeps up with a steady stream is
+    never exactly at the log's end when sampled, yet it keeps reaching the
+    marks, so it stays in sync; one that stops reaching them lags."""
 
     next_index: int = 1
     match: int = 0
     heard_ms: int = 0  # when it last answered (accepted), or this master took over
     answered: bool = False  # it accepted an append of this master
-    behind_since_ms: int | None = None  # since when its match has been below our last
+    caught_up_ms: int = 0  # it held the master's whole log then (or this master took over)
+    mark_index: int | None = None  # the master's last index at ``mark_ms``, not reached yet
+    mark_ms: int = 0
 
     def observe(self, match: int, last_index: int, now_ms: int) -> None:
         """The slave holds the master's log up to ``match`` (an accepted append)."""
@@ -107,16 +117,25 @@ class PeerSync:
         self.answered = True
         self.match = max(self.match, match)
         self.next_index = max(self.next_index, self.match + 1)
+        self.track(last_index, now_ms)
+
+    def track(self, last_index: int, now_ms: int) -> None:
+        """Compare the slave's match with the master's log (``last_index``) at ``now_ms``:
+        at the end, it is caught up now; past the pending mark, it was caught up at
+        the mark's time. A new mark is set at ``last_index`` when none is pending."""
         if self.match >= last_index:
-            self.behind_since_ms = None
-        elif self.behind_since_ms is None:
-            self.behind_since_ms = now_ms
+            self.caught_up_ms = now_ms
+            self.mark_index = None
+            return
+        if self.mark_index is not None and self.match >= self.mark_index:
+            self.caught_up_ms = max(self.caught_up_ms, self.mark_ms)
+            self.mark_index = None
+        if self.mark_index is None:
+            self.mark_index, self.mark_ms = last_index, now_ms
 
     def lags(self, now_ms: int, lag_ms: int) -> bool:
-        """Silent, or behind the master's log, for ``lag_ms`` or longer."""
-        silent = now_ms - self.heard_ms >= lag_ms
-        behind = self.behind_since_ms is not None and now_ms - self.behind_since_ms >= lag_ms
-        return silent or behind
+        """Silent, or not caught up with the master's log, for ``lag_ms`` or longer."""
+        return now_ms - self.heard_ms >= lag_ms or now_ms - self.caught_up_ms >= lag_ms
 
     def caught_up(self, commit: int, last_index: int, now_ms: int, lag_ms: int) -> bool:
         """Holds every committed entry, is close to the log's end, and answers."""
@@ -209,7 +228,7 @@ class MasterSlaveReplica:
             if view.master == self.node_id:
                 self.role = Role.MASTER
                 self.peers = {
-                    n: PeerSync(self.last_index + 1, heard_ms=now_ms, behind_since_ms=now_ms)
+                    n: PeerSync(self.last_index + 1, heard_ms=now_ms, caught_up_ms=now_ms)
                     for n in self.replicas
                     if n != self.node_id
                 }

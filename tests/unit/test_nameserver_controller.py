@@ -50,6 +50,14 @@ def test_a_dead_master_is_replaced_from_the_sync_state_set_with_a_new_epoch() ->
     assert elected.sync_state_set_epoch == 6
 
 
+def test_a_new_controller_counts_every_node_heard_until_its_grace_ends() -> None:
+    # Began to lead at 10 s with a grace of 3 s: nodes count as heard at 13 s.
+    assert controller.alive((1, 2), {}, 13_000, 13_900, 1_000) == {1, 2}
+    assert controller.alive((1, 2), {}, 13_000, 14_000, 1_000) == frozenset()
+    # Heard before it led (an earlier term): still the grace; heard since: from then.
+    assert controller.alive((1, 2), {1: 5_000, 2: 13_500}, 13_000, 14_200, 1_000) == {2}
+
+
 def test_a_replica_outside_the_sync_state_set_is_never_elected() -> None:
     group = _group(sync_state_set=(1,))
     assert not controller.needs_election(group, frozenset({2}))

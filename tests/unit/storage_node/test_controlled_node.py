@@ -139,3 +139,40 @@ def test_below_min_in_sync_every_replica_must_hold_an_entry() -> None:
     master.propose(b"a")
     pair.pump()
     assert master.raft.log.committed < master.raft.log.last_index()
+
+
+def _in_sync_pair() -> Pair:
+    """Node 1 master at epoch 1 with the SyncStateSet {1, 2}, both holding its log."""
+    pair = Pair()
+    pair.view(1, 1, [1], 1)
+    pair.pump()
+    asked = pair.node(1).sync_state_request(0, 500)
+    assert asked is not None
+    assert asked.sync_state_set == [1, 2]
+    pair.node(1).follow(ReplicaSetInfo(GROUP, [1, 2], 1, 1, [1, 2], 2), 0)
+    pair.pump()
+    return pair
+
+
+def test_a_slave_keeping_up_with_a_steady_stream_stays_in_the_set() -> None:
+    # Sampled every 100 ms, the slave always lacks the entry just proposed (it is in
+    # flight), yet it holds every entry of the sample before: it is in sync.
+    pair = _in_sync_pair()
+    master = pair.node(1)
+    for now_ms in range(100, 5_000, 100):
+        master.propose(b"m")
+        assert master.sync_state_request(now_ms, 500) is None, master.sync_report(now_ms)
+        pair.pump()
+    assert "2: match" in master.sync_report(5_000)
+
+
+def test_a_slave_that_stops_reaching_the_log_is_dropped_after_the_lag_bound() -> None:
+    pair = _in_sync_pair()
+    master = pair.node(1)
+    pair.cut = {2}
+    for now_ms in range(100, 500, 100):
+        master.propose(b"m")
+        assert master.sync_state_request(now_ms, 500) is None  # it held the log at 0 ms
+    asked = master.sync_state_request(500, 500)
+    assert asked is not None
+    assert asked.sync_state_set == [1], master.sync_report(500)

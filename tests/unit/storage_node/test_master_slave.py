@@ -9,6 +9,7 @@ from storage_node.master_slave import (
     AlterRequest,
     ControllerView,
     MasterSlaveReplica,
+    PeerSync,
     Role,
 )
 
@@ -71,6 +72,27 @@ def test_a_lagging_slave_is_dropped_only_once_the_controller_agrees() -> None:
     assert master.commit == 0  # still counts the slave while the change is under way
     master.on_controller(ControllerView(GROUP, [1, 2], 1, 1, [1], 3), 160)
     assert master.commit == 1
+
+
+def test_a_slave_one_entry_behind_at_every_sample_is_caught_up_as_of_the_sample_before() -> None:
+    peer = PeerSync(caught_up_ms=0)
+    for step in range(1, 50):
+        # At sample ``step`` the master's log ends at ``step``; the slave holds ``step - 1``.
+        peer.observe(step - 1, step, step * 100)
+        assert not peer.lags(step * 100, 500)
+    assert peer.caught_up_ms == 4_800  # it reached the mark set at 4.8 s
+
+
+def test_a_slave_reaching_marks_slower_than_the_lag_bound_lags() -> None:
+    peer = PeerSync(caught_up_ms=0)
+    peer.observe(0, 10, 0)  # mark: index 10 at 0 ms
+    peer.observe(5, 20, 300)  # mark still pending
+    assert not peer.lags(400, 500)
+    peer.observe(10, 30, 600)  # reached the mark of 0 ms only now; new mark at 600 ms
+    assert peer.caught_up_ms == 0
+    assert peer.lags(600, 500)
+    peer.observe(30, 30, 700)  # at the end: caught up now
+    assert not peer.lags(700, 500)
 
 
 def test_a_paused_master_is_fenced_by_a_slave_of_the_new_epoch() -> None:
