@@ -151,15 +151,27 @@ async def test_export_writes_what_the_storage_api_reads(
 
 @pytest.mark.parametrize("wal_bodies", WAL_BODIES)
 async def test_export_stops_at_the_ends_it_started_with(
-    tmp_path: Path, small_slices: Any, wal_bodies: bool
+    tmp_path: Path, small_slices: Any, wal_bodies: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sliced = asyncio.Event()  # set once the export took its ends and cuts its first slice
+    slice_of = snapshot_export.slice_of
+
+    def first_slice_seen(*args: Any) -> Any:
+        sliced.set()
+        return slice_of(*args)
+
+    monkeypatch.setattr(snapshot_export, "slice_of", first_slice_seen)
     async with node_with(tmp_path / "node", wal_bodies) as node:
         await node.append(AppendRequest("t", 0, _messages(0, 0, 200)), CONTEXT)
         group = node._group_of("t", 0)
         request = ExportSnapshotRequest(group, str(tmp_path / "snap"), [], 4096, 1024)
         export = asyncio.create_task(node.export_snapshot(request, CONTEXT))
+        waiting = asyncio.create_task(sliced.wait())
+        await asyncio.wait([export, waiting], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        assert sliced.is_set(), export
         appended = 0
-        while not export.done():  # appends race the export's slices
+        while not export.done():  # appends race the export's remaining slices
             await node.append(AppendRequest("t", 0, _messages(0, 200 + appended, 3)), CONTEXT)
             appended += 3
         response = await export
