@@ -274,6 +274,14 @@ for _role in ROLES.values():
     help="number of storage node processes",
 )
 @click.option(
+    "--storage-groups",
+    type=click.IntRange(1, 65_536),
+    default=DevLayout.storage_groups,
+    show_default=True,
+    help="raft groups of the storage cluster (fixed once created; fewer join more "
+    "messages into each raft entry when many queues are written)",
+)
+@click.option(
     "--nameserver-port",
     type=click.IntRange(1, 65535),
     default=9876,
@@ -388,6 +396,7 @@ def dev(
     data_dir: Path | None,
     brokers: int,
     storage: int,
+    storage_groups: int,
     nameserver_port: int,
     nameservers: int,
     replication: str,
@@ -430,6 +439,7 @@ def dev(
         metrics=metrics,
         replication=replication,
         tier_url=tier_url,
+        storage_groups=storage_groups,
     )
     try:
         layout.rpc.rpc_config()

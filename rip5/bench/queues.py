@@ -1,7 +1,7 @@
 """``rip5 bench queues --queues N``: many queues on one dev cluster, and what they cost.
 
-Setup: a ``rip5 dev`` cluster (1 nameserver, 3 storage nodes, 1 broker) on
-free ports. Steps, each timed:
+Setup: a ``rip5 dev`` cluster (1 nameserver, 3 storage nodes, 1 broker, its
+default raft groups) on free ports. Steps, each timed:
 
 1. baseline: publish ``--baseline-messages`` messages into one topic of 8
    queues (``bench-queues-8``), 8 per SendMessage (one per queue), from

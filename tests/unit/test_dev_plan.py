@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from rip5 import cli
 from rip5.dev import (
     DevLayout,
     dashboard_banner,
@@ -146,3 +148,24 @@ def test_a_tier_url_goes_to_every_storage_node_only(tmp_path: Path) -> None:
         else:
             assert "--tier-url" not in spec.argv
     assert all("--tier-url" not in spec.argv for spec in plan(DevLayout(tmp_path)))
+
+
+def test_rip5_dev_takes_the_storage_group_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned: list[DevLayout] = []
+
+    def record(layout: DevLayout) -> list[object]:
+        planned.append(layout)
+        raise SystemExit(0)  # planned: nothing is started
+
+    monkeypatch.setattr(cli, "plan", record)
+    result = CliRunner().invoke(cli.dev, ["--data-dir", str(tmp_path), "--storage-groups", "24"])
+    assert result.exit_code == 0, result.output
+    assert planned[0].storage_groups == 24
+    CliRunner().invoke(cli.dev, ["--data-dir", str(tmp_path)])
+    assert planned[1].storage_groups == DevLayout.storage_groups == 16
+    refused = CliRunner().invoke(cli.dev, ["--storage-groups", "0"])
+    assert refused.exit_code == 2
+    assert "--storage-groups" in refused.output
+    assert "0 is not in the range 1<=x<=65536" in refused.output
