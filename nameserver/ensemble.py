@@ -36,7 +36,7 @@ import logging
 import time
 from typing import cast
 
-from angelia_rpc import CallContext, RpcConfig
+from angelia_rpc import CallContext
 from nameserver import control_commands as cc
 from nameserver import controller
 from nameserver.control_state import replica_set_info
@@ -236,10 +236,6 @@ class ControlImpl:
 
 DEAD_AFTER_MS_DEFAULT = 1000
 CONTROLLER_INTERVAL_MS = 100
-RECONNECT_GRACE_MS = RpcConfig().reconnect_wait_max_ms
-"""How long after it begins to lead the controller counts every node as just heard: a
-node may be that long in its reconnect backoff (it lost the old leader, or this node
-while it restarted) before its first read arrives."""
 
 
 def monotonic_ms() -> int:
@@ -250,14 +246,18 @@ def monotonic_ms() -> int:
 async def run_controller_duties(
     control: ControlImpl,
     cluster: str,
+    *,
+    grace_ms: int,
     dead_after_ms: int = DEAD_AFTER_MS_DEFAULT,
     interval_ms: int = CONTROLLER_INTERVAL_MS,
-    grace_ms: int = RECONNECT_GRACE_MS,
 ) -> None:
     """While this node leads: record the placed groups of ``cluster`` for the
-    controller, and elect a master for each group whose master went silent
-    (for ``grace_ms`` + ``dead_after_ms`` after this node began to lead, every
-    node counts as heard at that start)."""
+    controller, and elect a master for each group whose master went silent.
+
+    For ``grace_ms`` after this node began to lead, every node counts as just
+    heard: a node may be that long in its reconnect backoff (it lost the old
+    leader, or this node while it restarted) before its first read arrives
+    (``RpcConfig.reconnect_wait_max_ms``)."""
     leading_since_ms: int | None = None
     while True:
         await asyncio.sleep(interval_ms / 1000)

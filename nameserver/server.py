@@ -140,7 +140,12 @@ async def serve(
         refresh = asyncio.create_task(refresh_every(metrics.refresh), name="metrics")
     if config.replication == "controller" and config.cluster:
         controlling = asyncio.create_task(
-            run_controller_duties(control, config.cluster, config.controller_dead_after_ms),
+            run_controller_duties(
+                control,
+                config.cluster,
+                grace_ms=rpc.reconnect_wait_max_ms,
+                dead_after_ms=config.controller_dead_after_ms,
+            ),
             name="nameserver-controller",
         )
     else:

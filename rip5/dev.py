@@ -51,7 +51,7 @@ class DevLayout:
     # of many machines. A group commits one raft entry per round, and a write to many
     # queues joins into an entry only the messages in flight to one group: 128 in flight
     # over 64 groups made 1.5 messages an entry at a million queues, over 16 groups 3.8,
-    # and the publish 31% faster (docs/scale.md, "Fewer groups on one machine").
+    # and the publish 16-31% faster (docs/scale.md, "Fewer groups on one machine").
     storage_groups: int = 16
     secret: str = ""  # the brokers' receipt-handle secret; empty: a random one per run
     free_ports: bool = False
