@@ -190,18 +190,37 @@ async def test_a_hot_queue_read_by_8_consumers_puts_reads_on_every_replica(
     link = NameserverLink(list(moves.client.addresses), peers)
     metadata = ClusterMetadata(link, cluster=CLUSTER)
     store = StorageStore(metadata, peers)  # no read-replica option: the topic says
+    # The producer appends all along, so a replica may be a raft round behind the
+    # leader's end; a read past what it applied is the leader's (``usable_answer``).
+    # The consumers read below an end every replica has applied: each read is the
+    # spread's choice, none falls back.
+    end = (await store.queue_offsets(hot)).end_offset
+    assert end > 0, "the producer's first load reached every queue"
+
+    async def applied_on(node_id: int) -> bool:
+        request = ReadRequest(hot.topic, hot.queue_id, end, count_max=1, from_follower=True)
+        try:
+            read = await moves.storage.stub(node_id).read(request, timeout_ms=2000)
+        except AngeliaError:
+            return False
+        return read.end_offset >= end
+
+    for node_id in group.replicas:
+        await _wait(lambda n=node_id: applied_on(n), 30, f"node {node_id} applying {hot}@{end}")
     before = await reads_per_node()
 
-    async def consumer(queue: QueueRef, reads: int) -> int:
+    async def consumer(queue: QueueRef, reads: int, below: int | None = None) -> int:
         offset, read = 0, 0
         for _ in range(reads):
             batch = await store.read(queue, offset, batch_size=8, message_filter=MessageFilter())
             offset = batch.next_offset if batch.messages else 0  # round again from the start
+            if below is not None and offset >= below:
+                offset = 0
             read += len(batch.messages)
         return read
 
     try:
-        counts = await asyncio.gather(*(consumer(hot, 12) for _ in range(8)))
+        counts = await asyncio.gather(*(consumer(hot, 12, end) for _ in range(8)))
         between = await reads_per_node()
         cold_count = await consumer(cold, 12)
     finally:
